@@ -1,0 +1,63 @@
+"""One error base class with a subclass per kind of refusal.
+
+Every surface maps these the same way: the CLI prints ``str(err)`` on stderr and exits
+with ``err.exit_code``; the HTTP gateway answers 400 for :class:`BadInput`; the MCP
+server returns the error text. ``code`` is the machine-readable reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class BusError(Exception):
+    """Base of every refusal the bus makes on purpose."""
+
+    code = "error"
+    exit_code = 1
+
+    def __init__(self, message: str, *, code: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.details = details
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": False, "error": self.code, "message": str(self), **self.details}
+
+
+class BadInput(BusError):
+    """The caller's input is malformed; nothing was written."""
+
+    code = "bad_input"
+    exit_code = 2
+
+
+class NotFound(BusError):
+    """A session, thread, message or item that does not exist."""
+
+    code = "not_found"
+
+
+class Refused(BusError):
+    """Well-formed but not allowed (``not_a_party``, ``thread_terminal``, ...)."""
+
+    code = "refused"
+
+
+class Unauthorized(BusError):
+    """Authentication is on and the caller's token is missing, invalid or lacks a scope."""
+
+    code = "unauthorized"
+
+
+class Ambiguous(BusError):
+    """A handle names more than one live session; ``candidates`` lists them."""
+
+    code = "ambiguous"
+
+
+class Unavailable(BusError):
+    """Redis (or another backing service) did not answer."""
+
+    code = "unavailable"

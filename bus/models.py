@@ -1,0 +1,226 @@
+"""The wire format: the one source of truth for every JSON the bus reads or writes.
+
+``Message`` is a superset of the prox inbox line, so prox consumers keep working. The
+JSON Schemas under ``schemas/`` are exported from these models by ``python -m
+bus.schemas`` and a test fails when they drift.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .errors import BadInput
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9._-]{1,180}$"
+_SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
+THREAD_ID_PATTERN = r"^thr_[a-z2-7]{1,60}$"
+MESSAGE_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+HANDLE_PATTERN = r"^[^\s:]{1,100}:[^\s]{1,180}$"
+MAX_TEXT = 8000
+MAX_FILES = 4
+
+SessionId = Annotated[str, StringConstraints(pattern=SESSION_ID_PATTERN)]
+ThreadId = Annotated[str, StringConstraints(pattern=THREAD_ID_PATTERN)]
+MessageId = Annotated[str, StringConstraints(pattern=MESSAGE_ID_PATTERN)]
+Handle = Annotated[str, StringConstraints(pattern=HANDLE_PATTERN)]
+
+Urgency = Literal["queue", "urgent"]
+Kind = Literal["message", "notice", "reply", "retraction", "decision", "item"]
+MessageClass = Literal["blocker", "action", "fyi", "report"]
+
+CLASS_ALIASES: dict[str, str] = {
+    "blocker": "blocker",
+    "block": "blocker",
+    "question": "blocker",
+    "action": "action",
+    "result": "action",
+    "fyi": "fyi",
+    "report": "report",
+}
+
+
+def check_session_id(sid: object, what: str = "session id") -> str:
+    """Return ``sid`` if it is a valid session id, else raise :class:`BadInput`.
+
+    Called before a session id becomes a path or a Redis key.
+    """
+    if not isinstance(sid, str) or not _SESSION_ID_RE.fullmatch(sid):
+        shown = repr(sid)[:60]
+        raise BadInput(f"invalid {what} {shown}: must match {SESSION_ID_PATTERN}")
+    return sid
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class FileRef(BaseModel):
+    """A file a message carries (pictures, section 8); the bytes live elsewhere."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=255)]
+    content_type: str
+    size: Annotated[int, Field(ge=0)]
+    sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
+class Message(BaseModel):
+    """One message, addressed to one session, in exactly one thread (SPEC section 3)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    v: Literal[1] = 1
+    id: MessageId = Field(default_factory=new_id)
+    ts: Annotated[int, Field(ge=0)] = Field(default_factory=now_ms)
+    from_: Handle = Field(alias="from")
+    to: str | None = None
+    to_id: SessionId
+    text: Annotated[str, StringConstraints(max_length=MAX_TEXT)]
+    urgency: Urgency = "queue"
+    kind: Kind = "message"
+    class_: MessageClass = Field(default="action", alias="class")
+    thread: ThreadId | None = None
+    pr: Annotated[int, Field(ge=1)] | None = None
+    topic: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    from_session: SessionId | None = None
+    files: Annotated[list[FileRef], Field(max_length=MAX_FILES)] | None = None
+    verified: bool | None = Field(
+        default=None,
+        description="Set by the bus on receipt: true when a token authenticated the sender.",
+    )
+
+    @field_validator("class_", mode="before")
+    @classmethod
+    def _class_alias(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.lower() in CLASS_ALIASES:
+            return CLASS_ALIASES[value.lower()]
+        return value
+
+    @model_validator(mode="after")
+    def _text_or_files(self) -> Message:
+        if not self.text.strip() and not self.files:
+            raise ValueError("text must not be blank (1-8000 characters) unless files are attached")
+        return self
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON object written on the wire (aliases, no nulls)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+    def line(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+    @property
+    def first_line(self) -> str:
+        for ln in self.text.splitlines():
+            if ln.strip():
+                return ln.strip()
+        return ""
+
+
+def parse_message(data: Any) -> Message:
+    """Validate a wire object, translating pydantic's errors into one clear BadInput."""
+    if isinstance(data, (str, bytes)):
+        try:
+            return Message.model_validate_json(data)
+        except ValidationError as exc:
+            raise BadInput(describe(exc)) from exc
+    if not isinstance(data, dict):
+        raise BadInput("a message must be a JSON object")
+    try:
+        return Message.model_validate(data)
+    except ValidationError as exc:
+        raise BadInput(describe(exc)) from exc
+
+
+def describe(exc: ValidationError) -> str:
+    """One line naming each bad field, for the CLI's stderr and HTTP 400s."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "message"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown field {loc!r}")
+        elif err["type"] == "string_too_long" and loc == "text":
+            parts.append(f"text is longer than {MAX_TEXT} characters (refused, not truncated)")
+        else:
+            parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+class Recipient(BaseModel):
+    session: str
+    host: str | None = None
+    state: str
+    listening: bool = False
+
+
+class SendAnswer(BaseModel):
+    """What ``send`` answers (SPEC section 4); never a bare ok."""
+
+    ok: bool = True
+    id: str
+    thread: str | None = None
+    state: Literal["stored", "bounced", "withdrawn", "answered", "error"] = "stored"
+    recipient: Recipient | None = None
+    reason: str | None = None
+    answer: str | None = None
+    error: str | None = None
+    duplicate: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class DeliverAnswer(BaseModel):
+    """What local delivery (``inbox deliver``, HTTP ``/send``) answers, as prox does."""
+
+    ok: bool = True
+    via: Literal["socket", "file"]
+    id: str
+    path: str | None = None
+
+
+class SessionInfo(BaseModel):
+    """A registered session (SPEC section 2)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    session: SessionId
+    handle: str
+    host: str
+    state: Literal["idle", "running", "closing", "closed"] = "idle"
+    parent: str | None = None
+    delegator: str | None = None
+    turns: int = 0
+    wake_cmd: str | None = None
+    prompt_waiting: bool = False
+    agent_inbox: bool | None = None
+    workspace: str | None = None
+    starter: str | None = None
+    opened_at: int = 0
+    updated_at: int = 0
+
+
+EXPORTED_MODELS: dict[str, type[BaseModel]] = {
+    "message": Message,
+    "send-answer": SendAnswer,
+    "deliver-answer": DeliverAnswer,
+    "session": SessionInfo,
+}

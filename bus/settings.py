@@ -1,0 +1,102 @@
+"""Settings, read from the environment (SPEC section 12 names them)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+
+def _bool(value: str | None, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _float(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+
+
+def default_home(env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ) if env is None else env
+    if env.get("INBOX_HOME"):
+        return Path(env["INBOX_HOME"]).expanduser()
+    if env.get("SLAB_HOME"):
+        return Path(env["SLAB_HOME"]).expanduser()
+    return Path("~/.local/share/inbox").expanduser()
+
+
+def default_host() -> str:
+    return socket.gethostname().split(".")[0] or "localhost"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the bus reads from the environment, with the SPEC's defaults."""
+
+    home: Path = field(default_factory=default_home)
+    host: str = field(default_factory=default_host)
+    redis_url: str | None = None
+    broker_url: str | None = None
+    session: str | None = None
+    agent_inbox: bool = True
+    wake_debounce_s: float = 2.0
+    fyi_flush_s: float = 600.0
+    retry_s: float = 30.0
+    secret: str | None = None
+    token: str | None = None
+    key_prefix: str = "inbox"
+    lock_ttl_s: float = 30.0
+    visibility_timeout_s: float = 300.0
+    stream_keep: int = 1000
+    retain_messages: int = 500
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
+        env = dict(os.environ) if env is None else env
+        s = cls(
+            home=default_home(env),
+            host=env.get("INBOX_HOST") or default_host(),
+            redis_url=env.get("INBOX_REDIS_URL") or None,
+            broker_url=env.get("INBOX_BROKER_URL") or None,
+            session=env.get("INBOX_SESSION") or None,
+            agent_inbox=_bool(env.get("INBOX_AGENT_INBOX"), True),
+            wake_debounce_s=_float(env, "INBOX_WAKE_DEBOUNCE_S", 2.0),
+            fyi_flush_s=_float(env, "INBOX_FYI_FLUSH_S", 600.0),
+            retry_s=_float(env, "INBOX_RETRY_S", 30.0),
+            secret=env.get("INBOX_SECRET") or None,
+            token=env.get("INBOX_TOKEN") or None,
+            key_prefix=env.get("INBOX_KEY_PREFIX") or "inbox",
+            lock_ttl_s=_float(env, "INBOX_LOCK_TTL_S", 30.0),
+            visibility_timeout_s=_float(env, "INBOX_VISIBILITY_TIMEOUT_S", 300.0),
+        )
+        return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
+
+    @property
+    def inbox_dir(self) -> Path:
+        return self.home / "inbox"
+
+    @property
+    def embedded_socket(self) -> Path:
+        """Unix socket of the embedded Redis that ``inbox up`` starts."""
+        return self.home / "redis" / "redis.sock"
+
+    def store_url(self) -> str:
+        """The bus store's URL: ``INBOX_REDIS_URL``, else the embedded server's socket."""
+        if self.redis_url:
+            return self.redis_url
+        return f"unix://{self.embedded_socket}"
+
+    def celery_broker_url(self) -> str:
+        if self.broker_url:
+            return self.broker_url
+        if self.redis_url:
+            return self.redis_url
+        return f"redis+socket://{self.embedded_socket}"

@@ -1,0 +1,32 @@
+"""Injection-safe text helpers shared by stamps and notices (SPEC section 6)."""
+
+from __future__ import annotations
+
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_LABEL_DROP = re.compile(r"[\"'`\[\]{}<>()]")
+BAR = "│"
+
+
+def sanitize_label(label: str, limit: int = 120) -> str:
+    """A sender label safe to put in a header: no control characters, newlines,
+    quotes or brackets, so it cannot close the header or forge another."""
+    cleaned = _LABEL_DROP.sub("", _CONTROL.sub(" ", label))
+    cleaned = " ".join(cleaned.split())
+    return cleaned[:limit] or "unknown"
+
+
+def one_line(text: str, limit: int = 120) -> str:
+    """The first non-blank line of ``text``, control characters removed, cut to ``limit``."""
+    for ln in text.splitlines():
+        ln = " ".join(_CONTROL.sub(" ", ln).split())
+        if ln:
+            return ln if len(ln) <= limit else ln[: limit - 1] + "…"
+    return ""
+
+
+def indent_body(text: str, prefix: str = f"  {BAR} ") -> str:
+    """Every body line under the bar, so no body line can pass for a header."""
+    lines = text.splitlines() or [""]
+    return "\n".join(prefix + _CONTROL.sub(" ", ln).rstrip() for ln in lines)

@@ -1,0 +1,202 @@
+"""One notice: the batch of new messages a session hears about (SPEC section 6).
+
+A notice is one ``[inbox ...]`` header plus one indented line per thread. Every line that
+carries other parties' words is indented and sanitized, so no message can forge a header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .text import one_line, sanitize_label
+from .threads import thread_label
+
+MAX_THREAD_LINES = 20
+MAX_SENDERS_SHOWN = 3
+PREVIEW_LIMIT = 120
+
+
+@dataclass
+class ThreadSummary:
+    """One thread's share of a notice."""
+
+    thread: str
+    label: str
+    count: int
+    senders: list[str] = field(default_factory=list)
+    newest_at: int = 0
+    newest_preview: str = ""
+    blocker: bool = False
+    key: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ThreadSummary:
+        return cls(
+            thread=str(data["thread"]),
+            label=str(data.get("label", "")),
+            count=int(data.get("count", 0)),
+            senders=[str(s) for s in data.get("senders", [])],
+            newest_at=int(data.get("newest_at", 0)),
+            newest_preview=str(data.get("newest_preview", "")),
+            blocker=bool(data.get("blocker", False)),
+            key=str(data.get("key", "")),
+        )
+
+
+def _preview(msg: dict[str, Any]) -> str:
+    text = one_line(str(msg.get("text") or ""), PREVIEW_LIMIT)
+    if text:
+        return text
+    files = msg.get("files") or []
+    names = [str(f.get("name", "?")) for f in files if isinstance(f, dict)]
+    # A pictures-only message still needs something to show on its thread line.
+    return one_line(f"(files: {', '.join(names)})", PREVIEW_LIMIT) if names else ""
+
+
+def summarize(messages: list[dict[str, Any]]) -> list[ThreadSummary]:
+    """Group wire dicts (with ``thread`` and ``class``) into per-thread summaries,
+    in notice order."""
+    by_thread: dict[str, ThreadSummary] = {}
+    # Stable sort by time: senders come out in order of first appearance.
+    for msg in sorted(messages, key=lambda m: int(m.get("ts", 0))):
+        thr = str(msg["thread"])
+        ts = int(msg.get("ts", 0))
+        s = by_thread.get(thr)
+        if s is None:
+            key = str(msg.get("key") or "")
+            label = str(msg.get("label") or (thread_label(key) if key else thr))
+            s = by_thread[thr] = ThreadSummary(thread=thr, label=label, count=0, key=key)
+        s.count += 1
+        sender = str(msg.get("from", ""))
+        if sender not in s.senders:
+            s.senders.append(sender)
+        if ts >= s.newest_at:
+            s.newest_at = ts
+            s.newest_preview = _preview(msg)
+        if msg.get("class") == "blocker":
+            s.blocker = True
+    return order(by_thread.values())
+
+
+def merge(summaries_lists: list[list[ThreadSummary]]) -> list[ThreadSummary]:
+    """Several notices as one: counts summed per thread, senders united, the newest
+    preview kept, blocker if any was."""
+    out: dict[str, ThreadSummary] = {}
+    for summaries in summaries_lists:
+        for s in summaries:
+            m = out.get(s.thread)
+            if m is None:
+                out[s.thread] = ThreadSummary(**{**s.to_json(), "senders": list(s.senders)})
+                continue
+            m.count += s.count
+            m.senders.extend(x for x in s.senders if x not in m.senders)
+            if s.newest_at >= m.newest_at:
+                m.newest_at = s.newest_at
+                m.newest_preview = s.newest_preview
+            m.blocker = m.blocker or s.blocker
+            m.label = m.label or s.label
+            m.key = m.key or s.key
+    return order(out.values())
+
+
+def order(threads: Iterable[ThreadSummary]) -> list[ThreadSummary]:
+    """Blocker threads first, then newest first (stable otherwise)."""
+    return sorted(threads, key=lambda s: (not s.blocker, -s.newest_at))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _senders(senders: list[str]) -> str:
+    shown = [sanitize_label(s) for s in senders[:MAX_SENDERS_SHOWN]]
+    rest = len(senders) - len(shown)
+    # Cap the list so one busy thread cannot make a line unbounded.
+    return ", ".join(shown) + (f" +{rest} more" if rest > 0 else "")
+
+
+def render_notice(threads: list[ThreadSummary], session_id: str) -> str:
+    """The model-facing text of one notice: a header and one line per thread."""
+    ordered = order(threads)
+    total = sum(s.count for s in ordered)
+    sid = sanitize_label(session_id)
+    lines = [
+        f"[inbox · {total} new in {_plural(len(ordered), 'thread')}"
+        f" · read: inbox read {sid} <thread>]"
+    ]
+    for s in ordered[:MAX_THREAD_LINES]:
+        mark = "!" if s.blocker else "·"
+        line = f"  {mark} {sanitize_label(s.thread)} · {_senders(s.senders)} ({s.count})"
+        # one_line strips control characters and newlines; the line's indent keeps a
+        # preview such as "[inbox ..." from passing for a header.
+        preview = one_line(s.newest_preview, PREVIEW_LIMIT)
+        if preview:
+            line += f" · {preview}"
+        lines.append(line)
+    more = len(ordered) - MAX_THREAD_LINES
+    if more > 0:
+        lines.append(f"  … and {_plural(more, 'more thread')}")
+    return "\n".join(lines)
+
+
+def notice_line(
+    notice_id: str,
+    session_id: str,
+    threads: list[ThreadSummary],
+    message_ids: list[str],
+    now_ms: int,
+    *,
+    bus_host: str = "bus",
+) -> dict[str, Any]:
+    """The JSON line a notice is written as on the floor or the socket."""
+    return {
+        "v": 1,
+        "id": notice_id,
+        "ts": now_ms,
+        # The anonymous "<host>:inbox" sender: stamps give it no reply hint.
+        "from": f"{bus_host}:inbox",
+        "to_id": session_id,
+        "kind": "notice",
+        "text": render_notice(threads, session_id),
+        "notice": {
+            "threads": [s.to_json() for s in order(threads)],
+            "messages": list(message_ids),
+        },
+    }
+
+
+def _notice_threads(line: dict[str, Any]) -> list[ThreadSummary] | None:
+    payload = line.get("notice")
+    if not isinstance(payload, dict) or not isinstance(payload.get("threads"), list):
+        return None
+    try:
+        return [ThreadSummary.from_json(t) for t in payload["threads"]]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def render_drained(lines: list[dict[str, Any]], stamp: Callable[[dict[str, Any]], str]) -> str:
+    """A drain's model-facing text: every notice line merged into ONE notice, first,
+    then each raw line stamped; blocks separated by a blank line."""
+    notices: list[list[ThreadSummary]] = []
+    session_id = ""
+    raw: list[dict[str, Any]] = []
+    for line in lines:
+        threads = _notice_threads(line) if line.get("kind") == "notice" else None
+        if threads is None:
+            # Raw messages, and a notice line whose payload is unreadable: stamped, so
+            # nothing is lost and nothing unindented gets through.
+            raw.append(line)
+            continue
+        notices.append(threads)
+        session_id = session_id or str(line.get("to_id", ""))
+    blocks: list[str] = []
+    if notices:
+        blocks.append(render_notice(merge(notices), session_id))
+    blocks.extend(stamp(line) for line in raw)
+    return "\n\n".join(blocks)

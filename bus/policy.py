@@ -1,0 +1,139 @@
+"""Who may wake an idle session, and what the host worker does next (SPEC section 5).
+
+Pure: every fact, including the time, is passed in, so the rules are table-tested and
+the worker, the scheduler and the tests all read the same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .models import CLASS_ALIASES
+
+# Kinds that are answers or bookkeeping inside a thread: they never start a turn.
+_NEVER_WAKE_KINDS = frozenset({"reply", "retraction", "notice"})
+
+
+def _cls(msg_class: str) -> str:
+    return CLASS_ALIASES.get(msg_class.lower(), msg_class.lower())
+
+
+@dataclass(frozen=True)
+class WakeFacts:
+    """What the bus knows about one message and its receiver when deciding a wake."""
+
+    msg_class: str
+    kind: str
+    from_session: str | None
+    from_handle: str
+    receiver_parent: str | None
+    receiver_delegator: str | None
+    receiver_turns: int
+    receiver_gave_work_to_sender: bool
+    from_member: bool = False
+
+
+def _sent_by(f: WakeFacts, who: str | None) -> bool:
+    # parent/delegator may be recorded as a session id or a handle (a person's handle).
+    return who is not None and who in {f.from_session, f.from_handle}
+
+
+def may_wake(f: WakeFacts) -> tuple[bool, str]:
+    """Whether this message may wake an idle receiver, and why (or why not)."""
+    cls = _cls(f.msg_class)
+    if f.kind in _NEVER_WAKE_KINDS:
+        return False, f.kind
+    if cls == "fyi":
+        return False, "fyi"
+    if cls == "blocker":
+        return True, "blocker"
+    if f.kind == "item" and f.from_member:
+        return True, "member"
+    if f.kind == "decision":
+        # The counterparty answered a request the receiver made: like a report of work
+        # the receiver gave out.
+        return True, "decision"
+    if cls == "action":
+        if _sent_by(f, f.receiver_parent):
+            return True, "parent"
+        if _sent_by(f, f.receiver_delegator):
+            return True, "delegator"
+    if cls == "report" and f.receiver_gave_work_to_sender:
+        return True, "report"
+    if f.receiver_turns == 0:
+        return True, "first_work"
+    if cls == "report":
+        return False, "not_given_work"
+    return False, "not_from_parent"
+
+
+def is_first_work(f: WakeFacts) -> bool:
+    """True when this message is the receiver's first work: the bus then records the
+    sender as delegator (if none yet) and that the sender gave work to the receiver."""
+    return f.receiver_turns == 0 and _cls(f.msg_class) != "fyi" and f.kind == "message"
+
+
+@dataclass(frozen=True)
+class InboxView:
+    """One session's delivery state, as the worker sees it when deciding."""
+
+    state: str  # "idle" | "running" | "closing" | "closed"
+    agent_inbox: bool
+    prompt_waiting: bool
+    pending: int  # new messages not yet in any notice
+    first_wake_at: int | None  # ms of the first wake-worthy pending message
+    first_pending_at: int | None  # ms of the oldest pending message
+    building: bool  # a notice is being written right now
+    retry_at: int | None  # a refused notice is retried no earlier than this
+
+
+Action = Literal["raw", "notice", "wake", "schedule", "wait", "nothing"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do now: deliver raw, send a steer notice, wake, schedule for ``at``,
+    wait for an event (turn start/end, the notice in flight), or nothing."""
+
+    action: Action
+    at: int | None
+    reason: str
+
+
+_STATES = frozenset({"idle", "running", "closing", "closed"})
+
+
+def decide(view: InboxView, now_ms: int, debounce_ms: int, flush_ms: int) -> Plan:
+    """The next step for one session's pending messages (the SPEC section 5 table)."""
+    if view.state not in _STATES:
+        raise ValueError(f"unknown session state {view.state!r}")
+    if view.state in ("closing", "closed"):
+        return Plan("raw", None, view.state)
+    if not view.agent_inbox:
+        return Plan("raw", None, "agent_inbox_off")
+    if view.pending <= 0:
+        return Plan("nothing", None, "no_pending")
+    if view.building:
+        # Only one notice in flight per session; its completion triggers the next decide.
+        return Plan("wait", None, "building")
+    if view.retry_at is not None and view.retry_at > now_ms:
+        return Plan("schedule", view.retry_at, "retry")
+    if view.state == "running":
+        if view.prompt_waiting:
+            # No steer ahead of a person's prompt: the notice rides in that prompt's turn,
+            # at its turn start.
+            return Plan("wait", None, "prompt_waiting")
+        return Plan("notice", None, "steer")
+    if view.first_wake_at is not None:
+        due = view.first_wake_at + debounce_ms
+        if now_ms >= due:
+            return Plan("wake", None, "debounced")
+        return Plan("schedule", due, "debounce")
+    if view.first_pending_at is None:
+        # Age unknown: deliver now rather than defer forever (never strand a message).
+        return Plan("wake", None, "flush")
+    due = view.first_pending_at + flush_ms
+    if now_ms >= due:
+        return Plan("wake", None, "flush")
+    return Plan("schedule", due, "flush")

@@ -1,0 +1,222 @@
+"""Pictures a reply carries, read from an agent's sandbox root (SPEC section 8).
+
+Every picture is checked before any is returned, so a caller that writes only after
+:func:`read_pictures` succeeds writes nothing when one picture is refused. A picture's
+type comes from its bytes, never its name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import tempfile
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+import filetype
+
+from .errors import BadInput, Refused
+from .models import FileRef
+
+MAX_PICTURES = 4
+MAX_PICTURE_BYTES = 5 * 1024 * 1024
+
+# filetype's own matchers are loose (GIF is any "GIF..."), so each recognised type must
+# also carry its full signature before it is accepted.
+_SIGNATURES: dict[str, tuple[bytes, ...]] = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+}
+# An animated PNG is a PNG; filetype names it image/apng, the bus calls it image/png.
+_MIME_ALIASES = {"image/apng": "image/png"}
+ALLOWED_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+# Room left in a stored name for a "-NNN" suffix within the 255-byte name limit.
+_MAX_NAME_BYTES = 200
+_MAX_SUFFIX = 1000
+
+
+@dataclass(frozen=True)
+class Picture:
+    """One picture's bytes with its (sanitised) base name and sniffed type."""
+
+    name: str
+    content_type: str
+    data: bytes
+    size: int
+    sha256: str
+
+    def ref(self) -> FileRef:
+        """The wire reference a message carries for this picture."""
+        return FileRef(
+            name=self.name, content_type=self.content_type, size=self.size, sha256=self.sha256
+        )
+
+
+def safe_name(name: str) -> str:
+    """Return ``name`` made safe as one file name: no separators, controls or leading dots."""
+    cleaned = "".join(
+        "_" if ch in "/\\" or unicodedata.category(ch).startswith("C") else ch for ch in name
+    )
+    cleaned = cleaned.strip().lstrip(".").strip()
+    if not cleaned:
+        cleaned = "picture"
+    if len(cleaned.encode("utf-8")) > _MAX_NAME_BYTES:
+        stem, ext = os.path.splitext(cleaned)
+        if len(ext.encode("utf-8")) > 16:
+            stem, ext = cleaned, ""
+        budget = _MAX_NAME_BYTES - len(ext.encode("utf-8"))
+        stem = stem.encode("utf-8")[:budget].decode("utf-8", "ignore")
+        cleaned = stem + ext
+    return cleaned
+
+
+def _refuse(path: str, code: str, why: str) -> BadInput:
+    return BadInput(f"picture {path!r}: {why}", code=code, path=path)
+
+
+def _sniff(data: bytes) -> str | None:
+    kind = filetype.guess(data)
+    if kind is None:
+        return None
+    mime = _MIME_ALIASES.get(kind.mime, kind.mime)
+    if mime not in ALLOWED_TYPES:
+        return None
+    if mime == "image/webp":
+        ok = data[:4] == b"RIFF" and data[8:12] == b"WEBP"
+    else:
+        ok = data.startswith(_SIGNATURES[mime])
+    return mime if ok else None
+
+
+def _inside(root_real: str, real: str) -> bool:
+    return real == root_real or os.path.commonpath([root_real, real]) == root_real
+
+
+def _read_one(path: str, root_real: str, max_bytes: int) -> Picture:
+    if not isinstance(path, str) or not path.strip() or "\x00" in path:
+        raise _refuse(str(path), "picture_path_invalid", "not a usable path")
+    candidate = path if os.path.isabs(path) else os.path.join(root_real, path)
+    # realpath resolves every symlink, so a link inside root that points outside is seen
+    # for where it really goes.
+    real = os.path.realpath(candidate)
+    if not _inside(root_real, real):
+        raise _refuse(path, "picture_outside_root", "is outside the allowed root")
+    try:
+        st = os.stat(real)
+    except FileNotFoundError as exc:
+        raise _refuse(path, "picture_not_found", "no such file") from exc
+    except OSError as exc:
+        raise _refuse(path, "picture_unreadable", f"cannot be read ({exc.strerror})") from exc
+    if stat.S_ISDIR(st.st_mode):
+        raise _refuse(path, "picture_not_a_file", "is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(path, "picture_not_a_file", "is not a regular file")
+    if st.st_size > max_bytes:
+        raise _refuse(
+            path, "picture_too_large", f"is {st.st_size} bytes, over the {max_bytes}-byte bound"
+        )
+    # O_NOFOLLOW and the inode check refuse a file swapped for a link after the checks
+    # above; O_NONBLOCK keeps a FIFO swapped in from hanging the open.
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(real, flags | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise _refuse(path, "picture_unreadable", f"cannot be read ({exc.strerror})") from exc
+    with os.fdopen(fd, "rb") as fh:
+        fst = os.fstat(fh.fileno())
+        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(fst.st_mode):
+            raise _refuse(path, "picture_unreadable", "changed while being read")
+        # The size can grow after stat; reading one byte past the bound detects it.
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise _refuse(path, "picture_too_large", f"is over the {max_bytes}-byte bound")
+    mime = _sniff(data)
+    if mime is None:
+        raise _refuse(path, "not_a_picture", "is not a PNG, JPEG, GIF or WebP picture")
+    return Picture(
+        name=safe_name(os.path.basename(path)),
+        content_type=mime,
+        data=data,
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
+
+
+def read_pictures(
+    paths: list[str], root: Path, *, max_bytes: int = MAX_PICTURE_BYTES
+) -> list[Picture]:
+    """Read and check every picture under ``root``; raise :class:`BadInput` if any fails.
+
+    Relative paths are taken from ``root``; absolute paths must lie inside it once
+    symlinks are resolved. Nothing is returned unless every picture passes.
+    """
+    if isinstance(paths, str):
+        raise BadInput("paths must be a list of paths, not one string", code="picture_path_invalid")
+    if len(paths) > MAX_PICTURES:
+        raise BadInput(
+            f"at most {MAX_PICTURES} pictures, got {len(paths)}",
+            code="too_many_pictures",
+            count=len(paths),
+        )
+    if max_bytes < 0:
+        raise BadInput(f"max_bytes must be >= 0, got {max_bytes}", code="bad_input")
+    root_real = os.path.realpath(root)
+    if not os.path.isdir(root_real):
+        raise BadInput(
+            f"picture root {str(root)!r} is not a directory", code="picture_root_missing"
+        )
+    return [_read_one(p, root_real, max_bytes) for p in paths]
+
+
+def _same_content(path: Path, pic: Picture) -> bool:
+    try:
+        fd = os.open(
+            path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        )
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return False
+        return fh.read(pic.size + 1) == pic.data
+
+
+def store_picture(dir: Path, pic: Picture) -> Path:
+    """Write ``pic`` under ``dir`` by its sanitised base name and return the path.
+
+    A same-named file with the same bytes is reused; one with other bytes gets the name
+    suffixed ``-2``, ``-3``, ... before the extension. ``dir`` is 0700 and files 0600.
+    """
+    dir = Path(dir)
+    dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(dir, 0o700)
+    name = safe_name(pic.name)
+    stem, ext = os.path.splitext(name)
+    # Write to a private temp file, then hard-link it into place: link never overwrites,
+    # so concurrent writers cannot clobber each other and no half-written file is visible.
+    fd, tmp = tempfile.mkstemp(dir=dir, prefix=".tmp-")  # mkstemp creates it 0600
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(pic.data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        for n in range(1, _MAX_SUFFIX + 1):
+            target = dir / (name if n == 1 else f"{stem}-{n}{ext}")
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                if _same_content(target, pic):
+                    return target
+                continue
+            return target
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    raise Refused(
+        f"too many different files named {name!r} in {str(dir)!r}", code="picture_name_exhausted"
+    )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -85,8 +87,21 @@ class Settings:
 
     @property
     def embedded_socket(self) -> Path:
-        """Unix socket of the embedded Redis that ``inbox up`` starts."""
-        return self.home / "redis" / "redis.sock"
+        """Unix socket of the embedded Redis that ``inbox up`` starts.
+
+        Under ``$INBOX_HOME/redis/`` unless that path is too long for a unix socket
+        (108 bytes on Linux, 104 on macOS); then a short path under /tmp named by a hash
+        of the home, so every process with the same ``INBOX_HOME`` finds the same one.
+        """
+        path = self.home.absolute() / "redis" / "redis.sock"
+        if len(str(path).encode()) <= 100:
+            return path
+        digest = hashlib.sha256(str(self.home.absolute()).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"inbox-redis-{digest}" / "redis.sock"
+
+    @property
+    def embedded_data(self) -> Path:
+        return self.home / "redis"
 
     def store_url(self) -> str:
         """The bus store's URL: ``INBOX_REDIS_URL``, else the embedded server's socket."""

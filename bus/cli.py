@@ -1,0 +1,293 @@
+"""The ``inbox`` command line (SPEC section 12 names every command and option).
+
+Each command parses its input and makes one library call. Machine-facing commands print
+one JSON document on stdout and exit 0; a refusal prints one line on stderr and exits
+non-zero (2 for bad input).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import typer
+
+from . import connect
+from .errors import BusError
+from .models import check_session_id
+from .settings import Settings
+
+app = typer.Typer(help="The inbox that multi-agent swarms run on.", no_args_is_help=True,
+                  add_completion=False, pretty_exceptions_enable=False)
+session_app = typer.Typer(help="Register and close sessions.", no_args_is_help=True)
+app.add_typer(session_app, name="session")
+
+T = TypeVar("T")
+
+
+def emit(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    sys.stderr.write(f"inbox: {message}\n")
+    raise typer.Exit(code)
+
+
+def run(fn: Callable[[], T]) -> T:
+    """Call the library; a refusal becomes one stderr line and the error's exit code."""
+    try:
+        return fn()
+    except BusError as exc:
+        if exc.code not in ("bad_input", "error") and exc.details:
+            sys.stderr.write(json.dumps(exc.to_json()) + "\n")
+        fail(str(exc), exc.exit_code)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    except ConnectionError as exc:
+        fail(f"Redis did not answer ({exc}); is `inbox up` running or INBOX_REDIS_URL set?", 3)
+    except OSError as exc:
+        fail(str(exc), 1)
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    import redis
+
+    return (redis.ConnectionError, redis.TimeoutError)
+
+
+def bus_call(fn: Callable[[], T]) -> T:
+    try:
+        return run(fn)
+    except _redis_errors() as exc:
+        fail(f"Redis did not answer ({exc}); is `inbox up` running or INBOX_REDIS_URL set?", 3)
+
+
+# -- sessions and turns -------------------------------------------------------------------
+
+
+@session_app.command("open")
+def session_open(
+    sid: str,
+    handle: str | None = typer.Option(None, help="host:name (default <host>:<SID>)"),
+    host: str | None = typer.Option(None, help="the host whose worker delivers (INBOX_HOST)"),
+    parent: str | None = typer.Option(None, help="the session or person that started it"),
+    wake_cmd: str | None = typer.Option(None, help="command run with a wake notice on stdin"),
+    workspace: str | None = typer.Option(None, help="workspace of a member-started session"),
+    starter: str | None = typer.Option(None, help="the member who started it"),
+    agent_inbox: bool | None = typer.Option(None, "--agent-inbox/--no-agent-inbox",
+                                            help="per-session inbox switch"),
+) -> None:
+    """Register a session."""
+    b = connect()
+    emit(bus_call(lambda: b.open_session(sid, handle=handle, host=host, parent=parent,
+                                         wake_cmd=wake_cmd, workspace=workspace,
+                                         starter=starter, agent_inbox=agent_inbox)))
+
+
+@session_app.command("close")
+def session_close(sid: str) -> None:
+    """Close a session: waiting senders get the closing error; threads stay readable."""
+    b = connect()
+    emit(bus_call(lambda: b.close_session(sid)))
+
+
+@app.command()
+def turn(
+    sid: str,
+    event: str = typer.Argument(..., help="start or end"),
+    answer: str | None = typer.Option(None, help="the turn's answer (end)"),
+    prompt_waiting: bool = typer.Option(False, help="a person's prompt waits behind this turn"),
+) -> None:
+    """Report a turn boundary: `inbox turn SID start` / `inbox turn SID end --answer T`."""
+    if event not in ("start", "end"):
+        fail(f"turn event must be start or end, not {event!r}")
+    b = connect()
+    emit(bus_call(lambda: b.turn(sid, event, answer=answer, prompt_waiting=prompt_waiting)))
+
+
+# -- sending -------------------------------------------------------------------------------
+
+
+@app.command()
+def send(
+    to: str | None = typer.Option(None, "--to", help="recipient handle host:name"),
+    to_id: str | None = typer.Option(None, "--to-id", help="recipient session id"),
+    sender: str | None = typer.Option(None, "--from", help="sender handle host:name"),
+    text: str | None = typer.Option(None, help="message text, 1-8000 characters"),
+    klass: str | None = typer.Option(None, "--class", help="blocker|action|fyi|report"),
+    urgency: str | None = typer.Option(None, help="queue|urgent"),
+    pr: int | None = typer.Option(None, help="PR number (thread key)"),
+    topic: str | None = typer.Option(None, help="topic (thread key)"),
+    thread: str | None = typer.Option(None, help="thread id thr_..."),
+    msg_id: str | None = typer.Option(None, "--id", help="message id (a resend is idempotent)"),
+    wait: bool = typer.Option(False, help="block until the turn that carried it answers"),
+    timeout: float | None = typer.Option(None, help="seconds to wait with --wait"),
+    jsonl: str | None = typer.Option(None, help="FILE or - : one wire-format message a line"),
+) -> None:
+    """Send a message; prints the answer of SPEC section 4."""
+    b = connect()
+    if jsonl is not None:
+        _send_jsonl(b, jsonl)
+        return
+    if not (to or to_id):
+        fail("send needs --to HANDLE or --to-id SID")
+    if text is None:
+        fail("send needs --text")
+    fields: dict[str, Any] = {"from": sender or f"{b.settings.host}:inbox", "text": text}
+    for name, value in (("to", to), ("to_id", to_id), ("class", klass), ("urgency", urgency),
+                        ("pr", pr), ("topic", topic), ("thread", thread), ("id", msg_id)):
+        if value is not None:
+            fields[name] = value
+    answer = bus_call(lambda: b.send(fields, wait=wait, timeout=timeout))
+    emit(answer)
+    if answer.get("state") == "bounced" or answer.get("error"):
+        raise typer.Exit(1)
+
+
+def _send_jsonl(b: Any, source: str) -> None:
+    stream = sys.stdin if source == "-" else open(source, encoding="utf-8")  # noqa: SIM115
+    failed = 0
+    with stream:
+        for n, line in enumerate(stream, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+                emit(bus_call_quiet(lambda d=data: b.send(d)))
+            except json.JSONDecodeError as exc:
+                failed += 1
+                emit({"ok": False, "error": "bad_input", "line": n, "message": str(exc)})
+            except BusError as exc:
+                failed += 1
+                emit({**exc.to_json(), "line": n})
+    if failed:
+        raise typer.Exit(1)
+
+
+def bus_call_quiet(fn: Callable[[], T]) -> T:
+    return fn()
+
+
+@app.command()
+def deliver(
+    sid: str,
+    sender: str = typer.Option(..., "--from", help="sender handle host:name"),
+    text: str = typer.Option(..., help="message text"),
+    urgency: str = typer.Option("queue", help="queue|urgent"),
+) -> None:
+    """Local precedence only (socket, else file), no Redis needed: prox's `deliver`."""
+    b = connect()
+    emit(run(lambda: b.deliver_local(sid, sender=sender, text=text, urgency=urgency)))
+
+
+@app.command()
+def peek(sid: str, stamped: bool = typer.Option(False, help="model-facing text")) -> None:
+    """Read the floor without consuming it."""
+    b = connect()
+    out = run(lambda: b.peek(sid, stamped=stamped))
+    if stamped:
+        sys.stdout.write(str(out) + ("\n" if out else ""))
+    else:
+        emit(out)
+
+
+@app.command()
+def drain(sid: str, stamped: bool = typer.Option(False, help="model-facing text")) -> None:
+    """Claim the floor: lines move to log.jsonl; notices drained here are marked noticed."""
+    b = connect()
+    out = run(lambda: b.drain(sid, stamped=stamped))
+    if stamped:
+        sys.stdout.write(str(out) + ("\n" if out else ""))
+    else:
+        emit(out)
+
+
+@app.command()
+def listen(sid: str, exec_cmd: str | None = typer.Option(None, "--exec",
+                                                         help="pipe each line to CMD")) -> None:
+    """A reference socket listener on inbox.sock that acks each line."""
+    from .listen import run_listener
+
+    b = connect()
+    run(lambda: check_session_id(sid))
+    run_listener(b.floor, sid, exec_cmd)
+
+
+@app.command()
+def status() -> None:
+    """Sessions, their states and queue backlogs."""
+    b = connect()
+    emit(bus_call(b.status))
+
+
+# -- processes -----------------------------------------------------------------------------
+
+
+def worker_argv(settings: Settings, concurrency: int, pool: str, loglevel: str) -> list[str]:
+    from workers.app import SHARED_QUEUE, host_queue
+
+    return ["worker", "-Q", f"{SHARED_QUEUE},{host_queue(settings.host)}",
+            "-n", f"{settings.host}@%h", "-c", str(concurrency), "-P", pool,
+            "-l", loglevel, "--without-gossip", "--without-mingle"]
+
+
+@app.command()
+def worker(
+    concurrency: int = typer.Option(2, help="processes"),
+    pool: str = typer.Option("prefork", help="prefork|solo|threads"),
+    loglevel: str = typer.Option("info"),
+) -> None:
+    """A Celery worker for this host (INBOX_HOST): `celery -A workers worker` with that env."""
+    settings = Settings.from_env()
+    run(lambda: check_session_id(settings.host, "host name"))
+    from workers.app import app as celery_app
+
+    celery_app.worker_main(worker_argv(settings, concurrency, pool, loglevel))
+
+
+@app.command()
+def scheduler() -> None:
+    """The scheduled work (debounced wakes, flushes, retries) for the whole bus."""
+    from .scheduler import run as run_scheduler
+    from workers.dispatch import CeleryDispatcher
+
+    b = connect(dispatcher=CeleryDispatcher())
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        run_scheduler(b, stop)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def up(
+    concurrency: int = typer.Option(2, help="worker processes"),
+    redis_port: int = typer.Option(0, help="also listen on this TCP port (0: socket only)"),
+) -> None:
+    """Run the bus here: embedded Redis (unless INBOX_REDIS_URL), a worker, the scheduler."""
+    from .up import run_up
+
+    raise typer.Exit(run_up(Settings.from_env(), concurrency=concurrency, redis_port=redis_port))
+
+
+def main() -> None:
+    # Children (worker, scheduler) must not inherit a SIGINT-ignored state from a shell.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    app()
+
+
+__all__ = ["app", "main"]
+
+
+if __name__ == "__main__":
+    main()

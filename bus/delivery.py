@@ -1,0 +1,111 @@
+"""The host worker's job for one session: take its queue and deliver it locally.
+
+``deliver_session`` holds the session's lock, takes every stream entry after the
+cursor, and for each one either writes it raw (its own line on the socket or floor) or
+hands it to the inbox. A raw line is written at most once even when the worker is
+killed mid-write: the entry being written is recorded first (``rawflight``), and a redo
+that finds the record checks the floor for the id before writing again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .models import SessionInfo
+
+if TYPE_CHECKING:
+    from .api import Bus
+
+log = logging.getLogger(__name__)
+
+BATCH = 200
+
+
+@dataclass
+class DeliveryReport:
+    session: str
+    busy: bool = False
+    raw: int = 0
+    socket: int = 0
+    file: int = 0
+    skipped: int = 0
+    inbox: int = 0
+    notices: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def raw_mode(bus: Bus, info: SessionInfo | None) -> bool:
+    """Raw delivery (one line per message): inbox switched off, or closing/closed."""
+    if info is None:
+        return True
+    if info.state in ("closing", "closed"):
+        return True
+    if info.agent_inbox is not None:
+        return not info.agent_inbox
+    return not bus.settings.agent_inbox
+
+
+def deliver_session(bus: Bus, sid: str) -> DeliveryReport:
+    """Deliver everything queued for ``sid``; ``busy`` when another delivery holds it."""
+    report = DeliveryReport(session=sid)
+    store = bus.store
+    token = store.lock(sid)
+    if token is None:
+        report.busy = True
+        return report
+    try:
+        # Cleared before reading: a send after this point dispatches a fresh delivery.
+        store.clear_pending(sid)
+        _recover_raw(bus, sid, report)
+        while True:
+            rows = store.read_after(sid, store.cursor(sid), BATCH)
+            if not rows:
+                break
+            info = store.get_session(sid)
+            for eid, fields in rows:
+                msg = json.loads(fields["m"])
+                first = store.first_answer(sid, msg["id"]) or {}
+                if first.get("state") == "withdrawn":
+                    report.skipped += 1
+                    store.advance(sid, eid)
+                    continue
+                if raw_mode(bus, info) or bus.inbox is None:
+                    _write_raw(bus, sid, eid, msg, report)
+                else:
+                    bus.inbox.ingest(sid, eid, msg, info, report)
+        if bus.inbox is not None:
+            bus.inbox.after_delivery(sid, report)
+        store.set_trim_floor(sid, bus.settings.stream_keep)
+    finally:
+        store.unlock(sid, token)
+    return report
+
+
+def _write_raw(bus: Bus, sid: str, eid: str, msg: dict[str, Any], report: DeliveryReport) -> None:
+    store = bus.store
+    store.set_rawflight(sid, eid, msg["id"])
+    via, _path = bus.floor.deliver(sid, msg)
+    store.advance(sid, eid)
+    if via == "socket":
+        report.socket += 1
+    else:
+        report.file += 1
+    report.raw += 1
+    store.record(sid, "delivered", id=msg["id"], via=via)
+
+
+def _recover_raw(bus: Bus, sid: str, report: DeliveryReport) -> None:
+    """Finish a raw write a killed worker left: skip it if its line is on the floor."""
+    flight = bus.store.rawflight(sid)
+    if not flight:
+        return
+    if bus.floor.contains_id(sid, flight["id"]):
+        log.info("delivery for %s: %s was written before a crash; not writing it again",
+                 sid, flight["id"])
+        bus.store.advance(sid, flight["stream_id"])
+        report.skipped += 1

@@ -1,0 +1,419 @@
+"""The file floor: a session's inbox on disk, compatible with prox inbox lines.
+
+Layout (SPEC sections 5 and 6)::
+
+    $INBOX_HOME/inbox/              0700
+      <sid>/                        0700
+        messages.jsonl              0600  pending queue, append-only
+        messages.draining.<ns>.<pid>      a drain's claim (orphans are picked up next drain)
+        inbox.sock                        only while a harness listens
+        log.jsonl                   0600  delivered lines, the last 500
+        malformed.jsonl             0600  torn or malformed lines, kept aside, never lost
+        log.lock                    0600  serialises the log rewrite between drainers
+
+Concurrency: appenders take a shared ``flock`` on ``messages.jsonl`` and re-check, once
+they hold it, that the path still names the file they opened. A drainer renames the file
+(the claim) and then takes an exclusive lock on it, which waits for every appender that
+opened the old file before the rename. So a line is either in the claimed file when it
+is read, or in a fresh ``messages.jsonl``. prox's own appenders take no lock; they keep
+prox's guarantees.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import BadInput
+from .models import check_session_id
+
+MESSAGES = "messages.jsonl"
+DRAINING_PREFIX = "messages.draining."
+LOG = "log.jsonl"
+MALFORMED = "malformed.jsonl"
+SOCKET = "inbox.sock"
+LOG_LOCK = "log.lock"
+LOG_KEEP = 500
+# sun_path is 104 bytes on macOS and 108 on Linux; a longer path cannot be bound.
+SOCKET_PATH_MAX = 104 if sys.platform == "darwin" else 108
+_ACK_MAX = 64 * 1024
+Via = Literal["socket", "file"]
+_APPEND_TRIES = 1000
+
+
+def socket_path_fits(path: str | os.PathLike[str]) -> bool:
+    """True if a unix socket can live at ``path`` (its byte length is within the OS cap)."""
+    return len(os.fsencode(os.fspath(path))) <= SOCKET_PATH_MAX
+
+
+def encode_line(obj: dict[str, Any]) -> bytes:
+    """One JSON line. ASCII-only, so no U+2028 or similar can split it for any reader."""
+    if not isinstance(obj, dict):
+        raise BadInput("a floor line must be a JSON object")
+    try:
+        text = json.dumps(obj, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"line is not JSON-serialisable: {exc}") from exc
+    return text.encode("ascii") + b"\n"
+
+
+@dataclass
+class DrainResult:
+    """What one drain took off the floor: parsed lines, and raw lines kept aside."""
+
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    malformed: list[str] = field(default_factory=list)
+
+
+_name_lock = threading.Lock()
+_last_ns = 0
+
+
+def _draining_name() -> str:
+    # Strictly increasing within the process, so two threads never pick the same name.
+    global _last_ns
+    with _name_lock:
+        _last_ns = max(time.time_ns(), _last_ns + 1)
+        ns = _last_ns
+    return f"{DRAINING_PREFIX}{ns}.{os.getpid()}"
+
+
+def _draining_key(name: str) -> tuple[int, str]:
+    # prox names its claims messages.draining.<ms>; ours carry ns. Order both by time.
+    stamp = name[len(DRAINING_PREFIX) :].split(".", 1)[0]
+    try:
+        value = int(stamp)
+    except ValueError:
+        return (sys.maxsize, name)
+    return (value * 1_000_000 if value < 10**14 else value, name)
+
+
+def _mkdir_private(path: Path) -> None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return
+    os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask; make it exact
+
+
+def _open_private(path: Path, flags: int) -> int:
+    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o777 != 0o600:
+            os.fchmod(fd, 0o600)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    # One write is the norm; a short write (disk nearly full) is finished rather than lost.
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _read_fd(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(raw)
+    except ValueError:  # includes UnicodeDecodeError
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Floor:
+    """The inbox tree under ``home`` (``$INBOX_HOME``): deliver, append, drain, peek."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home)
+
+    # --- paths -------------------------------------------------------------------------
+
+    def session_dir(self, sid: str, create: bool = False) -> Path:
+        """``home/inbox/<sid>``; the id is checked before any path is built."""
+        check_session_id(sid)
+        if sid in (".", ".."):  # the id pattern admits these; as a path they escape the tree
+            raise BadInput(f"invalid session id {sid!r}: '.' and '..' are not session ids")
+        root = self.home / "inbox"
+        path = root / sid
+        if create:
+            os.makedirs(self.home, mode=0o700, exist_ok=True)
+            _mkdir_private(root)
+            _mkdir_private(path)
+        return path
+
+    def socket_path(self, sid: str) -> Path:
+        """Where a listening harness binds (``<dir>/inbox.sock``)."""
+        return self.session_dir(sid) / SOCKET
+
+    # --- writing -----------------------------------------------------------------------
+
+    def deliver(
+        self,
+        sid: str,
+        obj: dict[str, Any],
+        *,
+        connect_timeout: float = 0.2,
+        ack_timeout: float = 1.0,
+    ) -> tuple[Via, Path]:
+        """Local precedence: the socket if a listener acks ``{"ok": true}``, else the file.
+
+        Returns ``("socket", sock_path)`` or ``("file", messages_path)``. A late ack
+        (after ``ack_timeout``) still lands the line on the file, so a harness may see
+        it twice; lines carry ids for that.
+        """
+        data = encode_line(obj)
+        sock = self.socket_path(sid)
+        if self._send_socket(sock, data, connect_timeout, ack_timeout):
+            return "socket", sock
+        return "file", self._append_bytes(sid, data)
+
+    def append(self, sid: str, obj: dict[str, Any]) -> Path:
+        """Append one line to ``messages.jsonl``, skipping the socket on purpose."""
+        return self._append_bytes(sid, encode_line(obj))
+
+    @staticmethod
+    def _send_socket(path: Path, data: bytes, connect_timeout: float, ack_timeout: float) -> bool:
+        if not socket_path_fits(path) or not os.path.lexists(path):
+            return False
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(connect_timeout)
+            sock.connect(os.fspath(path))
+            deadline = time.monotonic() + ack_timeout
+            sock.settimeout(ack_timeout)
+            sock.sendall(data)
+            buf = b""
+            while b"\n" not in buf:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                sock.settimeout(left)
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                buf += chunk
+                if len(buf) > _ACK_MAX:
+                    return False
+            ack = _parse(buf.split(b"\n", 1)[0])
+            return ack is not None and ack.get("ok") is True
+        except OSError:  # refused, stale file, timeout, reset: the file is the floor
+            return False
+        finally:
+            sock.close()
+
+    def _append_bytes(self, sid: str, data: bytes) -> Path:
+        path = self.session_dir(sid, create=True) / MESSAGES
+        for _ in range(_APPEND_TRIES):
+            fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                # A drainer may have claimed the file between our open and our lock;
+                # writing then would land in a file it already read.
+                if _same_file(fd, path):
+                    _write_all(fd, data)
+                    return path
+            finally:
+                os.close(fd)  # also releases the lock
+        raise OSError(f"could not append to {path}: it kept being claimed")
+
+    # --- reading -----------------------------------------------------------------------
+
+    def drain(self, sid: str) -> DrainResult:
+        """Take every pending line off the floor: orphaned claims first, then the queue.
+
+        Good lines go to ``log.jsonl`` (last 500 kept); torn or malformed lines go to
+        ``malformed.jsonl`` and are reported, never dropped. Missing dir → empty result.
+        """
+        result = DrainResult()
+        d = self.session_dir(sid)
+        if not d.is_dir():
+            return result
+        claimed: list[tuple[Path, int]] = []
+        try:
+            for name in self._draining_names(d):
+                got = self._claim_orphan(d, name)
+                if got:
+                    claimed.append(got)
+            got = self._claim_queue(d)
+            if got:
+                claimed.append(got)
+            good: list[bytes] = []
+            bad: list[bytes] = []
+            at = _now_ms()
+            for path, fd in claimed:
+                for raw in _read_fd(fd).split(b"\n"):
+                    if not raw.strip():
+                        continue
+                    obj = _parse(raw)
+                    if obj is None:
+                        text = raw.decode("utf-8", "replace")
+                        result.malformed.append(text)
+                        bad.append(encode_line({"raw": text, "at": at, "source": path.name}))
+                    else:
+                        result.lines.append(obj)
+                        good.append(raw.rstrip(b"\r") + b"\n")
+            if bad:
+                self._append_private(d / MALFORMED, b"".join(bad))
+            if good:
+                self._append_log(d, good)
+            # Deleted only after the log is written: a crash before this re-delivers the
+            # lines on the next drain (at least once) rather than losing them.
+            for path, _fd in claimed:
+                path.unlink(missing_ok=True)
+        finally:
+            for _path, fd in claimed:
+                os.close(fd)
+        return result
+
+    def peek(self, sid: str) -> list[dict[str, Any]]:
+        """Pending lines (orphaned claims, then the queue) without consuming them."""
+        d = self.session_dir(sid)
+        if not d.is_dir():
+            return []
+        out: list[dict[str, Any]] = []
+        for path in [*(d / n for n in self._draining_names(d)), d / MESSAGES]:
+            for raw in self._read_lines(path):
+                obj = _parse(raw)
+                if obj is not None:
+                    out.append(obj)
+        return out
+
+    def contains_id(self, sid: str, msg_id: str) -> bool:
+        """Is a line with this ``id`` on the floor (queue, claims or log)? For recovery."""
+        d = self.session_dir(sid)
+        if not d.is_dir():
+            return False
+        needle = msg_id.encode("utf-8", "replace")
+        paths = [*(d / n for n in self._draining_names(d)), d / MESSAGES, d / LOG]
+        for path in paths:
+            for raw in self._read_lines(path):
+                if needle in raw and (obj := _parse(raw)) is not None and obj.get("id") == msg_id:
+                    return True
+        return False
+
+    # --- internals ---------------------------------------------------------------------
+
+    @staticmethod
+    def _draining_names(d: Path) -> list[str]:
+        try:
+            names = [n for n in os.listdir(d) if n.startswith(DRAINING_PREFIX)]
+        except FileNotFoundError:
+            return []
+        return sorted(names, key=_draining_key)
+
+    @staticmethod
+    def _read_lines(path: Path) -> list[bytes]:
+        try:
+            data = path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            return []
+        return [raw for raw in data.split(b"\n") if raw.strip()]
+
+    @staticmethod
+    def _claim_queue(d: Path) -> tuple[Path, int] | None:
+        own = d / _draining_name()
+        try:
+            os.rename(d / MESSAGES, own)  # the claim: later appends land in a fresh file
+        except FileNotFoundError:
+            return None
+        try:
+            fd = os.open(own, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None  # another drainer took it as an orphan before we locked it
+        # Waits for appenders that opened the file before the rename to finish writing.
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not _same_file(fd, own):
+            os.close(fd)
+            return None
+        return own, fd
+
+    @staticmethod
+    def _claim_orphan(d: Path, name: str) -> tuple[Path, int] | None:
+        try:
+            fd = os.open(d / name, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            # A live drainer holds its claim locked; only a dead one's lock is free.
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        own = d / _draining_name()
+        try:
+            os.rename(d / name, own)  # now ours: no other drainer can take it too
+        except FileNotFoundError:
+            os.close(fd)
+            return None
+        if not _same_file(fd, own):
+            os.close(fd)
+            return None
+        return own, fd
+
+    @staticmethod
+    def _append_private(path: Path, data: bytes) -> None:
+        fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+
+    def _append_log(self, d: Path, lines: list[bytes]) -> None:
+        # The cap rewrites the log; the lock keeps two drainers from dropping each other's lines.
+        lock_fd = _open_private(d / LOG_LOCK, os.O_RDWR)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            log = d / LOG
+            try:
+                old = log.read_bytes()
+            except FileNotFoundError:
+                old = b""
+            kept = [raw + b"\n" for raw in old.split(b"\n") if raw.strip()]
+            if len(kept) + len(lines) <= LOG_KEEP:
+                # A torn last line stays a line of its own instead of swallowing ours.
+                prefix = b"\n" if old and not old.endswith(b"\n") else b""
+                self._append_private(log, prefix + b"".join(lines))
+                return
+            tail = (kept + lines)[-LOG_KEEP:]
+            tmp = d / f".{LOG}.{os.getpid()}.{threading.get_ident()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.fchmod(fd, 0o600)
+                _write_all(fd, b"".join(tail))
+            finally:
+                os.close(fd)
+            os.replace(tmp, log)
+        finally:
+            os.close(lock_fd)

@@ -1,0 +1,86 @@
+"""Every Redis key the bus uses, built here and only here.
+
+Hash tags keep each session's keys in one slot (``{<sid>}``) and each thread's in
+another (``{<thr>}``); no Lua script or MULTI touches two tags, so the store can move
+to Redis Cluster. The prefix (``INBOX_KEY_PREFIX``, default ``inbox``) lets several
+buses, or several tests, share one server.
+
+| key | type | writer | retention |
+|---|---|---|---|
+| ``P:{sid}:session`` | hash: SessionInfo fields | session open/close, turns, delivery | kept after close |
+| ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | trimmed by MINID below ``trim`` |
+| ``P:{sid}:trim`` | string: stream id below which entries may be trimmed | delivery | - |
+| ``P:{sid}:cursor`` | string: last stream id the delivery has taken | delivery | - |
+| ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency) | send, delivery, withdraw, turn end | pruned with ``idsage`` |
+| ``P:{sid}:idsage`` | zset: message id → first-seen ms | send | oldest pruned past 100k |
+| ``P:{sid}:pending`` | string: a delivery has been dispatched and not started | send; cleared by delivery | TTL (lock_ttl) |
+| ``P:{sid}:lock`` | string: token of the delivery running for the session | delivery | TTL (lock_ttl) |
+| ``P:{sid}:rawflight`` | string: JSON of the raw line being written | delivery | cleared after write |
+| ``P:{sid}:msgs`` | hash: message id → inbox record JSON (thread, class, mark, wakes) | delivery | answered+read pruned past retain |
+| ``P:{sid}:new`` | zset: message id → arrival ms, messages not yet in a notice | delivery | - |
+| ``P:{sid}:wakeq`` | zset: wake-worthy subset of ``new`` | delivery | - |
+| ``P:{sid}:notice`` | hash: the notice being written (id, ids, status) | delivery | - |
+| ``P:{sid}:floor`` | hash: notice id → ids of a notice written to the floor, not yet drained | delivery; drain | - |
+| ``P:{sid}:carried`` | set: ids noticed during the current turn (answered at turn end) | marks | cleared at turn end |
+| ``P:{sid}:waiters`` | set: ids whose senders wait for an answer | send --wait | - |
+| ``P:{sid}:ans:{id}`` | list: one answer JSON pushed for a waiting sender | turn end, close | TTL 1 day |
+| ``P:{sid}:threads`` | zset: thread id → newest ms, the session's inbox | delivery, reply | - |
+| ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000 |
+| ``P:{sid}:gave`` | set: sessions this session gave work to | delivery | - |
+| ``P:{thr}:meta`` | hash: key, label, class, parties, state, type | delivery, decide | - |
+| ``P:{thr}:log`` | stream: the thread's messages in order | delivery, reply | bounded |
+| ``P:{thr}:seen`` | set: message ids already in the log (idempotent append) | delivery | - |
+| ``P:{h:<handle>}:sids`` | set: sessions that carry a handle | session open | - |
+| ``P:{m:<id>}:rcpt`` | string: the session a message id was addressed to | send | TTL 7 days |
+| ``P:sessions`` | zset: session id → opened ms (registry) | session open | - |
+| ``P:due`` | zset: ``<what>|<sid>`` → due ms (wakes, flushes, retries) | delivery; scheduler | taken atomically |
+"""
+
+from __future__ import annotations
+
+from .models import check_session_id
+
+THREAD_PREFIX = "thr_"
+
+
+class Keys:
+    """Builds keys for one prefix; every method validates what becomes part of a key."""
+
+    def __init__(self, prefix: str = "inbox") -> None:
+        if not prefix or any(c in prefix for c in "{} \n"):
+            raise ValueError(f"bad key prefix {prefix!r}")
+        self.prefix = prefix
+
+    def s(self, sid: str, name: str) -> str:
+        """A key in session ``sid``'s slot."""
+        check_session_id(sid)
+        return f"{self.prefix}:{{{sid}}}:{name}"
+
+    def t(self, thread: str, name: str) -> str:
+        """A key in thread ``thread``'s slot."""
+        if not thread.startswith(THREAD_PREFIX) or not thread[4:].isalnum():
+            raise ValueError(f"bad thread id {thread!r}")
+        return f"{self.prefix}:{{{thread}}}:{name}"
+
+    def answer(self, sid: str, msg_id: str) -> str:
+        return self.s(sid, f"ans:{msg_id}")
+
+    def handle(self, handle: str) -> str:
+        if any(c in handle for c in "{}\n\r\0") or len(handle) > 300:
+            raise ValueError(f"bad handle {handle!r}")
+        return f"{self.prefix}:{{h:{handle}}}:sids"
+
+    def rcpt(self, msg_id: str) -> str:
+        return f"{self.prefix}:{{m:{msg_id}}}:rcpt"
+
+    @property
+    def sessions(self) -> str:
+        return f"{self.prefix}:sessions"
+
+    @property
+    def due(self) -> str:
+        return f"{self.prefix}:due"
+
+    def pattern(self) -> str:
+        """A SCAN pattern matching every key of this prefix (tests, ``inbox status``)."""
+        return f"{self.prefix}:*"

@@ -1,0 +1,24 @@
+-- append.lua: store one message in its receiver's queue, at most once per message id.
+-- All keys are in the receiver's slot {<sid>}.
+-- KEYS[1] stream   P:{sid}:stream   the session's queue
+-- KEYS[2] ids      P:{sid}:ids      message id -> send answer JSON (idempotency)
+-- KEYS[3] idsage   P:{sid}:idsage   message id -> first-seen ms
+-- KEYS[4] pending  P:{sid}:pending  set when a delivery is dispatched, cleared when it starts
+-- KEYS[5] trim     P:{sid}:trim     stream id below which entries are delivered and may go
+-- ARGV[1] message id, ARGV[2] wire JSON, ARGV[3] answer JSON, ARGV[4] now ms,
+-- ARGV[5] pending TTL ms
+-- Returns {1, answer, dispatch} for a new message, {0, first answer, 0} for a resend.
+local prior = redis.call('HGET', KEYS[2], ARGV[1])
+if prior then
+  return {0, prior, 0}
+end
+local floor = redis.call('GET', KEYS[5]) or '0-0'
+-- MINID trimming never drops an entry the delivery has not taken yet.
+redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', ARGV[1], 'm', ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+local dispatch = redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[5])
+if dispatch then
+  return {1, ARGV[3], 1}
+end
+return {1, ARGV[3], 0}

@@ -1,0 +1,233 @@
+"""The Redis store: session registry, per-session queues, idempotent append, locks.
+
+Each method touches one hash tag (one session, one thread, or one global index), so
+every atomic step is one Lua script or one MULTI in one slot. Keys come from
+:mod:`bus.keys`, which documents each one.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+from typing import Any, cast
+
+import redis
+
+from .errors import Unavailable
+from .keys import Keys
+from .models import SessionInfo, check_session_id, now_ms
+
+LUA_DIR = Path(__file__).parent / "lua"
+_SCRIPTS = ("append", "unlock", "take_due")
+
+
+def load_script(client: redis.Redis, name: str) -> Any:
+    text = (LUA_DIR / f"{name}.lua").read_text()
+    return client.register_script(text)
+
+
+def _session_from_hash(data: dict[str, str]) -> SessionInfo:
+    def opt(name: str) -> str | None:
+        v = data.get(name)
+        return v if v else None
+
+    agent_inbox = data.get("agent_inbox")
+    return SessionInfo(
+        session=data["session"],
+        handle=data["handle"],
+        host=data["host"],
+        state=cast(Any, data.get("state", "idle")),
+        parent=opt("parent"),
+        delegator=opt("delegator"),
+        turns=int(data.get("turns", "0") or 0),
+        wake_cmd=opt("wake_cmd"),
+        prompt_waiting=data.get("prompt_waiting") == "1",
+        agent_inbox=None if not agent_inbox else agent_inbox == "1",
+        workspace=opt("workspace"),
+        starter=opt("starter"),
+        opened_at=int(data.get("opened_at", "0") or 0),
+        updated_at=int(data.get("updated_at", "0") or 0),
+    )
+
+
+class Store:
+    """Redis-backed storage for one bus (one key prefix)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, *, lock_ttl_ms: int = 30000) -> None:
+        self.r = client
+        self.k = keys
+        self.lock_ttl_ms = lock_ttl_ms
+        self._scripts = {name: load_script(client, name) for name in _SCRIPTS}
+
+    def script(self, name: str) -> Any:
+        if name not in self._scripts:
+            self._scripts[name] = load_script(self.r, name)
+        return self._scripts[name]
+
+    def ping(self) -> None:
+        try:
+            self.r.ping()
+        except redis.RedisError as exc:
+            raise Unavailable(f"Redis did not answer: {exc}") from exc
+
+    # -- sessions ---------------------------------------------------------------------
+
+    def put_session(self, info: SessionInfo) -> None:
+        """Create or replace a session record and index its handle."""
+        fields: dict[str, str] = {}
+        for name, value in info.model_dump().items():
+            if isinstance(value, bool):
+                fields[name] = "1" if value else "0"
+            elif value is None:
+                fields[name] = ""
+            else:
+                fields[name] = str(value)
+        key = self.k.s(info.session, "session")
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(key)
+        pipe.hset(key, mapping=fields)
+        pipe.execute()
+        self.r.zadd(self.k.sessions, {info.session: info.opened_at or now_ms()})
+        self.r.sadd(self.k.handle(info.handle), info.session)
+
+    def get_session(self, sid: str) -> SessionInfo | None:
+        data = cast(dict[str, str], self.r.hgetall(self.k.s(sid, "session")))
+        return _session_from_hash(data) if data else None
+
+    def update_session(self, sid: str, **fields: object) -> None:
+        mapping: dict[str, str] = {"updated_at": str(now_ms())}
+        for name, value in fields.items():
+            if isinstance(value, bool):
+                mapping[name] = "1" if value else "0"
+            else:
+                mapping[name] = "" if value is None else str(value)
+        self.r.hset(self.k.s(sid, "session"), mapping=mapping)
+
+    def incr_turns(self, sid: str) -> int:
+        return int(self.r.hincrby(self.k.s(sid, "session"), "turns", 1))
+
+    def session_ids(self) -> list[str]:
+        return [str(s) for s in self.r.zrange(self.k.sessions, 0, -1)]
+
+    def sessions(self) -> list[SessionInfo]:
+        ids = self.session_ids()
+        pipe = self.r.pipeline(transaction=False)
+        for sid in ids:
+            pipe.hgetall(self.k.s(sid, "session"))
+        return [_session_from_hash(d) for d in pipe.execute() if d]
+
+    def sessions_by_handle(self, handle: str) -> list[SessionInfo]:
+        sids = sorted(str(s) for s in self.r.smembers(self.k.handle(handle)))
+        found = [self.get_session(sid) for sid in sids]
+        return [s for s in found if s is not None and s.handle == handle]
+
+    # -- the queue ----------------------------------------------------------------------
+
+    def append(self, sid: str, msg_id: str, wire_json: str, answer_json: str) -> tuple[bool, str, bool]:
+        """Store a message once. Returns (new, answer JSON, dispatch a delivery)."""
+        k = self.k
+        new, answer, dispatch = self.script("append")(
+            keys=[k.s(sid, "stream"), k.s(sid, "ids"), k.s(sid, "idsage"),
+                  k.s(sid, "pending"), k.s(sid, "trim")],
+            args=[msg_id, wire_json, answer_json, now_ms(), self.lock_ttl_ms],
+        )
+        if new:
+            self.r.set(k.rcpt(msg_id), sid, ex=7 * 86400)
+        return bool(new), str(answer), bool(dispatch)
+
+    def first_answer(self, sid: str, msg_id: str) -> dict[str, Any] | None:
+        raw = self.r.hget(self.k.s(sid, "ids"), msg_id)
+        return json.loads(cast(str, raw)) if raw else None
+
+    def set_answer(self, sid: str, msg_id: str, answer: dict[str, Any]) -> None:
+        self.r.hset(self.k.s(sid, "ids"), msg_id, json.dumps(answer))
+
+    def recipient_of(self, msg_id: str) -> str | None:
+        raw = self.r.get(self.k.rcpt(msg_id))
+        return str(raw) if raw else None
+
+    def mark_pending(self, sid: str) -> bool:
+        """Set the dispatch flag; True when the caller should dispatch a delivery."""
+        return bool(self.r.set(self.k.s(sid, "pending"), "1", nx=True, px=self.lock_ttl_ms))
+
+    def clear_pending(self, sid: str) -> None:
+        self.r.delete(self.k.s(sid, "pending"))
+
+    def cursor(self, sid: str) -> str:
+        return str(self.r.get(self.k.s(sid, "cursor")) or "0-0")
+
+    def read_after(self, sid: str, cursor: str, count: int = 200) -> list[tuple[str, dict[str, str]]]:
+        rows = self.r.xrange(self.k.s(sid, "stream"), min=f"({cursor}", count=count)
+        return [(str(eid), cast(dict[str, str], fields)) for eid, fields in rows]
+
+    def backlog(self, sid: str) -> int:
+        """Messages in the queue that the delivery has not taken yet."""
+        return len(self.read_after(sid, self.cursor(sid), count=100000))
+
+    def advance(self, sid: str, stream_id: str) -> None:
+        """Move the cursor past ``stream_id`` and clear the raw in-flight record, atomically."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.set(self.k.s(sid, "cursor"), stream_id)
+        pipe.delete(self.k.s(sid, "rawflight"))
+        pipe.execute()
+
+    def set_trim_floor(self, sid: str, keep: int) -> None:
+        """Let entries older than the last ``keep`` delivered ones be trimmed by later XADDs."""
+        cursor = self.cursor(sid)
+        rows = self.r.xrevrange(self.k.s(sid, "stream"), max=cursor, count=keep + 1)
+        if len(rows) > keep:
+            floor = str(rows[-1][0])
+            self.r.set(self.k.s(sid, "trim"), floor)
+            self.r.xtrim(self.k.s(sid, "stream"), minid=floor, approximate=True)
+
+    def rawflight(self, sid: str) -> dict[str, str] | None:
+        raw = self.r.get(self.k.s(sid, "rawflight"))
+        return json.loads(cast(str, raw)) if raw else None
+
+    def set_rawflight(self, sid: str, stream_id: str, msg_id: str) -> None:
+        self.r.set(self.k.s(sid, "rawflight"), json.dumps({"stream_id": stream_id, "id": msg_id}))
+
+    # -- locks and events ---------------------------------------------------------------
+
+    def lock(self, sid: str) -> str | None:
+        token = secrets.token_hex(8)
+        ok = self.r.set(self.k.s(sid, "lock"), token, nx=True, px=self.lock_ttl_ms)
+        return token if ok else None
+
+    def unlock(self, sid: str, token: str) -> None:
+        self.script("unlock")(keys=[self.k.s(sid, "lock")], args=[token])
+
+    def record(self, sid: str, kind: str, **fields: object) -> None:
+        """Append a durability record (``inbox``, ``inbox_noticed``, ...) to the session's log."""
+        data = {"kind": kind, "at": str(now_ms())}
+        data.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in fields.items()})
+        self.r.xadd(self.k.s(sid, "events"), data, maxlen=10000, approximate=True)
+
+    # -- schedule -----------------------------------------------------------------------
+
+    def schedule(self, what: str, sid: str, at_ms: int, *, earliest: bool = True) -> None:
+        """Put ``what`` for ``sid`` on the schedule; keep the earlier time if one is there."""
+        check_session_id(sid)
+        member = f"{what}|{sid}"
+        if earliest:
+            # LT keeps the earlier of two times and still adds a new member.
+            self.r.zadd(self.k.due, {member: at_ms}, lt=True)
+        else:
+            self.r.zadd(self.k.due, {member: at_ms})
+
+    def unschedule(self, what: str, sid: str) -> None:
+        self.r.zrem(self.k.due, f"{what}|{sid}")
+
+    def take_due(self, now: int, limit: int = 500) -> list[tuple[str, str]]:
+        """Take every due entry atomically: each is returned to exactly one caller."""
+        items = self.script("take_due")(keys=[self.k.due], args=[now, limit])
+        out = []
+        for item in items:
+            what, _, sid = str(item).partition("|")
+            out.append((what, sid))
+        return out
+
+    def next_due(self) -> int | None:
+        rows = self.r.zrange(self.k.due, 0, 0, withscores=True)
+        return int(rows[0][1]) if rows else None

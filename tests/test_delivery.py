@@ -1,0 +1,191 @@
+"""Delivery end to end: real Redis, real Celery workers (subprocesses), real files/sockets."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bus.api import Bus
+from bus.settings import Settings
+from tests.conftest import WorkerProcess, settings_env, wait_for
+from workers.app import make_app
+from workers.dispatch import CeleryDispatcher
+
+pytestmark = pytest.mark.slow
+
+
+def floor_ids(home: Path, sid: str) -> list[str]:
+    path = home / "inbox" / sid / "messages.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def two_hosts(settings: Settings, tmp_path: Path) -> tuple[Settings, Settings]:
+    a = replace(settings, host="hosta", home=tmp_path / "home-a")
+    b = replace(settings, host="hostb", home=tmp_path / "home-b")
+    return a, b
+
+
+def celery_bus(s: Settings) -> Bus:
+    return Bus(s, dispatcher=CeleryDispatcher(make_app(s)))
+
+
+def test_message_from_host_a_reaches_host_b_through_b_worker_only(
+    two_hosts: tuple[Settings, Settings], start_worker: Callable[..., WorkerProcess]
+) -> None:
+    a, b = two_hosts
+    start_worker(a)
+    start_worker(b)
+    bus_a = celery_bus(a)
+    bus_a.open_session("on-b", host="hostb")
+    bus_a.open_session("on-a", host="hosta")
+    sent_b = bus_a.send({"from": "hosta:me", "to_id": "on-b", "text": "for b"})
+    sent_a = bus_a.send({"from": "hosta:me", "to_id": "on-a", "text": "for a"})
+    assert sent_b["recipient"]["host"] == "hostb"
+    wait_for(lambda: floor_ids(b.home, "on-b") == [sent_b["id"]], what="b's floor")
+    wait_for(lambda: floor_ids(a.home, "on-a") == [sent_a["id"]], what="a's floor")
+    assert not (a.home / "inbox" / "on-b").exists()
+    assert not (b.home / "inbox" / "on-a").exists()
+
+
+def test_same_id_sent_twice_across_a_worker_restart_is_written_once(
+    settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    w = start_worker(settings)
+    b = celery_bus(settings)
+    b.open_session("s1")
+    first = b.send({"from": "hosta:me", "to_id": "s1", "text": "once", "id": "m-1"})
+    wait_for(lambda: floor_ids(settings.home, "s1") == ["m-1"], what="first delivery")
+    w.stop()
+    start_worker(settings)
+    again = b.send({"from": "hosta:me", "to_id": "s1", "text": "once", "id": "m-1"})
+    assert again["duplicate"] is True and again["thread"] == first["thread"]
+    marker = b.send({"from": "hosta:me", "to_id": "s1", "text": "after", "id": "m-2"})
+    wait_for(lambda: floor_ids(settings.home, "s1")[-1:] == [marker["id"]], what="marker")
+    assert floor_ids(settings.home, "s1") == ["m-1", "m-2"]
+
+
+class SilentListener:
+    """A harness socket that takes lines and never acks: the worker waits in its ack."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(8)
+        self.path = path
+        self.got_line = threading.Event()
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            conn.settimeout(5)
+            try:
+                if conn.recv(65536):
+                    self.got_line.set()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+        self.path.unlink(missing_ok=True)
+
+
+def test_worker_killed_mid_delivery_loses_nothing_and_writes_once(
+    settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    s = replace(settings, lock_ttl_s=1.0, visibility_timeout_s=2.0)
+    b = celery_bus(s)
+    b.open_session("victim")
+    listener = SilentListener(s.home / "inbox" / "victim" / "inbox.sock")
+    w = start_worker(s, pool="solo")
+    ids = [b.send({"from": "hosta:me", "to_id": "victim", "text": f"m{i}"})["id"]
+           for i in range(5)]
+    # The worker has written the first line to the socket and waits for an ack: kill it.
+    assert listener.got_line.wait(20), "the worker never reached the socket"
+    w.kill()
+    listener.close()
+    assert floor_ids(s.home, "victim") == []
+    start_worker(s, pool="solo")
+    # The killed task was never acknowledged; the new worker redoes it (broker redelivery
+    # after the visibility timeout, or the scheduler's sweep).
+    from bus.scheduler import sweep_backlogs
+
+    def delivered() -> bool:
+        sweep_backlogs(b)
+        return len(floor_ids(s.home, "victim")) >= 5
+
+    wait_for(delivered, timeout=30, what="redelivery", interval=0.5)
+    assert sorted(floor_ids(s.home, "victim")) == sorted(ids)
+
+
+def test_a_line_written_before_a_crash_is_not_written_again(bus: Bus) -> None:
+    bus.open_session("crashy")
+    sent = bus.send({"from": "hosta:me", "to_id": "crashy", "text": "hi"})
+    # What a worker killed between writing the line and moving the cursor leaves behind.
+    eid, fields = bus.store.read_after("crashy", "0-0")[0]
+    bus.store.set_rawflight("crashy", eid, sent["id"])
+    bus.floor.append("crashy", json.loads(fields["m"]))
+    report = bus.deliver_session("crashy")
+    assert report.skipped == 1 and report.raw == 0
+    assert floor_ids(bus.settings.home, "crashy") == [sent["id"]]
+
+
+def test_a_line_not_written_before_a_crash_is_written(bus: Bus) -> None:
+    bus.open_session("crashy")
+    sent = bus.send({"from": "hosta:me", "to_id": "crashy", "text": "hi"})
+    eid, _ = bus.store.read_after("crashy", "0-0")[0]
+    bus.store.set_rawflight("crashy", eid, sent["id"])
+    report = bus.deliver_session("crashy")
+    assert report.raw == 1
+    assert floor_ids(bus.settings.home, "crashy") == [sent["id"]]
+
+
+def test_a_burst_dispatches_a_bounded_number_of_deliveries(bus: Bus) -> None:
+    bus.open_session("burst")
+    for i in range(100):
+        bus.send({"from": "hosta:me", "to_id": "burst", "text": f"m{i}"})
+    assert len(bus.dispatcher.calls) == 1  # type: ignore[attr-defined]
+    bus.deliver_session("burst")
+    bus.send({"from": "hosta:me", "to_id": "burst", "text": "later"})
+    assert len(bus.dispatcher.calls) == 2  # type: ignore[attr-defined]
+
+
+def test_unknown_recipient_bounces_and_stores_nothing(bus: Bus) -> None:
+    answer = bus.send({"from": "hosta:me", "to_id": "nobody", "text": "hi"})
+    assert answer["state"] == "bounced" and answer["ok"] is False
+    assert "nobody" in answer["reason"]
+    assert bus.store.read_after("nobody", "0-0") == []
+
+
+def test_celery_call_send_end_to_end(
+    settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    start_worker(settings)
+    b = celery_bus(settings)
+    b.open_session("callee")
+    kwargs = json.dumps({"from": "hosta:cli", "to_id": "callee", "text": "via celery call",
+                         "id": "celery-call-1"})
+    out = subprocess.run([sys.executable, "-m", "celery", "-A", "workers", "call", "send",
+                          "--kwargs", kwargs], env=settings_env(settings), capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert out.stdout.strip()  # celery prints the task id
+    wait_for(lambda: floor_ids(settings.home, "callee") == ["celery-call-1"], what="delivery")

@@ -41,15 +41,24 @@ def check_host(host: str) -> str:
 
 def redis_client(settings: Settings) -> redis.Redis:
     """A client for the bus store: ``INBOX_REDIS_URL`` or the embedded server's socket."""
-    return redis.Redis.from_url(settings.store_url(), decode_responses=True,
-                                socket_connect_timeout=5, health_check_interval=30)
+    return redis.Redis.from_url(
+        settings.store_url(),
+        decode_responses=True,
+        socket_connect_timeout=5,
+        health_check_interval=30,
+    )
 
 
 class Bus:
     """One connection to the bus: sessions, sends, local delivery and the floor."""
 
-    def __init__(self, settings: Settings | None = None, *, client: redis.Redis | None = None,
-                 dispatcher: Dispatcher | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        client: redis.Redis | None = None,
+        dispatcher: Dispatcher | None = None,
+    ) -> None:
         self.settings = settings or Settings.from_env()
         self._client = client
         self._store: Store | None = None
@@ -62,16 +71,27 @@ class Bus:
         """The Redis store, connected on first use (local delivery never needs it)."""
         if self._store is None:
             client = self._client or redis_client(self.settings)
-            self._store = Store(client, Keys(self.settings.key_prefix),
-                                lock_ttl_ms=int(self.settings.lock_ttl_s * 1000))
+            self._store = Store(
+                client,
+                Keys(self.settings.key_prefix),
+                lock_ttl_ms=int(self.settings.lock_ttl_s * 1000),
+            )
         return self._store
 
     # -- sessions ---------------------------------------------------------------------
 
-    def open_session(self, sid: str, *, handle: str | None = None, host: str | None = None,
-                     parent: str | None = None, wake_cmd: str | None = None,
-                     workspace: str | None = None, starter: str | None = None,
-                     agent_inbox: bool | None = None) -> dict[str, Any]:
+    def open_session(
+        self,
+        sid: str,
+        *,
+        handle: str | None = None,
+        host: str | None = None,
+        parent: str | None = None,
+        wake_cmd: str | None = None,
+        workspace: str | None = None,
+        starter: str | None = None,
+        agent_inbox: bool | None = None,
+    ) -> dict[str, Any]:
         """Register a session (or re-register it after a harness restart)."""
         check_session_id(sid)
         host = check_host(host or self.settings.host)
@@ -80,10 +100,19 @@ class Bus:
             raise BadInput(f"handle {handle!r} must look like host:name")
         prior = self.store.get_session(sid)
         info = SessionInfo(
-            session=sid, handle=handle, host=host, state="idle", parent=parent,
-            delegator=prior.delegator if prior else None, turns=prior.turns if prior else 0,
-            wake_cmd=wake_cmd, workspace=workspace, starter=starter, agent_inbox=agent_inbox,
-            opened_at=prior.opened_at if prior else now_ms(), updated_at=now_ms(),
+            session=sid,
+            handle=handle,
+            host=host,
+            state="idle",
+            parent=parent,
+            delegator=prior.delegator if prior else None,
+            turns=prior.turns if prior else 0,
+            wake_cmd=wake_cmd,
+            workspace=workspace,
+            starter=starter,
+            agent_inbox=agent_inbox,
+            opened_at=prior.opened_at if prior else now_ms(),
+            updated_at=now_ms(),
         )
         self.store.put_session(info)
         self.store.record(sid, "session_open", handle=handle, host=host)
@@ -107,8 +136,9 @@ class Bus:
         self._kick(info.host, sid)
         return {"ok": True, "session": sid, "state": "closed"}
 
-    def turn(self, sid: str, event: str, *, answer: str | None = None,
-             prompt_waiting: bool = False) -> dict[str, Any]:
+    def turn(
+        self, sid: str, event: str, *, answer: str | None = None, prompt_waiting: bool = False
+    ) -> dict[str, Any]:
         """Record a turn boundary from the harness (``start`` or ``end``)."""
         info = self.session(sid)
         if event == "start":
@@ -140,15 +170,19 @@ class Bus:
             raise NotFound(f"no live session has the handle {handle!r}")
         if len(found) > 1:
             now = now_ms()
-            cands = [{"session": s.session, "state": s.state,
-                      "age_s": round((now - s.opened_at) / 1000)} for s in found]
+            cands = [
+                {"session": s.session, "state": s.state, "age_s": round((now - s.opened_at) / 1000)}
+                for s in found
+            ]
             listing = ", ".join(f"{c['session']} ({c['state']}, {c['age_s']}s)" for c in cands)
-            raise Ambiguous(f"handle {handle!r} names {len(found)} live sessions: {listing}",
-                            candidates=cands)
+            raise Ambiguous(
+                f"handle {handle!r} names {len(found)} live sessions: {listing}", candidates=cands
+            )
         return found[0]
 
-    def send(self, fields: dict[str, Any] | Message, *, wait: bool = False,
-             timeout: float | None = None) -> dict[str, Any]:
+    def send(
+        self, fields: dict[str, Any] | Message, *, wait: bool = False, timeout: float | None = None
+    ) -> dict[str, Any]:
         """Validate, store and route one message; answers SPEC section 4's JSON."""
         if isinstance(fields, Message):
             msg = fields
@@ -162,17 +196,27 @@ class Bus:
         sid = msg.to_id
         info = self.store.get_session(sid)
         if info is None:
-            return SendAnswer(ok=False, id=msg.id, state="bounced",
-                              recipient=Recipient(session=sid, state="unknown"),
-                              reason=f"no session {sid!r} is registered").to_json()
+            return SendAnswer(
+                ok=False,
+                id=msg.id,
+                state="bounced",
+                recipient=Recipient(session=sid, state="unknown"),
+                reason=f"no session {sid!r} is registered",
+            ).to_json()
         thread = self.thread_for(msg)
         if msg.thread is None and msg.kind == "message":
             msg = msg.model_copy(update={"thread": thread})
-        answer = SendAnswer(id=msg.id, thread=thread, state="stored",
-                            recipient=Recipient(session=sid, host=info.host, state=info.state,
-                                                listening=self.floor_listening(info)))
-        new, first, dispatch = self.store.append(sid, msg.id, msg.line(),
-                                                 json.dumps(answer.to_json()))
+        answer = SendAnswer(
+            id=msg.id,
+            thread=thread,
+            state="stored",
+            recipient=Recipient(
+                session=sid, host=info.host, state=info.state, listening=self.floor_listening(info)
+            ),
+        )
+        new, first, dispatch = self.store.append(
+            sid, msg.id, msg.line(), json.dumps(answer.to_json())
+        )
         if not new:
             prior = json.loads(first)
             prior["duplicate"] = True
@@ -185,8 +229,9 @@ class Bus:
         return answer.to_json()
 
     def thread_for(self, msg: Message) -> str:
-        key = threadkeys.thread_key(thread=msg.thread, pr=msg.pr, topic=msg.topic,
-                                    sender=msg.from_, text=msg.text)
+        key = threadkeys.thread_key(
+            thread=msg.thread, pr=msg.pr, topic=msg.topic, sender=msg.from_, text=msg.text
+        )
         return threadkeys.thread_id(msg.to_id, key)
 
     def floor_listening(self, info: SessionInfo) -> bool:
@@ -204,8 +249,9 @@ class Bus:
         check_session_id(sid)
         return deliver_session(self, sid)
 
-    def deliver_local(self, sid: str, *, sender: str, text: str,
-                      urgency: str = "queue", msg_id: str | None = None) -> dict[str, Any]:
+    def deliver_local(
+        self, sid: str, *, sender: str, text: str, urgency: str = "queue", msg_id: str | None = None
+    ) -> dict[str, Any]:
         """prox's ``deliver``: local precedence only, no Redis needed."""
         fields: dict[str, Any] = {"from": sender, "to_id": sid, "text": text, "urgency": urgency}
         if msg_id:
@@ -237,8 +283,13 @@ class Bus:
             row = s.model_dump(exclude_none=True)
             row["backlog"] = self.store.backlog(s.session)
             sessions.append(row)
-        return {"ok": True, "host": self.settings.host, "store": _redact(self.settings.store_url()),
-                "home": str(self.settings.home), "sessions": sessions}
+        return {
+            "ok": True,
+            "host": self.settings.host,
+            "store": _redact(self.settings.store_url()),
+            "home": str(self.settings.home),
+            "sessions": sessions,
+        }
 
 
 def _redact(url: str) -> str:
@@ -248,8 +299,12 @@ def _redact(url: str) -> str:
     return url
 
 
-def connect(settings: Settings | None = None, *, dispatcher: Dispatcher | None = None,
-            client: redis.Redis | None = None) -> Bus:
+def connect(
+    settings: Settings | None = None,
+    *,
+    dispatcher: Dispatcher | None = None,
+    client: redis.Redis | None = None,
+) -> Bus:
     """A :class:`Bus` with settings from the environment (or the ones given)."""
     return Bus(settings, client=client, dispatcher=dispatcher)
 

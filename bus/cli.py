@@ -8,13 +8,10 @@ non-zero (2 for bad input).
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import typer
@@ -24,8 +21,12 @@ from .errors import BusError
 from .models import check_session_id
 from .settings import Settings
 
-app = typer.Typer(help="The inbox that multi-agent swarms run on.", no_args_is_help=True,
-                  add_completion=False, pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="The inbox that multi-agent swarms run on.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 session_app = typer.Typer(help="Register and close sessions.", no_args_is_help=True)
 app.add_typer(session_app, name="session")
 
@@ -83,14 +84,26 @@ def session_open(
     wake_cmd: str | None = typer.Option(None, help="command run with a wake notice on stdin"),
     workspace: str | None = typer.Option(None, help="workspace of a member-started session"),
     starter: str | None = typer.Option(None, help="the member who started it"),
-    agent_inbox: bool | None = typer.Option(None, "--agent-inbox/--no-agent-inbox",
-                                            help="per-session inbox switch"),
+    agent_inbox: bool | None = typer.Option(
+        None, "--agent-inbox/--no-agent-inbox", help="per-session inbox switch"
+    ),
 ) -> None:
     """Register a session."""
     b = connect()
-    emit(bus_call(lambda: b.open_session(sid, handle=handle, host=host, parent=parent,
-                                         wake_cmd=wake_cmd, workspace=workspace,
-                                         starter=starter, agent_inbox=agent_inbox)))
+    emit(
+        bus_call(
+            lambda: b.open_session(
+                sid,
+                handle=handle,
+                host=host,
+                parent=parent,
+                wake_cmd=wake_cmd,
+                workspace=workspace,
+                starter=starter,
+                agent_inbox=agent_inbox,
+            )
+        )
+    )
 
 
 @session_app.command("close")
@@ -138,13 +151,21 @@ def send(
     if jsonl is not None:
         _send_jsonl(b, jsonl)
         return
-    if not (to or to_id):
+    if to is None and to_id is None:
         fail("send needs --to HANDLE or --to-id SID")
     if text is None:
         fail("send needs --text")
     fields: dict[str, Any] = {"from": sender or f"{b.settings.host}:inbox", "text": text}
-    for name, value in (("to", to), ("to_id", to_id), ("class", klass), ("urgency", urgency),
-                        ("pr", pr), ("topic", topic), ("thread", thread), ("id", msg_id)):
+    for name, value in (
+        ("to", to),
+        ("to_id", to_id),
+        ("class", klass),
+        ("urgency", urgency),
+        ("pr", pr),
+        ("topic", topic),
+        ("thread", thread),
+        ("id", msg_id),
+    ):
         if value is not None:
             fields[name] = value
     answer = bus_call(lambda: b.send(fields, wait=wait, timeout=timeout))
@@ -162,7 +183,7 @@ def _send_jsonl(b: Any, source: str) -> None:
                 continue
             try:
                 data = json.loads(line)
-                emit(bus_call_quiet(lambda d=data: b.send(d)))
+                emit(b.send(data))
             except json.JSONDecodeError as exc:
                 failed += 1
                 emit({"ok": False, "error": "bad_input", "line": n, "message": str(exc)})
@@ -171,10 +192,6 @@ def _send_jsonl(b: Any, source: str) -> None:
                 emit({**exc.to_json(), "line": n})
     if failed:
         raise typer.Exit(1)
-
-
-def bus_call_quiet(fn: Callable[[], T]) -> T:
-    return fn()
 
 
 @app.command()
@@ -212,8 +229,9 @@ def drain(sid: str, stamped: bool = typer.Option(False, help="model-facing text"
 
 
 @app.command()
-def listen(sid: str, exec_cmd: str | None = typer.Option(None, "--exec",
-                                                         help="pipe each line to CMD")) -> None:
+def listen(
+    sid: str, exec_cmd: str | None = typer.Option(None, "--exec", help="pipe each line to CMD")
+) -> None:
     """A reference socket listener on inbox.sock that acks each line."""
     from .listen import run_listener
 
@@ -235,9 +253,21 @@ def status() -> None:
 def worker_argv(settings: Settings, concurrency: int, pool: str, loglevel: str) -> list[str]:
     from workers.app import SHARED_QUEUE, host_queue
 
-    return ["worker", "-Q", f"{SHARED_QUEUE},{host_queue(settings.host)}",
-            "-n", f"{settings.host}@%h", "-c", str(concurrency), "-P", pool,
-            "-l", loglevel, "--without-gossip", "--without-mingle"]
+    return [
+        "worker",
+        "-Q",
+        f"{SHARED_QUEUE},{host_queue(settings.host)}",
+        "-n",
+        f"{settings.host}@%h",
+        "-c",
+        str(concurrency),
+        "-P",
+        pool,
+        "-l",
+        loglevel,
+        "--without-gossip",
+        "--without-mingle",
+    ]
 
 
 @app.command()
@@ -257,8 +287,9 @@ def worker(
 @app.command()
 def scheduler() -> None:
     """The scheduled work (debounced wakes, flushes, retries) for the whole bus."""
-    from .scheduler import run as run_scheduler
     from workers.dispatch import CeleryDispatcher
+
+    from .scheduler import run as run_scheduler
 
     b = connect(dispatcher=CeleryDispatcher())
     stop = threading.Event()

@@ -105,7 +105,10 @@ def _recover_raw(bus: Bus, sid: str, report: DeliveryReport) -> None:
     if not flight:
         return
     if bus.floor.contains_id(sid, flight["id"]):
-        log.info("delivery for %s: %s was written before a crash; not writing it again",
-                 sid, flight["id"])
+        log.info(
+            "delivery for %s: %s was written before a crash; not writing it again",
+            sid,
+            flight["id"],
+        )
         bus.store.advance(sid, flight["stream_id"])
         report.skipped += 1

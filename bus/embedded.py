@@ -34,8 +34,9 @@ def server_binary() -> str:
 class EmbeddedRedis:
     """A redis-server child process on a unix socket, persisted under ``data_dir``."""
 
-    def __init__(self, socket_path: Path, data_dir: Path, *, port: int = 0,
-                 persist: bool = True) -> None:
+    def __init__(
+        self, socket_path: Path, data_dir: Path, *, port: int = 0, persist: bool = True
+    ) -> None:
         self.socket_path = socket_path
         self.data_dir = data_dir
         self.port = port
@@ -56,14 +57,35 @@ class EmbeddedRedis:
         if self.socket_path.exists():
             self.socket_path.unlink()
         args = [
-            server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-            "--unixsocket", str(self.socket_path), "--unixsocketperm", "700",
-            "--dir", str(self.data_dir), "--daemonize", "no", "--loglevel", "warning",
-            "--logfile", str(self.data_dir / "redis.log"),
+            server_binary(),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--unixsocket",
+            str(self.socket_path),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.data_dir),
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
         ]
         if self.persist:
-            args += ["--appendonly", "yes", "--appendfsync", "everysec",
-                     "--dbfilename", "inbox.rdb", "--save", "60 1"]
+            args += [
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--dbfilename",
+                "inbox.rdb",
+                "--save",
+                "60 1",
+            ]
         else:
             args += ["--appendonly", "no", "--save", ""]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -13,6 +13,7 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -32,7 +33,15 @@ HANDLE_PATTERN = r"^[^\s:]{1,100}:[^\s]{1,180}$"
 MAX_TEXT = 8000
 MAX_FILES = 4
 
-SessionId = Annotated[str, StringConstraints(pattern=SESSION_ID_PATTERN)]
+
+def _not_dots(value: str) -> str:
+    # "." and ".." match the pattern but would name a directory outside the session's own.
+    if value in (".", ".."):
+        raise ValueError("'.' and '..' are not session ids")
+    return value
+
+
+SessionId = Annotated[str, StringConstraints(pattern=SESSION_ID_PATTERN), AfterValidator(_not_dots)]
 ThreadId = Annotated[str, StringConstraints(pattern=THREAD_ID_PATTERN)]
 MessageId = Annotated[str, StringConstraints(pattern=MESSAGE_ID_PATTERN)]
 Handle = Annotated[str, StringConstraints(pattern=HANDLE_PATTERN)]
@@ -57,7 +66,7 @@ def check_session_id(sid: object, what: str = "session id") -> str:
 
     Called before a session id becomes a path or a Redis key.
     """
-    if not isinstance(sid, str) or not _SESSION_ID_RE.fullmatch(sid):
+    if not isinstance(sid, str) or not _SESSION_ID_RE.fullmatch(sid) or sid in (".", ".."):
         shown = repr(sid)[:60]
         raise BadInput(f"invalid {what} {shown}: must match {SESSION_ID_PATTERN}")
     return sid
@@ -157,6 +166,12 @@ def describe(exc: ValidationError) -> str:
         loc = ".".join(str(p) for p in err["loc"]) or "message"
         if err["type"] == "extra_forbidden":
             parts.append(f"unknown field {loc!r}")
+        elif loc in ("to_id", "from_session") and err["type"] in (
+            "string_pattern_mismatch",
+            "value_error",
+        ):
+            shown = repr(err.get("input"))[:60]
+            parts.append(f"{loc}: invalid session id {shown}: must match {SESSION_ID_PATTERN}")
         elif err["type"] == "string_too_long" and loc == "text":
             parts.append(f"text is longer than {MAX_TEXT} characters (refused, not truncated)")
         else:

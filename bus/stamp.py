@@ -85,7 +85,8 @@ def render_stamp(
     files = msg.get("files")
     if isinstance(files, list) and files:
         names = [
-            one_line(str(f.get("name", "?")), 80) if isinstance(f, dict) else "?" for f in files
+            one_line(" ".join(str(f.get("name", "?")).split()), 80) if isinstance(f, dict) else "?"
+            for f in files
         ]
         body = (body + "\n" if body else "") + "(attached: " + ", ".join(names) + ")"
     return SEP.join(parts) + "]\n" + indent_body(body)

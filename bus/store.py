@@ -55,7 +55,9 @@ class Store:
     """Redis-backed storage for one bus (one key prefix)."""
 
     def __init__(self, client: redis.Redis, keys: Keys, *, lock_ttl_ms: int = 30000) -> None:
-        self.r = client
+        # redis-py's annotations cover bytes and str replies at once; the store always
+        # decodes to str, so it talks to the client untyped rather than cast every reply.
+        self.r: Any = client
         self.k = keys
         self.lock_ttl_ms = lock_ttl_ms
         self._scripts = {name: load_script(client, name) for name in _SCRIPTS}
@@ -124,12 +126,19 @@ class Store:
 
     # -- the queue ----------------------------------------------------------------------
 
-    def append(self, sid: str, msg_id: str, wire_json: str, answer_json: str) -> tuple[bool, str, bool]:
+    def append(
+        self, sid: str, msg_id: str, wire_json: str, answer_json: str
+    ) -> tuple[bool, str, bool]:
         """Store a message once. Returns (new, answer JSON, dispatch a delivery)."""
         k = self.k
         new, answer, dispatch = self.script("append")(
-            keys=[k.s(sid, "stream"), k.s(sid, "ids"), k.s(sid, "idsage"),
-                  k.s(sid, "pending"), k.s(sid, "trim")],
+            keys=[
+                k.s(sid, "stream"),
+                k.s(sid, "ids"),
+                k.s(sid, "idsage"),
+                k.s(sid, "pending"),
+                k.s(sid, "trim"),
+            ],
             args=[msg_id, wire_json, answer_json, now_ms(), self.lock_ttl_ms],
         )
         if new:
@@ -157,7 +166,9 @@ class Store:
     def cursor(self, sid: str) -> str:
         return str(self.r.get(self.k.s(sid, "cursor")) or "0-0")
 
-    def read_after(self, sid: str, cursor: str, count: int = 200) -> list[tuple[str, dict[str, str]]]:
+    def read_after(
+        self, sid: str, cursor: str, count: int = 200
+    ) -> list[tuple[str, dict[str, str]]]:
         rows = self.r.xrange(self.k.s(sid, "stream"), min=f"({cursor}", count=count)
         return [(str(eid), cast(dict[str, str], fields)) for eid, fields in rows]
 

@@ -18,13 +18,15 @@ from .settings import Settings
 
 
 def _banner(settings: Settings, url: str) -> str:
-    return "\n".join([
-        f"inbox up: host {settings.host}, store {url}, home {settings.home}",
-        "  register a session:  inbox session open demo",
-        f"  send to it:          inbox send --to-id demo --from {settings.host}:me --text hello",
-        "  read its floor:      inbox drain demo --stamped",
-        "Ctrl-C stops everything.",
-    ])
+    return "\n".join(
+        [
+            f"inbox up: host {settings.host}, store {url}, home {settings.home}",
+            "  register a session:  inbox session open demo",
+            f"  send to it:          inbox send --to-id demo --from {settings.host}:me --text hello",
+            "  read its floor:      inbox drain demo --stamped",
+            "Ctrl-C stops everything.",
+        ]
+    )
 
 
 def run_up(settings: Settings, *, concurrency: int = 2, redis_port: int = 0) -> int:
@@ -35,8 +37,9 @@ def run_up(settings: Settings, *, concurrency: int = 2, redis_port: int = 0) -> 
     env = dict(os.environ)
     embedded: EmbeddedRedis | None = None
     if not settings.redis_url:
-        embedded = EmbeddedRedis(settings.embedded_socket, settings.embedded_data,
-                                 port=redis_port).start()
+        embedded = EmbeddedRedis(
+            settings.embedded_socket, settings.embedded_data, port=redis_port
+        ).start()
         env["INBOX_REDIS_URL"] = embedded.url
         env.setdefault("INBOX_BROKER_URL", embedded.broker_url)
     env["INBOX_HOST"] = settings.host
@@ -45,15 +48,22 @@ def run_up(settings: Settings, *, concurrency: int = 2, redis_port: int = 0) -> 
     exe = [sys.executable, "-m", "bus.cli"]
     children: list[subprocess.Popen[bytes]] = []
     try:
-        children.append(subprocess.Popen([*exe, "worker", "--concurrency", str(concurrency)],
-                                         env=env, start_new_session=True))
+        children.append(
+            subprocess.Popen(
+                [*exe, "worker", "--concurrency", str(concurrency)], env=env, start_new_session=True
+            )
+        )
         children.append(subprocess.Popen([*exe, "scheduler"], env=env, start_new_session=True))
         print(_banner(settings, url), flush=True)
         while not stop.wait(0.5):
             for child in children:
                 if child.poll() is not None:
-                    print(f"inbox up: a child exited ({child.args!r}, code {child.returncode});"
-                          " stopping", file=sys.stderr, flush=True)
+                    print(
+                        f"inbox up: a child exited ({child.args!r}, code {child.returncode});"
+                        " stopping",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     stop.set()
         return 0 if all(c.poll() is None for c in children) else 1
     finally:

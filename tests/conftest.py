@@ -73,9 +73,18 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def settings(redis_url: str, prefix: str, home: Path) -> Settings:
-    return Settings(home=home, host="hosta", redis_url=redis_url, broker_url=redis_url,
-                    key_prefix=prefix, wake_debounce_s=0.3, fyi_flush_s=2.0, retry_s=0.5,
-                    lock_ttl_s=3.0, visibility_timeout_s=3.0)
+    return Settings(
+        home=home,
+        host="hosta",
+        redis_url=redis_url,
+        broker_url=redis_url,
+        key_prefix=prefix,
+        wake_debounce_s=0.3,
+        fyi_flush_s=2.0,
+        retry_s=0.5,
+        lock_ttl_s=3.0,
+        visibility_timeout_s=3.0,
+    )
 
 
 @pytest.fixture
@@ -103,15 +112,22 @@ def bus(make_bus: Callable[..., Bus]) -> Bus:
 def settings_env(s: Settings) -> dict[str, str]:
     """The environment that makes a child process use these settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("INBOX_")}
-    env.update({
-        "INBOX_HOME": str(s.home), "INBOX_HOST": s.host, "INBOX_KEY_PREFIX": s.key_prefix,
-        "INBOX_REDIS_URL": s.redis_url or "", "INBOX_BROKER_URL": s.broker_url or "",
-        "INBOX_WAKE_DEBOUNCE_S": str(s.wake_debounce_s), "INBOX_FYI_FLUSH_S": str(s.fyi_flush_s),
-        "INBOX_RETRY_S": str(s.retry_s), "INBOX_LOCK_TTL_S": str(s.lock_ttl_s),
-        "INBOX_VISIBILITY_TIMEOUT_S": str(s.visibility_timeout_s),
-        "INBOX_AGENT_INBOX": "true" if s.agent_inbox else "false",
-        "PYTHONPATH": str(REPO),
-    })
+    env.update(
+        {
+            "INBOX_HOME": str(s.home),
+            "INBOX_HOST": s.host,
+            "INBOX_KEY_PREFIX": s.key_prefix,
+            "INBOX_REDIS_URL": s.redis_url or "",
+            "INBOX_BROKER_URL": s.broker_url or "",
+            "INBOX_WAKE_DEBOUNCE_S": str(s.wake_debounce_s),
+            "INBOX_FYI_FLUSH_S": str(s.fyi_flush_s),
+            "INBOX_RETRY_S": str(s.retry_s),
+            "INBOX_LOCK_TTL_S": str(s.lock_ttl_s),
+            "INBOX_VISIBILITY_TIMEOUT_S": str(s.visibility_timeout_s),
+            "INBOX_AGENT_INBOX": "true" if s.agent_inbox else "false",
+            "PYTHONPATH": str(REPO),
+        }
+    )
     return env
 
 
@@ -123,9 +139,22 @@ class WorkerProcess:
         self.log: list[str] = []
         self._ready = threading.Event()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bus.cli", "worker", "--pool", pool,
-             "--concurrency", str(concurrency), "--loglevel", "info"],
-            env=settings_env(s), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "bus.cli",
+                "worker",
+                "--pool",
+                pool,
+                "--concurrency",
+                str(concurrency),
+                "--loglevel",
+                "info",
+            ],
+            env=settings_env(s),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             start_new_session=True,
         )
         threading.Thread(target=self._read, daemon=True).start()
@@ -175,8 +204,12 @@ def start_worker() -> Iterator[Callable[..., WorkerProcess]]:
         w.stop()
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 15.0, what: str = "condition",
-             interval: float = 0.02) -> object:
+def wait_for(
+    predicate: Callable[[], object],
+    timeout: float = 15.0,
+    what: str = "condition",
+    interval: float = 0.02,
+) -> object:
     """Poll ``predicate`` until truthy, bounded; for state only observable by reading it."""
     import time
 

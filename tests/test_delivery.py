@@ -117,8 +117,7 @@ def test_worker_killed_mid_delivery_loses_nothing_and_writes_once(
     b.open_session("victim")
     listener = SilentListener(s.home / "inbox" / "victim" / "inbox.sock")
     w = start_worker(s, pool="solo")
-    ids = [b.send({"from": "hosta:me", "to_id": "victim", "text": f"m{i}"})["id"]
-           for i in range(5)]
+    ids = [b.send({"from": "hosta:me", "to_id": "victim", "text": f"m{i}"})["id"] for i in range(5)]
     # The worker has written the first line to the socket and waits for an ack: kill it.
     assert listener.got_line.wait(20), "the worker never reached the socket"
     w.kill()
@@ -182,10 +181,16 @@ def test_celery_call_send_end_to_end(
     start_worker(settings)
     b = celery_bus(settings)
     b.open_session("callee")
-    kwargs = json.dumps({"from": "hosta:cli", "to_id": "callee", "text": "via celery call",
-                         "id": "celery-call-1"})
-    out = subprocess.run([sys.executable, "-m", "celery", "-A", "workers", "call", "send",
-                          "--kwargs", kwargs], env=settings_env(settings), capture_output=True,
-                         text=True, timeout=60, check=True)
+    kwargs = json.dumps(
+        {"from": "hosta:cli", "to_id": "callee", "text": "via celery call", "id": "celery-call-1"}
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "workers", "call", "send", "--kwargs", kwargs],
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert out.stdout.strip()  # celery prints the task id
     wait_for(lambda: floor_ids(settings.home, "callee") == ["celery-call-1"], what="delivery")

@@ -7,6 +7,7 @@ import os
 import socket
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,16 @@ from bus.floor import LOG_KEEP, Floor, socket_path_fits
 from bus.listen import Listener
 
 SID = "sess-1"
+
+
+def collect(into: list[Any], key: str | None = None) -> Callable[[dict[str, Any]], bool]:
+    """A listener handler that records each line (or one field of it) and accepts it."""
+
+    def on_line(obj: dict[str, Any]) -> bool:
+        into.append(obj if key is None else obj[key])
+        return True
+
+    return on_line
 
 
 def msg(i: int | str, **kw: Any) -> dict[str, Any]:
@@ -79,7 +90,7 @@ class SilentServer:
 
 def test_socket_delivery_acked_leaves_file_empty(fl: Floor) -> None:
     got: list[dict[str, Any]] = []
-    with Listener.for_session(fl, SID, lambda o: got.append(o) is None):
+    with Listener.for_session(fl, SID, collect(got)):
         via, path = fl.deliver(SID, msg(1))
     assert via == "socket" and path == fl.socket_path(SID)
     assert got == [msg(1)]
@@ -129,7 +140,7 @@ def test_too_long_socket_path_goes_to_file(tmp_path: Path) -> None:
 
 def test_append_skips_a_live_socket(fl: Floor) -> None:
     got: list[dict[str, Any]] = []
-    with Listener.for_session(fl, SID, lambda o: got.append(o) is None):
+    with Listener.for_session(fl, SID, collect(got)):
         path = fl.append(SID, msg(1))
     assert got == [] and file_lines(path) == [msg(1)]
 

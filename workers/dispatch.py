@@ -12,8 +12,10 @@ class CeleryDispatcher:
 
     def __init__(self, celery_app: Celery | None = None) -> None:
         if celery_app is None:
-            from .app import app as celery_app
-        self.app = celery_app
+            from .app import app as default_app
+
+            celery_app = default_app
+        self.app: Celery = celery_app
 
     def deliver(self, host: str, sid: str) -> None:
         self.app.send_task("inbox.deliver", kwargs={"sid": sid}, queue=host_queue(host))

@@ -1,0 +1,32 @@
+# make up   : install into .venv and run the bus here (embedded Redis, worker, scheduler)
+# make test : install into .venv and run the whole test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: install up test lint schemas bench
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[serve,test]'
+	touch $@
+
+up: install
+	$(VENV)/bin/inbox up
+
+test: install
+	$(PY) -m pytest
+
+lint: install
+	$(VENV)/bin/ruff check bus workers tests bench
+	$(VENV)/bin/ruff format --check bus workers tests bench
+	$(VENV)/bin/mypy
+	$(PY) -m bus.schemas --check
+
+schemas: install
+	$(PY) -m bus.schemas
+
+bench: install
+	$(PY) bench/burst.py

@@ -311,6 +311,41 @@ def up(
     raise typer.Exit(run_up(Settings.from_env(), concurrency=concurrency, redis_port=redis_port))
 
 
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="bind address (loopback unless told otherwise)"),
+    port: int = typer.Option(5252, help="port (prox's is 5252)"),
+) -> None:
+    """The HTTP gateway: prox-compatible POST /send, GET /health, /metrics, /openapi.json."""
+    from .http import serve as serve_http
+
+    serve_http(connect(), host=host, port=port)
+
+
+@app.command()
+def mcp() -> None:
+    """The MCP server on stdio (official mcp SDK)."""
+    from .mcp_server import run_stdio
+
+    run_stdio(connect())
+
+
+@app.command()
+def flower(
+    address: str = typer.Option("127.0.0.1", help="bind address"),
+    port: int = typer.Option(5555),
+    basic_auth: str | None = typer.Option(
+        None, help="user:password (default INBOX_FLOWER_AUTH, else generated and printed)"
+    ),
+) -> None:
+    """Flower for the workers, with authentication, bound to loopback by default."""
+    from .flower import run_flower
+
+    raise typer.Exit(
+        run_flower(Settings.from_env(), address=address, port=port, basic_auth=basic_auth)
+    )
+
+
 def main() -> None:
     # Children (worker, scheduler) must not inherit a SIGINT-ignored state from a shell.
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -33,6 +33,8 @@ buses, or several tests, share one server.
 | ``P:{h:<handle>}:sids`` | set: sessions that carry a handle | session open | - |
 | ``P:{m:<id>}:rcpt`` | string: the session a message id was addressed to | send | TTL 7 days |
 | ``P:sessions`` | zset: session id → opened ms (registry) | session open | - |
+| ``P:metrics`` | hash: counter name (with labels) → count | send, delivery, scheduler | - |
+| ``P:latency`` | hash: histogram bucket → count, plus ``sum`` and ``count`` | delivery | - |
 | ``P:due`` | zset: ``<what>|<sid>`` → due ms (wakes, flushes, retries) | delivery; scheduler | taken atomically |
 """
 
@@ -76,6 +78,14 @@ class Keys:
     @property
     def sessions(self) -> str:
         return f"{self.prefix}:sessions"
+
+    @property
+    def metrics(self) -> str:
+        return f"{self.prefix}:metrics"
+
+    @property
+    def latency(self) -> str:
+        return f"{self.prefix}:latency"
 
     @property
     def due(self) -> str:

@@ -1,0 +1,121 @@
+"""Flower for the workers (``inbox flower``), always with authentication (SPEC section 9).
+
+Credentials, in order: the ``basic_auth`` argument (``user:password``), the
+``INBOX_FLOWER_AUTH`` environment variable, else a generated ``inbox:<token>`` written
+to ``$INBOX_HOME/flower.auth`` (0600). The password is never printed.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .errors import BadInput
+from .settings import Settings
+
+AUTH_FILE = "flower.auth"
+DEFAULT_USER = "inbox"
+# The directory holding the ``bus`` and ``workers`` packages, for ``-A workers``.
+_SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def check_auth(auth: str) -> str:
+    """``user:password`` (comma-separated for several); a BadInput otherwise."""
+    for pair in auth.split(","):
+        user, sep, password = pair.partition(":")
+        if not sep:
+            raise BadInput("flower basic auth must look like user:password (no ':' found)")
+        if not user or not password:
+            raise BadInput("flower basic auth needs both a user and a password")
+    return auth
+
+
+def flower_argv(settings: Settings, address: str, port: int, auth: str) -> list[str]:
+    """The command that runs Flower for this bus's broker."""
+    del settings  # the broker reaches Celery through the environment (flower_env)
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers",
+        "flower",
+        f"--address={address}",
+        f"--port={int(port)}",
+        f"--basic-auth={check_auth(auth)}",
+    ]
+
+
+def flower_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment that points ``celery -A workers`` at this bus's broker and prefix."""
+    env = dict(os.environ if base is None else base)
+    env.update(
+        {
+            "INBOX_HOME": str(settings.home),
+            "INBOX_HOST": settings.host,
+            "INBOX_KEY_PREFIX": settings.key_prefix,
+            "INBOX_BROKER_URL": settings.celery_broker_url(),
+            "INBOX_VISIBILITY_TIMEOUT_S": str(settings.visibility_timeout_s),
+        }
+    )
+    if settings.redis_url:
+        env["INBOX_REDIS_URL"] = settings.redis_url
+    path = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = f"{_SOURCE_ROOT}{os.pathsep}{path}" if path else str(_SOURCE_ROOT)
+    return env
+
+
+def write_auth_file(home: Path, auth: str) -> Path:
+    """Write ``auth`` to ``home/flower.auth``, 0600 from the first byte, replacing any old one."""
+    os.makedirs(home, mode=0o700, exist_ok=True)
+    path = home / AUTH_FILE
+    # mkstemp creates the file 0600; the rename makes the new credential appear whole.
+    fd, tmp = tempfile.mkstemp(prefix=".flower.auth.", dir=home)
+    try:
+        os.write(fd, (auth + "\n").encode())
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def resolve_auth(settings: Settings, basic_auth: str | None) -> str:
+    """The credential to run with; generates and stores one when none is given."""
+    if basic_auth is not None:
+        return check_auth(basic_auth)
+    from_env = os.environ.get("INBOX_FLOWER_AUTH")
+    if from_env:
+        return check_auth(from_env)
+    auth = f"{DEFAULT_USER}:{secrets.token_urlsafe(12)}"  # 16 characters
+    path = write_auth_file(settings.home, auth)
+    print(f"flower: user {DEFAULT_USER}, password in {path}", flush=True)
+    return auth
+
+
+def run_flower(
+    settings: Settings,
+    *,
+    address: str = "127.0.0.1",
+    port: int = 5555,
+    basic_auth: str | None = None,
+) -> int:
+    """Run Flower in a child process until it exits; returns its exit code."""
+    auth = resolve_auth(settings, basic_auth)
+    proc = subprocess.Popen(flower_argv(settings, address, port, auth), env=flower_env(settings))
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            return proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+
+__all__ = ["check_auth", "flower_argv", "flower_env", "resolve_auth", "run_flower"]

@@ -1,0 +1,213 @@
+"""The HTTP gateway against a real uvicorn server on a free loopback port."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from bus.api import Bus
+from bus.http import create_app, serve
+from bus.listen import Listener
+from bus.metrics import Metrics
+
+
+class Gateway:
+    """A uvicorn server in a background thread, bound before it starts (no port race)."""
+
+    def __init__(self, b: Bus) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(create_app(b), log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.01)
+        self.client = httpx.Client(base_url=self.url, timeout=10)
+
+    def stop(self) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+@pytest.fixture
+def gateway() -> Iterator[Callable[[Bus], Gateway]]:
+    started: list[Gateway] = []
+
+    def start(b: Bus) -> Gateway:
+        g = Gateway(b)
+        started.append(g)
+        return g
+
+    yield start
+    for g in started:
+        g.stop()
+
+
+@pytest.fixture
+def gw(bus: Bus, gateway: Callable[[Bus], Gateway]) -> httpx.Client:
+    return gateway(bus).client
+
+
+def wire(**kw: Any) -> dict[str, Any]:
+    return {"from": "neo:sip", "to_id": "s1", "text": "look at the diff", **kw}
+
+
+def floor_lines(b: Bus, sid: str) -> list[dict[str, Any]]:
+    path = Path(b.settings.home) / "inbox" / sid / "messages.jsonl"
+    return [json.loads(ln) for ln in path.read_text().splitlines()]
+
+
+def test_send_lands_on_the_file_floor(bus: Bus, gw: httpx.Client) -> None:
+    r = gw.post("/send", json=wire(pr=7, urgency="urgent"))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["ok"] is True and body["via"] == "file"
+    [line] = floor_lines(bus, "s1")
+    # The whole wire message is kept, not only from/text/urgency.
+    assert line["id"] == body["id"] and line["pr"] == 7 and line["urgency"] == "urgent"
+    assert line["from"] == "neo:sip" and line["v"] == 1 and "ts" in line
+
+
+def test_send_without_content_type_is_accepted(bus: Bus, gw: httpx.Client) -> None:
+    r = gw.post("/send", content=json.dumps(wire(id="m-1")).encode())
+    assert r.json() == {"ok": True, "via": "file", "id": "m-1"}
+
+
+def test_send_reaches_a_listening_socket(bus: Bus, gw: httpx.Client) -> None:
+    got: list[dict[str, Any]] = []
+
+    def on_line(obj: dict[str, Any]) -> bool:
+        got.append(obj)
+        return True
+
+    with Listener.for_session(bus.floor, "s1", on_line):
+        r = gw.post("/send", json=wire(text="now"))
+    assert r.json()["via"] == "socket"
+    assert [g["text"] for g in got] == ["now"]
+    assert not (Path(bus.settings.home) / "inbox" / "s1" / "messages.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (wire(to_id="a/b"), "to_id"),
+        (wire(to_id=".."), "to_id"),
+        (wire(text="x" * 8001), "8000"),
+        (wire(colour="red"), "unknown field 'colour'"),
+        (wire(text="   "), "blank"),
+        ("{not json", "not JSON"),
+        ([1, 2], "JSON object"),
+    ],
+)
+def test_send_refuses_bad_input_and_writes_nothing(
+    bus: Bus, gw: httpx.Client, body: Any, needle: str
+) -> None:
+    raw = body if isinstance(body, str) else json.dumps(body)
+    r = gw.post("/send", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    answer = r.json()
+    assert answer["ok"] is False and needle in answer["error"]
+    assert "\n" not in answer["error"]
+    inbox = Path(bus.settings.home) / "inbox"
+    assert not inbox.exists() or list(inbox.iterdir()) == []
+
+
+def test_v1_send_stores_in_redis(bus: Bus, gw: httpx.Client) -> None:
+    bus.open_session("s1")
+    r = gw.post("/v1/send", json=wire(id="m-9"))
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["state"] == "stored" and answer["id"] == "m-9"
+    assert answer["recipient"]["session"] == "s1"
+    assert bus.store.backlog("s1") == 1
+    again = gw.post("/v1/send", json=wire(id="m-9")).json()
+    assert again["duplicate"] is True and bus.store.backlog("s1") == 1
+
+
+def test_v1_send_bounces_unknown_and_maps_errors(bus: Bus, gw: httpx.Client) -> None:
+    bounced = gw.post("/v1/send", json=wire(to_id="nobody")).json()
+    assert bounced["state"] == "bounced" and bounced["ok"] is False
+    r = gw.post("/v1/send", json=wire(to_id="a/b"))
+    assert r.status_code == 400 and r.json()["error"] == "bad_input"
+    r = gw.post("/v1/send", json={"from": "neo:sip", "to": "neo:ghost", "text": "hi"})
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
+    bus.open_session("d1", handle="neo:twin")
+    bus.open_session("d2", handle="neo:twin")
+    r = gw.post("/v1/send", json={"from": "neo:sip", "to": "neo:twin", "text": "hi"})
+    assert r.status_code == 409 and len(r.json()["candidates"]) == 2
+
+
+def test_health_and_local_send_with_redis_down(
+    make_bus: Callable[..., Bus], gateway: Callable[[Bus], Gateway]
+) -> None:
+    dead = make_bus(redis_url="redis://127.0.0.1:1/0")
+    client = gateway(dead).client
+    r = client.get("/health")
+    assert r.status_code == 200
+    assert r.json() == {"ok": True, "redis": False, "host": "hosta"}
+    assert client.post("/send", json=wire()).json()["via"] == "file"
+    assert len(floor_lines(dead, "s1")) == 1
+    r = client.post("/v1/send", json=wire())
+    assert r.status_code == 503 and r.json()["ok"] is False
+    assert "inbox_redis_up 0.0" in client.get("/metrics").text
+
+
+def test_health_with_redis_up(gw: httpx.Client) -> None:
+    assert gw.get("/health").json() == {"ok": True, "redis": True, "host": "hosta"}
+
+
+def test_metrics_exposes_shared_counters_and_requests(bus: Bus, gw: httpx.Client) -> None:
+    Metrics(bus.store.r, bus.store.k).incr("messages_in")
+    gw.post("/send", json=wire(to_id="a/b"))
+    r = gw.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    assert "inbox_messages_in_total 1.0" in r.text
+    assert 'inbox_http_requests_total{route="/send",status="400"} 1.0' in r.text
+
+
+def test_openapi_documents_the_routes(gw: httpx.Client) -> None:
+    doc = gw.get("/openapi.json").json()
+    assert {"/send", "/v1/send", "/health", "/metrics"} <= set(doc["paths"])
+    body = doc["paths"]["/send"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"]["$ref"] == "#/components/schemas/Message"
+    message = doc["components"]["schemas"]["Message"]
+    assert {"from", "to_id", "text"} <= set(message["properties"])
+    # Every reference in the document resolves.
+    refs = set(_refs(doc))
+    assert refs and all(r.split("/")[-1] in doc["components"]["schemas"] for r in refs)
+
+
+def _refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "$ref":
+                yield v
+            else:
+                yield from _refs(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _refs(v)
+
+
+def test_serve_binds_loopback_by_default() -> None:
+    params = inspect.signature(serve).parameters
+    assert params["host"].default == "127.0.0.1"
+    assert params["port"].default == 5252

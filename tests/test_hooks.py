@@ -1,0 +1,185 @@
+"""Claude Code hooks (bus/hooks.py), fed the JSON Claude Code sends on stdin, on real Redis."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bus.api import Bus
+from bus.hooks import EVENTS, claude_settings, hook_entry, print_or_install, run_hook
+
+
+def payload(sid: str, event: str, **extra: Any) -> dict[str, Any]:
+    """What Claude Code writes on a hook's stdin for ``event``."""
+    base = {
+        "session_id": sid,
+        "transcript_path": f"/home/dev/.claude/projects/-work-app/{sid}.jsonl",
+        "cwd": "/work/app",
+        "permission_mode": "default",
+        "hook_event_name": event,
+    }
+    per_event: dict[str, dict[str, Any]] = {
+        "SessionStart": {"source": "startup"},
+        "UserPromptSubmit": {"prompt": "fix the failing test"},
+        "PostToolUse": {
+            "tool_name": "Bash",
+            "tool_input": {"command": "pytest -q", "description": "run tests"},
+            "tool_response": {"stdout": "1 passed", "stderr": "", "interrupted": False},
+        },
+        "Stop": {"stop_hook_active": False},
+        "SessionEnd": {"reason": "prompt_input_exit"},
+    }
+    return {**base, **per_event[event], **extra}
+
+
+def hook(bus: Bus, sid: str, event: str) -> str:
+    code, out = run_hook(event, payload(sid, event), bus)
+    assert code == 0
+    return out
+
+
+@pytest.fixture
+def sid() -> str:
+    return str(uuid.uuid4())  # Claude Code's session ids are UUIDs
+
+
+def test_settings_cover_every_event() -> None:
+    hooks = claude_settings()
+    assert (
+        set(hooks)
+        == set(EVENTS)
+        == {
+            "SessionStart",
+            "UserPromptSubmit",
+            "PostToolUse",
+            "Stop",
+            "SessionEnd",
+        }
+    )
+    for event, entries in hooks.items():
+        for entry in entries:
+            assert isinstance(entry["matcher"], str)
+            for h in entry["hooks"]:
+                assert h["type"] == "command"
+                assert h["command"] == f"inbox hook claude {event}"
+    assert claude_settings("/opt/bin/inbox")["Stop"][0]["hooks"][0]["command"] == (
+        "/opt/bin/inbox hook claude Stop"
+    )
+
+
+def test_a_session_through_its_hooks(bus: Bus, sid: str) -> None:
+    assert hook(bus, sid, "SessionStart") == ""
+    info = bus.session(sid)
+    assert info.host == bus.settings.host
+    assert info.handle == f"{bus.settings.host}:{sid[:8]}"
+    assert info.state == "idle"
+
+    assert hook(bus, sid, "UserPromptSubmit") == ""
+    assert bus.session(sid).state == "running"
+
+    # Mid-turn: a message reaches the model at its next tool step, as additionalContext.
+    assert bus.send({"from": "hostb:lead", "to_id": sid, "text": "look at the diff"})["ok"]
+    bus.deliver_session(sid)
+    out = json.loads(hook(bus, sid, "PostToolUse"))
+    ctx = out["hookSpecificOutput"]
+    assert ctx["hookEventName"] == "PostToolUse"
+    assert ctx["additionalContext"].startswith("[inbox")
+    assert "look at the diff" in ctx["additionalContext"]
+    assert hook(bus, sid, "PostToolUse") == ""  # drained: nothing twice
+
+    assert hook(bus, sid, "Stop") == ""
+    assert bus.session(sid).state == "idle"
+    assert hook(bus, sid, "SessionEnd") == ""
+    assert bus.session(sid).state == "closed"
+
+
+def test_prompt_submit_prints_the_floor_stamped(bus: Bus, sid: str) -> None:
+    hook(bus, sid, "SessionStart")
+    hook(bus, sid, "UserPromptSubmit")
+    bus.send({"from": "hostb:lead", "to_id": sid, "text": "rebase on main\nthen push"})
+    bus.deliver_session(sid)
+    hook(bus, sid, "Stop")
+    out = hook(bus, sid, "UserPromptSubmit")
+    assert out.startswith("[inbox")
+    assert "rebase on main" in out
+    assert bus.session(sid).state == "running"
+    assert hook(bus, sid, "UserPromptSubmit") == ""
+
+
+def test_session_start_prints_what_waited(bus: Bus, sid: str) -> None:
+    bus.deliver_local(sid, sender="hostb:lead", text="welcome back")
+    out = hook(bus, sid, "SessionStart")
+    assert "welcome back" in out and out.startswith("[inbox")
+
+
+def test_redis_down_still_drains(
+    make_bus: Callable[..., Bus], sid: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    down = make_bus(redis_url="redis://127.0.0.1:1/0")
+    down.deliver_local(sid, sender="hostb:lead", text="still here")  # the floor needs no Redis
+    capsys.readouterr()
+    code = hook_entry(
+        "UserPromptSubmit", io.StringIO(json.dumps(payload(sid, "UserPromptSubmit"))), down
+    )
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "still here" in captured.out
+    assert "turn start failed" in captured.err
+    assert down.peek(sid) == []
+    for event in ("SessionStart", "Stop", "SessionEnd"):
+        assert hook(down, sid, event) == ""
+
+
+def test_bad_session_id_writes_nothing(
+    bus: Bus, prefix: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for event in EVENTS:
+        for bad in ("../../etc", "", None, "a b"):
+            body = json.dumps({**payload("x", event), "session_id": bad})
+            assert hook_entry(event, io.StringIO(body), bus) == 0
+    assert hook_entry("Stop", io.StringIO("not json"), bus) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "invalid session id" in captured.err
+    assert list(bus.settings.home.iterdir()) == []
+    assert list(redis.Redis.from_url(redis_url).scan_iter(match=f"{prefix}:*")) == []
+
+
+def test_print_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert print_or_install(None, False) == 0
+    assert json.loads(capsys.readouterr().out) == {"hooks": claude_settings()}
+
+
+def test_install_merges_into_settings(tmp_path: Path) -> None:
+    path = tmp_path / ".claude" / "settings.json"
+    path.parent.mkdir()
+    mine = {"matcher": "Bash", "hooks": [{"type": "command", "command": "lint.sh"}]}
+    path.write_text(json.dumps({"model": "opus", "hooks": {"PostToolUse": [mine]}}))
+
+    assert print_or_install(path, False, confirm=lambda q: False) == 1
+    assert "inbox hook" not in path.read_text()
+
+    assert print_or_install(path, True) == 0
+    data = json.loads(path.read_text())
+    assert data["model"] == "opus"
+    assert data["hooks"]["PostToolUse"][0] == mine
+    for event in EVENTS:
+        commands = [h["command"] for e in data["hooks"][event] for h in e["hooks"]]
+        assert commands.count(f"inbox hook claude {event}") == 1
+    before = path.read_text()
+    assert print_or_install(path, False) == 0  # already there: nothing asked, nothing written
+    assert path.read_text() == before
+
+
+def test_install_refuses_a_broken_file(tmp_path: Path) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text("{not json")
+    assert print_or_install(path, True) == 2
+    assert path.read_text() == "{not json"

@@ -16,7 +16,9 @@ from .delivery import DeliveryReport, deliver_session
 from .dispatch import Dispatcher, default_dispatcher
 from .errors import Ambiguous, BadInput, NotFound
 from .floor import Floor
+from .inbox import Inbox
 from .keys import Keys
+from .metrics import Metrics
 from .models import (
     DeliverAnswer,
     Message,
@@ -28,7 +30,6 @@ from .models import (
     parse_message,
 )
 from .settings import Settings
-from .stamp import render_raw
 from .store import Store
 
 HOST_PATTERN_HINT = "host names use letters, digits, '.', '_' and '-'"
@@ -64,7 +65,8 @@ class Bus:
         self._store: Store | None = None
         self.dispatcher = dispatcher if dispatcher is not None else default_dispatcher()
         self.floor = Floor(self.settings.home)
-        self.inbox: Any = None
+        self.inbox = Inbox(self)
+        self._metrics: Metrics | None = None
 
     @property
     def store(self) -> Store:
@@ -77,6 +79,13 @@ class Bus:
                 lock_ttl_ms=int(self.settings.lock_ttl_s * 1000),
             )
         return self._store
+
+    @property
+    def metrics(self) -> Metrics:
+        """Counters shared by every process through Redis (``/metrics`` reads them)."""
+        if self._metrics is None:
+            self._metrics = Metrics(self.store.r, self.store.k)
+        return self._metrics
 
     # -- sessions ---------------------------------------------------------------------
 
@@ -129,8 +138,7 @@ class Bus:
         """Close a session: later messages are delivered raw; its threads stay readable."""
         info = self.session(sid)
         self.store.update_session(sid, state="closing")
-        if self.inbox is not None:
-            self.inbox.on_close(sid)
+        self.inbox.on_close(sid)
         self.store.update_session(sid, state="closed")
         self.store.record(sid, "session_close")
         self._kick(info.host, sid)
@@ -152,8 +160,7 @@ class Bus:
         else:
             raise BadInput(f"turn event must be start or end, not {event!r}")
         result: dict[str, Any] = {"ok": True, "session": sid, "event": event, "turns": turns}
-        if self.inbox is not None:
-            result.update(self.inbox.on_turn(sid, event, answer))
+        result.update(self.inbox.on_turn(sid, event, answer))
         self._kick(info.host, sid)
         return result
 
@@ -214,17 +221,23 @@ class Bus:
                 session=sid, host=info.host, state=info.state, listening=self.floor_listening(info)
             ),
         )
+        if wait:
+            self.inbox.register_waiter(sid, msg.id)
         new, first, dispatch = self.store.append(
             sid, msg.id, msg.line(), json.dumps(answer.to_json())
         )
         if not new:
             prior = json.loads(first)
             prior["duplicate"] = True
+            if wait and prior.get("state") == "stored":
+                return self.inbox.wait_answer(sid, msg.id, prior, timeout)
+            if wait:
+                self.store.r.srem(self.store.k.s(sid, "waiters"), msg.id)
             return prior
         self.store.record(sid, "inbox_received", id=msg.id, thread=thread)
         if dispatch:
             self.dispatcher.deliver(info.host, sid)
-        if wait and self.inbox is not None:
+        if wait:
             return self.inbox.wait_answer(sid, msg.id, answer.to_json(), timeout)
         return answer.to_json()
 
@@ -241,6 +254,25 @@ class Bus:
             return self.floor.socket_path(info.session).exists()
         except BadInput:
             return False
+
+    # -- threads ----------------------------------------------------------------------
+
+    def threads(self, sid: str) -> dict[str, Any]:
+        """The session's threads, newest first."""
+        self.session(sid)
+        return {"ok": True, "session": sid, "threads": self.inbox.threads(sid)}
+
+    def read(self, sid: str, thread: str, *, mark_read: bool = False) -> dict[str, Any]:
+        """A whole thread, oldest first; ``mark_read`` marks the session's messages read."""
+        return {"ok": True, **self.inbox.read(sid, thread, mark_read=mark_read)}
+
+    def reply(self, sid: str, thread: str, text: str) -> dict[str, Any]:
+        """Answer into the other parties' inboxes under ``thread``; never a turn for them."""
+        return self.inbox.reply(sid, thread, text)
+
+    def withdraw(self, msg_id: str, by: str) -> dict[str, Any]:
+        """Unsend (before any notice) or retract (after) a message; only its sender may."""
+        return self.inbox.withdraw(msg_id, by)
 
     # -- the host's side ----------------------------------------------------------------
 
@@ -267,15 +299,11 @@ class Bus:
     def drain(self, sid: str, *, stamped: bool = False) -> list[dict[str, Any]] | str:
         """Claim the floor; notices drained here are marked noticed (now or when Redis is back)."""
         result = self.floor.drain(check_session_id(sid))
-        if self.inbox is not None:
-            self.inbox.on_drain(sid, result.lines)
+        self.inbox.on_drain(sid, result.lines)
         return self.render(result.lines) if stamped else result.lines
 
     def render(self, lines: list[dict[str, Any]]) -> str:
-        if self.inbox is not None:
-            rendered: str = self.inbox.render(lines)
-            return rendered
-        return render_raw(lines)
+        return self.inbox.render(lines)
 
     def status(self) -> dict[str, Any]:
         sessions = []

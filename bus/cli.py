@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import typer
@@ -344,6 +345,38 @@ def flower(
     raise typer.Exit(
         run_flower(Settings.from_env(), address=address, port=port, basic_auth=basic_auth)
     )
+
+
+hooks_app = typer.Typer(help="Ready-made hook setups for harnesses.", no_args_is_help=True)
+app.add_typer(hooks_app, name="hooks")
+hook_app = typer.Typer(help="Entry points that harness hooks call.", no_args_is_help=True)
+app.add_typer(hook_app, name="hook")
+
+
+@hooks_app.command("claude")
+def hooks_claude(
+    install: Path | None = typer.Option(None, "--install", help="merge into this settings.json"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="write without asking"),
+    command: str = typer.Option(
+        "inbox", "--command", help="how the hooks call inbox (a full path if not on PATH)"
+    ),
+) -> None:
+    """Print Claude Code's hooks settings for the inbox, or --install them."""
+    from .hooks import print_or_install
+
+    raise typer.Exit(print_or_install(install, yes, inbox_cmd=command))
+
+
+@hook_app.command("claude")
+def hook_claude(
+    event: str = typer.Argument(
+        ..., help="SessionStart|UserPromptSubmit|PostToolUse|Stop|SessionEnd"
+    ),
+) -> None:
+    """Run one Claude Code hook (its JSON on stdin); exits 0 whatever breaks."""
+    from .hooks import hook_entry
+
+    raise typer.Exit(hook_entry(event))
 
 
 def main() -> None:

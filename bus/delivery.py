@@ -74,12 +74,11 @@ def deliver_session(bus: Bus, sid: str) -> DeliveryReport:
                     report.skipped += 1
                     store.advance(sid, eid)
                     continue
-                if raw_mode(bus, info) or bus.inbox is None:
+                if raw_mode(bus, info):
                     _write_raw(bus, sid, eid, msg, report)
                 else:
                     bus.inbox.ingest(sid, eid, msg, info, report)
-        if bus.inbox is not None:
-            bus.inbox.after_delivery(sid, report)
+        bus.inbox.after_delivery(sid, report)
         store.set_trim_floor(sid, bus.settings.stream_keep)
     finally:
         store.unlock(sid, token)
@@ -97,6 +96,7 @@ def _write_raw(bus: Bus, sid: str, eid: str, msg: dict[str, Any], report: Delive
         report.file += 1
     report.raw += 1
     store.record(sid, "delivered", id=msg["id"], via=via)
+    bus.metrics.incr("deliveries", via=via)
 
 
 def _recover_raw(bus: Bus, sid: str, report: DeliveryReport) -> None:

@@ -22,6 +22,12 @@ from workers.dispatch import CeleryDispatcher
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """These tests follow raw lines (the rollback switch); the inbox has its own tests."""
+    return replace(settings, agent_inbox=False)
+
+
 def floor_ids(home: Path, sid: str) -> list[str]:
     path = home / "inbox" / sid / "messages.jsonl"
     if not path.exists():

@@ -32,8 +32,15 @@ def collect(into: list[Any], key: str | None = None) -> Callable[[dict[str, Any]
 
 
 def msg(i: int | str, **kw: Any) -> dict[str, Any]:
-    return {"v": 1, "id": i if isinstance(i, str) else f"m{i}", "ts": 1790283480000, "from": "neo:sip", "to_id": SID,
-            "text": f"hello {i}", **kw}
+    return {
+        "v": 1,
+        "id": i if isinstance(i, str) else f"m{i}",
+        "ts": 1790283480000,
+        "from": "neo:sip",
+        "to_id": SID,
+        "text": f"hello {i}",
+        **kw,
+    }
 
 
 def mode(p: Path) -> int:
@@ -110,7 +117,8 @@ def test_stale_socket_file_falls_back_to_file(fl: Floor) -> None:
 
 
 @pytest.mark.parametrize(
-    "answer", [None, b'{"ok": false}\n', b"garbage\n", b'{"ok": "yes"}\n', b"[true]\n"],
+    "answer",
+    [None, b'{"ok": false}\n', b"garbage\n", b'{"ok": "yes"}\n', b"[true]\n"],
     ids=["silent", "ok-false", "garbage", "ok-not-true", "not-object"],
 )
 def test_unacked_socket_lands_on_file(fl: Floor, answer: bytes | None) -> None:

@@ -33,8 +33,15 @@ def collect(into: list[Any], key: str | None = None) -> Callable[[dict[str, Any]
 
 
 def msg(i: int, **kw: Any) -> dict[str, Any]:
-    return {"v": 1, "id": f"m{i}", "ts": 1, "from": "neo:sip", "to_id": SID,
-            "text": f"hi {i}", **kw}
+    return {
+        "v": 1,
+        "id": f"m{i}",
+        "ts": 1,
+        "from": "neo:sip",
+        "to_id": SID,
+        "text": f"hi {i}",
+        **kw,
+    }
 
 
 def talk(path: Path, payload: bytes, acks: int) -> list[Any]:
@@ -183,10 +190,11 @@ def test_run_listener_exec_acks_on_exit_status(fl: Floor, tmp_path: Path) -> Non
         f"open({str(sink)!r}, 'a').write(json.dumps(o) + '\\n'); "
         "sys.exit(0 if o['text'] != 'no' else 3)"
     )
-    cmd = f"{sys.executable} -c \"{script}\""
+    cmd = f'{sys.executable} -c "{script}"'
     ready, stop = threading.Event(), threading.Event()
-    t = threading.Thread(target=run_listener, args=(fl, SID, cmd),
-                         kwargs={"stop": stop, "ready": ready})
+    t = threading.Thread(
+        target=run_listener, args=(fl, SID, cmd), kwargs={"stop": stop, "ready": ready}
+    )
     t.start()
     try:
         assert ready.wait(5)

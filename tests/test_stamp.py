@@ -14,8 +14,14 @@ TS = 1790186280000  # 2026-09-23 17:58 UTC
 
 
 def m(**kw: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"v": 1, "id": "id-1", "ts": TS, "from": "neo:sip",
-                            "to_id": "s1", "text": "look at the diff"}
+    base: dict[str, Any] = {
+        "v": 1,
+        "id": "id-1",
+        "ts": TS,
+        "from": "neo:sip",
+        "to_id": "s1",
+        "text": "look at the diff",
+    }
     base.update(kw)
     return {k: v for k, v in base.items() if v is not None}
 
@@ -133,8 +139,15 @@ def test_body_cannot_pass_for_a_header() -> None:
 
 @pytest.mark.parametrize(
     ("label", "anon"),
-    [("neo:prox", True), ("ha:inbox", True), ("neo:sip", False), ("prox", False),
-     (":prox", False), ("neo:proxy", False), ("neo:inbox2", False)],
+    [
+        ("neo:prox", True),
+        ("ha:inbox", True),
+        ("neo:sip", False),
+        ("prox", False),
+        (":prox", False),
+        ("neo:proxy", False),
+        ("neo:inbox2", False),
+    ],
 )
 def test_is_anonymous(label: str, anon: bool) -> None:
     assert is_anonymous(label) is anon

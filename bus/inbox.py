@@ -1,0 +1,688 @@
+"""The inbox: agent messages land in threads and the session hears ONE notice.
+
+The host worker's delivery calls :meth:`Inbox.ingest` for each message it takes from the
+session's stream and :meth:`Inbox.after_delivery` once per run; the pure rules in
+:mod:`bus.policy` decide whether to steer a notice in now, wake the session after the
+debounce, flush after at most ``fyi_flush_s``, or wait. Marks move ``new → noticed`` only
+when the notice went in (a socket ack, or the drain that took it off the floor); a notice
+that failed gives its messages back, still new. Every transition is one Lua script in the
+session's slot and leaves a durability record in ``P:{sid}:events``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from . import notices, policy
+from .errors import NotFound, Refused
+from .models import SessionInfo, check_session_id, now_ms, parse_message
+from .stamp import render_stamp
+from .text import one_line
+from .threads import thread_label
+
+if TYPE_CHECKING:
+    from .api import Bus
+    from .delivery import DeliveryReport
+
+log = logging.getLogger(__name__)
+
+THREAD_LOG_MAX = 5000
+WITHDRAW_WAIT_S = 10.0
+PENDING_MARKS = "marks.pending.jsonl"
+
+
+def _list(raw: str | None) -> list[str]:
+    # cjson encodes an empty Lua table as {}, not [].
+    value = json.loads(raw) if raw else []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+class Inbox:
+    """Inbox operations for one :class:`~bus.api.Bus`."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    @property
+    def store(self) -> Any:
+        return self.bus.store
+
+    def k(self, sid: str, name: str) -> str:
+        return str(self.store.k.s(sid, name))
+
+    def kt(self, thread: str, name: str) -> str:
+        return str(self.store.k.t(thread, name))
+
+    # -- taking messages in ---------------------------------------------------------------
+
+    def ingest(
+        self,
+        sid: str,
+        eid: str,
+        msg: dict[str, Any],
+        info: SessionInfo | None,
+        report: DeliveryReport,
+    ) -> None:
+        """Take one stream entry into the inbox (idempotent), then move the cursor."""
+        store = self.store
+        thread = str(msg.get("thread") or self.bus.thread_for(parse_message(msg)))
+        key = self._key_of(msg, thread)
+        sender_sid = msg.get("from_session") or self._session_of_handle(str(msg["from"]))
+        at = int(msg.get("ts") or now_ms())
+        wakes, reason = self._may_wake(sid, msg, info, sender_sid)
+        parties = [sid] + ([sender_sid] if sender_sid else [])
+        store.script("thread_append")(
+            keys=[self.kt(thread, "meta"), self.kt(thread, "log"), self.kt(thread, "seen")],
+            args=[
+                msg["id"],
+                json.dumps(msg),
+                at,
+                key,
+                thread_label(key),
+                json.dumps(parties),
+                msg["from"],
+                one_line(str(msg.get("text") or ""), 120),
+                msg.get("class", "action"),
+                THREAD_LOG_MAX,
+            ],
+        )
+        record = {
+            "id": msg["id"],
+            "thread": thread,
+            "class": msg.get("class", "action"),
+            "kind": msg.get("kind", "message"),
+            "from": msg["from"],
+            "from_session": sender_sid,
+            "at": at,
+            "mark": "new",
+            "wakes": wakes,
+            "why": reason,
+            "key": key,
+            "m": msg,
+        }
+        own = sender_sid == sid
+        store.script("ingest")(
+            keys=[
+                self.k(sid, "msgs"),
+                self.k(sid, "new"),
+                self.k(sid, "wakeq"),
+                self.k(sid, "threads"),
+                self.k(sid, "events"),
+            ],
+            args=[
+                msg["id"],
+                json.dumps(record),
+                at,
+                "1" if wakes else "0",
+                thread,
+                "0" if own else "1",
+            ],
+        )
+        store.advance(sid, eid)
+        report.inbox += 1
+        self.bus.metrics.incr("messages_in")
+
+    def _key_of(self, msg: dict[str, Any], thread: str) -> str:
+        from .threads import thread_key
+
+        if msg.get("thread") and msg.get("kind", "message") == "message":
+            # The send put the computed thread id in; recover the readable key.
+            return thread_key(
+                thread=None,
+                pr=msg.get("pr"),
+                topic=msg.get("topic"),
+                sender=str(msg["from"]),
+                text=str(msg.get("text") or ""),
+            )
+        return f"thread:{thread}"
+
+    def _session_of_handle(self, handle: str) -> str | None:
+        try:
+            found = [s for s in self.store.sessions_by_handle(handle) if s.state != "closed"]
+        except ValueError:
+            return None
+        return found[0].session if len(found) == 1 else None
+
+    def _may_wake(
+        self, sid: str, msg: dict[str, Any], info: SessionInfo | None, sender_sid: str | None
+    ) -> tuple[bool, str]:
+        if info is None:
+            return False, "no_session"
+        store = self.store
+        gave = False
+        if sender_sid:
+            gave = bool(store.r.sismember(self.k(sid, "gave"), sender_sid))
+            sender = store.get_session(sender_sid)
+            if sender is not None and sender.parent in (sid, info.handle):
+                gave = True
+        facts = policy.WakeFacts(
+            msg_class=str(msg.get("class", "action")),
+            kind=str(msg.get("kind", "message")),
+            from_session=sender_sid,
+            from_handle=str(msg["from"]),
+            receiver_parent=info.parent,
+            receiver_delegator=info.delegator,
+            receiver_turns=info.turns,
+            receiver_gave_work_to_sender=gave,
+            from_member=bool(msg.get("member")),
+        )
+        if policy.is_first_work(facts):
+            giver = sender_sid or str(msg["from"])
+            if not store.r.hget(self.k(sid, "session"), "delegator"):
+                store.r.hset(self.k(sid, "session"), "delegator", giver)
+            if sender_sid:
+                store.r.sadd(self.k(sender_sid, "gave"), sid)
+        return policy.may_wake(facts)
+
+    # -- deciding and noticing ------------------------------------------------------------
+
+    def view(self, sid: str, info: SessionInfo) -> policy.InboxView:
+        r = self.store.r
+        pipe = r.pipeline(transaction=False)
+        pipe.zcard(self.k(sid, "new"))
+        pipe.zrange(self.k(sid, "wakeq"), 0, 0, withscores=True)
+        pipe.zrange(self.k(sid, "new"), 0, 0, withscores=True)
+        pipe.exists(self.k(sid, "notice"))
+        pipe.hget(self.k(sid, "session"), "retry_at")
+        pending, wake, first, building, retry_at = pipe.execute()
+        agent_inbox = (
+            self.bus.settings.agent_inbox if info.agent_inbox is None else info.agent_inbox
+        )
+        return policy.InboxView(
+            state=info.state,
+            agent_inbox=agent_inbox,
+            prompt_waiting=info.prompt_waiting,
+            pending=int(pending),
+            first_wake_at=int(wake[0][1]) if wake else None,
+            first_pending_at=int(first[0][1]) if first else None,
+            building=bool(building),
+            retry_at=int(retry_at) if retry_at else None,
+        )
+
+    def after_delivery(self, sid: str, report: DeliveryReport) -> None:
+        """Recover a notice a crash left, then act on the plan for this session."""
+        info = self.store.get_session(sid)
+        if info is None:
+            return
+        self._recover_notice(sid)
+        s = self.bus.settings
+        view = self.view(sid, info)
+        now = now_ms()
+        plan = policy.decide(view, now, int(s.wake_debounce_s * 1000), int(s.fyi_flush_s * 1000))
+        log.debug("plan for %s: %s", sid, plan)
+        if plan.action == "schedule" and plan.at is not None:
+            self.store.schedule("due", sid, plan.at)
+        elif plan.action in ("notice", "wake"):
+            notice = self.notice(sid, wake=plan.action == "wake", reason=plan.reason)
+            if notice:
+                report.notices.append(notice)
+        elif plan.action == "raw" and view.pending:
+            self._pending_raw(sid, report)
+
+    def notice(self, sid: str, *, wake: bool, reason: str) -> dict[str, Any] | None:
+        """Build the one notice in flight, deliver it, and record how it went."""
+        store = self.store
+        nid = f"ntc-{uuid.uuid4()}"
+        ids = store.script("notice_take")(
+            keys=[
+                self.k(sid, "notice"),
+                self.k(sid, "new"),
+                self.k(sid, "wakeq"),
+                self.k(sid, "events"),
+            ],
+            args=[nid, now_ms()],
+        )
+        if not ids:
+            return None
+        records = self.records(sid, [str(i) for i in ids])
+        summaries = notices.summarize([self._summary_input(r) for r in records])
+        line = notices.notice_line(
+            nid,
+            sid,
+            summaries,
+            [r["id"] for r in records],
+            now_ms(),
+            bus_host=self.bus.settings.host,
+        )
+        try:
+            via, _ = self.bus.floor.deliver(sid, line)
+        except OSError as exc:
+            self._revert(sid, nid, f"floor: {exc}")
+            return None
+        store.script("notice_done")(
+            keys=[
+                self.k(sid, "notice"),
+                self.k(sid, "msgs"),
+                self.k(sid, "carried"),
+                self.k(sid, "floor"),
+                self.k(sid, "events"),
+            ],
+            args=[nid, now_ms(), via],
+        )
+        store.r.hdel(self.k(sid, "session"), "retry_at")
+        self.bus.metrics.incr("notices")
+        self.bus.metrics.incr("deliveries", via=via)
+        if wake:
+            # A wake starts a turn: until the harness reports its end the session counts
+            # as running, so later messages join a steer instead of waking it again.
+            store.update_session(sid, state="running")
+            self.bus.metrics.incr("wakes" if reason != "flush" else "flushes")
+            store.record(sid, "wake", notice=nid, reason=reason)
+            if via == "file":
+                self._run_wake_cmd(sid, line)
+        return {"notice": nid, "via": via, "messages": len(records), "wake": wake, "reason": reason}
+
+    def _summary_input(self, rec: dict[str, Any]) -> dict[str, Any]:
+        msg = dict(rec.get("m") or {})
+        msg.update(
+            {
+                "thread": rec["thread"],
+                "class": rec.get("class"),
+                "key": rec.get("key"),
+                "from": rec.get("from"),
+                "ts": rec.get("at"),
+            }
+        )
+        return msg
+
+    def _revert(self, sid: str, nid: str, reason: str) -> None:
+        self.store.script("notice_revert")(
+            keys=[
+                self.k(sid, "notice"),
+                self.k(sid, "new"),
+                self.k(sid, "wakeq"),
+                self.k(sid, "events"),
+            ],
+            args=[nid, now_ms(), reason],
+        )
+        retry_at = now_ms() + int(self.bus.settings.retry_s * 1000)
+        self.store.update_session(sid, retry_at=retry_at)
+        self.store.schedule("retry", sid, retry_at)
+        self.bus.metrics.incr("retries")
+
+    def _recover_notice(self, sid: str) -> None:
+        """A notice left in flight by a killed worker: on the floor → written; else → new."""
+        nid = self.store.r.hget(self.k(sid, "notice"), "id")
+        if not nid:
+            return
+        if self.bus.floor.contains_id(sid, nid):
+            self.store.script("notice_done")(
+                keys=[
+                    self.k(sid, "notice"),
+                    self.k(sid, "msgs"),
+                    self.k(sid, "carried"),
+                    self.k(sid, "floor"),
+                    self.k(sid, "events"),
+                ],
+                args=[nid, now_ms(), "file"],
+            )
+        else:
+            self.store.script("notice_revert")(
+                keys=[
+                    self.k(sid, "notice"),
+                    self.k(sid, "new"),
+                    self.k(sid, "wakeq"),
+                    self.k(sid, "events"),
+                ],
+                args=[nid, now_ms(), "recovered after a crash"],
+            )
+
+    def _run_wake_cmd(self, sid: str, line: dict[str, Any]) -> None:
+        info = self.store.get_session(sid)
+        if info is None or not info.wake_cmd:
+            return
+        try:
+            # The notice goes on stdin; never keystrokes into a terminal.
+            subprocess.Popen(
+                info.wake_cmd,
+                shell=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            ).communicate(line["text"].encode(), timeout=10)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.warning("wake_cmd for %s failed: %s", sid, exc)
+
+    def _pending_raw(self, sid: str, report: DeliveryReport) -> None:
+        """Closing or switched off: what waits in the inbox goes out raw, nothing lost."""
+        ids = [str(i) for i in self.store.r.zrange(self.k(sid, "new"), 0, -1)]
+        for rec in self.records(sid, ids):
+            msg = rec.get("m")
+            if msg and not self.bus.floor.contains_id(sid, rec["id"]):
+                self.bus.floor.deliver(sid, msg)
+                report.raw += 1
+            self.store.r.zrem(self.k(sid, "new"), rec["id"])
+            self.store.r.zrem(self.k(sid, "wakeq"), rec["id"])
+
+    def records(self, sid: str, ids: list[str]) -> list[dict[str, Any]]:
+        if not ids:
+            return []
+        raws = self.store.r.hmget(self.k(sid, "msgs"), ids)
+        return [json.loads(r) for r in raws if r]
+
+    # -- harness events -------------------------------------------------------------------
+
+    def on_turn(self, sid: str, event: str, answer: str | None) -> dict[str, Any]:
+        if event != "end":
+            return {}
+        waiting = self.store.script("answer_turn")(
+            keys=[
+                self.k(sid, "carried"),
+                self.k(sid, "msgs"),
+                self.k(sid, "ids"),
+                self.k(sid, "waiters"),
+                self.k(sid, "events"),
+            ],
+            args=[answer or "", now_ms(), "1" if answer is not None else "0"],
+        )
+        self._push_answers(
+            sid, [str(w) for w in waiting], {"ok": True, "state": "answered", "answer": answer}
+        )
+        self.prune(sid)
+        return {"answered": len(waiting)}
+
+    def on_close(self, sid: str) -> None:
+        """Waiting senders get the closing error; threads stay readable."""
+        waiting = [str(w) for w in self.store.r.smembers(self.k(sid, "waiters"))]
+        self.store.r.delete(self.k(sid, "waiters"))
+        self._push_answers(
+            sid,
+            waiting,
+            {
+                "ok": False,
+                "state": "error",
+                "error": "session_closed",
+                "reason": f"session {sid} closed before answering",
+            },
+        )
+
+    def _push_answers(self, sid: str, ids: list[str], answer: dict[str, Any]) -> None:
+        if not ids:
+            return
+        pipe = self.store.r.pipeline(transaction=True)
+        for msg_id in ids:
+            key = self.store.k.answer(sid, msg_id)
+            pipe.rpush(key, json.dumps({**answer, "id": msg_id}))
+            pipe.expire(key, 86400)
+        pipe.execute()
+
+    def register_waiter(self, sid: str, msg_id: str) -> None:
+        self.store.r.sadd(self.k(sid, "waiters"), msg_id)
+
+    def wait_answer(
+        self, sid: str, msg_id: str, stored: dict[str, Any], timeout: float | None
+    ) -> dict[str, Any]:
+        """Block (BLPOP) until the turn that carried ``msg_id`` answers, or the timeout."""
+        prior = self.store.first_answer(sid, msg_id) or {}
+        if prior.get("state") in ("answered", "withdrawn", "retracted"):
+            return {**stored, **prior}
+        got = self.store.r.blpop([self.store.k.answer(sid, msg_id)], timeout=timeout or 0)
+        if got is None:
+            return {
+                **stored,
+                "ok": False,
+                "state": "error",
+                "error": "timeout",
+                "reason": f"no answer within {timeout}s; the message stays stored",
+            }
+        answer = json.loads(got[1])
+        return {**stored, **answer}
+
+    def on_drain(self, sid: str, lines: list[dict[str, Any]]) -> None:
+        """Notices taken off the floor are noticed; with Redis down, remember them."""
+        nids = [str(ln["id"]) for ln in lines if ln.get("kind") == "notice" and ln.get("id")]
+        pending_path = self.bus.floor.session_dir(sid) / PENDING_MARKS
+        try:
+            if pending_path.exists():
+                nids = (
+                    _list(
+                        json.dumps(
+                            [
+                                json.loads(x)["id"]
+                                for x in pending_path.read_text().splitlines()
+                                if x.strip()
+                            ]
+                        )
+                    )
+                    + nids
+                )
+            if nids:
+                self.store.script("floor_drained")(
+                    keys=[
+                        self.k(sid, "floor"),
+                        self.k(sid, "msgs"),
+                        self.k(sid, "carried"),
+                        self.k(sid, "events"),
+                    ],
+                    args=[now_ms(), *nids],
+                )
+            pending_path.unlink(missing_ok=True)
+        except Exception as exc:  # Redis down: the drain still works; marks catch up later
+            log.warning("drain of %s: marks deferred (%s)", sid, exc)
+            fresh = [n for n in nids if n not in self._pending_ids(pending_path)]
+            if fresh:
+                self.bus.floor.session_dir(sid, create=True)
+                with pending_path.open("a") as fh:
+                    for n in fresh:
+                        fh.write(json.dumps({"id": n}) + "\n")
+
+    def _pending_ids(self, path: Any) -> set[str]:
+        if not path.exists():
+            return set()
+        return {json.loads(x)["id"] for x in path.read_text().splitlines() if x.strip()}
+
+    def render(self, lines: list[dict[str, Any]]) -> str:
+        return notices.render_drained(lines, render_stamp)
+
+    # -- reading, replying, withdrawing ---------------------------------------------------
+
+    def threads(self, sid: str) -> list[dict[str, Any]]:
+        """The session's threads, newest first (SPEC section 7's fields)."""
+        check_session_id(sid)
+        r = self.store.r
+        thread_ids = [str(t) for t in r.zrevrange(self.k(sid, "threads"), 0, -1)]
+        mine: dict[str, list[dict[str, Any]]] = {}
+        for raw in r.hvals(self.k(sid, "msgs")):
+            rec = json.loads(raw)
+            mine.setdefault(rec["thread"], []).append(rec)
+        out = []
+        for thr in thread_ids:
+            meta = r.hgetall(self.kt(thr, "meta"))
+            recs = mine.get(thr, [])
+            unread = [x for x in recs if x["mark"] in ("new", "noticed")]
+            row: dict[str, Any] = {
+                "threadId": thr,
+                "key": meta.get("key", ""),
+                "label": meta.get("label", thr),
+                "from": _list(meta.get("senders")),
+                "unread": len(unread),
+                "new": sum(1 for x in recs if x["mark"] == "new"),
+                "count": int(meta.get("count", 0)),
+                "newestAt": int(meta.get("newest_at", 0)),
+                "newestPreview": meta.get("newest_preview", ""),
+                "class": "blocker"
+                if any(x["class"] == "blocker" for x in unread)
+                else meta.get("class", "action"),
+            }
+            if meta.get("state"):
+                row["state"] = meta["state"]
+            out.append(row)
+        return out
+
+    def parties(self, thread: str) -> list[str]:
+        return _list(self.store.r.hget(self.kt(thread, "meta"), "parties"))
+
+    def read(self, sid: str, thread: str, *, mark_read: bool = False) -> dict[str, Any]:
+        """A whole thread, oldest first; refused for a session that is not a party."""
+        check_session_id(sid)
+        meta = self.store.r.hgetall(self.kt(thread, "meta"))
+        if not meta:
+            raise NotFound(f"no thread {thread!r}")
+        if sid not in _list(meta.get("parties")):
+            raise Refused(f"session {sid!r} is not a party to {thread}", code="not_a_party")
+        entries = self.store.r.xrange(self.kt(thread, "log"))
+        msgs = [json.loads(fields["m"]) for _eid, fields in entries]
+        recs = {r["id"]: r for r in self.records(sid, [m["id"] for m in msgs])}
+        out = []
+        for m in msgs:
+            rec = recs.get(m["id"])
+            mark = rec["mark"] if rec else "read"
+            if rec and rec.get("from_session") == sid:
+                mark = "read"
+            item: dict[str, Any] = {
+                "id": m["id"],
+                "from": m["from"],
+                "fromSession": m.get("from_session"),
+                "class": m.get("class", "action"),
+                "kind": m.get("kind", "message"),
+                "at": m.get("ts"),
+                "text": m.get("text", ""),
+                "read": mark in ("read", "answered") or (mark_read and mark in ("new", "noticed")),
+            }
+            if mark in ("retracted", "removed"):
+                item["withdrawn"] = mark
+            if m.get("files"):
+                item["files"] = m["files"]
+            out.append(item)
+        if mark_read:
+            self._mark_read(sid, [r for r in recs.values() if r["mark"] in ("new", "noticed")])
+        result: dict[str, Any] = {
+            "threadId": thread,
+            "label": meta.get("label", thread),
+            "messages": out,
+        }
+        if meta.get("state"):
+            result["state"] = meta["state"]
+        return result
+
+    def _mark_read(self, sid: str, recs: list[dict[str, Any]]) -> None:
+        if not recs:
+            return
+        pipe = self.store.r.pipeline(transaction=True)
+        for rec in recs:
+            rec["mark"] = "read"
+            pipe.hset(self.k(sid, "msgs"), rec["id"], json.dumps(rec))
+            # Read before any notice: nothing left to notice.
+            pipe.zrem(self.k(sid, "new"), rec["id"])
+            pipe.zrem(self.k(sid, "wakeq"), rec["id"])
+        pipe.xadd(
+            self.k(sid, "events"),
+            {"kind": "inbox_read", "at": str(now_ms()), "ids": json.dumps([r["id"] for r in recs])},
+            maxlen=10000,
+            approximate=True,
+        )
+        pipe.execute()
+
+    def reply(self, sid: str, thread: str, text: str) -> dict[str, Any]:
+        """Answer into the other parties' inboxes under the same thread; wakes nobody."""
+        info = self.bus.session(sid)
+        parties = self.parties(thread)
+        if not parties:
+            raise NotFound(f"no thread {thread!r}")
+        if sid not in parties:
+            raise Refused(f"session {sid!r} is not a party to {thread}", code="not_a_party")
+        others = [p for p in parties if p != sid]
+        if not others:
+            raise Refused(f"{thread} has no other party session to reply to", code="no_other_party")
+        msg_id = str(uuid.uuid4())
+        answers = []
+        for other in others:
+            answers.append(
+                self.bus.send(
+                    {
+                        "id": msg_id,
+                        "from": info.handle,
+                        "to_id": other,
+                        "from_session": sid,
+                        "text": text,
+                        "kind": "reply",
+                        "thread": thread,
+                    }
+                )
+            )
+        return {"ok": True, "id": msg_id, "thread": thread, "to": others, "answers": answers}
+
+    def withdraw(self, msg_id: str, by: str) -> dict[str, Any]:
+        """Unsend before any notice; wait out a notice on its way; retract after."""
+        check_session_id(by, "withdrawing session id")
+        sid = self.store.recipient_of(msg_id)
+        if sid is None:
+            raise NotFound(f"no message {msg_id!r}")
+        first = self.store.first_answer(sid, msg_id)
+        msg = self._message(sid, msg_id)
+        if first is None or msg is None:
+            raise NotFound(f"no message {msg_id!r}")
+        if msg.get("from_session") != by:
+            raise Refused("only the sender may withdraw a message", code="not_sender")
+        events = self.k(sid, "events")
+        last = self.store.r.xrevrange(events, count=1)
+        cursor = last[0][0] if last else "0-0"
+        verdict = self._withdraw_once(sid, msg_id)
+        deadline = now_ms() + int(WITHDRAW_WAIT_S * 1000)
+        while verdict[0] == "wait" and now_ms() < deadline:
+            # Block on the session's records until the notice on its way lands or fails.
+            got = self.store.r.xread({events: cursor}, block=max(1, deadline - now_ms()))
+            if got:
+                cursor = got[0][1][-1][0]
+            verdict = self._withdraw_once(sid, msg_id)
+        kind = verdict[0]
+        if kind == "unsent":
+            return {"ok": True, "id": msg_id, "state": "unsent"}
+        if kind == "already":
+            return {"ok": True, "id": msg_id, "state": (first or {}).get("state", "withdrawn")}
+        if kind == "retract":
+            self.bus.send(
+                {
+                    "from": msg["from"],
+                    "to_id": sid,
+                    "from_session": by,
+                    "text": f"(withdrawn by the sender) {msg_id}",
+                    "kind": "retraction",
+                    "thread": msg.get("thread") or self.bus.thread_for(parse_message(msg)),
+                    "class": "fyi",
+                }
+            )
+            return {"ok": True, "id": msg_id, "state": "retracted", "via": "inbox"}
+        raise Refused(f"withdraw of {msg_id} timed out waiting for its notice", code="timeout")
+
+    def _withdraw_once(self, sid: str, msg_id: str) -> list[str]:
+        out = self.store.script("withdraw")(
+            keys=[
+                self.k(sid, "ids"),
+                self.k(sid, "msgs"),
+                self.k(sid, "new"),
+                self.k(sid, "wakeq"),
+                self.k(sid, "notice"),
+                self.k(sid, "events"),
+            ],
+            args=[msg_id, now_ms()],
+        )
+        return [str(x) for x in out]
+
+    def _message(self, sid: str, msg_id: str) -> dict[str, Any] | None:
+        recs = self.records(sid, [msg_id])
+        if recs:
+            return dict(recs[0]["m"])
+        for _eid, fields in self.store.read_after(sid, "0-0", 100000):
+            if fields.get("id") == msg_id:
+                return dict(json.loads(fields["m"]))
+        return None
+
+    def prune(self, sid: str) -> int:
+        """Let go of answered and read messages past the retention bound; never unread ones."""
+        keep = self.bus.settings.retain_messages
+        r = self.store.r
+        if r.hlen(self.k(sid, "msgs")) <= keep:
+            return 0
+        recs = sorted((json.loads(v) for v in r.hvals(self.k(sid, "msgs"))), key=lambda x: x["at"])
+        done = [x["id"] for x in recs if x["mark"] in ("answered", "read", "removed", "retracted")]
+        extra = len(recs) - keep
+        drop = done[:extra]
+        if drop:
+            r.hdel(self.k(sid, "msgs"), *drop)
+        return len(drop)

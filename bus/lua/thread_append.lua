@@ -1,0 +1,37 @@
+-- thread_append.lua: add one message to a thread's log, once.
+-- All keys are in the thread's slot {<thr>}.
+-- KEYS[1] meta  P:{thr}:meta  hash: key, label, parties (JSON list), senders (JSON list),
+--                             count, newest_at, newest_preview, class, created
+-- KEYS[2] log   P:{thr}:log   stream of the thread's messages (field m = wire JSON)
+-- KEYS[3] seen  P:{thr}:seen  ids already in the log
+-- ARGV[1] message id, ARGV[2] wire JSON, ARGV[3] at ms, ARGV[4] key, ARGV[5] label,
+-- ARGV[6] parties JSON list to add, ARGV[7] sender label, ARGV[8] preview, ARGV[9] class,
+-- ARGV[10] log MAXLEN
+-- Returns 1 if appended, 0 if already there.
+if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
+  return 0
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(ARGV[10]), '*', 'id', ARGV[1], 'm', ARGV[2])
+if redis.call('HSETNX', KEYS[1], 'key', ARGV[4]) == 1 then
+  redis.call('HSET', KEYS[1], 'label', ARGV[5], 'created', ARGV[3], 'parties', '[]', 'senders', '[]')
+end
+local function add_all(field, values)
+  local list = cjson.decode(redis.call('HGET', KEYS[1], field) or '[]')
+  local seen = {}
+  for _, v in ipairs(list) do seen[v] = true end
+  for _, v in ipairs(values) do
+    if v ~= '' and not seen[v] then
+      table.insert(list, v)
+      seen[v] = true
+    end
+  end
+  redis.call('HSET', KEYS[1], field, cjson.encode(list))
+end
+add_all('parties', cjson.decode(ARGV[6]))
+if ARGV[7] ~= '' then add_all('senders', {ARGV[7]}) end
+redis.call('HINCRBY', KEYS[1], 'count', 1)
+local newest = tonumber(redis.call('HGET', KEYS[1], 'newest_at') or '0')
+if tonumber(ARGV[3]) >= newest then
+  redis.call('HSET', KEYS[1], 'newest_at', ARGV[3], 'newest_preview', ARGV[8], 'class', ARGV[9])
+end
+return 1

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .models import SessionInfo
+from .models import SessionInfo, now_ms
 
 if TYPE_CHECKING:
     from .api import Bus
@@ -97,6 +97,7 @@ def _write_raw(bus: Bus, sid: str, eid: str, msg: dict[str, Any], report: Delive
     report.raw += 1
     store.record(sid, "delivered", id=msg["id"], via=via)
     bus.metrics.incr("deliveries", via=via)
+    bus.metrics.observe_latency(max(0, now_ms() - int(msg.get("ts") or now_ms())) / 1000)
 
 
 def _recover_raw(bus: Bus, sid: str, report: DeliveryReport) -> None:

@@ -265,6 +265,8 @@ class Inbox:
         )
         store.r.hdel(self.k(sid, "session"), "retry_at")
         self.bus.metrics.incr("notices")
+        oldest = min(int(r.get("at") or now_ms()) for r in records)
+        self.bus.metrics.observe_latency(max(0, now_ms() - oldest) / 1000)
         self.bus.metrics.incr("deliveries", via=via)
         if wake:
             # A wake starts a turn: until the harness reports its end the session counts

@@ -36,13 +36,29 @@ buses, or several tests, share one server.
 | ``P:metrics`` | hash: counter name (with labels) → count | send, delivery, scheduler | - |
 | ``P:latency`` | hash: histogram bucket → count, plus ``sum`` and ``count`` | delivery | - |
 | ``P:due`` | zset: ``<what>|<sid>`` → due ms (wakes, flushes, retries) | delivery; scheduler | taken atomically |
+| ``P:{thr}:meta`` (typed requests) | hash fields origin, recipient (session ids), offered_by (sender or recipient, only in OFFERED), windows (JSON list) | request, decide.lua | - |
+| ``P:{sid}:items`` | hash: item key → item JSON (title, text, status, answer, revision, ...) | item post/settle, item_update.lua | - |
+| ``P:{sid}:item:<key>:thread`` | list: the item's thread entries JSON (member or agent, text, files), oldest first | item write, reply_inbox (item_update.lua) | - |
+| ``P:{ws:<workspace>}:members`` | hash: member name → ``active`` or ``removed`` (a tombstone: the account is gone) | member add/remove | - |
 """
 
 from __future__ import annotations
 
+import re
+
+from .errors import BadInput
 from .models import check_session_id
 
 THREAD_PREFIX = "thr_"
+ITEM_KEY_PATTERN = r"^[A-Za-z0-9._:-]{1,200}$"
+_ITEM_KEY_RE = re.compile(ITEM_KEY_PATTERN)
+
+
+def check_item_key(key: object) -> str:
+    """An item key, before it becomes part of a Redis key or a directory name."""
+    if not isinstance(key, str) or not _ITEM_KEY_RE.fullmatch(key) or key in (".", ".."):
+        raise BadInput(f"invalid item key {repr(key)[:60]}: must match {ITEM_KEY_PATTERN}")
+    return key
 
 
 class Keys:
@@ -94,3 +110,18 @@ class Keys:
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this prefix (tests, ``inbox status``)."""
         return f"{self.prefix}:*"
+
+    # -- items and members (SPEC section 8) ---------------------------------------------
+
+    def items(self, sid: str) -> str:
+        """The session's items: hash key → item JSON."""
+        return self.s(sid, "items")
+
+    def item_thread(self, sid: str, key: str) -> str:
+        """One item's thread, in the owning session's slot."""
+        return self.s(sid, f"item:{check_item_key(key)}:thread")
+
+    def members(self, workspace: str) -> str:
+        """A workspace's members: hash name → active|removed."""
+        check_session_id(workspace, "workspace")
+        return f"{self.prefix}:{{ws:{workspace}}}:members"

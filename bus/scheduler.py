@@ -50,18 +50,22 @@ def tick(bus: Bus, *, sweep: bool | None = None) -> dict[str, Any]:
 
 
 def sweep_backlogs(bus: Bus) -> int:
-    """Dispatch a delivery for every session whose queue has entries no delivery took.
+    """Dispatch a delivery for every session with work no delivery took.
 
-    The safety net under the dispatch flag: a delivery lost with its broker message (or a
-    send made with no dispatcher) is still delivered.
+    The safety net under the dispatch flag: a queue entry whose delivery was lost with its
+    broker message (or sent with no dispatcher), or a notice left in flight by a worker
+    that died, is still delivered.
     """
     store = bus.store
+    stale_before = now_ms() - int(bus.settings.lock_ttl_s * 1000)
     kicked = 0
     for info in store.sessions():
-        if store.read_after(info.session, store.cursor(info.session), 1) and store.mark_pending(
-            info.session
-        ):
-            bus.dispatcher.deliver(info.host, info.session)
+        sid = info.session
+        backlog = bool(store.read_after(sid, store.cursor(sid), 1))
+        flight_at = store.r.hget(store.k.s(sid, "notice"), "at")
+        stuck = flight_at is not None and int(flight_at) < stale_before
+        if (backlog or stuck) and store.mark_pending(sid):
+            bus.dispatcher.deliver(info.host, sid)
             kicked += 1
     return kicked
 

@@ -1,0 +1,320 @@
+"""Items for members, with pictures (SPEC section 8, Luke's read_inbox / reply_inbox).
+
+An agent session posts items under keys it chooses; members of its workspace settle them
+and write on them; the agent replies. An item and its thread live in the owning session's
+slot (``P:{sid}:items``, ``P:{sid}:item:<key>:thread``), so a reply's entry and its moved
+``updatedAt`` are one script. Every check runs before the first write: a refused call
+writes nothing, neither to Redis nor to disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import BadInput, NotFound, Refused
+from .keys import check_item_key
+from .models import MAX_TEXT, SessionInfo, check_session_id, now_ms, parse_message
+from .pictures import Picture, read_pictures, safe_name, store_picture
+from .threads import thread_id
+
+if TYPE_CHECKING:
+    from .api import Bus
+
+ACTIVE, REMOVED = "active", "removed"
+OPEN, SETTLED = "open", "settled"
+FORMER_MEMBER = "a former member"
+YOU = "you"
+MAX_TITLE = 200
+MAX_TOPIC = 200
+# The fields read_inbox shows for each item (SPEC section 8), in this order.
+VIEW_FIELDS = ("key", "title", "status", "answer", "revision", "settledAt", "updatedAt")
+
+
+# -- pure helpers -------------------------------------------------------------------------
+
+
+def check_text(text: str | None, what: str = "text") -> str | None:
+    """Markdown of at most 8000 characters; refused, not truncated."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise BadInput(f"{what} must be a string")
+    if len(text) > MAX_TEXT:
+        raise BadInput(
+            f"{what} is longer than {MAX_TEXT} characters (refused, not truncated)",
+            code="text_too_long",
+        )
+    return text
+
+
+def has_words(text: str | None) -> bool:
+    return bool(text and text.strip())
+
+
+def entry_view(entry: dict[str, Any], statuses: dict[str, str]) -> dict[str, Any]:
+    """One thread entry as read_inbox shows it: ``{from, text, files?}``."""
+    if entry.get("by") == "agent":
+        who = YOU
+    else:
+        name = str(entry.get("member", ""))
+        who = name if statuses.get(name) == ACTIVE else FORMER_MEMBER
+    out: dict[str, Any] = {"from": who, "text": entry.get("text", "")}
+    if entry.get("files"):
+        out["files"] = list(entry["files"])
+    return out
+
+
+def item_view(
+    item: dict[str, Any], entries: list[dict[str, Any]], statuses: dict[str, str]
+) -> dict[str, Any]:
+    out = {f: item.get(f) for f in VIEW_FIELDS}
+    out["thread"] = [entry_view(e, statuses) for e in entries]
+    return out
+
+
+def _moved(item: dict[str, Any]) -> int:
+    # updatedAt must visibly move even within the millisecond of the previous write.
+    return max(now_ms(), int(item.get("updatedAt") or 0) + 1)
+
+
+# -- members ------------------------------------------------------------------------------
+
+
+def _members_key(b: Bus, workspace: str) -> str:
+    return str(b.store.k.members(check_session_id(workspace, "workspace")))
+
+
+def member_status(b: Bus, workspace: str, name: str) -> str | None:
+    """``active``, ``removed`` (the account is gone), or None (never a member)."""
+    check_session_id(name, "member name")
+    raw = b.store.r.hget(_members_key(b, workspace), name)
+    return str(raw) if raw else None
+
+
+def member_add(b: Bus, workspace: str, name: str) -> dict[str, Any]:
+    check_session_id(name, "member name")
+    b.store.r.hset(_members_key(b, workspace), name, ACTIVE)
+    return {"ok": True, "workspace": workspace, "member": name, "status": ACTIVE}
+
+
+def member_remove(b: Bus, workspace: str, name: str) -> dict[str, Any]:
+    """The account is gone: a tombstone stays so past messages read "a former member"."""
+    if member_status(b, workspace, name) is None:
+        raise NotFound(f"{name!r} is not a member of {workspace!r}", code="unknown_member")
+    b.store.r.hset(_members_key(b, workspace), name, REMOVED)
+    return {"ok": True, "workspace": workspace, "member": name, "status": REMOVED}
+
+
+def is_member(b: Bus, workspace: str, name: str) -> bool:
+    return member_status(b, workspace, name) == ACTIVE
+
+
+def from_member(b: Bus, info: SessionInfo | None, msg: dict[str, Any]) -> bool:
+    """Whether an ``item`` message comes from an active member of the receiver's
+    workspace (its ``from`` is ``<workspace>:<member>``); the inbox wakes on those."""
+    if info is None or not info.workspace or msg.get("kind") != "item":
+        return False
+    workspace, _, name = str(msg.get("from", "")).partition(":")
+    if workspace != info.workspace:
+        return False
+    try:
+        return is_member(b, workspace, name)
+    except BadInput:
+        return False
+
+
+def _require_starter(b: Bus, info: SessionInfo, workspace: str | None) -> None:
+    if not workspace or not info.starter or not is_member(b, workspace, info.starter):
+        raise Refused(
+            f"session {info.session}'s starter {info.starter!r} is not a member of "
+            f"workspace {workspace!r}",
+            code="starter_not_member",
+        )
+
+
+def _require_member(b: Bus, workspace: str | None, member: str) -> None:
+    check_session_id(member, "member name")
+    if not workspace or not is_member(b, workspace, member):
+        raise Refused(f"{member!r} is not a member of workspace {workspace!r}", code="not_a_member")
+
+
+# -- items --------------------------------------------------------------------------------
+
+
+def files_dir(b: Bus, sid: str, key: str) -> Path:
+    """Where an item's pictures are kept: ``$INBOX_HOME/items/<sid>/<key>/files/``."""
+    check_session_id(sid)
+    return Path(b.settings.home) / "items" / sid / check_item_key(key) / "files"
+
+
+def _item(b: Bus, sid: str, key: str) -> dict[str, Any]:
+    """The session's own item under ``key``; another session's key is simply not here."""
+    raw = b.store.r.hget(b.store.k.items(sid), check_item_key(key))
+    if not raw:
+        raise NotFound(f"session {sid} has no item {key!r}", code="unknown_item", key=key)
+    return dict(json.loads(raw))
+
+
+def _update(
+    b: Bus, sid: str, key: str, patch: dict[str, Any], entry: dict[str, Any] | None
+) -> dict[str, Any]:
+    out = b.store.script("item_update")(
+        keys=[b.store.k.items(sid), b.store.k.item_thread(sid, key)],
+        args=[key, json.dumps(patch), json.dumps(entry) if entry else ""],
+    )
+    if not out:
+        raise NotFound(f"session {sid} has no item {key!r}", code="unknown_item", key=key)
+    return dict(json.loads(out))
+
+
+def _keep(b: Bus, sid: str, key: str, pictures: list[Picture]) -> list[str]:
+    target = files_dir(b, sid, key)
+    return [store_picture(target, pic).name for pic in pictures]
+
+
+def _pictures(image_paths: Sequence[str | os.PathLike[str]], root: Path | str | None) -> list[Any]:
+    paths = [os.fspath(p) for p in image_paths]
+    if not paths:
+        return []
+    return read_pictures(paths, Path(root) if root is not None else Path.cwd())
+
+
+def item_post(b: Bus, sid: str, key: str, *, title: str, text: str | None = None) -> dict[str, Any]:
+    """Post an item; again under the same key it is the next revision, open again."""
+    info = b.session(sid)
+    check_item_key(key)
+    if not isinstance(title, str) or not title.strip() or len(title) > MAX_TITLE:
+        raise BadInput(f"title must be 1-{MAX_TITLE} characters")
+    check_text(text)
+    if not info.workspace:
+        raise Refused(f"session {sid} belongs to no workspace", code="no_workspace")
+    _require_starter(b, info, info.workspace)
+    at = now_ms()
+    item = {
+        "key": key,
+        "title": title,
+        "text": text,
+        "status": OPEN,
+        "answer": None,
+        "revision": 1,
+        "settledAt": None,
+        "updatedAt": at,
+        "createdAt": at,
+        "workspace": info.workspace,
+    }
+    out = b.store.script("item_post")(keys=[b.store.k.items(sid)], args=[key, json.dumps(item)])
+    return {"ok": True, "item": json.loads(out)}
+
+
+def item_settle(b: Bus, sid: str, key: str, *, member: str, answer: str) -> dict[str, Any]:
+    """A member of the item's workspace settles it with an answer."""
+    b.session(sid)
+    item = _item(b, sid, key)
+    if not has_words(answer):
+        raise BadInput("an answer must not be blank", code="empty_answer")
+    check_text(answer, "answer")
+    _require_member(b, item.get("workspace"), member)
+    at = _moved(item)
+    patch = {"status": SETTLED, "answer": answer, "settledAt": at, "updatedAt": at}
+    return {"ok": True, "item": _update(b, sid, key, patch, None)}
+
+
+def item_write(
+    b: Bus,
+    sid: str,
+    key: str,
+    *,
+    member: str,
+    text: str | None = None,
+    image_paths: Sequence[str | os.PathLike[str]] = (),
+    root: Path | str | None = None,
+) -> dict[str, Any]:
+    """A member writes on an item (open or settled); the agent hears of it, woken."""
+    b.session(sid)
+    item = _item(b, sid, key)
+    check_text(text)
+    workspace = item.get("workspace")
+    _require_member(b, workspace, member)
+    if not has_words(text) and not image_paths:
+        raise BadInput("a message needs words, pictures, or both", code="empty_message")
+    pictures = _pictures(image_paths, root)
+    fields: dict[str, Any] = {
+        "from": f"{workspace}:{member}",
+        "to_id": sid,
+        "kind": "item",
+        "text": f"Inbox message on {key}: {text or ''}"[:MAX_TEXT],
+        "thread": thread_id(sid, f"item:{key}"),
+        "class": "action",
+    }
+    if len(f"item:{key}") <= MAX_TOPIC:
+        fields["topic"] = f"item:{key}"
+    msg = parse_message(fields)  # checked before anything is written
+    names = _keep(b, sid, key, pictures)
+    entry = {"by": "member", "member": member, "text": text or "", "files": names, "at": now_ms()}
+    _update(b, sid, key, {"updatedAt": _moved(item)}, entry)
+    if pictures:
+        refs = [
+            p.ref().model_copy(update={"name": n}) for p, n in zip(pictures, names, strict=True)
+        ]
+        msg = msg.model_copy(update={"files": refs})
+    answer = b.send(msg)
+    return {"ok": True, "key": key, "files": names, "id": msg.id, "thread": answer.get("thread")}
+
+
+def read_inbox(b: Bus, sid: str) -> dict[str, Any]:
+    """Every item of the agent, newest update first, each with its thread oldest first."""
+    b.session(sid)
+    r = b.store.r
+    items = [json.loads(v) for v in r.hvals(b.store.k.items(sid))]
+    items.sort(key=lambda i: (-int(i.get("updatedAt") or 0), str(i.get("key"))))
+    statuses: dict[str, dict[str, str]] = {}
+    out = []
+    for item in items:
+        ws = item.get("workspace")
+        if ws and ws not in statuses:
+            statuses[ws] = dict(r.hgetall(_members_key(b, ws)))
+        raw = r.lrange(b.store.k.item_thread(sid, item["key"]), 0, -1)
+        out.append(item_view(item, [json.loads(e) for e in raw], statuses.get(ws or "", {})))
+    return {"items": out}
+
+
+def reply_inbox(
+    b: Bus,
+    sid: str,
+    key: str,
+    *,
+    text: str | None = None,
+    image_paths: Sequence[str | os.PathLike[str]] = (),
+    root: Path | str | None = None,
+) -> dict[str, Any]:
+    """The agent's own message on one of its items; status, answer, revision and
+    settledAt stay, updatedAt moves. ``root`` is the sandbox pictures are read from
+    (default: the working directory)."""
+    info = b.session(sid)
+    check_item_key(key)
+    check_text(text)
+    item = _item(b, sid, key)
+    _require_starter(b, info, item.get("workspace"))
+    if not has_words(text) and not image_paths:
+        raise BadInput("a reply needs words, pictures, or both", code="empty_reply")
+    pictures = _pictures(image_paths, root)
+    # Everything is checked: from here on the reply is written.
+    names = _keep(b, sid, key, pictures)
+    entry = {"by": "agent", "text": text or "", "files": names, "at": now_ms()}
+    updated = _update(b, sid, key, {"updatedAt": _moved(item)}, entry)
+    return {"ok": True, "key": key, "updatedAt": updated["updatedAt"], "files": names}
+
+
+def item_file(b: Bus, sid: str, key: str, name: str) -> Path:
+    """A file kept on one of the session's items, by the name read_inbox lists."""
+    _item(b, sid, key)
+    if not isinstance(name, str) or not name or safe_name(name) != name:
+        raise BadInput(f"invalid file name {str(name)[:60]!r}")
+    path = files_dir(b, sid, key) / name
+    if path.is_symlink() or not path.is_file():
+        raise NotFound(f"item {key!r} has no file {name!r}", code="unknown_file")
+    return path

@@ -1,0 +1,230 @@
+"""Typed request threads against real Redis (bus/requests.py, SPEC section 7)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bus import decisions
+from bus.api import Bus
+from bus.errors import BadInput, BusError, NotFound, Refused
+from bus.requests import decide, open_request, request_state
+
+W1 = {"start": "2030-01-02T10:00:00+00:00", "end": "2030-01-02T11:00:00+00:00"}
+W2 = {"start": "2030-01-03T10:00:00+00:00", "end": "2030-01-03T11:00:00+00:00", "tz_hint": "UTC"}
+
+
+@pytest.fixture
+def pair(bus: Bus) -> Bus:
+    bus.open_session("alice")
+    bus.open_session("bob")
+    return bus
+
+
+def snapshot(b: Bus, thr: str) -> tuple[int, dict[str, str]]:
+    """What a refusal must leave untouched: the log's length and the meta hash."""
+    r = b.store.r
+    return int(r.xlen(b.store.k.t(thr, "log"))), dict(r.hgetall(b.store.k.t(thr, "meta")))
+
+
+def open_meeting(b: Bus, **kw: Any) -> str:
+    out = open_request(
+        b, actor="alice", to_id="bob", type="meeting_request", text="Can we meet?", **kw
+    )
+    assert out["ok"] and out["state"] == "REQUESTED"
+    return str(out["thread"])
+
+
+def refused(code: str, fn: Callable[[], object]) -> None:
+    with pytest.raises(Refused) as err:
+        fn()
+    assert err.value.code == code
+
+
+def test_meeting_negotiated_to_confirmed(pair: Bus) -> None:
+    b = pair
+    thr = open_meeting(b, windows=[W1])
+    b.deliver_session("bob")
+    assert request_state(b, thr)["windows"] == [W1]
+    inbox = b.read("bob", thr)
+    assert inbox["state"] == "REQUESTED"
+    assert [m["text"] for m in inbox["messages"]] == ["Can we meet?"]
+
+    out = decide(
+        b, thr, "counter", actor="bob", message="Not then; how about these?", windows=[W1, W2]
+    )
+    assert out["new_state"] == "OFFERED" and out["envelope_id"].startswith("env-")
+    st = request_state(b, thr)
+    assert st["state"] == "OFFERED" and st["offered_by"] == "recipient"
+    assert len(st["windows"]) == 2
+    # Bob cannot accept his own offer.
+    refused("invalid_for_state", lambda: decide(b, thr, "accept", actor="bob"))
+
+    out2 = decide(b, thr, "accept", actor="alice", message="The second one.")
+    assert out2["new_state"] == "CONFIRMED"
+    assert "offered_by" not in request_state(b, thr)
+
+    b.deliver_session("alice")
+    b.deliver_session("bob")
+    rows = {t["threadId"]: t for t in b.threads("alice")["threads"]}
+    assert rows[thr]["state"] == "CONFIRMED"
+    assert {t["threadId"]: t for t in b.threads("bob")["threads"]}[thr]["state"] == "CONFIRMED"
+    read = b.read("alice", thr)
+    assert read["state"] == "CONFIRMED"
+    kinds = [(m["kind"], m["text"]) for m in read["messages"]]
+    # Each envelope is in the log once, though its notice was delivered too.
+    assert kinds == [
+        ("message", "Can we meet?"),
+        ("decision", "Not then; how about these?"),
+        ("decision", "The second one."),
+    ]
+    log = b.store.r.xrange(b.store.k.t(thr, "log"))
+    env = json.loads(log[1][1]["m"])
+    assert env["decision"] == "counter" and env["new_state"] == "OFFERED"
+    assert env["windows"][1]["tz_hint"] == "UTC"
+    # The notice reached alice's inbox under the envelope's id, and a decision wakes.
+    rec = json.loads(b.store.r.hget(b.store.k.s("alice", "msgs"), out["envelope_id"]))
+    assert rec["kind"] == "decision" and rec["wakes"] is True
+    assert "decided counter" in rec["m"]["text"]
+
+
+def test_every_refusal_writes_nothing(pair: Bus) -> None:
+    b = pair
+    b.open_session("carol")
+    thr = open_meeting(b)
+    b.deliver_session("bob")
+    before = snapshot(b, thr)
+    refused("not_a_party", lambda: decide(b, thr, "accept", actor="carol"))
+    refused("invalid_for_state", lambda: decide(b, thr, "accept", actor="alice"))
+    refused("invalid_for_state", lambda: decide(b, thr, "withdraw", actor="bob"))
+    assert snapshot(b, thr) == before
+
+    decide(b, thr, "decline", actor="bob")
+    done = snapshot(b, thr)
+    assert done[1]["state"] == "DECLINED"
+    for who, what in [("bob", "accept"), ("alice", "withdraw"), ("alice", "clarify")]:
+        refused("thread_terminal", lambda who=who, what=what: decide(b, thr, what, actor=who))
+    refused("not_a_party", lambda: decide(b, thr, "clarify", actor="carol"))
+    assert snapshot(b, thr) == done
+
+
+def test_withdraw_only_by_sender_only_from_requested(pair: Bus) -> None:
+    b = pair
+    thr = open_meeting(b)
+    refused("invalid_for_state", lambda: decide(b, thr, "withdraw", actor="bob"))
+    assert decide(b, thr, "withdraw", actor="alice")["new_state"] == "DROPPED"
+
+    thr2 = open_meeting(b)
+    decide(b, thr2, "counter", actor="bob", windows=[W1])
+    before = snapshot(b, thr2)
+    refused("invalid_for_state", lambda: decide(b, thr2, "withdraw", actor="alice"))
+    assert snapshot(b, thr2) == before
+
+
+def test_clarify_keeps_state(pair: Bus) -> None:
+    b = pair
+    thr = open_request(b, actor="alice", to_id="bob", type="task", text="Fix the build")["thread"]
+    out = decide(b, thr, "clarify", actor="bob", message="Which branch?")
+    assert out["new_state"] == "REQUESTED"
+    assert decide(b, thr, "clarify", actor="alice", message="main")["new_state"] == "REQUESTED"
+    # A task counter needs no windows.
+    assert decide(b, thr, "counter", actor="bob", message="Tomorrow")["new_state"] == "OFFERED"
+    assert decide(b, thr, "accept", actor="alice")["new_state"] == "CONFIRMED"
+
+
+@pytest.mark.parametrize(
+    "windows",
+    [
+        None,
+        [],
+        [W1] * 11,
+        [{"start": "2030-01-02T11:00:00+00:00", "end": "2030-01-02T11:00:00+00:00"}],
+        [{"start": "2030-01-02T12:00:00+00:00", "end": "2030-01-02T11:00:00+00:00"}],
+        [{"start": "soon", "end": "later"}],
+    ],
+)
+def test_bad_counter_windows_write_nothing(pair: Bus, windows: list[dict[str, str]] | None) -> None:
+    b = pair
+    thr = open_meeting(b)
+    before = snapshot(b, thr)
+    with pytest.raises(BadInput):
+        decide(b, thr, "counter", actor="bob", windows=windows)
+    assert snapshot(b, thr) == before
+
+
+def test_message_bound_and_bad_input(pair: Bus) -> None:
+    b = pair
+    thr = open_meeting(b)
+    before = snapshot(b, thr)
+    with pytest.raises(BadInput):
+        decide(b, thr, "decline", actor="bob", message="x" * 2001)
+    with pytest.raises(BadInput):
+        decide(b, thr, "maybe", actor="bob")
+    assert snapshot(b, thr) == before
+    assert decide(b, thr, "decline", actor="bob", message="x" * 2000)["new_state"] == "DECLINED"
+    with pytest.raises(NotFound):
+        decide(b, "thr_aaaaaaaaaaaaaaaa", "accept", actor="bob")
+    with pytest.raises(BadInput):
+        decide(b, "not-a-thread", "accept", actor="bob")
+
+
+def test_open_request_refusals(pair: Bus) -> None:
+    b = pair
+    with pytest.raises(BadInput):
+        open_request(b, actor="alice", to_id="bob", type="lunch", text="hi")
+    with pytest.raises(BadInput):
+        open_request(b, actor="alice", to_id="alice", type="task", text="hi")
+    with pytest.raises(NotFound):
+        open_request(b, actor="nobody", to_id="bob", type="task", text="hi")
+    with pytest.raises(BadInput):
+        open_request(b, actor="alice", to_id="bob", type="task", text="x" * 8001)
+    with pytest.raises(BadInput):
+        open_request(
+            b, actor="alice", to_id="bob", type="meeting_request", text="hi", windows=[W1] * 11
+        )
+    # Nothing was opened by any of them.
+    assert b.threads("alice")["threads"] == []
+    assert b.store.r.xlen(b.store.k.s("bob", "stream")) == 0
+
+
+def _act(
+    barrier: threading.Barrier, results: dict[str, Any], who: str, what: str, b: Bus, thr: str
+) -> None:
+    barrier.wait()  # both decisions leave together
+    try:
+        results[who] = decide(b, thr, what, actor=who)
+    except BusError as exc:
+        results[who] = exc
+
+
+def test_race_exactly_one_wins(make_bus: Callable[..., Bus]) -> None:
+    setup = make_bus()
+    setup.open_session("alice")
+    setup.open_session("bob")
+    sides = [("bob", "accept", make_bus()), ("alice", "withdraw", make_bus())]
+    for _ in range(20):
+        thr = open_meeting(setup)
+        barrier = threading.Barrier(2)
+        results: dict[str, Any] = {}
+        workers = [
+            threading.Thread(target=_act, args=(barrier, results, *side, thr)) for side in sides
+        ]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join(10)
+        wins = [v for v in results.values() if isinstance(v, dict)]
+        losses = [v for v in results.values() if isinstance(v, BusError)]
+        assert len(wins) == 1 and len(losses) == 1, results
+        assert losses[0].code == "thread_terminal"
+        state = request_state(setup, thr)["state"]
+        assert state == wins[0]["new_state"]
+        assert state in (decisions.CONFIRMED, decisions.DROPPED)
+        # The log holds the request and exactly one decision.
+        assert setup.store.r.xlen(setup.store.k.t(thr, "log")) in (1, 2)
+        entries = setup.store.r.xrange(setup.store.k.t(thr, "log"))
+        assert sum(1 for _e, f in entries if json.loads(f["m"]).get("kind") == "decision") == 1

@@ -7,10 +7,14 @@ tasks) parses its input and makes one call here.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import redis
 
+from . import items
+from . import requests as typed_requests
 from . import threads as threadkeys
 from .delivery import DeliveryReport, deliver_session
 from .dispatch import Dispatcher, default_dispatcher
@@ -273,6 +277,93 @@ class Bus:
     def withdraw(self, msg_id: str, by: str) -> dict[str, Any]:
         """Unsend (before any notice) or retract (after) a message; only its sender may."""
         return self.inbox.withdraw(msg_id, by)
+
+    # -- typed requests and items (SPEC sections 7 and 8) --------------------------------
+
+    def _actor(self, actor: str | None) -> str:
+        """The acting session: given, else INBOX_SESSION (or the token's subject)."""
+        sid = actor or self.settings.session
+        if not sid:
+            raise BadInput("no acting session: set INBOX_SESSION to this session's id")
+        return sid
+
+    def request(
+        self,
+        to_id: str,
+        type: str,
+        text: str,
+        *,
+        actor: str | None = None,
+        windows: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Open a typed request thread (``REQUESTED``) from ``actor`` to ``to_id``."""
+        return typed_requests.open_request(
+            self, actor=self._actor(actor), to_id=to_id, type=type, text=text, windows=windows
+        )
+
+    def decide(
+        self,
+        thread: str,
+        decision: str,
+        *,
+        actor: str | None = None,
+        message: str | None = None,
+        windows: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Act on a typed thread; answers ``{ok, envelope_id, new_state}`` or raises Refused."""
+        return typed_requests.decide(
+            self, thread, decision, actor=self._actor(actor), message=message, windows=windows
+        )
+
+    def member_add(self, workspace: str, name: str) -> dict[str, Any]:
+        return items.member_add(self, workspace, name)
+
+    def member_remove(self, workspace: str, name: str) -> dict[str, Any]:
+        """The member's account is gone; their messages show as "a former member"."""
+        return items.member_remove(self, workspace, name)
+
+    def item_post(
+        self, sid: str, key: str, *, title: str, text: str | None = None
+    ) -> dict[str, Any]:
+        """Post (or re-post: a new revision) an item for the members of ``sid``'s workspace."""
+        return items.item_post(self, sid, key, title=title, text=text)
+
+    def item_settle(self, sid: str, key: str, *, member: str, answer: str) -> dict[str, Any]:
+        return items.item_settle(self, sid, key, member=member, answer=answer)
+
+    def item_write(
+        self,
+        sid: str,
+        key: str,
+        *,
+        member: str,
+        text: str | None = None,
+        image_paths: Sequence[str] = (),
+        root: Path | None = None,
+    ) -> dict[str, Any]:
+        """A member writes on an item; it reaches the agent as a notice and wakes it."""
+        return items.item_write(
+            self, sid, key, member=member, text=text, image_paths=image_paths, root=root
+        )
+
+    def read_inbox(self, sid: str) -> dict[str, Any]:
+        """Luke's ``read_inbox``: every item with its thread, oldest first."""
+        return items.read_inbox(self, sid)
+
+    def reply_inbox(
+        self,
+        sid: str,
+        key: str,
+        *,
+        text: str | None = None,
+        image_paths: Sequence[str] = (),
+        root: Path | None = None,
+    ) -> dict[str, Any]:
+        """Luke's ``reply_inbox``: words and/or up to 4 pictures on one of the agent's items."""
+        return items.reply_inbox(self, sid, key, text=text, image_paths=image_paths, root=root)
+
+    def item_file(self, sid: str, key: str, name: str) -> Path:
+        return items.item_file(self, sid, key, name)
 
     # -- the host's side ----------------------------------------------------------------
 

@@ -242,6 +242,40 @@ def listen(
 
 
 @app.command()
+def threads(sid: str) -> None:
+    """The session's threads, newest first."""
+    b = connect()
+    emit(bus_call(lambda: b.threads(sid)))
+
+
+@app.command()
+def read(
+    sid: str,
+    thread: str,
+    mark_read: bool = typer.Option(False, "--mark-read", help="mark its messages read"),
+) -> None:
+    """A whole thread, oldest first (refused for a session that is not a party)."""
+    b = connect()
+    emit(bus_call(lambda: b.read(sid, thread, mark_read=mark_read)))
+
+
+@app.command()
+def reply(sid: str, thread: str, text: str = typer.Option(..., help="the answer")) -> None:
+    """Answer into the other parties' inboxes under THREAD; never a turn for them."""
+    b = connect()
+    emit(bus_call(lambda: b.reply(sid, thread, text)))
+
+
+@app.command()
+def withdraw(
+    message_id: str, by: str = typer.Option(..., "--by", help="the sender session")
+) -> None:
+    """Unsend a message no notice carried yet, else retract it into its thread."""
+    b = connect()
+    emit(bus_call(lambda: b.withdraw(message_id, by)))
+
+
+@app.command()
 def status() -> None:
     """Sessions, their states and queue backlogs."""
     b = connect()
@@ -345,6 +379,129 @@ def flower(
     raise typer.Exit(
         run_flower(Settings.from_env(), address=address, port=port, basic_auth=basic_auth)
     )
+
+
+member_app = typer.Typer(help="Members of a workspace.", no_args_is_help=True)
+app.add_typer(member_app, name="member")
+item_app = typer.Typer(help="Items for members (SPEC section 8).", no_args_is_help=True)
+app.add_typer(item_app, name="item")
+WINDOW_HELP = "START/END[/TZ] (ISO-8601), repeatable"
+
+
+def _windows(values: list[str] | None) -> list[dict[str, str]]:
+    from .decisions import parse_window
+
+    return [parse_window(v) for v in values or []]
+
+
+@app.command()
+def request(
+    to_id: str = typer.Option(..., "--to-id", help="the recipient session"),
+    type_: str = typer.Option(..., "--type", help="meeting_request or task"),
+    text: str = typer.Option(..., help="the request"),
+    window: list[str] | None = typer.Option(None, "--window", help=WINDOW_HELP),
+) -> None:
+    """Open a typed request thread as INBOX_SESSION; prints {ok, thread, state}."""
+    b = connect()
+    emit(bus_call(lambda: b.request(to_id, type_, text, windows=_windows(window))))
+
+
+@app.command()
+def decide(
+    thread: str,
+    decision: str = typer.Argument(..., help="accept|decline|counter|clarify|withdraw"),
+    message: str | None = typer.Option(None, help="a note, at most 2000 characters"),
+    window: list[str] | None = typer.Option(None, "--window", help=WINDOW_HELP),
+) -> None:
+    """Act on a typed thread as INBOX_SESSION; prints {ok, envelope_id, new_state}."""
+    from .errors import Refused
+
+    b = connect()
+
+    def call() -> dict[str, Any]:
+        try:
+            return b.decide(thread, decision, message=message, windows=_windows(window))
+        except Refused as exc:
+            # SPEC section 12: a refusal prints {"ok": false, "error": code, "message"}, exit 1.
+            emit(exc.to_json())
+            sys.stderr.write(f"inbox: {exc}\n")
+            raise typer.Exit(1) from None
+
+    emit(bus_call(call))
+
+
+@member_app.command("add")
+def member_add(workspace: str, name: str) -> None:
+    """Add a member (a person) to a workspace."""
+    b = connect()
+    emit(bus_call(lambda: b.member_add(workspace, name)))
+
+
+@member_app.command("remove")
+def member_remove(workspace: str, name: str) -> None:
+    """Remove a member: the account is gone ("a former member")."""
+    b = connect()
+    emit(bus_call(lambda: b.member_remove(workspace, name)))
+
+
+@item_app.command("post")
+def item_post(
+    sid: str, key: str, title: str = typer.Option(...), text: str | None = typer.Option(None)
+) -> None:
+    """Post an item for the members (again under the same key: a new revision)."""
+    b = connect()
+    emit(bus_call(lambda: b.item_post(sid, key, title=title, text=text)))
+
+
+@item_app.command("settle")
+def item_settle(
+    sid: str, key: str, member: str = typer.Option(...), answer: str = typer.Option(...)
+) -> None:
+    """A member settles an item with an answer."""
+    b = connect()
+    emit(bus_call(lambda: b.item_settle(sid, key, member=member, answer=answer)))
+
+
+@item_app.command("write")
+def item_write(
+    sid: str,
+    key: str,
+    member: str = typer.Option(...),
+    text: str | None = typer.Option(None),
+    image: list[str] | None = typer.Option(None, "--image", help="a picture path, repeatable"),
+    root: Path | None = typer.Option(None, help="pictures must lie under it (default: cwd)"),
+) -> None:
+    """A member writes on an item (open or settled); the agent hears of it."""
+    b = connect()
+    emit(
+        bus_call(
+            lambda: b.item_write(
+                sid, key, member=member, text=text, image_paths=image or [], root=root
+            )
+        )
+    )
+
+
+@app.command("read-inbox")
+def read_inbox(sid: str) -> None:
+    """Every item of the agent with its thread (Luke's read_inbox)."""
+    b = connect()
+    emit(bus_call(lambda: b.read_inbox(sid)))
+
+
+@app.command("reply-inbox")
+def reply_inbox(
+    sid: str,
+    key: str,
+    text: str | None = typer.Option(None),
+    image: list[str] | None = typer.Option(None, "--image", help="a picture path, repeatable"),
+    root: Path | None = typer.Option(
+        None, help="the sandbox pictures are read from (default: cwd)"
+    ),
+) -> None:
+    """Words and/or pictures on one of the agent's items (Luke's reply_inbox)."""
+    b = connect()
+    emit(bus_call(lambda: b.reply_inbox(sid, key, text=text, image_paths=image or [], root=root)))
 
 
 hooks_app = typer.Typer(help="Ready-made hook setups for harnesses.", no_args_is_help=True)

@@ -17,7 +17,7 @@ import subprocess
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from . import notices, policy
+from . import items, notices, policy
 from .errors import NotFound, Refused
 from .models import SessionInfo, check_session_id, now_ms, parse_message
 from .stamp import render_stamp
@@ -168,7 +168,7 @@ class Inbox:
             receiver_delegator=info.delegator,
             receiver_turns=info.turns,
             receiver_gave_work_to_sender=gave,
-            from_member=bool(msg.get("member")),
+            from_member=items.from_member(self.bus, info, msg),
         )
         if policy.is_first_work(facts):
             giver = sender_sid or str(msg["from"])

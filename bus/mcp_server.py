@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 import redis
 from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, ContentBlock, TextContent
 from pydantic import Field
 
 from .api import Bus
@@ -66,7 +66,7 @@ def sender_handle(bus: Bus, sid: str | None) -> str:
 
 def _result(data: Any, *, text: str | None = None, error: bool = False) -> CallToolResult:
     body = data if isinstance(data, dict) else {"ok": True, "result": data}
-    blocks = [TextContent(type="text", text=text)] if text else []
+    blocks: list[ContentBlock] = [TextContent(type="text", text=text)] if text else []
     blocks.append(TextContent(type="text", text=json.dumps(data, ensure_ascii=False)))
     return CallToolResult(content=blocks, structured_content=body, is_error=error)
 
@@ -148,6 +148,7 @@ def _send_tool(bus: Bus) -> Callable[..., CallToolResult]:
 
     sig = inspect.signature(_send, eval_str=True)
     params = [p for name, p in sig.parameters.items() if name != "bus"]
+    # The SDK builds the input schema from this signature: ``klass`` is published as "class".
     send.__signature__ = sig.replace(  # type: ignore[attr-defined]
         parameters=params, return_annotation=CallToolResult
     )
@@ -226,7 +227,7 @@ def _optional_tools(server: MCPServer, bus: Bus) -> None:
             """Act on a typed request thread; you are the actor. Answers {ok, envelope_id,
             new_state} or an error code (not_a_party, thread_terminal, invalid_for_state)."""
             return _call(
-                lambda: bus.decide(  # type: ignore[attr-defined]
+                lambda: bus.decide(
                     thread_id,
                     decision,
                     actor=caller(bus),
@@ -240,7 +241,7 @@ def _optional_tools(server: MCPServer, bus: Bus) -> None:
         @server.tool()
         def read_inbox() -> CallToolResult:
             """Every item you posted to your workspace's members, with its thread."""
-            return _call(lambda: bus.read_inbox(caller(bus)))  # type: ignore[attr-defined]
+            return _call(lambda: bus.read_inbox(caller(bus)))
 
     if hasattr(bus, "reply_inbox"):
 
@@ -262,9 +263,7 @@ def _optional_tools(server: MCPServer, bus: Bus) -> None:
                     if not isinstance(image.get("path"), str):
                         raise BadInput(f"image {n} needs a path")
                     paths.append(image["path"])
-                return bus.reply_inbox(  # type: ignore[attr-defined]
-                    caller(bus), key, text=text, image_paths=paths, root=root
-                )
+                return bus.reply_inbox(caller(bus), key, text=text, image_paths=paths, root=root)
 
             return _call(run)
 

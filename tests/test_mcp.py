@@ -199,17 +199,34 @@ async def test_inbox_peeks_then_consumes_the_callers_floor(settings: Settings, b
     assert bus.peek("me") == []
 
 
-async def test_decide_and_items_when_the_bus_has_them(settings: Settings, bus: Bus) -> None:
-    if not (hasattr(bus, "decide") and hasattr(bus, "read_inbox")):
-        pytest.skip("Bus.decide / read_inbox not there yet")
-    bus.open_session("me", handle="hosta:me")
+async def test_decide_through_mcp_acts_as_the_caller(settings: Settings, bus: Bus) -> None:
+    if not hasattr(bus, "decide"):
+        pytest.skip("Bus.decide not there yet")
+    from bus.requests import open_request
+
+    bus.open_session("asker")
+    bus.open_session("me")
+    opened = open_request(bus, actor="asker", to_id="me", type="task", text="do it")
+    async with mcp_client(settings, "asker") as asker:
+        # The asker cannot accept its own request: the actor is INBOX_SESSION.
+        own = await call(asker, "decide", thread_id=opened["thread"], decision="accept")
+    async with mcp_client(settings, "me") as me:
+        accepted = ok(await call(me, "decide", thread_id=opened["thread"], decision="accept"))
+        again = await call(me, "decide", thread_id=opened["thread"], decision="decline")
+    assert "invalid_for_state" in error_text(own)
+    assert accepted["new_state"] == "CONFIRMED"
+    assert "thread_terminal" in error_text(again)
+
+
+async def test_items_through_mcp(settings: Settings, bus: Bus) -> None:
+    if not (hasattr(bus, "read_inbox") and hasattr(bus, "reply_inbox")):
+        pytest.skip("Bus.read_inbox / reply_inbox not there yet")
+    bus.open_session("me")
     async with mcp_client(settings, "me") as client:
-        refused = await call(client, "decide", thread_id="thr_nosuchthread", decision="accept")
-        items = await call(client, "read_inbox")
-        reply = await call(client, "reply_inbox", key="no-such-item", text="hi")
+        items = ok(await call(client, "read_inbox"))
+        refused = await call(client, "reply_inbox", key="no-such-item", text="hi")
+    assert items["items"] == []
     assert refused.is_error
-    assert not items.is_error
-    assert reply.is_error
 
 
 def floor_lines(home: Path, sid: str) -> list[dict[str, Any]]:

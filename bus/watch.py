@@ -1,0 +1,243 @@
+"""The coordinator's views: ``inbox watch`` (messages live) and ``inbox top`` (sessions).
+
+:func:`subscribe` follows sessions' streams (``P:{sid}:stream``, one entry per message
+addressed to the session) with a blocking ``XREAD``: one call over every followed
+stream, so one round trip per ``block_ms`` at most, however many sessions.
+
+Redis Cluster: each session's stream has its own hash tag, so a multi-key ``XREAD``
+would be refused there (CROSSSLOT). A single server is the target today; on a Cluster,
+split the streams by ``CLUSTER KEYSLOT`` and read each group on its own connection.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING, Any
+
+from .models import check_session_id, now_ms
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from .api import Bus
+
+UNREAD_MARKS = ("new", "noticed")
+
+
+def _last_id(r: Any, key: str) -> str:
+    """The newest entry's id (what ``$`` means now), or ``0-0`` for an empty stream."""
+    rows = r.xrevrange(key, count=1)
+    return str(rows[0][0]) if rows else "0-0"
+
+
+def _rows(reply: Any) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
+    # RESP2 answers a list of [key, entries]; RESP3 a dict key -> entries.
+    if isinstance(reply, dict):
+        return [(str(k), v[0] if v and isinstance(v[0], list) else v) for k, v in reply.items()]
+    return [(str(k), entries) for k, entries in reply or []]
+
+
+class Subscription:
+    """Stream positions for a set of sessions; iterating reads them live (see subscribe)."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        sessions: list[str] | None,
+        *,
+        block_ms: int,
+        since: str,
+        stop: threading.Event | None,
+        refresh_s: float,
+        count: int,
+    ) -> None:
+        if block_ms <= 0:
+            raise ValueError("block_ms must be positive (0 would block forever)")
+        self.bus = bus
+        self.follow_all = sessions is None
+        self.block_ms = block_ms
+        self.since = since
+        self.stop = stop or threading.Event()
+        self.refresh_s = refresh_s
+        self.count = count
+        self.pos: dict[str, str] = {}
+        self.sid_of: dict[str, str] = {}
+        for sid in bus.store.session_ids() if sessions is None else sessions:
+            self.follow(check_session_id(sid), newcomer=False)
+
+    def follow(self, sid: str, *, newcomer: bool) -> None:
+        key = self.bus.store.k.s(sid, "stream")
+        if key in self.pos:
+            return
+        self.sid_of[key] = sid
+        if self.since != "$":
+            self.pos[key] = self.since
+        else:
+            # A session first seen after the start has nothing older than the start.
+            self.pos[key] = "0-0" if newcomer else _last_id(self.bus.store.r, key)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        r = self.bus.store.r
+        next_refresh = time.monotonic() + self.refresh_s
+        while not self.stop.is_set():
+            if self.follow_all and time.monotonic() >= next_refresh:
+                for sid in self.bus.store.session_ids():
+                    self.follow(sid, newcomer=True)
+                next_refresh = time.monotonic() + self.refresh_s
+            if not self.pos:
+                self.stop.wait(self.block_ms / 1000)
+                continue
+            # A copy: positions move while the caller handles the batch.
+            reply = r.xread(dict(self.pos), count=self.count, block=self.block_ms)
+            for key, entries in _rows(reply):
+                for eid, fields in entries:
+                    self.pos[key] = str(eid)
+                    try:
+                        message = json.loads(fields["m"])
+                    except (KeyError, ValueError):
+                        message = {"raw": fields}
+                    yield {"session": self.sid_of[key], "stream_id": str(eid), "message": message}
+                    if self.stop.is_set():
+                        return
+
+
+def subscribe(
+    bus: Bus,
+    sessions: list[str] | None,
+    *,
+    block_ms: int = 1000,
+    since: str = "$",
+    stop: threading.Event | None = None,
+    refresh_s: float = 3.0,
+    count: int = 500,
+) -> Iterator[dict[str, Any]]:
+    """Follow ``sessions`` (``None``: all, newcomers found every ``refresh_s``) live.
+
+    Yields ``{"session", "stream_id", "message"}`` in stream order per session. ``since``
+    is ``$`` (only what arrives after this call), ``0-0`` (everything still in the
+    streams) or a stream id. Start positions are taken here, eagerly, so a send made
+    after this call returns is never missed even if iteration starts later. ``stop``
+    ends the iteration; it is checked between reads, so ``block_ms`` bounds the latency.
+    """
+    sub = Subscription(
+        bus,
+        sessions,
+        block_ms=block_ms,
+        since=since,
+        stop=stop,
+        refresh_s=refresh_s,
+        count=count,
+    )
+    return iter(sub)
+
+
+def run_watch(
+    bus: Bus,
+    sessions: list[str] | None,
+    out: IO[str] | None = None,
+    *,
+    since: str = "$",
+    stop: threading.Event | None = None,
+    block_ms: int = 1000,
+) -> None:
+    """Print one JSON line per message until ``stop`` is set or Ctrl-C."""
+    out = out or sys.stdout
+    try:
+        for event in subscribe(bus, sessions, since=since, stop=stop, block_ms=block_ms):
+            out.write(json.dumps(event, ensure_ascii=False) + "\n")
+            out.flush()
+    except KeyboardInterrupt:
+        pass
+
+
+# -- top ------------------------------------------------------------------------------
+
+
+def top_rows(bus: Bus) -> list[dict[str, Any]]:
+    """One row per session: handle, host, state, turns, unread, new, backlog, age."""
+    store = bus.store
+    infos = store.sessions()
+    pipe = store.r.pipeline(transaction=False)
+    for info in infos:
+        pipe.hvals(store.k.s(info.session, "msgs"))
+    records = pipe.execute()
+    now = now_ms()
+    rows = []
+    for info, raw in zip(infos, records, strict=True):
+        marks = [json.loads(x).get("mark") for x in raw]
+        rows.append(
+            {
+                "session": info.session,
+                "handle": info.handle,
+                "host": info.host,
+                "state": info.state,
+                "turns": info.turns,
+                "unread": sum(1 for m in marks if m in UNREAD_MARKS),
+                "new": sum(1 for m in marks if m == "new"),
+                "backlog": store.backlog(info.session),
+                "age_s": max(0, round((now - info.opened_at) / 1000)) if info.opened_at else None,
+            }
+        )
+    return rows
+
+
+def _age(seconds: int | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+STATE_STYLE = {"running": "green", "idle": "", "closing": "yellow", "closed": "dim"}
+
+
+def render_top(rows: list[dict[str, Any]]) -> Table:
+    """A rich table of :func:`top_rows`; unread and backlog stand out when non-zero."""
+    from rich.table import Table
+
+    table = Table(title="inbox top", expand=False)
+    for name, justify in (
+        ("session", "left"),
+        ("handle", "left"),
+        ("host", "left"),
+        ("state", "left"),
+        ("turns", "right"),
+        ("unread", "right"),
+        ("new", "right"),
+        ("backlog", "right"),
+        ("age", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(
+            row["session"],
+            row["handle"],
+            row["host"],
+            row["state"],
+            str(row["turns"]),
+            f"[bold]{row['unread']}[/]" if row["unread"] else "0",
+            str(row["new"]),
+            f"[bold red]{row['backlog']}[/]" if row["backlog"] else "0",
+            _age(row["age_s"]),
+            style=STATE_STYLE.get(row["state"], ""),
+        )
+    return table
+
+
+def run_top(bus: Bus, interval: float = 1.0, *, stop: threading.Event | None = None) -> None:
+    """Redraw the table every ``interval`` seconds until ``stop`` is set or Ctrl-C."""
+    from rich.live import Live
+
+    stop = stop or threading.Event()
+    try:
+        with Live(render_top(top_rows(bus)), auto_refresh=False) as live:
+            while not stop.wait(interval):
+                live.update(render_top(top_rows(bus)), refresh=True)
+    except KeyboardInterrupt:
+        pass

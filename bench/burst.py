@@ -272,30 +272,55 @@ class Burst:
 def burst(n: int, k: int, contexts: list[Any], send_one: Callable[[Any, int], object]) -> Burst:
     """K sender threads, sender i sending messages i, i+K, ...; started together."""
     gate = threading.Barrier(k + 1)
+    stop = threading.Event()
     errors: list[BaseException] = []
 
     def work(i: int) -> None:
         ctx = contexts[i]
-        gate.wait()
         try:
+            gate.wait()
             for idx in range(i, n, k):
+                if stop.is_set():
+                    return
                 send_one(ctx, idx)
+        except threading.BrokenBarrierError:
+            return
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(k)]
     for t in threads:
         t.start()
-    t0_ms = now_ms()
-    t0 = time.perf_counter()
-    gate.wait()
-    for t in threads:
-        while t.is_alive():
-            t.join(0.2)
-    t1 = time.perf_counter()
+    try:
+        t0_ms = now_ms()
+        t0 = time.perf_counter()
+        gate.wait()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+        t1 = time.perf_counter()
+    finally:
+        # On Ctrl-C the senders stop too, before their connections are closed.
+        stop.set()
+        gate.abort()
+        for t in threads:
+            t.join(5)
     if errors:
         raise BenchError(f"a sender failed: {errors[0]!r}") from errors[0]
     return Burst(t0, t0_ms, t1)
+
+
+def median_row(rows: list[Row]) -> Row:
+    """The median round by its headline figure; every round's figure is kept beside it."""
+
+    def key(r: Row) -> float:
+        return r.throughput if r.throughput is not None else r.send_rate
+
+    ordered = sorted(rows, key=key)
+    mid = ordered[(len(ordered) - 1) // 2]
+    mid.extra["per_s_rounds"] = [round(key(r), 1) for r in rows]
+    mid.extra["turns_rounds"] = [r.turns for r in rows]
+    return mid
 
 
 def wait_until(
@@ -347,8 +372,8 @@ def floor_after_drain(b: Bus, sid: str, row: Row) -> None:
     row.header = text.splitlines()[0] if text else ""
 
 
-def scenario_running(s: Settings, observer: Bus, n: int, k: int) -> Row:
-    sid = "coord"
+def scenario_running(s: Settings, observer: Bus, n: int, k: int, tag: str) -> Row:
+    sid = f"coord{tag}"
     observer.open_session(sid)
     observer.turn(sid, "start")
     turns_before = observer.session(sid).turns
@@ -374,16 +399,17 @@ def scenario_running(s: Settings, observer: Bus, n: int, k: int) -> Row:
     return row
 
 
-def scenario_idle(s: Settings, observer: Bus, n: int, k: int) -> Row:
-    sid = "idle"
+def scenario_idle(s: Settings, observer: Bus, n: int, k: int, tag: str) -> Row:
+    sid = f"idle{tag}"
+    warm = f"warmidle{tag}"
     observer.open_session(sid)
     observer.turn(sid, "start")  # it had one turn, and is idle now
     observer.turn(sid, "end")
     turns_before = observer.session(sid).turns
-    observer.open_session("warmidle")  # running: the warm-up sends steer, never wake
-    observer.turn("warmidle", "start")
-    senders = bus_contexts(s, k, "warmidle")
-    wait_until(lambda: all_written(observer, "warmidle"), 30, "the warm-up sends")
+    observer.open_session(warm)  # running: the warm-up sends steer, never wake
+    observer.turn(warm, "start")
+    senders = bus_contexts(s, k, warm)
+    wait_until(lambda: all_written(observer, warm), 30, "the warm-up sends")
     try:
         with scheduler_thread(s):
             b = burst(
@@ -409,8 +435,9 @@ def scenario_idle(s: Settings, observer: Bus, n: int, k: int) -> Row:
     return row
 
 
-def scenario_naive(s: Settings, observer: Bus, n: int, k: int) -> Row:
-    sid = "naive"
+def scenario_naive(s: Settings, observer: Bus, n: int, k: int, tag: str) -> Row:
+    sid = f"naive{tag}"
+    warm = f"warmnaive{tag}"
     queue = host_queue(s.host)
     apps = []
     for i in range(k):
@@ -418,13 +445,13 @@ def scenario_naive(s: Settings, observer: Bus, n: int, k: int) -> Row:
         app.send_task(
             "bench.naive_deliver",
             kwargs={
-                "sid": "warmnaive",
-                "msg": parse_message(fields_for(i, k, "warmnaive", "action")).wire(),
+                "sid": warm,
+                "msg": parse_message(fields_for(i, k, warm, "action")).wire(),
             },
             queue=queue,
         )
         apps.append(app)
-    wait_until(lambda: len(observer.floor.peek("warmnaive")) >= k, 30, "the naive warm-up")
+    wait_until(lambda: len(observer.floor.peek(warm)) >= k, 30, "the naive warm-up")
 
     def send_one(app: Any, idx: int) -> None:
         msg = parse_message(fields_for(idx, k, sid, "blocker" if idx == 3 else "action"))
@@ -454,8 +481,8 @@ def scenario_naive(s: Settings, observer: Bus, n: int, k: int) -> Row:
     return row
 
 
-def scenario_raw(s: Settings, n: int, k: int) -> Row:
-    stream = f"{s.key_prefix}:{{raw}}:stream"
+def scenario_raw(s: Settings, n: int, k: int, tag: str) -> Row:
+    stream = f"{s.key_prefix}:{{raw}}:stream{tag}"
     lines = [parse_message(fields_for(i, k, "raw", "action")) for i in range(n)]
     wire = [(m.id, m.line()) for m in lines]
     clients = []
@@ -489,8 +516,20 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
+def turns_cell(row: Row) -> str:
+    if row.floor_lines is None:
+        return "-"
+    rounds = row.extra.get("turns_rounds") or [row.turns]
+    if len(set(rounds)) == 1:
+        return str(row.turns)
+    return f"{row.turns} (rounds: {', '.join(map(str, rounds))})"
+
+
 def report(console: Console, rows: dict[str, Row], meta: dict[str, Any]) -> dict[str, Any]:
-    table = Table(title=f"burst: {meta['messages']} messages from {meta['senders']} senders")
+    table = Table(
+        title=f"burst: {meta['messages']} messages from {meta['senders']} senders"
+        f" (median of {meta['rounds']} rounds)"
+    )
     for col, just in [
         ("scenario", "left"),
         ("messages", "right"),
@@ -511,7 +550,7 @@ def report(console: Console, rows: dict[str, Row], meta: dict[str, Any]) -> dict
             str(row.messages),
             fmt(row.floor_lines, "d"),
             notices,
-            str(row.turns) if row.floor_lines is not None else "-",
+            turns_cell(row),
             fmt(row.to_wake_s),
             fmt(row.send_s),
             fmt(row.send_rate, ".0f"),
@@ -577,10 +616,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", "-n", type=int, default=300, help="messages per scenario")
     parser.add_argument("--senders", "-k", type=int, default=7, help="concurrent senders")
     parser.add_argument("--redis-url", default=None, help="default: see the module docstring")
+    parser.add_argument(
+        "--repeat", "-r", type=int, default=3, help="rounds; each figure is the median round"
+    )
     args = parser.parse_args(argv)
-    if args.messages < 1 or args.senders < 1:
-        parser.error("--messages and --senders must be at least 1")
+    if min(args.messages, args.senders, args.repeat) < 1:
+        parser.error("--messages, --senders and --repeat must be at least 1")
     signal.signal(signal.SIGTERM, _sigterm)
+    # Ctrl-C stops the run and cleans up, even when started with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # Wide enough for the table when the output goes to a file or a pipe.
     console = Console(width=None if sys.stdout.isatty() else 140)
     started = time.perf_counter()
@@ -610,20 +654,21 @@ def main(argv: list[str] | None = None) -> int:
             observer = celery_bus(s)
             stack.callback(close_bus, observer)
             n, k = args.messages, args.senders
-            rows: dict[str, Row] = {}
-            console.print("raw XADD...")
-            rows["raw"] = scenario_raw(s, n, k)
-            console.print("A: bus, running session...")
-            rows["running"] = scenario_running(s, observer, n, k)
-            console.print("naive: a Celery task per message...")
-            rows["naive"] = scenario_naive(s, observer, n, k)
-            console.print("B: bus, idle session burst...")
-            rows["idle"] = scenario_idle(s, observer, n, k)
-            rows = {key: rows[key] for key in ("running", "idle", "naive", "raw")}
+            runs: dict[str, list[Row]] = {key: [] for key in ("running", "idle", "naive", "raw")}
+            for r in range(1, args.repeat + 1):
+                # Interleaved rounds, so a drift in the machine's load hits every scenario.
+                tag = str(r)
+                console.print(f"round {r}/{args.repeat}: raw XADD, A, naive, B...")
+                runs["raw"].append(scenario_raw(s, n, k, tag))
+                runs["running"].append(scenario_running(s, observer, n, k, tag))
+                runs["naive"].append(scenario_naive(s, observer, n, k, tag))
+                runs["idle"].append(scenario_idle(s, observer, n, k, tag))
+            rows = {key: median_row(rs) for key, rs in runs.items()}
             meta = {
                 "bench": "burst",
                 "messages": n,
                 "senders": k,
+                "rounds": args.repeat,
                 "cores": os.cpu_count(),
                 "redis": found,
                 "worker": "prefork -c 2",

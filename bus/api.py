@@ -13,12 +13,13 @@ from typing import Any
 
 import redis
 
-from . import items
+from . import auth, items
 from . import requests as typed_requests
 from . import threads as threadkeys
+from .auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
 from .delivery import DeliveryReport, deliver_session
 from .dispatch import Dispatcher, default_dispatcher
-from .errors import Ambiguous, BadInput, NotFound
+from .errors import Ambiguous, BadInput, NotFound, Unauthorized
 from .floor import Floor
 from .inbox import Inbox
 from .keys import Keys
@@ -70,6 +71,7 @@ class Bus:
         self.dispatcher = dispatcher if dispatcher is not None else default_dispatcher()
         self.floor = Floor(self.settings.home)
         self.inbox = Inbox(self)
+        self.auth = Authenticator(self.settings.secret, is_revoked=self._is_revoked)
         self._metrics: Metrics | None = None
 
     @property
@@ -90,6 +92,41 @@ class Bus:
         if self._metrics is None:
             self._metrics = Metrics(self.store.r, self.store.k)
         return self._metrics
+
+    def _is_revoked(self, jti: str) -> bool:
+        return bool(self.store.r.sismember(self.store.k.revoked, jti))
+
+    def issue_token(
+        self,
+        *,
+        session: str | None = None,
+        member: str | None = None,
+        scopes: Sequence[str],
+        ttl_s: int | None = None,
+    ) -> dict[str, Any]:
+        """A signed token for a session or a member (``INBOX_SECRET`` must be set)."""
+        if not self.settings.secret:
+            raise BadInput("no INBOX_SECRET is configured: tokens need a server secret")
+        token = auth.issue(
+            self.settings.secret, session=session, member=member, scopes=list(scopes), ttl_s=ttl_s
+        )
+        claims = auth.verify(self.settings.secret, token)
+        return {
+            "ok": True,
+            "token": token,
+            "subject": claims.actor,
+            "jti": claims.jti,
+            "scopes": sorted(claims.scopes),
+            "exp": claims.exp,
+        }
+
+    def revoke_token(self, token: str) -> dict[str, Any]:
+        """Revoke a token: every later use is refused (``token_revoked``)."""
+        if not self.settings.secret:
+            raise BadInput("no INBOX_SECRET is configured: there are no tokens to revoke")
+        claims = auth.verify(self.settings.secret, token, now=0)
+        self.store.r.sadd(self.store.k.revoked, claims.jti)
+        return {"ok": True, "revoked": claims.jti, "subject": claims.actor}
 
     # -- sessions ---------------------------------------------------------------------
 
@@ -192,18 +229,59 @@ class Bus:
         return found[0]
 
     def send(
-        self, fields: dict[str, Any] | Message, *, wait: bool = False, timeout: float | None = None
+        self,
+        fields: dict[str, Any] | Message,
+        *,
+        wait: bool = False,
+        timeout: float | None = None,
+        token: str | None = None,
     ) -> dict[str, Any]:
-        """Validate, store and route one message; answers SPEC section 4's JSON."""
-        if isinstance(fields, Message):
-            msg = fields
-        else:
-            data = dict(fields)
-            if "to_id" not in data and data.get("to"):
-                data["to_id"] = self.resolve(str(data["to"])).session
+        """Validate, store and route one message; answers SPEC section 4's JSON.
+
+        With ``INBOX_SECRET`` set the sender comes from the token (``INBOX_TOKEN`` or
+        ``token``), never from the body: a ``from`` or ``from_session`` naming someone else
+        is refused. Without a secret the message is marked unverified.
+        """
+        data = fields.wire() if isinstance(fields, Message) else dict(fields)
+        if "to_id" not in data and data.get("to"):
+            data["to_id"] = self.resolve(str(data["to"])).session
+        claims = self.claims(token, SCOPE_WRITE)
+        if claims is None:
             if self.settings.session and not data.get("from_session"):
                 data["from_session"] = self.settings.session
-            msg = parse_message(data)
+            data["verified"] = False
+        else:
+            data = self._as_token_subject(data, claims)
+        return self.post(parse_message(data), wait=wait, timeout=timeout)
+
+    def _as_token_subject(self, data: dict[str, Any], claims: Claims) -> dict[str, Any]:
+        if claims.sub_kind == "session":
+            handle, sender_sid = self.session(claims.sub).handle, claims.sub
+        else:
+            workspace, _, name = claims.sub.partition("/")
+            handle, sender_sid = f"{workspace}:{name}", None
+        if data.get("from") not in (None, handle) or data.get("from_session") not in (
+            None,
+            sender_sid,
+        ):
+            raise Unauthorized(
+                f"the message claims to be from {data.get('from')!r} but the token is "
+                f"{claims.actor}'s",
+                code="forged_from",
+            )
+        return {**data, "from": handle, "from_session": sender_sid, "verified": True}
+
+    def claims(self, token: str | None, scope: str, *, session: str | None = None) -> Claims | None:
+        """The caller's verified token claims, or None when authentication is off."""
+        return self.auth.actor_for_write(token or self.settings.token, scope, session=session)
+
+    def post(
+        self, msg: Message, *, wait: bool = False, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Store and route a message whose sender is already settled (the library's own
+        replies, retractions, decisions and item messages go through here)."""
+        if msg.verified is None:
+            msg = msg.model_copy(update={"verified": self.auth.enabled})
         sid = msg.to_id
         info = self.store.get_session(sid)
         if info is None:
@@ -261,27 +339,43 @@ class Bus:
 
     # -- threads ----------------------------------------------------------------------
 
-    def threads(self, sid: str) -> dict[str, Any]:
+    def threads(self, sid: str, *, token: str | None = None) -> dict[str, Any]:
         """The session's threads, newest first."""
+        self.claims(token, SCOPE_READ, session=sid)
         self.session(sid)
         return {"ok": True, "session": sid, "threads": self.inbox.threads(sid)}
 
-    def read(self, sid: str, thread: str, *, mark_read: bool = False) -> dict[str, Any]:
+    def read(
+        self, sid: str, thread: str, *, mark_read: bool = False, token: str | None = None
+    ) -> dict[str, Any]:
         """A whole thread, oldest first; ``mark_read`` marks the session's messages read."""
+        self.claims(token, SCOPE_READ, session=sid)
         return {"ok": True, **self.inbox.read(sid, thread, mark_read=mark_read)}
 
-    def reply(self, sid: str, thread: str, text: str) -> dict[str, Any]:
+    def reply(
+        self, sid: str, thread: str, text: str, *, token: str | None = None
+    ) -> dict[str, Any]:
         """Answer into the other parties' inboxes under ``thread``; never a turn for them."""
+        self.claims(token, SCOPE_WRITE, session=sid)
         return self.inbox.reply(sid, thread, text)
 
-    def withdraw(self, msg_id: str, by: str) -> dict[str, Any]:
+    def withdraw(self, msg_id: str, by: str, *, token: str | None = None) -> dict[str, Any]:
         """Unsend (before any notice) or retract (after) a message; only its sender may."""
+        self.claims(token, SCOPE_WRITE, session=by)
         return self.inbox.withdraw(msg_id, by)
 
     # -- typed requests and items (SPEC sections 7 and 8) --------------------------------
 
-    def _actor(self, actor: str | None) -> str:
-        """The acting session: given, else INBOX_SESSION (or the token's subject)."""
+    def _actor(self, actor: str | None, token: str | None = None) -> str:
+        """The acting session: the token's subject when authentication is on, else the one
+        given, else INBOX_SESSION."""
+        claims = self.claims(token, SCOPE_THREAD)
+        if claims is not None:
+            if claims.sub_kind != "session" or actor not in (None, claims.sub):
+                raise Unauthorized(
+                    f"the token is {claims.actor}'s, not {actor!r}'s", code="token_subject"
+                )
+            return claims.sub
         sid = actor or self.settings.session
         if not sid:
             raise BadInput("no acting session: set INBOX_SESSION to this session's id")
@@ -295,10 +389,16 @@ class Bus:
         *,
         actor: str | None = None,
         windows: list[dict[str, Any]] | None = None,
+        token: str | None = None,
     ) -> dict[str, Any]:
         """Open a typed request thread (``REQUESTED``) from ``actor`` to ``to_id``."""
         return typed_requests.open_request(
-            self, actor=self._actor(actor), to_id=to_id, type=type, text=text, windows=windows
+            self,
+            actor=self._actor(actor, token),
+            to_id=to_id,
+            type=type,
+            text=text,
+            windows=windows,
         )
 
     def decide(
@@ -309,10 +409,19 @@ class Bus:
         actor: str | None = None,
         message: str | None = None,
         windows: list[dict[str, Any]] | None = None,
+        token: str | None = None,
     ) -> dict[str, Any]:
-        """Act on a typed thread; answers ``{ok, envelope_id, new_state}`` or raises Refused."""
+        """Act on a typed thread; answers ``{ok, envelope_id, new_state}`` or raises Refused.
+
+        The actor is the token's subject when authentication is on, never a body field.
+        """
         return typed_requests.decide(
-            self, thread, decision, actor=self._actor(actor), message=message, windows=windows
+            self,
+            thread,
+            decision,
+            actor=self._actor(actor, token),
+            message=message,
+            windows=windows,
         )
 
     def member_add(self, workspace: str, name: str) -> dict[str, Any]:
@@ -322,13 +431,35 @@ class Bus:
         """The member's account is gone; their messages show as "a former member"."""
         return items.member_remove(self, workspace, name)
 
+    def _as_member(self, token: str | None, sid: str, member: str) -> None:
+        """With authentication on, a member's write needs that member's own token."""
+        claims = self.claims(token, SCOPE_WRITE)
+        if claims is None:
+            return
+        expected = f"{self.session(sid).workspace}/{member}"
+        if claims.sub_kind != "member" or claims.sub != expected:
+            raise Unauthorized(
+                f"the token is {claims.actor}'s, not member {expected}'s", code="token_subject"
+            )
+
     def item_post(
-        self, sid: str, key: str, *, title: str, text: str | None = None
+        self,
+        sid: str,
+        key: str,
+        *,
+        title: str,
+        text: str | None = None,
+        token: str | None = None,
     ) -> dict[str, Any]:
         """Post (or re-post: a new revision) an item for the members of ``sid``'s workspace."""
+        self.claims(token, SCOPE_WRITE, session=sid)
         return items.item_post(self, sid, key, title=title, text=text)
 
-    def item_settle(self, sid: str, key: str, *, member: str, answer: str) -> dict[str, Any]:
+    def item_settle(
+        self, sid: str, key: str, *, member: str, answer: str, token: str | None = None
+    ) -> dict[str, Any]:
+        """A member settles an item with an answer."""
+        self._as_member(token, sid, member)
         return items.item_settle(self, sid, key, member=member, answer=answer)
 
     def item_write(
@@ -340,14 +471,17 @@ class Bus:
         text: str | None = None,
         image_paths: Sequence[str] = (),
         root: Path | None = None,
+        token: str | None = None,
     ) -> dict[str, Any]:
         """A member writes on an item; it reaches the agent as a notice and wakes it."""
+        self._as_member(token, sid, member)
         return items.item_write(
             self, sid, key, member=member, text=text, image_paths=image_paths, root=root
         )
 
-    def read_inbox(self, sid: str) -> dict[str, Any]:
+    def read_inbox(self, sid: str, *, token: str | None = None) -> dict[str, Any]:
         """Luke's ``read_inbox``: every item with its thread, oldest first."""
+        self.claims(token, SCOPE_READ, session=sid)
         return items.read_inbox(self, sid)
 
     def reply_inbox(
@@ -358,8 +492,10 @@ class Bus:
         text: str | None = None,
         image_paths: Sequence[str] = (),
         root: Path | None = None,
+        token: str | None = None,
     ) -> dict[str, Any]:
         """Luke's ``reply_inbox``: words and/or up to 4 pictures on one of the agent's items."""
+        self.claims(token, SCOPE_WRITE, session=sid)
         return items.reply_inbox(self, sid, key, text=text, image_paths=image_paths, root=root)
 
     def item_file(self, sid: str, key: str, name: str) -> Path:

@@ -156,7 +156,12 @@ def send(
         fail("send needs --to HANDLE or --to-id SID")
     if text is None:
         fail("send needs --text")
-    fields: dict[str, Any] = {"from": sender or f"{b.settings.host}:inbox", "text": text}
+    fields: dict[str, Any] = {"text": text}
+    if sender is not None:
+        fields["from"] = sender
+    elif not b.settings.secret:
+        # Local single-user use: the anonymous fallback sender, as prox's <host>:prox.
+        fields["from"] = f"{b.settings.host}:inbox"
     for name, value in (
         ("to", to),
         ("to_id", to_id),
@@ -502,6 +507,34 @@ def reply_inbox(
     """Words and/or pictures on one of the agent's items (Luke's reply_inbox)."""
     b = connect()
     emit(bus_call(lambda: b.reply_inbox(sid, key, text=text, image_paths=image or [], root=root)))
+
+
+token_app = typer.Typer(
+    help="Signed tokens for senders (needs INBOX_SECRET).", no_args_is_help=True
+)
+app.add_typer(token_app, name="token")
+
+
+@token_app.command("issue")
+def token_issue(
+    session: str | None = typer.Option(None, help="bind the token to this session"),
+    member: str | None = typer.Option(None, help="bind it to this member: WORKSPACE/NAME"),
+    scopes: str = typer.Option(
+        ..., help="comma-separated: agent:inbox:read,agent:inbox:write,agent:thread:write"
+    ),
+    ttl: int | None = typer.Option(None, help="seconds until it expires (default: never)"),
+) -> None:
+    """Issue a token; a caller passes it in INBOX_TOKEN."""
+    b = connect()
+    wanted = [s.strip() for s in scopes.split(",") if s.strip()]
+    emit(bus_call(lambda: b.issue_token(session=session, member=member, scopes=wanted, ttl_s=ttl)))
+
+
+@token_app.command("revoke")
+def token_revoke(token: str) -> None:
+    """Revoke a token: every later use is refused."""
+    b = connect()
+    emit(bus_call(lambda: b.revoke_token(token)))
 
 
 hooks_app = typer.Typer(help="Ready-made hook setups for harnesses.", no_args_is_help=True)

@@ -595,16 +595,18 @@ class Inbox:
         answers = []
         for other in others:
             answers.append(
-                self.bus.send(
-                    {
-                        "id": msg_id,
-                        "from": info.handle,
-                        "to_id": other,
-                        "from_session": sid,
-                        "text": text,
-                        "kind": "reply",
-                        "thread": thread,
-                    }
+                self.bus.post(
+                    parse_message(
+                        {
+                            "id": msg_id,
+                            "from": info.handle,
+                            "to_id": other,
+                            "from_session": sid,
+                            "text": text,
+                            "kind": "reply",
+                            "thread": thread,
+                        }
+                    )
                 )
             )
         return {"ok": True, "id": msg_id, "thread": thread, "to": others, "answers": answers}
@@ -638,16 +640,18 @@ class Inbox:
         if kind == "already":
             return {"ok": True, "id": msg_id, "state": (first or {}).get("state", "withdrawn")}
         if kind == "retract":
-            self.bus.send(
-                {
-                    "from": msg["from"],
-                    "to_id": sid,
-                    "from_session": by,
-                    "text": f"(withdrawn by the sender) {msg_id}",
-                    "kind": "retraction",
-                    "thread": msg.get("thread") or self.bus.thread_for(parse_message(msg)),
-                    "class": "fyi",
-                }
+            self.bus.post(
+                parse_message(
+                    {
+                        "from": msg["from"],
+                        "to_id": sid,
+                        "from_session": by,
+                        "text": f"(withdrawn by the sender) {msg_id}",
+                        "kind": "retraction",
+                        "thread": msg.get("thread") or self.bus.thread_for(parse_message(msg)),
+                        "class": "fyi",
+                    }
+                )
             )
             return {"ok": True, "id": msg_id, "state": "retracted", "via": "inbox"}
         raise Refused(f"withdraw of {msg_id} timed out waiting for its notice", code="timeout")

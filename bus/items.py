@@ -261,7 +261,7 @@ def item_write(
             p.ref().model_copy(update={"name": n}) for p, n in zip(pictures, names, strict=True)
         ]
         msg = msg.model_copy(update={"files": refs})
-    answer = b.send(msg)
+    answer = b.post(msg)
     return {"ok": True, "key": key, "files": names, "id": msg.id, "thread": answer.get("thread")}
 
 

@@ -33,6 +33,7 @@ buses, or several tests, share one server.
 | ``P:{h:<handle>}:sids`` | set: sessions that carry a handle | session open | - |
 | ``P:{m:<id>}:rcpt`` | string: the session a message id was addressed to | send | TTL 7 days |
 | ``P:sessions`` | zset: session id → opened ms (registry) | session open | - |
+| ``P:revoked`` | set: ids (jti) of revoked tokens | token revoke | - |
 | ``P:metrics`` | hash: counter name (with labels) → count | send, delivery, scheduler | - |
 | ``P:latency`` | hash: histogram bucket → count, plus ``sum`` and ``count`` | delivery | - |
 | ``P:due`` | zset: ``<what>|<sid>`` → due ms (wakes, flushes, retries) | delivery; scheduler | taken atomically |
@@ -94,6 +95,10 @@ class Keys:
     @property
     def sessions(self) -> str:
         return f"{self.prefix}:sessions"
+
+    @property
+    def revoked(self) -> str:
+        return f"{self.prefix}:revoked"
 
     @property
     def metrics(self) -> str:

@@ -93,7 +93,7 @@ def open_request(
     )
     # The sender's own inbox lists the thread too, so `inbox threads` shows its state.
     r.zadd(b.store.k.s(actor, "threads"), {thr: at}, gt=True)
-    answer = b.send(msg)
+    answer = b.post(msg)
     return {
         "ok": True,
         "thread": thr,
@@ -189,17 +189,19 @@ def decide(
         note += f": {message}"
     # Same id as the envelope: the delivery finds it in the log already and only files it
     # in the other party's inbox, where a decision wakes (bus.policy).
-    b.send(
-        {
-            "id": env_id,
-            "from": info.handle,
-            "to_id": other,
-            "from_session": actor,
-            "kind": "decision",
-            "thread": thread,
-            "text": note[:8000],
-            "class": "action",
-        }
+    b.post(
+        parse_message(
+            {
+                "id": env_id,
+                "from": info.handle,
+                "to_id": other,
+                "from_session": actor,
+                "kind": "decision",
+                "thread": thread,
+                "text": note[:8000],
+                "class": "action",
+            }
+        )
     )
     return {"ok": True, "envelope_id": env_id, "new_state": res.new_state, "thread": thread}
 

@@ -165,8 +165,10 @@ def test_a_burst_wakes_an_idle_session_once_after_the_debounce(bus: Bus, idle: s
     for _ in range(3):  # however often the scheduler and worker run
         run_due(bus, idle)
     assert len(events(bus, idle, "wake")) == 1
-    [notice] = notices_on_floor(bus, idle)
-    assert len(notice["notice"]["messages"]) == 21
+    # On a slow machine the wake may come before the burst ends; the rest then joins a
+    # steer notice of the turn the wake started, never a second wake.
+    carried = [m for n in notices_on_floor(bus, idle) for m in n["notice"]["messages"]]
+    assert len(carried) == 21
     wake_at = int(events(bus, idle, "wake")[0]["at"])
     sent_at = int(events(bus, idle, "inbox")[0]["at"])
     assert wake_at - sent_at >= bus.settings.wake_debounce_s * 1000

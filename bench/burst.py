@@ -1,6 +1,6 @@
 """Burst benchmark: N agent messages from K senders, the inbox against its baselines.
 
-    python bench/burst.py [--messages N] [--senders K] [--redis-url URL]
+    python bench/burst.py [--messages N] [--senders K] [--repeat R] [--redis-url URL]
 
 Everything is measured in the same run, against one real ``inbox worker`` (Celery,
 prefork, 2 processes) and one Redis, and reported as ratios against baselines measured

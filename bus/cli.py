@@ -49,8 +49,8 @@ def run(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except BusError as exc:
-        if exc.code not in ("bad_input", "error") and exc.details:
-            sys.stderr.write(json.dumps(exc.to_json()) + "\n")
+        # Scripts read the code from stdout; people read the one line on stderr.
+        emit(exc.to_json())
         fail(str(exc), exc.exit_code)
     except ValueError as exc:
         fail(str(exc), 2)

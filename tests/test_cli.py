@@ -55,7 +55,7 @@ def test_bad_session_ids_exit_2_with_one_line_and_write_nothing(
         out = inbox(env, *args)
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.count("\n") == 1 and "session id" in out.stderr
-        assert out.stdout == ""
+        assert json.loads(out.stdout)["ok"] is False
     assert tree(home) == []
 
 

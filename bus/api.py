@@ -306,7 +306,7 @@ class Bus:
         if wait:
             self.inbox.register_waiter(sid, msg.id)
         new, first, dispatch = self.store.append(
-            sid, msg.id, msg.line(), json.dumps(answer.to_json())
+            sid, msg.id, msg.line(), json.dumps(answer.to_json()), thread
         )
         if not new:
             prior = json.loads(first)
@@ -316,7 +316,6 @@ class Bus:
             if wait:
                 self.store.r.srem(self.store.k.s(sid, "waiters"), msg.id)
             return prior
-        self.store.record(sid, "inbox_received", id=msg.id, thread=thread)
         if dispatch:
             self.dispatcher.deliver(info.host, sid)
         if wait:

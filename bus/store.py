@@ -127,22 +127,29 @@ class Store:
     # -- the queue ----------------------------------------------------------------------
 
     def append(
-        self, sid: str, msg_id: str, wire_json: str, answer_json: str
+        self, sid: str, msg_id: str, wire_json: str, answer_json: str, thread: str = ""
     ) -> tuple[bool, str, bool]:
-        """Store a message once. Returns (new, answer JSON, dispatch a delivery)."""
+        """Store a message once. Returns (new, answer JSON, dispatch a delivery).
+
+        One round trip: the append script and the message id's index (another slot,
+        idempotent, so it need not be atomic with the append) go in one pipeline.
+        """
         k = self.k
-        new, answer, dispatch = self.script("append")(
+        pipe = self.r.pipeline(transaction=False)
+        self.script("append")(
             keys=[
                 k.s(sid, "stream"),
                 k.s(sid, "ids"),
                 k.s(sid, "idsage"),
                 k.s(sid, "pending"),
                 k.s(sid, "trim"),
+                k.s(sid, "events"),
             ],
-            args=[msg_id, wire_json, answer_json, now_ms(), self.lock_ttl_ms],
+            args=[msg_id, wire_json, answer_json, now_ms(), self.lock_ttl_ms, thread],
+            client=pipe,
         )
-        if new:
-            self.r.set(k.rcpt(msg_id), sid, ex=7 * 86400)
+        pipe.set(k.rcpt(msg_id), sid, ex=7 * 86400)
+        (new, answer, dispatch), _ = pipe.execute()
         return bool(new), str(answer), bool(dispatch)
 
     def first_answer(self, sid: str, msg_id: str) -> dict[str, Any] | None:

@@ -5,8 +5,9 @@
 -- KEYS[3] idsage   P:{sid}:idsage   message id -> first-seen ms
 -- KEYS[4] pending  P:{sid}:pending  set when a delivery is dispatched, cleared when it starts
 -- KEYS[5] trim     P:{sid}:trim     stream id below which entries are delivered and may go
+-- KEYS[6] events   P:{sid}:events   durability records (inbox_received)
 -- ARGV[1] message id, ARGV[2] wire JSON, ARGV[3] answer JSON, ARGV[4] now ms,
--- ARGV[5] pending TTL ms
+-- ARGV[5] pending TTL ms, ARGV[6] thread id
 -- Returns {1, answer, dispatch} for a new message, {0, first answer, 0} for a resend.
 local prior = redis.call('HGET', KEYS[2], ARGV[1])
 if prior then
@@ -17,6 +18,8 @@ local floor = redis.call('GET', KEYS[5]) or '0-0'
 redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', ARGV[1], 'm', ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+redis.call('XADD', KEYS[6], 'MAXLEN', '~', 10000, '*', 'kind', 'inbox_received', 'id', ARGV[1],
+  'thread', ARGV[6], 'at', ARGV[4])
 local dispatch = redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[5])
 if dispatch then
   return {1, ARGV[3], 1}

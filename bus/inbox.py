@@ -105,15 +105,11 @@ class Inbox:
             "m": msg,
         }
         own = sender_sid == sid
-        store.script("ingest")(
-            keys=[
-                self.k(sid, "msgs"),
-                self.k(sid, "new"),
-                self.k(sid, "wakeq"),
-                self.k(sid, "threads"),
-                self.k(sid, "events"),
-            ],
-            args=[
+        store.run(
+            "ingest",
+            sid,
+            ("msgs", "new", "wakeq", "threads", "events"),
+            [
                 msg["id"],
                 json.dumps(record),
                 at,
@@ -227,14 +223,11 @@ class Inbox:
         """Build the one notice in flight, deliver it, and record how it went."""
         store = self.store
         nid = f"ntc-{uuid.uuid4()}"
-        ids = store.script("notice_take")(
-            keys=[
-                self.k(sid, "notice"),
-                self.k(sid, "new"),
-                self.k(sid, "wakeq"),
-                self.k(sid, "events"),
-            ],
-            args=[nid, now_ms()],
+        ids = store.run(
+            "notice_take",
+            sid,
+            ("notice", "new", "wakeq", "events"),
+            [nid, now_ms()],
         )
         if not ids:
             return None
@@ -253,15 +246,11 @@ class Inbox:
         except OSError as exc:
             self._revert(sid, nid, f"floor: {exc}")
             return None
-        store.script("notice_done")(
-            keys=[
-                self.k(sid, "notice"),
-                self.k(sid, "msgs"),
-                self.k(sid, "carried"),
-                self.k(sid, "floor"),
-                self.k(sid, "events"),
-            ],
-            args=[nid, now_ms(), via],
+        store.run(
+            "notice_done",
+            sid,
+            ("notice", "msgs", "carried", "floor", "events"),
+            [nid, now_ms(), via],
         )
         store.r.hdel(self.k(sid, "session"), "retry_at")
         self.bus.metrics.incr("notices")
@@ -292,14 +281,11 @@ class Inbox:
         return msg
 
     def _revert(self, sid: str, nid: str, reason: str) -> None:
-        self.store.script("notice_revert")(
-            keys=[
-                self.k(sid, "notice"),
-                self.k(sid, "new"),
-                self.k(sid, "wakeq"),
-                self.k(sid, "events"),
-            ],
-            args=[nid, now_ms(), reason],
+        self.store.run(
+            "notice_revert",
+            sid,
+            ("notice", "new", "wakeq", "events"),
+            [nid, now_ms(), reason],
         )
         retry_at = now_ms() + int(self.bus.settings.retry_s * 1000)
         self.store.update_session(sid, retry_at=retry_at)
@@ -312,25 +298,18 @@ class Inbox:
         if not nid:
             return
         if self.bus.floor.contains_id(sid, nid):
-            self.store.script("notice_done")(
-                keys=[
-                    self.k(sid, "notice"),
-                    self.k(sid, "msgs"),
-                    self.k(sid, "carried"),
-                    self.k(sid, "floor"),
-                    self.k(sid, "events"),
-                ],
-                args=[nid, now_ms(), "file"],
+            self.store.run(
+                "notice_done",
+                sid,
+                ("notice", "msgs", "carried", "floor", "events"),
+                [nid, now_ms(), "file"],
             )
         else:
-            self.store.script("notice_revert")(
-                keys=[
-                    self.k(sid, "notice"),
-                    self.k(sid, "new"),
-                    self.k(sid, "wakeq"),
-                    self.k(sid, "events"),
-                ],
-                args=[nid, now_ms(), "recovered after a crash"],
+            self.store.run(
+                "notice_revert",
+                sid,
+                ("notice", "new", "wakeq", "events"),
+                [nid, now_ms(), "recovered after a crash"],
             )
 
     def _run_wake_cmd(self, sid: str, line: dict[str, Any]) -> None:
@@ -372,15 +351,11 @@ class Inbox:
     def on_turn(self, sid: str, event: str, answer: str | None) -> dict[str, Any]:
         if event != "end":
             return {}
-        waiting = self.store.script("answer_turn")(
-            keys=[
-                self.k(sid, "carried"),
-                self.k(sid, "msgs"),
-                self.k(sid, "ids"),
-                self.k(sid, "waiters"),
-                self.k(sid, "events"),
-            ],
-            args=[answer or "", now_ms(), "1" if answer is not None else "0"],
+        waiting = self.store.run(
+            "answer_turn",
+            sid,
+            ("carried", "msgs", "ids", "waiters", "events"),
+            [answer or "", now_ms(), "1" if answer is not None else "0"],
         )
         self._push_answers(
             sid, [str(w) for w in waiting], {"ok": True, "state": "answered", "answer": answer}
@@ -454,14 +429,11 @@ class Inbox:
                     + nids
                 )
             if nids:
-                self.store.script("floor_drained")(
-                    keys=[
-                        self.k(sid, "floor"),
-                        self.k(sid, "msgs"),
-                        self.k(sid, "carried"),
-                        self.k(sid, "events"),
-                    ],
-                    args=[now_ms(), *nids],
+                self.store.run(
+                    "floor_drained",
+                    sid,
+                    ("floor", "msgs", "carried", "events"),
+                    [now_ms(), *nids],
                 )
             pending_path.unlink(missing_ok=True)
         except Exception as exc:  # Redis down: the drain still works; marks catch up later
@@ -657,16 +629,11 @@ class Inbox:
         raise Refused(f"withdraw of {msg_id} timed out waiting for its notice", code="timeout")
 
     def _withdraw_once(self, sid: str, msg_id: str) -> list[str]:
-        out = self.store.script("withdraw")(
-            keys=[
-                self.k(sid, "ids"),
-                self.k(sid, "msgs"),
-                self.k(sid, "new"),
-                self.k(sid, "wakeq"),
-                self.k(sid, "notice"),
-                self.k(sid, "events"),
-            ],
-            args=[msg_id, now_ms()],
+        out = self.store.run(
+            "withdraw",
+            sid,
+            ("ids", "msgs", "new", "wakeq", "notice", "events"),
+            [msg_id, now_ms()],
         )
         return [str(x) for x in out]
 

@@ -67,6 +67,12 @@ class Store:
             self._scripts[name] = load_script(self.r, name)
         return self._scripts[name]
 
+    def run(
+        self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None
+    ) -> Any:
+        """Run Lua script ``name`` on session ``sid``'s keys (all in the ``{sid}`` slot)."""
+        return self.script(name)(keys=[self.k.s(sid, n) for n in keys], args=args, client=client)
+
     def ping(self) -> None:
         try:
             self.r.ping()
@@ -136,16 +142,11 @@ class Store:
         """
         k = self.k
         pipe = self.r.pipeline(transaction=False)
-        self.script("append")(
-            keys=[
-                k.s(sid, "stream"),
-                k.s(sid, "ids"),
-                k.s(sid, "idsage"),
-                k.s(sid, "pending"),
-                k.s(sid, "trim"),
-                k.s(sid, "events"),
-            ],
-            args=[msg_id, wire_json, answer_json, now_ms(), self.lock_ttl_ms, thread],
+        self.run(
+            "append",
+            sid,
+            ("stream", "ids", "idsage", "pending", "trim", "events"),
+            [msg_id, wire_json, answer_json, now_ms(), self.lock_ttl_ms, thread],
             client=pipe,
         )
         pipe.set(k.rcpt(msg_id), sid, ex=7 * 86400)

@@ -103,7 +103,7 @@ def test_decisions_take_their_actor_from_the_token(secured: Bus) -> None:
 
 def test_without_a_secret_senders_are_marked_unverified_in_the_stamp(bus: Bus) -> None:
     bus.open_session("s")
-    bus.settings  # no secret
+    assert bus.settings.secret is None
     answer = bus.send({"from": "hosta:me", "to_id": "s", "text": "hi", "verified": True})
     assert answer["state"] == "stored"
     [line] = [json.loads(f["m"]) for _e, f in bus.store.read_after("s", "0-0")]

@@ -18,6 +18,7 @@ import inspect
 import json
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import redis
@@ -255,7 +256,7 @@ def _optional_tools(server: MCPServer, bus: Bus) -> None:
             ] = None,
         ) -> CallToolResult:
             """Write on one of your items: words, pictures or both (a refusal writes nothing)."""
-            root = os.environ.get("INBOX_SANDBOX_ROOT") or os.getcwd()
+            root = Path(os.environ.get("INBOX_SANDBOX_ROOT") or os.getcwd())
 
             def run() -> Any:
                 paths = []

@@ -7,13 +7,13 @@ tasks) parses its input and makes one call here.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from . import auth, items
+from . import auth, items, watch
 from . import requests as typed_requests
 from . import threads as threadkeys
 from .auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
@@ -499,6 +499,12 @@ class Bus:
 
     def item_file(self, sid: str, key: str, name: str) -> Path:
         return items.item_file(self, sid, key, name)
+
+    def subscribe(
+        self, sessions: str | list[str] | None = None, **kw: Any
+    ) -> Iterator[dict[str, Any]]:
+        """Follow sessions' streams live (blocking XREAD); None follows all. See bus.watch."""
+        return watch.subscribe(self, [sessions] if isinstance(sessions, str) else sessions, **kw)
 
     # -- the host's side ----------------------------------------------------------------
 

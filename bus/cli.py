@@ -363,6 +363,31 @@ def serve(
 
 
 @app.command()
+def watch(
+    sid: str | None = typer.Argument(None, help="the session to follow"),
+    all_sessions: bool = typer.Option(False, "--all", help="every session, newcomers included"),
+    since: str = typer.Option("$", help="$ (only new), 0-0 (all still kept) or a stream id"),
+) -> None:
+    """Follow messages live: one JSON line per message, until Ctrl-C."""
+    from .watch import run_watch
+
+    if all_sessions == (sid is not None):
+        fail("watch needs SID or --all (one of them)")
+    b = connect()
+    sessions = None if sid is None else [run(lambda: check_session_id(sid))]
+    bus_call(lambda: run_watch(b, sessions, since=since))
+
+
+@app.command()
+def top(interval: float = typer.Option(1.0, help="seconds between refreshes")) -> None:
+    """Sessions live: state, turns, unread, new, backlog and age, until Ctrl-C."""
+    from .watch import run_top
+
+    b = connect()
+    bus_call(lambda: run_top(b, interval))
+
+
+@app.command()
 def mcp() -> None:
     """The MCP server on stdio (official mcp SDK)."""
     from .mcp_server import run_stdio

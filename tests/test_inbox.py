@@ -433,3 +433,27 @@ def test_send_answers_outlive_the_messages_but_not_forever(make_bus: Callable[..
     assert marks(b, "r") == {}  # the inbox let go of both answered messages
     assert send(b, "r", "answered today", id="new-1")["answer"] == "done"
     assert send(b, "r", "answered long ago", id="old-1")["duplicate"] is False
+
+
+def test_a_refused_notice_stays_new_and_is_tried_again_at_the_next_turn_boundary(
+    bus: Bus, running: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = send(bus, running, "hello")
+    real_deliver = bus.floor.deliver
+
+    def full_disk(sid: str, obj: dict[str, Any], **kw: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bus.floor, "deliver", full_disk)
+    bus.deliver_session(running)
+    assert marks(bus, running) == {sent["id"]: "new"}
+    retry_at = bus.store.r.zscore(bus.store.k.due, f"retry|{running}")
+    assert retry_at is not None and retry_at - time.time() * 1000 > 0
+    monkeypatch.setattr(bus.floor, "deliver", real_deliver)
+    bus.deliver_session(running)
+    assert notices_on_floor(bus, running) == []  # waits for the retry time...
+    bus.turn(running, "end")
+    bus.turn(running, "start")  # ...or the next turn boundary, whichever comes first
+    bus.deliver_session(running)
+    [notice] = notices_on_floor(bus, running)
+    assert notice["notice"]["messages"] == [sent["id"]]

@@ -20,7 +20,6 @@ from .settings import Settings
 AUTH_FILE = "flower.auth"
 DEFAULT_USER = "inbox"
 # The directory holding the ``bus`` and ``workers`` packages, for ``-A workers``.
-_SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def check_auth(auth: str) -> str:
@@ -52,20 +51,8 @@ def flower_argv(settings: Settings, address: str, port: int, auth: str) -> list[
 
 def flower_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment that points ``celery -A workers`` at this bus's broker and prefix."""
-    env = dict(os.environ if base is None else base)
-    env.update(
-        {
-            "INBOX_HOME": str(settings.home),
-            "INBOX_HOST": settings.host,
-            "INBOX_KEY_PREFIX": settings.key_prefix,
-            "INBOX_BROKER_URL": settings.celery_broker_url(),
-            "INBOX_VISIBILITY_TIMEOUT_S": str(settings.visibility_timeout_s),
-        }
-    )
-    if settings.redis_url:
-        env["INBOX_REDIS_URL"] = settings.redis_url
-    path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = f"{_SOURCE_ROOT}{os.pathsep}{path}" if path else str(_SOURCE_ROOT)
+    env = settings.child_env(base)
+    env["INBOX_BROKER_URL"] = settings.celery_broker_url()
     return env
 
 

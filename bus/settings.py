@@ -9,6 +9,8 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
 
 def _bool(value: str | None, default: bool) -> bool:
     if value is None or value == "":
@@ -80,6 +82,43 @@ class Settings:
             visibility_timeout_s=_float(env, "INBOX_VISIBILITY_TIMEOUT_S", 300.0),
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
+
+    def to_env(self) -> dict[str, str]:
+        """The ``INBOX_*`` variables that make another process use these settings."""
+        env = {
+            "INBOX_HOME": str(self.home),
+            "INBOX_HOST": self.host,
+            "INBOX_KEY_PREFIX": self.key_prefix,
+            "INBOX_AGENT_INBOX": "true" if self.agent_inbox else "false",
+            "INBOX_WAKE_DEBOUNCE_S": str(self.wake_debounce_s),
+            "INBOX_FYI_FLUSH_S": str(self.fyi_flush_s),
+            "INBOX_RETRY_S": str(self.retry_s),
+            "INBOX_LOCK_TTL_S": str(self.lock_ttl_s),
+            "INBOX_VISIBILITY_TIMEOUT_S": str(self.visibility_timeout_s),
+        }
+        optional = {
+            "INBOX_REDIS_URL": self.redis_url,
+            "INBOX_BROKER_URL": self.broker_url,
+            "INBOX_SESSION": self.session,
+            "INBOX_SECRET": self.secret,
+            "INBOX_TOKEN": self.token,
+        }
+        env.update({k: v for k, v in optional.items() if v})
+        return env
+
+    def child_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """A whole environment for a child process (worker, scheduler, CLI) of this bus:
+        ``base`` (default ``os.environ``) without its ``INBOX_*``, plus these settings, with
+        this source tree first on ``PYTHONPATH`` so ``-A workers`` imports this code."""
+        env = {
+            k: v
+            for k, v in (os.environ if base is None else base).items()
+            if not k.startswith("INBOX_")
+        }
+        env.update(self.to_env())
+        path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = f"{SOURCE_ROOT}{os.pathsep}{path}" if path else str(SOURCE_ROOT)
+        return env
 
     @property
     def inbox_dir(self) -> Path:

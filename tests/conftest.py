@@ -121,24 +121,7 @@ def bus(make_bus: Callable[..., Bus]) -> Bus:
 
 def settings_env(s: Settings) -> dict[str, str]:
     """The environment that makes a child process use these settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INBOX_")}
-    env.update(
-        {
-            "INBOX_HOME": str(s.home),
-            "INBOX_HOST": s.host,
-            "INBOX_KEY_PREFIX": s.key_prefix,
-            "INBOX_REDIS_URL": s.redis_url or "",
-            "INBOX_BROKER_URL": s.broker_url or "",
-            "INBOX_WAKE_DEBOUNCE_S": str(s.wake_debounce_s),
-            "INBOX_FYI_FLUSH_S": str(s.fyi_flush_s),
-            "INBOX_RETRY_S": str(s.retry_s),
-            "INBOX_LOCK_TTL_S": str(s.lock_ttl_s),
-            "INBOX_VISIBILITY_TIMEOUT_S": str(s.visibility_timeout_s),
-            "INBOX_AGENT_INBOX": "true" if s.agent_inbox else "false",
-            "PYTHONPATH": str(REPO),
-        }
-    )
-    return env
+    return s.child_env()
 
 
 class WorkerProcess:

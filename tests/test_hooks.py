@@ -183,3 +183,48 @@ def test_install_refuses_a_broken_file(tmp_path: Path) -> None:
     path.write_text("{not json")
     assert print_or_install(path, True) == 2
     assert path.read_text() == "{not json"
+
+
+def test_the_hook_commands_with_claude_codes_stdin(settings: Any, sid: str) -> None:
+    """`inbox hook claude EVENT` run as Claude Code runs it: a subprocess, JSON on stdin."""
+    import subprocess
+    import sys
+
+    from bus.dispatch import RecordingDispatcher
+
+    env = settings.child_env()
+    env["INBOX_DISPATCHER"] = "none"
+
+    def run(event: str, **extra: Any) -> subprocess.CompletedProcess[str]:
+        payload = {
+            "session_id": sid,
+            "transcript_path": "/tmp/t.jsonl",
+            "cwd": "/tmp",
+            "hook_event_name": event,
+            **extra,
+        }
+        return subprocess.run(
+            [sys.executable, "-m", "bus.cli", "hook", "claude", event],
+            input=json.dumps(payload),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert run("SessionStart", source="startup").returncode == 0
+    assert run("UserPromptSubmit", prompt="fix the build").returncode == 0
+    b = Bus(settings, dispatcher=RecordingDispatcher())
+    assert b.session(sid).state == "running"
+    b.send({"from": "hostb:lead", "to_id": sid, "text": "CI is red on main"})
+    b.deliver_session(sid)
+    out = run(
+        "PostToolUse", tool_name="Bash", tool_input={"command": "ls"}, tool_response={"stdout": ""}
+    )
+    assert out.returncode == 0
+    context = json.loads(out.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "CI is red on main" in context
+    assert run("Stop", stop_hook_active=False).returncode == 0
+    assert b.session(sid).state == "idle"
+    assert run("SessionEnd", reason="exit").returncode == 0
+    assert b.session(sid).state == "closed"

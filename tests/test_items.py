@@ -291,3 +291,20 @@ def test_no_file_written_outside_home(agent: Bus, sandbox: Path) -> None:
 
 def stat_mode(p: Path) -> int:
     return os.stat(p).st_mode & 0o777
+
+
+def test_a_members_message_wakes_an_idle_agent(agent: Bus) -> None:
+    from bus.scheduler import tick
+
+    b = agent
+    b.turn("agent", "start")
+    b.turn("agent", "end")  # had its first turn: only what deserves it wakes it now
+    item_write(b, "agent", "deploy:prod", member="luke", text="Please look again")
+    b.deliver_session("agent")
+    time.sleep(b.settings.wake_debounce_s)
+    tick(b, sweep=False)
+    b.deliver_session("agent")
+    wakes = [f for _e, f in b.store.r.xrange(b.store.k.s("agent", "events")) if f["kind"] == "wake"]
+    assert len(wakes) == 1
+    [notice] = [x for x in b.floor.peek("agent") if x.get("kind") == "notice"]
+    assert "deploy:prod" in notice["text"]

@@ -293,8 +293,6 @@ class Bus:
                 reason=f"no session {sid!r} is registered",
             ).to_json()
         thread = self.thread_for(msg)
-        if msg.thread is None and msg.kind == "message":
-            msg = msg.model_copy(update={"thread": thread})
         answer = SendAnswer(
             id=msg.id,
             thread=thread,

@@ -67,17 +67,24 @@ def deliver_session(bus: Bus, sid: str) -> DeliveryReport:
             if not rows:
                 break
             info = store.get_session(sid)
-            for eid, fields in rows:
-                msg = json.loads(fields["m"])
-                first = store.first_answer(sid, msg["id"]) or {}
-                if first.get("state") == "withdrawn":
+            raw = raw_mode(bus, info)
+            msgs = [json.loads(fields["m"]) for _eid, fields in rows]
+            answers = store.first_answers(sid, [m["id"] for m in msgs])
+            for (eid, _fields), msg, first in zip(rows, msgs, answers, strict=True):
+                if (first or {}).get("state") == "withdrawn":
                     report.skipped += 1
-                    store.advance(sid, eid)
-                    continue
-                if raw_mode(bus, info):
+                    if raw:
+                        store.advance(sid, eid)
+                elif raw:
                     _write_raw(bus, sid, eid, msg, report)
                 else:
-                    bus.inbox.ingest(sid, eid, msg, info, report)
+                    bus.inbox.ingest(sid, msg, info, report)
+            if not raw:
+                # Taking a message into the inbox is idempotent, so the cursor moves once
+                # per batch; a raw line moves it one by one (it must be written once).
+                store.advance(sid, rows[-1][0])
+        if report.raw or report.inbox:
+            bus.metrics.incr("messages_in", report.raw + report.inbox)
         bus.inbox.after_delivery(sid, report)
         store.set_trim_floor(sid, bus.settings.stream_keep)
     finally:

@@ -22,7 +22,7 @@ from .errors import NotFound, Refused
 from .models import SessionInfo, check_session_id, now_ms, parse_message
 from .stamp import render_stamp
 from .text import one_line
-from .threads import thread_label
+from .threads import thread_id, thread_key, thread_label
 
 if TYPE_CHECKING:
     from .api import Bus
@@ -61,17 +61,19 @@ class Inbox:
     # -- taking messages in ---------------------------------------------------------------
 
     def ingest(
-        self,
-        sid: str,
-        eid: str,
-        msg: dict[str, Any],
-        info: SessionInfo | None,
-        report: DeliveryReport,
+        self, sid: str, msg: dict[str, Any], info: SessionInfo | None, report: DeliveryReport
     ) -> None:
-        """Take one stream entry into the inbox (idempotent), then move the cursor."""
+        """Take one message into its thread and the session's inbox; doing it twice is
+        harmless (a redone delivery), so the caller moves the cursor after a batch."""
         store = self.store
-        thread = str(msg.get("thread") or self.bus.thread_for(parse_message(msg)))
-        key = self._key_of(msg, thread)
+        key = thread_key(
+            thread=msg.get("thread"),
+            pr=msg.get("pr"),
+            topic=msg.get("topic"),
+            sender=str(msg["from"]),
+            text=str(msg.get("text") or ""),
+        )
+        thread = thread_id(sid, key)
         sender_sid = msg.get("from_session") or self._session_of_handle(str(msg["from"]))
         at = int(msg.get("ts") or now_ms())
         wakes, reason = self._may_wake(sid, msg, info, sender_sid)
@@ -119,23 +121,7 @@ class Inbox:
                 "0" if own else "1",
             ],
         )
-        store.advance(sid, eid)
         report.inbox += 1
-        self.bus.metrics.incr("messages_in")
-
-    def _key_of(self, msg: dict[str, Any], thread: str) -> str:
-        from .threads import thread_key
-
-        if msg.get("thread") and msg.get("kind", "message") == "message":
-            # The send put the computed thread id in; recover the readable key.
-            return thread_key(
-                thread=None,
-                pr=msg.get("pr"),
-                topic=msg.get("topic"),
-                sender=str(msg["from"]),
-                text=str(msg.get("text") or ""),
-            )
-        return f"thread:{thread}"
 
     def _session_of_handle(self, handle: str) -> str | None:
         try:

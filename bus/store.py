@@ -157,6 +157,13 @@ class Store:
         raw = self.r.hget(self.k.s(sid, "ids"), msg_id)
         return json.loads(cast(str, raw)) if raw else None
 
+    def first_answers(self, sid: str, msg_ids: list[str]) -> list[dict[str, Any] | None]:
+        """The send answers of several ids, one round trip."""
+        if not msg_ids:
+            return []
+        raws = self.r.hmget(self.k.s(sid, "ids"), msg_ids)
+        return [json.loads(raw) if raw else None for raw in raws]
+
     def set_answer(self, sid: str, msg_id: str, answer: dict[str, Any]) -> None:
         self.r.hset(self.k.s(sid, "ids"), msg_id, json.dumps(answer))
 

@@ -27,6 +27,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Help texts show literal brackets (START/END[/TZ]), not rich markup.
+    rich_markup_mode=None,
 )
 session_app = typer.Typer(help="Register and close sessions.", no_args_is_help=True)
 app.add_typer(session_app, name="session")
@@ -543,7 +545,10 @@ app.add_typer(token_app, name="token")
 @token_app.command("issue")
 def token_issue(
     session: str | None = typer.Option(None, help="bind the token to this session"),
-    member: str | None = typer.Option(None, help="bind it to this member: WORKSPACE/NAME"),
+    member: str | None = typer.Option(
+        None, help="bind it to this member: WORKSPACE/NAME, or NAME with --workspace"
+    ),
+    workspace: str | None = typer.Option(None, help="the member's workspace"),
     scopes: str = typer.Option(
         ..., help="comma-separated: agent:inbox:read,agent:inbox:write,agent:thread:write"
     ),
@@ -552,6 +557,8 @@ def token_issue(
     """Issue a token; a caller passes it in INBOX_TOKEN."""
     b = connect()
     wanted = [s.strip() for s in scopes.split(",") if s.strip()]
+    if member and workspace and "/" not in member:
+        member = f"{workspace}/{member}"
     emit(bus_call(lambda: b.issue_token(session=session, member=member, scopes=wanted, ttl_s=ttl)))
 
 

@@ -26,8 +26,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ContentBlock, TextContent
 from pydantic import Field
 
+from . import auth
 from .api import Bus
-from .errors import BadInput, BusError, Unavailable
+from .errors import BadInput, BusError, Unauthorized, Unavailable
 from .models import check_session_id
 
 NO_SESSION = "no_session"
@@ -36,7 +37,22 @@ DEFAULT_WAIT_S = 300.0
 
 
 def caller(bus: Bus) -> str:
-    """The calling session's id. Today ``INBOX_SESSION``; the hook for token auth later."""
+    """The calling session's id: the token's subject when authentication is on (a token
+    for a member cannot act as a session), else ``INBOX_SESSION``; never guessed."""
+    if bus.auth.enabled and bus.settings.token:
+        claims = auth.verify(
+            bus.settings.secret or "", bus.settings.token, is_revoked=bus._is_revoked
+        )
+        if claims.sub_kind != "session":
+            raise Unauthorized(
+                f"the token is {claims.actor}'s, not a session's", code="token_subject"
+            )
+        if bus.settings.session not in (None, claims.sub):
+            raise Unauthorized(
+                f"INBOX_SESSION is {bus.settings.session!r} but the token is {claims.actor}'s",
+                code="token_subject",
+            )
+        return claims.sub
     sid = bus.settings.session
     if not sid:
         raise BadInput(

@@ -255,3 +255,21 @@ async def test_send_from_host_a_lands_on_host_b_floor(
         assert not (a.home / "inbox" / "onb").exists()
     finally:
         bus_a.store.r.close()
+
+
+def test_the_caller_is_the_tokens_subject_when_authentication_is_on(
+    make_bus: Callable[..., Bus],
+) -> None:
+    from bus.auth import SCOPE_WRITE, issue
+    from bus.errors import Unauthorized
+    from bus.mcp_server import caller
+
+    secret = "mcp-secret-0123456789"
+    token = issue(secret, session="alice", scopes=[SCOPE_WRITE])
+    assert caller(make_bus(secret=secret, token=token)) == "alice"
+    with pytest.raises(Unauthorized):
+        caller(make_bus(secret=secret, token=token, session="bob"))
+    member = issue(secret, member="acme/dean", scopes=[SCOPE_WRITE])
+    with pytest.raises(Unauthorized):
+        caller(make_bus(secret=secret, token=member))
+    assert caller(make_bus(session="carol")) == "carol"  # no secret: INBOX_SESSION

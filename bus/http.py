@@ -32,6 +32,14 @@ from .errors import Ambiguous, BadInput, BusError, NotFound, Refused, Unauthoriz
 from .metrics import RedisCollector
 from .models import Message, SendAnswer, parse_message
 
+
+def _bearer(request: Request) -> str | None:
+    """The caller's token from ``Authorization: Bearer <token>`` (else INBOX_TOKEN applies)."""
+    value = request.headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5252
 
@@ -162,7 +170,9 @@ def create_app(bus: Bus) -> FastAPI:
         """Validate, store and route one message; answers SPEC section 4's JSON."""
         raw = await request.body()
         try:
-            answer = await run_in_threadpool(bus.send, _json_body(raw))
+            answer = await run_in_threadpool(
+                lambda: bus.send(_json_body(raw), token=_bearer(request))
+            )
         except BusError as err:
             return JSONResponse(err.to_json(), _status_of(err))
         except redis.RedisError as err:

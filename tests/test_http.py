@@ -211,3 +211,25 @@ def test_serve_binds_loopback_by_default() -> None:
     params = inspect.signature(serve).parameters
     assert params["host"].default == "127.0.0.1"
     assert params["port"].default == 5252
+
+
+def test_v1_send_takes_the_sender_from_a_bearer_token(
+    make_bus: Callable[..., Bus], gateway: Callable[[Bus], Gateway]
+) -> None:
+    from bus.auth import SCOPE_WRITE, issue
+
+    secret = "http-secret-0123456789"
+    b = make_bus(secret=secret)
+    b.open_session("alice", handle="neo:alice")
+    b.open_session("bob")
+    client = gateway(b).client
+    body = {"to_id": "bob", "text": "hi"}
+    assert client.post("/v1/send", json=body).status_code == 401  # no token: refused
+    token = issue(secret, session="alice", scopes=[SCOPE_WRITE])
+    auth = {"Authorization": f"Bearer {token}"}
+    forged = client.post("/v1/send", json={**body, "from": "neo:bob"}, headers=auth)
+    assert forged.status_code == 401 and forged.json()["error"] == "forged_from"
+    ok = client.post("/v1/send", json=body, headers=auth)
+    assert ok.status_code == 200 and ok.json()["state"] == "stored"
+    [(_eid, fields)] = b.store.read_after("bob", "0-0")
+    assert json.loads(fields["m"])["from"] == "neo:alice"

@@ -254,6 +254,13 @@ class Bus:
             data = self._as_token_subject(data, claims)
         return self.post(parse_message(data), wait=wait, timeout=timeout)
 
+    def as_sender(self, data: dict[str, Any], token: str | None) -> dict[str, Any]:
+        """``data`` with its sender set from ``token`` (authentication on), or refused."""
+        claims = self.claims(token, SCOPE_WRITE)
+        if claims is None:
+            return {**data, "verified": False}
+        return self._as_token_subject(data, claims)
+
     def _as_token_subject(self, data: dict[str, Any], claims: Claims) -> dict[str, Any]:
         if claims.sub_kind == "session":
             handle, sender_sid = self.session(claims.sub).handle, claims.sub

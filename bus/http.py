@@ -99,12 +99,15 @@ def _status_of(err: BusError) -> int:
     return 400
 
 
-def _json_body(raw: bytes) -> Any:
+def _json_body(raw: bytes) -> dict[str, Any]:
     """The body as JSON; a BadInput for anything else (prox senders may omit the header)."""
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadInput(f"the body is not JSON: {_one_line(str(exc))}") from exc
+    if not isinstance(body, dict):
+        raise BadInput("a message must be a JSON object")
+    return body
 
 
 def create_app(bus: Bus) -> FastAPI:
@@ -139,7 +142,7 @@ def create_app(bus: Bus) -> FastAPI:
     @app.post(
         "/send",
         response_model=DeliverOk,
-        responses={400: {"model": DeliverError}, 500: {"model": DeliverError}},
+        responses={s: {"model": DeliverError} for s in (400, 401, 500, 503)},
         openapi_extra={"requestBody": _MESSAGE_BODY},
         summary="Deliver on this host (prox's remote delivery)",
     )
@@ -147,11 +150,23 @@ def create_app(bus: Bus) -> FastAPI:
         """Run the local precedence: the session's socket if a listener acks, else the file."""
         raw = await request.body()
         try:
-            msg = parse_message(_json_body(raw))
+            data = _json_body(raw)
+            if bus.auth.enabled:
+                # With a secret, prox's door is authenticated too; the token names the sender.
+                data = await run_in_threadpool(bus.as_sender, data, _bearer(request))
+            else:
+                data["verified"] = False
+            msg = parse_message(data)
             # Parsed before anything is written; a bad to_id never becomes a path.
             via, _path = await run_in_threadpool(bus.floor.deliver, msg.to_id, msg.wire())
+        except Unauthorized as err:
+            return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), 401)
         except BusError as err:
             return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), 400)
+        except redis.RedisError as err:
+            return JSONResponse(
+                DeliverError(error=_one_line(f"Redis did not answer: {err}")).model_dump(), 503
+            )
         except OSError as err:
             return JSONResponse(
                 DeliverError(error=_one_line(f"write failed: {err}")).model_dump(), 500

@@ -233,3 +233,30 @@ def test_v1_send_takes_the_sender_from_a_bearer_token(
     assert ok.status_code == 200 and ok.json()["state"] == "stored"
     [(_eid, fields)] = b.store.read_after("bob", "0-0")
     assert json.loads(fields["m"])["from"] == "neo:alice"
+
+
+def test_prox_send_needs_a_token_once_a_secret_is_configured(
+    make_bus: Callable[..., Bus], gateway: Callable[[Bus], Gateway]
+) -> None:
+    from bus.auth import SCOPE_WRITE, issue
+
+    secret = "http-secret-0123456789"
+    b = make_bus(secret=secret)
+    b.open_session("alice", handle="neo:alice")
+    client = gateway(b).client
+    refused = client.post("/send", json=wire())
+    assert refused.status_code == 401 and refused.json()["ok"] is False
+    assert not (Path(b.settings.home) / "inbox" / "s1").exists()
+    token = issue(secret, session="alice", scopes=[SCOPE_WRITE])
+    ok = client.post(
+        "/send", json=wire(**{"from": "neo:alice"}), headers={"Authorization": f"Bearer {token}"}
+    )
+    assert ok.status_code == 200 and ok.json()["via"] == "file"
+    [line] = floor_lines(b, "s1")
+    assert line["verified"] is True and line["from_session"] == "alice"
+
+
+def test_prox_send_marks_senders_unverified_without_a_secret(bus: Bus, gw: httpx.Client) -> None:
+    assert gw.post("/send", json=wire(verified=True)).status_code == 200
+    [line] = floor_lines(bus, "s1")
+    assert line["verified"] is False

@@ -71,6 +71,12 @@ def deliver_session(bus: Bus, sid: str) -> DeliveryReport:
             msgs = [json.loads(fields["m"]) for _eid, fields in rows]
             answers = store.first_answers(sid, [m["id"] for m in msgs])
             for (eid, _fields), msg, first in zip(rows, msgs, answers, strict=True):
+                if raw and not store.extend_lock(sid, token):
+                    # A write can take 1.2 s (a listener that never acks): past the lock's
+                    # TTL another delivery may have started, so stop rather than race it.
+                    log.warning("delivery for %s lost its lock; stopping", sid)
+                    report.busy = True
+                    return report
                 if (first or {}).get("state") == "withdrawn":
                     report.skipped += 1
                     if raw:

@@ -62,9 +62,23 @@ def sweep_backlogs(bus: Bus) -> int:
     for info in store.sessions():
         sid = info.session
         backlog = bool(store.read_after(sid, store.cursor(sid), 1))
-        flight_at = store.r.hget(store.k.s(sid, "notice"), "at")
+        pipe = store.r.pipeline(transaction=False)
+        pipe.hget(store.k.s(sid, "notice"), "at")
+        pipe.exists(store.k.s(sid, "new"))
+        for what in ("due", "retry"):
+            pipe.zscore(store.k.due, f"{what}|{sid}")
+        flight_at, has_new, due_at, retry_at = pipe.execute()
         stuck = flight_at is not None and int(flight_at) < stale_before
-        if (backlog or stuck) and store.mark_pending(sid):
+        # New messages with nothing scheduled: a due entry taken by a scheduler whose
+        # dispatch then failed. The delivery plans (and schedules) again.
+        orphaned = (
+            bool(has_new)
+            and due_at is None
+            and retry_at is None
+            and not flight_at
+            and not info.prompt_waiting  # waits for its prompt's turn on purpose
+        )
+        if (backlog or stuck or orphaned) and store.mark_pending(sid):
             bus.dispatcher.deliver(info.host, sid)
             kicked += 1
     return kicked

@@ -19,7 +19,7 @@ from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
 
 LUA_DIR = Path(__file__).parent / "lua"
-_SCRIPTS = ("append", "unlock", "take_due")
+_SCRIPTS = ("append", "unlock", "extend_lock", "take_due")
 
 
 def load_script(client: redis.Redis, name: str) -> Any:
@@ -220,6 +220,10 @@ class Store:
         token = secrets.token_hex(8)
         ok = self.r.set(self.k.s(sid, "lock"), token, nx=True, px=self.lock_ttl_ms)
         return token if ok else None
+
+    def extend_lock(self, sid: str, token: str) -> bool:
+        """Keep holding the lock through a long delivery; False if it was lost."""
+        return bool(self.run("extend_lock", sid, ("lock",), [token, self.lock_ttl_ms]))
 
     def unlock(self, sid: str, token: str) -> None:
         self.script("unlock")(keys=[self.k.s(sid, "lock")], args=[token])

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -200,3 +201,38 @@ def test_celery_call_send_end_to_end(
     )
     assert out.stdout.strip()  # celery prints the task id
     wait_for(lambda: floor_ids(settings.home, "callee") == ["celery-call-1"], what="delivery")
+
+
+def test_a_delivery_that_lost_its_lock_stops_before_the_next_write(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus.open_session("slow")
+    ids = [bus.send({"from": "hosta:me", "to_id": "slow", "text": f"m{i}"})["id"] for i in range(3)]
+    real = bus.floor.deliver
+
+    def slow_write(sid: str, obj: dict[str, Any], **kw: Any) -> Any:
+        # The write outlived the lock's TTL and another delivery took the session.
+        bus.store.r.set(bus.store.k.s(sid, "lock"), "someone-else")
+        return real(sid, obj, **kw)
+
+    monkeypatch.setattr(bus.floor, "deliver", slow_write)
+    report = bus.deliver_session("slow")
+    assert report.busy and report.raw == 1
+    assert floor_ids(bus.settings.home, "slow") == ids[:1]
+    assert bus.store.read_after("slow", bus.store.cursor("slow")) != []  # the rest waits
+
+
+def test_the_sweep_redoes_a_wake_whose_dispatch_was_lost(make_bus: Callable[..., Bus]) -> None:
+    from bus.scheduler import sweep_backlogs
+
+    b = make_bus(agent_inbox=True)
+    b.open_session("lost")
+    b.send({"from": "hosta:me", "to_id": "lost", "text": "first work"})
+    b.deliver_session("lost")
+    b.store.take_due(2**62)  # a scheduler took the wake, then its dispatch failed
+    calls = b.dispatcher.calls  # type: ignore[attr-defined]
+    calls.clear()
+    b.store.clear_pending("lost")
+    assert sweep_backlogs(b) == 1 and calls == [("hosta", "lost")]
+    b.deliver_session("lost")
+    assert b.store.next_due() is not None  # planned again

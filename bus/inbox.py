@@ -192,6 +192,8 @@ class Inbox:
         if info is None:
             return
         self._recover_notice(sid)
+        if (self.bus.floor.session_dir(sid) / PENDING_MARKS).exists():
+            self.on_drain(sid, [])  # marks a drain made while Redis was down
         s = self.bus.settings
         view = self.view(sid, info)
         now = now_ms()

@@ -457,3 +457,32 @@ def test_a_refused_notice_stays_new_and_is_tried_again_at_the_next_turn_boundary
     bus.deliver_session(running)
     [notice] = notices_on_floor(bus, running)
     assert notice["notice"]["messages"] == [sent["id"]]
+
+
+def test_an_idle_session_that_is_not_listening_is_woken_by_its_wake_cmd(
+    bus: Bus, tmp_path: Any
+) -> None:
+    out = tmp_path / "woken.txt"
+    bus.open_session("sleeper", wake_cmd=f"cat > {out}")
+    bus.turn("sleeper", "start")
+    bus.turn("sleeper", "end")
+    send(bus, "sleeper", "the build broke", **{"class": "blocker"})
+    bus.deliver_session("sleeper")
+    assert not out.exists()  # not before the debounce
+    time.sleep(bus.settings.wake_debounce_s)
+    run_due(bus, "sleeper")
+    text = out.read_text()
+    assert text.startswith("[inbox · 1 new in 1 thread") and "the build broke" in text
+
+
+def test_a_drain_with_redis_down_marks_its_notices_once_redis_answers(
+    bus: Bus, running: str, make_bus: Callable[..., Bus]
+) -> None:
+    sent = send(bus, running, "hello")
+    bus.deliver_session(running)
+    offline = make_bus(redis_url="redis://127.0.0.1:1/0")  # same home, no Redis
+    lines = offline.drain(running)
+    assert [x["kind"] for x in lines] == ["notice"]  # the drain itself works
+    assert marks(bus, running) == {sent["id"]: "new"}
+    bus.deliver_session(running)  # the next delivery (or drain) catches the marks up
+    assert marks(bus, running) == {sent["id"]: "noticed"}

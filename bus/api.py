@@ -17,6 +17,7 @@ from . import auth, items, watch
 from . import requests as typed_requests
 from . import threads as threadkeys
 from .auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
+from .conversation import Conversation
 from .delivery import DeliveryReport, deliver_session
 from .dispatch import Dispatcher, default_dispatcher
 from .errors import Ambiguous, BadInput, NotFound, Unauthorized
@@ -71,6 +72,7 @@ class Bus:
         self.dispatcher = dispatcher if dispatcher is not None else default_dispatcher()
         self.floor = Floor(self.settings.home)
         self.inbox = Inbox(self)
+        self.conversation = Conversation(self.inbox)
         self.auth = Authenticator(self.settings.secret, is_revoked=self._is_revoked)
         self._metrics: Metrics | None = None
 
@@ -347,26 +349,26 @@ class Bus:
         """The session's threads, newest first."""
         self.claims(token, SCOPE_READ, session=sid)
         self.session(sid)
-        return {"ok": True, "session": sid, "threads": self.inbox.threads(sid)}
+        return {"ok": True, "session": sid, "threads": self.conversation.threads(sid)}
 
     def read(
         self, sid: str, thread: str, *, mark_read: bool = False, token: str | None = None
     ) -> dict[str, Any]:
         """A whole thread, oldest first; ``mark_read`` marks the session's messages read."""
         self.claims(token, SCOPE_READ, session=sid)
-        return {"ok": True, **self.inbox.read(sid, thread, mark_read=mark_read)}
+        return {"ok": True, **self.conversation.read(sid, thread, mark_read=mark_read)}
 
     def reply(
         self, sid: str, thread: str, text: str, *, token: str | None = None
     ) -> dict[str, Any]:
         """Answer into the other parties' inboxes under ``thread``; never a turn for them."""
         self.claims(token, SCOPE_WRITE, session=sid)
-        return self.inbox.reply(sid, thread, text)
+        return self.conversation.reply(sid, thread, text)
 
     def withdraw(self, msg_id: str, by: str, *, token: str | None = None) -> dict[str, Any]:
         """Unsend (before any notice) or retract (after) a message; only its sender may."""
         self.claims(token, SCOPE_WRITE, session=by)
-        return self.inbox.withdraw(msg_id, by)
+        return self.conversation.withdraw(msg_id, by)
 
     # -- typed requests and items (SPEC sections 7 and 8) --------------------------------
 

@@ -1,0 +1,225 @@
+"""Reading and answering a session's threads: list, read, reply, withdraw (SPEC 7).
+
+Built on :class:`bus.inbox.Inbox`'s records: a thread's messages live in its own slot
+(``P:{thr}:log``), each party's marks in the party's slot (``P:{sid}:msgs``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from .errors import NotFound, Refused
+from .models import check_session_id, now_ms, parse_message
+
+if TYPE_CHECKING:
+    from .inbox import Inbox
+
+WITHDRAW_WAIT_S = 10.0
+
+
+def _list(raw: str | None) -> list[str]:
+    # cjson encodes an empty Lua table as {}, not [].
+    value = json.loads(raw) if raw else []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+class Conversation:
+    """Threads as a session reads and answers them."""
+
+    def __init__(self, ib: Inbox) -> None:
+        self.ib = ib
+
+    # -- reading, replying, withdrawing ---------------------------------------------------
+
+    def threads(self, sid: str) -> list[dict[str, Any]]:
+        """The session's threads, newest first (SPEC section 7's fields)."""
+        check_session_id(sid)
+        r = self.ib.store.r
+        thread_ids = [str(t) for t in r.zrevrange(self.ib.k(sid, "threads"), 0, -1)]
+        mine: dict[str, list[dict[str, Any]]] = {}
+        for raw in r.hvals(self.ib.k(sid, "msgs")):
+            rec = json.loads(raw)
+            mine.setdefault(rec["thread"], []).append(rec)
+        out = []
+        for thr in thread_ids:
+            meta = r.hgetall(self.ib.kt(thr, "meta"))
+            recs = mine.get(thr, [])
+            unread = [x for x in recs if x["mark"] in ("new", "noticed")]
+            row: dict[str, Any] = {
+                "threadId": thr,
+                "key": meta.get("key", ""),
+                "label": meta.get("label", thr),
+                "from": _list(meta.get("senders")),
+                "unread": len(unread),
+                "new": sum(1 for x in recs if x["mark"] == "new"),
+                "count": int(meta.get("count", 0)),
+                "newestAt": int(meta.get("newest_at", 0)),
+                "newestPreview": meta.get("newest_preview", ""),
+                "class": "blocker"
+                if any(x["class"] == "blocker" for x in unread)
+                else meta.get("class", "action"),
+            }
+            if meta.get("state"):
+                row["state"] = meta["state"]
+            out.append(row)
+        return out
+
+    def parties(self, thread: str) -> list[str]:
+        return _list(self.ib.store.r.hget(self.ib.kt(thread, "meta"), "parties"))
+
+    def read(self, sid: str, thread: str, *, mark_read: bool = False) -> dict[str, Any]:
+        """A whole thread, oldest first; refused for a session that is not a party."""
+        check_session_id(sid)
+        meta = self.ib.store.r.hgetall(self.ib.kt(thread, "meta"))
+        if not meta:
+            raise NotFound(f"no thread {thread!r}")
+        if sid not in _list(meta.get("parties")):
+            raise Refused(f"session {sid!r} is not a party to {thread}", code="not_a_party")
+        entries = self.ib.store.r.xrange(self.ib.kt(thread, "log"))
+        msgs = [json.loads(fields["m"]) for _eid, fields in entries]
+        recs = {r["id"]: r for r in self.ib.records(sid, [m["id"] for m in msgs])}
+        out = []
+        for m in msgs:
+            rec = recs.get(m["id"])
+            mark = rec["mark"] if rec else "read"
+            if rec and rec.get("from_session") == sid:
+                mark = "read"
+            item: dict[str, Any] = {
+                "id": m["id"],
+                "from": m["from"],
+                "fromSession": m.get("from_session"),
+                "class": m.get("class", "action"),
+                "kind": m.get("kind", "message"),
+                "at": m.get("ts"),
+                "text": m.get("text", ""),
+                "read": mark in ("read", "answered") or (mark_read and mark in ("new", "noticed")),
+            }
+            if mark in ("retracted", "removed"):
+                item["withdrawn"] = mark
+            if m.get("files"):
+                item["files"] = m["files"]
+            out.append(item)
+        if mark_read:
+            self._mark_read(sid, [r for r in recs.values() if r["mark"] in ("new", "noticed")])
+        result: dict[str, Any] = {
+            "threadId": thread,
+            "label": meta.get("label", thread),
+            "messages": out,
+        }
+        if meta.get("state"):
+            result["state"] = meta["state"]
+        return result
+
+    def _mark_read(self, sid: str, recs: list[dict[str, Any]]) -> None:
+        if not recs:
+            return
+        pipe = self.ib.store.r.pipeline(transaction=True)
+        for rec in recs:
+            rec["mark"] = "read"
+            pipe.hset(self.ib.k(sid, "msgs"), rec["id"], json.dumps(rec))
+            # Read before any notice: nothing left to notice.
+            pipe.zrem(self.ib.k(sid, "new"), rec["id"])
+            pipe.zrem(self.ib.k(sid, "wakeq"), rec["id"])
+        pipe.xadd(
+            self.ib.k(sid, "events"),
+            {"kind": "inbox_read", "at": str(now_ms()), "ids": json.dumps([r["id"] for r in recs])},
+            maxlen=10000,
+            approximate=True,
+        )
+        pipe.execute()
+
+    def reply(self, sid: str, thread: str, text: str) -> dict[str, Any]:
+        """Answer into the other parties' inboxes under the same thread; wakes nobody."""
+        info = self.ib.bus.session(sid)
+        parties = self.parties(thread)
+        if not parties:
+            raise NotFound(f"no thread {thread!r}")
+        if sid not in parties:
+            raise Refused(f"session {sid!r} is not a party to {thread}", code="not_a_party")
+        others = [p for p in parties if p != sid]
+        if not others:
+            raise Refused(f"{thread} has no other party session to reply to", code="no_other_party")
+        msg_id = str(uuid.uuid4())
+        answers = []
+        for other in others:
+            answers.append(
+                self.ib.bus.post(
+                    parse_message(
+                        {
+                            "id": msg_id,
+                            "from": info.handle,
+                            "to_id": other,
+                            "from_session": sid,
+                            "text": text,
+                            "kind": "reply",
+                            "thread": thread,
+                        }
+                    )
+                )
+            )
+        return {"ok": True, "id": msg_id, "thread": thread, "to": others, "answers": answers}
+
+    def withdraw(self, msg_id: str, by: str) -> dict[str, Any]:
+        """Unsend before any notice; wait out a notice on its way; retract after."""
+        check_session_id(by, "withdrawing session id")
+        sid = self.ib.store.recipient_of(msg_id)
+        if sid is None:
+            raise NotFound(f"no message {msg_id!r}")
+        first = self.ib.store.first_answer(sid, msg_id)
+        msg = self._message(sid, msg_id)
+        if first is None or msg is None:
+            raise NotFound(f"no message {msg_id!r}")
+        if msg.get("from_session") != by:
+            raise Refused("only the sender may withdraw a message", code="not_sender")
+        events = self.ib.k(sid, "events")
+        last = self.ib.store.r.xrevrange(events, count=1)
+        cursor = last[0][0] if last else "0-0"
+        verdict = self._withdraw_once(sid, msg_id)
+        deadline = now_ms() + int(WITHDRAW_WAIT_S * 1000)
+        while verdict[0] == "wait" and now_ms() < deadline:
+            # Block on the session's records until the notice on its way lands or fails.
+            got = self.ib.store.r.xread({events: cursor}, block=max(1, deadline - now_ms()))
+            if got:
+                cursor = got[0][1][-1][0]
+            verdict = self._withdraw_once(sid, msg_id)
+        kind = verdict[0]
+        if kind == "unsent":
+            return {"ok": True, "id": msg_id, "state": "unsent"}
+        if kind == "already":
+            return {"ok": True, "id": msg_id, "state": (first or {}).get("state", "withdrawn")}
+        if kind == "retract":
+            self.ib.bus.post(
+                parse_message(
+                    {
+                        "from": msg["from"],
+                        "to_id": sid,
+                        "from_session": by,
+                        "text": f"(withdrawn by the sender) {msg_id}",
+                        "kind": "retraction",
+                        "thread": msg.get("thread") or self.ib.bus.thread_for(parse_message(msg)),
+                        "class": "fyi",
+                    }
+                )
+            )
+            return {"ok": True, "id": msg_id, "state": "retracted", "via": "inbox"}
+        raise Refused(f"withdraw of {msg_id} timed out waiting for its notice", code="timeout")
+
+    def _withdraw_once(self, sid: str, msg_id: str) -> list[str]:
+        out = self.ib.store.run(
+            "withdraw",
+            sid,
+            ("ids", "msgs", "new", "wakeq", "notice", "events"),
+            [msg_id, now_ms()],
+        )
+        return [str(x) for x in out]
+
+    def _message(self, sid: str, msg_id: str) -> dict[str, Any] | None:
+        recs = self.ib.records(sid, [msg_id])
+        if recs:
+            return dict(recs[0]["m"])
+        for _eid, fields in self.ib.store.read_after(sid, "0-0", 100000):
+            if fields.get("id") == msg_id:
+                return dict(json.loads(fields["m"]))
+        return None

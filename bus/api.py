@@ -38,8 +38,6 @@ from .models import (
 from .settings import Settings
 from .store import Store
 
-HOST_PATTERN_HINT = "host names use letters, digits, '.', '_' and '-'"
-
 
 def check_host(host: str) -> str:
     check_session_id(host, "host name")
@@ -524,7 +522,13 @@ class Bus:
         self, sid: str, *, sender: str, text: str, urgency: str = "queue", msg_id: str | None = None
     ) -> dict[str, Any]:
         """prox's ``deliver``: local precedence only, no Redis needed."""
-        fields: dict[str, Any] = {"from": sender, "to_id": sid, "text": text, "urgency": urgency}
+        fields: dict[str, Any] = {
+            "from": sender,
+            "to_id": sid,
+            "text": text,
+            "urgency": urgency,
+            "verified": False,  # nothing authenticates a local drop
+        }
         if msg_id:
             fields["id"] = msg_id
         msg = parse_message(fields)

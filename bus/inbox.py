@@ -236,6 +236,8 @@ class Inbox:
             now_ms(),
             bus_host=self.bus.settings.host,
         )
+        if any((r.get("m") or {}).get("urgency") == "urgent" for r in records):
+            line["urgency"] = "urgent"  # a listening harness may interrupt its turn for it
         try:
             via, _ = self.bus.floor.deliver(sid, line)
         except OSError as exc:

@@ -486,3 +486,11 @@ def test_a_drain_with_redis_down_marks_its_notices_once_redis_answers(
     assert marks(bus, running) == {sent["id"]: "new"}
     bus.deliver_session(running)  # the next delivery (or drain) catches the marks up
     assert marks(bus, running) == {sent["id"]: "noticed"}
+
+
+def test_a_notice_carrying_an_urgent_message_is_urgent(bus: Bus, running: str) -> None:
+    send(bus, running, "calm")
+    bus.deliver_session(running)
+    send(bus, running, "now!", urgency="urgent")
+    bus.deliver_session(running)
+    assert [n.get("urgency") for n in notices_on_floor(bus, running)] == [None, "urgent"]

@@ -84,7 +84,7 @@ def deliver_session(bus: Bus, sid: str) -> DeliveryReport:
                 elif raw:
                     _write_raw(bus, sid, eid, msg, report)
                 else:
-                    bus.inbox.ingest(sid, msg, info, report)
+                    bus.inbox.ingest(sid, msg, info, report, arrived=int(eid.split("-")[0]))
             if not raw:
                 # Taking a message into the inbox is idempotent, so the cursor moves once
                 # per batch; a raw line moves it one by one (it must be written once).

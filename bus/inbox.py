@@ -67,7 +67,12 @@ class Inbox:
     # -- taking messages in ---------------------------------------------------------------
 
     def ingest(
-        self, sid: str, msg: dict[str, Any], info: SessionInfo | None, report: DeliveryReport
+        self,
+        sid: str,
+        msg: dict[str, Any],
+        info: SessionInfo | None,
+        report: DeliveryReport,
+        arrived: int | None = None,
     ) -> None:
         """Take one message into its thread and the session's inbox; doing it twice is
         harmless (a redone delivery), so the caller moves the cursor after a batch."""
@@ -121,7 +126,9 @@ class Inbox:
             [
                 msg["id"],
                 json.dumps(record),
-                at,
+                # Debounce and flush count from when the bus stored it (the stream entry's
+                # Redis clock), not the sender's own clock.
+                arrived or at,
                 "1" if wakes else "0",
                 thread,
                 "0" if own else "1",

@@ -494,3 +494,12 @@ def test_a_notice_carrying_an_urgent_message_is_urgent(bus: Bus, running: str) -
     send(bus, running, "now!", urgency="urgent")
     bus.deliver_session(running)
     assert [n.get("urgency") for n in notices_on_floor(bus, running)] == [None, "urgent"]
+
+
+def test_the_debounce_counts_from_arrival_not_the_senders_clock(bus: Bus, idle: str) -> None:
+    an_hour_ago = int(time.time() * 1000) - 3_600_000
+    send(bus, idle, "my clock is wrong", ts=an_hour_ago, **{"class": "blocker"})
+    bus.deliver_session(idle)
+    assert notices_on_floor(bus, idle) == []  # not woken at once
+    due = bus.store.next_due()
+    assert due is not None and due > time.time() * 1000

@@ -71,7 +71,7 @@ class Bus:
         self.floor = Floor(self.settings.home)
         self.inbox = Inbox(self)
         self.conversation = Conversation(self.inbox)
-        self.auth = Authenticator(self.settings.secret, is_revoked=self._is_revoked)
+        self.auth = Authenticator(self.settings.secret, is_revoked=self.is_revoked)
         self._metrics: Metrics | None = None
 
     @property
@@ -93,7 +93,7 @@ class Bus:
             self._metrics = Metrics(self.store.r, self.store.k)
         return self._metrics
 
-    def _is_revoked(self, jti: str) -> bool:
+    def is_revoked(self, jti: str) -> bool:
         return bool(self.store.r.sismember(self.store.k.revoked, jti))
 
     def issue_token(

@@ -41,7 +41,7 @@ def caller(bus: Bus) -> str:
     for a member cannot act as a session), else ``INBOX_SESSION``; never guessed."""
     if bus.auth.enabled and bus.settings.token:
         claims = auth.verify(
-            bus.settings.secret or "", bus.settings.token, is_revoked=bus._is_revoked
+            bus.settings.secret or "", bus.settings.token, is_revoked=bus.is_revoked
         )
         if claims.sub_kind != "session":
             raise Unauthorized(

@@ -233,9 +233,122 @@ class SessionInfo(BaseModel):
     updated_at: int = 0
 
 
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class NoticeThread(_Strict):
+    """One thread's line in a notice (the structured part of a notice line)."""
+
+    thread: str
+    label: str
+    count: int
+    senders: list[str]
+    newest_at: int
+    newest_preview: str
+    blocker: bool
+    key: str = ""
+
+
+class NoticePayload(_Strict):
+    threads: list[NoticeThread]
+    messages: list[str]
+
+
+class NoticeLine(_Strict):
+    """A notice as written to the socket or the floor: a wire line of kind ``notice``
+    whose ``text`` is what the model reads and whose ``notice`` lets a drain merge it."""
+
+    v: Literal[1] = 1
+    id: str
+    ts: int
+    from_: str = Field(alias="from")
+    to_id: SessionId
+    kind: Literal["notice"] = "notice"
+    text: str
+    urgency: Urgency | None = None
+    notice: NoticePayload
+
+
+class ThreadRow(_Strict):
+    """One row of ``inbox threads`` (SPEC section 7)."""
+
+    threadId: str  # the wire names are camelCase (SPEC section 7)
+    key: str
+    label: str
+    from_: list[str] = Field(alias="from")
+    unread: int
+    new: int
+    count: int
+    newestAt: int
+    newestPreview: str
+    class_: str = Field(alias="class")
+    state: str | None = None
+
+
+class ThreadMessage(_Strict):
+    id: str
+    from_: str = Field(alias="from")
+    fromSession: str | None
+    class_: str = Field(alias="class")
+    kind: str
+    at: int | None
+    text: str
+    read: bool
+    files: list[FileRef] | None = None
+    withdrawn: str | None = None
+
+
+class ThreadView(_Strict):
+    """``inbox read``: a whole thread, oldest first (SPEC section 7)."""
+
+    ok: bool = True
+    threadId: str
+    label: str
+    state: str | None = None
+    messages: list[ThreadMessage]
+
+
+class DecisionAnswer(_Strict):
+    """``inbox decide``'s answer."""
+
+    ok: bool = True
+    envelope_id: str
+    new_state: str
+    thread: str | None = None
+
+
+class ItemEntry(_Strict):
+    from_: str = Field(alias="from")
+    text: str
+    files: list[str] | None = None
+
+
+class Item(_Strict):
+    key: str
+    title: str
+    status: Literal["open", "settled"]
+    answer: str | None
+    revision: int
+    settledAt: int | None
+    updatedAt: int
+    thread: list[ItemEntry]
+
+
+class ReadInbox(_Strict):
+    """Luke's ``read_inbox``."""
+
+    items: list[Item]
+
+
 EXPORTED_MODELS: dict[str, type[BaseModel]] = {
     "message": Message,
     "send-answer": SendAnswer,
     "deliver-answer": DeliverAnswer,
     "session": SessionInfo,
+    "notice-line": NoticeLine,
+    "thread-row": ThreadRow,
+    "thread-view": ThreadView,
+    "decision-answer": DecisionAnswer,
+    "read-inbox": ReadInbox,
 }

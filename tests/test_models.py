@@ -87,3 +87,35 @@ def test_schema_check_fails_when_a_file_drifts(tmp_path: Any) -> None:
     target = tmp_path / "message.schema.json"
     target.write_text(target.read_text().replace('"text"', '"body"'))
     assert schemas.stale(tmp_path) == ["message.schema.json"]
+
+
+def test_what_the_bus_answers_matches_the_exported_models(bus: Any, tmp_path: Any) -> None:
+    """The wire shapes the surfaces print are the models' (extra fields refused)."""
+    from bus.models import DecisionAnswer, NoticeLine, ReadInbox, ThreadRow, ThreadView
+
+    bus.open_session("alice")
+    bus.open_session("bob")
+    bus.turn("bob", "start")
+    sent = bus.send(
+        {
+            "from": "hosta:alice",
+            "from_session": "alice",
+            "to_id": "bob",
+            "text": "hi",
+            "urgency": "urgent",
+        }
+    )
+    bus.deliver_session("bob")
+    [notice] = bus.floor.peek("bob")
+    NoticeLine.model_validate(notice)
+    [row] = bus.threads("bob")["threads"]
+    ThreadRow.model_validate(row)
+    ThreadView.model_validate(bus.read("bob", sent["thread"]))
+    req = bus.request("bob", "task", "do it", actor="alice")
+    DecisionAnswer.model_validate(bus.decide(req["thread"], "accept", actor="bob"))
+    bus.member_add("acme", "dean")
+    bus.open_session("coder", workspace="acme", starter="dean")
+    bus.item_post("coder", "k1", title="ok?")
+    bus.item_write("coder", "k1", member="dean", text="hello")
+    bus.reply_inbox("coder", "k1", text="hi dean", root=tmp_path)
+    ReadInbox.model_validate(bus.read_inbox("coder"))

@@ -205,3 +205,39 @@ def test_watch_follows_a_session_live(env: dict[str, str]) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_an_ambiguous_handle_lists_the_candidates_and_sends_nothing(env: dict[str, str]) -> None:
+    inbox(env, "session", "open", "one", "--handle", "hosta:twin")
+    inbox(env, "session", "open", "two", "--handle", "hosta:twin")
+    out = inbox(env, "send", "--to", "hosta:twin", "--from", "h:me", "--text", "hi")
+    assert out.returncode == 1 and "2 live sessions" in out.stderr
+    answer = json.loads(out.stdout)
+    assert answer["error"] == "ambiguous"
+    assert sorted(c["session"] for c in answer["candidates"]) == ["one", "two"]
+    assert all({"state", "age_s"} <= set(c) for c in answer["candidates"])
+    status = json.loads(inbox(env, "status").stdout)
+    assert all(s["backlog"] == 0 for s in status["sessions"])
+
+
+def test_inbox_listen_acks_and_prints_what_arrives(env: dict[str, str], home: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bus.cli", "listen", "s1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        sock = home / "inbox" / "s1" / "inbox.sock"
+        wait_for(sock.exists, timeout=20, what="the listener's socket")
+        out = inbox(env, "deliver", "s1", "--from", "h:me", "--text", "live line")
+        assert json.loads(out.stdout)["via"] == "socket"
+        assert proc.stdout is not None
+        printed = json.loads(proc.stdout.readline())
+        assert printed["text"] == "live line"
+        assert not (home / "inbox" / "s1" / "messages.jsonl").exists()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert not sock.exists()  # a stopped listener removes its socket

@@ -33,8 +33,9 @@ def check_auth(auth: str) -> str:
     return auth
 
 
-def flower_argv(settings: Settings, address: str, port: int, auth: str) -> list[str]:
-    """The command that runs Flower for this bus's broker."""
+def flower_argv(settings: Settings, address: str, port: int) -> list[str]:
+    """The command that runs Flower for this bus's broker. The credentials are not in it
+    (any local user can read a process's arguments): flower_env passes them."""
     del settings  # the broker reaches Celery through the environment (flower_env)
     return [
         sys.executable,
@@ -45,14 +46,18 @@ def flower_argv(settings: Settings, address: str, port: int, auth: str) -> list[
         "flower",
         f"--address={address}",
         f"--port={int(port)}",
-        f"--basic-auth={check_auth(auth)}",
     ]
 
 
-def flower_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment that points ``celery -A workers`` at this bus's broker and prefix."""
+def flower_env(
+    settings: Settings, base: dict[str, str] | None = None, *, auth: str | None = None
+) -> dict[str, str]:
+    """The environment that points ``celery -A workers`` at this bus's broker and prefix,
+    with Flower's basic auth (``FLOWER_BASIC_AUTH``, which Flower reads at start)."""
     env = settings.child_env(base)
     env["INBOX_BROKER_URL"] = settings.celery_broker_url()
+    if auth is not None:
+        env["FLOWER_BASIC_AUTH"] = check_auth(auth)
     return env
 
 
@@ -93,7 +98,9 @@ def run_flower(
 ) -> int:
     """Run Flower in a child process until it exits; returns its exit code."""
     auth = resolve_auth(settings, basic_auth)
-    proc = subprocess.Popen(flower_argv(settings, address, port, auth), env=flower_env(settings))
+    proc = subprocess.Popen(
+        flower_argv(settings, address, port), env=flower_env(settings, auth=auth)
+    )
     try:
         return proc.wait()
     except KeyboardInterrupt:

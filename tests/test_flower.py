@@ -14,9 +14,8 @@ import httpx
 import pytest
 
 from bus.errors import BadInput
-from bus.flower import flower_argv, resolve_auth, run_flower
+from bus.flower import flower_argv, flower_env, resolve_auth, run_flower
 from bus.settings import Settings
-from tests.conftest import settings_env
 
 
 def free_port() -> int:
@@ -28,8 +27,9 @@ def free_port() -> int:
 def test_argv_has_auth_and_loopback_by_default(settings: Settings) -> None:
     params = inspect.signature(run_flower).parameters
     assert params["address"].default == "127.0.0.1"
-    argv = flower_argv(settings, params["address"].default, 5555, "u:p")
-    assert "--basic-auth=u:p" in argv
+    argv = flower_argv(settings, params["address"].default, 5555)
+    assert not any("basic-auth" in a or "u:p" in a for a in argv)  # not in `ps`
+    assert flower_env(settings, auth="u:p")["FLOWER_BASIC_AUTH"] == "u:p"
     assert "--address=127.0.0.1" in argv and "--port=5555" in argv
     assert argv[argv.index("-A") + 1 : argv.index("-A") + 3] == ["workers", "flower"]
 
@@ -70,10 +70,10 @@ def test_env_credential_wins_over_generating(
 @pytest.mark.slow
 def test_real_flower_demands_credentials(settings: Settings) -> None:
     port = free_port()
-    argv = flower_argv(settings, "127.0.0.1", port, "admin:s3cret")
+    argv = flower_argv(settings, "127.0.0.1", port)
     proc = subprocess.Popen(
         argv,
-        env=settings_env(settings),
+        env=flower_env(settings, auth="admin:s3cret"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -106,11 +106,15 @@ def test_run_flower_returns_the_child_exit_code(
 
     seen: list[list[str]] = []
 
-    def fake_argv(s: Settings, address: str, port: int, auth: str) -> list[str]:
-        seen.append(flower_argv(s, address, port, auth))
-        check = "import os, sys; sys.exit(3 if os.environ['INBOX_BROKER_URL'] else 1)"
+    def fake_argv(s: Settings, address: str, port: int) -> list[str]:
+        seen.append(flower_argv(s, address, port))
+        check = (
+            "import os, sys; "
+            "sys.exit(3 if os.environ['INBOX_BROKER_URL'] and "
+            "os.environ['FLOWER_BASIC_AUTH'] == 'u:p' else 1)"
+        )
         return [sys.executable, "-c", check]
 
     monkeypatch.setattr(flower_mod, "flower_argv", fake_argv)
     assert run_flower(settings, port=5999, basic_auth="u:p") == 3
-    assert "--port=5999" in seen[0] and "--basic-auth=u:p" in seen[0]
+    assert "--port=5999" in seen[0]

@@ -57,7 +57,8 @@ def test_compose_file() -> None:
 
     flower = services["flower"]
     assert command(flower).startswith("celery -A workers flower")
-    assert "--basic-auth=${FLOWER_AUTH:?" in command(flower)
+    assert flower["environment"]["FLOWER_BASIC_AUTH"].startswith("${FLOWER_AUTH:?")
+    assert "basic-auth" not in command(flower)
     assert flower["ports"] == ["127.0.0.1:5555:5555"]
 
     gateway = services["gateway"]

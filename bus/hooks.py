@@ -88,6 +88,39 @@ def _handle(bus: Bus, sid: str) -> str:
     return os.environ.get("INBOX_HANDLE") or f"{bus.settings.host}:{sid[:8]}"
 
 
+def last_assistant_text(transcript_path: object, limit: int = 8000) -> str | None:
+    """The turn's answer for waiting senders: the text of the last assistant message in
+    Claude Code's transcript (JSONL), or None when there is none to read."""
+    if not isinstance(transcript_path, str) or not transcript_path:
+        return None
+    try:
+        lines = Path(transcript_path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a torn last line while Claude Code is still writing
+        if not isinstance(entry, dict) or entry.get("type") != "assistant":
+            continue
+        content = (entry.get("message") or {}).get("content")
+        if isinstance(content, str):
+            texts = [content]
+        elif isinstance(content, list):
+            texts = [
+                b.get("text", "")
+                for b in content
+                if isinstance(b, dict) and b.get("type") == "text"
+            ]
+        else:
+            texts = []
+        text = "\n".join(t for t in texts if t).strip()
+        if text:
+            return text[:limit]
+    return None
+
+
 def run_hook(event: str, payload: dict[str, Any], bus: Bus) -> tuple[int, str]:
     """Run the inbox's part of one Claude Code hook; returns (exit code, stdout text).
 
@@ -117,7 +150,8 @@ def run_hook(event: str, payload: dict[str, Any], bus: Bus) -> tuple[int, str]:
                 ensure_ascii=False,
             )
     elif event == "Stop":
-        _guarded("turn end", lambda: bus.turn(sid, "end"))
+        answer = last_assistant_text(payload.get("transcript_path"))
+        _guarded("turn end", lambda: bus.turn(sid, "end", answer=answer))
     elif event == "SessionEnd":
         _guarded("session close", lambda: bus.close_session(sid))
     else:

@@ -14,6 +14,7 @@ import redis
 
 from bus.api import Bus
 from bus.hooks import EVENTS, claude_settings, hook_entry, print_or_install, run_hook
+from tests.conftest import wait_for
 
 
 def payload(sid: str, event: str, **extra: Any) -> dict[str, Any]:
@@ -228,3 +229,52 @@ def test_the_hook_commands_with_claude_codes_stdin(settings: Any, sid: str) -> N
     assert b.session(sid).state == "idle"
     assert run("SessionEnd", reason="exit").returncode == 0
     assert b.session(sid).state == "closed"
+
+
+def test_stop_answers_waiting_senders_with_the_last_assistant_message(
+    bus: Bus, sid: str, tmp_path: Path
+) -> None:
+    import threading
+
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text(
+        "\n".join(
+            json.dumps(e)
+            for e in [
+                {"type": "user", "message": {"role": "user", "content": "fix it"}},
+                {
+                    "type": "assistant",
+                    "message": {
+                        "content": [
+                            {"type": "text", "text": "Done: "},
+                            {"type": "tool_use", "name": "Bash"},
+                        ]
+                    },
+                },
+                {
+                    "type": "assistant",
+                    "message": {"content": [{"type": "text", "text": "tests pass"}]},
+                },
+            ]
+        )
+        + '\n{"torn'
+    )
+    hook(bus, sid, "SessionStart")
+    hook(bus, sid, "UserPromptSubmit")
+    result: dict[str, Any] = {}
+    waiter = threading.Thread(
+        target=lambda: result.update(
+            bus.send({"from": "hostb:lead", "to_id": sid, "text": "status?"}, wait=True, timeout=20)
+        )
+    )
+    waiter.start()
+    wait_for(lambda: bus.store.r.scard(bus.store.k.s(sid, "waiters")), what="the waiter")
+    bus.deliver_session(sid)
+    assert "status?" in hook(bus, sid, "PostToolUse")
+    code, _ = run_hook(
+        "Stop",
+        {"session_id": sid, "hook_event_name": "Stop", "transcript_path": str(transcript)},
+        bus,
+    )
+    waiter.join(20)
+    assert code == 0 and result["state"] == "answered" and result["answer"] == "tests pass"

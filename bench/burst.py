@@ -28,13 +28,11 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
@@ -53,6 +51,7 @@ from bus.api import Bus  # noqa: E402
 from bus.cli import worker_argv  # noqa: E402
 from bus.embedded import EmbeddedRedis  # noqa: E402
 from bus.models import now_ms, parse_message  # noqa: E402
+from bus.procs import WorkerProcess  # noqa: E402
 from bus.scheduler import run as run_scheduler  # noqa: E402
 from bus.settings import Settings  # noqa: E402
 from workers.app import host_queue, make_app  # noqa: E402
@@ -128,47 +127,13 @@ def child_env(s: Settings) -> dict[str, str]:
     return s.child_env()
 
 
-class Worker:
+def start_worker(s: Settings, concurrency: int = 2) -> WorkerProcess:
     """The bench host's worker: ``inbox worker``'s argv plus ``-I bench.naive``."""
-
-    def __init__(self, s: Settings, concurrency: int = 2) -> None:
-        self.log: deque[str] = deque(maxlen=200)
-        self._ready = threading.Event()
-        argv = [*worker_argv(s, concurrency, "prefork", "info"), "-I", "bench.naive"]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workers", *argv],
-            env=child_env(s),
-            cwd=str(REPO),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,  # Ctrl-C reaches the bench, which stops the worker
-        )
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.log.append(line)
-            if " ready." in line:
-                self._ready.set()
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not self._ready.wait(0.1):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise BenchError("the worker did not start:\n" + "".join(list(self.log)[-30:]))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-            except ProcessLookupError:
-                pass
+    argv = [*worker_argv(s, concurrency, "prefork", "info"), "-I", "bench.naive"]
+    try:
+        return WorkerProcess(s, [sys.executable, "-m", "celery", "-A", "workers", *argv])
+    except RuntimeError as exc:
+        raise BenchError(str(exc)) from exc
 
 
 @contextmanager
@@ -629,9 +594,8 @@ def main(argv: list[str] | None = None) -> int:
                 wake_debounce_s=DEBOUNCE_S,
             )
             console.print(f"redis {url} ({found}), prefix {prefix}; starting the worker...")
-            worker = Worker(s)
+            worker = start_worker(s)
             stack.callback(worker.stop)
-            worker.wait_ready()
             observer = celery_bus(s)
             stack.callback(close_bus, observer)
             n, k = args.messages, args.senders

@@ -9,10 +9,7 @@ and Celery's broker keys), so tests never see each other's data.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -24,6 +21,7 @@ import redis
 from bus.api import Bus
 from bus.dispatch import RecordingDispatcher
 from bus.embedded import EmbeddedRedis
+from bus.procs import WorkerProcess, inbox_worker_argv
 from bus.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -124,71 +122,12 @@ def settings_env(s: Settings) -> dict[str, str]:
     return s.child_env()
 
 
-class WorkerProcess:
-    """A real ``inbox worker`` subprocess for one host; ready once Celery says so."""
-
-    def __init__(self, s: Settings, *, pool: str = "prefork", concurrency: int = 1) -> None:
-        self.settings = s
-        self.log: list[str] = []
-        self._ready = threading.Event()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bus.cli",
-                "worker",
-                "--pool",
-                pool,
-                "--concurrency",
-                str(concurrency),
-                "--loglevel",
-                "info",
-            ],
-            env=settings_env(s),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._read, daemon=True).start()
-        if not self._ready.wait(60):
-            self.stop()
-            raise RuntimeError("worker did not start:\n" + "".join(self.log[-40:]))
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.log.append(line)
-            if " ready." in line:
-                self._ready.set()
-
-    def kill(self) -> None:
-        """SIGKILL the whole worker (main process and pool children)."""
-        import signal
-
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        import signal
-
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
 @pytest.fixture
 def start_worker() -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []
 
-    def factory(s: Settings, **kw: object) -> WorkerProcess:
-        w = WorkerProcess(s, **kw)  # type: ignore[arg-type]
+    def factory(s: Settings, pool: str = "prefork", concurrency: int = 1) -> WorkerProcess:
+        w = WorkerProcess(s, inbox_worker_argv(pool, concurrency))
         started.append(w)
         return w
 

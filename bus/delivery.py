@@ -70,6 +70,7 @@ def deliver_session(bus: Bus, sid: str) -> DeliveryReport:
             raw = raw_mode(bus, info)
             msgs = [json.loads(fields["m"]) for _eid, fields in rows]
             answers = store.first_answers(sid, [m["id"] for m in msgs])
+            batch: list[tuple[dict[str, Any], int]] = []
             for (eid, _fields), msg, first in zip(rows, msgs, answers, strict=True):
                 if raw and not store.extend_lock(sid, token):
                     # A write can take 1.2 s (a listener that never acks): past the lock's
@@ -84,8 +85,10 @@ def deliver_session(bus: Bus, sid: str) -> DeliveryReport:
                 elif raw:
                     _write_raw(bus, sid, eid, msg, report)
                 else:
-                    bus.inbox.ingest(sid, msg, info, report, arrived=int(eid.split("-")[0]))
+                    # The stream entry's id is the Redis clock when the bus stored it.
+                    batch.append((msg, int(eid.split("-")[0])))
             if not raw:
+                bus.inbox.ingest(sid, batch, info, report)
                 # Taking a message into the inbox is idempotent, so the cursor moves once
                 # per batch; a raw line moves it one by one (it must be written once).
                 store.advance(sid, rows[-1][0])

@@ -48,6 +48,62 @@ def _pending_ids(path: Path) -> list[str]:
     return ids
 
 
+class _SenderFacts:
+    """What the wake rules need to know about each sender, looked up once per batch."""
+
+    def __init__(self, ib: Inbox, sid: str, info: SessionInfo | None) -> None:
+        self.ib, self.sid, self.info = ib, sid, info
+        self._gave: dict[str, bool] = {}
+        self._handles: dict[str, str | None] = {}
+        self._first_work_recorded: set[str] = set()
+
+    def session_of(self, handle: str) -> str | None:
+        """The one live session with ``handle`` (a sender that gave no session id)."""
+        if handle not in self._handles:
+            try:
+                found = [s for s in self.ib.store.sessions_by_handle(handle) if s.state != "closed"]
+            except ValueError:
+                found = []
+            self._handles[handle] = found[0].session if len(found) == 1 else None
+        return self._handles[handle]
+
+    def gave_work_to(self, sender_sid: str) -> bool:
+        """Whether this session gave ``sender_sid`` work (its first work, or as parent)."""
+        if sender_sid not in self._gave:
+            store, info = self.ib.store, self.info
+            gave = bool(store.r.sismember(self.ib.k(self.sid, "gave"), sender_sid))
+            sender = store.get_session(sender_sid)
+            if sender is not None and info is not None and sender.parent in (self.sid, info.handle):
+                gave = True
+            self._gave[sender_sid] = gave
+        return self._gave[sender_sid]
+
+    def may_wake(self, msg: dict[str, Any], sender_sid: str | None) -> tuple[bool, str]:
+        info = self.info
+        if info is None:
+            return False, "no_session"
+        facts = policy.WakeFacts(
+            msg_class=str(msg.get("class", "action")),
+            kind=str(msg.get("kind", "message")),
+            from_session=sender_sid,
+            from_handle=str(msg["from"]),
+            receiver_parent=info.parent,
+            receiver_delegator=info.delegator,
+            receiver_turns=info.turns,
+            receiver_gave_work_to_sender=sender_sid is not None and self.gave_work_to(sender_sid),
+            from_member=items.from_member(self.ib.bus, info, msg),
+        )
+        giver = sender_sid or str(msg["from"])
+        if policy.is_first_work(facts) and giver not in self._first_work_recorded:
+            self._first_work_recorded.add(giver)
+            store = self.ib.store
+            if not store.r.hget(self.ib.k(self.sid, "session"), "delegator"):
+                store.r.hset(self.ib.k(self.sid, "session"), "delegator", giver)
+            if sender_sid:
+                store.r.sadd(self.ib.k(sender_sid, "gave"), self.sid)
+        return policy.may_wake(facts)
+
+
 class Inbox:
     """Inbox operations for one :class:`~bus.api.Bus`."""
 
@@ -69,110 +125,78 @@ class Inbox:
     def ingest(
         self,
         sid: str,
-        msg: dict[str, Any],
+        batch: list[tuple[dict[str, Any], int]],
         info: SessionInfo | None,
         report: DeliveryReport,
-        arrived: int | None = None,
     ) -> None:
-        """Take one message into its thread and the session's inbox; doing it twice is
-        harmless (a redone delivery), so the caller moves the cursor after a batch."""
+        """Take a batch of ``(message, arrival ms)`` into their threads and the session's
+        inbox. Doing it twice is harmless (a redone delivery), so the caller moves the
+        cursor after the batch. Lookups are made once per sender; the writes (two
+        idempotent scripts a message) go to Redis in one pipeline."""
         store = self.store
-        key = thread_key(
-            thread=msg.get("thread"),
-            pr=msg.get("pr"),
-            topic=msg.get("topic"),
-            sender=str(msg["from"]),
-            text=str(msg.get("text") or ""),
-        )
-        thread = thread_id(sid, key)
-        sender_sid = msg.get("from_session") or self._session_of_handle(str(msg["from"]))
-        at = int(msg.get("ts") or now_ms())
-        wakes, reason = self._may_wake(sid, msg, info, sender_sid)
-        parties = [sid] + ([sender_sid] if sender_sid else [])
-        store.script("thread_append")(
-            keys=[self.kt(thread, "meta"), self.kt(thread, "log"), self.kt(thread, "seen")],
-            args=[
-                msg["id"],
-                json.dumps(msg),
-                at,
-                key,
-                thread_label(key),
-                json.dumps(parties),
-                msg["from"],
-                one_line(str(msg.get("text") or ""), 120),
-                msg.get("class", "action"),
-                THREAD_LOG_MAX,
-            ],
-        )
-        record = {
-            "id": msg["id"],
-            "thread": thread,
-            "class": msg.get("class", "action"),
-            "kind": msg.get("kind", "message"),
-            "from": msg["from"],
-            "from_session": sender_sid,
-            "at": at,
-            "mark": "new",
-            "wakes": wakes,
-            "why": reason,
-            "key": key,
-            "m": msg,
-        }
-        own = sender_sid == sid
-        store.run(
-            "ingest",
-            sid,
-            ("msgs", "new", "wakeq", "threads", "events"),
-            [
-                msg["id"],
-                json.dumps(record),
-                # Debounce and flush count from when the bus stored it (the stream entry's
-                # Redis clock), not the sender's own clock.
-                arrived or at,
-                "1" if wakes else "0",
-                thread,
-                "0" if own else "1",
-            ],
-        )
-        report.inbox += 1
-
-    def _session_of_handle(self, handle: str) -> str | None:
-        try:
-            found = [s for s in self.store.sessions_by_handle(handle) if s.state != "closed"]
-        except ValueError:
-            return None
-        return found[0].session if len(found) == 1 else None
-
-    def _may_wake(
-        self, sid: str, msg: dict[str, Any], info: SessionInfo | None, sender_sid: str | None
-    ) -> tuple[bool, str]:
-        if info is None:
-            return False, "no_session"
-        store = self.store
-        gave = False
-        if sender_sid:
-            gave = bool(store.r.sismember(self.k(sid, "gave"), sender_sid))
-            sender = store.get_session(sender_sid)
-            if sender is not None and sender.parent in (sid, info.handle):
-                gave = True
-        facts = policy.WakeFacts(
-            msg_class=str(msg.get("class", "action")),
-            kind=str(msg.get("kind", "message")),
-            from_session=sender_sid,
-            from_handle=str(msg["from"]),
-            receiver_parent=info.parent,
-            receiver_delegator=info.delegator,
-            receiver_turns=info.turns,
-            receiver_gave_work_to_sender=gave,
-            from_member=items.from_member(self.bus, info, msg),
-        )
-        if policy.is_first_work(facts):
-            giver = sender_sid or str(msg["from"])
-            if not store.r.hget(self.k(sid, "session"), "delegator"):
-                store.r.hset(self.k(sid, "session"), "delegator", giver)
-            if sender_sid:
-                store.r.sadd(self.k(sender_sid, "gave"), sid)
-        return policy.may_wake(facts)
+        senders = _SenderFacts(self, sid, info)
+        pipe = store.r.pipeline(transaction=False)
+        for msg, arrived in batch:
+            key = thread_key(
+                thread=msg.get("thread"),
+                pr=msg.get("pr"),
+                topic=msg.get("topic"),
+                sender=str(msg["from"]),
+                text=str(msg.get("text") or ""),
+            )
+            thread = thread_id(sid, key)
+            sender_sid = msg.get("from_session") or senders.session_of(str(msg["from"]))
+            at = int(msg.get("ts") or now_ms())
+            wakes, reason = senders.may_wake(msg, sender_sid)
+            parties = [sid] + ([sender_sid] if sender_sid else [])
+            store.script("thread_append")(
+                keys=[self.kt(thread, "meta"), self.kt(thread, "log"), self.kt(thread, "seen")],
+                args=[
+                    msg["id"],
+                    json.dumps(msg),
+                    at,
+                    key,
+                    thread_label(key),
+                    json.dumps(parties),
+                    msg["from"],
+                    one_line(str(msg.get("text") or ""), 120),
+                    msg.get("class", "action"),
+                    THREAD_LOG_MAX,
+                ],
+                client=pipe,
+            )
+            record = {
+                "id": msg["id"],
+                "thread": thread,
+                "class": msg.get("class", "action"),
+                "kind": msg.get("kind", "message"),
+                "from": msg["from"],
+                "from_session": sender_sid,
+                "at": at,
+                "mark": "new",
+                "wakes": wakes,
+                "why": reason,
+                "key": key,
+                "m": msg,
+            }
+            store.run(
+                "ingest",
+                sid,
+                ("msgs", "new", "wakeq", "threads", "events"),
+                [
+                    msg["id"],
+                    json.dumps(record),
+                    # Debounce and flush count from when the bus stored it (the stream
+                    # entry's Redis clock), not the sender's own clock.
+                    arrived,
+                    "1" if wakes else "0",
+                    thread,
+                    "0" if sender_sid == sid else "1",
+                ],
+                client=pipe,
+            )
+            report.inbox += 1
+        pipe.execute()
 
     # -- deciding and noticing ------------------------------------------------------------
 

@@ -42,9 +42,11 @@ class Conversation:
         for raw in r.hvals(self.ib.k(sid, "msgs")):
             rec = json.loads(raw)
             mine.setdefault(rec["thread"], []).append(rec)
-        out = []
+        pipe = r.pipeline(transaction=False)
         for thr in thread_ids:
-            meta = r.hgetall(self.ib.kt(thr, "meta"))
+            pipe.hgetall(self.ib.kt(thr, "meta"))
+        out = []
+        for thr, meta in zip(thread_ids, pipe.execute(), strict=True):
             recs = mine.get(thr, [])
             unread = [x for x in recs if x["mark"] in ("new", "noticed")]
             row: dict[str, Any] = {

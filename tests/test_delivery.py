@@ -236,3 +236,22 @@ def test_the_sweep_redoes_a_wake_whose_dispatch_was_lost(make_bus: Callable[...,
     assert sweep_backlogs(b) == 1 and calls == [("hosta", "lost")]
     b.deliver_session("lost")
     assert b.store.next_due() is not None  # planned again
+
+
+def test_delivered_entries_are_trimmed_and_undelivered_ones_never(
+    make_bus: Callable[..., Bus],
+) -> None:
+    b = make_bus(stream_keep=5)
+    b.open_session("t")
+    for i in range(30):
+        b.send({"from": "hosta:me", "to_id": "t", "text": f"m{i}"})
+    b.deliver_session("t")
+    assert b.store.backlog("t") == 0
+    undelivered = [
+        b.send({"from": "hosta:me", "to_id": "t", "text": f"n{i}"})["id"] for i in range(12)
+    ]
+    assert b.store.backlog("t") == 12
+    length = b.store.r.xlen(b.store.k.s("t", "stream"))
+    assert length < 30 + 12, length  # delivered entries went
+    pending = [f["id"] for _e, f in b.store.read_after("t", b.store.cursor("t"))]
+    assert pending == undelivered  # undelivered ones never

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -134,6 +135,16 @@ def start_worker() -> Iterator[Callable[..., WorkerProcess]]:
     yield factory
     for w in started:
         w.stop()
+
+
+def collect(into: list[Any], key: str | None = None) -> Callable[[dict[str, Any]], bool]:
+    """A listener handler that records each line (or one field of it) and accepts it."""
+
+    def on_line(obj: dict[str, Any]) -> bool:
+        into.append(obj if key is None else obj[key])
+        return True
+
+    return on_line
 
 
 def wait_for(

@@ -7,7 +7,6 @@ import os
 import socket
 import stat
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +16,9 @@ from bus import floor as floor_mod
 from bus.errors import BadInput
 from bus.floor import LOG_KEEP, Floor, socket_path_fits
 from bus.listen import Listener
+from tests.conftest import collect
 
 SID = "sess-1"
-
-
-def collect(into: list[Any], key: str | None = None) -> Callable[[dict[str, Any]], bool]:
-    """A listener handler that records each line (or one field of it) and accepts it."""
-
-    def on_line(obj: dict[str, Any]) -> bool:
-        into.append(obj if key is None else obj[key])
-        return True
-
-    return on_line
 
 
 def msg(i: int | str, **kw: Any) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import socket
 import stat
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +17,9 @@ import pytest
 from bus.errors import Refused
 from bus.floor import Floor
 from bus.listen import Listener, run_listener
+from tests.conftest import collect
 
 SID = "sess-1"
-
-
-def collect(into: list[Any], key: str | None = None) -> Callable[[dict[str, Any]], bool]:
-    """A listener handler that records each line (or one field of it) and accepts it."""
-
-    def on_line(obj: dict[str, Any]) -> bool:
-        into.append(obj if key is None else obj[key])
-        return True
-
-    return on_line
 
 
 def msg(i: int, **kw: Any) -> dict[str, Any]:

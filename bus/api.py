@@ -35,6 +35,7 @@ from .models import (
     now_ms,
     parse_message,
 )
+from .receipts import Receipts, recipient_state
 from .settings import Settings
 from .store import Store
 
@@ -71,6 +72,7 @@ class Bus:
         self.floor = Floor(self.settings.home)
         self.inbox = Inbox(self)
         self.conversation = Conversation(self.inbox)
+        self.receipts = Receipts(self)
         self.auth = Authenticator(self.settings.secret, is_revoked=self.is_revoked)
         self._metrics: Metrics | None = None
 
@@ -163,6 +165,7 @@ class Bus:
             agent_inbox=agent_inbox,
             opened_at=prior.opened_at if prior else now_ms(),
             updated_at=now_ms(),
+            last_seen=now_ms(),
         )
         self.store.put_session(info)
         self.store.record(sid, "session_open", handle=handle, host=host)
@@ -192,11 +195,13 @@ class Bus:
         info = self.session(sid)
         if event == "start":
             turns = self.store.incr_turns(sid)
-            self.store.update_session(sid, state="running", prompt_waiting=prompt_waiting)
+            self.store.update_session(
+                sid, state="running", prompt_waiting=prompt_waiting, last_seen=now_ms()
+            )
             self.store.record(sid, "turn_start", turn=turns)
         elif event == "end":
             turns = info.turns
-            self.store.update_session(sid, state="idle", prompt_waiting=False)
+            self.store.update_session(sid, state="idle", prompt_waiting=False, last_seen=now_ms())
             self.store.record(sid, "turn_end", turn=turns, answer=answer or "")
         else:
             raise BadInput(f"turn event must be start or end, not {event!r}")
@@ -292,6 +297,7 @@ class Bus:
         sid = msg.to_id
         info = self.store.get_session(sid)
         if info is None:
+            self.receipts.bounced(msg, sid, f"no session {sid!r} is registered")
             return SendAnswer(
                 ok=False,
                 id=msg.id,
@@ -305,13 +311,25 @@ class Bus:
             thread=thread,
             state="stored",
             recipient=Recipient(
-                session=sid, host=info.host, state=info.state, listening=self.floor_listening(info)
+                session=sid,
+                host=info.host,
+                # A harness unseen for INBOX_STALE_S: stored, but nobody may hear it soon.
+                state=recipient_state(
+                    info.state, info.last_seen or info.opened_at, now_ms(), self.settings.stale_s
+                ),
+                listening=self.floor_listening(info),
+                last_seen=info.last_seen or None,
             ),
         )
         if wait:
             self.inbox.register_waiter(sid, msg.id)
         new, first, dispatch = self.store.append(
-            sid, msg.id, msg.line(), json.dumps(answer.to_json()), thread
+            sid,
+            msg.id,
+            msg.line(),
+            json.dumps(answer.to_json()),
+            thread,
+            also=lambda pipe: self.receipts.open(pipe, msg, sid, thread),
         )
         if not new:
             prior = json.loads(first)
@@ -367,6 +385,27 @@ class Bus:
         """Unsend (before any notice) or retract (after) a message; only its sender may."""
         self.claims(token, SCOPE_WRITE, session=by)
         return self.conversation.withdraw(msg_id, by)
+
+    # -- receipts and the outbox (the sender's side) ---------------------------------------
+
+    def receipt(
+        self,
+        msg_id: str,
+        *,
+        by: str | None = None,
+        wait_for: str | None = None,
+        timeout: float | None = None,
+        token: str | None = None,
+    ) -> dict[str, Any]:
+        """What became of a message, for its sender only (``by``, INBOX_SESSION or the
+        token's subject); ``wait_for`` blocks until it is noticed, read or answered."""
+        return self.receipts.receipt(msg_id, by=by, token=token, wait_for=wait_for, timeout=timeout)
+
+    def sent(
+        self, sid: str, *, state: str | None = None, limit: int = 50, token: str | None = None
+    ) -> dict[str, Any]:
+        """The session's outbox: its sent messages, newest first, each with its receipt."""
+        return self.receipts.sent(sid, state=state, limit=limit, token=token)
 
     # -- typed requests and items (SPEC sections 7 and 8) --------------------------------
 

@@ -245,6 +245,7 @@ def listen(
 
     b = connect()
     run(lambda: check_session_id(sid))
+    b.receipts.heartbeat(sid)  # a listening harness counts as seen (not stale)
     run_listener(b.floor, sid, exec_cmd)
 
 
@@ -599,6 +600,9 @@ def hook_claude(
     from .hooks import hook_entry
 
     raise typer.Exit(hook_entry(event))
+
+
+from . import cli_receipts  # noqa: E402, F401  (registers `receipt` and `sent`)
 
 
 def main() -> None:

@@ -130,6 +130,7 @@ class Conversation:
             maxlen=10000,
             approximate=True,
         )
+        self.ib.bus.receipts.mark(sid, "read", [r["id"] for r in recs], touch=True, client=pipe)
         pipe.execute()
 
     def reply(self, sid: str, thread: str, text: str) -> dict[str, Any]:
@@ -161,6 +162,7 @@ class Conversation:
                     )
                 )
             )
+        self.ib.bus.receipts.replied(sid, thread)
         return {"ok": True, "id": msg_id, "thread": thread, "to": others, "answers": answers}
 
     def withdraw(self, msg_id: str, by: str) -> dict[str, Any]:
@@ -187,6 +189,10 @@ class Conversation:
                 cursor = got[0][1][-1][0]
             verdict = self._withdraw_once(sid, msg_id)
         kind = verdict[0]
+        if kind in ("unsent", "retract"):
+            self.ib.bus.receipts.mark(
+                sid, "withdrawn" if kind == "unsent" else "retracted", [msg_id]
+            )
         if kind == "unsent":
             return {"ok": True, "id": msg_id, "state": "unsent"}
         if kind == "already":

@@ -112,6 +112,8 @@ def _write_raw(bus: Bus, sid: str, eid: str, msg: dict[str, Any], report: Delive
         report.file += 1
     report.raw += 1
     store.record(sid, "delivered", id=msg["id"], via=via)
+    if via == "socket":  # acked by the harness: noticed
+        bus.receipts.mark(sid, "noticed", [msg["id"]], touch=True)
     bus.metrics.incr("deliveries", via=via)
     bus.metrics.observe_latency(max(0, now_ms() - int(msg.get("ts") or now_ms())) / 1000)
 

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import items, notices, policy
+from . import items, notices, policy, receipts
 from .models import SessionInfo, now_ms
 from .stamp import render_stamp
 from .text import one_line
@@ -280,6 +280,8 @@ class Inbox:
             ("notice", "msgs", "carried", "floor", "events"),
             [nid, now_ms(), via],
         )
+        if via == "socket":  # the harness acked: its messages are noticed, and it was seen
+            self.bus.receipts.mark(sid, "noticed", [r["id"] for r in records], touch=True)
         store.r.hdel(self.k(sid, "session"), "retry_at")
         self.bus.metrics.incr("notices")
         oldest = min(int(r.get("at") or now_ms()) for r in records)
@@ -383,12 +385,19 @@ class Inbox:
         self.store.unschedule("retry", sid)
         if event != "end":
             return {}
-        waiting = self.store.run(
+        # The ids the turn carried, read in one MULTI with the answer (the receipts' stamp).
+        pipe = self.store.r.pipeline(transaction=True)
+        pipe.smembers(self.k(sid, "carried"))
+        self.store.run(
             "answer_turn",
             sid,
             ("carried", "msgs", "ids", "waiters", "events"),
             [answer or "", now_ms(), "1" if answer is not None else "0"],
+            client=pipe,
         )
+        carried, waiting = pipe.execute()
+        if answer is not None:
+            self.bus.receipts.mark(sid, "answered", [str(i) for i in carried])
         self._push_answers(
             sid, [str(w) for w in waiting], {"ok": True, "state": "answered", "answer": answer}
         )
@@ -456,6 +465,7 @@ class Inbox:
                     ("floor", "msgs", "carried", "events"),
                     [now_ms(), *waiting, *nids],
                 )
+            self.bus.receipts.mark(sid, "noticed", receipts.drained_ids(lines), touch=True)
             pending_path.unlink(missing_ok=True)
         except Exception as exc:  # Redis down: the drain still works; marks catch up later
             log.warning("drain of %s: marks deferred (%s)", sid, exc)
@@ -483,7 +493,8 @@ class Inbox:
         if r.hlen(self.k(sid, "msgs")) <= keep:
             return 0
         recs = sorted((json.loads(v) for v in r.hvals(self.k(sid, "msgs"))), key=lambda x: x["at"])
-        done = [x["id"] for x in recs if x["mark"] in ("answered", "read", "removed", "retracted")]
+        gone = ("answered", "read", "removed", "retracted", "expired")
+        done = [x["id"] for x in recs if x["mark"] in gone]
         drop = done[: len(recs) - keep]
         if drop:
             r.hdel(self.k(sid, "msgs"), *drop)

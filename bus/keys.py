@@ -40,6 +40,8 @@ buses, or several tests, share one server.
 | ``P:{thr}:meta`` (typed requests) | hash fields origin, recipient (session ids), offered_by (sender or recipient, only in OFFERED), windows (JSON list) | request, decide.lua | - |
 | ``P:{sid}:items`` | hash: item key → item JSON (title, text, status, answer, revision, ...) | item post/settle, item_update.lua | - |
 | ``P:{sid}:item:<key>:thread`` | list: the item's thread entries JSON (member or agent, text, files), oldest first | item write, reply_inbox (item_update.lua) | - |
+| ``P:{sid}:rc:<id>`` | hash: the sender's receipt of a message addressed to ``sid``: to, from, from_session, thread, reason, and the ms of each state reached (stored, noticed, read, answered, withdrawn, retracted, bounced, expired) | send (receipt_open.lua), every transition (receipt_mark.lua) | TTL 7 days from its last transition (longer when ``INBOX_EXPIRE_S`` is) |
+| ``P:{sid}:outbox`` | zset: ``<recipient>|<id>`` → stored ms, the messages ``sid`` sent | send | newest 10,000, none past 7 days |
 | ``P:{ws:<workspace>}:members`` | hash: member name → ``active`` or ``removed`` (a tombstone: the account is gone) | member add/remove | - |
 """
 
@@ -48,11 +50,12 @@ from __future__ import annotations
 import re
 
 from .errors import BadInput
-from .models import check_session_id
+from .models import MESSAGE_ID_PATTERN, check_session_id
 
 THREAD_PREFIX = "thr_"
 ITEM_KEY_PATTERN = r"^[A-Za-z0-9._:-]{1,200}$"
 _ITEM_KEY_RE = re.compile(ITEM_KEY_PATTERN)
+_MESSAGE_ID_RE = re.compile(MESSAGE_ID_PATTERN)
 
 
 def check_item_key(key: object) -> str:
@@ -83,6 +86,16 @@ class Keys:
 
     def answer(self, sid: str, msg_id: str) -> str:
         return self.s(sid, f"ans:{msg_id}")
+
+    def receipt(self, sid: str, msg_id: str) -> str:
+        """A message's receipt, in its recipient's slot (beside the marks it reflects)."""
+        if not _MESSAGE_ID_RE.fullmatch(msg_id):
+            raise BadInput(f"invalid message id {msg_id[:60]!r}: must match {MESSAGE_ID_PATTERN}")
+        return self.s(sid, f"rc:{msg_id}")
+
+    def outbox(self, sid: str) -> str:
+        """The messages ``sid`` sent, in the sender's slot."""
+        return self.s(sid, "outbox")
 
     def handle(self, handle: str) -> str:
         if any(c in handle for c in "{}\n\r\0") or len(handle) > 300:

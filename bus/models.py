@@ -184,6 +184,7 @@ class Recipient(BaseModel):
     host: str | None = None
     state: str
     listening: bool = False
+    last_seen: int | None = None
 
 
 class SendAnswer(BaseModel):
@@ -231,6 +232,7 @@ class SessionInfo(BaseModel):
     starter: str | None = None
     opened_at: int = 0
     updated_at: int = 0
+    last_seen: int = 0
 
 
 class _Strict(BaseModel):
@@ -341,6 +343,43 @@ class ReadInbox(_Strict):
     items: list[Item]
 
 
+ReceiptState = Literal[
+    "stored", "noticed", "read", "answered", "withdrawn", "retracted", "bounced", "expired"
+]
+
+
+class ReceiptTimes(BaseModel):
+    """When a message reached each state (ms); only the states it reached appear."""
+
+    stored: int | None = None
+    noticed: int | None = None
+    read: int | None = None
+    answered: int | None = None
+    withdrawn: int | None = None
+    retracted: int | None = None
+    bounced: int | None = None
+    expired: int | None = None
+
+
+class ReceiptRecipient(BaseModel):
+    session: str
+    state: str
+    last_seen: int | None = None
+
+
+class Receipt(BaseModel):
+    """The sender's view of one message (``inbox receipt``, one row of ``inbox sent``)."""
+
+    ok: bool = True
+    id: str
+    to: str
+    thread: str | None = None
+    state: ReceiptState
+    at: ReceiptTimes
+    recipient: ReceiptRecipient
+    reason: str | None = None
+
+
 EXPORTED_MODELS: dict[str, type[BaseModel]] = {
     "message": Message,
     "send-answer": SendAnswer,
@@ -351,4 +390,5 @@ EXPORTED_MODELS: dict[str, type[BaseModel]] = {
     "thread-view": ThreadView,
     "decision-answer": DecisionAnswer,
     "read-inbox": ReadInbox,
+    "receipt": Receipt,
 }

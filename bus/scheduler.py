@@ -46,7 +46,9 @@ def tick(bus: Bus, *, sweep: bool | None = None) -> dict[str, Any]:
     if sweep or (sweep is None and now - _last_sweep >= SWEEP_EVERY_S):
         _last_sweep = now
         swept = sweep_backlogs(bus)
-    return {"taken": len(taken), "dispatched": dispatched, "swept": swept}
+    # Messages no notice got in for INBOX_EXPIRE_S end expired (at most once a minute).
+    expired = bus.receipts.expire_all(force=bool(sweep))
+    return {"taken": len(taken), "dispatched": dispatched, "swept": swept, "expired": expired}
 
 
 def sweep_backlogs(bus: Bus) -> int:

@@ -61,6 +61,8 @@ class Settings:
     visibility_timeout_s: float = 300.0
     stream_keep: int = 1000
     retain_messages: int = 500
+    stale_s: float = 3600.0
+    expire_s: float = 604800.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -80,6 +82,8 @@ class Settings:
             key_prefix=env.get("INBOX_KEY_PREFIX") or "inbox",
             lock_ttl_s=_float(env, "INBOX_LOCK_TTL_S", 30.0),
             visibility_timeout_s=_float(env, "INBOX_VISIBILITY_TIMEOUT_S", 300.0),
+            stale_s=_float(env, "INBOX_STALE_S", 3600.0),
+            expire_s=_float(env, "INBOX_EXPIRE_S", 604800.0),
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 
@@ -95,6 +99,8 @@ class Settings:
             "INBOX_RETRY_S": str(self.retry_s),
             "INBOX_LOCK_TTL_S": str(self.lock_ttl_s),
             "INBOX_VISIBILITY_TIMEOUT_S": str(self.visibility_timeout_s),
+            "INBOX_STALE_S": str(self.stale_s),
+            "INBOX_EXPIRE_S": str(self.expire_s),
         }
         optional = {
             "INBOX_REDIS_URL": self.redis_url,

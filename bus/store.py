@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -49,6 +50,7 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
         starter=opt("starter"),
         opened_at=int(data.get("opened_at", "0") or 0),
         updated_at=int(data.get("updated_at", "0") or 0),
+        last_seen=int(data.get("last_seen", "0") or 0),
     )
 
 
@@ -134,12 +136,19 @@ class Store:
     # -- the queue ----------------------------------------------------------------------
 
     def append(
-        self, sid: str, msg_id: str, wire_json: str, answer_json: str, thread: str = ""
+        self,
+        sid: str,
+        msg_id: str,
+        wire_json: str,
+        answer_json: str,
+        thread: str = "",
+        also: Callable[[Any], None] | None = None,
     ) -> tuple[bool, str, bool]:
         """Store a message once. Returns (new, answer JSON, dispatch a delivery).
 
         One round trip: the append script and the message id's index (another slot,
-        idempotent, so it need not be atomic with the append) go in one pipeline.
+        idempotent, so it need not be atomic with the append) go in one pipeline, and so
+        do the steps ``also`` queues on it after the append (the sender's receipt).
         """
         k = self.k
         pipe = self.r.pipeline(transaction=False)
@@ -151,7 +160,9 @@ class Store:
             client=pipe,
         )
         pipe.set(k.rcpt(msg_id), sid, ex=7 * 86400)
-        (new, answer, dispatch), _ = pipe.execute()
+        if also is not None:
+            also(pipe)
+        new, answer, dispatch = pipe.execute()[0]
         return bool(new), str(answer), bool(dispatch)
 
     def first_answer(self, sid: str, msg_id: str) -> dict[str, Any] | None:

@@ -1,0 +1,457 @@
+"""Delivery receipts and the outbox: the sender's side of a message.
+
+A receipt is a small hash per message in its recipient's slot (``P:{sid}:rc:<id>``, see
+:mod:`bus.keys`), opened in the send's own pipeline (``receipt_open.lua``, no extra round
+trip) and stamped by one call at each transition (``receipt_mark.lua``):
+``stored → noticed → read → answered``, or a side exit ``withdrawn``, ``retracted``,
+``bounced``, ``expired``. The sender's outbox (``P:{sid}:outbox``) lists what it sent.
+
+The inbox's own records (marks, send answers) back the receipt up: a transition whose
+receipt stamp was missed (a drain while Redis was down, a crash between a mark and its
+stamp) still shows in the receipt's ``state``, without a time.
+
+A recipient whose harness has not been seen (turn report, drain, listen, hook call, a
+socket ack) for ``INBOX_STALE_S`` is ``stale``; messages no notice got in for
+``INBOX_EXPIRE_S`` end ``expired`` (the scheduler's sweep), and the receipt says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from .auth import SCOPE_READ
+from .errors import BadInput, NotFound, Refused, Unauthorized
+from .models import MESSAGE_ID_PATTERN, Message, check_session_id, now_ms
+
+if TYPE_CHECKING:
+    from .api import Bus
+
+log = logging.getLogger(__name__)
+
+ORDER = ("stored", "noticed", "read", "answered")
+EXITS = ("withdrawn", "retracted", "bounced", "expired")
+STATES = ORDER + EXITS
+WAITABLE = ("noticed", "read", "answered")
+KEEP_MS = 7 * 86400 * 1000  # the retention of send answers (bus.inbox.IDS_KEEP_MS)
+OUTBOX_MAX = 10_000
+SENT_LIMIT_MAX = 1000
+WAIT_CHUNK_S = 60.0  # one blocking read at most this long; the loop re-blocks, never polls
+EXPIRE_EVERY_S = 60.0
+_MESSAGE_ID_RE = re.compile(MESSAGE_ID_PATTERN)
+_last_expiry = 0.0
+
+# -- pure rules -----------------------------------------------------------------------------
+
+
+def receipt_state(reached: dict[str, int | None]) -> str:
+    """The state a receipt shows: the latest side exit, else the furthest step reached.
+
+    ``reached`` maps each state the message reached to when (``None``: reached, time
+    unknown).
+    """
+    exits = [(reached[s] or 0, s) for s in EXITS if s in reached]
+    if exits:
+        return max(exits)[1]
+    for state in reversed(ORDER):
+        if state in reached:
+            return state
+    return "stored"
+
+
+def is_reached(state: str, want: str) -> bool:
+    """Whether a message in ``state`` has reached ``want`` (a side exit ends any wait)."""
+    if state in EXITS:
+        return True
+    return ORDER.index(state) >= ORDER.index(want)
+
+
+def recipient_state(state: str | None, last_seen: int, now: int, stale_s: float) -> str:
+    """The recipient's state for a sender: ``stale`` when its harness has not been seen
+    for ``stale_s`` (a closed or closing session says so instead)."""
+    if state is None:
+        return "unknown"
+    if state in ("closing", "closed"):
+        return state
+    if last_seen and now - last_seen > stale_s * 1000:
+        return "stale"
+    return state
+
+
+def from_records(
+    stamped: dict[str, int], rec: dict[str, Any] | None, answer: dict[str, Any] | None
+) -> dict[str, int | None]:
+    """The states reached: the receipt's stamps, plus what the inbox's own records prove
+    (the recipient's mark, the send answer) for a stamp that was missed."""
+    reached: dict[str, int | None] = dict(stamped)
+    mark = (rec or {}).get("mark")
+    ans_state = (answer or {}).get("state")
+    proven: list[tuple[str, Any]] = []
+    if mark in ("noticed", "read", "answered", "retracted"):
+        proven.append(("noticed", None))
+    if mark == "read":
+        proven.append(("read", None))
+    if ans_state == "answered" and "answer" in (answer or {}):
+        proven.append(("answered", (rec or {}).get("answered_at")))
+    if ans_state == "withdrawn" or mark == "removed":
+        proven.append(("withdrawn", None))
+    if ans_state == "retracted" or mark == "retracted":
+        proven.append(("retracted", None))
+    if mark == "expired":
+        proven.append(("expired", (rec or {}).get("expired_at")))
+    for state, at in proven:
+        if state not in reached:
+            reached[state] = int(at) if at else None
+    return reached
+
+
+def drained_ids(lines: Iterable[dict[str, Any]]) -> list[str]:
+    """The message ids a drain took: every notice's messages and every raw line."""
+    out: list[str] = []
+    for line in lines:
+        if line.get("kind") == "notice":
+            payload = line.get("notice")
+            if isinstance(payload, dict) and isinstance(payload.get("messages"), list):
+                out.extend(str(i) for i in payload["messages"])
+        elif line.get("id"):
+            out.append(str(line["id"]))
+    return [i for i in out if _MESSAGE_ID_RE.fullmatch(i)]
+
+
+def check_message_id(msg_id: object) -> str:
+    """A message id, before it becomes part of a key."""
+    if not isinstance(msg_id, str) or not _MESSAGE_ID_RE.fullmatch(msg_id):
+        raise BadInput(f"invalid message id {repr(msg_id)[:60]}: must match {MESSAGE_ID_PATTERN}")
+    return msg_id
+
+
+# -- the store side ---------------------------------------------------------------------------
+
+
+class Receipts:
+    """Receipts and outboxes for one :class:`~bus.api.Bus`."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    @property
+    def ttl_ms(self) -> int:
+        # A receipt must outlive its message's expiry, so the sender can read "expired".
+        return max(KEEP_MS, int(self.bus.settings.expire_s * 1000) + 86400 * 1000)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def open(
+        self,
+        pipe: Any,
+        msg: Message,
+        to: str,
+        thread: str | None,
+        *,
+        state: str = "stored",
+        reason: str = "",
+    ) -> None:
+        """Queue the receipt's opening and the sender's outbox entry on ``pipe`` (after the
+        append): no round trip of its own."""
+        store, now = self.bus.store, now_ms()
+        store.script("receipt_open")(
+            keys=[store.k.receipt(to, msg.id), store.k.s(to, "ids")],
+            args=[
+                msg.id,
+                state,
+                now,
+                self.ttl_ms,
+                to,
+                msg.from_,
+                msg.from_session or "",
+                thread or "",
+                reason,
+            ],
+            client=pipe,
+        )
+        if msg.from_session:
+            outbox = store.k.outbox(msg.from_session)
+            pipe.zadd(outbox, {f"{to}|{msg.id}": now}, nx=True)
+            pipe.zremrangebyrank(outbox, 0, -(OUTBOX_MAX + 1))
+            pipe.zremrangebyscore(outbox, "-inf", now - KEEP_MS)
+
+    def bounced(self, msg: Message, to: str, reason: str) -> None:
+        """A send to no registered session: the receipt (and the outbox) say so."""
+        store = self.bus.store
+        pipe = store.r.pipeline(transaction=False)
+        pipe.set(store.k.rcpt(msg.id), to, ex=KEEP_MS // 1000)
+        self.open(pipe, msg, to, None, state="bounced", reason=reason)
+        pipe.execute()
+
+    def mark(
+        self,
+        sid: str,
+        state: str,
+        ids: Iterable[str],
+        *,
+        touch: bool = False,
+        client: Any = None,
+    ) -> None:
+        """Stamp ``state`` on the receipts of ``ids`` (messages addressed to ``sid``); with
+        ``touch``, the session's harness was also seen now. One script, one round trip."""
+        ids = list(ids)
+        if not ids and not touch:
+            return
+        store = self.bus.store
+        keys = [store.k.s(sid, "session"), store.k.s(sid, "events")]
+        keys += [store.k.receipt(sid, i) for i in ids]
+        store.script("receipt_mark")(
+            keys=keys, args=[state, now_ms(), self.ttl_ms, "1" if touch else "0"], client=client
+        )
+
+    def seen(self, sid: str) -> None:
+        """The session's harness was seen now (``last_seen``)."""
+        self.mark(sid, "", [], touch=True)
+
+    def replied(self, sid: str, thread: str) -> None:
+        """``sid`` replied into ``thread``: the messages it got there count as read."""
+        store = self.bus.store
+        ids = [str(f.get("id")) for _e, f in store.r.xrange(store.k.t(thread, "log"))]
+        self.mark(sid, "read", [i for i in ids if _MESSAGE_ID_RE.fullmatch(i)], touch=True)
+
+    def heartbeat(self, sid: str) -> threading.Event:
+        """Keep ``sid`` seen while a listener runs (a daemon thread); set the event to stop."""
+        stop = threading.Event()
+        every = max(1.0, min(60.0, self.bus.settings.stale_s / 3))
+
+        def beat() -> None:
+            while not stop.is_set():
+                try:
+                    self.seen(sid)
+                except redis.RedisError as exc:
+                    log.debug("last_seen for %s not recorded: %s", sid, exc)
+                stop.wait(every)
+
+        threading.Thread(target=beat, name=f"seen-{sid}", daemon=True).start()
+        return stop
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _read(self, rows: list[tuple[str, str]]) -> list[dict[str, Any] | None]:
+        """Receipts of ``(recipient, id)`` rows with the records behind them, one round trip
+        (every key of one row is in its recipient's slot)."""
+        store = self.bus.store
+        pipe = store.r.pipeline(transaction=False)
+        for to, msg_id in rows:
+            pipe.hgetall(store.k.receipt(to, msg_id))
+            pipe.hget(store.k.s(to, "msgs"), msg_id)
+            pipe.hget(store.k.s(to, "ids"), msg_id)
+            pipe.hmget(store.k.s(to, "session"), ["state", "last_seen", "opened_at"])
+        got = pipe.execute()
+        now, stale_s = now_ms(), self.bus.settings.stale_s
+        out: list[dict[str, Any] | None] = []
+        for n, (to, msg_id) in enumerate(rows):
+            h, rec, ans, (s_state, last_seen, opened_at) = got[4 * n : 4 * n + 4]
+            if not h:
+                out.append(None)
+                continue
+            stamped = {s: int(h[s]) for s in STATES if h.get(s)}
+            reached = from_records(
+                stamped, json.loads(rec) if rec else None, json.loads(ans) if ans else None
+            )
+            seen = int(last_seen or 0) or int(opened_at or 0)
+            receipt: dict[str, Any] = {
+                "ok": True,
+                "id": msg_id,
+                "to": to,
+                "thread": h.get("thread") or None,
+                "state": receipt_state(reached),
+                "at": {s: reached[s] for s in STATES if reached.get(s)},
+                "recipient": {
+                    "session": to,
+                    "state": recipient_state(s_state or None, seen, now, stale_s),
+                    "last_seen": seen or None,
+                },
+                "_from": h.get("from"),
+                "_from_session": h.get("from_session"),
+            }
+            if h.get("reason"):
+                receipt["reason"] = h["reason"]
+            out.append(receipt)
+        return out
+
+    def _caller(self, by: str | None, token: str | None) -> tuple[str | None, str | None]:
+        """Who asks: ``(session, None)`` or, for a member's token, ``(None, handle)``."""
+        claims = self.bus.claims(token, SCOPE_READ)
+        if claims is not None:
+            if claims.sub_kind == "session":
+                if by not in (None, claims.sub):
+                    raise Unauthorized(
+                        f"the token is {claims.actor}'s, not {by!r}'s", code="token_subject"
+                    )
+                return claims.sub, None
+            workspace, _, name = claims.sub.partition("/")
+            return None, f"{workspace}:{name}"
+        sid = by or self.bus.settings.session
+        if not sid:
+            raise BadInput(
+                "no caller session: pass --by SID or set INBOX_SESSION", code="no_session"
+            )
+        return check_session_id(sid), None
+
+    def receipt(
+        self,
+        msg_id: str,
+        *,
+        by: str | None = None,
+        token: str | None = None,
+        wait_for: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """One message's receipt, for its sender only; with ``wait_for``, block until the
+        message reaches that state (or a side exit), or ``timeout`` seconds."""
+        check_message_id(msg_id)
+        if wait_for is not None and wait_for not in WAITABLE:
+            raise BadInput(f"--wait-for must be one of {', '.join(WAITABLE)}, not {wait_for!r}")
+        if timeout is not None and timeout < 0:
+            raise BadInput("timeout must be 0 or more seconds")
+        me, handle = self._caller(by, token)
+        to = self.bus.store.recipient_of(msg_id)
+        found = self._read([(to, msg_id)])[0] if to else None
+        if found is None:
+            raise NotFound(f"no receipt for message {msg_id!r} (unknown, or older than 7 days)")
+        sender = found["_from_session"]
+        if (me is None or sender != me) and (handle is None or sender or found["_from"] != handle):
+            raise Refused("only the sender may read a message's receipt", code="not_sender")
+        if wait_for is not None:
+            found = self._wait(to or "", msg_id, found, wait_for, timeout)
+        return _public(found)
+
+    def _wait(
+        self, to: str, msg_id: str, found: dict[str, Any], want: str, timeout: float | None
+    ) -> dict[str, Any]:
+        """Block on the recipient's events stream (every transition writes a record there)
+        and look again after each; no polling."""
+        store = self.bus.store
+        events = store.k.s(to, "events")
+        last = store.r.xrevrange(events, count=1)
+        cursor = str(last[0][0]) if last else "0-0"
+        found = self._read([(to, msg_id)])[0] or found  # after the cursor: nothing missed
+        deadline = None if timeout is None else time.monotonic() + timeout
+        conn, pool = _blocking_client(store.r, WAIT_CHUNK_S)
+        try:
+            while not is_reached(found["state"], want):
+                left = WAIT_CHUNK_S if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    return {
+                        **found,
+                        "ok": False,
+                        "error": "timeout",
+                        "message": f"{msg_id} did not reach {want} within {timeout}s; "
+                        f"it is {found['state']}",
+                    }
+                block_ms = max(1, int(min(left, WAIT_CHUNK_S) * 1000))
+                got = conn.xread({events: cursor}, count=100, block=block_ms)
+                if got:
+                    cursor = str(got[0][1][-1][0])
+                found = self._read([(to, msg_id)])[0] or found
+        finally:
+            if pool is not None:
+                pool.disconnect()
+        return found
+
+    def sent(
+        self,
+        sid: str,
+        *,
+        state: str | None = None,
+        limit: int = 50,
+        token: str | None = None,
+    ) -> dict[str, Any]:
+        """``sid``'s sent messages, newest first, each with its receipt; ``state`` filters."""
+        check_session_id(sid)
+        if state is not None and state not in STATES:
+            raise BadInput(f"--state must be one of {', '.join(STATES)}, not {state!r}")
+        if not 1 <= limit <= SENT_LIMIT_MAX:
+            raise BadInput(f"--limit must be 1 to {SENT_LIMIT_MAX}, not {limit}")
+        claims = self.bus.claims(token, SCOPE_READ, session=sid)
+        if claims is not None and claims.sub_kind != "session":
+            raise Unauthorized(
+                f"the token is {claims.actor}'s, not a session's", code="token_subject"
+            )
+        store = self.bus.store
+        outbox = store.k.outbox(sid)
+        rows: list[dict[str, Any]] = []
+        start, page = 0, max(limit, 100)
+        while len(rows) < limit:
+            members = [str(m) for m in store.r.zrevrange(outbox, start, start + page - 1)]
+            if not members:
+                break
+            start += page
+            pairs = [tuple(m.split("|", 1)) for m in members]
+            gone = []
+            for member, found in zip(
+                members, self._read([(p[0], p[1]) for p in pairs]), strict=True
+            ):
+                if found is None:
+                    gone.append(member)  # its receipt aged out
+                elif state is None or found["state"] == state:
+                    rows.append(_public(found))
+            if gone:
+                store.r.zrem(outbox, *gone)
+                start -= len(gone)
+        return {"ok": True, "session": sid, "sent": rows[:limit]}
+
+    # -- expiry -------------------------------------------------------------------------------
+
+    def expire(self, sid: str) -> list[str]:
+        """Messages to ``sid`` no notice got in for ``expire_s`` end ``expired``."""
+        store = self.bus.store
+        cutoff = now_ms() - int(self.bus.settings.expire_s * 1000)
+        ids = [
+            str(i)
+            for i in store.run(
+                "expire", sid, ("new", "wakeq", "msgs", "floor", "events"), [cutoff, now_ms()]
+            )
+        ]
+        self.mark(sid, "expired", ids)
+        return ids
+
+    def expire_all(self, *, force: bool = False) -> int:
+        """The scheduler's sweep: expire in every session that may hold old unnoticed
+        messages (one round trip to find them). At most once a minute unless ``force``."""
+        global _last_expiry
+        if not force and time.monotonic() - _last_expiry < EXPIRE_EVERY_S:
+            return 0
+        _last_expiry = time.monotonic()
+        store = self.bus.store
+        sids = store.session_ids()
+        cutoff = now_ms() - int(self.bus.settings.expire_s * 1000)
+        pipe = store.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.zrangebyscore(store.k.s(sid, "new"), "-inf", f"({cutoff}", start=0, num=1)
+            pipe.hlen(store.k.s(sid, "floor"))
+        got = pipe.execute()
+        expired = 0
+        for n, sid in enumerate(sids):
+            if got[2 * n] or got[2 * n + 1]:
+                expired += len(self.expire(sid))
+        return expired
+
+
+def _public(receipt: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in receipt.items() if not k.startswith("_")}
+
+
+def _blocking_client(client: Any, block_s: float) -> tuple[Any, Any]:
+    """A connection whose socket timeout outlasts a ``block_s`` blocking read (the shared
+    client's may be shorter): a pool of its own, disconnected by the caller."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        return client, None
+    kwargs = dict(pool.connection_kwargs)
+    kwargs["socket_timeout"] = block_s + 10
+    own = type(pool)(connection_class=pool.connection_class, max_connections=1, **kwargs)
+    return redis.Redis(connection_pool=own), own

@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 
-from . import connect
+from . import cli_receipts, connect
 from .errors import BusError
 from .models import check_session_id
 from .settings import Settings
@@ -602,7 +602,7 @@ def hook_claude(
     raise typer.Exit(hook_entry(event))
 
 
-from . import cli_receipts  # noqa: E402, F401  (registers `receipt` and `sent`)
+cli_receipts.register(app, bus_call, emit, fail)  # `receipt` and `sent`
 
 
 def main() -> None:

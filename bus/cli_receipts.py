@@ -1,39 +1,50 @@
 """``inbox receipt`` and ``inbox sent``: the sender's side of its messages.
 
-Registered on :data:`bus.cli.app` when the CLI module loads.
+:func:`register` adds them to the CLI's app (``bus.cli`` calls it once).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import typer
 
 from . import connect
-from .cli import app, bus_call, emit, fail
 
 
-@app.command()
-def receipt(
-    message_id: str,
-    by: str | None = typer.Option(None, "--by", help="the sender session (default INBOX_SESSION)"),
-    wait_for: str | None = typer.Option(
-        None, "--wait-for", help="noticed|read|answered: block until then (or a side exit)"
-    ),
-    timeout: float | None = typer.Option(None, help="seconds to wait with --wait-for"),
+def register(
+    app: typer.Typer,
+    bus_call: Callable[[Callable[[], Any]], Any],
+    emit: Callable[[Any], None],
+    fail: Callable[[str, int], Any],
 ) -> None:
-    """What became of a message you sent: stored, noticed, read, answered, or a side exit."""
-    b = connect()
-    out = bus_call(lambda: b.receipt(message_id, by=by, wait_for=wait_for, timeout=timeout))
-    emit(out)
-    if out.get("ok") is False:
-        fail(str(out.get("message") or out.get("error")), 1)
+    """Add ``receipt`` and ``sent`` to ``app`` with the CLI's own error handling."""
 
+    @app.command()
+    def receipt(
+        message_id: str,
+        by: str | None = typer.Option(
+            None, "--by", help="the sender session (default INBOX_SESSION)"
+        ),
+        wait_for: str | None = typer.Option(
+            None, "--wait-for", help="noticed|read|answered: block until then (or a side exit)"
+        ),
+        timeout: float | None = typer.Option(None, help="seconds to wait with --wait-for"),
+    ) -> None:
+        """What became of a message you sent: stored, noticed, read, answered, or a side exit."""
+        b = connect()
+        out = bus_call(lambda: b.receipt(message_id, by=by, wait_for=wait_for, timeout=timeout))
+        emit(out)
+        if out.get("ok") is False:
+            fail(str(out.get("message") or out.get("error")), 1)
 
-@app.command()
-def sent(
-    sid: str,
-    state: str | None = typer.Option(None, help="only messages in this state"),
-    limit: int = typer.Option(50, help="at most this many, newest first (1-1000)"),
-) -> None:
-    """The session's outbox: its sent messages, newest first, each with its receipt."""
-    b = connect()
-    emit(bus_call(lambda: b.sent(sid, state=state, limit=limit)))
+    @app.command()
+    def sent(
+        sid: str,
+        state: str | None = typer.Option(None, help="only messages in this state"),
+        limit: int = typer.Option(50, help="at most this many, newest first (1-1000)"),
+    ) -> None:
+        """The session's outbox: its sent messages, newest first, each with its receipt."""
+        b = connect()
+        emit(bus_call(lambda: b.sent(sid, state=state, limit=limit)))

@@ -4,6 +4,7 @@
 |---|---|
 | ``POST /send`` | prox's remote delivery: the local precedence (socket, else file) on this host, no Redis |
 | ``POST /v1/send`` | the bus proper: store in Redis and route to the owning host (SPEC section 4) |
+| ``GET /v1/messages/{id}`` | the sender's receipt of one message (its token, or ``?by=SID`` without a secret) |
 | ``GET /health`` | ``{"ok": true, "redis": bool, "host"}``; 200 even when Redis is down |
 | ``GET /metrics`` | Prometheus text: the shared counters plus this process's HTTP requests |
 | ``GET /openapi.json`` | FastAPI's OpenAPI document, with the wire ``Message`` schema |
@@ -30,7 +31,7 @@ from starlette.concurrency import run_in_threadpool
 from .api import Bus
 from .errors import Ambiguous, BadInput, BusError, NotFound, Refused, Unauthorized, Unavailable
 from .metrics import RedisCollector
-from .models import Message, SendAnswer, parse_message
+from .models import Message, Receipt, SendAnswer, parse_message
 
 
 def _bearer(request: Request) -> str | None:
@@ -188,6 +189,32 @@ def create_app(bus: Bus) -> FastAPI:
             answer = await run_in_threadpool(
                 lambda: bus.send(_json_body(raw), token=_bearer(request))
             )
+        except BusError as err:
+            return JSONResponse(err.to_json(), _status_of(err))
+        except redis.RedisError as err:
+            unavailable = Unavailable(_one_line(f"Redis did not answer: {err}"))
+            return JSONResponse(unavailable.to_json(), 503)
+        return JSONResponse(answer)
+
+    @app.get(
+        "/v1/messages/{message_id}",
+        response_model=Receipt,
+        response_model_exclude_none=True,
+        responses={s: {"model": BusErrorAnswer} for s in (400, 401, 403, 404, 503)},
+        summary="The sender's receipt of one message",
+    )
+    async def message_receipt(
+        message_id: str, request: Request, by: str | None = None
+    ) -> JSONResponse:
+        """Only the sender reads it: the bearer token's subject when a secret is set (never
+        the gateway's own token), else the session named by ``?by=``."""
+        token = _bearer(request)
+        try:
+            if bus.auth.enabled and not token:
+                raise Unauthorized("a bearer token is required", code="token_missing")
+            if not bus.auth.enabled and not by:
+                raise BadInput("name the sender session: ?by=SID", code="no_session")
+            answer = await run_in_threadpool(lambda: bus.receipt(message_id, by=by, token=token))
         except BusError as err:
             return JSONResponse(err.to_json(), _status_of(err))
         except redis.RedisError as err:

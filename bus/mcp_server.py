@@ -1,7 +1,7 @@
 """``inbox mcp``: the bus as MCP tools over stdio (official ``mcp`` SDK, 2.x ``MCPServer``).
 
 Tools (SPEC section 10): ``send``, ``inbox``, ``threads``, ``read``, ``reply``,
-``withdraw``, and, when the bus has them, ``decide``, ``read_inbox``, ``reply_inbox``.
+``withdraw``, ``receipt``, ``sent``, and, when the bus has them, ``decide``, ``read_inbox``, ``reply_inbox``.
 Each returns the same JSON the CLI prints, as ``structuredContent`` and as one JSON text
 block. A refusal (:class:`bus.errors.BusError`) is a tool error (``isError``) whose text
 is ``<code>: <message>`` and whose structured content is the error's JSON; nothing is
@@ -222,6 +222,29 @@ def build_server(bus: Bus) -> MCPServer:
     def withdraw(message_id: str) -> CallToolResult:
         """Unsend (before any notice carried it) or retract (after) a message you sent."""
         return _call(lambda: bus.withdraw(message_id, caller(bus)))
+
+    @server.tool()
+    def receipt(
+        message_id: str,
+        wait_for: Annotated[
+            str | None, Field(description="noticed|read|answered: wait until then")
+        ] = None,
+        timeout: Annotated[
+            float | None, Field(description="seconds to wait with wait_for (default 300)")
+        ] = None,
+    ) -> CallToolResult:
+        """What became of a message you sent: {id, to, thread, state, at, recipient}; state
+        is stored, noticed, read, answered, or withdrawn/retracted/bounced/expired."""
+        if wait_for is not None and timeout is None:
+            timeout = DEFAULT_WAIT_S
+        return _call(
+            lambda: bus.receipt(message_id, by=caller(bus), wait_for=wait_for, timeout=timeout)
+        )
+
+    @server.tool()
+    def sent(state: str | None = None, limit: int = 50) -> CallToolResult:
+        """Your outbox: the messages you sent, newest first, each with its receipt."""
+        return _call(lambda: bus.sent(caller(bus), state=state, limit=limit))
 
     _optional_tools(server, bus)
     return server

@@ -177,10 +177,12 @@ class Receipts:
             client=pipe,
         )
         if msg.from_session:
+            # Microseconds, so a burst from one sender still lists in the order it was sent.
+            us = time.time_ns() // 1000
             outbox = store.k.outbox(msg.from_session)
-            pipe.zadd(outbox, {f"{to}|{msg.id}": now}, nx=True)
+            pipe.zadd(outbox, {f"{to}|{msg.id}": us}, nx=True)
             pipe.zremrangebyrank(outbox, 0, -(OUTBOX_MAX + 1))
-            pipe.zremrangebyscore(outbox, "-inf", now - KEEP_MS)
+            pipe.zremrangebyscore(outbox, "-inf", us - KEEP_MS * 1000)
 
     def bounced(self, msg: Message, to: str, reason: str) -> None:
         """A send to no registered session: the receipt (and the outbox) say so."""
@@ -340,7 +342,7 @@ class Receipts:
         cursor = str(last[0][0]) if last else "0-0"
         found = self._read([(to, msg_id)])[0] or found  # after the cursor: nothing missed
         deadline = None if timeout is None else time.monotonic() + timeout
-        conn, pool = _blocking_client(store.r, WAIT_CHUNK_S)
+        conn, pool = _blocking_client(store.r, WAIT_CHUNK_S, f"inbox-wait:{msg_id}")
         try:
             while not is_reached(found["state"], want):
                 left = WAIT_CHUNK_S if deadline is None else deadline - time.monotonic()
@@ -445,13 +447,15 @@ def _public(receipt: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in receipt.items() if not k.startswith("_")}
 
 
-def _blocking_client(client: Any, block_s: float) -> tuple[Any, Any]:
+def _blocking_client(client: Any, block_s: float, name: str) -> tuple[Any, Any]:
     """A connection whose socket timeout outlasts a ``block_s`` blocking read (the shared
-    client's may be shorter): a pool of its own, disconnected by the caller."""
+    client's may be shorter): a pool of its own, disconnected by the caller. ``name``
+    shows in ``CLIENT LIST``: who is waiting for what."""
     pool = getattr(client, "connection_pool", None)
     if pool is None:
         return client, None
     kwargs = dict(pool.connection_kwargs)
     kwargs["socket_timeout"] = block_s + 10
+    kwargs["client_name"] = name
     own = type(pool)(connection_class=pool.connection_class, max_connections=1, **kwargs)
     return redis.Redis(connection_pool=own), own

@@ -21,7 +21,7 @@ from tests.conftest import REPO, WorkerProcess, settings_env, wait_for
 
 pytestmark = pytest.mark.anyio
 
-TOOLS = {"send", "inbox", "threads", "read", "reply", "withdraw"}
+TOOLS = {"send", "inbox", "threads", "read", "reply", "withdraw", "receipt", "sent"}
 
 
 @pytest.fixture

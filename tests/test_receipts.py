@@ -28,6 +28,7 @@ from bus.settings import Settings
 from tests.conftest import WorkerProcess, wait_for
 from tests.test_http import Gateway, gateway  # noqa: F401  (the fixture)
 from tests.test_inbox_live import celery_bus
+from tests.test_mcp import anyio_backend, call, error_text, mcp_client, ok  # noqa: F401
 
 HOUR_MS = 3600 * 1000
 CLI = (sys.executable, "-m", "bus.cli")
@@ -489,3 +490,22 @@ def test_the_gateway_without_a_secret_needs_the_sender_named(
     assert client.get(url).status_code == 400
     assert client.get(url, params={"by": "bob"}).status_code == 403
     assert client.get(url, params={"by": "alice"}).json()["state"] == "stored"
+
+
+@pytest.mark.anyio
+async def test_receipt_and_sent_through_mcp(settings: Settings, bus: Bus) -> None:
+    bus.open_session("me", handle="hosta:me")
+    bus.open_session("peer", handle="hosta:peer")
+    async with mcp_client(settings, "me") as me:
+        sent = ok(await call(me, "send", handle="hosta:peer", text="look"))
+        rc = ok(await call(me, "receipt", message_id=sent["id"]))
+        late = await call(me, "receipt", message_id=sent["id"], wait_for="noticed", timeout=0.2)
+        outbox = ok(await call(me, "sent", state="stored"))
+    async with mcp_client(settings, "peer") as peer:
+        refused = await call(peer, "receipt", message_id=sent["id"])
+        theirs = ok(await call(peer, "sent"))
+    assert rc["state"] == "stored" and rc["to"] == "peer"
+    assert late.is_error and late.structured_content["error"] == "timeout"  # type: ignore[index]
+    assert [r["id"] for r in outbox["sent"]] == [sent["id"]]
+    assert "not_sender" in error_text(refused)
+    assert theirs["sent"] == []

@@ -509,3 +509,32 @@ async def test_receipt_and_sent_through_mcp(settings: Settings, bus: Bus) -> Non
     assert [r["id"] for r in outbox["sent"]] == [sent["id"]]
     assert "not_sender" in error_text(refused)
     assert theirs["sent"] == []
+
+
+def test_the_receipt_adds_no_round_trip_to_a_send(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import redis.client
+
+    pair(bus)
+    send(bus, text="warm up")  # scripts loaded, connection made
+    trips: list[str] = []
+    real_command = redis.client.Redis.execute_command
+    real_pipeline = redis.client.Pipeline.execute
+
+    def command(self: Any, *args: Any, **kw: Any) -> Any:
+        trips.append(str(args[0]))
+        return real_command(self, *args, **kw)
+
+    def pipeline(self: Any, *args: Any, **kw: Any) -> Any:
+        trips.append("pipeline")
+        return real_pipeline(self, *args, **kw)
+
+    monkeypatch.setattr(redis.client.Redis, "execute_command", command)
+    monkeypatch.setattr(redis.client.Pipeline, "execute", pipeline)
+    sent = send(bus)
+    monkeypatch.undo()
+    # The recipient's session, then ONE pipeline: append, receipt, index, outbox.
+    assert trips == ["HGETALL", "pipeline"]
+    assert bus.receipt(sent["id"], by="alice")["state"] == "stored"
+    assert [r["id"] for r in bus.sent("alice", limit=1)["sent"]] == [sent["id"]]

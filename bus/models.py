@@ -378,6 +378,7 @@ class Receipt(BaseModel):
     at: ReceiptTimes
     recipient: ReceiptRecipient
     reason: str | None = None
+    answer: str | None = None
 
 
 EXPORTED_MODELS: dict[str, type[BaseModel]] = {

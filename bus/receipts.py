@@ -281,6 +281,8 @@ class Receipts:
             }
             if h.get("reason"):
                 receipt["reason"] = h["reason"]
+            if receipt["state"] == "answered" and ans and "answer" in json.loads(ans):
+                receipt["answer"] = json.loads(ans)["answer"]  # the turn's answer, as --wait gets
             out.append(receipt)
         return out
 

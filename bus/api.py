@@ -17,6 +17,7 @@ from . import auth, items, watch
 from . import requests as typed_requests
 from . import threads as threadkeys
 from .auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
+from .cluster import cluster_client
 from .conversation import Conversation
 from .delivery import DeliveryReport, deliver_session
 from .dispatch import Dispatcher, default_dispatcher
@@ -44,8 +45,11 @@ def check_host(host: str) -> str:
     return host
 
 
-def redis_client(settings: Settings) -> redis.Redis:
-    """A client for the bus store: ``INBOX_REDIS_URL`` or the embedded server's socket."""
+def redis_client(settings: Settings) -> Any:
+    """A client for the bus store: ``INBOX_REDIS_URL`` or the embedded server's socket;
+    a :class:`~redis.cluster.RedisCluster` with ``INBOX_REDIS_CLUSTER=1``."""
+    if settings.redis_cluster:
+        return cluster_client(settings.store_url())
     return redis.Redis.from_url(
         settings.store_url(),
         decode_responses=True,

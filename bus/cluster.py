@@ -27,9 +27,9 @@ from redis.exceptions import RedisClusterException
 
 POLL_S = 0.05
 
-# What a Redis that does not answer raises: a cluster client that finds no node raises
-# RedisClusterException, which is not a RedisError.
-REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterException)
+# What a Redis that does not answer raises (a cluster client that finds no node raises
+# RedisClusterException, which is not a RedisError; a dropped socket, OSError).
+REDIS_ERRORS = (redis.RedisError, RedisClusterException, OSError)
 
 
 def cluster_client(url: str) -> RedisCluster:

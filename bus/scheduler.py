@@ -102,5 +102,9 @@ def run(
         except Exception:
             log.exception("scheduler tick failed")
             nxt = None
-        delay = max_sleep_s if nxt is None else min(max_sleep_s, max(0.0, (nxt - clock.now_ms()) / 1000))
+        delay = (
+            max_sleep_s
+            if nxt is None
+            else min(max_sleep_s, max(0.0, (nxt - clock.now_ms()) / 1000))
+        )
         stop.wait(delay if delay > 0 else 0.01)

@@ -50,6 +50,7 @@ class Settings:
     redis_url: str | None = None
     broker_url: str | None = None
     redis_cluster: bool = False
+    broker_master_name: str | None = None
     session: str | None = None
     agent_inbox: bool = True
     wake_debounce_s: float = 2.0
@@ -72,6 +73,7 @@ class Settings:
             redis_url=env.get("INBOX_REDIS_URL") or None,
             broker_url=env.get("INBOX_BROKER_URL") or None,
             redis_cluster=_bool(env.get("INBOX_REDIS_CLUSTER"), False),
+            broker_master_name=env.get("INBOX_BROKER_MASTER_NAME") or None,
             session=env.get("INBOX_SESSION") or None,
             agent_inbox=_bool(env.get("INBOX_AGENT_INBOX"), True),
             wake_debounce_s=_float(env, "INBOX_WAKE_DEBOUNCE_S", 2.0),
@@ -103,6 +105,7 @@ class Settings:
         optional = {
             "INBOX_REDIS_URL": self.redis_url,
             "INBOX_BROKER_URL": self.broker_url,
+            "INBOX_BROKER_MASTER_NAME": self.broker_master_name,
             "INBOX_SESSION": self.session,
             "INBOX_SECRET": self.secret,
             "INBOX_TOKEN": self.token,

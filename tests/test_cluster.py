@@ -126,3 +126,12 @@ def test_watch_all_status_top_and_the_sweep_cross_the_cluster_nodes(
     for sid in sids:
         b.store.clear_pending(sid)
     assert tick(b)["swept"] == 0
+
+
+def test_a_sentinel_broker_gets_its_master_name(cluster_settings: Settings) -> None:
+    from dataclasses import replace
+
+    env = replace(cluster_settings, broker_master_name="mymaster").child_env()
+    app = make_app(Settings.from_env(env))
+    assert app.conf.broker_transport_options["master_name"] == "mymaster"
+    assert "master_name" not in make_app(cluster_settings).conf.broker_transport_options

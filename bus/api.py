@@ -38,6 +38,7 @@ from .models import (
 )
 from .settings import Settings
 from .store import Store
+from .unavailable import translate_redis_errors
 
 
 def check_host(host: str) -> str:
@@ -58,6 +59,7 @@ def redis_client(settings: Settings) -> Any:
     )
 
 
+@translate_redis_errors
 class Bus:
     """One connection to the bus: sessions, sends, local delivery and the floor."""
 

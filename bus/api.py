@@ -38,7 +38,7 @@ from .models import (
 )
 from .settings import Settings
 from .store import Store
-from .unavailable import translate_redis_errors
+from .unavailable import NOT_ANSWERING, translate_redis_errors, unavailable
 
 
 def check_host(host: str) -> str:
@@ -84,7 +84,10 @@ class Bus:
     def store(self) -> Store:
         """The Redis store, connected on first use (local delivery never needs it)."""
         if self._store is None:
-            client = self._client or redis_client(self.settings)
+            try:
+                client = self._client or redis_client(self.settings)
+            except NOT_ANSWERING as exc:  # a cluster client connects as it is made
+                raise unavailable(exc) from exc
             self._store = Store(
                 client,
                 Keys(self.settings.key_prefix),

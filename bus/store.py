@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import redis
 
-from .cluster import OrderedBatch, is_cluster
+from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .errors import Unavailable
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
@@ -101,7 +101,7 @@ class Store:
         """Return if the backend answers; raise :class:`Unavailable` if it does not."""
         try:
             self.r.ping()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise Unavailable(f"Redis did not answer: {exc}") from exc
 
     # -- sessions ---------------------------------------------------------------------

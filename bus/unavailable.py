@@ -28,8 +28,13 @@ NOT_ANSWERING: tuple[type[Exception], ...] = (
 C = TypeVar("C", bound=type)
 
 
-def unavailable(exc: BaseException) -> Unavailable:
-    return Unavailable(
+class RedisUnavailable(Unavailable, redis.ConnectionError):
+    """:class:`Unavailable`, and still a ``redis.ConnectionError``: code that catches
+    Redis's own errors (the metrics scrape, older surfaces) keeps catching it."""
+
+
+def unavailable(exc: BaseException) -> RedisUnavailable:
+    return RedisUnavailable(
         f"Redis did not answer ({exc}); is `inbox up` running or INBOX_REDIS_URL set?"
     )
 

@@ -81,8 +81,10 @@ def home(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def settings(redis_url: str, prefix: str, home: Path) -> Settings:
-    return Settings(
+def settings(
+    redis_url: str, prefix: str, home: Path, request: pytest.FixtureRequest
+) -> Iterator[Settings]:
+    s = Settings(
         home=home,
         host="hosta",
         redis_url=redis_url,
@@ -94,6 +96,18 @@ def settings(redis_url: str, prefix: str, home: Path) -> Settings:
         lock_ttl_s=3.0,
         visibility_timeout_s=3.0,
     )
+    if not os.environ.get("INBOX_TEST_STORE_CLUSTER"):
+        yield s
+        return
+    # The whole suite with its store on the cluster (the broker stays standalone).
+    from bus.cluster import cluster_client
+
+    url = request.getfixturevalue("redis_cluster_url")
+    yield replace(s, redis_url=url, redis_cluster=True)
+    client = cluster_client(url)
+    for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        client.delete(key)
+    client.close()
 
 
 @pytest.fixture

@@ -223,6 +223,8 @@ def test_a_pipeline_script_is_loaded_again_on_a_node_that_lost_it(store: Store) 
     for sid in SIDS:
         store.run("extend_lock", sid, ("lock",), ["nobody", 1000], client=pipe)
     assert pipe.execute() == [0] * len(SIDS)
+    store.r.script_flush()
+    assert [store.extend_lock(sid, "nobody") for sid in SIDS] == [False] * len(SIDS)
 
 
 def test_reading_many_streams_answers_each_after_its_position(store: Store) -> None:

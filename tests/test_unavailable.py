@@ -9,7 +9,7 @@ import redis
 
 from bus.api import Bus
 from bus.errors import BusError, Unavailable
-from bus.unavailable import translated
+from bus.unavailable import NOT_ANSWERING, translated
 from tests.test_http import Gateway, wire
 
 
@@ -20,7 +20,8 @@ def test_a_bus_call_with_redis_down_raises_unavailable(make_bus: Callable[..., B
     err = caught.value
     assert err.code == "unavailable" and err.exit_code == 3
     assert "Redis did not answer" in str(err)
-    assert isinstance(err.__cause__, redis.ConnectionError)
+    assert isinstance(err.__cause__, NOT_ANSWERING)
+    assert isinstance(err, redis.ConnectionError)  # still caught as Redis's own error
     with pytest.raises(Unavailable):
         dead.status()
 

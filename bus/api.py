@@ -17,6 +17,7 @@ from . import auth, items, watch
 from . import requests as typed_requests
 from . import threads as threadkeys
 from .auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
+from .cluster import cluster_client
 from .conversation import Conversation
 from .delivery import DeliveryReport, deliver_session
 from .dispatch import Dispatcher, default_dispatcher
@@ -38,6 +39,7 @@ from .models import (
 from .receipts import Receipts, recipient_state
 from .settings import Settings
 from .store import Store
+from .unavailable import NOT_ANSWERING, translate_redis_errors, unavailable
 
 
 def check_host(host: str) -> str:
@@ -45,8 +47,11 @@ def check_host(host: str) -> str:
     return host
 
 
-def redis_client(settings: Settings) -> redis.Redis:
-    """A client for the bus store: ``INBOX_REDIS_URL`` or the embedded server's socket."""
+def redis_client(settings: Settings) -> Any:
+    """A client for the bus store: ``INBOX_REDIS_URL`` or the embedded server's socket;
+    a :class:`~redis.cluster.RedisCluster` with ``INBOX_REDIS_CLUSTER=1``."""
+    if settings.redis_cluster:
+        return cluster_client(settings.store_url())
     return redis.Redis.from_url(
         settings.store_url(),
         decode_responses=True,
@@ -55,6 +60,7 @@ def redis_client(settings: Settings) -> redis.Redis:
     )
 
 
+@translate_redis_errors
 class Bus:
     """One connection to the bus: sessions, sends, local delivery and the floor."""
 
@@ -80,7 +86,10 @@ class Bus:
     def store(self) -> Store:
         """The Redis store, connected on first use (local delivery never needs it)."""
         if self._store is None:
-            client = self._client or redis_client(self.settings)
+            try:
+                client = self._client or redis_client(self.settings)
+            except NOT_ANSWERING as exc:  # a cluster client connects as it is made
+                raise unavailable(exc) from exc
             self._store = Store(
                 client,
                 Keys(self.settings.key_prefix),

@@ -330,11 +330,9 @@ def worker(
 @app.command()
 def scheduler() -> None:
     """The scheduled work (debounced wakes, flushes, retries) for the whole bus."""
-    from workers.dispatch import CeleryDispatcher
-
     from .scheduler import run as run_scheduler
 
-    b = connect(dispatcher=CeleryDispatcher())
+    b = connect()  # the dispatcher by name (INBOX_DISPATCHER): bus/ imports no workers
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

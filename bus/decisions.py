@@ -64,10 +64,6 @@ class Result:
     offered_by: str | None = None
 
 
-def is_terminal(state: str) -> bool:
-    return state in TERMINAL
-
-
 def transition(state: str, decision: str, actor: str, offered_by: str | None) -> Result:
     """Apply ``decision`` by ``actor`` (a role) to a thread in ``state``.
 

@@ -126,3 +126,142 @@ class EmbeddedRedis:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def free_cluster_ports(count: int) -> list[int]:
+    """``count`` loopback ports ``p`` with ``p + 10000`` (the cluster bus port) free too."""
+    import socket
+
+    ports: list[int] = []
+    while len(ports) < count:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port > 55535 or port in ports:
+            port = port % 30000 + 20000  # the ephemeral range is often above 32768
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        ports.append(port)
+    return ports
+
+
+class EmbeddedCluster:
+    """A Redis Cluster of ``masters`` redis-server children on loopback ports (no replicas).
+
+    For the tests and the bench: the same binary as :class:`EmbeddedRedis`, started with
+    ``--cluster-enabled yes``, its 16384 slots split evenly with ``CLUSTER ADDSLOTS`` and
+    the nodes joined with ``CLUSTER MEET``, so no ``redis-cli`` is needed.
+    """
+
+    SLOTS = 16384
+
+    def __init__(self, data_dir: Path, ports: list[int]) -> None:
+        if not ports:
+            raise ValueError("a cluster needs at least one port")
+        self.data_dir = data_dir
+        self.ports = ports
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        """A URL naming one node; a cluster client finds the others from it."""
+        return f"redis://127.0.0.1:{self.ports[0]}/0"
+
+    def _node(self, port: int) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1)
+
+    def start(self, timeout: float = 20.0) -> EmbeddedCluster:
+        deadline = time.monotonic() + timeout
+        for port in self.ports:
+            node_dir = self.data_dir / str(port)
+            node_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            args = [
+                server_binary(),
+                "--port", str(port),
+                "--bind", "127.0.0.1",
+                "--cluster-enabled", "yes",
+                "--cluster-config-file", str(node_dir / "nodes.conf"),
+                "--cluster-node-timeout", "5000",
+                "--dir", str(node_dir),
+                "--appendonly", "no",
+                "--save", "",
+                "--daemonize", "no",
+                "--loglevel", "warning",
+                "--logfile", str(node_dir / "redis.log"),
+            ]  # fmt: skip
+            self.procs.append(
+                subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+        try:
+            clients = [self._wait_ping(port, deadline) for port in self.ports]
+            per = self.SLOTS // len(clients)
+            for i, client in enumerate(clients):
+                end = self.SLOTS if i == len(clients) - 1 else (i + 1) * per
+                client.execute_command("CLUSTER ADDSLOTS", *range(i * per, end))
+                # Distinct epochs, as redis-cli sets them, so no collision has to settle.
+                client.execute_command("CLUSTER SET-CONFIG-EPOCH", i + 1)
+            for port in self.ports[1:]:
+                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", port)
+            self._wait_ok(clients, deadline)
+            for client in clients:
+                client.close()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ping(self, port: int, deadline: float) -> redis.Redis:
+        client = self._node(port)
+        proc = self.procs[self.ports.index(port)]
+        while True:
+            if proc.poll() is not None:
+                log = self.data_dir / str(port) / "redis.log"
+                detail = log.read_text()[-300:] if log.exists() else ""
+                raise RuntimeError(f"cluster node on port {port} exited: {detail}")
+            try:
+                if client.ping():
+                    return client
+            except redis.RedisError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster node on port {port} did not answer in time")
+            time.sleep(0.05)
+
+    def _wait_ok(self, clients: list[redis.Redis], deadline: float) -> None:
+        """Until every node says ``cluster_state:ok`` and knows every other node."""
+        while True:
+            ready = True
+            for client in clients:
+                # redis-py parses both replies: INFO to a dict, NODES to address -> node.
+                info = client.execute_command("CLUSTER INFO")
+                known = len(client.execute_command("CLUSTER NODES"))
+                if info.get("cluster_state") != "ok" or known < len(clients):
+                    ready = False
+                    break
+            if ready:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster did not reach cluster_state:ok in time")
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout)
+        self.procs = []
+
+    def __enter__(self) -> EmbeddedCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -61,3 +61,4 @@ class Unavailable(BusError):
     """Redis (or another backing service) did not answer."""
 
     code = "unavailable"
+    exit_code = 3

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .clock import SYSTEM, Clock
 from .errors import BadInput
 from .models import check_session_id
 
@@ -148,15 +149,12 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Floor:
     """The inbox tree under ``home`` (``$INBOX_HOME``): deliver, append, drain, peek."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, clock: Clock = SYSTEM) -> None:
         self.home = Path(home)
+        self.clock = clock
 
     # --- paths -------------------------------------------------------------------------
 
@@ -271,7 +269,7 @@ class Floor:
                 claimed.append(got)
             good: list[bytes] = []
             bad: list[bytes] = []
-            at = _now_ms()
+            at = self.clock.now_ms()
             for path, fd in claimed:
                 for raw in _read_fd(fd).split(b"\n"):
                     if not raw.strip():

@@ -162,6 +162,8 @@ def create_app(bus: Bus) -> FastAPI:
             via, _path = await run_in_threadpool(bus.floor.deliver, msg.to_id, msg.wire())
         except Unauthorized as err:
             return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), 401)
+        except Unavailable as err:  # the token's revocation check found no Redis
+            return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), 503)
         except BusError as err:
             return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), 400)
         except redis.RedisError as err:

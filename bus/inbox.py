@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import items, notices, policy, receipts
+from .cluster import REDIS_ERRORS
 from .models import SessionInfo, now_ms
 from .stamp import render_stamp
 from .text import one_line
@@ -135,7 +136,7 @@ class Inbox:
         idempotent scripts a message) go to Redis in one pipeline."""
         store = self.store
         senders = _SenderFacts(self, sid, info)
-        pipe = store.r.pipeline(transaction=False)
+        pipe = store.pipeline()
         for msg, arrived in batch:
             key = thread_key(
                 thread=msg.get("thread"),
@@ -467,7 +468,7 @@ class Inbox:
                 )
             self.bus.receipts.mark(sid, "noticed", receipts.drained_ids(lines), touch=True)
             pending_path.unlink(missing_ok=True)
-        except Exception as exc:  # Redis down: the drain still works; marks catch up later
+        except REDIS_ERRORS as exc:  # Redis down: the drain still works; marks catch up later
             log.warning("drain of %s: marks deferred (%s)", sid, exc)
             fresh = [n for n in nids if n not in waiting]
             if fresh:

@@ -37,6 +37,7 @@ buses, or several tests, share one server.
 | ``P:metrics`` | hash: counter name (with labels) → count | send, delivery, scheduler | - |
 | ``P:latency`` | hash: histogram bucket → count, plus ``sum`` and ``count`` | delivery | - |
 | ``P:due`` | zset: ``<what>|<sid>`` → due ms (wakes, flushes, retries) | delivery; scheduler | taken atomically |
+| ``P:sweep`` | string: a scheduler claimed the backlog sweep (SET NX PX) | scheduler | TTL (sweep interval) |
 | ``P:{thr}:meta`` (typed requests) | hash fields origin, recipient (session ids), offered_by (sender or recipient, only in OFFERED), windows (JSON list) | request, decide.lua | - |
 | ``P:{sid}:items`` | hash: item key → item JSON (title, text, status, answer, revision, ...) | item post/settle, item_update.lua | - |
 | ``P:{sid}:item:<key>:thread`` | list: the item's thread entries JSON (member or agent, text, files), oldest first | item write, reply_inbox (item_update.lua) | - |
@@ -124,6 +125,10 @@ class Keys:
     @property
     def due(self) -> str:
         return f"{self.prefix}:due"
+
+    @property
+    def sweep(self) -> str:
+        return f"{self.prefix}:sweep"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this prefix (tests, ``inbox status``)."""

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
-from .models import now_ms
+from .clock import SYSTEM, Clock
 
 if TYPE_CHECKING:
     from .api import Bus
@@ -23,14 +22,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SWEEP_EVERY_S = 5.0
-_last_sweep = 0.0
 
 
-def tick(bus: Bus, *, sweep: bool | None = None) -> dict[str, Any]:
-    """Dispatch deliveries for due entries; every few seconds also sweep for backlogs."""
-    global _last_sweep
+def tick(bus: Bus, *, sweep: bool | None = None, clock: Clock = SYSTEM) -> dict[str, Any]:
+    """Dispatch deliveries for due entries; every few seconds also sweep for backlogs.
+
+    The sweep's interval is kept in Redis (:meth:`Store.claim_sweep`), so however many
+    schedulers and worker pool children tick, one of them sweeps per interval.
+    """
     store = bus.store
-    taken = store.take_due(now_ms())
+    taken = store.take_due(clock.now_ms())
     dispatched = 0
     for what, sid in taken:
         info = store.get_session(sid)
@@ -42,16 +43,14 @@ def tick(bus: Bus, *, sweep: bool | None = None) -> dict[str, Any]:
         bus.dispatcher.deliver(info.host, sid)
         dispatched += 1
     swept = 0
-    now = time.monotonic()
-    if sweep or (sweep is None and now - _last_sweep >= SWEEP_EVERY_S):
-        _last_sweep = now
-        swept = sweep_backlogs(bus)
+    if sweep or (sweep is None and store.claim_sweep(int(SWEEP_EVERY_S * 1000))):
+        swept = sweep_backlogs(bus, clock=clock)
     # Messages no notice got in for INBOX_EXPIRE_S end expired (at most once a minute).
     expired = bus.receipts.expire_all(force=bool(sweep))
     return {"taken": len(taken), "dispatched": dispatched, "swept": swept, "expired": expired}
 
 
-def sweep_backlogs(bus: Bus) -> int:
+def sweep_backlogs(bus: Bus, *, clock: Clock = SYSTEM) -> int:
     """Dispatch a delivery for every session with work no delivery took.
 
     The safety net under the dispatch flag: a queue entry whose delivery was lost with its
@@ -59,7 +58,7 @@ def sweep_backlogs(bus: Bus) -> int:
     that died, is still delivered.
     """
     store = bus.store
-    stale_before = now_ms() - int(bus.settings.lock_ttl_s * 1000)
+    stale_before = clock.now_ms() - int(bus.settings.lock_ttl_s * 1000)
     kicked = 0
     for info in store.sessions():
         sid = info.session
@@ -86,16 +85,28 @@ def sweep_backlogs(bus: Bus) -> int:
     return kicked
 
 
-def run(bus: Bus, stop: threading.Event | None = None, *, max_sleep_s: float = 0.5) -> None:
+def run(
+    bus: Bus,
+    stop: threading.Event | None = None,
+    *,
+    max_sleep_s: float = 0.5,
+    clock: Clock = SYSTEM,
+) -> None:
     """The ``inbox scheduler`` loop: tick, then sleep until the next due time (capped)."""
     stop = stop or threading.Event()
     log.info("scheduler running (prefix %s)", bus.settings.key_prefix)
     while not stop.is_set():
         try:
-            tick(bus)
+            tick(bus, clock=clock)
             nxt = bus.store.next_due()
-        except Exception:  # keep scheduling through a Redis blip; the log says why
+        # Broad on purpose: a Redis blip or the dispatcher's transport error (kombu's,
+        # which bus/ does not import) must not end the loop; the log says what it was.
+        except Exception:
             log.exception("scheduler tick failed")
             nxt = None
-        delay = max_sleep_s if nxt is None else min(max_sleep_s, max(0.0, (nxt - now_ms()) / 1000))
+        delay = (
+            max_sleep_s
+            if nxt is None
+            else min(max_sleep_s, max(0.0, (nxt - clock.now_ms()) / 1000))
+        )
         stop.wait(delay if delay > 0 else 0.01)

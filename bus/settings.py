@@ -49,6 +49,8 @@ class Settings:
     host: str = field(default_factory=default_host)
     redis_url: str | None = None
     broker_url: str | None = None
+    redis_cluster: bool = False
+    broker_master_name: str | None = None
     session: str | None = None
     agent_inbox: bool = True
     wake_debounce_s: float = 2.0
@@ -72,6 +74,8 @@ class Settings:
             host=env.get("INBOX_HOST") or default_host(),
             redis_url=env.get("INBOX_REDIS_URL") or None,
             broker_url=env.get("INBOX_BROKER_URL") or None,
+            redis_cluster=_bool(env.get("INBOX_REDIS_CLUSTER"), False),
+            broker_master_name=env.get("INBOX_BROKER_MASTER_NAME") or None,
             session=env.get("INBOX_SESSION") or None,
             agent_inbox=_bool(env.get("INBOX_AGENT_INBOX"), True),
             wake_debounce_s=_float(env, "INBOX_WAKE_DEBOUNCE_S", 2.0),
@@ -102,9 +106,12 @@ class Settings:
             "INBOX_STALE_S": str(self.stale_s),
             "INBOX_EXPIRE_S": str(self.expire_s),
         }
+        if self.redis_cluster:
+            env["INBOX_REDIS_CLUSTER"] = "1"
         optional = {
             "INBOX_REDIS_URL": self.redis_url,
             "INBOX_BROKER_URL": self.broker_url,
+            "INBOX_BROKER_MASTER_NAME": self.broker_master_name,
             "INBOX_SESSION": self.session,
             "INBOX_SECRET": self.secret,
             "INBOX_TOKEN": self.token,
@@ -125,10 +132,6 @@ class Settings:
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = f"{SOURCE_ROOT}{os.pathsep}{path}" if path else str(SOURCE_ROOT)
         return env
-
-    @property
-    def inbox_dir(self) -> Path:
-        return self.home / "inbox"
 
     @property
     def embedded_socket(self) -> Path:
@@ -152,11 +155,16 @@ class Settings:
         """The bus store's URL: ``INBOX_REDIS_URL``, else the embedded server's socket."""
         if self.redis_url:
             return self.redis_url
+        if self.redis_cluster:
+            raise ValueError("INBOX_REDIS_CLUSTER=1 needs INBOX_REDIS_URL naming a cluster node")
         return f"unix://{self.embedded_socket}"
 
     def celery_broker_url(self) -> str:
         if self.broker_url:
             return self.broker_url
+        if self.redis_cluster:
+            # kombu has no cluster transport: the broker is a standalone Redis of its own.
+            raise ValueError("INBOX_REDIS_CLUSTER=1 needs INBOX_BROKER_URL (a standalone Redis)")
         if self.redis_url:
             return self.redis_url
         return f"redis+socket://{self.embedded_socket}"

@@ -3,6 +3,11 @@
 Each method touches one hash tag (one session, one thread, or one global index), so
 every atomic step is one Lua script or one MULTI in one slot. Keys come from
 :mod:`bus.keys`, which documents each one.
+
+The storage contract: each public method's docstring says what any backend must do,
+and ``tests/test_store_contract.py`` holds every backend to it (a standalone Redis and
+a Redis Cluster, see :mod:`bus.cluster`). Reads of a missing thing answer empty
+(``None``, ``[]``, ``0``), never raise.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any, cast
 
 import redis
 
+from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .errors import Unavailable
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
@@ -55,7 +61,7 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
 
 
 class Store:
-    """Redis-backed storage for one bus (one key prefix)."""
+    """Redis-backed storage for one bus (one key prefix), on a server or a cluster."""
 
     def __init__(self, client: redis.Redis, keys: Keys, *, lock_ttl_ms: int = 30000) -> None:
         # redis-py's annotations cover bytes and str replies at once; the store always
@@ -63,12 +69,29 @@ class Store:
         self.r: Any = client
         self.k = keys
         self.lock_ttl_ms = lock_ttl_ms
-        self._scripts = {name: load_script(client, name) for name in _SCRIPTS}
+        self.cluster = is_cluster(client)
+        self._sources: dict[str, str] = {}  # SHA -> Lua source, for OrderedBatch
+        self._scripts: dict[str, Any] = {}
+        for name in _SCRIPTS:
+            self.script(name)
 
     def script(self, name: str) -> Any:
+        """The registered Lua script ``bus/lua/<name>.lua`` (loaded once, cached)."""
         if name not in self._scripts:
-            self._scripts[name] = load_script(self.r, name)
+            script = load_script(self.r, name)
+            self._sources[script.sha] = script.script
+            self._scripts[name] = script
         return self._scripts[name]
+
+    def pipeline(self) -> Any:
+        """A non-transactional pipeline that may also run scripts (``client=`` it).
+
+        On a cluster, redis-py refuses scripts in a pipeline, so this is an
+        :class:`~bus.cluster.OrderedBatch`: same calls, same ordered replies.
+        """
+        if self.cluster:
+            return OrderedBatch(self.r, self._sources)
+        return self.r.pipeline(transaction=False)
 
     def run(
         self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None
@@ -77,9 +100,10 @@ class Store:
         return self.script(name)(keys=[self.k.s(sid, n) for n in keys], args=args, client=client)
 
     def ping(self) -> None:
+        """Return if the backend answers; raise :class:`Unavailable` if it does not."""
         try:
             self.r.ping()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise Unavailable(f"Redis did not answer: {exc}") from exc
 
     # -- sessions ---------------------------------------------------------------------
@@ -103,10 +127,12 @@ class Store:
         self.r.sadd(self.k.handle(info.handle), info.session)
 
     def get_session(self, sid: str) -> SessionInfo | None:
+        """The session record as last put or updated; ``None`` if never put."""
         data = cast(dict[str, str], self.r.hgetall(self.k.s(sid, "session")))
         return _session_from_hash(data) if data else None
 
     def update_session(self, sid: str, **fields: object) -> None:
+        """Set some fields of the record (``None`` clears one) and ``updated_at`` to now."""
         mapping: dict[str, str] = {"updated_at": str(now_ms())}
         for name, value in fields.items():
             if isinstance(value, bool):
@@ -116,12 +142,15 @@ class Store:
         self.r.hset(self.k.s(sid, "session"), mapping=mapping)
 
     def incr_turns(self, sid: str) -> int:
+        """Add one to the session's turn count atomically; return the new count."""
         return int(self.r.hincrby(self.k.s(sid, "session"), "turns", 1))
 
     def session_ids(self) -> list[str]:
+        """Every session ever put, oldest ``opened_at`` first."""
         return [str(s) for s in self.r.zrange(self.k.sessions, 0, -1)]
 
     def sessions(self) -> list[SessionInfo]:
+        """The records of :meth:`session_ids`, in that order (one round trip per node)."""
         ids = self.session_ids()
         pipe = self.r.pipeline(transaction=False)
         for sid in ids:
@@ -129,6 +158,7 @@ class Store:
         return [_session_from_hash(d) for d in pipe.execute() if d]
 
     def sessions_by_handle(self, handle: str) -> list[SessionInfo]:
+        """Sessions whose record carries ``handle`` now, sorted by id."""
         sids = sorted(str(s) for s in self.r.smembers(self.k.handle(handle)))
         found = [self.get_session(sid) for sid in sids]
         return [s for s in found if s is not None and s.handle == handle]
@@ -146,12 +176,18 @@ class Store:
     ) -> tuple[bool, str, bool]:
         """Store a message once. Returns (new, answer JSON, dispatch a delivery).
 
+        The first append of ``msg_id`` for ``sid`` adds one stream entry, keeps
+        ``answer_json`` as the id's answer, indexes the id's recipient and answers
+        ``(True, answer_json, d)``, ``d`` true when no delivery was already pending (the
+        dispatch flag is then set). Every later append of the id answers ``(False, the
+        first answer, False)`` and writes nothing.
+
         One round trip: the append script and the message id's index (another slot,
         idempotent, so it need not be atomic with the append) go in one pipeline, and so
         do the steps ``also`` queues on it after the append (the sender's receipt).
         """
         k = self.k
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         self.run(
             "append",
             sid,
@@ -166,6 +202,7 @@ class Store:
         return bool(new), str(answer), bool(dispatch)
 
     def first_answer(self, sid: str, msg_id: str) -> dict[str, Any] | None:
+        """The answer kept by the first append of ``msg_id``; ``None`` if never appended."""
         raw = self.r.hget(self.k.s(sid, "ids"), msg_id)
         return json.loads(cast(str, raw)) if raw else None
 
@@ -176,10 +213,8 @@ class Store:
         raws = self.r.hmget(self.k.s(sid, "ids"), msg_ids)
         return [json.loads(raw) if raw else None for raw in raws]
 
-    def set_answer(self, sid: str, msg_id: str, answer: dict[str, Any]) -> None:
-        self.r.hset(self.k.s(sid, "ids"), msg_id, json.dumps(answer))
-
     def recipient_of(self, msg_id: str) -> str | None:
+        """The session ``msg_id`` was appended to (kept 7 days); ``None`` if unknown."""
         raw = self.r.get(self.k.rcpt(msg_id))
         return str(raw) if raw else None
 
@@ -188,14 +223,18 @@ class Store:
         return bool(self.r.set(self.k.s(sid, "pending"), "1", nx=True, px=self.lock_ttl_ms))
 
     def clear_pending(self, sid: str) -> None:
+        """Drop the dispatch flag: the next :meth:`mark_pending` answers True."""
         self.r.delete(self.k.s(sid, "pending"))
 
     def cursor(self, sid: str) -> str:
+        """The last stream id the delivery took (:meth:`advance`), ``0-0`` before any."""
         return str(self.r.get(self.k.s(sid, "cursor")) or "0-0")
 
     def read_after(
         self, sid: str, cursor: str, count: int = 200
     ) -> list[tuple[str, dict[str, str]]]:
+        """Up to ``count`` queue entries after stream id ``cursor``, oldest first, as
+        ``(stream id, {"id": msg id, "m": wire JSON})``."""
         rows = self.r.xrange(self.k.s(sid, "stream"), min=f"({cursor}", count=count)
         return [(str(eid), cast(dict[str, str], fields)) for eid, fields in rows]
 
@@ -235,15 +274,19 @@ class Store:
             self.r.xtrim(self.k.s(sid, "stream"), minid=floor, approximate=True)
 
     def rawflight(self, sid: str) -> dict[str, str] | None:
+        """The raw line being written (``{"stream_id", "id"}``), until :meth:`advance`."""
         raw = self.r.get(self.k.s(sid, "rawflight"))
         return json.loads(cast(str, raw)) if raw else None
 
     def set_rawflight(self, sid: str, stream_id: str, msg_id: str) -> None:
+        """Record the raw line about to be written, for recovery after a crash."""
         self.r.set(self.k.s(sid, "rawflight"), json.dumps({"stream_id": stream_id, "id": msg_id}))
 
     # -- locks and events ---------------------------------------------------------------
 
     def lock(self, sid: str) -> str | None:
+        """Take the session's delivery lock for ``lock_ttl_ms``: a token, or ``None``
+        while another holder's lock has not expired."""
         token = secrets.token_hex(8)
         ok = self.r.set(self.k.s(sid, "lock"), token, nx=True, px=self.lock_ttl_ms)
         return token if ok else None
@@ -253,6 +296,7 @@ class Store:
         return bool(self.run("extend_lock", sid, ("lock",), [token, self.lock_ttl_ms]))
 
     def unlock(self, sid: str, token: str) -> None:
+        """Release the lock if ``token`` still holds it; another holder's lock stays."""
         self.script("unlock")(keys=[self.k.s(sid, "lock")], args=[token])
 
     def record(self, sid: str, kind: str, **fields: object) -> None:
@@ -274,10 +318,12 @@ class Store:
             self.r.zadd(self.k.due, {member: at_ms})
 
     def unschedule(self, what: str, sid: str) -> None:
+        """Take ``what`` for ``sid`` off the schedule (nothing if it is not there)."""
         self.r.zrem(self.k.due, f"{what}|{sid}")
 
     def take_due(self, now: int, limit: int = 500) -> list[tuple[str, str]]:
-        """Take every due entry atomically: each is returned to exactly one caller."""
+        """Take up to ``limit`` entries due at ``now`` (ms) or earlier, as ``(what, sid)``,
+        removing them atomically: each is returned to exactly one caller."""
         items = self.script("take_due")(keys=[self.k.due], args=[now, limit])
         out = []
         for item in items:
@@ -286,5 +332,11 @@ class Store:
         return out
 
     def next_due(self) -> int | None:
+        """The earliest due time on the schedule (ms), ``None`` when it is empty."""
         rows = self.r.zrange(self.k.due, 0, 0, withscores=True)
         return int(rows[0][1]) if rows else None
+
+    def claim_sweep(self, every_ms: int) -> bool:
+        """True for one caller per ``every_ms`` across every process (SET NX PX): the
+        backlog sweep then runs once an interval, not once per scheduler or pool child."""
+        return bool(self.r.set(self.k.sweep, "1", nx=True, px=every_ms))

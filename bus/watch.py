@@ -5,8 +5,8 @@ addressed to the session) with a blocking ``XREAD``: one call over every followe
 stream, so one round trip per ``block_ms`` at most, however many sessions.
 
 Redis Cluster: each session's stream has its own hash tag, so a multi-key ``XREAD``
-would be refused there (CROSSSLOT). A single server is the target today; on a Cluster,
-split the streams by ``CLUSTER KEYSLOT`` and read each group on its own connection.
+would be refused there (CROSSSLOT); :func:`bus.cluster.read_streams` reads each stream
+on its own, pipelined per node, polling every 50 ms instead of blocking.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
+from .cluster import read_streams
 from .models import check_session_id, now_ms
 
 if TYPE_CHECKING:
@@ -32,13 +33,6 @@ def _last_id(r: Any, key: str) -> str:
     """The newest entry's id (what ``$`` means now), or ``0-0`` for an empty stream."""
     rows = r.xrevrange(key, count=1)
     return str(rows[0][0]) if rows else "0-0"
-
-
-def _rows(reply: Any) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
-    # RESP2 answers a list of [key, entries]; RESP3 a dict key -> entries.
-    if isinstance(reply, dict):
-        return [(str(k), v[0] if v and isinstance(v[0], list) else v) for k, v in reply.items()]
-    return [(str(k), entries) for k, entries in reply or []]
 
 
 class Subscription:
@@ -92,8 +86,10 @@ class Subscription:
                 self.stop.wait(self.block_ms / 1000)
                 continue
             # A copy: positions move while the caller handles the batch.
-            reply = r.xread(dict(self.pos), count=self.count, block=self.block_ms)
-            for key, entries in _rows(reply):
+            rows = read_streams(
+                r, dict(self.pos), count=self.count, block_ms=self.block_ms, stop=self.stop
+            )
+            for key, entries in rows:
                 for eid, fields in entries:
                     self.pos[key] = str(eid)
                     try:

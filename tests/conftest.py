@@ -81,8 +81,10 @@ def home(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def settings(redis_url: str, prefix: str, home: Path) -> Settings:
-    return Settings(
+def settings(
+    redis_url: str, prefix: str, home: Path, request: pytest.FixtureRequest
+) -> Iterator[Settings]:
+    s = Settings(
         home=home,
         host="hosta",
         redis_url=redis_url,
@@ -94,6 +96,18 @@ def settings(redis_url: str, prefix: str, home: Path) -> Settings:
         lock_ttl_s=3.0,
         visibility_timeout_s=3.0,
     )
+    if not os.environ.get("INBOX_TEST_STORE_CLUSTER"):
+        yield s
+        return
+    # The whole suite with its store on the cluster (the broker stays standalone).
+    from bus.cluster import cluster_client
+
+    url = request.getfixturevalue("redis_cluster_url")
+    yield replace(s, redis_url=url, redis_cluster=True)
+    client = cluster_client(url)
+    for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        client.delete(key)
+    client.close()
 
 
 @pytest.fixture
@@ -164,3 +178,39 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A real 3-master Redis Cluster on free loopback ports, started once per session.
+
+    ``INBOX_TEST_CLUSTER_URL`` names an existing one instead (any node).
+    """
+    url = os.environ.get("INBOX_TEST_CLUSTER_URL")
+    if url:
+        yield url
+        return
+    import shutil
+
+    from bus.embedded import EmbeddedCluster, free_cluster_ports
+
+    tmp = Path(tempfile.mkdtemp(prefix="inbox-test-cluster-"))
+    cluster = EmbeddedCluster(tmp, free_cluster_ports(3)).start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster_settings(settings: Settings, redis_cluster_url: str) -> Iterator[Settings]:
+    """This test's settings with the store on the cluster; the broker stays standalone."""
+    from bus.cluster import cluster_client
+
+    s = replace(settings, redis_url=redis_cluster_url, redis_cluster=True)
+    yield s
+    client = cluster_client(redis_cluster_url)
+    for key in client.scan_iter(match=f"{s.key_prefix}:*", count=1000):
+        client.delete(key)
+    client.close()

@@ -90,6 +90,7 @@ def test_every_command_and_option_of_the_reference_exists(
         ("INBOX_RETRY_S", "retry_s", "5", 5.0),
         ("INBOX_SECRET", "secret", "k", "k"),
         ("INBOX_TOKEN", "token", "t", "t"),
+        ("INBOX_REDIS_CLUSTER", "redis_cluster", "1", True),
     ],
 )
 def test_every_setting_of_the_reference_is_read(

@@ -21,6 +21,12 @@ def host_queue(host: str) -> str:
 def make_app(settings: Settings | None = None) -> Celery:
     settings = settings or Settings.from_env()
     app = Celery("workers", broker=settings.celery_broker_url(), include=["workers.tasks"])
+    transport: dict[str, object] = {
+        "visibility_timeout": settings.visibility_timeout_s,
+        "global_keyprefix": f"{settings.key_prefix}:celery:",
+    }
+    if settings.broker_master_name:  # a sentinel:// broker URL names its master here
+        transport["master_name"] = settings.broker_master_name
     app.conf.update(
         task_default_queue=SHARED_QUEUE,
         task_routes={"send": {"queue": SHARED_QUEUE}, "inbox.tick": {"queue": SHARED_QUEUE}},
@@ -31,10 +37,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={
-            "visibility_timeout": settings.visibility_timeout_s,
-            "global_keyprefix": f"{settings.key_prefix}:celery:",
-        },
+        broker_transport_options=transport,
         worker_hijack_root_logger=False,
         task_serializer="json",
         accept_content=["json"],

@@ -1,0 +1,62 @@
+"""The injectable clock: the scheduler and the floor read time from it, tests move it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from bus.api import Bus
+from bus.clock import ManualClock, SystemClock
+from bus.dispatch import RecordingDispatcher
+from bus.floor import Floor
+from bus.scheduler import tick
+
+
+def test_a_manual_clock_stands_still_until_moved() -> None:
+    clock = ManualClock(1000)
+    assert clock.now_ms() == clock.now_ms() == 1000
+    assert clock.advance(250) == 1250 and clock.now_ms() == 1250
+    clock.set(5)
+    assert clock.now_ms() == 5
+    assert SystemClock().now_ms() > 1_600_000_000_000
+
+
+def test_the_scheduler_takes_an_entry_when_the_clock_reaches_it(
+    make_bus: Callable[..., Bus],
+) -> None:
+    recorder = RecordingDispatcher()
+    b = make_bus(dispatcher=recorder)
+    b.open_session("later")
+    clock = ManualClock()
+    b.store.schedule("due", "later", clock.now_ms() + 60_000)
+    assert tick(b, sweep=False, clock=clock)["taken"] == 0
+    clock.advance(59_999)
+    assert tick(b, sweep=False, clock=clock)["taken"] == 0
+    clock.advance(1)
+    assert tick(b, sweep=False, clock=clock) == {"taken": 1, "dispatched": 1, "swept": 0}
+    assert recorder.calls == [("hosta", "later")]
+
+
+def test_one_tick_of_many_sweeps_per_interval(make_bus: Callable[..., Bus]) -> None:
+    # Two buses stand for two scheduler processes (or two prefork children).
+    recorder = RecordingDispatcher()
+    one, two = make_bus(dispatcher=recorder), make_bus(dispatcher=recorder)
+    one.open_session("stuck")
+    one.store.append("stuck", "m1", "{}", "{}")
+    one.store.clear_pending("stuck")  # the dispatch was lost
+    assert one.store.claim_sweep(60_000)  # another process swept just now
+    assert tick(two)["swept"] == 0 and tick(one)["swept"] == 0
+    one.store.r.delete(one.store.k.sweep)  # the interval passed
+    assert tick(two)["swept"] == 1
+    assert recorder.calls == [("hosta", "stuck")]
+
+
+def test_the_floor_stamps_a_malformed_line_with_its_clock(tmp_path: Path) -> None:
+    floor = Floor(tmp_path, clock=ManualClock(4242))
+    d = floor.session_dir("s1", create=True)
+    (d / "messages.jsonl").write_text("not json\n")
+    assert floor.drain("s1").malformed == ["not json"]
+    import json
+
+    (line,) = (d / "malformed.jsonl").read_text().splitlines()
+    assert json.loads(line)["at"] == 4242

@@ -1,0 +1,137 @@
+"""The bus with its store on a real 3-master Redis Cluster, end to end.
+
+The store is the cluster (``INBOX_REDIS_CLUSTER=1``, ``INBOX_REDIS_URL`` naming one
+node); the Celery broker stays the suite's standalone Redis, as in production.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from bus.api import Bus
+from bus.dispatch import RecordingDispatcher
+from bus.scheduler import sweep_backlogs, tick
+from bus.settings import Settings
+from bus.watch import subscribe, top_rows
+from tests.conftest import WorkerProcess, wait_for
+from workers.app import make_app
+from workers.dispatch import CeleryDispatcher
+
+pytestmark = pytest.mark.slow
+
+
+def node_of(b: Bus, sid: str) -> int:
+    """Which third of the slots (which of the 3 masters) holds the session's keys."""
+    return key_slot(b.store.k.s(sid, "session").encode()) * 3 // 16384
+
+
+def test_settings_name_the_cluster_and_keep_the_broker_standalone(
+    cluster_settings: Settings,
+) -> None:
+    env = cluster_settings.child_env()
+    assert env["INBOX_REDIS_CLUSTER"] == "1"
+    again = Settings.from_env(env)
+    assert again.redis_cluster and again.redis_url == cluster_settings.redis_url
+    assert again.celery_broker_url() == cluster_settings.broker_url
+    with pytest.raises(ValueError, match="INBOX_BROKER_URL"):
+        Settings(redis_url=cluster_settings.redis_url, redis_cluster=True).celery_broker_url()
+    with pytest.raises(ValueError, match="INBOX_REDIS_URL"):
+        Settings(redis_cluster=True).store_url()
+
+
+def test_send_notice_read_through_a_real_worker_on_the_cluster(
+    cluster_settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    start_worker(cluster_settings)
+    b = Bus(cluster_settings, dispatcher=CeleryDispatcher(make_app(cluster_settings)))
+    assert isinstance(b.store.r, RedisCluster)
+    b.open_session("coord")
+    b.open_session("lane-1")
+    b.turn("coord", "start")
+    sent = b.send(
+        {"from": "hosta:lane", "from_session": "lane-1", "to_id": "coord", "text": "hello"}
+    )
+    again = b.send(
+        {
+            "id": sent["id"],
+            "from": "hosta:lane",
+            "from_session": "lane-1",
+            "to_id": "coord",
+            "text": "hello",
+        }
+    )
+    assert again["duplicate"] is True
+    # The message's thread is in another slot than the session: the delivery spans both.
+    assert key_slot(b.store.k.t(sent["thread"], "meta").encode()) != key_slot(
+        b.store.k.s("coord", "msgs").encode()
+    )
+    wait_for(lambda: b.floor.peek("coord"), what="the notice on the floor", timeout=30)
+    notices = b.floor.peek("coord")
+    assert len(notices) == 1 and notices[0]["kind"] == "notice"
+    b.drain("coord")
+    thread = b.read("coord", sent["thread"], mark_read=True)
+    assert [m["id"] for m in thread["messages"]] == [sent["id"]]
+    rows = b.threads("coord")["threads"]
+    assert [r["threadId"] for r in rows] == [sent["thread"]]
+    assert rows[0]["unread"] == 0
+
+
+def test_watch_all_status_top_and_the_sweep_cross_the_cluster_nodes(
+    cluster_settings: Settings,
+) -> None:
+    recorder = RecordingDispatcher()
+    b = Bus(cluster_settings, dispatcher=recorder)
+    sids = [f"w{i}" for i in range(9)]
+    assert len({node_of(b, sid) for sid in sids}) == 3
+    for sid in sids:
+        b.open_session(sid)
+    stop = threading.Event()
+    seen: list[dict[str, Any]] = []
+    stream = subscribe(b, None, block_ms=200, stop=stop)
+    for sid in sids:
+        b.send({"from": "hosta:me", "to_id": sid, "text": f"to {sid}"})
+
+    def follow() -> None:
+        for event in stream:
+            seen.append(event)
+            if len(seen) == len(sids):
+                stop.set()
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    reader.join(20)
+    stop.set()
+    assert sorted(e["session"] for e in seen) == sorted(sids)
+
+    status = {row["session"]: row for row in b.status()["sessions"]}
+    assert {sid: status[sid]["backlog"] for sid in sids} == dict.fromkeys(sids, 1)
+    assert {r["session"]: r["backlog"] for r in top_rows(b)} == dict.fromkeys(sids, 1)
+
+    # Every session has a backlog and a dispatch flag still up; drop the flags (a lost
+    # broker message) and the sweep kicks each session once, on every node.
+    for sid in sids:
+        b.store.clear_pending(sid)
+    recorder.calls.clear()
+    assert sweep_backlogs(b) == len(sids)
+    assert sorted(sid for _h, sid in recorder.calls) == sorted(sids)
+    # The sweep's interval is claimed in the cluster: a second tick right after does not.
+    tick(b)
+    recorder.calls.clear()
+    for sid in sids:
+        b.store.clear_pending(sid)
+    assert tick(b)["swept"] == 0
+
+
+def test_a_sentinel_broker_gets_its_master_name(cluster_settings: Settings) -> None:
+    from dataclasses import replace
+
+    env = replace(cluster_settings, broker_master_name="mymaster").child_env()
+    app = make_app(Settings.from_env(env))
+    assert app.conf.broker_transport_options["master_name"] == "mymaster"
+    assert "master_name" not in make_app(cluster_settings).conf.broker_transport_options

@@ -117,7 +117,7 @@ class Conversation:
     def _mark_read(self, sid: str, recs: list[dict[str, Any]]) -> None:
         if not recs:
             return
-        pipe = self.ib.store.r.pipeline(transaction=True)
+        pipe = self.ib.store.pipeline(transaction=True)
         for rec in recs:
             rec["mark"] = "read"
             pipe.hset(self.ib.k(sid, "msgs"), rec["id"], json.dumps(rec))

@@ -387,7 +387,7 @@ class Inbox:
         if event != "end":
             return {}
         # The ids the turn carried, read in one MULTI with the answer (the receipts' stamp).
-        pipe = self.store.r.pipeline(transaction=True)
+        pipe = self.store.pipeline(transaction=True)
         pipe.smembers(self.k(sid, "carried"))
         self.store.run(
             "answer_turn",

@@ -83,15 +83,18 @@ class Store:
             self._scripts[name] = script
         return self._scripts[name]
 
-    def pipeline(self) -> Any:
-        """A non-transactional pipeline that may also run scripts (``client=`` it).
+    def pipeline(self, transaction: bool = False) -> Any:
+        """A pipeline that may also run scripts (``client=`` it); ``transaction`` wraps it
+        in MULTI on a standalone server.
 
         On a cluster, redis-py refuses scripts in a pipeline, so this is an
-        :class:`~bus.cluster.OrderedBatch`: same calls, same ordered replies.
+        :class:`~bus.cluster.OrderedBatch`: same calls, same ordered replies, in order but
+        not in one MULTI (every caller's keys are in one slot; none relies on isolation
+        for correctness, only for fewer interleavings).
         """
         if self.cluster:
             return OrderedBatch(self.r, self._sources)
-        return self.r.pipeline(transaction=False)
+        return self.r.pipeline(transaction=transaction)
 
     def run(
         self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None

@@ -61,6 +61,8 @@ class Settings:
     visibility_timeout_s: float = 300.0
     stream_keep: int = 1000
     retain_messages: int = 500
+    # Where people open the web inbox (``inbox member link`` prints links under it).
+    ui_url: str = "http://127.0.0.1:5252"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -80,6 +82,7 @@ class Settings:
             key_prefix=env.get("INBOX_KEY_PREFIX") or "inbox",
             lock_ttl_s=_float(env, "INBOX_LOCK_TTL_S", 30.0),
             visibility_timeout_s=_float(env, "INBOX_VISIBILITY_TIMEOUT_S", 300.0),
+            ui_url=env.get("INBOX_UI_URL") or "http://127.0.0.1:5252",
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 
@@ -95,6 +98,7 @@ class Settings:
             "INBOX_RETRY_S": str(self.retry_s),
             "INBOX_LOCK_TTL_S": str(self.lock_ttl_s),
             "INBOX_VISIBILITY_TIMEOUT_S": str(self.visibility_timeout_s),
+            "INBOX_UI_URL": self.ui_url,
         }
         optional = {
             "INBOX_REDIS_URL": self.redis_url,

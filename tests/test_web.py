@@ -238,7 +238,6 @@ def test_form_posts_without_the_csrf_token_or_from_another_origin_change_nothing
 
     # A real cross-site page: its form posts to the inbox from another origin.
     evil = browser.new_page()
-    evil.goto(f"{swarm.base}/ui/signed-out")  # any page; then swap in the attacker's form
     other = f"http://localhost:{swarm.base.rsplit(':', 1)[1]}"
     evil.goto(f"{other}/ui/signed-out")
     evil.evaluate(
@@ -283,8 +282,17 @@ def test_the_operators_sessions_page_shows_a_cli_message_live(
     page.locator("tr[data-session=watched] a").click()
     page.wait_for_url(f"{swarm.base}/ui/sessions/watched")
     wait_for(lambda: b.conversation.threads("watched"), what="the delivered thread", timeout=20)
+    lane = celery_bus(swarm.settings)
+    lane_thread = b.issue_token(session="lane1", scopes=["agent:thread:write"])["token"]
+    lane.request("watched", "task", "Please review PR 12", token=str(lane_thread))
+    wait_for(
+        lambda: any(t.get("state") for t in b.conversation.threads("watched")),
+        what="the typed request delivered",
+        timeout=20,
+    )
     page.reload()
     expect(page.locator(".items")).to_contain_text("hello from the cli")
+    expect(page.locator("table.threads")).to_contain_text("REQUESTED")
     page.get_by_label("Message").fill("operator says hi <b>not bold</b>")
     page.get_by_role("button", name="Send").click()
     page.wait_for_url(f"{swarm.base}/ui/sessions/watched")

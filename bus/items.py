@@ -348,7 +348,9 @@ def workspace_items(b: Bus, workspace: str) -> dict[str, Any]:
     for s in sessions:
         pipe.hvals(b.store.k.items(s.session))
     found = [
-        (s, json.loads(raw)) for s, vals in zip(sessions, pipe.execute(), strict=True) for raw in vals
+        (s, json.loads(raw))
+        for s, vals in zip(sessions, pipe.execute(), strict=True)
+        for raw in vals
     ]
     pipe = r.pipeline(transaction=False)
     for s, item in found:

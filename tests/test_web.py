@@ -81,8 +81,9 @@ def swarm(
     sandbox = tmp_path / "sandbox"
     sandbox.mkdir()
     (sandbox / "chart.png").write_bytes(chart_png())
-    b.reply_inbox("agent", ITEM, text="Error rates after the canary:", image_paths=["chart.png"],
-                  root=sandbox)
+    b.reply_inbox(
+        "agent", ITEM, text="Error rates after the canary:", image_paths=["chart.png"], root=sandbox
+    )
     b.turn("agent", "end")  # idle, after its first turn: a member's message wakes it
     served = Served(celery_bus(s), port)
     try:
@@ -172,7 +173,9 @@ def test_a_member_answers_an_item_with_words_a_picture_and_a_settlement(
     small = phone.new_page()
     small.goto(link)
     small.goto(swarm.item_url())
-    width = small.eval_on_selector(".entry.agent .pictures img", "i => i.getBoundingClientRect().width")
+    width = small.eval_on_selector(
+        ".entry.agent .pictures img", "i => i.getBoundingClientRect().width"
+    )
     assert 0 < width <= 390
     shot(small, "member-item-phone")
     phone.close()
@@ -226,9 +229,24 @@ def test_form_posts_without_the_csrf_token_or_from_another_origin_change_nothing
         ("write", {"text": "no token"}, {"Origin": swarm.base}, "csrf"),
         ("settle", {"answer": "no token"}, {"Origin": swarm.base}, "csrf"),
         ("write", {"text": "wrong token", "csrf": "0" * 64}, {"Origin": swarm.base}, "csrf"),
-        ("write", {"text": "elsewhere", "csrf": csrf}, {"Origin": "http://evil.example"}, "cross_origin"),
-        ("settle", {"answer": "x", "csrf": csrf}, {"Origin": "http://evil.example"}, "cross_origin"),
-        ("settle", {"answer": "x", "csrf": csrf}, {"Referer": "http://evil.example/p"}, "cross_origin"),
+        (
+            "write",
+            {"text": "elsewhere", "csrf": csrf},
+            {"Origin": "http://evil.example"},
+            "cross_origin",
+        ),
+        (
+            "settle",
+            {"answer": "x", "csrf": csrf},
+            {"Origin": "http://evil.example"},
+            "cross_origin",
+        ),
+        (
+            "settle",
+            {"answer": "x", "csrf": csrf},
+            {"Referer": "http://evil.example/p"},
+            "cross_origin",
+        ),
     ]
     for action, form, headers, code in attempts:
         answer = page.request.post(f"{swarm.item_url()}/{action}", form=form, headers=headers)
@@ -253,9 +271,7 @@ def test_form_posts_without_the_csrf_token_or_from_another_origin_change_nothing
     ctx.close()
 
 
-def test_the_operators_sessions_page_shows_a_cli_message_live(
-    swarm: Swarm, browser: Any
-) -> None:
+def test_the_operators_sessions_page_shows_a_cli_message_live(swarm: Swarm, browser: Any) -> None:
     from playwright.sync_api import expect
 
     b = swarm.bus
@@ -270,8 +286,15 @@ def test_the_operators_sessions_page_shows_a_cli_message_live(
     expect(page.locator("tr[data-session=watched]")).to_contain_text("idle")
 
     lane_token = b.issue_token(session="lane1", scopes=["agent:inbox:write"])["token"]
-    cli(swarm.settings, "send", "--to-id", "watched", "--text", "hello from the cli",
-        token=str(lane_token))
+    cli(
+        swarm.settings,
+        "send",
+        "--to-id",
+        "watched",
+        "--text",
+        "hello from the cli",
+        token=str(lane_token),
+    )
     sent_at = time.monotonic()
     expect(page.locator("#feed")).to_contain_text("hello from the cli", timeout=2_000)
     assert time.monotonic() - sent_at < 2.0
@@ -297,7 +320,9 @@ def test_the_operators_sessions_page_shows_a_cli_message_live(
     page.get_by_role("button", name="Send").click()
     page.wait_for_url(f"{swarm.base}/ui/sessions/watched")
     wait_for(
-        lambda: any("operator says hi" in t["newestPreview"] for t in b.conversation.threads("watched")),
+        lambda: any(
+            "operator says hi" in t["newestPreview"] for t in b.conversation.threads("watched")
+        ),
         what="the operator's message delivered",
         timeout=20,
     )

@@ -97,7 +97,11 @@ def chart_png(width: int = 480, height: int = 240) -> bytes:
             slot, inside = divmod(x * len(bars), width)
             top = height - int(bars[slot] * (height - 20))
             in_bar = inside > width // 6 and y >= top and y < height - 6
-            row += b"\x1f\x6f\xeb" if in_bar else (b"\xdd\xe2\xe7" if y >= height - 6 else b"\xff\xff\xff")
+            row += (
+                b"\x1f\x6f\xeb"
+                if in_bar
+                else (b"\xdd\xe2\xe7" if y >= height - 6 else b"\xff\xff\xff")
+            )
         rows.append(bytes(row))
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return (

@@ -129,7 +129,9 @@ def create_ui(bus: Bus) -> FastAPI:
             error={"error": "unavailable", "message": "the store (Redis) did not answer"},
         )
 
-    async def posted(request: Request, need: str, sid: str | None = None) -> tuple[Viewer, FormData]:
+    async def posted(
+        request: Request, need: str, sid: str | None = None
+    ) -> tuple[Viewer, FormData]:
         """A form post's viewer and fields, after the origin, permission, size and CSRF
         checks, in that order (nothing is read from a refused post past its headers)."""
         viewer = gate.viewer(request)
@@ -294,9 +296,7 @@ def create_ui(bus: Bus) -> FastAPI:
         info = await run_in_threadpool(bus.session, sid)
         threads = await run_in_threadpool(bus.conversation.threads, sid)
         requests = [t for t in threads if t.get("state")]
-        return page(
-            request, "session.html", viewer, info=info, threads=threads, requests=requests
-        )
+        return page(request, "session.html", viewer, info=info, threads=threads, requests=requests)
 
     @ui.get("/sessions/{sid}/threads/{thread}")
     async def thread(request: Request, sid: str, thread: str) -> Response:

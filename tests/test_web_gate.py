@@ -1,0 +1,222 @@
+"""The web inbox's rules without a browser: the permission table, operator tokens,
+sign-in links, the local operator, the body bound and the picture types (real Redis,
+the real app through Starlette's test client)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from bus import auth
+from bus.api import Bus
+from bus.errors import BadInput, Refused, Unauthorized
+from bus.http import create_app
+from bus.web.guard import MAX_FORM_BYTES, _origin, is_loopback
+from bus.web.permission import decide
+from tests.test_pictures import JPEG, png_bytes
+
+SECRET = "gate-test-secret"
+
+# (viewer kind, need, active member, own workspace) -> refusal code or None
+CASES = [
+    (None, "items", False, False, "signed_out"),
+    (None, "operate", False, False, "signed_out"),
+    ("operator", "operate", False, False, None),
+    ("operator", "item_read", False, False, None),
+    ("operator", "item_write", False, False, "members_only"),
+    ("operator", "items", False, False, "members_only"),
+    ("member", "operate", True, True, "operators_only"),
+    ("member", "items", True, False, None),
+    ("member", "items", False, False, "not_a_member"),
+    ("member", "item_read", True, True, None),
+    ("member", "item_write", True, True, None),
+    ("member", "item_read", True, False, "not_your_workspace"),
+    ("member", "item_write", True, False, "not_your_workspace"),
+    ("member", "item_write", False, True, "not_a_member"),
+]
+
+
+@pytest.mark.parametrize(("kind", "need", "active", "own", "code"), CASES)
+def test_the_permission_table(kind, need, active, own, code) -> None:  # type: ignore[no-untyped-def]
+    assert decide(kind, need, member_active=active, own_workspace=own) == code
+
+
+def test_an_unknown_need_is_a_bug_not_a_refusal() -> None:
+    with pytest.raises(BadInput):
+        decide("operator", "everything")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("127.0.0.2", True),
+        ("10.0.0.1", False),
+        ("testclient", False),
+        (None, False),
+    ],
+)
+def test_loopback(host: str | None, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_origins_compare_scheme_and_host() -> None:
+    assert _origin("http://127.0.0.1:5252/ui/items") == "http://127.0.0.1:5252"
+    assert _origin("HTTPS://Inbox.Example") == "https://inbox.example"
+
+
+def test_operator_tokens_carry_only_the_operator_scope_and_open_no_api() -> None:
+    token = auth.issue(SECRET, operator="root", scopes=[auth.SCOPE_OPERATOR])
+    claims = auth.verify(SECRET, token)
+    assert claims.actor == "operator:root" and claims.scopes == {auth.SCOPE_OPERATOR}
+    with pytest.raises(Unauthorized):
+        auth.require(claims, auth.SCOPE_WRITE)
+    for kw in (
+        {"operator": "root", "scopes": [auth.SCOPE_OPERATOR, auth.SCOPE_WRITE]},
+        {"operator": "root", "scopes": [auth.SCOPE_READ]},
+        {"member": "acme/luke", "scopes": [auth.SCOPE_OPERATOR]},
+        {"operator": "has space", "scopes": [auth.SCOPE_OPERATOR]},
+        {"operator": "root", "member": "acme/luke", "scopes": [auth.SCOPE_OPERATOR]},
+    ):
+        with pytest.raises(BadInput):
+            auth.issue(SECRET, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def secured(make_bus: Callable[..., Bus]) -> Bus:
+    b = make_bus(secret=SECRET, ui_url="https://inbox.example/")
+    b.member_add("acme", "luke")
+    b.member_add("acme", "dean")
+    return b
+
+
+def test_a_member_link_is_for_an_active_member_and_expires(secured: Bus) -> None:
+    link = secured.member_link("acme/luke")
+    assert link["url"] == f"https://inbox.example/ui/login?token={link['token']}"
+    claims = auth.verify(SECRET, link["token"])
+    assert claims.actor == "member:acme/luke" and claims.exp is not None
+    assert secured.member_link("acme/luke", ttl_s=60)["exp"] <= claims.iat + 60 + 5
+    with pytest.raises(Refused):
+        secured.member_link("acme/nobody")
+    secured.member_remove("acme", "dean")
+    with pytest.raises(Refused):
+        secured.member_link("acme/dean")
+    for bad in ("acme", "a/b/c", "acme/has space"):
+        with pytest.raises(BadInput):
+            secured.member_link(bad)
+
+
+def test_a_member_link_needs_the_secret(bus: Bus) -> None:
+    bus.member_add("acme", "luke")
+    with pytest.raises(BadInput):
+        bus.member_link("acme/luke")
+
+
+@pytest.fixture
+def item_with_picture(secured: Bus, tmp_path: Path) -> Bus:
+    """Session agent (acme) with item deploy:prod carrying "shot.png", whose bytes are a JPEG."""
+    token = secured.issue_token(session="agent", scopes=[auth.SCOPE_WRITE])["token"]
+    secured.open_session("agent", workspace="acme", starter="luke")
+    secured.item_post("agent", "deploy:prod", title="Deploy?", token=token)
+    (tmp_path / "shot.png").write_bytes(JPEG)
+    (tmp_path / "real.png").write_bytes(png_bytes())
+    secured.reply_inbox(
+        "agent", "deploy:prod", image_paths=["shot.png", "real.png"], root=tmp_path, token=token
+    )
+    return secured
+
+
+@pytest.fixture
+def luke(item_with_picture: Bus) -> Iterator[TestClient]:
+    client = TestClient(create_app(item_with_picture), follow_redirects=False)
+    link = item_with_picture.member_link("acme/luke")
+    answer = client.get(f"/ui/login?token={link['token']}")
+    assert answer.status_code == 303 and answer.headers["location"] == "/ui/"
+    yield client
+    client.close()
+
+
+def test_pictures_are_served_with_the_type_their_bytes_have(luke: TestClient) -> None:
+    jpeg = luke.get("/ui/items/agent/deploy:prod/files/shot.png")
+    assert jpeg.status_code == 200 and jpeg.headers["content-type"] == "image/jpeg"
+    assert jpeg.headers["x-content-type-options"] == "nosniff"
+    png = luke.get("/ui/items/agent/deploy:prod/files/real.png")
+    assert png.headers["content-type"] == "image/png" and png.content == png_bytes()
+    for bad in ("..%2F..%2Fsecret", ".hidden", "nope.png"):
+        assert luke.get(f"/ui/items/agent/deploy:prod/files/{bad}").status_code in (400, 404)
+
+
+def test_signed_out_visitors_get_no_page_and_no_picture(item_with_picture: Bus) -> None:
+    with TestClient(create_app(item_with_picture), follow_redirects=False) as anon:
+        assert anon.get("/ui/items/agent/deploy:prod/files/real.png").status_code == 401
+        assert anon.get("/ui/items/agent/deploy:prod").status_code == 401
+        assert anon.get("/ui/sessions").status_code == 401
+        bad = anon.get("/ui/login?token=inb1.bogus.token")
+        assert bad.status_code == 401 and "set-cookie" not in bad.headers
+
+
+def _csrf(client: TestClient) -> str:
+    page = client.get("/ui/items/agent/deploy:prod").text
+    return page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+
+
+def test_a_form_over_the_bound_is_refused_before_it_is_read_whole(
+    luke: TestClient, item_with_picture: Bus
+) -> None:
+    csrf = _csrf(luke)
+    url = "/ui/items/agent/deploy:prod/write"
+    headers = {"Origin": "http://testserver"}
+    before = item_with_picture.item_detail("agent", "deploy:prod")
+
+    def chunks() -> Iterator[bytes]:
+        # No Content-Length (chunked): the bound is counted as the bytes arrive.
+        for _ in range(MAX_FORM_BYTES // (1 << 20) + 2):
+            yield b"x" * (1 << 20)
+
+    streamed = luke.post(
+        url,
+        content=chunks(),
+        headers={**headers, "Content-Type": "multipart/form-data; boundary=b"},
+    )
+    assert streamed.status_code == 413 and 'data-code="body_too_large"' in streamed.text
+    declared = luke.post(
+        url,
+        content=b"",
+        headers={**headers, "Content-Length": str(MAX_FORM_BYTES + 1)},
+    )
+    assert declared.status_code == 413
+    ok = luke.post(url, data={"csrf": csrf, "text": "fits"}, headers=headers)
+    assert ok.status_code == 303
+    after = item_with_picture.item_detail("agent", "deploy:prod")
+    assert len(after["item"]["thread"]) == len(before["item"]["thread"]) + 1
+
+
+def test_a_not_a_picture_upload_is_refused_and_writes_nothing(
+    luke: TestClient, item_with_picture: Bus
+) -> None:
+    before = item_with_picture.item_detail("agent", "deploy:prod")
+    answer = luke.post(
+        "/ui/items/agent/deploy:prod/write",
+        data={"csrf": _csrf(luke), "text": "see attached"},
+        files={"pictures": ("evil.png", b"<script>alert(1)</script>", "image/png")},
+        headers={"Origin": "http://testserver"},
+    )
+    assert answer.status_code == 400 and 'data-code="not_a_picture"' in answer.text
+    assert item_with_picture.item_detail("agent", "deploy:prod") == before
+
+
+def test_without_a_secret_loopback_visitors_are_the_local_operator(bus: Bus) -> None:
+    app = create_app(bus)
+    with TestClient(app, client=("127.0.0.1", 40000)) as local:
+        page = local.get("/ui/sessions")
+        assert page.status_code == 200 and "local (operator)" in page.text
+        csp = page.headers["content-security-policy"]
+        nonce = csp.split("'nonce-", 1)[1].split("'", 1)[0]
+        assert f'<script nonce="{nonce}"' in page.text
+        assert page.headers["x-frame-options"] == "DENY"
+    with TestClient(app, client=("10.1.2.3", 40000)) as remote:
+        assert remote.get("/ui/sessions").status_code == 401

@@ -28,9 +28,10 @@ PREFIX = "inb1"
 SCOPE_READ = "agent:inbox:read"
 SCOPE_WRITE = "agent:inbox:write"
 SCOPE_THREAD = "agent:thread:write"
-# The web inbox's operator pages; only an operator token carries it, and it opens no API.
+SCOPES: frozenset[str] = frozenset({SCOPE_READ, SCOPE_WRITE, SCOPE_THREAD})
+# The web inbox's operator pages: only an operator token carries it, and it opens no API.
 SCOPE_OPERATOR = "inbox:operator"
-SCOPES: frozenset[str] = frozenset({SCOPE_READ, SCOPE_WRITE, SCOPE_THREAD, SCOPE_OPERATOR})
+ALL_SCOPES: frozenset[str] = SCOPES | {SCOPE_OPERATOR}
 
 SubKind = Literal["session", "member", "operator"]
 
@@ -130,15 +131,16 @@ def issue(
     if isinstance(scopes, str):
         raise BadInput("scopes must be a list of scope names, not one string", code="token_scope")
     scope_set = frozenset(scopes)
-    unknown = sorted(repr(s) for s in scope_set if s not in SCOPES)
+    unknown = sorted(repr(s) for s in scope_set if s not in ALL_SCOPES)
     if unknown:
         raise BadInput(
-            f"unknown scope(s) {', '.join(unknown)}; known: {sorted(SCOPES)}", code="token_scope"
+            f"unknown scope(s) {', '.join(unknown)}; known: {sorted(ALL_SCOPES)}",
+            code="token_scope",
         )
     if not scope_set:
         raise BadInput("a token needs at least one scope", code="token_scope")
-    if (kind == "operator") != (SCOPE_OPERATOR in scope_set) or (
-        kind == "operator" and scope_set != {SCOPE_OPERATOR}
+    if (kind == "operator" and scope_set != {SCOPE_OPERATOR}) or (
+        kind != "operator" and SCOPE_OPERATOR in scope_set
     ):
         raise BadInput(
             f"an operator token carries exactly {SCOPE_OPERATOR}, and only an operator token does",
@@ -174,7 +176,7 @@ def _claims_from(payload: Any) -> Claims:
     iat, exp, jti = payload.get("iat"), payload.get("exp"), payload.get("jti")
     if kind not in ("session", "member", "operator") or not _valid_subject(kind, sub):
         raise _malformed("bad subject")
-    if not isinstance(scp, list) or not all(isinstance(s, str) and s in SCOPES for s in scp):
+    if not isinstance(scp, list) or not all(isinstance(s, str) and s in ALL_SCOPES for s in scp):
         raise _malformed("bad scopes")
     if not isinstance(iat, int) or isinstance(iat, bool):
         raise _malformed("bad issue time")
@@ -233,7 +235,7 @@ def require(claims: Claims, scope: str, *, session: str | None = None) -> None:
     token is not bound to any session, so ``session`` does not restrict it; whether the
     member may act on that session's items is the caller's check (workspace membership).
     """
-    if scope not in SCOPES:
+    if scope not in ALL_SCOPES:
         # A typo in the caller must not silently become "nobody has this scope".
         raise BadInput(f"unknown scope {scope!r}", code="token_scope")
     if scope not in claims.scopes:

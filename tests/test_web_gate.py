@@ -14,6 +14,7 @@ from bus import auth
 from bus.api import Bus
 from bus.errors import BadInput, Refused, Unauthorized
 from bus.http import create_app
+from bus.settings import Settings
 from bus.web.guard import MAX_FORM_BYTES, _origin, is_loopback
 from bus.web.permission import decide
 from tests.test_pictures import JPEG, png_bytes
@@ -220,3 +221,43 @@ def test_without_a_secret_loopback_visitors_are_the_local_operator(bus: Bus) -> 
         assert page.headers["x-frame-options"] == "DENY"
     with TestClient(app, client=("10.1.2.3", 40000)) as remote:
         assert remote.get("/ui/sessions").status_code == 401
+
+
+def test_ui_without_the_slash_and_unknown_pages(bus: Bus) -> None:
+    with TestClient(create_app(bus), client=("127.0.0.1", 40000), follow_redirects=False) as c:
+        assert c.get("/ui").status_code in (307, 308)
+        assert c.get("/ui/").headers["location"] == "/ui/sessions"  # the local operator
+        assert c.get("/ui/nope").status_code == 404
+        assert c.get("/ui/static/style.css").headers["content-type"].startswith("text/css")
+
+
+def test_the_cli_refuses_a_link_for_a_non_member_and_a_token_without_scopes(
+    settings: Settings,
+) -> None:
+    import json
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    from bus.settings import SOURCE_ROOT
+
+    env = replace(settings, secret=SECRET).child_env()
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bus.cli", *args],
+            env=env,
+            cwd=str(SOURCE_ROOT),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    link = run("member", "link", "acme/nobody")
+    assert link.returncode != 0 and len(link.stderr.strip().splitlines()) == 1
+    assert json.loads(link.stdout)["error"] == "not_a_member"
+    bare = run("token", "issue")
+    assert bare.returncode == 2 and "--scopes" in bare.stderr
+    op = run("token", "issue", "--operator", "root")
+    assert op.returncode == 0
+    assert json.loads(op.stdout)["scopes"] == [auth.SCOPE_OPERATOR]

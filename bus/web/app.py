@@ -99,6 +99,10 @@ def create_ui(bus: Bus) -> FastAPI:
             response.headers.setdefault(name, value)
         return response
 
+    async def who(request: Request) -> Viewer | None:
+        # Verifying a token asks Redis whether it was revoked: off the event loop.
+        return await run_in_threadpool(gate.viewer, request)
+
     def page(
         request: Request, name: str, viewer: Viewer | None, code: int = 200, **ctx: Any
     ) -> HTMLResponse:
@@ -114,7 +118,7 @@ def create_ui(bus: Bus) -> FastAPI:
 
     @ui.exception_handler(BusError)
     async def refused(request: Request, err: BusError) -> Response:
-        viewer = gate.viewer(request)
+        viewer = await who(request)
         status = status_of(err)
         return page(request, "error.html", viewer, status, status=status, error=err.to_json())
 
@@ -134,7 +138,7 @@ def create_ui(bus: Bus) -> FastAPI:
     ) -> tuple[Viewer, FormData]:
         """A form post's viewer and fields, after the origin, permission, size and CSRF
         checks, in that order (nothing is read from a refused post past its headers)."""
-        viewer = gate.viewer(request)
+        viewer = await who(request)
         if not gate.same_origin(request):
             raise Refused("the form was posted from another site", code="cross_origin")
         await run_in_threadpool(check, bus, viewer, need, sid)  # type: ignore[arg-type]
@@ -168,7 +172,7 @@ def create_ui(bus: Bus) -> FastAPI:
     @ui.post("/logout")
     async def logout(request: Request) -> Response:
         """Sign out: the cookie goes and its sign-in token is revoked."""
-        viewer = gate.viewer(request)
+        viewer = await who(request)
         if viewer is None:
             return back(f"{PREFIX}/signed-out")
         if not gate.same_origin(request):
@@ -190,7 +194,7 @@ def create_ui(bus: Bus) -> FastAPI:
     @ui.get("/")
     async def home(request: Request) -> Response:
         """A member's items (every session of their workspace); operators go to sessions."""
-        viewer = gate.viewer(request)
+        viewer = await who(request)
         if viewer is None:
             return page(request, "signed_out.html", None, 401)
         if viewer.kind == "operator":
@@ -202,7 +206,7 @@ def create_ui(bus: Bus) -> FastAPI:
 
     @ui.get("/items/{sid}/{key}")
     async def item(request: Request, sid: str, key: str) -> Response:
-        viewer = gate.viewer(request)
+        viewer = await who(request)
         check_session_id(sid)
         check_item_key(key)
         await run_in_threadpool(check, bus, viewer, "item_read", sid)
@@ -212,7 +216,7 @@ def create_ui(bus: Bus) -> FastAPI:
     @ui.get("/items/{sid}/{key}/files/{name}")
     async def picture(request: Request, sid: str, key: str, name: str) -> Response:
         """A picture of the item, to those who may read it, typed by its bytes."""
-        viewer = gate.viewer(request)
+        viewer = await who(request)
         check_session_id(sid)
         check_item_key(key)
         await run_in_threadpool(check, bus, viewer, "item_read", sid)
@@ -271,7 +275,7 @@ def create_ui(bus: Bus) -> FastAPI:
 
     @ui.get("/sessions")
     async def sessions(request: Request) -> Response:
-        viewer = gate.viewer(request)
+        viewer = await who(request)
         await run_in_threadpool(check, bus, viewer, "operate")
         rows = await run_in_threadpool(top_rows, bus)
         return page(request, "sessions.html", viewer, rows=rows)
@@ -279,7 +283,7 @@ def create_ui(bus: Bus) -> FastAPI:
     @ui.get("/sessions/events")
     async def session_events(request: Request) -> Response:
         """Server-sent events: each message into any session's stream, with fresh rows."""
-        viewer = gate.viewer(request)
+        viewer = await who(request)
         await run_in_threadpool(check, bus, viewer, "operate")
         return StreamingResponse(
             _live(bus),
@@ -290,7 +294,7 @@ def create_ui(bus: Bus) -> FastAPI:
     @ui.get("/sessions/{sid}")
     async def session(request: Request, sid: str) -> Response:
         """A session's threads, its typed requests with their state, and a send form."""
-        viewer = gate.viewer(request)
+        viewer = await who(request)
         check_session_id(sid)
         await run_in_threadpool(check, bus, viewer, "operate")
         info = await run_in_threadpool(bus.session, sid)
@@ -300,7 +304,7 @@ def create_ui(bus: Bus) -> FastAPI:
 
     @ui.get("/sessions/{sid}/threads/{thread}")
     async def thread(request: Request, sid: str, thread: str) -> Response:
-        viewer = gate.viewer(request)
+        viewer = await who(request)
         check_session_id(sid)
         await run_in_threadpool(check, bus, viewer, "operate")
         data = await run_in_threadpool(bus.conversation.read, sid, thread)

@@ -261,3 +261,57 @@ def test_the_cli_refuses_a_link_for_a_non_member_and_a_token_without_scopes(
     op = run("token", "issue", "--operator", "root")
     assert op.returncode == 0
     assert json.loads(op.stdout)["scopes"] == [auth.SCOPE_OPERATOR]
+
+
+@pytest.mark.parametrize(
+    ("rows", "order"),
+    [
+        ([], []),
+        (
+            [
+                {"key": "a", "status": "settled", "updatedAt": 9},
+                {"key": "b", "status": "open", "updatedAt": 1},
+                {"key": "c", "status": "open", "updatedAt": 5},
+            ],
+            ["c", "b", "a"],
+        ),
+        (
+            [
+                {"key": "y", "status": "open", "updatedAt": 3},
+                {"key": "x", "status": "open", "updatedAt": 3},
+            ],
+            ["x", "y"],
+        ),
+    ],
+)
+def test_items_list_open_first_then_newest(rows: list[dict], order: list[str]) -> None:
+    from bus.items import order_items
+
+    assert [r["key"] for r in order_items(rows)] == order
+
+
+def test_a_workspaces_items_and_an_items_thread_as_members_read_them(
+    bus: Bus, tmp_path: Path
+) -> None:
+    for ws, name in (("acme", "dean"), ("acme", "luke"), ("globex", "eve")):
+        bus.member_add(ws, name)
+    bus.open_session("one", workspace="acme", starter="dean")
+    bus.open_session("two", workspace="acme", starter="dean")
+    bus.open_session("three", workspace="globex", starter="eve")
+    bus.item_post("one", "old", title="Old")
+    bus.item_post("two", "new", title="New")
+    bus.item_post("three", "theirs", title="Theirs")
+    bus.item_write("one", "old", member="luke", text="looked")
+    bus.item_settle("two", "new", member="dean", answer="fine")
+    listed = bus.workspace_items("acme")["items"]
+    assert [(i["session"], i["key"], i["status"], i["lastBy"]) for i in listed] == [
+        ("one", "old", "open", "luke"),
+        ("two", "new", "settled", "agent"),
+    ]
+    bus.member_remove("acme", "luke")
+    assert bus.workspace_items("acme")["items"][0]["lastBy"] == "a former member"
+    detail = bus.item_detail("one", "old")["item"]
+    assert [e["from"] for e in detail["thread"]] == ["a former member"]
+    assert detail["handle"] == "hosta:one" and detail["title"] == "Old"
+    with pytest.raises(BadInput):
+        bus.workspace_items("../acme")

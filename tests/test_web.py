@@ -93,6 +93,26 @@ def swarm(
         scheduler.stop()
 
 
+def sign_in(page: Any, link: str) -> None:
+    """Open a sign-in link and follow the page on until the token left the address."""
+    page.goto(link)
+    page.wait_for_url(lambda url: "/ui/login" not in url)
+
+
+def click_from_another_site(page: Any, base: str, link: str) -> None:
+    """Open ``link`` as a click on another site's page (a chat, a mail): a cross-site
+    navigation, after which a SameSite=Strict cookie must still be sent."""
+    other = base.replace("127.0.0.1", "localhost")  # another site, same server
+    page.goto(f"{other}/ui/signed-out")
+    page.evaluate(
+        """href => { const a = document.createElement('a'); a.href = href; a.id = 'go';
+             a.textContent = 'open'; document.body.appendChild(a); }""",
+        link,
+    )
+    page.click("#go")
+    page.wait_for_url(lambda url: url.startswith(base) and "/ui/login" not in url)
+
+
 def shot(page: Any, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
@@ -124,7 +144,7 @@ def test_a_member_answers_an_item_with_words_a_picture_and_a_settlement(
     assert link.startswith(f"{swarm.base}/ui/login?token=")
     ctx = browser.new_context()
     page = ctx.new_page()
-    page.goto(link)
+    click_from_another_site(page, swarm.base, link)
     assert page.url == f"{swarm.base}/ui/"  # the token left the address bar
     [cookie] = [c for c in ctx.cookies() if c["name"] == "inbox_ui"]
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
@@ -171,7 +191,7 @@ def test_a_member_answers_an_item_with_words_a_picture_and_a_settlement(
     # On a phone: the same page, one column, the picture scaled to the screen.
     phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
     small = phone.new_page()
-    small.goto(link)
+    sign_in(small, link)
     small.goto(swarm.item_url())
     width = small.eval_on_selector(
         ".entry.agent .pictures img", "i => i.getBoundingClientRect().width"
@@ -188,7 +208,7 @@ def test_a_member_of_another_workspace_sees_none_of_it(swarm: Swarm, browser: An
     swarm.bus.member_add("globex", "eve")
     ctx = browser.new_context()
     page = ctx.new_page()
-    page.goto(swarm.link("globex/eve"))
+    sign_in(page, swarm.link("globex/eve"))
     expect(page.locator("h1")).to_contain_text("Items in globex")
     expect(page.locator("main")).to_contain_text("No items yet")
     assert "Deploy to prod?" not in page.content()
@@ -219,7 +239,7 @@ def test_form_posts_without_the_csrf_token_or_from_another_origin_change_nothing
 ) -> None:
     ctx = browser.new_context()
     page = ctx.new_page()
-    page.goto(swarm.link("acme/luke"))
+    sign_in(page, swarm.link("acme/luke"))
     page.goto(swarm.item_url())
     csrf = page.locator("form.write input[name=csrf]").get_attribute("value")
     assert csrf
@@ -280,7 +300,7 @@ def test_the_operators_sessions_page_shows_a_cli_message_live(swarm: Swarm, brow
     token = cli(swarm.settings, "token", "issue", "--operator", "root")["token"]
     ctx = browser.new_context()
     page = ctx.new_page()
-    page.goto(f"{swarm.base}/ui/login?token={token}")
+    sign_in(page, f"{swarm.base}/ui/login?token={token}")
     page.wait_for_url(f"{swarm.base}/ui/sessions")
     expect(page.locator("#live")).to_have_attribute("data-live", "on", timeout=10_000)
     expect(page.locator("tr[data-session=watched]")).to_contain_text("idle")
@@ -335,7 +355,7 @@ def test_the_operators_sessions_page_shows_a_cli_message_live(swarm: Swarm, brow
     # A member may not open the operator pages.
     member = browser.new_context()
     mp = member.new_page()
-    mp.goto(swarm.link("acme/dean"))
+    sign_in(mp, swarm.link("acme/dean"))
     refused = mp.goto(f"{swarm.base}/ui/sessions")
     assert refused is not None and refused.status == 403
     member.close()
@@ -345,7 +365,7 @@ def test_the_operators_sessions_page_shows_a_cli_message_live(swarm: Swarm, brow
 def test_pages_send_the_safety_headers_and_sign_out_revokes(swarm: Swarm, browser: Any) -> None:
     ctx = browser.new_context()
     page = ctx.new_page()
-    page.goto(swarm.link("acme/luke"))
+    sign_in(page, swarm.link("acme/luke"))
     answer = page.goto(swarm.item_url())
     assert answer is not None
     h = answer.headers

@@ -136,7 +136,12 @@ def luke(item_with_picture: Bus) -> Iterator[TestClient]:
     client = TestClient(create_app(item_with_picture), follow_redirects=False)
     link = item_with_picture.member_link("acme/luke")
     answer = client.get(f"/ui/login?token={link['token']}")
-    assert answer.status_code == 303 and answer.headers["location"] == "/ui/"
+    assert answer.status_code == 200 and 'http-equiv="refresh" content="0;url=/ui/"' in answer.text
+    assert (
+        "HttpOnly" in answer.headers["set-cookie"]
+        and "SameSite=strict" in answer.headers["set-cookie"]
+    )
+    assert answer.headers["referrer-policy"] == "no-referrer"
     yield client
     client.close()
 

@@ -33,7 +33,7 @@ from ..models import check_session_id, parse_message
 from ..pictures import MAX_PICTURE_BYTES, MAX_PICTURES, safe_name, sniff
 from ..watch import top_rows
 from .guard import COOKIE, CSRF_FIELD, Gate, TooLarge, security_headers
-from .permission import Viewer, check
+from .permission import Need, Viewer, check
 
 if TYPE_CHECKING:
     from ..api import Bus
@@ -134,14 +134,14 @@ def create_ui(bus: Bus) -> FastAPI:
         )
 
     async def posted(
-        request: Request, need: str, sid: str | None = None
+        request: Request, need: Need, sid: str | None = None
     ) -> tuple[Viewer, FormData]:
         """A form post's viewer and fields, after the origin, permission, size and CSRF
         checks, in that order (nothing is read from a refused post past its headers)."""
         viewer = await who(request)
         if not gate.same_origin(request):
             raise Refused("the form was posted from another site", code="cross_origin")
-        await run_in_threadpool(check, bus, viewer, need, sid)  # type: ignore[arg-type]
+        await run_in_threadpool(check, bus, viewer, need, sid)
         form = await gate.form(request)
         gate.check_post(request, viewer, form)
         assert viewer is not None  # check() refused a signed-out visitor
@@ -154,11 +154,19 @@ def create_ui(bus: Bus) -> FastAPI:
 
     @ui.get("/login")
     async def login(request: Request, token: str = "") -> Response:
-        """Swap a sign-in token for the session cookie, then leave the address bar."""
+        """Swap a sign-in token for the session cookie, then leave the address bar.
+
+        The way on to ``/ui/`` is the page's own refresh, not a 303: a link opened from
+        a chat or a mail page is a cross-site navigation, and a browser withholds a
+        SameSite=Strict cookie from every redirect of that chain, but sends it on a
+        navigation this page starts.
+        """
         if not bus.settings.secret and not token:
             return back(f"{PREFIX}/")
-        await run_in_threadpool(gate.viewer_for, token)  # refuses a bad or revoked token
-        response = back(f"{PREFIX}/")
+        viewer = await run_in_threadpool(gate.viewer_for, token)  # refuses a bad token
+        response = page(request, "signing_in.html", viewer)
+        # The address still holds the token: it goes nowhere else, not even as a Referer.
+        response.headers["Referrer-Policy"] = "no-referrer"
         response.set_cookie(
             COOKIE,
             token,

@@ -352,6 +352,13 @@ def test_the_operators_sessions_page_shows_a_cli_message_live(swarm: Swarm, brow
     expect(page.locator(".thread")).to_contain_text("operator says hi <b>not bold</b>")
     assert page.locator(".thread b").count() == 0  # escaped, not rendered
     shot(page, "operator-thread")
+    # The agent's page lists its items; an operator reads one, pictures and all, but
+    # answering is for members.
+    page.goto(f"{swarm.base}/ui/sessions/agent")
+    page.get_by_role("link", name=re.compile("Deploy to prod")).click()
+    page.wait_for_url(swarm.item_url())
+    assert natural_width(page, ".entry.agent .pictures img") == 480
+    assert page.locator("form.write").count() == 0
     # A member may not open the operator pages.
     member = browser.new_context()
     mp = member.new_page()

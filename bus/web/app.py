@@ -308,7 +308,19 @@ def create_ui(bus: Bus) -> FastAPI:
         info = await run_in_threadpool(bus.session, sid)
         threads = await run_in_threadpool(bus.conversation.threads, sid)
         requests = [t for t in threads if t.get("state")]
-        return page(request, "session.html", viewer, info=info, threads=threads, requests=requests)
+        posted_items: list[dict[str, Any]] = []
+        if info.workspace:
+            listed = await run_in_threadpool(bus.workspace_items, info.workspace)
+            posted_items = [i for i in listed["items"] if i["session"] == sid]
+        return page(
+            request,
+            "session.html",
+            viewer,
+            info=info,
+            threads=threads,
+            requests=requests,
+            items=posted_items,
+        )
 
     @ui.get("/sessions/{sid}/threads/{thread}")
     async def thread(request: Request, sid: str, thread: str) -> Response:

@@ -320,3 +320,49 @@ def test_a_workspaces_items_and_an_items_thread_as_members_read_them(
     assert detail["handle"] == "hosta:one" and detail["title"] == "Old"
     with pytest.raises(BadInput):
         bus.workspace_items("../acme")
+
+
+def _sse(text: str) -> list[dict[str, str]]:
+    events = []
+    for block in text.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.splitlines():
+            name, _, value = line.partition(": ")
+            fields[name] = value
+        if "event" in fields:
+            events.append(fields)
+    return events
+
+
+def test_the_live_stream_ends_in_time_and_resumes_after_its_last_event_id(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import httpx
+
+    from bus.web import app as web_app
+    from tests.web_support import Served, free_port
+
+    monkeypatch.setattr(web_app, "STREAM_LIFETIME_S", 1.0)
+    monkeypatch.setattr(web_app, "ROWS_EVERY_S", 0.2)
+    bus.open_session("s1")
+    first = bus.send({"from": "h:a", "to_id": "s1", "text": "before"})
+    bus.send({"from": "h:a", "to_id": "s1", "text": "after"})
+    [(first_sid, _)] = bus.store.r.xrange(bus.store.k.s("s1", "stream"), count=1)
+    assert first["ok"]
+    served = Served(bus, free_port())
+    try:
+        url = f"{served.base}/ui/sessions/events"
+        # The stream ends by itself (bounded), so reading it whole terminates.
+        resumed = httpx.get(url, headers={"Last-Event-ID": first_sid}, timeout=10)
+        fresh = httpx.get(url, timeout=10)
+    finally:
+        served.stop()
+    events = _sse(resumed.text)
+    texts = [json.loads(e["data"])["text"] for e in events if e["event"] == "message"]
+    assert texts == ["after"]  # resumed after "before", and only once
+    last_id = [e["id"] for e in events if "id" in e][-1]
+    assert last_id != first_sid and last_id.split("-")[0].isdigit()
+    assert not [e for e in _sse(fresh.text) if e["event"] == "message"]  # starts at "now"
+    assert resumed.headers["content-type"].startswith("text/event-stream")

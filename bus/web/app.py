@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
+import re
 import secrets
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +44,10 @@ HERE = Path(__file__).parent
 PREFIX = "/ui"
 # How often the live page gets fresh rows when no message arrives (states, turns).
 ROWS_EVERY_S = 5.0
+# One live response lasts this long; the browser reconnects at once, resuming from its
+# Last-Event-ID. A gateway stopping waits for open responses, so this bounds the wait.
+STREAM_LIFETIME_S = 25.0
+_STREAM_ID = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
 
 _STATUS: list[tuple[type[BusError], int]] = [
     (TooLarge, 413),
@@ -294,7 +300,7 @@ def create_ui(bus: Bus) -> FastAPI:
         viewer = await who(request)
         await run_in_threadpool(check, bus, viewer, "operate")
         return StreamingResponse(
-            _live(bus),
+            _live(bus, request.headers.get("last-event-id")),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -387,32 +393,56 @@ def _event(name: str, data: Any) -> str:
     return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-async def _live(bus: Bus) -> AsyncIterator[str]:
-    """Follow every session's stream in a thread; emit each message and the rows."""
+def _later(a: str, b: str) -> str:
+    """The later of two stream ids."""
+    return max(a, b, key=lambda x: tuple(int(p) for p in x.split("-")))
+
+
+async def _live(
+    bus: Bus, last_event_id: str | None, lifetime_s: float | None = None
+) -> AsyncIterator[str]:
+    """Follow every session's stream in a thread; emit each message and the rows.
+
+    Every batch ends with a ``rows`` event whose ``id`` is the newest stream id sent, so
+    a reconnecting browser (``Last-Event-ID``) resumes after it: nothing sent between two
+    responses is lost. A first connection starts at the store's clock, "now".
+    """
+    if last_event_id and _STREAM_ID.fullmatch(last_event_id):
+        since = last_event_id
+    else:
+        sec, usec = await run_in_threadpool(bus.store.r.time)
+        since = f"{int(sec) * 1000 + int(usec) // 1000}-0"
     stop = threading.Event()
     found: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=10_000)
-    # Positions are taken now, before the first byte goes out: nothing sent after the
+    # Positions are taken now, before the first event goes out: nothing sent after the
     # page's "live" mark is missed.
     sub = await run_in_threadpool(
-        lambda: bus.subscribe(None, block_ms=500, stop=stop, refresh_s=1.0)
+        lambda: bus.subscribe(None, block_ms=500, stop=stop, refresh_s=1.0, since=since)
     )
 
     def pump() -> None:
         try:
             for ev in sub:
                 found.put(ev)
-        except (redis.RedisError, OSError) as exc:
-            found.put({"error": str(exc)})
+        except Exception as exc:  # a reader thread must not die silently, nor noisily
+            if not stop.is_set():  # once stopped, its connection may close under it
+                found.put({"error": str(exc)})
+
+    async def rows(position: str) -> str:
+        fresh = await run_in_threadpool(top_rows, bus)
+        return f"id: {position}\n" + _event("rows", {"rows": fresh})
 
     threading.Thread(target=pump, name="ui-live", daemon=True).start()
+    ends = time.monotonic() + (STREAM_LIFETIME_S if lifetime_s is None else lifetime_s)
+    position = since
     try:
-        yield "retry: 2000\n\n"
-        yield _event("rows", {"rows": await run_in_threadpool(top_rows, bus)})
-        while True:
+        yield "retry: 1000\n\n"
+        yield await rows(position)
+        while time.monotonic() < ends:
             try:
                 ev = await asyncio.to_thread(found.get, True, ROWS_EVERY_S)
             except queue.Empty:
-                yield _event("rows", {"rows": await run_in_threadpool(top_rows, bus)})
+                yield await rows(position)
                 continue
             batch = [ev]
             while not found.empty() and len(batch) < 100:
@@ -422,6 +452,7 @@ async def _live(bus: Bus) -> AsyncIterator[str]:
                     yield _event("trouble", {"message": one["error"]})
                     return
                 msg = one["message"]
+                position = _later(position, one["stream_id"])
                 yield _event(
                     "message",
                     {
@@ -432,7 +463,7 @@ async def _live(bus: Bus) -> AsyncIterator[str]:
                         "at": msg.get("ts"),
                     },
                 )
-            yield _event("rows", {"rows": await run_in_threadpool(top_rows, bus)})
+            yield await rows(position)
     finally:
         stop.set()
 

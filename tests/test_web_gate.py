@@ -150,6 +150,7 @@ def test_pictures_are_served_with_the_type_their_bytes_have(luke: TestClient) ->
     jpeg = luke.get("/ui/items/agent/deploy:prod/files/shot.png")
     assert jpeg.status_code == 200 and jpeg.headers["content-type"] == "image/jpeg"
     assert jpeg.headers["x-content-type-options"] == "nosniff"
+    assert jpeg.headers["cache-control"] == "no-store"
     png = luke.get("/ui/items/agent/deploy:prod/files/real.png")
     assert png.headers["content-type"] == "image/png" and png.content == png_bytes()
     for bad in ("..%2F..%2Fsecret", ".hidden", "nope.png"):

@@ -242,10 +242,9 @@ def create_ui(bus: Bus) -> FastAPI:
         return Response(
             data,
             media_type=kind,
-            headers={
-                "Content-Disposition": f"inline; filename*=UTF-8''{quote(name, safe='')}",
-                "Cache-Control": "private, max-age=3600",
-            },
+            # No Cache-Control here: the pages' no-store applies, so a picture does not
+            # outlive the viewer's right to it in a shared browser's cache.
+            headers={"Content-Disposition": f"inline; filename*=UTF-8''{quote(name, safe='')}"},
         )
 
     @ui.post("/items/{sid}/{key}/write")

@@ -114,12 +114,18 @@ class Bus:
         member: str | None = None,
         scopes: Sequence[str],
         ttl_s: int | None = None,
+        operator: str | None = None,
     ) -> dict[str, Any]:
-        """A signed token for a session or a member (``INBOX_SECRET`` must be set)."""
+        """A signed token for a session, a member or an operator (``INBOX_SECRET`` must be set)."""
         if not self.settings.secret:
             raise BadInput("no INBOX_SECRET is configured: tokens need a server secret")
         token = auth.issue(
-            self.settings.secret, session=session, member=member, scopes=list(scopes), ttl_s=ttl_s
+            self.settings.secret,
+            session=session,
+            member=member,
+            scopes=list(scopes),
+            ttl_s=ttl_s,
+            operator=operator,
         )
         claims = auth.verify(self.settings.secret, token)
         return {
@@ -552,6 +558,20 @@ class Bus:
 
     def item_file(self, sid: str, key: str, name: str) -> Path:
         return items.item_file(self, sid, key, name)
+
+    def workspace_items(self, workspace: str) -> dict[str, Any]:
+        """Every item of the workspace's sessions, open first, newest first (the web inbox)."""
+        return items.workspace_items(self, workspace)
+
+    def item_detail(self, sid: str, key: str) -> dict[str, Any]:
+        """One item with its whole thread (the web inbox's item page)."""
+        return items.item_detail(self, sid, key)
+
+    def member_link(self, member: str, *, ttl_s: int | None = None) -> dict[str, Any]:
+        """A sign-in link to the web inbox for an active member ``WORKSPACE/NAME``."""
+        from .web.links import member_link
+
+        return member_link(self, member, ttl_s=ttl_s)
 
     def subscribe(
         self, sessions: str | list[str] | None = None, **kw: Any

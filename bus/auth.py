@@ -29,12 +29,18 @@ SCOPE_READ = "agent:inbox:read"
 SCOPE_WRITE = "agent:inbox:write"
 SCOPE_THREAD = "agent:thread:write"
 SCOPES: frozenset[str] = frozenset({SCOPE_READ, SCOPE_WRITE, SCOPE_THREAD})
+# The web inbox's operator pages: only an operator token carries it, and it opens no API.
+SCOPE_OPERATOR = "inbox:operator"
+ALL_SCOPES: frozenset[str] = SCOPES | {SCOPE_OPERATOR}
 
-SubKind = Literal["session", "member"]
+SubKind = Literal["session", "member", "operator"]
 
 # A member is ``<workspace>/<name>``; names may be e-mail-like, hence ``@`` and ``+``.
 MEMBER_PATTERN = r"^[A-Za-z0-9._-]{1,100}/[A-Za-z0-9._@+-]{1,180}$"
 _MEMBER_RE = re.compile(MEMBER_PATTERN)
+OPERATOR_PATTERN = r"^[A-Za-z0-9._@+-]{1,100}$"
+_OPERATOR_RE = re.compile(OPERATOR_PATTERN)
+_PATTERNS = {"session": SESSION_ID_PATTERN, "member": MEMBER_PATTERN, "operator": OPERATOR_PATTERN}
 _SESSION_RE = re.compile(SESSION_ID_PATTERN)
 _B64URL_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 # Bounds the work done on attacker-supplied strings before the signature is checked.
@@ -58,7 +64,8 @@ class Claims:
 
     @property
     def actor(self) -> str:
-        """The subject as one string, ``session:<sid>`` or ``member:<workspace>/<name>``."""
+        """The subject as one string: ``session:<sid>``, ``member:<workspace>/<name>`` or
+        ``operator:<name>``."""
         return f"{self.sub_kind}:{self.sub}"
 
 
@@ -86,8 +93,8 @@ def _check_secret(secret: object) -> str:
 def _valid_subject(kind: str, sub: object) -> bool:
     if not isinstance(sub, str):
         return False
-    pattern = _SESSION_RE if kind == "session" else _MEMBER_RE
-    return pattern.fullmatch(sub) is not None
+    pattern = {"session": _SESSION_RE, "member": _MEMBER_RE, "operator": _OPERATOR_RE}.get(kind)
+    return pattern is not None and pattern.fullmatch(sub) is not None
 
 
 def issue(
@@ -98,31 +105,47 @@ def issue(
     scopes: Iterable[str],
     ttl_s: int | None = None,
     now: int | None = None,
+    operator: str | None = None,
 ) -> str:
-    """Return a token for exactly one of ``session`` or ``member`` carrying ``scopes``.
+    """Return a token for exactly one of ``session``, ``member`` or ``operator``.
+
+    An operator token carries exactly :data:`SCOPE_OPERATOR` (the web inbox's operator
+    pages) and no other token may.
 
     ``ttl_s`` (seconds) sets an expiry; without it the token lasts until revoked.
     Raises :class:`BadInput` for an empty secret, an unknown scope or a bad subject.
     """
     _check_secret(secret)
-    if (session is None) == (member is None):
-        raise BadInput("a token names exactly one of session or member", code="token_subject")
-    kind: SubKind = "session" if session is not None else "member"
-    sub = session if session is not None else member
+    named = (("session", session), ("member", member), ("operator", operator))
+    given = [(k, v) for k, v in named if v is not None]
+    if len(given) != 1:
+        raise BadInput(
+            "a token names exactly one of session, member or operator", code="token_subject"
+        )
+    kind: SubKind = given[0][0]  # type: ignore[assignment]
+    sub = given[0][1]
     if not _valid_subject(kind, sub):
-        pattern = SESSION_ID_PATTERN if kind == "session" else MEMBER_PATTERN
+        pattern = _PATTERNS[kind]
         raise BadInput(f"invalid {kind} {sub!r:.60}: must match {pattern}", code="token_subject")
     # A bare string is iterable too; "agent:inbox:read" would become its characters.
     if isinstance(scopes, str):
         raise BadInput("scopes must be a list of scope names, not one string", code="token_scope")
     scope_set = frozenset(scopes)
-    unknown = sorted(repr(s) for s in scope_set if s not in SCOPES)
+    unknown = sorted(repr(s) for s in scope_set if s not in ALL_SCOPES)
     if unknown:
         raise BadInput(
-            f"unknown scope(s) {', '.join(unknown)}; known: {sorted(SCOPES)}", code="token_scope"
+            f"unknown scope(s) {', '.join(unknown)}; known: {sorted(ALL_SCOPES)}",
+            code="token_scope",
         )
     if not scope_set:
         raise BadInput("a token needs at least one scope", code="token_scope")
+    if (kind == "operator" and scope_set != {SCOPE_OPERATOR}) or (
+        kind != "operator" and SCOPE_OPERATOR in scope_set
+    ):
+        raise BadInput(
+            f"an operator token carries exactly {SCOPE_OPERATOR}, and only an operator token does",
+            code="token_scope",
+        )
     if ttl_s is not None and (isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or ttl_s <= 0):
         raise BadInput(
             f"ttl_s must be a positive number of seconds, got {ttl_s!r}", code="token_ttl"
@@ -151,9 +174,9 @@ def _claims_from(payload: Any) -> Claims:
         raise _malformed("payload is not an object")
     kind, sub, scp = payload.get("k"), payload.get("sub"), payload.get("scp")
     iat, exp, jti = payload.get("iat"), payload.get("exp"), payload.get("jti")
-    if kind not in ("session", "member") or not _valid_subject(kind, sub):
+    if kind not in ("session", "member", "operator") or not _valid_subject(kind, sub):
         raise _malformed("bad subject")
-    if not isinstance(scp, list) or not all(isinstance(s, str) and s in SCOPES for s in scp):
+    if not isinstance(scp, list) or not all(isinstance(s, str) and s in ALL_SCOPES for s in scp):
         raise _malformed("bad scopes")
     if not isinstance(iat, int) or isinstance(iat, bool):
         raise _malformed("bad issue time")
@@ -212,7 +235,7 @@ def require(claims: Claims, scope: str, *, session: str | None = None) -> None:
     token is not bound to any session, so ``session`` does not restrict it; whether the
     member may act on that session's items is the caller's check (workspace membership).
     """
-    if scope not in SCOPES:
+    if scope not in ALL_SCOPES:
         # A typo in the caller must not silently become "nobody has this scope".
         raise BadInput(f"unknown scope {scope!r}", code="token_scope")
     if scope not in claims.scopes:

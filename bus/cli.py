@@ -475,6 +475,16 @@ def member_remove(workspace: str, name: str) -> None:
     emit(bus_call(lambda: b.member_remove(workspace, name)))
 
 
+@member_app.command("link")
+def member_link(
+    member: str = typer.Argument(..., help="WORKSPACE/NAME"),
+    ttl: int | None = typer.Option(None, help="seconds the link works (default: 7 days)"),
+) -> None:
+    """A sign-in link to the web inbox for a member (needs INBOX_SECRET; INBOX_UI_URL)."""
+    b = connect()
+    emit(bus_call(lambda: b.member_link(member, ttl_s=ttl)))
+
+
 @item_app.command("post")
 def item_post(
     sid: str, key: str, title: str = typer.Option(...), text: str | None = typer.Option(None)
@@ -548,17 +558,30 @@ def token_issue(
         None, help="bind it to this member: WORKSPACE/NAME, or NAME with --workspace"
     ),
     workspace: str | None = typer.Option(None, help="the member's workspace"),
-    scopes: str = typer.Option(
-        ..., help="comma-separated: agent:inbox:read,agent:inbox:write,agent:thread:write"
+    scopes: str | None = typer.Option(
+        None, help="comma-separated: agent:inbox:read,agent:inbox:write,agent:thread:write"
     ),
     ttl: int | None = typer.Option(None, help="seconds until it expires (default: never)"),
+    operator: str | None = typer.Option(
+        None, help="an operator of the web inbox (sign in at /ui/login?token=...)"
+    ),
 ) -> None:
     """Issue a token; a caller passes it in INBOX_TOKEN."""
+    from .auth import SCOPE_OPERATOR
+
     b = connect()
-    wanted = [s.strip() for s in scopes.split(",") if s.strip()]
+    if scopes is None and not operator:
+        fail("--scopes is required (or --operator NAME)")
+    wanted = [s.strip() for s in (scopes or SCOPE_OPERATOR).split(",") if s.strip()]
     if member and workspace and "/" not in member:
         member = f"{workspace}/{member}"
-    emit(bus_call(lambda: b.issue_token(session=session, member=member, scopes=wanted, ttl_s=ttl)))
+    emit(
+        bus_call(
+            lambda: b.issue_token(
+                session=session, member=member, scopes=wanted, ttl_s=ttl, operator=operator
+            )
+        )
+    )
 
 
 @token_app.command("revoke")

@@ -32,6 +32,7 @@ from .api import Bus
 from .errors import Ambiguous, BadInput, BusError, NotFound, Refused, Unauthorized, Unavailable
 from .metrics import RedisCollector
 from .models import Message, Receipt, SendAnswer, parse_message
+from .web.app import mount_ui
 
 
 def _bearer(request: Request) -> str | None:
@@ -264,6 +265,7 @@ def create_app(bus: Bus) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+    mount_ui(app, bus)  # the web inbox under /ui/ (bus/web)
     return app
 
 

@@ -318,3 +318,67 @@ def item_file(b: Bus, sid: str, key: str, name: str) -> Path:
     if path.is_symlink() or not path.is_file():
         raise NotFound(f"item {key!r} has no file {name!r}", code="unknown_file")
     return path
+
+
+# -- the web inbox's views ----------------------------------------------------------------
+
+
+def _writer(entry: dict[str, Any] | None, statuses: dict[str, str]) -> str:
+    """Who wrote ``entry`` as a member reads it: ``agent``, a name, or a former member."""
+    if entry is None or entry.get("by") == "agent":
+        return "agent"
+    return str(entry_view(entry, statuses)["from"])
+
+
+def order_items(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Open items first, then settled; newest update first within each."""
+    return sorted(
+        rows,
+        key=lambda i: (i.get("status") != OPEN, -int(i.get("updatedAt") or 0), str(i["key"])),
+    )
+
+
+def workspace_items(b: Bus, workspace: str) -> dict[str, Any]:
+    """Every item of every session started in ``workspace``: key, title, status,
+    revision, updatedAt and who last wrote; open first, newest first."""
+    check_session_id(workspace, "workspace")
+    r = b.store.r
+    sessions = [s for s in b.store.sessions() if s.workspace == workspace]
+    pipe = r.pipeline(transaction=False)
+    for s in sessions:
+        pipe.hvals(b.store.k.items(s.session))
+    found = [
+        (s, json.loads(raw))
+        for s, vals in zip(sessions, pipe.execute(), strict=True)
+        for raw in vals
+    ]
+    pipe = r.pipeline(transaction=False)
+    for s, item in found:
+        pipe.lindex(b.store.k.item_thread(s.session, item["key"]), -1)
+    statuses = dict(r.hgetall(_members_key(b, workspace)))
+    rows = []
+    for (s, item), last in zip(found, pipe.execute(), strict=True):
+        row = {f: item.get(f) for f in VIEW_FIELDS}
+        row.update(session=s.session, handle=s.handle)
+        row["lastBy"] = _writer(json.loads(last) if last else None, statuses)
+        rows.append(row)
+    return {"ok": True, "workspace": workspace, "items": order_items(rows)}
+
+
+def item_detail(b: Bus, sid: str, key: str) -> dict[str, Any]:
+    """One item with its whole thread, oldest first; each entry says who wrote it
+    (``agent``, a member's name, or "a former member"), when, and its files."""
+    info = b.session(sid)
+    item = _item(b, sid, key)
+    r = b.store.r
+    ws = item.get("workspace") or ""
+    statuses = dict(r.hgetall(_members_key(b, ws))) if ws else {}
+    entries = [json.loads(e) for e in r.lrange(b.store.k.item_thread(sid, key), 0, -1)]
+    thread = []
+    for e in entries:
+        view = entry_view(e, statuses)
+        view.update(by=e.get("by", "member"), at=e.get("at"), **{"from": _writer(e, statuses)})
+        thread.append(view)
+    out = {f: item.get(f) for f in (*VIEW_FIELDS, "text", "workspace", "createdAt")}
+    out.update(session=sid, handle=info.handle, thread=thread)
+    return {"ok": True, "item": out}

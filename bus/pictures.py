@@ -93,6 +93,11 @@ def _sniff(data: bytes) -> str | None:
     return mime if ok else None
 
 
+def sniff(data: bytes) -> str | None:
+    """The picture type of ``data`` from its bytes (PNG, JPEG, GIF or WebP), else None."""
+    return _sniff(data)
+
+
 def _inside(root_real: str, real: str) -> bool:
     return real == root_real or os.path.commonpath([root_real, real]) == root_real
 

@@ -65,6 +65,8 @@ class Settings:
     retain_messages: int = 500
     stale_s: float = 3600.0
     expire_s: float = 604800.0
+    # Where people open the web inbox (``inbox member link`` prints links under it).
+    ui_url: str = "http://127.0.0.1:5252"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -88,6 +90,7 @@ class Settings:
             visibility_timeout_s=_float(env, "INBOX_VISIBILITY_TIMEOUT_S", 300.0),
             stale_s=_float(env, "INBOX_STALE_S", 3600.0),
             expire_s=_float(env, "INBOX_EXPIRE_S", 604800.0),
+            ui_url=env.get("INBOX_UI_URL") or "http://127.0.0.1:5252",
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 
@@ -105,6 +108,7 @@ class Settings:
             "INBOX_VISIBILITY_TIMEOUT_S": str(self.visibility_timeout_s),
             "INBOX_STALE_S": str(self.stale_s),
             "INBOX_EXPIRE_S": str(self.expire_s),
+            "INBOX_UI_URL": self.ui_url,
         }
         if self.redis_cluster:
             env["INBOX_REDIS_CLUSTER"] = "1"

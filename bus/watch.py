@@ -154,16 +154,19 @@ def run_watch(
 
 
 def top_rows(bus: Bus) -> list[dict[str, Any]]:
-    """One row per session: handle, host, state, turns, unread, new, backlog, age."""
+    """One row per session: handle, host, state, turns, unread, new, backlog, age, and
+    ``last_at`` (ms of its last message or session change)."""
     store = bus.store
     infos = store.sessions()
     pipe = store.r.pipeline(transaction=False)
     for info in infos:
         pipe.hvals(store.k.s(info.session, "msgs"))
-    records = pipe.execute()
+        pipe.xrevrange(store.k.s(info.session, "stream"), count=1)
+    replies = pipe.execute()
+    records, newest = replies[0::2], replies[1::2]
     now = now_ms()
     rows = []
-    for info, raw in zip(infos, records, strict=True):
+    for info, raw, last in zip(infos, records, newest, strict=True):
         marks = [json.loads(x).get("mark") for x in raw]
         rows.append(
             {
@@ -176,6 +179,8 @@ def top_rows(bus: Bus) -> list[dict[str, Any]]:
                 "new": sum(1 for m in marks if m == "new"),
                 "backlog": store.backlog(info.session),
                 "age_s": max(0, round((now - info.opened_at) / 1000)) if info.opened_at else None,
+                # A stream id is "<ms>-<seq>": its first part is when the message came.
+                "last_at": max(info.updated_at, int(str(last[0][0]).split("-")[0]) if last else 0),
             }
         )
     return rows

@@ -73,6 +73,7 @@ class Bus:
         self.conversation = Conversation(self.inbox)
         self.auth = Authenticator(self.settings.secret, is_revoked=self.is_revoked)
         self._metrics: Metrics | None = None
+        self._blocking: Any = None
 
     @property
     def store(self) -> Store:
@@ -85,6 +86,16 @@ class Bus:
                 lock_ttl_ms=int(self.settings.lock_ttl_s * 1000),
             )
         return self._store
+
+    @property
+    def blocking(self) -> Any:
+        """The store's server on a client without a read timeout, for BLPOP and XREAD BLOCK:
+        the command's own bound holds the wait (see bus.blocking)."""
+        if self._blocking is None:
+            from .blocking import blocking_client
+
+            self._blocking = blocking_client(self.store.r)
+        return self._blocking
 
     @property
     def metrics(self) -> Metrics:

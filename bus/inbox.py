@@ -430,7 +430,8 @@ class Inbox:
         prior = self.store.first_answer(sid, msg_id) or {}
         if prior.get("state") in ("answered", "withdrawn", "retracted"):
             return {**stored, **prior}
-        got = self.store.r.blpop([self.store.k.answer(sid, msg_id)], timeout=timeout or 0)
+        # The blocking client: BLPOP's own timeout bounds the wait, not the socket's.
+        got = self.bus.blocking.blpop([self.store.k.answer(sid, msg_id)], timeout=timeout or 0)
         if got is None:
             return {
                 **stored,

@@ -81,7 +81,7 @@ class Subscription:
             self.pos[key] = "0-0" if newcomer else _last_id(self.bus.store.r, key)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        r = self.bus.store.r
+        r = self.bus.blocking  # no socket timeout: block_ms bounds each read
         next_refresh = time.monotonic() + self.refresh_s
         while not self.stop.is_set():
             if self.follow_all and time.monotonic() >= next_refresh:

@@ -24,9 +24,7 @@ def blocking_client(client: Any) -> Any:
     pool = getattr(client, "connection_pool", None)
     if pool is None:  # not a plain client (a cluster client): leave it as it is
         return client
-    kwargs = {
-        k: v for k, v in pool.connection_kwargs.items() if not k.startswith(_POOL_OWN)
-    }
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if not k.startswith(_POOL_OWN)}
     if kwargs.get("socket_timeout", 5) is None:
         return client
     kwargs["socket_timeout"] = None

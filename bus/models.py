@@ -172,6 +172,9 @@ def describe(exc: ValidationError) -> str:
         ):
             shown = repr(err.get("input"))[:60]
             parts.append(f"{loc}: invalid session id {shown}: must match {SESSION_ID_PATTERN}")
+        elif loc in ("from", "to") and err["type"] == "string_pattern_mismatch":
+            shown = repr(err.get("input"))[:60]
+            parts.append(f"{loc} must be host:name (no spaces), not {shown}")
         elif err["type"] == "string_too_long" and loc == "text":
             parts.append(f"text is longer than {MAX_TEXT} characters (refused, not truncated)")
         else:

@@ -230,6 +230,25 @@ def render_top(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+TOP_COLUMNS = ("session", "handle", "host", "state", "turns", "unread", "new", "backlog", "age")
+
+
+def plain_top(rows: list[dict[str, Any]]) -> str:
+    """:func:`top_rows` as a plain text table (for a pipe or a file: no terminal codes)."""
+    cells = [list(TOP_COLUMNS)] + [
+        [str(r[c]) for c in TOP_COLUMNS[:-1]] + [_age(r["age_s"])] for r in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(TOP_COLUMNS))]
+    left = 4  # session, handle, host, state read left to right; counts line up right
+    return "\n".join(
+        "  ".join(
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in cells
+    )
+
+
 def run_top(bus: Bus, interval: float = 1.0, *, stop: threading.Event | None = None) -> None:
     """Redraw the table every ``interval`` seconds until ``stop`` is set or Ctrl-C."""
     from rich.live import Live

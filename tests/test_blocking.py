@@ -21,6 +21,7 @@ from bus.settings import Settings
 from tests.conftest import settings_env, wait_for
 
 pytestmark = pytest.mark.slow
+WAITED = ("--text", "how long?", "--wait", "--timeout", "30")
 IDLE_S = 8.0  # longer than redis-py's default 5 s socket timeout
 
 
@@ -36,8 +37,7 @@ def test_a_waited_send_gets_the_answer_of_a_turn_that_ends_8_s_later(
     bus.turn("slow", "start")
     env = dict(settings_env(settings), INBOX_DISPATCHER="none")
     sender = subprocess.Popen(
-        [sys.executable, "-m", "bus.cli", "send", "--to-id", "slow", "--from", "h:me"]
-        + ["--text", "how long?", "--wait", "--timeout", "30"],
+        [sys.executable, "-m", "bus.cli", "send", "--to-id", "slow", "--from", "h:me", *WAITED],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

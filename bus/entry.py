@@ -1,0 +1,108 @@
+"""The ``inbox`` console entry point, small on purpose.
+
+A harness runs ``inbox hook claude PostToolUse`` at every tool step and ``inbox drain SID``
+often; nearly always the session's floor is empty. This module answers those two from a
+look at the floor with the standard library only, and hands everything else (and those
+two whenever there is anything on the floor) to the full command line, which claims by
+rename, records marks and works with Redis down exactly as before.
+
+"Empty" means: no ``messages.jsonl`` with bytes in it, no claim (``messages.draining.*``,
+a drainer's or a dead drainer's) and no marks deferred while Redis was down.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import sys
+
+# Mirrors bus.floor and bus.models (tests/test_entry.py holds them equal); importing those
+# would import pydantic.
+MESSAGES = "messages.jsonl"
+DRAINING_PREFIX = "messages.draining."
+PENDING_MARKS = "marks.pending.jsonl"
+_SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,180}")
+
+
+def home_dir(env: dict[str, str] | os._Environ[str] | None = None) -> str:
+    """``$INBOX_HOME`` as bus.settings.default_home finds it."""
+    env = os.environ if env is None else env
+    home = env.get("INBOX_HOME") or env.get("SLAB_HOME") or "~/.local/share/inbox"
+    return os.path.expanduser(home)
+
+
+def _session_dir(sid: object) -> str | None:
+    if not isinstance(sid, str) or not _SESSION_ID.fullmatch(sid) or sid in (".", ".."):
+        return None
+    return os.path.join(home_dir(), "inbox", sid)
+
+
+def floor_is_empty(session_dir: str) -> bool | None:
+    """True when nothing waits in ``session_dir``; None when there is no such directory."""
+    try:
+        entries = os.scandir(session_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return False  # let the full path say what is wrong
+    with entries:
+        for entry in entries:
+            name = entry.name
+            if name == MESSAGES:
+                try:
+                    if entry.stat().st_size > 0:
+                        return False
+                except FileNotFoundError:
+                    continue  # claimed just now: the drainer has it
+            elif name.startswith(DRAINING_PREFIX) or name == PENDING_MARKS:
+                return False
+    return True
+
+
+def _hook_post_tool_use() -> int:
+    raw = sys.stdin.read()
+    try:
+        payload = json.loads(raw) if raw.strip() else None
+    except ValueError:
+        payload = None
+    sid = payload.get("session_id") if isinstance(payload, dict) else None
+    d = _session_dir(sid)
+    # No directory: this host never opened the session, so nothing can wait for it.
+    if d is not None and floor_is_empty(d) is not False:
+        return 0
+    from .hooks import hook_entry
+
+    return hook_entry("PostToolUse", stdin=io.StringIO(raw))
+
+
+def _fast_drain(argv: list[str]) -> bool:
+    """``drain SID [--stamped]`` on an empty floor: answer it here."""
+    if len(argv) not in (2, 3) or argv[0] != "drain":
+        return False
+    stamped = argv[2:] == ["--stamped"]
+    if len(argv) == 3 and not stamped:
+        return False
+    d = _session_dir(argv[1])
+    if d is None or floor_is_empty(d) is not True:
+        return False  # bad id, unknown session, or work: the full command
+    if not stamped:
+        sys.stdout.write("[]\n")
+    return True
+
+
+def main() -> None:
+    """``inbox``: the two hot commands answered here when there is nothing to do."""
+    argv = sys.argv[1:]
+    if argv == ["hook", "claude", "PostToolUse"]:
+        sys.exit(_hook_post_tool_use())
+    if _fast_drain(argv):
+        sys.exit(0)
+    from .cli import main as cli_main
+
+    cli_main()
+
+
+if __name__ == "__main__":
+    main()

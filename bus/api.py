@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from . import auth, items, watch
+from . import auth, faults, items, watch
 from . import requests as typed_requests
 from . import threads as threadkeys
 from .auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
@@ -553,6 +553,7 @@ class Bus:
     def drain(self, sid: str, *, stamped: bool = False) -> list[dict[str, Any]] | str:
         """Claim the floor; notices drained here are marked noticed (now or when Redis is back)."""
         result = self.floor.drain(check_session_id(sid))
+        faults.point("drain:after_unlink")
         self.inbox.on_drain(sid, result.lines)
         return self.render(result.lines) if stamped else result.lines
 

@@ -702,7 +702,7 @@ def _click_errors() -> tuple[type[Exception], type[Exception]]:
     try:  # typer 0.2x vendors click
         from typer._click.exceptions import ClickException, UsageError
     except ImportError:
-        from click.exceptions import ClickException, UsageError
+        from click.exceptions import ClickException, UsageError  # type: ignore[assignment]
     return ClickException, UsageError
 
 

@@ -4,8 +4,9 @@ The host worker's delivery calls :meth:`Inbox.ingest` for each message it takes 
 session's stream and :meth:`Inbox.after_delivery` once per run; the pure rules in
 :mod:`bus.policy` decide whether to steer a notice in now, wake the session after the
 debounce, flush after at most ``fyi_flush_s``, or wait. Marks move ``new → noticed`` only
-when the notice went in (a socket ack, or the drain that took it off the floor); a notice
-that failed gives its messages back, still new. Every transition is one Lua script in the
+when the notice is confirmed (a socket ack, or the drain that took it off the floor and
+recorded it: :meth:`Inbox.mark_noticed`); a notice that failed, or that a dead drainer took
+and never confirmed (:meth:`Inbox.sweep_floor`, bus.confirm), gives its messages back, new. Every transition is one Lua script in the
 session's slot and leaves a durability record in ``P:{sid}:events``.
 """
 
@@ -18,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import items, notices, policy
+from . import confirm, faults, items, notices, policy
 from .models import SessionInfo, now_ms
 from .stamp import render_stamp
 from .text import one_line
@@ -231,6 +232,7 @@ class Inbox:
         self._recover_notice(sid)
         if (self.bus.floor.session_dir(sid) / PENDING_MARKS).exists():
             self.on_drain(sid, [])  # marks a drain made while Redis was down
+        self.sweep_floor(sid)
         s = self.bus.settings
         view = self.view(sid, info)
         now = now_ms()
@@ -274,12 +276,18 @@ class Inbox:
         except OSError as exc:
             self._revert(sid, nid, f"floor: {exc}")
             return None
-        store.run(
-            "notice_done",
-            sid,
-            ("notice", "msgs", "carried", "floor", "events"),
-            [nid, now_ms(), via],
-        )
+        if via == "socket":
+            self.mark_noticed(sid, [nid], "socket")  # the ack is the confirmation
+        else:
+            faults.point("notice:after_append")
+            # A drain may already have taken the line and confirmed the notice in flight;
+            # then this finds nothing to record.
+            store.run(
+                "notice_done",
+                sid,
+                ("notice", "msgs", "carried", "floor", "events"),
+                [nid, now_ms(), via],
+            )
         store.r.hdel(self.k(sid, "session"), "retry_at")
         self.bus.metrics.incr("notices")
         oldest = min(int(r.get("at") or now_ms()) for r in records)
@@ -443,6 +451,39 @@ class Inbox:
         answer = json.loads(got[1])
         return {**stored, **answer}
 
+    def mark_noticed(self, sid: str, nids: list[str], via: str) -> int:
+        """Confirm notices heard (``via`` socket or drain): their messages move
+        ``new → noticed``. Every such move goes through here (``floor_drained.lua``)."""
+        if not nids:
+            return 0
+        return int(
+            self.store.run(
+                "floor_drained",
+                sid,
+                ("floor", "msgs", "carried", "events", "notice"),
+                [now_ms(), via, *nids],
+            )
+        )
+
+    def sweep_floor(self, sid: str, now: int | None = None) -> int:
+        """Notices written to the floor and never confirmed: those a dead drainer took off
+        are given back to ``new`` (see bus.confirm). Returns how many were given back."""
+        nids = [str(n) for n in self.store.r.hkeys(self.k(sid, "floor"))]
+        if not nids:
+            return 0
+        there = self.bus.floor.pending_ids(sid)
+        # Marks a drain deferred while Redis was down count as confirmations on their way.
+        there.update(_pending_ids(self.bus.floor.session_dir(sid) / PENDING_MARKS))
+        pairs = [x for n in nids for x in (n, "1" if n in there else "0")]
+        return int(
+            self.store.run(
+                "floor_sweep",
+                sid,
+                ("floor", "msgs", "new", "wakeq", "events"),
+                [now_ms() if now is None else now, confirm.GONE_GRACE_MS, *pairs],
+            )
+        )
+
     def on_drain(self, sid: str, lines: list[dict[str, Any]]) -> None:
         """Notices taken off the floor are noticed; with Redis down, remember them in
         ``marks.pending.jsonl`` for the next drain or delivery."""
@@ -450,13 +491,7 @@ class Inbox:
         pending_path = self.bus.floor.session_dir(sid) / PENDING_MARKS
         waiting = _pending_ids(pending_path)
         try:
-            if waiting or nids:
-                self.store.run(
-                    "floor_drained",
-                    sid,
-                    ("floor", "msgs", "carried", "events"),
-                    [now_ms(), *waiting, *nids],
-                )
+            self.mark_noticed(sid, [*waiting, *nids], "drain")
             pending_path.unlink(missing_ok=True)
         except Exception as exc:  # Redis down: the drain still works; marks catch up later
             log.warning("drain of %s: marks deferred (%s)", sid, exc)

@@ -45,7 +45,7 @@ def connect(**kw: Any) -> Bus:
     """The library's :func:`bus.api.connect`, imported when a command needs it."""
     from .api import connect as connect_bus
 
-    return connect_bus(**kw)
+    return run(lambda: connect_bus(**kw))  # a bad setting (INBOX_*) is a refusal too
 
 
 def check_session_id(sid: object, what: str = "session id") -> str:
@@ -389,7 +389,7 @@ def worker(
     loglevel: str = typer.Option("info"),
 ) -> None:
     """A Celery worker for this host (INBOX_HOST): `celery -A workers worker` with that env."""
-    settings = Settings.from_env()
+    settings = run(Settings.from_env)
     run(lambda: check_session_id(settings.host, "host name"))
     from workers.app import app as celery_app
 
@@ -399,6 +399,7 @@ def worker(
 @app.command()
 def scheduler() -> None:
     """The scheduled work (debounced wakes, flushes, retries) for the whole bus."""
+    run(Settings.from_env)  # a bad setting is refused before Celery reads it
     from workers.dispatch import CeleryDispatcher
 
     from .scheduler import run as run_scheduler
@@ -420,7 +421,8 @@ def up(
     """Run the bus here: embedded Redis (unless INBOX_REDIS_URL), a worker, the scheduler."""
     from .up import run_up
 
-    raise typer.Exit(run_up(Settings.from_env(), concurrency=concurrency, redis_port=redis_port))
+    settings = run(Settings.from_env)
+    raise typer.Exit(run(lambda: run_up(settings, concurrency=concurrency, redis_port=redis_port)))
 
 
 @app.command()
@@ -493,7 +495,11 @@ def flower(
     from .flower import run_flower
 
     raise typer.Exit(
-        run_flower(Settings.from_env(), address=address, port=port, basic_auth=basic_auth)
+        run(
+            lambda: run_flower(
+                run(Settings.from_env), address=address, port=port, basic_auth=basic_auth
+            )
+        )
     )
 
 

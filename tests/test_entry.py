@@ -1,0 +1,134 @@
+"""The small ``inbox`` entry point (bus/entry.py): the empty-floor fast path for the hot
+commands, with the standard library only, and the full command line for everything else."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bus import entry, floor, inbox, models
+from bus.api import Bus
+from bus.settings import Settings, default_home
+from tests.conftest import settings_env
+
+HEAVY = ("pydantic", "redis", "typer", "celery", "rich", "bus.api", "bus.models", "bus.cli")
+
+
+def test_the_mirrored_names_agree() -> None:
+    assert entry.MESSAGES == floor.MESSAGES
+    assert entry.DRAINING_PREFIX == floor.DRAINING_PREFIX
+    assert entry.PENDING_MARKS == inbox.PENDING_MARKS
+    assert "^" + entry._SESSION_ID.pattern + "$" == models.SESSION_ID_PATTERN
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"INBOX_HOME": "/srv/in"},
+        {"SLAB_HOME": "~/slab"},
+        {"INBOX_HOME": "~/a", "SLAB_HOME": "/b"},
+    ],
+)
+def test_home_is_found_as_the_settings_find_it(env: dict[str, str]) -> None:
+    assert Path(entry.home_dir(env)) == default_home(env)
+
+
+def test_what_counts_as_an_empty_floor(tmp_path: Path) -> None:
+    d = tmp_path / "s1"
+    assert entry.floor_is_empty(str(d)) is None
+    d.mkdir()
+    (d / "log.jsonl").write_text('{"id": "old"}\n')
+    assert entry.floor_is_empty(str(d)) is True
+    (d / "messages.jsonl").write_text("")
+    assert entry.floor_is_empty(str(d)) is True
+    (d / "messages.jsonl").write_text('{"id": "x"}\n')
+    assert entry.floor_is_empty(str(d)) is False
+    (d / "messages.jsonl").unlink()
+    (d / "messages.draining.1.2").write_text("")  # a claim, live or orphaned
+    assert entry.floor_is_empty(str(d)) is False
+    (d / "messages.draining.1.2").unlink()
+    (d / "marks.pending.jsonl").write_text('{"id": "n"}\n')  # marks deferred, Redis down
+    assert entry.floor_is_empty(str(d)) is False
+
+
+def run_entry(env: dict[str, str], *argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """``inbox ARGV`` through the entry module, printing which heavy modules it imported."""
+    code = (
+        "import sys\n"
+        "from bus.entry import main\n"
+        f"sys.argv = ['inbox', *{list(argv)!r}]\n"
+        "try:\n    main()\n"
+        "finally:\n"
+        f"    print('IMPORTED', sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def env(settings: Settings) -> dict[str, str]:
+    # Redis unreachable: the fast path must not need it.
+    return dict(settings_env(settings), INBOX_REDIS_URL="redis://127.0.0.1:1/0")
+
+
+def test_an_empty_floor_is_answered_without_the_library(
+    env: dict[str, str], settings: Settings
+) -> None:
+    Path(settings.home, "inbox", "s1").mkdir(parents=True)
+    hook = run_entry(env, "hook", "claude", "PostToolUse", stdin=json.dumps({"session_id": "s1"}))
+    assert (hook.returncode, hook.stdout) == (0, "")
+    assert "IMPORTED []" in hook.stderr
+    drained = run_entry(env, "drain", "s1")
+    assert (drained.returncode, drained.stdout) == (0, "[]\n")
+    assert "IMPORTED []" in drained.stderr
+    stamped = run_entry(env, "drain", "s1", "--stamped")
+    assert (stamped.returncode, stamped.stdout) == (0, "")
+    # A session this host never opened has nothing waiting for a hook either.
+    unknown = run_entry(env, "hook", "claude", "PostToolUse", stdin='{"session_id": "zz"}')
+    assert (unknown.returncode, unknown.stdout) == (0, "")
+    assert "IMPORTED []" in unknown.stderr
+
+
+def test_anything_on_the_floor_takes_the_full_path(env: dict[str, str], settings: Settings) -> None:
+    down = Bus(replace(settings, redis_url="redis://127.0.0.1:1/0"))
+    down.deliver_local("s2", sender="hostb:lead", text="still here")
+    hook = run_entry(env, "hook", "claude", "PostToolUse", stdin='{"session_id": "s2"}')
+    assert hook.returncode == 0
+    context = json.loads(hook.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "still here" in context
+    assert down.peek("s2") == []  # claimed by rename, logged, with Redis down
+    assert (settings.home / "inbox" / "s2" / "log.jsonl").exists()
+    # The unknown session and the bad id reach the full command, which refuses them.
+    nosuch = run_entry(env, "drain", "nosuch")
+    assert nosuch.returncode == 1 and json.loads(nosuch.stdout)["error"] == "not_found"
+    bad = run_entry(env, "drain", "a..b/")
+    assert bad.returncode == 2 and json.loads(bad.stdout)["error"] == "bad_input"
+
+
+def test_importing_bus_is_light() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys, bus; print(sorted(m for m in {HEAVY!r} if m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.stdout.strip() == "[]"
+    from bus import Bus as LazyBus  # the re-exports still work
+
+    assert LazyBus is Bus

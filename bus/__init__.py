@@ -6,10 +6,11 @@ every tool step of a harness) does not pay for the library, pydantic and redis.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
+# Not ``typing.TYPE_CHECKING``: importing typing alone costs a hook run several ms.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from .api import Bus, connect
     from .errors import (
         Ambiguous,
@@ -42,10 +43,12 @@ _WHERE = {
 
 
 def __getattr__(name: str) -> Any:
+    from importlib import import_module
+
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'bus' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = getattr(import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -24,7 +24,6 @@ from .errors import Ambiguous, BadInput, NotFound, Unauthorized
 from .floor import Floor
 from .inbox import Inbox
 from .keys import Keys
-from .metrics import Metrics
 from .models import (
     DeliverAnswer,
     Message,
@@ -37,6 +36,9 @@ from .models import (
 )
 from .settings import Settings
 from .store import Store
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
 
 
 def check_host(host: str) -> str:
@@ -67,7 +69,7 @@ class Bus:
         self.settings = settings or Settings.from_env()
         self._client = client
         self._store: Store | None = None
-        self.dispatcher = dispatcher if dispatcher is not None else default_dispatcher()
+        self._dispatcher = dispatcher
         self.floor = Floor(self.settings.home)
         self.inbox = Inbox(self)
         self.conversation = Conversation(self.inbox)
@@ -88,6 +90,18 @@ class Bus:
         return self._store
 
     @property
+    def dispatcher(self) -> Dispatcher:
+        """How deliveries are asked for; the default (Celery) is imported on first use,
+        so a drain or a hook that dispatches nothing never pays for it."""
+        if self._dispatcher is None:
+            self._dispatcher = default_dispatcher()
+        return self._dispatcher
+
+    @dispatcher.setter
+    def dispatcher(self, value: Dispatcher) -> None:
+        self._dispatcher = value
+
+    @property
     def blocking(self) -> Any:
         """The store's server on a client without a read timeout, for BLPOP and XREAD BLOCK:
         the command's own bound holds the wait (see bus.blocking)."""
@@ -101,6 +115,8 @@ class Bus:
     def metrics(self) -> Metrics:
         """Counters shared by every process through Redis (``/metrics`` reads them)."""
         if self._metrics is None:
+            from .metrics import Metrics  # prometheus_client: not for a drain or a hook
+
             self._metrics = Metrics(self.store.r, self.store.k)
         return self._metrics
 

@@ -13,17 +13,18 @@ a drainer's or a dead drainer's) and no marks deferred while Redis was down.
 from __future__ import annotations
 
 import io
-import json
 import os
-import re
 import sys
 
-# Mirrors bus.floor and bus.models (tests/test_entry.py holds them equal); importing those
-# would import pydantic.
+# Mirrors bus.floor, bus.inbox and bus.models (tests/test_entry.py holds them equal);
+# importing those would import pydantic. Not even json or re here: on a busy machine their
+# imports (enum, functools, collections) cost more than the rest of the fast path.
 MESSAGES = "messages.jsonl"
 DRAINING_PREFIX = "messages.draining."
 PENDING_MARKS = "marks.pending.jsonl"
-_SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,180}")
+SESSION_ID_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
+SESSION_ID_MAX = 180
+_KEY = '"session_id"'
 
 
 def home_dir(env: dict[str, str] | os._Environ[str] | None = None) -> str:
@@ -33,10 +34,41 @@ def home_dir(env: dict[str, str] | os._Environ[str] | None = None) -> str:
     return os.path.expanduser(home)
 
 
+def valid_session_id(sid: object) -> bool:
+    """bus.models.check_session_id's rule, without pydantic or re."""
+    return (
+        isinstance(sid, str)
+        and 0 < len(sid) <= SESSION_ID_MAX
+        and not sid.strip(SESSION_ID_CHARS)
+        and sid not in (".", "..")
+    )
+
+
 def _session_dir(sid: object) -> str | None:
-    if not isinstance(sid, str) or not _SESSION_ID.fullmatch(sid) or sid in (".", ".."):
+    if not valid_session_id(sid):
         return None
+    assert isinstance(sid, str)
     return os.path.join(home_dir(), "inbox", sid)
+
+
+def session_id_of(raw: str) -> object:
+    """The ``session_id`` of a hook's JSON payload. Read straight from the text when the
+    key occurs once with a plain string value (Claude Code's payloads); else by json."""
+    at = raw.find(_KEY)
+    if at >= 0 and raw.find(_KEY, at + 1) < 0:
+        rest = raw[at + len(_KEY) :].lstrip()
+        if rest.startswith(":"):
+            rest = rest[1:].lstrip()
+            end = rest.find('"', 1)
+            if rest.startswith('"') and end > 0 and "\\" not in rest[1:end]:
+                return rest[1:end]
+    import json
+
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        return None
+    return payload.get("session_id") if isinstance(payload, dict) else None
 
 
 def floor_is_empty(session_dir: str) -> bool | None:
@@ -63,12 +95,7 @@ def floor_is_empty(session_dir: str) -> bool | None:
 
 def _hook_post_tool_use() -> int:
     raw = sys.stdin.read()
-    try:
-        payload = json.loads(raw) if raw.strip() else None
-    except ValueError:
-        payload = None
-    sid = payload.get("session_id") if isinstance(payload, dict) else None
-    d = _session_dir(sid)
+    d = _session_dir(session_id_of(raw))
     # No directory: this host never opened the session, so nothing can wait for it.
     if d is not None and floor_is_empty(d) is not False:
         return 0

@@ -13,6 +13,7 @@ import pytest
 
 from bus import entry, floor, inbox, models
 from bus.api import Bus
+from bus.errors import BadInput
 from bus.settings import Settings, default_home
 from tests.conftest import settings_env
 
@@ -23,7 +24,35 @@ def test_the_mirrored_names_agree() -> None:
     assert entry.MESSAGES == floor.MESSAGES
     assert entry.DRAINING_PREFIX == floor.DRAINING_PREFIX
     assert entry.PENDING_MARKS == inbox.PENDING_MARKS
-    assert "^" + entry._SESSION_ID.pattern + "$" == models.SESSION_ID_PATTERN
+
+
+@pytest.mark.parametrize(
+    "sid", ["s1", "a.b_c-D9", "x" * 180, "x" * 181, "", ".", "..", "a/b", "a b", "é", 7]
+)
+def test_session_ids_are_checked_as_the_models_check_them(sid: object) -> None:
+    try:
+        models.check_session_id(sid)
+        valid = True
+    except BadInput:
+        valid = False
+    assert entry.valid_session_id(sid) is valid
+
+
+@pytest.mark.parametrize(
+    ("raw", "sid"),
+    [
+        ('{"session_id": "abc-1", "cwd": "/w"}', "abc-1"),
+        ('{"cwd": "/w","session_id" :"abc-1"}', "abc-1"),
+        ('{"session_id": "a\\u0062"}', "ab"),  # an escape: read by json
+        ('{"tool_input": {"session_id": "inner"}, "session_id": "outer"}', "outer"),
+        ('{"session_id": null}', None),
+        ("not json", None),
+        ("", None),
+        ("[1]", None),
+    ],
+)
+def test_the_session_id_is_read_from_the_payload(raw: str, sid: object) -> None:
+    assert entry.session_id_of(raw) == sid
 
 
 @pytest.mark.parametrize(

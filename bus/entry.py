@@ -2,9 +2,10 @@
 
 A harness runs ``inbox hook claude PostToolUse`` at every tool step and ``inbox drain SID``
 often; nearly always the session's floor is empty. This module answers those two from a
-look at the floor with the standard library only, and hands everything else (and those
-two whenever there is anything on the floor) to the full command line, which claims by
-rename, records marks and works with Redis down exactly as before.
+look at the floor with the standard library only; when something waits, bus.quickdrain
+drains it (claim by rename, log, marks recorded, Redis down tolerated, exactly as the
+library does) without importing the library. Everything else goes to the full command
+line.
 
 "Empty" means: no ``messages.jsonl`` with bytes in it, no claim (``messages.draining.*``,
 a drainer's or a dead drainer's) and no marks deferred while Redis was down.
@@ -95,28 +96,39 @@ def floor_is_empty(session_dir: str) -> bool | None:
 
 def _hook_post_tool_use() -> int:
     raw = sys.stdin.read()
-    d = _session_dir(session_id_of(raw))
+    sid = session_id_of(raw)
+    d = _session_dir(sid)
     # No directory: this host never opened the session, so nothing can wait for it.
     if d is not None and floor_is_empty(d) is not False:
         return 0
-    from .hooks import hook_entry
+    if d is None:  # not a session id: the full hook says so on stderr
+        from .hooks import hook_entry
 
-    return hook_entry("PostToolUse", stdin=io.StringIO(raw))
+        return hook_entry("PostToolUse", stdin=io.StringIO(raw))
+    from .quickdrain import post_tool_use
+
+    return post_tool_use(str(sid))
 
 
-def _fast_drain(argv: list[str]) -> bool:
-    """``drain SID [--stamped]`` on an empty floor: answer it here."""
+def _fast_drain(argv: list[str]) -> int | None:
+    """``drain SID [--stamped]``: answered here on an empty floor, by bus.quickdrain when
+    something waits; None for the full command (a bad id, an unknown session)."""
     if len(argv) not in (2, 3) or argv[0] != "drain":
-        return False
+        return None
     stamped = argv[2:] == ["--stamped"]
     if len(argv) == 3 and not stamped:
-        return False
+        return None
     d = _session_dir(argv[1])
-    if d is None or floor_is_empty(d) is not True:
-        return False  # bad id, unknown session, or work: the full command
+    empty = None if d is None else floor_is_empty(d)
+    if empty is None:
+        return None
+    if not empty:
+        from .quickdrain import drain_command
+
+        return drain_command(argv[1], stamped)
     if not stamped:
         sys.stdout.write("[]\n")
-    return True
+    return 0
 
 
 def main() -> None:
@@ -124,8 +136,9 @@ def main() -> None:
     argv = sys.argv[1:]
     if argv == ["hook", "claude", "PostToolUse"]:
         sys.exit(_hook_post_tool_use())
-    if _fast_drain(argv):
-        sys.exit(0)
+    code = _fast_drain(argv)
+    if code is not None:
+        sys.exit(code)
     from .cli import main as cli_main
 
     cli_main()

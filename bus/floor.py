@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from . import faults
 from .errors import BadInput
-from .models import check_session_id
+from .ids import check_session_id
 
 MESSAGES = "messages.jsonl"
 DRAINING_PREFIX = "messages.draining."

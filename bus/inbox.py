@@ -16,11 +16,11 @@ import json
 import logging
 import subprocess
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import confirm, faults, items, notices, policy
 from .models import SessionInfo, now_ms
+from .quickdrain import PENDING_MARKS, notice_ids, pending_ids, record_drained
 from .stamp import render_stamp
 from .text import one_line
 from .threads import thread_id, thread_key, thread_label
@@ -33,20 +33,6 @@ log = logging.getLogger(__name__)
 
 THREAD_LOG_MAX = 5000
 IDS_KEEP_MS = 7 * 86400 * 1000
-PENDING_MARKS = "marks.pending.jsonl"
-
-
-def _pending_ids(path: Path) -> list[str]:
-    """Notice ids a drain took while Redis was down (one JSON object a line)."""
-    if not path.exists():
-        return []
-    ids = []
-    for line in path.read_text().splitlines():
-        try:
-            ids.append(str(json.loads(line)["id"]))
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn last line: that mark is lost, the notice was still drained
-    return ids
 
 
 class _SenderFacts:
@@ -473,7 +459,7 @@ class Inbox:
             return 0
         there = self.bus.floor.pending_ids(sid)
         # Marks a drain deferred while Redis was down count as confirmations on their way.
-        there.update(_pending_ids(self.bus.floor.session_dir(sid) / PENDING_MARKS))
+        there.update(pending_ids(self.bus.floor.session_dir(sid) / PENDING_MARKS))
         pairs = [x for n in nids for x in (n, "1" if n in there else "0")]
         return int(
             self.store.run(
@@ -486,20 +472,13 @@ class Inbox:
 
     def on_drain(self, sid: str, lines: list[dict[str, Any]]) -> None:
         """Notices taken off the floor are noticed; with Redis down, remember them in
-        ``marks.pending.jsonl`` for the next drain or delivery."""
-        nids = [str(ln["id"]) for ln in lines if ln.get("kind") == "notice" and ln.get("id")]
-        pending_path = self.bus.floor.session_dir(sid) / PENDING_MARKS
-        waiting = _pending_ids(pending_path)
-        try:
-            self.mark_noticed(sid, [*waiting, *nids], "drain")
-            pending_path.unlink(missing_ok=True)
-        except Exception as exc:  # Redis down: the drain still works; marks catch up later
-            log.warning("drain of %s: marks deferred (%s)", sid, exc)
-            fresh = [n for n in nids if n not in waiting]
-            if fresh:
-                self.bus.floor.session_dir(sid, create=True)
-                with pending_path.open("a") as fh:
-                    fh.writelines(json.dumps({"id": n}) + "\n" for n in fresh)
+        ``marks.pending.jsonl`` for the next drain or delivery (bus.quickdrain)."""
+        record_drained(
+            self.bus.floor,
+            sid,
+            notice_ids(lines),
+            lambda ids: self.mark_noticed(sid, ids, "drain"),
+        )
 
     def render(self, lines: list[dict[str, Any]]) -> str:
         return notices.render_drained(lines, render_stamp)

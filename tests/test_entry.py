@@ -130,7 +130,9 @@ def test_an_empty_floor_is_answered_without_the_library(
     assert "IMPORTED []" in unknown.stderr
 
 
-def test_anything_on_the_floor_takes_the_full_path(env: dict[str, str], settings: Settings) -> None:
+def test_with_redis_down_the_lane_drains_and_defers_the_marks(
+    env: dict[str, str], settings: Settings
+) -> None:
     down = Bus(replace(settings, redis_url="redis://127.0.0.1:1/0"))
     down.deliver_local("s2", sender="hostb:lead", text="still here")
     hook = run_entry(env, "hook", "claude", "PostToolUse", stdin='{"session_id": "s2"}')
@@ -139,6 +141,7 @@ def test_anything_on_the_floor_takes_the_full_path(env: dict[str, str], settings
     assert "still here" in context
     assert down.peek("s2") == []  # claimed by rename, logged, with Redis down
     assert (settings.home / "inbox" / "s2" / "log.jsonl").exists()
+    assert "IMPORTED []" in hook.stderr
     # The unknown session and the bad id reach the full command, which refuses them.
     nosuch = run_entry(env, "drain", "nosuch")
     assert nosuch.returncode == 1 and json.loads(nosuch.stdout)["error"] == "not_found"
@@ -161,3 +164,42 @@ def test_importing_bus_is_light() -> None:
     from bus import Bus as LazyBus  # the re-exports still work
 
     assert LazyBus is Bus
+
+
+def test_a_waiting_notice_is_drained_and_confirmed_without_the_library(
+    settings: Settings, bus: Bus
+) -> None:
+    env = settings_env(settings)
+    bus.open_session("s3")
+    bus.turn("s3", "start")
+    sent = [
+        bus.send({"from": "hosta:peer", "to_id": "s3", "text": f"m{i}"})["id"] for i in range(2)
+    ]
+    bus.deliver_session("s3")
+    hook = run_entry(env, "hook", "claude", "PostToolUse", stdin='{"session_id": "s3"}')
+    assert hook.returncode == 0, hook.stderr
+    assert "m1" in json.loads(hook.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "IMPORTED []" in hook.stderr  # neither redis-py nor pydantic
+    raw = bus.store.r.hgetall(bus.store.k.s("s3", "msgs"))
+    assert {json.loads(v)["mark"] for v in raw.values()} == {"noticed"}
+    assert set(bus.store.r.smembers(bus.store.k.s("s3", "carried"))) == set(sent)
+    assert bus.store.r.hlen(bus.store.k.s("s3", "floor")) == 0
+    # The same for `inbox drain SID`, and with the server's script cache flushed (EVAL).
+    bus.send({"from": "hosta:peer", "to_id": "s3", "text": "again"})
+    bus.deliver_session("s3")
+    bus.store.r.script_flush()
+    drained = run_entry(env, "drain", "s3")
+    assert drained.returncode == 0, drained.stderr
+    [line] = json.loads(drained.stdout)
+    assert line["kind"] == "notice" and "IMPORTED []" in drained.stderr
+    raw = bus.store.r.hgetall(bus.store.k.s("s3", "msgs"))
+    assert {json.loads(v)["mark"] for v in raw.values()} == {"noticed"}
+
+
+def test_the_small_client_speaks_the_urls_it_can() -> None:
+    from bus import resp
+
+    assert resp.connect("rediss://localhost:6380/0") is resp.UNSUPPORTED
+    assert resp.connect("redis+sentinel://x") is resp.UNSUPPORTED
+    with pytest.raises(OSError):
+        resp.connect("redis://127.0.0.1:1/0")

@@ -10,7 +10,8 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[serve,test]'
+	# compat: a plain path entry, not an import hook run at every start of `inbox` (hooks)
+	$(PY) -m pip install -q -e '.[serve,test]' --config-settings editable_mode=compat
 	touch $@
 
 up: install
@@ -30,3 +31,4 @@ schemas: install
 
 bench: install
 	$(PY) bench/burst.py
+	$(PY) bench/hooks.py

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
-from . import auth, items, watch
+from . import auth, faults, items, watch
 from . import requests as typed_requests
 from . import threads as threadkeys
 from .auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
@@ -25,7 +25,6 @@ from .errors import Ambiguous, BadInput, NotFound, Unauthorized
 from .floor import Floor
 from .inbox import Inbox
 from .keys import Keys
-from .metrics import Metrics
 from .models import (
     DeliverAnswer,
     Message,
@@ -40,6 +39,9 @@ from .receipts import Receipts, recipient_state
 from .settings import Settings
 from .store import Store
 from .unavailable import NOT_ANSWERING, translate_redis_errors, unavailable
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
 
 
 def check_host(host: str) -> str:
@@ -74,13 +76,14 @@ class Bus:
         self.settings = settings or Settings.from_env()
         self._client = client
         self._store: Store | None = None
-        self.dispatcher = dispatcher if dispatcher is not None else default_dispatcher()
+        self._dispatcher = dispatcher
         self.floor = Floor(self.settings.home)
         self.inbox = Inbox(self)
         self.conversation = Conversation(self.inbox)
         self.receipts = Receipts(self)
         self.auth = Authenticator(self.settings.secret, is_revoked=self.is_revoked)
         self._metrics: Metrics | None = None
+        self._blocking: Any = None
 
     @property
     def store(self) -> Store:
@@ -98,9 +101,33 @@ class Bus:
         return self._store
 
     @property
+    def dispatcher(self) -> Dispatcher:
+        """How deliveries are asked for; the default (Celery) is imported on first use,
+        so a drain or a hook that dispatches nothing never pays for it."""
+        if self._dispatcher is None:
+            self._dispatcher = default_dispatcher()
+        return self._dispatcher
+
+    @dispatcher.setter
+    def dispatcher(self, value: Dispatcher) -> None:
+        self._dispatcher = value
+
+    @property
+    def blocking(self) -> Any:
+        """The store's server on a client without a read timeout, for BLPOP and XREAD BLOCK:
+        the command's own bound holds the wait (see bus.blocking)."""
+        if self._blocking is None:
+            from .blocking import blocking_client
+
+            self._blocking = blocking_client(self.store.r)
+        return self._blocking
+
+    @property
     def metrics(self) -> Metrics:
         """Counters shared by every process through Redis (``/metrics`` reads them)."""
         if self._metrics is None:
+            from .metrics import Metrics  # prometheus_client: not for a drain or a hook
+
             self._metrics = Metrics(self.store.r, self.store.k)
         return self._metrics
 
@@ -610,6 +637,7 @@ class Bus:
     def drain(self, sid: str, *, stamped: bool = False) -> list[dict[str, Any]] | str:
         """Claim the floor; notices drained here are marked noticed (now or when Redis is back)."""
         result = self.floor.drain(check_session_id(sid))
+        faults.point("drain:after_unlink")
         self.inbox.on_drain(sid, result.lines)
         return self.render(result.lines) if stamped else result.lines
 

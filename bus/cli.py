@@ -1,8 +1,11 @@
-"""The ``inbox`` command line (SPEC section 12 names every command and option).
+"""The ``inbox`` command line (the README's command table names every command and option).
 
 Each command parses its input and makes one library call. Machine-facing commands print
-one JSON document on stdout and exit 0; a refusal prints one line on stderr and exits
-non-zero (2 for bad input).
+one JSON document on stdout and exit 0. Every refusal has one shape on every command:
+``{"ok": false, "error": code, "message": ...}`` on stdout, one line on stderr (with a
+hint where there is one), and a non-zero exit (2 for bad input, 3 when Redis is down).
+Heavy modules (the library, pydantic, redis) are imported inside the commands, so
+``inbox --help`` stays quick.
 """
 
 from __future__ import annotations
@@ -11,16 +14,18 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from . import cli_receipts, connect
+from . import cli_receipts
 from .errors import BusError
-from .models import check_session_id
+from .refusal import bus_call, emit, fail, refuse, run, run_app
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .api import Bus
 
 app = typer.Typer(
     help="The inbox that multi-agent swarms run on.",
@@ -33,46 +38,18 @@ app = typer.Typer(
 session_app = typer.Typer(help="Register and close sessions.", no_args_is_help=True)
 app.add_typer(session_app, name="session")
 
-T = TypeVar("T")
+
+def connect(**kw: Any) -> Bus:
+    """The library's :func:`bus.api.connect`, imported when a command needs it."""
+    from .api import connect as connect_bus
+
+    return run(lambda: connect_bus(**kw))  # a bad setting (INBOX_*) is a refusal too
 
 
-def emit(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+def check_session_id(sid: object, what: str = "session id") -> str:
+    from .models import check_session_id as check
 
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    sys.stderr.write(f"inbox: {message}\n")
-    raise typer.Exit(code)
-
-
-def run(fn: Callable[[], T]) -> T:
-    """Call the library; a refusal becomes one stderr line and the error's exit code."""
-    try:
-        return fn()
-    except BusError as exc:
-        # Scripts read the code from stdout; people read the one line on stderr.
-        emit(exc.to_json())
-        fail(str(exc), exc.exit_code)
-    except ValueError as exc:
-        fail(str(exc), 2)
-    except ConnectionError as exc:
-        fail(f"Redis did not answer ({exc}); is `inbox up` running or INBOX_REDIS_URL set?", 3)
-    except OSError as exc:
-        fail(str(exc), 1)
-
-
-def _redis_errors() -> tuple[type[BaseException], ...]:
-    import redis
-
-    return (redis.ConnectionError, redis.TimeoutError)
-
-
-def bus_call(fn: Callable[[], T]) -> T:
-    try:
-        return run(fn)
-    except _redis_errors() as exc:
-        fail(f"Redis did not answer ({exc}); is `inbox up` running or INBOX_REDIS_URL set?", 3)
+    return check(sid, what)
 
 
 # -- sessions and turns -------------------------------------------------------------------
@@ -137,7 +114,9 @@ def turn(
 def send(
     to: str | None = typer.Option(None, "--to", help="recipient handle host:name"),
     to_id: str | None = typer.Option(None, "--to-id", help="recipient session id"),
-    sender: str | None = typer.Option(None, "--from", help="sender handle host:name"),
+    sender: str | None = typer.Option(
+        None, "--from", help="sender handle host:name (default: INBOX_SESSION's handle)"
+    ),
     text: str | None = typer.Option(None, help="message text, 1-8000 characters"),
     klass: str | None = typer.Option(None, "--class", help="blocker|action|fyi|report"),
     urgency: str | None = typer.Option(None, help="queue|urgent"),
@@ -146,10 +125,13 @@ def send(
     thread: str | None = typer.Option(None, help="thread id thr_..."),
     msg_id: str | None = typer.Option(None, "--id", help="message id (a resend is idempotent)"),
     wait: bool = typer.Option(False, help="block until the turn that carried it answers"),
-    timeout: float | None = typer.Option(None, help="seconds to wait with --wait"),
+    timeout: float | None = typer.Option(
+        None, help="seconds to wait with --wait (default: until answered or closed)"
+    ),
     jsonl: str | None = typer.Option(None, help="FILE or - : one wire-format message a line"),
 ) -> None:
-    """Send a message; prints the answer of SPEC section 4."""
+    """Send a message; prints {ok, id, thread, state, recipient} (state stored, or answered
+    with --wait)."""
     b = connect()
     if jsonl is not None:
         _send_jsonl(b, jsonl)
@@ -162,8 +144,7 @@ def send(
     if sender is not None:
         fields["from"] = sender
     elif not b.settings.secret:
-        # Local single-user use: the anonymous fallback sender, as prox's <host>:prox.
-        fields["from"] = f"{b.settings.host}:inbox"
+        fields["from"] = bus_call(lambda: _default_sender(b))
     for name, value in (
         ("to", to),
         ("to_id", to_id),
@@ -177,9 +158,29 @@ def send(
         if value is not None:
             fields[name] = value
     answer = bus_call(lambda: b.send(fields, wait=wait, timeout=timeout))
+    if answer.get("state") == "bounced":
+        sid = (answer.get("recipient") or {}).get("session") or to_id or ""
+        refuse(
+            "not_found",
+            str(answer.get("reason") or f"no session {sid!r} is registered"),
+            1,
+            hint=f"open it with: inbox session open {sid}",
+            details={k: v for k, v in answer.items() if k not in ("ok", "error", "message")},
+        )
+    if answer.get("error"):
+        message = str(answer.get("reason") or answer["error"])
+        refuse(str(answer["error"]), message, 1, details=answer)
     emit(answer)
-    if answer.get("state") == "bounced" or answer.get("error"):
-        raise typer.Exit(1)
+
+
+def _default_sender(b: Bus) -> str:
+    """Who a send is from when --from is not given: INBOX_SESSION's handle (the caller's
+    own session), else the anonymous ``<host>:inbox`` of local single-user use."""
+    sid = b.settings.session
+    if sid:
+        info = b.store.get_session(check_session_id(sid, "INBOX_SESSION"))
+        return info.handle if info is not None else f"{b.settings.host}:{sid}"
+    return f"{b.settings.host}:inbox"
 
 
 def _send_jsonl(b: Any, source: str) -> None:
@@ -209,7 +210,8 @@ def deliver(
     text: str = typer.Option(..., help="message text"),
     urgency: str = typer.Option("queue", help="queue|urgent"),
 ) -> None:
-    """Local precedence only (socket, else file), no Redis needed: prox's `deliver`."""
+    """Put one line straight on a local session's floor (its socket if a harness listens,
+    else its file); needs no Redis and makes no thread."""
     b = connect()
     emit(run(lambda: b.deliver_local(sid, sender=sender, text=text, urgency=urgency)))
 
@@ -218,6 +220,7 @@ def deliver(
 def peek(sid: str, stamped: bool = typer.Option(False, help="model-facing text")) -> None:
     """Read the floor without consuming it."""
     b = connect()
+    _local_session(b, sid)
     out = run(lambda: b.peek(sid, stamped=stamped))
     if stamped:
         sys.stdout.write(str(out) + ("\n" if out else ""))
@@ -229,11 +232,23 @@ def peek(sid: str, stamped: bool = typer.Option(False, help="model-facing text")
 def drain(sid: str, stamped: bool = typer.Option(False, help="model-facing text")) -> None:
     """Claim the floor: lines move to log.jsonl; notices drained here are marked noticed."""
     b = connect()
+    _local_session(b, sid)
     out = run(lambda: b.drain(sid, stamped=stamped))
     if stamped:
         sys.stdout.write(str(out) + ("\n" if out else ""))
     else:
         emit(out)
+
+
+def _local_session(b: Bus, sid: str) -> None:
+    """Refuse a session that has no inbox on this host (works with Redis down)."""
+    if not run(lambda: b.floor.session_dir(sid)).is_dir():
+        refuse(
+            "not_found",
+            f"no session {sid!r} has an inbox here ({b.settings.home})",
+            1,
+            hint=f"open it with: inbox session open {sid} (same INBOX_HOME and INBOX_HOST)",
+        )
 
 
 @app.command()
@@ -320,7 +335,7 @@ def worker(
     loglevel: str = typer.Option("info"),
 ) -> None:
     """A Celery worker for this host (INBOX_HOST): `celery -A workers worker` with that env."""
-    settings = Settings.from_env()
+    settings = run(Settings.from_env)
     run(lambda: check_session_id(settings.host, "host name"))
     from workers.app import app as celery_app
 
@@ -330,6 +345,7 @@ def worker(
 @app.command()
 def scheduler() -> None:
     """The scheduled work (debounced wakes, flushes, retries) for the whole bus."""
+    run(Settings.from_env)  # a bad setting is refused before anything starts
     from .scheduler import run as run_scheduler
 
     b = connect()  # the dispatcher by name (INBOX_DISPATCHER): bus/ imports no workers
@@ -349,15 +365,16 @@ def up(
     """Run the bus here: embedded Redis (unless INBOX_REDIS_URL), a worker, the scheduler."""
     from .up import run_up
 
-    raise typer.Exit(run_up(Settings.from_env(), concurrency=concurrency, redis_port=redis_port))
+    settings = run(Settings.from_env)
+    raise typer.Exit(run(lambda: run_up(settings, concurrency=concurrency, redis_port=redis_port)))
 
 
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="bind address (loopback unless told otherwise)"),
-    port: int = typer.Option(5252, help="port (prox's is 5252)"),
+    port: int = typer.Option(5252, help="port"),
 ) -> None:
-    """The HTTP gateway: prox-compatible POST /send, GET /health, /metrics, /openapi.json."""
+    """The HTTP gateway: POST /send, GET /health, /metrics, /openapi.json."""
     from .http import serve as serve_http
 
     serve_http(connect(), host=host, port=port)
@@ -380,12 +397,24 @@ def watch(
 
 
 @app.command()
-def top(interval: float = typer.Option(1.0, help="seconds between refreshes")) -> None:
-    """Sessions live: state, turns, unread, new, backlog and age, until Ctrl-C."""
-    from .watch import run_top
+def top(
+    interval: float = typer.Option(1.0, help="seconds between refreshes"),
+    once: bool = typer.Option(False, "--once", help="print the table once and exit"),
+) -> None:
+    """Sessions live: state, turns, unread, new, backlog and age, until Ctrl-C.
+
+    Without a terminal (a pipe, a file) it prints a plain table once."""
+    from .watch import plain_top, render_top, run_top, top_rows
 
     b = connect()
-    bus_call(lambda: run_top(b, interval))
+    if not sys.stdout.isatty():
+        sys.stdout.write(plain_top(bus_call(lambda: top_rows(b))) + "\n")
+    elif once:
+        from rich.console import Console
+
+        Console().print(render_top(bus_call(lambda: top_rows(b))))
+    else:
+        bus_call(lambda: run_top(b, interval))
 
 
 @app.command()
@@ -401,22 +430,37 @@ def flower(
     address: str = typer.Option("127.0.0.1", help="bind address"),
     port: int = typer.Option(5555),
     basic_auth: str | None = typer.Option(
-        None, help="user:password (default INBOX_FLOWER_AUTH, else generated and printed)"
+        None,
+        help="user:password (default INBOX_FLOWER_AUTH, else generated into "
+        "$INBOX_HOME/flower.auth; its path is printed, never the password)",
     ),
 ) -> None:
     """Flower for the workers, with authentication, bound to loopback by default."""
     from .flower import run_flower
 
     raise typer.Exit(
-        run_flower(Settings.from_env(), address=address, port=port, basic_auth=basic_auth)
+        run(
+            lambda: run_flower(
+                run(Settings.from_env), address=address, port=port, basic_auth=basic_auth
+            )
+        )
     )
 
 
 member_app = typer.Typer(help="Members of a workspace.", no_args_is_help=True)
 app.add_typer(member_app, name="member")
-item_app = typer.Typer(help="Items for members (SPEC section 8).", no_args_is_help=True)
+item_app = typer.Typer(
+    help="Items a session posts for the members of its workspace.", no_args_is_help=True
+)
 app.add_typer(item_app, name="item")
 WINDOW_HELP = "START/END[/TZ] (ISO-8601), repeatable"
+IMAGE_HELP = "a picture path (relative to the current folder), repeatable"
+ROOT_HELP = "pictures must lie under this folder (default: the current folder)"
+
+
+def _images(paths: list[str] | None) -> list[str]:
+    # Relative to where the command runs, as a shell user expects, not to --root.
+    return [str(Path(p).absolute()) for p in paths or []]
 
 
 def _windows(values: list[str] | None) -> list[dict[str, str]]:
@@ -445,20 +489,8 @@ def decide(
     window: list[str] | None = typer.Option(None, "--window", help=WINDOW_HELP),
 ) -> None:
     """Act on a typed thread as INBOX_SESSION; prints {ok, envelope_id, new_state}."""
-    from .errors import Refused
-
     b = connect()
-
-    def call() -> dict[str, Any]:
-        try:
-            return b.decide(thread, decision, message=message, windows=_windows(window))
-        except Refused as exc:
-            # SPEC section 12: a refusal prints {"ok": false, "error": code, "message"}, exit 1.
-            emit(exc.to_json())
-            sys.stderr.write(f"inbox: {exc}\n")
-            raise typer.Exit(1) from None
-
-    emit(bus_call(call))
+    emit(bus_call(lambda: b.decide(thread, decision, message=message, windows=_windows(window))))
 
 
 @member_app.command("add")
@@ -509,15 +541,15 @@ def item_write(
     key: str,
     member: str = typer.Option(...),
     text: str | None = typer.Option(None),
-    image: list[str] | None = typer.Option(None, "--image", help="a picture path, repeatable"),
-    root: Path | None = typer.Option(None, help="pictures must lie under it (default: cwd)"),
+    image: list[str] | None = typer.Option(None, "--image", help=IMAGE_HELP),
+    root: Path | None = typer.Option(None, help=ROOT_HELP),
 ) -> None:
     """A member writes on an item (open or settled); the agent hears of it."""
     b = connect()
     emit(
         bus_call(
             lambda: b.item_write(
-                sid, key, member=member, text=text, image_paths=image or [], root=root
+                sid, key, member=member, text=text, image_paths=_images(image), root=root
             )
         )
     )
@@ -525,7 +557,7 @@ def item_write(
 
 @app.command("read-inbox")
 def read_inbox(sid: str) -> None:
-    """Every item of the agent with its thread (Luke's read_inbox)."""
+    """Every item of the agent with its thread, oldest first."""
     b = connect()
     emit(bus_call(lambda: b.read_inbox(sid)))
 
@@ -535,14 +567,14 @@ def reply_inbox(
     sid: str,
     key: str,
     text: str | None = typer.Option(None),
-    image: list[str] | None = typer.Option(None, "--image", help="a picture path, repeatable"),
-    root: Path | None = typer.Option(
-        None, help="the sandbox pictures are read from (default: cwd)"
-    ),
+    image: list[str] | None = typer.Option(None, "--image", help=IMAGE_HELP),
+    root: Path | None = typer.Option(None, help=ROOT_HELP),
 ) -> None:
-    """Words and/or pictures on one of the agent's items (Luke's reply_inbox)."""
+    """The agent writes words and/or pictures on one of its items."""
     b = connect()
-    emit(bus_call(lambda: b.reply_inbox(sid, key, text=text, image_paths=image or [], root=root)))
+    emit(
+        bus_call(lambda: b.reply_inbox(sid, key, text=text, image_paths=_images(image), root=root))
+    )
 
 
 token_app = typer.Typer(
@@ -599,16 +631,32 @@ app.add_typer(hook_app, name="hook")
 
 @hooks_app.command("claude")
 def hooks_claude(
-    install: Path | None = typer.Option(None, "--install", help="merge into this settings.json"),
-    yes: bool = typer.Option(False, "--yes", "-y", help="write without asking"),
-    command: str = typer.Option(
-        "inbox", "--command", help="how the hooks call inbox (a full path if not on PATH)"
+    install: Path | None = typer.Option(
+        None, "--install", help="write the hooks into this settings.json (replacing earlier ones)"
+    ),
+    uninstall: Path | None = typer.Option(
+        None, "--uninstall", help="remove exactly the inbox hooks from this settings.json"
+    ),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="write without asking (needed with no terminal)"
+    ),
+    command: str | None = typer.Option(
+        None, "--command", help="how the hooks call inbox (default: this inbox's absolute path)"
     ),
 ) -> None:
-    """Print Claude Code's hooks settings for the inbox, or --install them."""
+    """Print Claude Code's hooks settings for the inbox, or --install / --uninstall them.
+
+    Each hook command is this inbox's absolute path with INBOX_HOME, INBOX_REDIS_URL (and
+    the other bus-locating settings) that are set now, so it works from Claude Code's
+    own environment."""
     from .hooks import print_or_install
 
-    raise typer.Exit(print_or_install(install, yes, inbox_cmd=command))
+    if install is not None and uninstall is not None:
+        fail("give --install PATH or --uninstall PATH, not both")
+    path = install if install is not None else uninstall
+    raise typer.Exit(
+        run(lambda: print_or_install(path, yes, inbox_cmd=command, uninstall=uninstall is not None))
+    )
 
 
 @hook_app.command("claude")
@@ -626,10 +674,11 @@ def hook_claude(
 cli_receipts.register(app, bus_call, emit, fail)  # `receipt` and `sent`
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Run the command line; usage errors get the one refusal shape too."""
     # Children (worker, scheduler) must not inherit a SIGINT-ignored state from a shell.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    app()
+    sys.exit(run_app(app, argv))
 
 
 __all__ = ["app", "main"]

@@ -10,7 +10,6 @@ from typing import Any
 
 import typer
 
-from . import connect
 
 
 def register(
@@ -33,6 +32,8 @@ def register(
         timeout: float | None = typer.Option(None, help="seconds to wait with --wait-for"),
     ) -> None:
         """What became of a message you sent: stored, noticed, read, answered, or a side exit."""
+        from .api import connect
+
         b = connect()
         out = bus_call(lambda: b.receipt(message_id, by=by, wait_for=wait_for, timeout=timeout))
         emit(out)
@@ -46,5 +47,7 @@ def register(
         limit: int = typer.Option(50, help="at most this many, newest first (1-1000)"),
     ) -> None:
         """The session's outbox: its sent messages, newest first, each with its receipt."""
+        from .api import connect
+
         b = connect()
         emit(bus_call(lambda: b.sent(sid, state=state, limit=limit)))

@@ -184,7 +184,7 @@ class Conversation:
         deadline = now_ms() + int(WITHDRAW_WAIT_S * 1000)
         while verdict[0] == "wait" and now_ms() < deadline:
             # Block on the session's records until the notice on its way lands or fails.
-            got = self.ib.store.r.xread({events: cursor}, block=max(1, deadline - now_ms()))
+            got = self.ib.bus.blocking.xread({events: cursor}, block=max(1, deadline - now_ms()))
             if got:
                 cursor = got[0][1][-1][0]
             verdict = self._withdraw_once(sid, msg_id)

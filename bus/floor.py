@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from . import faults
 from .clock import SYSTEM, Clock
 from .errors import BadInput
-from .models import check_session_id
+from .ids import check_session_id
 
 MESSAGES = "messages.jsonl"
 DRAINING_PREFIX = "messages.draining."
@@ -267,6 +268,8 @@ class Floor:
             got = self._claim_queue(d)
             if got:
                 claimed.append(got)
+            if claimed:
+                faults.point("drain:after_claim")
             good: list[bytes] = []
             bad: list[bytes] = []
             at = self.clock.now_ms()
@@ -286,6 +289,7 @@ class Floor:
                 self._append_private(d / MALFORMED, b"".join(bad))
             if good:
                 self._append_log(d, good)
+                faults.point("drain:after_log")
             # Deleted only after the log is written: a crash before this re-delivers the
             # lines on the next drain (at least once) rather than losing them.
             for path, _fd in claimed:
@@ -307,6 +311,10 @@ class Floor:
                 if obj is not None:
                     out.append(obj)
         return out
+
+    def pending_ids(self, sid: str) -> set[str]:
+        """Ids of the lines still on the floor (the queue and every claim), not the log."""
+        return {str(obj["id"]) for obj in self.peek(sid) if "id" in obj}
 
     def contains_id(self, sid: str, msg_id: str) -> bool:
         """Is a line with this ``id`` on the floor (queue, claims or log)? For recovery."""

@@ -4,8 +4,9 @@ The host worker's delivery calls :meth:`Inbox.ingest` for each message it takes 
 session's stream and :meth:`Inbox.after_delivery` once per run; the pure rules in
 :mod:`bus.policy` decide whether to steer a notice in now, wake the session after the
 debounce, flush after at most ``fyi_flush_s``, or wait. Marks move ``new → noticed`` only
-when the notice went in (a socket ack, or the drain that took it off the floor); a notice
-that failed gives its messages back, still new. Every transition is one Lua script in the
+when the notice is confirmed (a socket ack, or the drain that took it off the floor and
+recorded it: :meth:`Inbox.mark_noticed`); a notice that failed, or that a dead drainer took
+and never confirmed (:meth:`Inbox.sweep_floor`, bus.confirm), gives its messages back, new. Every transition is one Lua script in the
 session's slot and leaves a durability record in ``P:{sid}:events``.
 """
 
@@ -15,12 +16,12 @@ import json
 import logging
 import subprocess
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import items, notices, policy, receipts
+from . import confirm, faults, items, notices, policy
 from .cluster import REDIS_ERRORS
 from .models import SessionInfo, now_ms
+from .quickdrain import PENDING_MARKS, notice_ids, pending_ids, record_drained
 from .stamp import render_stamp
 from .text import one_line
 from .threads import thread_id, thread_key, thread_label
@@ -33,20 +34,6 @@ log = logging.getLogger(__name__)
 
 THREAD_LOG_MAX = 5000
 IDS_KEEP_MS = 7 * 86400 * 1000
-PENDING_MARKS = "marks.pending.jsonl"
-
-
-def _pending_ids(path: Path) -> list[str]:
-    """Notice ids a drain took while Redis was down (one JSON object a line)."""
-    if not path.exists():
-        return []
-    ids = []
-    for line in path.read_text().splitlines():
-        try:
-            ids.append(str(json.loads(line)["id"]))
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn last line: that mark is lost, the notice was still drained
-    return ids
 
 
 class _SenderFacts:
@@ -232,6 +219,7 @@ class Inbox:
         self._recover_notice(sid)
         if (self.bus.floor.session_dir(sid) / PENDING_MARKS).exists():
             self.on_drain(sid, [])  # marks a drain made while Redis was down
+        self.sweep_floor(sid)
         s = self.bus.settings
         view = self.view(sid, info)
         now = now_ms()
@@ -275,14 +263,18 @@ class Inbox:
         except OSError as exc:
             self._revert(sid, nid, f"floor: {exc}")
             return None
-        store.run(
-            "notice_done",
-            sid,
-            ("notice", "msgs", "carried", "floor", "events"),
-            [nid, now_ms(), via],
-        )
-        if via == "socket":  # the harness acked: its messages are noticed, and it was seen
-            self.bus.receipts.mark(sid, "noticed", [r["id"] for r in records], touch=True)
+        if via == "socket":
+            self.mark_noticed(sid, [nid], "socket")  # the ack is the confirmation
+        else:
+            faults.point("notice:after_append")
+            # A drain may already have taken the line and confirmed the notice in flight;
+            # then this finds nothing to record.
+            store.run(
+                "notice_done",
+                sid,
+                ("notice", "msgs", "carried", "floor", "events"),
+                [nid, now_ms(), via],
+            )
         store.r.hdel(self.k(sid, "session"), "retry_at")
         self.bus.metrics.incr("notices")
         oldest = min(int(r.get("at") or now_ms()) for r in records)
@@ -440,7 +432,8 @@ class Inbox:
         prior = self.store.first_answer(sid, msg_id) or {}
         if prior.get("state") in ("answered", "withdrawn", "retracted"):
             return {**stored, **prior}
-        got = self.store.r.blpop([self.store.k.answer(sid, msg_id)], timeout=timeout or 0)
+        # The blocking client: BLPOP's own timeout bounds the wait, not the socket's.
+        got = self.bus.blocking.blpop([self.store.k.answer(sid, msg_id)], timeout=timeout or 0)
         if got is None:
             return {
                 **stored,
@@ -452,29 +445,48 @@ class Inbox:
         answer = json.loads(got[1])
         return {**stored, **answer}
 
+    def mark_noticed(self, sid: str, nids: list[str], via: str) -> int:
+        """Confirm notices heard (``via`` socket or drain): their messages move
+        ``new → noticed``. Every such move goes through here (``floor_drained.lua``)."""
+        if not nids:
+            return 0
+        return int(
+            self.store.run(
+                "floor_drained",
+                sid,
+                ("floor", "msgs", "carried", "events", "notice", "session"),
+                [now_ms(), via, *nids],
+            )
+        )
+
+    def sweep_floor(self, sid: str, now: int | None = None) -> int:
+        """Notices written to the floor and never confirmed: those a dead drainer took off
+        are given back to ``new`` (see bus.confirm). Returns how many were given back."""
+        nids = [str(n) for n in self.store.r.hkeys(self.k(sid, "floor"))]
+        if not nids:
+            return 0
+        there = self.bus.floor.pending_ids(sid)
+        # Marks a drain deferred while Redis was down count as confirmations on their way.
+        there.update(pending_ids(self.bus.floor.session_dir(sid) / PENDING_MARKS))
+        pairs = [x for n in nids for x in (n, "1" if n in there else "0")]
+        return int(
+            self.store.run(
+                "floor_sweep",
+                sid,
+                ("floor", "msgs", "new", "wakeq", "events"),
+                [now_ms() if now is None else now, confirm.GONE_GRACE_MS, *pairs],
+            )
+        )
+
     def on_drain(self, sid: str, lines: list[dict[str, Any]]) -> None:
         """Notices taken off the floor are noticed; with Redis down, remember them in
-        ``marks.pending.jsonl`` for the next drain or delivery."""
-        nids = [str(ln["id"]) for ln in lines if ln.get("kind") == "notice" and ln.get("id")]
-        pending_path = self.bus.floor.session_dir(sid) / PENDING_MARKS
-        waiting = _pending_ids(pending_path)
-        try:
-            if waiting or nids:
-                self.store.run(
-                    "floor_drained",
-                    sid,
-                    ("floor", "msgs", "carried", "events"),
-                    [now_ms(), *waiting, *nids],
-                )
-            self.bus.receipts.mark(sid, "noticed", receipts.drained_ids(lines), touch=True)
-            pending_path.unlink(missing_ok=True)
-        except REDIS_ERRORS as exc:  # Redis down: the drain still works; marks catch up later
-            log.warning("drain of %s: marks deferred (%s)", sid, exc)
-            fresh = [n for n in nids if n not in waiting]
-            if fresh:
-                self.bus.floor.session_dir(sid, create=True)
-                with pending_path.open("a") as fh:
-                    fh.writelines(json.dumps({"id": n}) + "\n" for n in fresh)
+        ``marks.pending.jsonl`` for the next drain or delivery (bus.quickdrain)."""
+        record_drained(
+            self.bus.floor,
+            sid,
+            notice_ids(lines),
+            lambda ids: self.mark_noticed(sid, ids, "drain"),
+        )
 
     def render(self, lines: list[dict[str, Any]]) -> str:
         return notices.render_drained(lines, render_stamp)

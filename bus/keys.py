@@ -51,7 +51,7 @@ from __future__ import annotations
 import re
 
 from .errors import BadInput
-from .models import MESSAGE_ID_PATTERN, check_session_id
+from .ids import MESSAGE_ID_PATTERN, check_session_id
 
 THREAD_PREFIX = "thr_"
 ITEM_KEY_PATTERN = r"^[A-Za-z0-9._:-]{1,200}$"

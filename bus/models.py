@@ -7,7 +7,6 @@ bus.schemas`` and a test fails when they drift.
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from typing import Annotated, Any, Literal
@@ -24,11 +23,10 @@ from pydantic import (
 )
 
 from .errors import BadInput
+from .ids import MESSAGE_ID_PATTERN, SESSION_ID_PATTERN
+from .ids import check_session_id as check_session_id
 
-SESSION_ID_PATTERN = r"^[A-Za-z0-9._-]{1,180}$"
-_SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
 THREAD_ID_PATTERN = r"^thr_[a-z2-7]{1,60}$"
-MESSAGE_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 HANDLE_PATTERN = r"^[^\s:]{1,100}:[^\s]{1,180}$"
 MAX_TEXT = 8000
 MAX_FILES = 4
@@ -59,17 +57,6 @@ CLASS_ALIASES: dict[str, str] = {
     "fyi": "fyi",
     "report": "report",
 }
-
-
-def check_session_id(sid: object, what: str = "session id") -> str:
-    """Return ``sid`` if it is a valid session id, else raise :class:`BadInput`.
-
-    Called before a session id becomes a path or a Redis key.
-    """
-    if not isinstance(sid, str) or not _SESSION_ID_RE.fullmatch(sid) or sid in (".", ".."):
-        shown = repr(sid)[:60]
-        raise BadInput(f"invalid {what} {shown}: must match {SESSION_ID_PATTERN}")
-    return sid
 
 
 def now_ms() -> int:
@@ -172,6 +159,9 @@ def describe(exc: ValidationError) -> str:
         ):
             shown = repr(err.get("input"))[:60]
             parts.append(f"{loc}: invalid session id {shown}: must match {SESSION_ID_PATTERN}")
+        elif loc in ("from", "to") and err["type"] == "string_pattern_mismatch":
+            shown = repr(err.get("input"))[:60]
+            parts.append(f"{loc} must be host:name (no spaces), not {shown}")
         elif err["type"] == "string_too_long" and loc == "text":
             parts.append(f"text is longer than {MAX_TEXT} characters (refused, not truncated)")
         else:

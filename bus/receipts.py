@@ -95,7 +95,8 @@ def from_records(
     ans_state = (answer or {}).get("state")
     proven: list[tuple[str, Any]] = []
     if mark in ("noticed", "read", "answered", "retracted"):
-        proven.append(("noticed", None))
+        # floor_drained.lua, the one place marks move new -> noticed, stamps noticed_at.
+        proven.append(("noticed", (rec or {}).get("noticed_at")))
     if mark == "read":
         proven.append(("read", None))
     if ans_state == "answered" and "answer" in (answer or {}):

@@ -14,6 +14,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from . import confirm
+from .models import now_ms
 from .clock import SYSTEM, Clock
 
 if TYPE_CHECKING:
@@ -68,8 +70,12 @@ def sweep_backlogs(bus: Bus, *, clock: Clock = SYSTEM) -> int:
         pipe.exists(store.k.s(sid, "new"))
         for what in ("due", "retry"):
             pipe.zscore(store.k.due, f"{what}|{sid}")
-        flight_at, has_new, due_at, retry_at = pipe.execute()
+        pipe.hvals(store.k.s(sid, "floor"))
+        flight_at, has_new, due_at, retry_at, floor_records = pipe.execute()
         stuck = flight_at is not None and int(flight_at) < stale_before
+        # Notices on the floor not yet confirmed: the delivery looks whether a dead
+        # drainer took one (bus.confirm), so its messages are carried again in time.
+        stuck = stuck or confirm.any_needs_look(floor_records, now_ms())
         # New messages with nothing scheduled: a due entry taken by a scheduler whose
         # dispatch then failed. The delivery plans (and schedules) again.
         orphaned = (

@@ -75,7 +75,7 @@ class Subscription:
             self.pos[key] = "0-0" if newcomer else _last_id(self.bus.store.r, key)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        r = self.bus.store.r
+        r = self.bus.blocking  # no socket timeout: block_ms bounds each read
         next_refresh = time.monotonic() + self.refresh_s
         while not self.stop.is_set():
             if self.follow_all and time.monotonic() >= next_refresh:
@@ -229,6 +229,25 @@ def render_top(rows: list[dict[str, Any]]) -> Table:
             style=STATE_STYLE.get(row["state"], ""),
         )
     return table
+
+
+TOP_COLUMNS = ("session", "handle", "host", "state", "turns", "unread", "new", "backlog", "age")
+
+
+def plain_top(rows: list[dict[str, Any]]) -> str:
+    """:func:`top_rows` as a plain text table (for a pipe or a file: no terminal codes)."""
+    cells = [list(TOP_COLUMNS)] + [
+        [str(r[c]) for c in TOP_COLUMNS[:-1]] + [_age(r["age_s"])] for r in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(TOP_COLUMNS))]
+    left = 4  # session, handle, host, state read left to right; counts line up right
+    return "\n".join(
+        "  ".join(
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in cells
+    )
 
 
 def run_top(bus: Bus, interval: float = 1.0, *, stop: threading.Event | None = None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,18 @@ import pytest
 import redis
 
 from bus.api import Bus
-from bus.hooks import EVENTS, claude_settings, hook_entry, print_or_install, run_hook
+from bus.errors import BadInput
+from bus.hooks import (
+    EVENTS,
+    claude_settings,
+    hook_command,
+    hook_entry,
+    hook_env,
+    inbox_program,
+    is_own_command,
+    print_or_install,
+    run_hook,
+)
 from tests.conftest import wait_for
 
 
@@ -154,36 +166,96 @@ def test_bad_session_id_writes_nothing(
 
 
 def test_print_settings(capsys: pytest.CaptureFixture[str]) -> None:
-    assert print_or_install(None, False) == 0
-    assert json.loads(capsys.readouterr().out) == {"hooks": claude_settings()}
+    assert print_or_install(None, False, inbox_cmd="/opt/inbox", env={}) == 0
+    assert json.loads(capsys.readouterr().out) == {"hooks": claude_settings("/opt/inbox")}
 
 
-def test_install_merges_into_settings(tmp_path: Path) -> None:
+def test_the_command_is_this_inbox_with_the_settings_that_find_the_bus() -> None:
+    cmd = hook_command(
+        "Stop",
+        shlex.quote("/opt/my venv/bin/inbox"),
+        hook_env({"INBOX_HOME": "~/x y", "HOME": "/h"}),
+    )
+    home = str(Path("~/x y").expanduser())
+    assert shlex.split(cmd) == [
+        f"INBOX_HOME={home}",
+        "/opt/my venv/bin/inbox",
+        "hook",
+        "claude",
+        "Stop",
+    ]
+    assert hook_env({"INBOX_SECRET": "s", "INBOX_TOKEN": "t", "INBOX_REDIS_URL": "redis://r"}) == {
+        "INBOX_REDIS_URL": "redis://r"
+    }
+    assert inbox_program().endswith("/inbox")  # the venv's script beside this python
+    assert is_own_command(cmd) and is_own_command("inbox hook claude PostToolUse")
+    assert not is_own_command("lint.sh") and not is_own_command("inbox hook claude Other")
+
+
+def test_install_replaces_its_own_entries_keeps_the_users_and_uninstall_removes_them(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / ".claude" / "settings.json"
     path.parent.mkdir()
     mine = {"matcher": "Bash", "hooks": [{"type": "command", "command": "lint.sh"}]}
-    path.write_text(json.dumps({"model": "opus", "hooks": {"PostToolUse": [mine]}}))
+    # An earlier install's bare command, grouped with the user's own hook.
+    old = {
+        "matcher": "*",
+        "hooks": [
+            {"type": "command", "command": "inbox hook claude PostToolUse"},
+            {"type": "command", "command": "notify.sh"},
+        ],
+    }
+    path.write_text(json.dumps({"model": "opus", "hooks": {"PostToolUse": [mine, old]}}))
+    original = path.read_text()
 
-    assert print_or_install(path, False, confirm=lambda q: False) == 1
-    assert "inbox hook" not in path.read_text()
+    assert print_or_install(path, False, inbox_cmd="/v/inbox", confirm=lambda q: False) == 1
+    assert path.read_text() == original
 
-    assert print_or_install(path, True) == 0
+    assert print_or_install(path, True, inbox_cmd="/v/inbox", env={"INBOX_HOME": "/h"}) == 0
     data = json.loads(path.read_text())
     assert data["model"] == "opus"
-    assert data["hooks"]["PostToolUse"][0] == mine
+    post = data["hooks"]["PostToolUse"]
+    assert post[0] == mine and post[1]["hooks"] == [{"type": "command", "command": "notify.sh"}]
     for event in EVENTS:
         commands = [h["command"] for e in data["hooks"][event] for h in e["hooks"]]
-        assert commands.count(f"inbox hook claude {event}") == 1
+        assert [c for c in commands if is_own_command(c)] == [
+            f"INBOX_HOME=/h /v/inbox hook claude {event}"
+        ]
     before = path.read_text()
-    assert print_or_install(path, False) == 0  # already there: nothing asked, nothing written
-    assert path.read_text() == before
+    assert print_or_install(path, True, inbox_cmd="/v/inbox", env={"INBOX_HOME": "/h"}) == 0
+    assert path.read_text() == before  # the same file twice
+
+    assert print_or_install(path, True, inbox_cmd="/v/inbox", uninstall=True) == 0
+    assert json.loads(path.read_text()) == {
+        "model": "opus",
+        "hooks": {"PostToolUse": [mine, {"matcher": "*", "hooks": [old["hooks"][1]]}]},
+    }
 
 
 def test_install_refuses_a_broken_file(tmp_path: Path) -> None:
     path = tmp_path / "settings.json"
     path.write_text("{not json")
-    assert print_or_install(path, True) == 2
+    with pytest.raises(BadInput):
+        print_or_install(path, True)
     assert path.read_text() == "{not json"
+
+
+def test_install_without_a_terminal_refuses_naming_yes(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "settings.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "bus", "hooks", "claude", "--install", str(path)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1 and "--yes" in out.stderr
+    assert json.loads(out.stdout)["error"] == "needs_yes"
+    assert not path.exists()
 
 
 def test_the_hook_commands_with_claude_codes_stdin(settings: Any, sid: str) -> None:

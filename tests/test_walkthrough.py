@@ -7,6 +7,7 @@ import struct
 import subprocess
 import sys
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -122,13 +123,20 @@ def test_an_item_answered_with_a_picture(inbox, tmp_path: Path) -> None:  # type
         "--text",
         "Here it is.",
         "--image",
-        "shot.png",
+        str(sandbox / "shot.png"),
         "--root",
         str(sandbox),
     )
     assert reply["files"] == ["shot.png"]
     refused = inbox(
-        "reply-inbox", "coder", "deploy", "--image", "notes.png", "--root", str(sandbox), code=2
+        "reply-inbox",
+        "coder",
+        "deploy",
+        "--image",
+        str(sandbox / "notes.png"),
+        "--root",
+        str(sandbox),
+        code=2,
     )
     assert refused["error"] == "not_a_picture"
     inbox("item", "settle", "coder", "deploy", "--member", "dean", "--answer", "yes")
@@ -143,3 +151,129 @@ def test_an_item_answered_with_a_picture(inbox, tmp_path: Path) -> None:  # type
     assert item["thread"][0]["from"] == "a former member"
     gone = inbox("reply-inbox", "coder", "deploy", "--text", "still there?", code=1)
     assert gone["error"] == "starter_not_member"
+
+
+# -- the README's sh blocks, exactly as written --------------------------------------------
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+WALKTHROUGHS = ("Five minutes", "Typed requests", "Items for members", "Authenticated senders")
+
+
+def readme_block(heading: str) -> str:
+    """The first ```sh block under the README heading that starts with ``heading``."""
+    text = README.read_text(encoding="utf-8")
+    at = text.index("\n## " + heading)
+    start = text.index("```sh\n", at) + len("```sh\n")
+    return text[start : text.index("```", start)]
+
+
+def commands(block: str) -> list[tuple[str, int]]:
+    """Each command of a block (continuation lines joined) with the exit code its comment
+    promises: ``exit N`` in the comment, else 0."""
+    out: list[tuple[str, int]] = []
+    pending = ""
+    for line in block.splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            if out and line.lstrip().startswith("#") and "exit " in line:
+                out[-1] = (out[-1][0], int(line.split("exit ", 1)[1][0]))
+            continue
+        pending += line + "\n"
+        if line.endswith("\\"):
+            continue
+        comment = pending.split(" # ", 1)[1] if " # " in pending else ""
+        code = int(comment.split("exit ", 1)[1][0]) if "exit " in comment else 0
+        out.append((pending.rstrip("\n"), code))
+        pending = ""
+    return out
+
+
+def run_block(heading: str, env: dict[str, str], cwd: Path) -> list[str]:
+    """Run a README block in one bash, as pasted; each command must exit as promised.
+    Returns each command's stdout."""
+    cmds = commands(readme_block(heading))
+    script = "".join(f"{cmd}\nprintf '\\n::rc %s\\n' \"$?\"\n" for cmd, _ in cmds)
+    done = subprocess.run(
+        ["bash", "-c", script], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+    parts = done.stdout.split("\n::rc ")
+    outs = [parts[0]] + [p.split("\n", 1)[1] if "\n" in p else "" for p in parts[1:-1]]
+    codes = [int(p.split("\n", 1)[0]) for p in parts[1:]]
+    assert len(codes) == len(cmds), (done.stdout, done.stderr)
+    for (cmd, want), got, out in zip(cmds, codes, outs, strict=True):
+        assert got == want, f"{cmd!r} exited {got}, not {want}:\n{out}\n{done.stderr}"
+    assert "command not found" not in done.stderr, done.stderr
+    return [o.strip() for o in outs]
+
+
+@pytest.fixture
+def shell_env(settings: Settings) -> dict[str, str]:
+    """A user's shell after `source .venv/bin/activate`: inbox on PATH, this test's bus."""
+    env = settings_env(settings)
+    env["PATH"] = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    env["INBOX_HOST"] = "neo"
+    return env
+
+
+def test_the_readme_blocks_are_found() -> None:
+    for heading in WALKTHROUGHS:
+        assert commands(readme_block(heading))
+    typed = commands(readme_block("Typed requests"))
+    assert [code for _, code in typed].count(1) == 2
+
+
+@pytest.mark.slow
+def test_five_minutes_as_written(
+    settings: Settings,
+    shell_env: dict[str, str],
+    start_worker,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    import threading
+
+    from bus.api import Bus
+    from bus.scheduler import run as run_scheduler
+    from workers.app import make_app
+    from workers.dispatch import CeleryDispatcher
+
+    s = replace(settings, host="neo")
+    start_worker(s)  # terminal 1's `make up`: a worker and the scheduler for this bus
+    bus = Bus(s, dispatcher=CeleryDispatcher(make_app(s)))
+    stop = threading.Event()
+    ticker = threading.Thread(target=run_scheduler, args=(bus, stop), daemon=True)
+    ticker.start()
+    try:
+        outs = run_block("Five minutes", shell_env, tmp_path)
+    finally:
+        stop.set()
+        ticker.join(10)
+    stamped = outs[3]
+    assert stamped.startswith("[inbox · 1 new in 1 thread") and "look at the diff" in stamped
+    read = json.loads(outs[5])
+    assert read["messages"][0]["text"] == "look at the diff"
+    status = json.loads(outs[7])
+    [demo] = [x for x in status["sessions"] if x["session"] == "demo"]
+    assert demo["state"] == "idle" and demo["backlog"] == 0
+    assert "demo" in outs[8] and "idle" in outs[8]  # the plain table, no terminal
+
+
+def test_typed_requests_as_written(shell_env: dict[str, str], tmp_path: Path) -> None:
+    outs = run_block("Typed requests", dict(shell_env, INBOX_DISPATCHER="none"), tmp_path)
+    assert json.loads(outs[2])["state"] == "REQUESTED"
+    assert json.loads(outs[6])["new_state"] == "CONFIRMED"
+    assert json.loads(outs[7])["error"] == "thread_terminal"
+
+
+def test_items_as_written(shell_env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "sandbox").mkdir()
+    (tmp_path / "sandbox" / "shot.png").write_bytes(tiny_png())
+    outs = run_block("Items for members", dict(shell_env, INBOX_DISPATCHER="none"), tmp_path)
+    [item] = json.loads(outs[-1])["items"]
+    assert item["status"] == "settled" and item["thread"][1]["files"] == ["shot.png"]
+
+
+def test_authenticated_senders_as_written(shell_env: dict[str, str], tmp_path: Path) -> None:
+    outs = run_block("Authenticated senders", dict(shell_env, INBOX_DISPATCHER="none"), tmp_path)
+    sent = json.loads(outs[4])
+    assert sent["state"] == "stored"
+    assert json.loads(outs[5])["error"] == "token_missing"
+    assert json.loads(outs[7])["error"] == "token_revoked"

@@ -1,0 +1,128 @@
+"""Hook benchmark: what a harness pays at every tool step, beside a bare interpreter.
+
+    python bench/hooks.py [--runs N] [--redis-url URL]
+
+Times, as whole processes, the installed ``inbox`` (the venv's script) in four cases and
+``python -S -c pass`` (the same interpreter, no site) in the same run, alternating A B A B
+so a drift of the machine's speed hits both alike:
+
+- ``inbox hook claude PostToolUse`` with nothing waiting (the fast path: a look at the
+  floor, the standard library only) and with one notice waiting (the full path: drain by
+  rename, log, marks recorded in Redis, the notice printed as ``additionalContext``);
+- ``inbox drain SID`` with nothing waiting and with one notice waiting.
+
+A notice is put on the floor before each run of a "waiting" case (not timed): a real
+notice, built by the bus from a real message (``deliver_session``), so the drain records
+real marks. Prints median and p95 wall per case and the ratio of the medians to the bare
+interpreter's. Redis: ``--redis-url``, else ``INBOX_BENCH_REDIS_URL``, else
+127.0.0.1:6379; keys live under a fresh prefix, deleted at the end, as is the temp home.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bus.api import Bus  # noqa: E402
+from bus.dispatch import NullDispatcher  # noqa: E402
+from bus.settings import Settings  # noqa: E402
+
+SID = "bench-hooks"
+INBOX = Path(sys.executable).parent / "inbox"
+
+
+def wall(argv: list[str], env: dict[str, str], stdin: str) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True, check=False)
+    return time.perf_counter() - start
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=30, help="timed runs of each case")
+    parser.add_argument("--redis-url", default=None)
+    args = parser.parse_args()
+    url = args.redis_url or os.environ.get("INBOX_BENCH_REDIS_URL") or "redis://127.0.0.1:6379/0"
+    prefix = f"benchhooks{uuid.uuid4().hex[:8]}"
+    home = Path(tempfile.mkdtemp(prefix="inbox-bench-hooks-"))
+    settings = Settings(home=home, host="bench", redis_url=url, key_prefix=prefix)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INBOX_")}
+    env.update(settings.to_env())
+    env["INBOX_DISPATCHER"] = "none"
+    bus = Bus(settings, dispatcher=NullDispatcher())
+    try:
+        bus.open_session(SID)
+        bus.turn(SID, "start")
+
+        def notice() -> None:
+            bus.send({"from": "bench:peer", "to_id": SID, "text": "CI is red on main"})
+            bus.deliver_session(SID)  # a running session: one notice on the floor now
+            assert any(x.get("kind") == "notice" for x in bus.floor.peek(SID))
+
+        payload = json.dumps(
+            {
+                "session_id": SID,
+                "transcript_path": str(home / "t.jsonl"),
+                "cwd": str(home),
+                "hook_event_name": "PostToolUse",
+                "tool_name": "Bash",
+                "tool_input": {"command": "ls"},
+                "tool_response": {"stdout": "", "stderr": "", "interrupted": False},
+            }
+        )
+        hook = [str(INBOX), "hook", "claude", "PostToolUse"]
+        drain = [str(INBOX), "drain", SID]
+        cases: list[tuple[str, list[str], str, Callable[[], None] | None]] = [
+            ("hook PostToolUse, nothing waiting", hook, payload, None),
+            ("hook PostToolUse, one notice", hook, payload, notice),
+            ("drain, nothing waiting", drain, "", None),
+            ("drain, one notice", drain, "", notice),
+        ]
+        bare = [sys.executable, "-S", "-c", "pass"]
+        print(f"{args.runs} runs each, alternating with `python -S -c pass`; wall seconds")
+        print(f"{'case':36} {'median':>8} {'p95':>8} {'bare med':>9} {'ratio':>7}")
+        for name, argv, stdin, prepare in cases:
+            if prepare is None:
+                bus.drain(SID)  # nothing waits
+            a: list[float] = []
+            b: list[float] = []
+            for i in range(args.runs + 1):  # the first pair warms the caches, not counted
+                if prepare is not None:
+                    prepare()
+                ta, tb = wall(argv, env, stdin), wall(bare, env, "")
+                if i:
+                    a.append(ta)
+                    b.append(tb)
+            ma, mb = statistics.median(a), statistics.median(b)
+            print(f"{name:36} {ma:8.4f} {p95(a):8.4f} {mb:9.4f} {ma / mb:7.2f}")
+    finally:
+        client = redis.Redis.from_url(url)
+        for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            client.delete(key)
+        client.close()
+        shutil.rmtree(home, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""``python -m bus``: the ``inbox`` command."""
+
+from bus.entry import main
+
+main()

@@ -1,0 +1,36 @@
+"""A Redis client for commands that block (BLPOP, XREAD BLOCK).
+
+redis-py gives every connection a socket timeout (5 s by default in redis-py 8), so a
+BLPOP or an XREAD that blocks longer fails with "Timeout reading from socket" although
+the server is up. Commands that block get their own client with no socket timeout; the
+bound is held by the command itself (BLPOP's timeout, XREAD's BLOCK), never by the socket.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+# Set by the pool itself from the other arguments; passing them back would be refused.
+_POOL_OWN = ("orig_", "maint_notifications", "himport_registry")
+
+
+def blocking_client(client: Any) -> Any:
+    """A client on the same server as ``client`` whose sockets never time out on a read.
+
+    ``client`` itself is returned when its reads already have no timeout.
+    """
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:  # not a plain client (a cluster client): leave it as it is
+        return client
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if not k.startswith(_POOL_OWN)}
+    if kwargs.get("socket_timeout", 5) is None:
+        return client
+    kwargs["socket_timeout"] = None
+    return redis.Redis(
+        connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    )
+
+
+__all__ = ["blocking_client"]

@@ -1,0 +1,136 @@
+"""The drain's fast lane: take the floor and record the marks without the whole library.
+
+A harness drains at every tool step; when something waits there, ``inbox drain SID`` and
+the ``PostToolUse`` hook come here from bus.entry. The floor is drained exactly as
+:meth:`bus.api.Bus.drain` drains it (claim by rename, log, then unlink) and the notices
+taken are confirmed by the same script (``floor_drained.lua``, the one place marks move
+``new → noticed``), sent over bus.resp instead of redis-py, whose import alone costs more
+than the rest. With Redis down the marks wait in ``marks.pending.jsonl`` for the next
+drain or delivery, as they do on the library's path, which this module's
+:func:`record_drained` also serves.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import faults
+from .floor import Floor
+from .ids import check_session_id
+from .settings import Settings
+
+PENDING_MARKS = "marks.pending.jsonl"
+_LUA = Path(__file__).parent / "lua" / "floor_drained.lua"
+
+
+def pending_ids(path: Path) -> list[str]:
+    """Notice ids a drain took while Redis was down (one JSON object a line)."""
+    if not path.exists():
+        return []
+    ids = []
+    for line in path.read_text().splitlines():
+        try:
+            ids.append(str(json.loads(line)["id"]))
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line: that mark is lost, the notice was still drained
+    return ids
+
+
+def notice_ids(lines: list[dict[str, Any]]) -> list[str]:
+    return [str(ln["id"]) for ln in lines if ln.get("kind") == "notice" and ln.get("id")]
+
+
+def record_drained(
+    floor: Floor, sid: str, nids: list[str], mark: Callable[[list[str]], object]
+) -> None:
+    """Confirm the notices a drain took (and any it deferred): ``mark(ids)`` runs
+    ``floor_drained.lua``. If that fails (Redis down), remember them for later."""
+    pending_path = floor.session_dir(sid) / PENDING_MARKS
+    waiting = pending_ids(pending_path)
+    try:
+        if waiting or nids:
+            mark([*waiting, *nids])
+        pending_path.unlink(missing_ok=True)
+    except Exception as exc:  # Redis down: the drain still works; marks catch up later
+        sys.stderr.write(f"inbox: drain of {sid}: marks deferred ({exc})\n")
+        fresh = [n for n in nids if n not in waiting]
+        if fresh:
+            floor.session_dir(sid, create=True)
+            with pending_path.open("a") as fh:
+                fh.writelines(json.dumps({"id": n}) + "\n" for n in fresh)
+
+
+def _mark_over_resp(settings: Settings, sid: str) -> Callable[[list[str]], object]:
+    from . import resp
+    from .keys import Keys
+
+    def mark(ids: list[str]) -> object:
+        conn = resp.connect(settings.store_url())
+        if conn is resp.UNSUPPORTED:  # TLS, a cluster: the library's own client
+            from .api import connect
+
+            return connect(settings).inbox.mark_noticed(sid, ids, "drain")
+        assert isinstance(conn, resp.Connection)
+        try:
+            k = Keys(settings.key_prefix)
+            keys = [k.s(sid, n) for n in ("floor", "msgs", "carried", "events", "notice", "session")]
+            now = time.time_ns() // 1_000_000
+            return resp.run_script(conn, _LUA.read_text(), keys, [now, "drain", *ids])
+        finally:
+            conn.close()
+
+    return mark
+
+
+def drain(settings: Settings, sid: str, *, stamped: bool) -> list[dict[str, Any]] | str:
+    """What ``Bus.drain`` does, on the fast lane."""
+    floor = Floor(settings.home)
+    result = floor.drain(check_session_id(sid))
+    faults.point("drain:after_unlink")
+    record_drained(floor, sid, notice_ids(result.lines), _mark_over_resp(settings, sid))
+    if not stamped:
+        return result.lines
+    from .notices import render_drained
+    from .stamp import render_stamp
+
+    return render_drained(result.lines, render_stamp)
+
+
+def drain_command(sid: str, stamped: bool) -> int:
+    """``inbox drain SID [--stamped]`` with something on the floor."""
+    try:
+        out = drain(Settings.from_env(), sid, stamped=stamped)
+    except (ValueError, OSError) as exc:
+        error, code = ("bad_input", 2) if isinstance(exc, ValueError) else ("os_error", 1)
+        sys.stdout.write(json.dumps({"ok": False, "error": error, "message": str(exc)}) + "\n")
+        sys.stderr.write(f"inbox: {exc}\n")
+        return code
+    if isinstance(out, str):
+        sys.stdout.write(out + ("\n" if out else ""))
+    else:
+        sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
+    return 0
+
+
+def post_tool_use(sid: str) -> int:
+    """The ``PostToolUse`` hook with something on the floor: new text goes to the model as
+    ``additionalContext``. Exits 0 whatever breaks, as every hook does."""
+    try:
+        text = drain(Settings.from_env(), sid, stamped=True)
+    except Exception as exc:  # a hook must not fail the user's session, whatever broke
+        sys.stderr.write(f"inbox hook: drain failed: {type(exc).__name__}: {exc}\n")
+        return 0
+    text = str(text).strip()
+    if text:
+        context = {"hookEventName": "PostToolUse", "additionalContext": text}
+        sys.stdout.write(json.dumps({"hookSpecificOutput": context}, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+__all__ = ["drain", "drain_command", "pending_ids", "post_tool_use", "record_drained"]

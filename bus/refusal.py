@@ -1,0 +1,107 @@
+"""The one refusal shape of the command line, and running it.
+
+Every refusal, on every command: ``{"ok": false, "error": code, "message": ...}`` as one
+JSON line on stdout, one ``inbox: ...`` line on stderr (with a hint where there is one),
+and a non-zero exit (2 bad input or usage, 1 refused or not found, 3 Redis down).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import typer
+
+from .errors import BusError
+
+T = TypeVar("T")
+REDIS_HINT = "is `inbox up` running, or INBOX_REDIS_URL set?"
+
+
+def emit(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def refuse(
+    error: str,
+    message: str,
+    code: int = 2,
+    *,
+    hint: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> NoReturn:
+    """The one refusal shape: JSON on stdout, one line on stderr, exit ``code``."""
+    emit({"ok": False, "error": error, "message": message, **(details or {})})
+    sys.stderr.write(f"inbox: {message}" + (f"; {hint}" if hint else "") + "\n")
+    raise typer.Exit(code)
+
+
+def fail(
+    message: str, code: int = 2, error: str = "bad_input", hint: str | None = None
+) -> NoReturn:
+    refuse(error, message, code, hint=hint)
+
+
+def run(fn: Callable[[], T]) -> T:
+    """Call the library; a refusal becomes the one refusal shape and the error's exit code."""
+    try:
+        return fn()
+    except BusError as exc:
+        details = {k: v for k, v in exc.to_json().items() if k not in ("ok", "error", "message")}
+        refuse(exc.code, str(exc), exc.exit_code, details=details)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    except ConnectionError as exc:
+        fail(f"Redis did not answer ({exc})", 3, "unavailable", REDIS_HINT)
+    except OSError as exc:
+        fail(str(exc), 1, "os_error")
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    import redis
+
+    return (redis.ConnectionError, redis.TimeoutError)
+
+
+def bus_call(fn: Callable[[], T]) -> T:
+    try:
+        return run(fn)
+    except _redis_errors() as exc:
+        fail(f"Redis did not answer ({exc})", 3, "unavailable", REDIS_HINT)
+
+
+def _click_errors() -> tuple[type[Exception], type[Exception]]:
+    try:  # typer 0.2x vendors click
+        from typer._click.exceptions import ClickException, UsageError
+    except ImportError:
+        from click.exceptions import ClickException, UsageError  # type: ignore[assignment]
+    return ClickException, UsageError
+
+
+def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
+    """Run ``app``; usage mistakes get the refusal shape; returns the exit code."""
+    click_exception, usage_error = _click_errors()
+    code: Any = 0
+    try:
+        try:
+            code = app(args=argv, standalone_mode=False, prog_name="inbox")
+        except usage_error as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # bare `inbox` or `inbox session`
+                sys.stdout.write(exc.format_message() + "\n")  # type: ignore[attr-defined]
+                raise typer.Exit(0) from None
+            ctx = getattr(exc, "ctx", None)
+            where = ctx.command_path if ctx is not None else "inbox"
+            fail(exc.format_message(), 2, "usage", f"see: {where} --help")  # type: ignore[attr-defined]
+        except click_exception as exc:
+            fail(exc.format_message(), 2, "usage")  # type: ignore[attr-defined]
+    except typer.Exit as done:
+        code = done.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        code = 130
+    return code if isinstance(code, int) else 0
+
+
+__all__ = ["bus_call", "emit", "fail", "refuse", "run", "run_app"]

@@ -11,7 +11,6 @@ from typing import Any
 import typer
 
 
-
 def register(
     app: typer.Typer,
     bus_call: Callable[[Callable[[], Any]], Any],

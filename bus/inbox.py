@@ -19,7 +19,6 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from . import confirm, faults, items, notices, policy
-from .cluster import REDIS_ERRORS
 from .models import SessionInfo, now_ms
 from .quickdrain import PENDING_MARKS, notice_ids, pending_ids, record_drained
 from .stamp import render_stamp

@@ -78,7 +78,9 @@ def _mark_over_resp(settings: Settings, sid: str) -> Callable[[list[str]], objec
         assert isinstance(conn, resp.Connection)
         try:
             k = Keys(settings.key_prefix)
-            keys = [k.s(sid, n) for n in ("floor", "msgs", "carried", "events", "notice", "session")]
+            keys = [
+                k.s(sid, n) for n in ("floor", "msgs", "carried", "events", "notice", "session")
+            ]
             now = time.time_ns() // 1_000_000
             return resp.run_script(conn, _LUA.read_text(), keys, [now, "drain", *ids])
         finally:

@@ -15,8 +15,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import confirm
-from .models import now_ms
 from .clock import SYSTEM, Clock
+from .models import now_ms
 
 if TYPE_CHECKING:
     from .api import Bus

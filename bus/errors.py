@@ -61,3 +61,11 @@ class Unavailable(BusError):
     """Redis (or another backing service) did not answer."""
 
     code = "unavailable"
+
+
+class RateLimited(BusError):
+    """A sender over its rate (``rate_limited``) or a receiver's inbox at its cap
+    (``inbox_full``); nothing was stored. HTTP answers 429."""
+
+    code = "rate_limited"
+    exit_code = 4

@@ -61,6 +61,14 @@ class Settings:
     visibility_timeout_s: float = 300.0
     stream_keep: int = 1000
     retain_messages: int = 500
+    # Trust bounds (issue 9): Host names the gateway answers (empty: loopback names),
+    # a per-sender token bucket, a cap on a session's unread messages, and when an open
+    # session's harness counts as gone (its handle may then be taken).
+    allowed_hosts: tuple[str, ...] = ()
+    send_rate: float = 50.0
+    send_burst: float = 500.0
+    max_unread: int = 10000
+    stale_s: float = 3600.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -80,6 +88,13 @@ class Settings:
             key_prefix=env.get("INBOX_KEY_PREFIX") or "inbox",
             lock_ttl_s=_float(env, "INBOX_LOCK_TTL_S", 30.0),
             visibility_timeout_s=_float(env, "INBOX_VISIBILITY_TIMEOUT_S", 300.0),
+            allowed_hosts=tuple(
+                h.strip() for h in (env.get("INBOX_ALLOWED_HOSTS") or "").split(",") if h.strip()
+            ),
+            send_rate=_float(env, "INBOX_SEND_RATE", 50.0),
+            send_burst=_float(env, "INBOX_SEND_BURST", 500.0),
+            max_unread=int(_float(env, "INBOX_MAX_UNREAD", 10000)),
+            stale_s=_float(env, "INBOX_STALE_S", 3600.0),
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 
@@ -95,7 +110,13 @@ class Settings:
             "INBOX_RETRY_S": str(self.retry_s),
             "INBOX_LOCK_TTL_S": str(self.lock_ttl_s),
             "INBOX_VISIBILITY_TIMEOUT_S": str(self.visibility_timeout_s),
+            "INBOX_SEND_RATE": str(self.send_rate),
+            "INBOX_SEND_BURST": str(self.send_burst),
+            "INBOX_MAX_UNREAD": str(self.max_unread),
+            "INBOX_STALE_S": str(self.stale_s),
         }
+        if self.allowed_hosts:
+            env["INBOX_ALLOWED_HOSTS"] = ",".join(self.allowed_hosts)
         optional = {
             "INBOX_REDIS_URL": self.redis_url,
             "INBOX_BROKER_URL": self.broker_url,

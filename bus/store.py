@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import redis
 
-from .errors import Unavailable
+from .errors import RateLimited, Unavailable
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
 
@@ -134,9 +134,19 @@ class Store:
     # -- the queue ----------------------------------------------------------------------
 
     def append(
-        self, sid: str, msg_id: str, wire_json: str, answer_json: str, thread: str = ""
+        self,
+        sid: str,
+        msg_id: str,
+        wire_json: str,
+        answer_json: str,
+        thread: str = "",
+        *,
+        max_held: int = 0,
     ) -> tuple[bool, str, bool]:
         """Store a message once. Returns (new, answer JSON, dispatch a delivery).
+
+        With ``max_held`` > 0, a session already holding that many messages (queue plus
+        inbox records) refuses it: :class:`RateLimited` ``inbox_full``, nothing stored.
 
         One round trip: the append script and the message id's index (another slot,
         idempotent, so it need not be atomic with the append) go in one pipeline.
@@ -146,13 +156,24 @@ class Store:
         self.run(
             "append",
             sid,
-            ("stream", "ids", "idsage", "pending", "trim", "events"),
-            [msg_id, wire_json, answer_json, now_ms(), self.lock_ttl_ms, thread],
+            ("stream", "ids", "idsage", "pending", "trim", "events", "msgs"),
+            [msg_id, wire_json, answer_json, now_ms(), self.lock_ttl_ms, thread, max_held],
             client=pipe,
         )
         pipe.set(k.rcpt(msg_id), sid, ex=7 * 86400)
         (new, answer, dispatch), _ = pipe.execute()
+        if int(new) < 0:
+            self.r.delete(k.rcpt(msg_id))
+            raise RateLimited(
+                f"session {sid} holds {max_held} messages already; nothing was stored",
+                code="inbox_full",
+                session=sid,
+            )
         return bool(new), str(answer), bool(dispatch)
+
+    def take_send_token(self, sender: str, rate: float, burst: float) -> bool:
+        """One token from ``sender``'s bucket (``rate`` a second, ``burst`` at most)."""
+        return bool(self.script("rate")(keys=[self.k.bucket(sender)], args=[rate, burst]))
 
     def first_answer(self, sid: str, msg_id: str) -> dict[str, Any] | None:
         raw = self.r.hget(self.k.s(sid, "ids"), msg_id)

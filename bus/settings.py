@@ -163,15 +163,24 @@ class Settings:
     def embedded_data(self) -> Path:
         return self.home / "redis"
 
+    def embedded_auth(self) -> str:
+        """``:<password>@`` when the embedded server has a password (it listens on TCP
+        too); the password is kept 0600 beside its socket."""
+        try:
+            password = (self.embedded_socket.parent / "password").read_text().strip()
+        except OSError:
+            return ""
+        return f":{password}@" if password else ""
+
     def store_url(self) -> str:
         """The bus store's URL: ``INBOX_REDIS_URL``, else the embedded server's socket."""
         if self.redis_url:
             return self.redis_url
-        return f"unix://{self.embedded_socket}"
+        return f"unix://{self.embedded_auth()}{self.embedded_socket}"
 
     def celery_broker_url(self) -> str:
         if self.broker_url:
             return self.broker_url
         if self.redis_url:
             return self.redis_url
-        return f"redis+socket://{self.embedded_socket}"
+        return f"redis+socket://{self.embedded_auth()}{self.embedded_socket}"

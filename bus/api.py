@@ -143,9 +143,11 @@ class Bus:
         workspace: str | None = None,
         starter: str | None = None,
         agent_inbox: bool | None = None,
+        token: str | None = None,
     ) -> dict[str, Any]:
         """Register a session (or re-register it after a harness restart)."""
         check_session_id(sid)
+        self._only_as(sid, token)
         host = check_host(host or self.settings.host)
         handle = handle or f"{host}:{sid}"
         if ":" not in handle or any(c.isspace() for c in handle):
@@ -195,6 +197,19 @@ class Bus:
                     holder=other.session,
                 )
 
+    def _only_as(self, sid: str, token: str | None) -> None:
+        """The harness's own events (open, close, turn) need no token, but one that is
+        presented must be ``sid``'s own session token: a member token, or another
+        session's, never acts as ``sid``."""
+        token = token or self.settings.token
+        if not self.auth.enabled or not token:
+            return
+        claims = auth.verify(self.settings.secret or "", token, is_revoked=self.is_revoked)
+        if claims.sub_kind != "session" or claims.sub != sid:
+            raise Unauthorized(
+                f"the token is {claims.actor}'s, not session {sid}'s", code="token_subject"
+            )
+
     def seen(self, sid: str) -> None:
         """The harness of ``sid`` is alive now (``last_seen``, ms): open, turn, drain."""
         key = self.store.k.s(sid, "session")
@@ -207,8 +222,9 @@ class Bus:
             raise NotFound(f"no session {sid!r}; open it with: inbox session open {sid}")
         return info
 
-    def close_session(self, sid: str) -> dict[str, Any]:
+    def close_session(self, sid: str, *, token: str | None = None) -> dict[str, Any]:
         """Close a session: later messages are delivered raw; its threads stay readable."""
+        self._only_as(sid, token)
         info = self.session(sid)
         self.store.update_session(sid, state="closing")
         self.inbox.on_close(sid)
@@ -218,9 +234,16 @@ class Bus:
         return {"ok": True, "session": sid, "state": "closed"}
 
     def turn(
-        self, sid: str, event: str, *, answer: str | None = None, prompt_waiting: bool = False
+        self,
+        sid: str,
+        event: str,
+        *,
+        answer: str | None = None,
+        prompt_waiting: bool = False,
+        token: str | None = None,
     ) -> dict[str, Any]:
         """Record a turn boundary from the harness (``start`` or ``end``)."""
+        self._only_as(sid, token)
         info = self.session(sid)
         self.seen(sid)
         if event == "start":

@@ -359,9 +359,12 @@ def serve(
     port: int = typer.Option(5252, help="port (prox's is 5252)"),
 ) -> None:
     """The HTTP gateway: prox-compatible POST /send, GET /health, /metrics, /openapi.json."""
+    from .http import check_bind
     from .http import serve as serve_http
 
-    serve_http(connect(), host=host, port=port)
+    b = connect()
+    run(lambda: check_bind(b, host))  # a non-loopback bind needs INBOX_SECRET
+    serve_http(b, host=host, port=port)
 
 
 @app.command()

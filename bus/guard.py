@@ -25,6 +25,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 DEFAULT_MAX_BODY = 64 * 1024
 DEFAULT_READ_TIMEOUT_S = 10.0
+# A refused body is read and dropped up to this many times the cap before the answer.
+DISCARD_FACTOR = 64
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -113,6 +115,8 @@ class GuardMiddleware:
         rule = rule_for(scope.get("path", "/"), self.rules)
         why = refusal(scope, rule)
         if why is not None:
+            if why[0] == 413:
+                await self._discard(receive, rule)
             await _answer(send, *why)
             return
         if scope.get("method", "GET") not in _BODY_METHODS:
@@ -129,6 +133,8 @@ class GuardMiddleware:
                 chunk = msg.get("body", b"")
                 size += len(chunk)
                 if size > rule.max_body:
+                    if more and msg.get("more_body"):
+                        await self._discard(receive, rule)
                     await _answer(
                         send, 413, "too_large", f"the body is over the {rule.max_body}-byte bound"
                     )
@@ -149,6 +155,19 @@ class GuardMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _discard(self, receive: Receive, rule: Rule) -> None:
+        """Read and drop a refused body (up to a bound), so the client reads the 413
+        instead of a reset connection; nothing of it is kept."""
+        budget = DISCARD_FACTOR * rule.max_body
+        try:
+            while budget > 0:
+                msg = await asyncio.wait_for(receive(), self.read_timeout_s)
+                budget -= len(msg.get("body", b""))
+                if msg["type"] != "http.request" or not msg.get("more_body"):
+                    return
+        except TimeoutError:
+            return
 
 
 async def _answer(send: Send, status: int, code: str, message: str) -> None:

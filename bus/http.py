@@ -40,7 +40,7 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
-from .guard import GuardMiddleware, Rule
+from .guard import DEFAULT_READ_TIMEOUT_S, GuardMiddleware, Rule
 from .metrics import RedisCollector
 from .models import Message, SendAnswer, parse_message
 from .trust import allowed_hosts, is_loopback
@@ -138,6 +138,7 @@ def create_app(
     bind: str = DEFAULT_HOST,
     hosts: tuple[str, ...] | None = None,
     rules: tuple[Rule, ...] = (),
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
 ) -> FastAPI:
     """The gateway's FastAPI app for ``bus``; every handler makes one call into it.
 
@@ -157,7 +158,12 @@ def create_app(
         redoc_url=None,
     )
     configured = bus.settings.allowed_hosts if hosts is None else hosts
-    app.add_middleware(GuardMiddleware, hosts=allowed_hosts(bind, configured), rules=rules)
+    app.add_middleware(
+        GuardMiddleware,
+        hosts=allowed_hosts(bind, configured),
+        rules=rules,
+        read_timeout_s=read_timeout_s,
+    )
     registry = CollectorRegistry()
     registry.register(RedisCollector(bus))
     requests = Counter(

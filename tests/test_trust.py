@@ -183,8 +183,15 @@ def test_origin_allowed(name: str, origin: str | None, host: str, ok: bool) -> N
 
 @pytest.mark.parametrize(
     ("host", "loopback"),
-    [("127.0.0.1", True), ("127.1.2.3", True), ("::1", True), ("localhost", True),
-     ("0.0.0.0", False), ("10.0.0.5", False), ("example.com", False)],
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("10.0.0.5", False),
+        ("example.com", False),
+    ],
 )
 def test_is_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
@@ -207,7 +214,11 @@ REFUSAL_TABLE = [
     ("text/plain", _scope(content_type="text/plain"), 415),
     ("form", _scope(content_type="application/x-www-form-urlencoded"), 415),
     ("no content type from a page", _scope(origin="http://h", host="h"), 415),
-    ("cross-site origin", _scope(content_type="application/json", origin="http://e", host="h"), 403),
+    (
+        "cross-site origin",
+        _scope(content_type="application/json", origin="http://e", host="h"),
+        403,
+    ),
     ("sec-fetch-site", _scope(content_type="application/json", sec_fetch_site="cross-site"), 403),
     ("declared too large", _scope(content_type="application/json", content_length="70000"), 413),
     ("bad length", _scope(content_type="application/json", content_length="x"), 400),
@@ -217,7 +228,9 @@ REFUSAL_TABLE = [
 ]
 
 
-@pytest.mark.parametrize(("name", "scope", "status"), REFUSAL_TABLE, ids=[r[0] for r in REFUSAL_TABLE])
+@pytest.mark.parametrize(
+    ("name", "scope", "status"), REFUSAL_TABLE, ids=[r[0] for r in REFUSAL_TABLE]
+)
 def test_refusal(name: str, scope: dict[str, object], status: int | None) -> None:
     why = refusal(scope, rule_for(str(scope["path"]), (UI,)))
     assert (why[0] if why else None) == status

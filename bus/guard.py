@@ -110,7 +110,9 @@ class GuardMiddleware:
             return
         if not host_allowed(_header(scope, b"host"), self.hosts):
             host = _header(scope, b"host")
-            await _answer(send, 421, "host_refused", f"Host {host!r} is not one this gateway serves")
+            await _answer(
+                send, 421, "host_refused", f"Host {host!r} is not one this gateway serves"
+            )
             return
         rule = rule_for(scope.get("path", "/"), self.rules)
         why = refusal(scope, rule)

@@ -148,7 +148,9 @@ def render_notice(threads: list[ThreadSummary], session_id: str) -> str:
     ]
     for s in ordered[:MAX_THREAD_LINES]:
         mark = "!" if s.blocker else "·"
-        line = f"  {mark} {sanitize_label(s.thread)} · {_senders(s.senders, s.unverified)} ({s.count})"
+        line = (
+            f"  {mark} {sanitize_label(s.thread)} · {_senders(s.senders, s.unverified)} ({s.count})"
+        )
         # one_line strips control characters and newlines; the line's indent keeps a
         # preview such as "[inbox ..." from passing for a header.
         preview = one_line(s.newest_preview, PREVIEW_LIMIT)

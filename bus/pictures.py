@@ -182,7 +182,9 @@ def _read_one(path: str, root_real: str, max_bytes: int) -> Picture:
     with os.fdopen(fd, "rb") as fh:
         if fst.st_size > max_bytes:
             raise _refuse(
-                path, "picture_too_large", f"is {fst.st_size} bytes, over the {max_bytes}-byte bound"
+                path,
+                "picture_too_large",
+                f"is {fst.st_size} bytes, over the {max_bytes}-byte bound",
             )
         # The size can grow after fstat; reading one byte past the bound detects it.
         data = fh.read(max_bytes + 1)

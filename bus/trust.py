@@ -49,7 +49,9 @@ def handle_problem(handle: str) -> str | None:
     Refused: control or format characters (invisible in a stamp), and letters from more
     than one script in one part (``hа:alice`` with a Cyrillic ``а`` looks like ``ha:alice``).
     """
-    if any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") or is_format_char(ch) for ch in handle):
+    if any(
+        unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") or is_format_char(ch) for ch in handle
+    ):
         return "contains control or format characters"
     for part in handle.split(":"):
         found = scripts_of(part)
@@ -62,7 +64,13 @@ def handle_problem(handle: str) -> str | None:
 
 _SHELL_CHARS = re.compile(r"[|&;<>()$`\\\"'*?\[\]#~=%{}\n]")
 # Never inherited by a wake command: the server secret, tokens, credentials.
-SECRET_ENV = ("INBOX_SECRET", "INBOX_TOKEN", "INBOX_FLOWER_AUTH", "INBOX_REDIS_URL", "INBOX_BROKER_URL")
+SECRET_ENV = (
+    "INBOX_SECRET",
+    "INBOX_TOKEN",
+    "INBOX_FLOWER_AUTH",
+    "INBOX_REDIS_URL",
+    "INBOX_BROKER_URL",
+)
 
 
 def wake_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -74,7 +82,9 @@ def wake_env(env: Mapping[str, str]) -> dict[str, str]:
         upper = k.upper()
         if upper in SECRET_ENV:
             continue
-        if upper.startswith("INBOX_") and any(w in upper for w in ("SECRET", "TOKEN", "PASSWORD", "AUTH")):
+        if upper.startswith("INBOX_") and any(
+            w in upper for w in ("SECRET", "TOKEN", "PASSWORD", "AUTH")
+        ):
             continue
         out[k] = v
     return out

@@ -313,7 +313,7 @@ class Bus:
             data = self._as_token_subject(data, claims)
         msg = parse_message(data)
         self._check_party(msg)
-        self._take_send_token(claims.actor if claims else msg.from_session or msg.from_)
+        self.limit_sender(claims.actor if claims else msg.from_session or msg.from_)
         return self.post(msg, wait=wait, timeout=timeout)
 
     def _check_party(self, msg: Message) -> None:
@@ -329,7 +329,7 @@ class Bus:
                 code="not_a_party",
             )
 
-    def _take_send_token(self, sender: str) -> None:
+    def limit_sender(self, sender: str) -> None:
         """Bounded floods: one token from the sender's bucket, or ``rate_limited``."""
         s = self.settings
         if s.send_rate <= 0:
@@ -488,7 +488,7 @@ class Bus:
     ) -> dict[str, Any]:
         """Answer into the other parties' inboxes under ``thread``; never a turn for them."""
         claims = self.claims(token, SCOPE_WRITE, session=sid)
-        self._take_send_token(claims.actor if claims else sid)
+        self.limit_sender(claims.actor if claims else sid)
         return self.conversation.reply(sid, thread, text)
 
     def withdraw(self, msg_id: str, by: str, *, token: str | None = None) -> dict[str, Any]:

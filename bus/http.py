@@ -183,6 +183,13 @@ def create_app(
         requests.labels(route=route, status=str(response.status_code)).inc()
         return response
 
+    def _limit_local(msg: Message) -> None:
+        # prox's door works without Redis; when Redis answers, its senders are bounded too.
+        try:
+            bus.limit_sender(msg.from_session or msg.from_)
+        except redis.RedisError:
+            pass
+
     @app.post(
         "/send",
         response_model=DeliverOk,
@@ -201,6 +208,7 @@ def create_app(
             else:
                 data["verified"] = False
             msg = parse_message(data)
+            await run_in_threadpool(_limit_local, msg)
             # Parsed before anything is written; a bad to_id never becomes a path.
             via, _path = await run_in_threadpool(bus.floor.deliver, msg.to_id, msg.wire())
         except Unauthorized as err:

@@ -585,3 +585,17 @@ def test_12_the_cli_exits_non_zero_when_rate_limited(bus: Bus) -> None:
     assert first.returncode == 0, first.stderr
     assert second.returncode == 4 and json.loads(second.stdout)["error"] == "rate_limited"
     assert stream_len(bus, "s1") == 1
+
+
+def test_12_prox_door_is_bounded_too(
+    make_bus: Callable[..., Bus], serve: Callable[..., Server]
+) -> None:
+    b = make_bus(send_rate=0.001, send_burst=2)
+    gw = serve(b).client
+    codes = [
+        gw.post("/send", json={"from": "h:flood", "to_id": "s1", "text": f"m{i}"}).status_code
+        for i in range(3)
+    ]
+    assert codes == [200, 200, 429]
+    floor = Path(b.settings.home) / "inbox" / "s1" / "messages.jsonl"
+    assert len(floor.read_text().splitlines()) == 2

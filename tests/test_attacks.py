@@ -599,3 +599,17 @@ def test_12_prox_door_is_bounded_too(
     assert codes == [200, 200, 429]
     floor = Path(b.settings.home) / "inbox" / "s1" / "messages.jsonl"
     assert len(floor.read_text().splitlines()) == 2
+
+
+def test_6_serve_runs_uvicorn_with_timeouts_and_a_concurrency_limit(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import bus.http as http
+
+    got: dict[str, Any] = {}
+    monkeypatch.setattr(http.uvicorn, "run", lambda app, **kw: got.update(kw))
+    http.serve(bus, host="127.0.0.1", port=1)
+    assert got["timeout_keep_alive"] == http.KEEPALIVE_TIMEOUT_S
+    assert got["limit_concurrency"] == http.MAX_CONCURRENCY
+    with pytest.raises(BadInput):
+        http.serve(bus, host="0.0.0.0", port=1)

@@ -426,6 +426,9 @@ def agent(bus: Bus) -> Bus:
     return bus
 
 
+ROUNDS = 1000
+
+
 def test_10_pictures_swapped_for_links_are_never_read_outside_the_root(
     agent: Bus, tmp_path: Path
 ) -> None:
@@ -452,21 +455,25 @@ def test_10_pictures_swapped_for_links_are_never_read_outside_the_root(
             os.rename(real_sub, root / "sub")
 
     flipper = threading.Thread(target=flip, daemon=True)
+    # Switch threads as often as possible, so the swap lands inside the check's window.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
     flipper.start()
     ok = refused = 0
     try:
-        for _ in range(300):
+        for _ in range(ROUNDS):
             try:
                 agent.reply_inbox("agent", "k", image_paths=["sub/p.png"], root=root)
                 ok += 1
             except BadInput:
                 refused += 1
     finally:
+        sys.setswitchinterval(interval)
         stop.set()
         flipper.join(10)
     kept = sorted((Path(agent.settings.home) / "items" / "agent" / "k" / "files").glob("*"))
     assert all(p.read_bytes() == inside for p in kept)  # zero reads outside the root
-    assert ok + refused == 300
+    assert ok + refused == ROUNDS
 
 
 def test_10_a_script_under_a_png_header_and_a_bomb_are_refused(agent: Bus, tmp_path: Path) -> None:

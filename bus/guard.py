@@ -15,6 +15,9 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
 from .trust import host_allowed, origin_allowed
 
 Scope = MutableMapping[str, Any]
@@ -186,3 +189,47 @@ async def _answer(send: Send, status: int, code: str, message: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+# -- the connection: a request's headers must arrive in time ----------------------------------
+
+HEADER_TIMEOUT_S = 10.0
+
+
+class HeaderDeadlineH11(H11Protocol):
+    """uvicorn's h11 protocol, plus a deadline on request headers.
+
+    uvicorn times out a keep-alive connection only after a response; a client that
+    connects and sends its headers slowly (or never) would hold a connection forever.
+    Here a connection whose next request's headers are not complete within
+    ``HEADER_TIMEOUT_S`` of its first byte (or of the connection) is closed.
+    """
+
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is h11.IDLE:
+            self._arm()  # a request's headers have begun (or are awaited): bounded
+        elif self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._deadline is None:
+            self._deadline = self.loop.call_later(HEADER_TIMEOUT_S, self._expire)
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()

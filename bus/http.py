@@ -40,7 +40,7 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
-from .guard import DEFAULT_READ_TIMEOUT_S, GuardMiddleware, Rule
+from .guard import DEFAULT_READ_TIMEOUT_S, GuardMiddleware, HeaderDeadlineH11, Rule
 from .metrics import RedisCollector
 from .models import Message, SendAnswer, parse_message
 from .trust import allowed_hosts, is_loopback
@@ -316,6 +316,7 @@ def serve(bus: Bus, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
         timeout_keep_alive=KEEPALIVE_TIMEOUT_S,
         limit_concurrency=MAX_CONCURRENCY,
         h11_max_incomplete_event_size=16 * 1024,
+        http=HeaderDeadlineH11,  # a request's headers must arrive in time
     )
 
 

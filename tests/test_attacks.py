@@ -75,12 +75,14 @@ def bobs_thread(b: Bus) -> str:
 class Server:
     """A uvicorn server for ``app`` in a thread, bound before it starts."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, **config: Any) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan="off", **config)
+        )
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
         )
@@ -620,3 +622,20 @@ def test_6_serve_runs_uvicorn_with_timeouts_and_a_concurrency_limit(
     assert got["limit_concurrency"] == http.MAX_CONCURRENCY
     with pytest.raises(BadInput):
         http.serve(bus, host="0.0.0.0", port=1)
+
+
+def test_6_stalled_headers_are_timed_out(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bus.guard as guard
+
+    monkeypatch.setattr(guard, "HEADER_TIMEOUT_S", 0.3)
+    srv = Server(create_app(bus), http=guard.HeaderDeadlineH11)
+    try:
+        for first in (b"", b"POST /v1/send HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "):
+            with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as raw:
+                raw.sendall(first)
+                assert raw.recv(4096) == b""  # closed by the server, not by our timeout
+        # Whole requests on one kept-alive connection still work.
+        with httpx.Client(base_url=srv.url, timeout=10) as c:
+            assert [c.get("/health").status_code for _ in range(3)] == [200] * 3
+    finally:
+        srv.stop()

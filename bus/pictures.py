@@ -158,7 +158,10 @@ def _read_one(path: str, root_real: str, max_bytes: int) -> Picture:
     # realpath resolves links inside the root (allowed when they stay inside); the open
     # below then walks the resolved path without following any link, so a swap made
     # after this check cannot lead outside.
-    real = os.path.realpath(candidate)
+    try:
+        real = os.path.realpath(candidate)
+    except OSError as exc:  # a link removed while realpath read it
+        raise _refuse(path, "picture_unreadable", "changed while being read") from exc
     if not _inside(root_real, real):
         raise _refuse(path, "picture_outside_root", "is outside the allowed root")
     if real == root_real:

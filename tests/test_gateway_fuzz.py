@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bus.api import Bus
-from tests.test_attacks import Server, serve
+from tests.test_attacks_gateway import Server, serve
 
 __all__ = ["serve"]  # the gateway fixture, shared with the attack tests
 

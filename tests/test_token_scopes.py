@@ -23,7 +23,8 @@ from bus.errors import Refused, Unauthorized
 from bus.http import create_app
 from bus.settings import Settings
 from tests.conftest import settings_env
-from tests.test_attacks import Server, png
+from tests.test_attacks import png
+from tests.test_attacks_gateway import Server
 from tests.test_mcp import anyio_backend, call, mcp_client
 
 SECRET = "scopes-secret-0123456789"

@@ -6,6 +6,7 @@ tasks) parses its input and makes one call here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from .cluster import cluster_client
 from .conversation import Conversation
 from .delivery import DeliveryReport, deliver_session
 from .dispatch import Dispatcher, default_dispatcher
-from .errors import Ambiguous, BadInput, NotFound, Unauthorized
+from .errors import Ambiguous, BadInput, NotFound, RateLimited, Refused, Unauthorized
 from .floor import Floor
 from .inbox import Inbox
 from .keys import Keys
@@ -42,6 +43,7 @@ from .unavailable import NOT_ANSWERING, translate_redis_errors, unavailable
 
 if TYPE_CHECKING:
     from .metrics import Metrics
+from .trust import handle_problem
 
 
 def check_host(host: str) -> str:
@@ -185,13 +187,19 @@ class Bus:
         workspace: str | None = None,
         starter: str | None = None,
         agent_inbox: bool | None = None,
+        token: str | None = None,
     ) -> dict[str, Any]:
         """Register a session (or re-register it after a harness restart)."""
         check_session_id(sid)
+        self._only_as(sid, token)
         host = check_host(host or self.settings.host)
         handle = handle or f"{host}:{sid}"
         if ":" not in handle or any(c.isspace() for c in handle):
             raise BadInput(f"handle {handle!r} must look like host:name")
+        problem = handle_problem(handle)
+        if problem:
+            raise BadInput(f"handle {handle!r}: {problem}", code="handle_confusable")
+        self._check_handle_free(sid, handle)
         prior = self.store.get_session(sid)
         info = SessionInfo(
             session=sid,
@@ -210,9 +218,48 @@ class Bus:
             last_seen=now_ms(),
         )
         self.store.put_session(info)
+        self.seen(sid)
         self.store.record(sid, "session_open", handle=handle, host=host)
         self.floor.session_dir(sid, create=host == self.settings.host)
         return {"ok": True, "session": info.model_dump(exclude_none=True)}
+
+    def _check_handle_free(self, sid: str, handle: str) -> None:
+        """A handle belongs to one open session: another open, fresh holder refuses it.
+
+        A holder is stale when its harness has not been seen (open, turn, drain) for
+        ``INBOX_STALE_S``; a closed or stale holder's handle may be taken.
+        """
+        now = now_ms()
+        for other in self.store.sessions_by_handle(handle):
+            if other.session == sid or other.state == "closed":
+                continue
+            seen = self.store.r.hget(self.store.k.s(other.session, "session"), "last_seen")
+            last = int(seen) if seen else other.updated_at
+            if now - last <= self.settings.stale_s * 1000:
+                raise Refused(
+                    f"handle {handle!r} is held by open session {other.session}",
+                    code="handle_taken",
+                    holder=other.session,
+                )
+
+    def _only_as(self, sid: str, token: str | None) -> None:
+        """The harness's own events (open, close, turn) need no token, but one that is
+        presented must be ``sid``'s own session token: a member token, or another
+        session's, never acts as ``sid``."""
+        token = token or self.settings.token
+        if not self.auth.enabled or not token:
+            return
+        claims = auth.verify(self.settings.secret or "", token, is_revoked=self.is_revoked)
+        if claims.sub_kind != "session" or claims.sub != sid:
+            raise Unauthorized(
+                f"the token is {claims.actor}'s, not session {sid}'s", code="token_subject"
+            )
+
+    def seen(self, sid: str) -> None:
+        """The harness of ``sid`` is alive now (``last_seen``, ms): open, turn, drain."""
+        key = self.store.k.s(sid, "session")
+        if self.store.r.exists(key):  # never make a record for an unknown session
+            self.store.r.hset(key, "last_seen", str(now_ms()))
 
     def session(self, sid: str) -> SessionInfo:
         info = self.store.get_session(check_session_id(sid))
@@ -220,8 +267,9 @@ class Bus:
             raise NotFound(f"no session {sid!r}; open it with: inbox session open {sid}")
         return info
 
-    def close_session(self, sid: str) -> dict[str, Any]:
+    def close_session(self, sid: str, *, token: str | None = None) -> dict[str, Any]:
         """Close a session: later messages are delivered raw; its threads stay readable."""
+        self._only_as(sid, token)
         info = self.session(sid)
         self.store.update_session(sid, state="closing")
         self.inbox.on_close(sid)
@@ -231,10 +279,18 @@ class Bus:
         return {"ok": True, "session": sid, "state": "closed"}
 
     def turn(
-        self, sid: str, event: str, *, answer: str | None = None, prompt_waiting: bool = False
+        self,
+        sid: str,
+        event: str,
+        *,
+        answer: str | None = None,
+        prompt_waiting: bool = False,
+        token: str | None = None,
     ) -> dict[str, Any]:
         """Record a turn boundary from the harness (``start`` or ``end``)."""
+        self._only_as(sid, token)
         info = self.session(sid)
+        self.seen(sid)
         if event == "start":
             turns = self.store.incr_turns(sid)
             self.store.update_session(
@@ -260,7 +316,10 @@ class Bus:
 
     def resolve(self, handle: str) -> SessionInfo:
         """The one live session with ``handle``; an error listing candidates otherwise."""
-        found = [s for s in self.store.sessions_by_handle(handle) if s.state != "closed"]
+        try:
+            found = [s for s in self.store.sessions_by_handle(handle) if s.state != "closed"]
+        except ValueError as exc:  # a handle no key may be built from
+            raise BadInput(f"invalid handle {handle!r:.80}") from exc
         if not found:
             raise NotFound(f"no live session has the handle {handle!r}")
         if len(found) > 1:
@@ -299,7 +358,35 @@ class Bus:
             data["verified"] = False
         else:
             data = self._as_token_subject(data, claims)
-        return self.post(parse_message(data), wait=wait, timeout=timeout)
+        msg = parse_message(data)
+        self._check_party(msg)
+        self.limit_sender(claims.actor if claims else msg.from_session or msg.from_)
+        return self.post(msg, wait=wait, timeout=timeout)
+
+    def _check_party(self, msg: Message) -> None:
+        """Naming an existing thread needs the sender and the receiver to be its parties:
+        the owner fixed them, and a computed thread id is no invitation."""
+        if not msg.thread:
+            return
+        parties = self.conversation.parties(msg.thread)
+        exists = parties or self.store.r.exists(self.store.k.t(msg.thread, "meta"))
+        if exists and (msg.from_session not in parties or msg.to_id not in parties):
+            raise Refused(
+                f"{msg.from_session or msg.from_!r} is not a party to {msg.thread}",
+                code="not_a_party",
+            )
+
+    def limit_sender(self, sender: str) -> None:
+        """Bounded floods: one token from the sender's bucket, or ``rate_limited``."""
+        s = self.settings
+        if s.send_rate <= 0:
+            return
+        if not self.store.take_send_token(sender, s.send_rate, s.send_burst):
+            raise RateLimited(
+                f"{sender} is sending faster than {s.send_rate:g}/s (burst {s.send_burst:g});"
+                " nothing was stored, try again shortly",
+                code="rate_limited",
+            )
 
     def as_sender(self, data: dict[str, Any], token: str | None) -> dict[str, Any]:
         """``data`` with its sender set from ``token`` (authentication on), or refused."""
@@ -313,6 +400,11 @@ class Bus:
             handle, sender_sid = self.session(claims.sub).handle, claims.sub
         else:
             workspace, _, name = claims.sub.partition("/")
+            if not self._member_active(workspace, name):
+                raise Unauthorized(
+                    f"{claims.actor} is not an active member of {workspace!r}",
+                    code="member_inactive",
+                )
             handle, sender_sid = f"{workspace}:{name}", None
         if data.get("from") not in (None, handle) or data.get("from_session") not in (
             None,
@@ -326,8 +418,38 @@ class Bus:
         return {**data, "from": handle, "from_session": sender_sid, "verified": True}
 
     def claims(self, token: str | None, scope: str, *, session: str | None = None) -> Claims | None:
-        """The caller's verified token claims, or None when authentication is off."""
-        return self.auth.actor_for_write(token or self.settings.token, scope, session=session)
+        """The caller's verified token claims, or None when authentication is off.
+
+        With ``session``, the call acts as that session: only that session's token may
+        (a member token never reads a session's threads or writes as it).
+        """
+        claims = self.auth.actor_for_write(token or self.settings.token, scope, session=session)
+        if claims is not None and session is not None and claims.sub_kind != "session":
+            raise Unauthorized(
+                f"the token is {claims.actor}'s; a member token never acts as session {session}",
+                code="token_subject",
+            )
+        return claims
+
+    def _member_active(self, workspace: str, name: str) -> bool:
+        try:
+            return items.is_member(self, workspace, name)
+        except BadInput:  # a member name no key may be built from is no member
+            return False
+
+    def _items_claims(self, token: str | None, scope: str, sid: str) -> Claims | None:
+        """Items of ``sid`` may be read by its own token or by an active member of its
+        workspace (a member token acts only on items, never as the session)."""
+        claims = self.auth.actor_for_write(token or self.settings.token, scope, session=sid)
+        if claims is None or claims.sub_kind == "session":
+            return claims
+        workspace, _, name = claims.sub.partition("/")
+        if self.session(sid).workspace != workspace or not self._member_active(workspace, name):
+            raise Unauthorized(
+                f"{claims.actor} is not an active member of session {sid}'s workspace",
+                code="token_subject",
+            )
+        return claims
 
     def post(
         self, msg: Message, *, wait: bool = False, timeout: float | None = None
@@ -372,6 +494,7 @@ class Bus:
             json.dumps(answer.to_json()),
             thread,
             also=lambda pipe: self.receipts.open(pipe, msg, sid, thread),
+            max_held=self.settings.max_unread,
         )
         if not new:
             prior = json.loads(first)
@@ -420,7 +543,8 @@ class Bus:
         self, sid: str, thread: str, text: str, *, token: str | None = None
     ) -> dict[str, Any]:
         """Answer into the other parties' inboxes under ``thread``; never a turn for them."""
-        self.claims(token, SCOPE_WRITE, session=sid)
+        claims = self.claims(token, SCOPE_WRITE, session=sid)
+        self.limit_sender(claims.actor if claims else sid)
         return self.conversation.reply(sid, thread, text)
 
     def withdraw(self, msg_id: str, by: str, *, token: str | None = None) -> dict[str, Any]:
@@ -522,7 +646,12 @@ class Bus:
         if claims is None:
             return
         expected = f"{self.session(sid).workspace}/{member}"
-        if claims.sub_kind != "member" or claims.sub != expected:
+        workspace, _, name = expected.partition("/")
+        if (
+            claims.sub_kind != "member"
+            or claims.sub != expected
+            or not self._member_active(workspace, name)
+        ):
             raise Unauthorized(
                 f"the token is {claims.actor}'s, not member {expected}'s", code="token_subject"
             )
@@ -566,7 +695,7 @@ class Bus:
 
     def read_inbox(self, sid: str, *, token: str | None = None) -> dict[str, Any]:
         """Luke's ``read_inbox``: every item with its thread, oldest first."""
-        self.claims(token, SCOPE_READ, session=sid)
+        self._items_claims(token, SCOPE_READ, sid)
         return items.read_inbox(self, sid)
 
     def reply_inbox(
@@ -639,6 +768,8 @@ class Bus:
         result = self.floor.drain(check_session_id(sid))
         faults.point("drain:after_unlink")
         self.inbox.on_drain(sid, result.lines)
+        with contextlib.suppress(redis.RedisError):
+            self.seen(sid)  # the drain works without Redis; presence is best effort
         return self.render(result.lines) if stamped else result.lines
 
     def render(self, lines: list[dict[str, Any]]) -> str:

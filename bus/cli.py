@@ -374,10 +374,13 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="bind address (loopback unless told otherwise)"),
     port: int = typer.Option(5252, help="port"),
 ) -> None:
-    """The HTTP gateway: POST /send, GET /health, /metrics, /openapi.json."""
+    """The HTTP gateway: prox-compatible POST /send, GET /health, /metrics, /openapi.json."""
+    from .http import check_bind
     from .http import serve as serve_http
 
-    serve_http(connect(), host=host, port=port)
+    b = connect()
+    run(lambda: check_bind(b, host))  # a non-loopback bind needs INBOX_SECRET
+    serve_http(b, host=host, port=port)
 
 
 @app.command()

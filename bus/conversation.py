@@ -97,6 +97,7 @@ class Conversation:
                 "at": m.get("ts"),
                 "text": m.get("text", ""),
                 "read": mark in ("read", "answered") or (mark_read and mark in ("new", "noticed")),
+                "verified": m.get("verified") is True,
             }
             if mark in ("retracted", "removed"):
                 item["withdrawn"] = mark

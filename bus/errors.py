@@ -62,3 +62,11 @@ class Unavailable(BusError):
 
     code = "unavailable"
     exit_code = 3
+
+
+class RateLimited(BusError):
+    """A sender over its rate (``rate_limited``) or a receiver's inbox at its cap
+    (``inbox_full``); nothing was stored. HTTP answers 429."""
+
+    code = "rate_limited"
+    exit_code = 4

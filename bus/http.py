@@ -15,8 +15,10 @@ unauthenticated and ``from`` is self-reported.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, Literal
 
 import redis
@@ -29,14 +31,27 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from .api import Bus
-from .errors import Ambiguous, BadInput, BusError, NotFound, Refused, Unauthorized, Unavailable
+from .errors import (
+    Ambiguous,
+    BadInput,
+    BusError,
+    NotFound,
+    RateLimited,
+    Refused,
+    Unauthorized,
+    Unavailable,
+)
+from .guard import DEFAULT_READ_TIMEOUT_S, GuardMiddleware, HeaderDeadlineH11, Rule
 from .metrics import RedisCollector
 from .models import Message, Receipt, SendAnswer, parse_message
+from .trust import allowed_hosts, is_loopback
 from .web.app import mount_ui
+from .web.guard import MAX_FORM_BYTES
 
 
 def _bearer(request: Request) -> str | None:
-    """The caller's token from ``Authorization: Bearer <token>`` (else INBOX_TOKEN applies)."""
+    """The caller's token from ``Authorization: Bearer <token>``; the gateway never lends
+    its own ``INBOX_TOKEN`` (see :func:`create_app`)."""
     value = request.headers.get("authorization", "")
     scheme, _, token = value.partition(" ")
     return token.strip() or None if scheme.lower() == "bearer" else None
@@ -45,7 +60,13 @@ def _bearer(request: Request) -> str | None:
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5252
 
+# The gateway's own bounds (issue 9): a stalled keep-alive connection is closed after this
+# many seconds, and at most this many connections are served at once (503 beyond).
+KEEPALIVE_TIMEOUT_S = 5
+MAX_CONCURRENCY = 64
+
 _STATUS: list[tuple[type[BusError], int]] = [
+    (RateLimited, 429),
     (BadInput, 400),
     (Unauthorized, 401),
     (Refused, 403),
@@ -105,6 +126,8 @@ def _json_body(raw: bytes) -> dict[str, Any]:
     """The body as JSON; a BadInput for anything else (prox senders may omit the header)."""
     try:
         body = json.loads(raw)
+    except RecursionError as exc:
+        raise BadInput("the body is nested too deeply") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadInput(f"the body is not JSON: {_one_line(str(exc))}") from exc
     if not isinstance(body, dict):
@@ -112,8 +135,23 @@ def _json_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def create_app(bus: Bus) -> FastAPI:
-    """The gateway's FastAPI app for ``bus``; every handler makes one call into it."""
+def create_app(
+    bus: Bus,
+    *,
+    bind: str = DEFAULT_HOST,
+    hosts: tuple[str, ...] | None = None,
+    rules: tuple[Rule, ...] = (),
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+) -> FastAPI:
+    """The gateway's FastAPI app for ``bus``; every handler makes one call into it.
+
+    ``hosts`` are the ``Host`` names it answers (default ``INBOX_ALLOWED_HOSTS``, else the
+    loopback names and ``bind``); ``rules`` add per-prefix body rules (``/ui/`` pages).
+    """
+    if bus.settings.token:
+        # Never act with the gateway's own token: a request without one is unauthenticated.
+        bus = copy.copy(bus)
+        bus.settings = replace(bus.settings, token=None)
     app = FastAPI(
         title="inbox gateway",
         version="1",
@@ -121,6 +159,15 @@ def create_app(bus: Bus) -> FastAPI:
         openapi_url="/openapi.json",
         docs_url=None,
         redoc_url=None,
+    )
+    configured = bus.settings.allowed_hosts if hosts is None else hosts
+    # The web inbox posts forms (pictures included); it checks CSRF and origin itself too.
+    rules = (Rule("/ui/", max_body=MAX_FORM_BYTES, json_only=False), *rules)
+    app.add_middleware(
+        GuardMiddleware,
+        hosts=allowed_hosts(bind, configured),
+        rules=rules,
+        read_timeout_s=read_timeout_s,
     )
     registry = CollectorRegistry()
     registry.register(RedisCollector(bus))
@@ -141,6 +188,13 @@ def create_app(bus: Bus) -> FastAPI:
         requests.labels(route=route, status=str(response.status_code)).inc()
         return response
 
+    def _limit_local(msg: Message) -> None:
+        # prox's door works without Redis; when Redis answers, its senders are bounded too.
+        try:
+            bus.limit_sender(msg.from_session or msg.from_)
+        except redis.RedisError:
+            pass
+
     @app.post(
         "/send",
         response_model=DeliverOk,
@@ -159,6 +213,7 @@ def create_app(bus: Bus) -> FastAPI:
             else:
                 data["verified"] = False
             msg = parse_message(data)
+            await run_in_threadpool(_limit_local, msg)
             # Parsed before anything is written; a bad to_id never becomes a path.
             via, _path = await run_in_threadpool(bus.floor.deliver, msg.to_id, msg.wire())
         except Unauthorized as err:
@@ -166,7 +221,8 @@ def create_app(bus: Bus) -> FastAPI:
         except Unavailable as err:  # the token's revocation check found no Redis
             return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), 503)
         except BusError as err:
-            return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), 400)
+            status = 429 if isinstance(err, RateLimited) else 400
+            return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), status)
         except redis.RedisError as err:
             return JSONResponse(
                 DeliverError(error=_one_line(f"Redis did not answer: {err}")).model_dump(), 503
@@ -194,6 +250,10 @@ def create_app(bus: Bus) -> FastAPI:
             )
         except BusError as err:
             return JSONResponse(err.to_json(), _status_of(err))
+        except (ValueError, TypeError, RecursionError) as err:
+            # A body no check foresaw is still the caller's input: 400, never 500.
+            bad = BadInput(_one_line(f"malformed message: {err}"))
+            return JSONResponse(bad.to_json(), 400)
         except redis.RedisError as err:
             unavailable = Unavailable(_one_line(f"Redis did not answer: {err}"))
             return JSONResponse(unavailable.to_json(), 503)
@@ -269,9 +329,29 @@ def create_app(bus: Bus) -> FastAPI:
     return app
 
 
+def check_bind(bus: Bus, host: str) -> None:
+    """Refuse a non-loopback bind without ``INBOX_SECRET``: anyone who reaches it could
+    write as anyone."""
+    if not is_loopback(host) and not bus.settings.secret:
+        raise BadInput(
+            f"refusing to bind {host}: a non-loopback gateway needs INBOX_SECRET set",
+            code="insecure_bind",
+        )
+
+
 def serve(bus: Bus, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
     """Run the gateway with uvicorn until interrupted (loopback unless ``host`` says otherwise)."""
-    uvicorn.run(create_app(bus), host=host, port=port, log_level="info")
+    check_bind(bus, host)
+    uvicorn.run(
+        create_app(bus, bind=host),
+        host=host,
+        port=port,
+        log_level="info",
+        timeout_keep_alive=KEEPALIVE_TIMEOUT_S,
+        limit_concurrency=MAX_CONCURRENCY,
+        h11_max_incomplete_event_size=16 * 1024,
+        http=HeaderDeadlineH11,  # a request's headers must arrive in time
+    )
 
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "create_app", "serve"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "check_bind", "create_app", "serve"]

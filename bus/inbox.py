@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from .quickdrain import PENDING_MARKS, notice_ids, pending_ids, record_drained
 from .stamp import render_stamp
 from .text import one_line
 from .threads import thread_id, thread_key, thread_label
+from .trust import wake_argv, wake_env
 
 if TYPE_CHECKING:
     from .api import Bus
@@ -338,11 +340,14 @@ class Inbox:
         info = self.store.get_session(sid)
         if info is None or not info.wake_cmd:
             return
+        # No shell unless the command uses shell syntax, and never the bus's secrets.
+        cmd, shell = wake_argv(info.wake_cmd)
         try:
             # The notice goes on stdin; never keystrokes into a terminal.
             subprocess.Popen(
-                info.wake_cmd,
-                shell=True,
+                cmd,
+                shell=shell,
+                env=wake_env(os.environ),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -19,6 +19,7 @@ from .errors import BadInput, NotFound, Refused
 from .keys import check_item_key
 from .models import MAX_TEXT, SessionInfo, check_session_id, now_ms, parse_message
 from .pictures import Picture, read_pictures, safe_name, store_picture
+from .private import private_dirs
 from .threads import thread_id
 
 if TYPE_CHECKING:
@@ -173,6 +174,10 @@ def _update(
 
 def _keep(b: Bus, sid: str, key: str, pictures: list[Picture]) -> list[str]:
     target = files_dir(b, sid, key)
+    if pictures:
+        # items/, items/<sid>/, items/<sid>/<key>/ and files/ are all 0700.
+        for d in (target.parent.parent.parent, target.parent.parent, target.parent):
+            private_dirs(d)
     return [store_picture(target, pic).name for pic in pictures]
 
 

@@ -31,6 +31,7 @@ buses, or several tests, share one server.
 | ``P:{thr}:log`` | stream: the thread's messages in order | delivery, reply | bounded |
 | ``P:{thr}:seen`` | set: message ids already in the log (idempotent append) | delivery | - |
 | ``P:{h:<handle>}:sids`` | set: sessions that carry a handle | session open | - |
+| ``P:{snd:<sha256(sender)>}:bucket`` | hash: tokens, at: the sender's send rate bucket | send, reply (rate.lua) | expires once full again |
 | ``P:{m:<id>}:rcpt`` | string: the session a message id was addressed to | send | TTL 7 days |
 | ``P:sessions`` | zset: session id → opened ms (registry) | session open | - |
 | ``P:revoked`` | set: ids (jti) of revoked tokens | token revoke | - |
@@ -48,6 +49,7 @@ buses, or several tests, share one server.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from .errors import BadInput
@@ -102,6 +104,12 @@ class Keys:
         if any(c in handle for c in "{}\n\r\0") or len(handle) > 300:
             raise ValueError(f"bad handle {handle!r}")
         return f"{self.prefix}:{{h:{handle}}}:sids"
+
+    def bucket(self, sender: str) -> str:
+        """A sender's send-rate bucket; ``sender`` (a token subject, session or handle,
+        self-reported without a secret) is hashed, so no label can shape a key."""
+        digest = hashlib.sha256(sender.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return f"{self.prefix}:{{snd:{digest}}}:bucket"
 
     def rcpt(self, msg_id: str) -> str:
         return f"{self.prefix}:{{m:{msg_id}}}:rcpt"

@@ -240,6 +240,9 @@ class NoticeThread(_Strict):
     newest_preview: str
     blocker: bool
     key: str = ""
+    # Whether every message in this share of the notice had an authenticated sender.
+    verified: bool = False
+    unverified: list[str] = Field(default_factory=list)
 
 
 class NoticePayload(_Strict):
@@ -287,6 +290,8 @@ class ThreadMessage(_Strict):
     at: int | None
     text: str
     read: bool
+    # Whether the sender was authenticated (a token), not self-reported.
+    verified: bool = False
     files: list[FileRef] | None = None
     withdrawn: str | None = None
 

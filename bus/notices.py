@@ -30,6 +30,9 @@ class ThreadSummary:
     newest_preview: str = ""
     blocker: bool = False
     key: str = ""
+    # False when any message here came from a sender no token authenticated.
+    verified: bool = True
+    unverified: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -45,6 +48,8 @@ class ThreadSummary:
             newest_preview=str(data.get("newest_preview", "")),
             blocker=bool(data.get("blocker", False)),
             key=str(data.get("key", "")),
+            verified=data.get("verified") is True,
+            unverified=[str(x) for x in data.get("unverified", [])],
         )
 
 
@@ -80,6 +85,10 @@ def summarize(messages: list[dict[str, Any]]) -> list[ThreadSummary]:
             s.newest_preview = _preview(msg)
         if msg.get("class") == "blocker":
             s.blocker = True
+        if msg.get("verified") is not True:
+            s.verified = False
+            if sender not in s.unverified:
+                s.unverified.append(sender)
     return order(by_thread.values())
 
 
@@ -91,7 +100,9 @@ def merge(summaries_lists: list[list[ThreadSummary]]) -> list[ThreadSummary]:
         for s in summaries:
             m = out.get(s.thread)
             if m is None:
-                out[s.thread] = ThreadSummary(**{**s.to_json(), "senders": list(s.senders)})
+                out[s.thread] = ThreadSummary(
+                    **{**s.to_json(), "senders": list(s.senders), "unverified": list(s.unverified)}
+                )
                 continue
             m.count += s.count
             m.senders.extend(x for x in s.senders if x not in m.senders)
@@ -99,6 +110,8 @@ def merge(summaries_lists: list[list[ThreadSummary]]) -> list[ThreadSummary]:
                 m.newest_at = s.newest_at
                 m.newest_preview = s.newest_preview
             m.blocker = m.blocker or s.blocker
+            m.verified = m.verified and s.verified
+            m.unverified.extend(x for x in s.unverified if x not in m.unverified)
             m.label = m.label or s.label
             m.key = m.key or s.key
     return order(out.values())
@@ -113,8 +126,12 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _senders(senders: list[str]) -> str:
-    shown = [sanitize_label(s) for s in senders[:MAX_SENDERS_SHOWN]]
+def _senders(senders: list[str], unverified: list[str] | None = None) -> str:
+    # A sender no token authenticated is marked, as stamps mark it.
+    shown = [
+        sanitize_label(s) + (" unverified" if unverified and s in unverified else "")
+        for s in senders[:MAX_SENDERS_SHOWN]
+    ]
     rest = len(senders) - len(shown)
     # Cap the list so one busy thread cannot make a line unbounded.
     return ", ".join(shown) + (f" +{rest} more" if rest > 0 else "")
@@ -131,7 +148,9 @@ def render_notice(threads: list[ThreadSummary], session_id: str) -> str:
     ]
     for s in ordered[:MAX_THREAD_LINES]:
         mark = "!" if s.blocker else "·"
-        line = f"  {mark} {sanitize_label(s.thread)} · {_senders(s.senders)} ({s.count})"
+        line = (
+            f"  {mark} {sanitize_label(s.thread)} · {_senders(s.senders, s.unverified)} ({s.count})"
+        )
         # one_line strips control characters and newlines; the line's indent keeps a
         # preview such as "[inbox ..." from passing for a header.
         preview = one_line(s.newest_preview, PREVIEW_LIMIT)

@@ -8,21 +8,27 @@ type comes from its bytes, never its name.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import io
 import os
 import stat
 import tempfile
 import unicodedata
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import filetype
+from PIL import Image
 
 from .errors import BadInput, Refused
 from .models import FileRef
 
 MAX_PICTURES = 4
 MAX_PICTURE_BYTES = 5 * 1024 * 1024
+# Declared width x height past this is refused before any decoding (a decompression bomb).
+MAX_PIXELS = 40_000_000
 
 # filetype's own matchers are loose (GIF is any "GIF..."), so each recognised type must
 # also carry its full signature before it is accepted.
@@ -102,47 +108,100 @@ def _inside(root_real: str, real: str) -> bool:
     return real == root_real or os.path.commonpath([root_real, real]) == root_real
 
 
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# O_NONBLOCK keeps a FIFO swapped in from hanging the open.
+_FILE_FLAGS = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_beneath(root_real: str, rel: str) -> int:
+    """Open ``rel`` (a resolved path inside the root) one component at a time from the
+    root's descriptor, following no link at any component: a directory swapped for a
+    symlink after the path was resolved makes the open fail instead of leaving the root.
+    """
+    parts = [p for p in rel.split(os.sep) if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise OSError(errno.EINVAL, "not a path beneath the root")
+    fd = os.open(root_real, _DIR_FLAGS | _NOFOLLOW)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, _DIR_FLAGS | _NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _check_image(path: str, data: bytes) -> None:
+    """Decode the header and verify the file with Pillow: a PNG signature over a script
+    is refused, and so are declared dimensions past Pillow's decompression-bomb bound."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as img:
+                width, height = img.size
+                if width * height > MAX_PIXELS:
+                    raise _refuse(
+                        path,
+                        "picture_too_large",
+                        f"declares {width}x{height} pixels, over the {MAX_PIXELS}-pixel bound",
+                    )
+                img.verify()
+    except BadInput:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise _refuse(path, "picture_too_large", "declares too many pixels") from exc
+    except Exception as exc:  # Pillow raises many kinds for a broken file
+        raise _refuse(path, "not_a_picture", f"is not a valid picture ({exc})") from exc
+
+
 def _read_one(path: str, root_real: str, max_bytes: int) -> Picture:
     if not isinstance(path, str) or not path.strip() or "\x00" in path:
         raise _refuse(str(path), "picture_path_invalid", "not a usable path")
     candidate = path if os.path.isabs(path) else os.path.join(root_real, path)
-    # realpath resolves every symlink, so a link inside root that points outside is seen
-    # for where it really goes.
-    real = os.path.realpath(candidate)
+    # realpath resolves links inside the root (allowed when they stay inside); the open
+    # below then walks the resolved path without following any link, so a swap made
+    # after this check cannot lead outside.
+    try:
+        real = os.path.realpath(candidate)
+    except OSError as exc:  # a link removed while realpath read it
+        raise _refuse(path, "picture_unreadable", "changed while being read") from exc
     if not _inside(root_real, real):
         raise _refuse(path, "picture_outside_root", "is outside the allowed root")
+    if real == root_real:
+        raise _refuse(path, "picture_not_a_file", "is a directory")
     try:
-        st = os.stat(real)
+        fd = _open_beneath(root_real, os.path.relpath(real, root_real))
     except FileNotFoundError as exc:
         raise _refuse(path, "picture_not_found", "no such file") from exc
+    except IsADirectoryError as exc:
+        raise _refuse(path, "picture_not_a_file", "is a directory") from exc
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EINVAL):
+            raise _refuse(path, "picture_unreadable", "changed while being read") from exc
         raise _refuse(path, "picture_unreadable", f"cannot be read ({exc.strerror})") from exc
-    if stat.S_ISDIR(st.st_mode):
-        raise _refuse(path, "picture_not_a_file", "is a directory")
-    if not stat.S_ISREG(st.st_mode):
-        raise _refuse(path, "picture_not_a_file", "is not a regular file")
-    if st.st_size > max_bytes:
-        raise _refuse(
-            path, "picture_too_large", f"is {st.st_size} bytes, over the {max_bytes}-byte bound"
-        )
-    # O_NOFOLLOW and the inode check refuse a file swapped for a link after the checks
-    # above; O_NONBLOCK keeps a FIFO swapped in from hanging the open.
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(real, flags | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise _refuse(path, "picture_unreadable", f"cannot be read ({exc.strerror})") from exc
+    # What was opened is checked, not the path.
+    fst = os.fstat(fd)
+    if not stat.S_ISREG(fst.st_mode):
+        os.close(fd)
+        what = "is a directory" if stat.S_ISDIR(fst.st_mode) else "is not a regular file"
+        raise _refuse(path, "picture_not_a_file", what)
     with os.fdopen(fd, "rb") as fh:
-        fst = os.fstat(fh.fileno())
-        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(fst.st_mode):
-            raise _refuse(path, "picture_unreadable", "changed while being read")
-        # The size can grow after stat; reading one byte past the bound detects it.
+        if fst.st_size > max_bytes:
+            raise _refuse(
+                path,
+                "picture_too_large",
+                f"is {fst.st_size} bytes, over the {max_bytes}-byte bound",
+            )
+        # The size can grow after fstat; reading one byte past the bound detects it.
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise _refuse(path, "picture_too_large", f"is over the {max_bytes}-byte bound")
     mime = _sniff(data)
     if mime is None:
         raise _refuse(path, "not_a_picture", "is not a PNG, JPEG, GIF or WebP picture")
+    _check_image(path, data)
     return Picture(
         name=safe_name(os.path.basename(path)),
         content_type=mime,

@@ -67,6 +67,13 @@ class Settings:
     expire_s: float = 604800.0
     # Where people open the web inbox (``inbox member link`` prints links under it).
     ui_url: str = "http://127.0.0.1:5252"
+    # Trust bounds (issue 9): Host names the gateway answers (empty: loopback names),
+    # a per-sender token bucket, a cap on a session's unread messages, and when an open
+    # session's harness counts as gone (its handle may then be taken).
+    allowed_hosts: tuple[str, ...] = ()
+    send_rate: float = 50.0
+    send_burst: float = 500.0
+    max_unread: int = 10000
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -91,6 +98,12 @@ class Settings:
             stale_s=_float(env, "INBOX_STALE_S", 3600.0),
             expire_s=_float(env, "INBOX_EXPIRE_S", 604800.0),
             ui_url=env.get("INBOX_UI_URL") or "http://127.0.0.1:5252",
+            allowed_hosts=tuple(
+                h.strip() for h in (env.get("INBOX_ALLOWED_HOSTS") or "").split(",") if h.strip()
+            ),
+            send_rate=_float(env, "INBOX_SEND_RATE", 50.0),
+            send_burst=_float(env, "INBOX_SEND_BURST", 500.0),
+            max_unread=int(_float(env, "INBOX_MAX_UNREAD", 10000)),
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 
@@ -109,9 +122,14 @@ class Settings:
             "INBOX_STALE_S": str(self.stale_s),
             "INBOX_EXPIRE_S": str(self.expire_s),
             "INBOX_UI_URL": self.ui_url,
+            "INBOX_SEND_RATE": str(self.send_rate),
+            "INBOX_SEND_BURST": str(self.send_burst),
+            "INBOX_MAX_UNREAD": str(self.max_unread),
         }
         if self.redis_cluster:
             env["INBOX_REDIS_CLUSTER"] = "1"
+        if self.allowed_hosts:
+            env["INBOX_ALLOWED_HOSTS"] = ",".join(self.allowed_hosts)
         optional = {
             "INBOX_REDIS_URL": self.redis_url,
             "INBOX_BROKER_URL": self.broker_url,
@@ -155,13 +173,22 @@ class Settings:
     def embedded_data(self) -> Path:
         return self.home / "redis"
 
+    def embedded_auth(self) -> str:
+        """``:<password>@`` when the embedded server has a password (it listens on TCP
+        too); the password is kept 0600 beside its socket."""
+        try:
+            password = (self.embedded_socket.parent / "password").read_text().strip()
+        except OSError:
+            return ""
+        return f":{password}@" if password else ""
+
     def store_url(self) -> str:
         """The bus store's URL: ``INBOX_REDIS_URL``, else the embedded server's socket."""
         if self.redis_url:
             return self.redis_url
         if self.redis_cluster:
             raise ValueError("INBOX_REDIS_CLUSTER=1 needs INBOX_REDIS_URL naming a cluster node")
-        return f"unix://{self.embedded_socket}"
+        return f"unix://{self.embedded_auth()}{self.embedded_socket}"
 
     def celery_broker_url(self) -> str:
         if self.broker_url:
@@ -171,4 +198,4 @@ class Settings:
             raise ValueError("INBOX_REDIS_CLUSTER=1 needs INBOX_BROKER_URL (a standalone Redis)")
         if self.redis_url:
             return self.redis_url
-        return f"redis+socket://{self.embedded_socket}"
+        return f"redis+socket://{self.embedded_auth()}{self.embedded_socket}"

@@ -21,7 +21,7 @@ from typing import Any, cast
 import redis
 
 from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
-from .errors import Unavailable
+from .errors import RateLimited, Unavailable
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
 
@@ -176,6 +176,8 @@ class Store:
         answer_json: str,
         thread: str = "",
         also: Callable[[Any], None] | None = None,
+        *,
+        max_held: int = 0,
     ) -> tuple[bool, str, bool]:
         """Store a message once. Returns (new, answer JSON, dispatch a delivery).
 
@@ -183,7 +185,9 @@ class Store:
         ``answer_json`` as the id's answer, indexes the id's recipient and answers
         ``(True, answer_json, d)``, ``d`` true when no delivery was already pending (the
         dispatch flag is then set). Every later append of the id answers ``(False, the
-        first answer, False)`` and writes nothing.
+        first answer, False)`` and writes nothing. With ``max_held`` > 0, a session
+        already holding that many messages (queue plus inbox records) refuses it:
+        :class:`RateLimited` ``inbox_full``, nothing stored (and no receipt opened).
 
         One round trip: the append script and the message id's index (another slot,
         idempotent, so it need not be atomic with the append) go in one pipeline, and so
@@ -194,15 +198,26 @@ class Store:
         self.run(
             "append",
             sid,
-            ("stream", "ids", "idsage", "pending", "trim", "events"),
-            [msg_id, wire_json, answer_json, now_ms(), self.lock_ttl_ms, thread],
+            ("stream", "ids", "idsage", "pending", "trim", "events", "msgs"),
+            [msg_id, wire_json, answer_json, now_ms(), self.lock_ttl_ms, thread, max_held],
             client=pipe,
         )
         pipe.set(k.rcpt(msg_id), sid, ex=7 * 86400)
         if also is not None:
             also(pipe)
         new, answer, dispatch = pipe.execute()[0]
+        if int(new) < 0:
+            self.r.delete(k.rcpt(msg_id))
+            raise RateLimited(
+                f"session {sid} holds {max_held} messages already; nothing was stored",
+                code="inbox_full",
+                session=sid,
+            )
         return bool(new), str(answer), bool(dispatch)
+
+    def take_send_token(self, sender: str, rate: float, burst: float) -> bool:
+        """One token from ``sender``'s bucket (``rate`` a second, ``burst`` at most)."""
+        return bool(self.script("rate")(keys=[self.k.bucket(sender)], args=[rate, burst]))
 
     def first_answer(self, sid: str, msg_id: str) -> dict[str, Any] | None:
         """The answer kept by the first append of ``msg_id``; ``None`` if never appended."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from .trust import strip_format
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _LABEL_DROP = re.compile(r"[\"'`\[\]{}<>()]")
 BAR = "│"
@@ -12,7 +14,9 @@ BAR = "│"
 def sanitize_label(label: str, limit: int = 120) -> str:
     """A sender label safe to put in a header: no control characters, newlines,
     quotes or brackets, so it cannot close the header or forge another."""
-    cleaned = _LABEL_DROP.sub("", _CONTROL.sub(" ", label))
+    # Format characters (bidi overrides, zero-width, tags) go first: they could reorder
+    # or hide what the label shows.
+    cleaned = _LABEL_DROP.sub("", _CONTROL.sub(" ", strip_format(label)))
     cleaned = " ".join(cleaned.split())
     return cleaned[:limit] or "unknown"
 
@@ -20,7 +24,7 @@ def sanitize_label(label: str, limit: int = 120) -> str:
 def one_line(text: str, limit: int = 120) -> str:
     """The first non-blank line of ``text``, control characters removed, cut to ``limit``."""
     for ln in text.splitlines():
-        ln = " ".join(_CONTROL.sub(" ", ln).split())
+        ln = " ".join(_CONTROL.sub(" ", strip_format(ln)).split())
         if ln:
             return ln if len(ln) <= limit else ln[: limit - 1] + "…"
     return ""

@@ -14,6 +14,7 @@ import sys
 import threading
 
 from .embedded import EmbeddedRedis
+from .private import private_dirs
 from .settings import Settings
 
 
@@ -36,6 +37,7 @@ def run_up(settings: Settings, *, concurrency: int = 2, redis_port: int = 0) -> 
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     env = dict(os.environ)
     embedded: EmbeddedRedis | None = None
+    private_dirs(settings.home)  # $INBOX_HOME holds the floor, items and Redis: 0700
     if not settings.redis_url:
         embedded = EmbeddedRedis(
             settings.embedded_socket, settings.embedded_data, port=redis_port
@@ -45,6 +47,8 @@ def run_up(settings: Settings, *, concurrency: int = 2, redis_port: int = 0) -> 
     env["INBOX_HOST"] = settings.host
     env["INBOX_HOME"] = str(settings.home)
     url = env["INBOX_REDIS_URL"]
+    if "@" in url:  # never print the embedded server's password
+        url = url.split("://", 1)[0] + "://***@" + url.rsplit("@", 1)[1]
     exe = [sys.executable, "-m", "bus.cli"]
     children: list[subprocess.Popen[bytes]] = []
     try:

@@ -209,7 +209,8 @@ def test_watch_follows_a_session_live(env: dict[str, str]) -> None:
 
 def test_an_ambiguous_handle_lists_the_candidates_and_sends_nothing(env: dict[str, str]) -> None:
     inbox(env, "session", "open", "one", "--handle", "hosta:twin")
-    inbox(env, "session", "open", "two", "--handle", "hosta:twin")
+    # With INBOX_STALE_S < 0 every holder counts as stale, so "two" may take the handle.
+    inbox({**env, "INBOX_STALE_S": "-1"}, "session", "open", "two", "--handle", "hosta:twin")
     out = inbox(env, "send", "--to", "hosta:twin", "--from", "h:me", "--text", "hi")
     assert out.returncode == 1 and "2 live sessions" in out.stderr
     answer = json.loads(out.stdout)

@@ -150,6 +150,8 @@ def test_v1_send_bounces_unknown_and_maps_errors(bus: Bus, gw: httpx.Client) -> 
     r = gw.post("/v1/send", json={"from": "neo:sip", "to": "neo:ghost", "text": "hi"})
     assert r.status_code == 404 and r.json()["error"] == "not_found"
     bus.open_session("d1", handle="neo:twin")
+    # d1's harness is long gone (stale), so d2 may take the handle; both still live.
+    bus.store.r.hset(bus.store.k.s("d1", "session"), "last_seen", 1)
     bus.open_session("d2", handle="neo:twin")
     r = gw.post("/v1/send", json={"from": "neo:sip", "to": "neo:twin", "text": "hi"})
     assert r.status_code == 409 and len(r.json()["candidates"]) == 2

@@ -127,6 +127,8 @@ async def test_ambiguous_handle_lists_candidates_and_stores_nothing(
     settings: Settings, bus: Bus
 ) -> None:
     bus.open_session("twin1", handle="hosta:twin")
+    # twin1's harness is long gone (stale), so twin2 may take the handle; both still live.
+    bus.store.r.hset(bus.store.k.s("twin1", "session"), "last_seen", 1)
     bus.open_session("twin2", handle="hosta:twin")
     bus.turn("twin2", "start")
     async with mcp_client(settings, "me") as client:

@@ -23,6 +23,7 @@ def msg(thread, sender, at, text="hi", cls="action", **extra):
         "ts": at,
         "text": text,
         "class": cls,
+        "verified": True,
         **extra,
     }
 
@@ -141,6 +142,8 @@ def test_summarize():
             newest_preview="b one",
             blocker=True,
             key="",
+            verified=True,
+            unverified=[],
         ),
         dict(
             thread="thr_c",
@@ -151,6 +154,8 @@ def test_summarize():
             newest_preview="(files: shot.png)",
             blocker=False,
             key="pr:7",
+            verified=True,
+            unverified=[],
         ),
         dict(
             thread="thr_a",
@@ -161,6 +166,8 @@ def test_summarize():
             newest_preview="newest a",
             blocker=False,
             key="",
+            verified=True,
+            unverified=[],
         ),
     ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
 import struct
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import filetype
 import pytest
+from PIL import Image
 
 from bus import pictures
 from bus.errors import BadInput
@@ -31,8 +33,14 @@ def png_bytes() -> bytes:
     )
 
 
-# SOI, a JFIF APP0 segment, EOI: the header filetype and browsers key on.
-JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00\xff\xd9"
+def _encoded(fmt: str) -> bytes:
+    """A real 2x2 picture in ``fmt``, made by Pillow (the bus verifies with Pillow)."""
+    out = io.BytesIO()
+    Image.new("RGB", (2, 2), (0, 128, 255)).save(out, format=fmt)
+    return out.getvalue()
+
+
+JPEG = _encoded("JPEG")
 # The classic 1x1 transparent GIF.
 GIF = (
     b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00"
@@ -41,10 +49,8 @@ GIF = (
 
 
 def webp_bytes() -> bytes:
-    """A RIFF/WEBP container holding a 1x1 lossless (VP8L) bitstream header."""
-    vp8l = b"\x2f\x00\x00\x00\x00\x88\x88\x08\x08"  # signature 0x2f + 1x1 dims, minimal body
-    body = b"WEBP" + b"VP8L" + struct.pack("<I", len(vp8l)) + vp8l + b"\x00"
-    return b"RIFF" + struct.pack("<I", len(body)) + body
+    """A real RIFF/WEBP picture."""
+    return _encoded("WEBP")
 
 
 SAMPLES = {

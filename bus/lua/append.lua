@@ -7,11 +7,21 @@
 -- KEYS[5] trim     P:{sid}:trim     stream id below which entries are delivered and may go
 -- KEYS[6] events   P:{sid}:events   durability records (inbox_received)
 -- ARGV[1] message id, ARGV[2] wire JSON, ARGV[3] answer JSON, ARGV[4] now ms,
--- ARGV[5] pending TTL ms, ARGV[6] thread id
--- Returns {1, answer, dispatch} for a new message, {0, first answer, 0} for a resend.
+-- ARGV[5] pending TTL ms, ARGV[6] thread id, ARGV[7] (optional) cap on held messages
+-- KEYS[7] (optional) msgs P:{sid}:msgs  the session's inbox records
+-- Returns {1, answer, dispatch} for a new message, {0, first answer, 0} for a resend,
+-- {-1, '', 0} when the session already holds the cap (nothing is stored).
 local prior = redis.call('HGET', KEYS[2], ARGV[1])
 if prior then
   return {0, prior, 0}
+end
+-- The cap counts the queue plus the inbox records: unread ones are never pruned, so a
+-- flood stops here instead of growing Redis without bound.
+local cap = tonumber(ARGV[7] or '0') or 0
+if cap > 0 and KEYS[7] then
+  if redis.call('XLEN', KEYS[1]) + redis.call('HLEN', KEYS[7]) >= cap then
+    return {-1, '', 0}
+  end
 end
 local floor = redis.call('GET', KEYS[5]) or '0-0'
 -- MINID trimming never drops an entry the delivery has not taken yet.

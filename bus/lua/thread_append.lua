@@ -5,14 +5,15 @@
 -- KEYS[2] log   P:{thr}:log   stream of the thread's messages (field m = wire JSON)
 -- KEYS[3] seen  P:{thr}:seen  ids already in the log
 -- ARGV[1] message id, ARGV[2] wire JSON, ARGV[3] at ms, ARGV[4] key, ARGV[5] label,
--- ARGV[6] parties JSON list to add, ARGV[7] sender label, ARGV[8] preview, ARGV[9] class,
+-- ARGV[6] parties JSON list (taken only when the thread is made), ARGV[7] sender label, ARGV[8] preview, ARGV[9] class,
 -- ARGV[10] log MAXLEN
 -- Returns 1 if appended, 0 if already there.
 if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   return 0
 end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(ARGV[10]), '*', 'id', ARGV[1], 'm', ARGV[2])
-if redis.call('HSETNX', KEYS[1], 'key', ARGV[4]) == 1 then
+local created = redis.call('HSETNX', KEYS[1], 'key', ARGV[4]) == 1
+if created then
   redis.call('HSET', KEYS[1], 'label', ARGV[5], 'created', ARGV[3], 'parties', '[]', 'senders', '[]')
 end
 local function add_all(field, values)
@@ -27,7 +28,11 @@ local function add_all(field, values)
   end
   redis.call('HSET', KEYS[1], field, cjson.encode(list))
 end
-add_all('parties', cjson.decode(ARGV[6]))
+-- Parties are fixed when the thread is made (or by the request that made it): a later
+-- message never adds its sender, so naming or computing a thread id is no invitation.
+if created or redis.call('HGET', KEYS[1], 'parties') == '[]' then
+  add_all('parties', cjson.decode(ARGV[6]))
+end
 if ARGV[7] ~= '' then add_all('senders', {ARGV[7]}) end
 redis.call('HINCRBY', KEYS[1], 'count', 1)
 local newest = tonumber(redis.call('HGET', KEYS[1], 'newest_at') or '0')

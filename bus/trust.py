@@ -1,0 +1,157 @@
+"""Pure trust rules (issue 9): label hygiene, handle confusables, wake-command hygiene,
+the gateway's Host/Origin rules, and who a token may act as.
+
+Everything here is a pure function with table-driven tests (tests/test_trust.py); the
+surfaces call them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import shlex
+import unicodedata
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
+
+# -- labels ------------------------------------------------------------------------------
+
+# Bidi controls that are not category Cf in every Unicode version, named explicitly.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def is_format_char(ch: str) -> bool:
+    """Format characters (Cf: zero-width, bidi overrides, tag characters U+E0000..E007F)."""
+    return unicodedata.category(ch) == "Cf" or ch in _BIDI or 0xE0000 <= ord(ch) <= 0xE007F
+
+
+def strip_format(text: str) -> str:
+    """``text`` without format characters, so a label cannot hide or reorder what it shows."""
+    return "".join(ch for ch in text if not is_format_char(ch))
+
+
+def _script(ch: str) -> str | None:
+    """The script of a letter by its Unicode name's first word (LATIN, CYRILLIC, ...)."""
+    if not ch.isalpha():
+        return None
+    name = unicodedata.name(ch, "")
+    return name.split(" ", 1)[0] if name else "UNKNOWN"
+
+
+def scripts_of(text: str) -> set[str]:
+    """The scripts of the letters in ``text`` (digits and punctuation have none)."""
+    return {s for s in (_script(ch) for ch in text) if s}
+
+
+def handle_problem(handle: str) -> str | None:
+    """Why ``handle`` may not be registered, or None.
+
+    Refused: control or format characters (invisible in a stamp), and letters from more
+    than one script in one part (``hа:alice`` with a Cyrillic ``а`` looks like ``ha:alice``).
+    """
+    if any(
+        unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") or is_format_char(ch) for ch in handle
+    ):
+        return "contains control or format characters"
+    for part in handle.split(":"):
+        found = scripts_of(part)
+        if len(found) > 1:
+            return f"mixes scripts ({', '.join(sorted(found))}) in {part!r}"
+    return None
+
+
+# -- wake commands -------------------------------------------------------------------------
+
+_SHELL_CHARS = re.compile(r"[|&;<>()$`\\\"'*?\[\]#~=%{}\n]")
+# Never inherited by a wake command: the server secret, tokens, credentials.
+SECRET_ENV = (
+    "INBOX_SECRET",
+    "INBOX_TOKEN",
+    "INBOX_FLOWER_AUTH",
+    "INBOX_REDIS_URL",
+    "INBOX_BROKER_URL",
+)
+
+
+def wake_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without the bus's secrets: ``INBOX_SECRET``, ``INBOX_TOKEN``, URLs that may
+    carry a Redis password, and anything named ``*SECRET*``/``*TOKEN*``/``*PASSWORD*``
+    under ``INBOX_``."""
+    out = {}
+    for k, v in env.items():
+        upper = k.upper()
+        if upper in SECRET_ENV:
+            continue
+        if upper.startswith("INBOX_") and any(
+            w in upper for w in ("SECRET", "TOKEN", "PASSWORD", "AUTH")
+        ):
+            continue
+        out[k] = v
+    return out
+
+
+def wake_argv(cmd: str) -> tuple[list[str] | str, bool]:
+    """How to run ``cmd``: ``(argv, False)`` when it is a plain command line (split with
+    shlex, no shell); ``(cmd, True)`` when it uses shell syntax (pipes, redirections,
+    variables, quoting), which only a shell can run."""
+    if _SHELL_CHARS.search(cmd):
+        return cmd, True
+    argv = shlex.split(cmd)
+    if not argv:
+        return cmd, True
+    return argv, False
+
+
+# -- the gateway's Host and Origin ----------------------------------------------------------
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address is loopback (``127.0.0.0/8``, ``::1``, ``localhost``)."""
+    name = host.strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The name in a ``Host`` header, without its port, lower-cased."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        return value[: end + 1] if end > 0 else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def allowed_hosts(bind: str, configured: Iterable[str] = ()) -> frozenset[str]:
+    """The ``Host`` names the gateway answers: the configured list, else loopback names
+    plus the address it is bound to."""
+    names = {n.strip().lower() for n in configured if n.strip()}
+    if names:
+        return frozenset(names)
+    return frozenset({*LOOPBACK_NAMES, bind.lower(), f"[{bind.lower()}]"})
+
+
+def host_allowed(header: str | None, allowed: frozenset[str]) -> bool:
+    """A request's ``Host`` is one of ``allowed`` ("*" allows any)."""
+    if "*" in allowed:
+        return True
+    if not header:
+        return False
+    return host_name(header) in allowed
+
+
+def origin_allowed(origin: str | None, host_header: str | None) -> bool:
+    """No ``Origin`` (a non-browser client) or a same-origin one; a cross-site page is refused."""
+    if origin is None:
+        return True
+    if origin == "null" or not host_header:
+        return False
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return False
+    return parts.netloc.lower() == host_header.strip().lower()

@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from . import auth, items, watch
+from . import auth, ingest, items, watch
 from . import requests as typed_requests
 from . import threads as threadkeys
 from .auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
@@ -253,6 +253,14 @@ class Bus:
         else:
             data = self._as_token_subject(data, claims)
         return self.post(parse_message(data), wait=wait, timeout=timeout)
+
+    def send_many(
+        self, items: Sequence[dict[str, Any] | Message], *, token: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Send a batch: validated whole (one bad item refuses it all, nothing written),
+        each receiver looked up once, one pipelined append and one delivery per receiver.
+        Answers as ``send`` would, one per item, in order. See :mod:`bus.ingest`."""
+        return ingest.send_many(self, items, token=token)
 
     def as_sender(self, data: dict[str, Any], token: str | None) -> dict[str, Any]:
         """``data`` with its sender set from ``token`` (authentication on), or refused."""

@@ -7,6 +7,7 @@ non-zero (2 for bad input).
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import sys
@@ -18,7 +19,7 @@ from typing import Any, NoReturn, TypeVar
 import typer
 
 from . import connect
-from .errors import BusError
+from .errors import BadInput, BusError
 from .models import check_session_id
 from .settings import Settings
 
@@ -182,24 +183,51 @@ def send(
         raise typer.Exit(1)
 
 
+JSONL_CHUNK = 1000  # lines per batch: memory stays bounded however long the input
+
+
 def _send_jsonl(b: Any, source: str) -> None:
+    """Stream the input in chunks through the batched ingest (:mod:`bus.ingest`). A
+    stream cannot be refused whole before it is read, so each bad line is refused on its
+    own, with its line number and nothing written for it, and the other lines go in."""
     stream = sys.stdin if source == "-" else open(source, encoding="utf-8")  # noqa: SIM115
     failed = 0
+    first_line = 1
     with stream:
-        for n, line in enumerate(stream, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-                emit(b.send(data))
-            except json.JSONDecodeError as exc:
-                failed += 1
-                emit({"ok": False, "error": "bad_input", "line": n, "message": str(exc)})
-            except BusError as exc:
-                failed += 1
-                emit({**exc.to_json(), "line": n})
+        while chunk := list(itertools.islice(stream, JSONL_CHUNK)):
+            failed += _send_chunk(b, chunk, first_line)
+            first_line += len(chunk)
     if failed:
         raise typer.Exit(1)
+
+
+def _send_chunk(b: Any, chunk: list[str], first_line: int) -> int:
+    """Answer each non-blank line of ``chunk`` in order; the number refused."""
+    from .ingest import check_each, store_many
+
+    numbered: list[tuple[int, Any]] = []
+    for n, line in enumerate(chunk, first_line):
+        if not line.strip():
+            continue
+        try:
+            numbered.append((n, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            numbered.append((n, BadInput(f"line {n} is not JSON: {exc}")))
+    parsed = [item for _n, item in numbered if not isinstance(item, BusError)]
+    checked = iter(bus_call(lambda: check_each(b, parsed)))
+    results: list[tuple[int, Any]] = [
+        (n, item if isinstance(item, BusError) else next(checked)) for n, item in numbered
+    ]
+    good = [r for _n, r in results if not isinstance(r, BusError)]
+    answers = iter(bus_call(lambda: store_many(b, good)))
+    failed = 0
+    for n, r in results:
+        if isinstance(r, BusError):
+            failed += 1
+            emit({**r.to_json(), "line": n})
+        else:
+            emit(next(answers))
+    return failed
 
 
 @app.command()

@@ -4,6 +4,7 @@
 |---|---|
 | ``POST /send`` | prox's remote delivery: the local precedence (socket, else file) on this host, no Redis |
 | ``POST /v1/send`` | the bus proper: store in Redis and route to the owning host (SPEC section 4) |
+| ``POST /v1/send/batch`` | a batch of messages through ``Bus.send_many``: refused whole or stored whole |
 | ``GET /health`` | ``{"ok": true, "redis": bool, "host"}``; 200 even when Redis is down |
 | ``GET /metrics`` | Prometheus text: the shared counters plus this process's HTTP requests |
 | ``GET /openapi.json`` | FastAPI's OpenAPI document, with the wire ``Message`` schema |
@@ -110,6 +111,24 @@ def _json_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
+MAX_BATCH = 10_000
+
+
+def _batch_body(raw: bytes) -> list[Any]:
+    """A batch body: a JSON array of messages, or an object with a ``messages`` array."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadInput(f"the body is not JSON: {_one_line(str(exc))}") from exc
+    if isinstance(body, dict):
+        body = body.get("messages")
+    if not isinstance(body, list):
+        raise BadInput("a batch must be a JSON array of messages (or {\"messages\": [...]})")
+    if len(body) > MAX_BATCH:
+        raise BadInput(f"a batch holds at most {MAX_BATCH} messages, not {len(body)}")
+    return body
+
+
 def create_app(bus: Bus) -> FastAPI:
     """The gateway's FastAPI app for ``bus``; every handler makes one call into it."""
     app = FastAPI(
@@ -194,6 +213,27 @@ def create_app(bus: Bus) -> FastAPI:
             unavailable = Unavailable(_one_line(f"Redis did not answer: {err}"))
             return JSONResponse(unavailable.to_json(), 503)
         return JSONResponse(answer)
+
+    @app.post(
+        "/v1/send/batch",
+        responses={s: {"model": BusErrorAnswer} for s in (400, 401, 404, 409, 503)},
+        summary="Send a batch through the bus (validated whole, one answer per message)",
+    )
+    async def send_batch(request: Request) -> JSONResponse:
+        """A JSON array of messages (or ``{"messages": [...]}``); answers
+        ``{"ok": true, "answers": [...]}``, each as ``/v1/send`` would. One bad message
+        refuses the batch (400 naming its ``index``) and nothing is written."""
+        raw = await request.body()
+        try:
+            answers = await run_in_threadpool(
+                lambda: bus.send_many(_batch_body(raw), token=_bearer(request))
+            )
+        except BusError as err:
+            return JSONResponse(err.to_json(), _status_of(err))
+        except redis.RedisError as err:
+            unavailable = Unavailable(_one_line(f"Redis did not answer: {err}"))
+            return JSONResponse(unavailable.to_json(), 503)
+        return JSONResponse({"ok": True, "answers": answers})
 
     @app.get("/health", response_model=Health)
     async def health() -> Health:

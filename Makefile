@@ -30,3 +30,4 @@ schemas: install
 
 bench: install
 	$(PY) bench/burst.py
+	$(PY) bench/swarm.py

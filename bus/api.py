@@ -13,12 +13,12 @@ from typing import Any
 
 import redis
 
-from . import auth, ingest, items, watch
+from . import auth, handoff, ingest, items, watch
 from . import requests as typed_requests
 from . import threads as threadkeys
 from .auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
 from .conversation import Conversation
-from .delivery import DeliveryReport, deliver_session
+from .delivery import DeliveryReport
 from .dispatch import Dispatcher, default_dispatcher
 from .errors import Ambiguous, BadInput, NotFound, Unauthorized
 from .floor import Floor
@@ -522,9 +522,10 @@ class Bus:
     # -- the host's side ----------------------------------------------------------------
 
     def deliver_session(self, sid: str) -> DeliveryReport:
-        """The worker's job: deliver what is queued for ``sid`` on this host."""
+        """The worker's job: deliver what is queued for ``sid`` on this host; ``busy`` when
+        a delivery already running for it takes the work over (:mod:`bus.handoff`)."""
         check_session_id(sid)
-        return deliver_session(self, sid)
+        return handoff.deliver(self, sid)
 
     def deliver_local(
         self, sid: str, *, sender: str, text: str, urgency: str = "queue", msg_id: str | None = None

@@ -87,7 +87,7 @@ def pct(values: list[float], p: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def percentiles(values: list[float]) -> dict[str, float | None]:
@@ -158,12 +158,10 @@ def scenario_raw(s: Settings, n: int, sessions: int, k: int) -> dict[str, Any]:
 
     def work(j: int) -> None:
         pipe = clients[j].pipeline(transaction=False)
-        count = 0
-        for i in range(j, n, k):
+        for count, i in enumerate(range(j, n, k), 1):
             pipe.xadd(
                 f"{s.key_prefix}:{{raw{i % sessions}}}:stream", {"id": f"raw-{i}", "m": lines[i]}
             )
-            count += 1
             if count % CHUNK == 0:
                 pipe.execute()
         pipe.execute()

@@ -123,7 +123,7 @@ def _batch_body(raw: bytes) -> list[Any]:
     if isinstance(body, dict):
         body = body.get("messages")
     if not isinstance(body, list):
-        raise BadInput("a batch must be a JSON array of messages (or {\"messages\": [...]})")
+        raise BadInput('a batch must be a JSON array of messages (or {"messages": [...]})')
     if len(body) > MAX_BATCH:
         raise BadInput(f"a batch holds at most {MAX_BATCH} messages, not {len(body)}")
     return body

@@ -102,9 +102,7 @@ def _sessions(bus: Bus, sids: Iterable[str]) -> dict[str, SessionInfo | None]:
     }
 
 
-def send_many(
-    bus: Bus, items: Sequence[Any], *, token: str | None = None
-) -> list[dict[str, Any]]:
+def send_many(bus: Bus, items: Sequence[Any], *, token: str | None = None) -> list[dict[str, Any]]:
     """Validate, store and route a batch; one answer per item, in order (see the module)."""
     return store_many(bus, prepare(bus, items, token))
 

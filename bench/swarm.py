@@ -414,14 +414,33 @@ def scenario_wake(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]:
     return {"sessions": sessions, "debounce_ms": DEBOUNCE_S * 1000, "late_ms": percentiles(late)}
 
 
+def prefix_usage(r: Any, prefix: str) -> tuple[int, int]:
+    """(keys, bytes by MEMORY USAGE) under the run's prefix: immune to other users of Redis."""
+    names = list(r.scan_iter(match=f"{prefix}:*", count=1000))
+    pipe = r.pipeline(transaction=False)
+    for name in names:
+        pipe.memory_usage(name, samples=0)
+    return len(names), sum(int(x or 0) for x in pipe.execute())
+
+
+def node_max_bytes(r: Any) -> int | None:
+    try:
+        return int(r.config_get("stream-node-max-bytes")["stream-node-max-bytes"])
+    except (redis.RedisError, KeyError, ValueError):
+        return None  # CONFIG may be disabled (a managed Redis)
+
+
 def scenario_memory(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]:
-    """Sessions registered, one message each delivered and noticed (drained)."""
+    """Sessions registered, one message each delivered and noticed (drained).
+
+    Counts every key the sessions brought, their threads' and message ids' included."""
     r = observer.store.r
     sids = [f"mem{i}" for i in range(sessions)]
 
     def used() -> int:
         return int(r.info("memory")["used_memory"])
 
+    keys_before, usage_before = prefix_usage(r, s.key_prefix)
     before = used()
     open_running(observer, sids)
     send_all(observer, [wire(i, 1, sid, "mem") for i, sid in enumerate(sids)])
@@ -439,20 +458,13 @@ def scenario_memory(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]
     for sid in sids:
         observer.drain(sid)
     after = used()
-    keys = 0
-    usage = 0
-    for sid in sids:
-        pipe = r.pipeline(transaction=False)
-        names = list(r.scan_iter(match=f"{s.key_prefix}:{{{sid}}}:*", count=1000))
-        for name in names:
-            pipe.memory_usage(name, samples=0)
-        keys += len(names)
-        usage += sum(int(x or 0) for x in pipe.execute())
+    keys_after, usage_after = prefix_usage(r, s.key_prefix)
     return {
         "sessions": sessions,
         "info_bytes_per_session": round((after - before) / sessions),
-        "usage_bytes_per_session": round(usage / sessions),
-        "keys_per_session": round(keys / sessions, 1),
+        "usage_bytes_per_session": round((usage_after - usage_before) / sessions),
+        "keys_per_session": round((keys_after - keys_before) / sessions, 1),
+        "stream_node_max_bytes": node_max_bytes(r),
     }
 
 

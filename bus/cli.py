@@ -7,12 +7,12 @@ non-zero (2 for bad input).
 
 from __future__ import annotations
 
-import itertools
 import json
+import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -183,20 +183,39 @@ def send(
         raise typer.Exit(1)
 
 
-JSONL_CHUNK = 1000  # lines per batch: memory stays bounded however long the input
+JSONL_READ = 1 << 16  # bytes per read: a batch is what one read brings, a few hundred lines
+
+
+def _line_chunks(fd: int) -> Iterator[list[str]]:
+    """The input's complete lines, in the chunks the reads bring them. Each read returns
+    what is there (it waits only when nothing is), so a producer that writes a line and
+    waits for its answer gets it, and a file goes in batches."""
+    rest = b""
+    while data := os.read(fd, JSONL_READ):
+        *lines, rest = (rest + data).split(b"\n")
+        if lines:
+            yield [ln.decode("utf-8", "replace") for ln in lines]
+    if rest:
+        yield [rest.decode("utf-8", "replace")]
 
 
 def _send_jsonl(b: Any, source: str) -> None:
-    """Stream the input in chunks through the batched ingest (:mod:`bus.ingest`). A
-    stream cannot be refused whole before it is read, so each bad line is refused on its
-    own, with its line number and nothing written for it, and the other lines go in."""
-    stream = sys.stdin if source == "-" else open(source, encoding="utf-8")  # noqa: SIM115
+    """Stream the input through the batched ingest (:mod:`bus.ingest`). A stream cannot
+    be refused whole before it is read, so each bad line is refused on its own, with its
+    line number and nothing written for it, and the other lines go in."""
     failed = 0
     first_line = 1
-    with stream:
-        while chunk := list(itertools.islice(stream, JSONL_CHUNK)):
+    try:
+        fd = sys.stdin.fileno() if source == "-" else os.open(source, os.O_RDONLY)
+    except OSError as exc:
+        fail(f"cannot read {source}: {exc.strerror}", 2)
+    try:
+        for chunk in _line_chunks(fd):
             failed += _send_chunk(b, chunk, first_line)
             first_line += len(chunk)
+    finally:
+        if source != "-":
+            os.close(fd)
     if failed:
         raise typer.Exit(1)
 

@@ -32,3 +32,4 @@ schemas: install
 bench: install
 	$(PY) bench/burst.py
 	$(PY) bench/hooks.py
+	$(PY) bench/swarm.py

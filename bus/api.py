@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from . import auth, faults, items, watch
+from . import auth, faults, handoff, ingest, items, watch
 from . import requests as typed_requests
 from . import threads as threadkeys
 from .auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
 from .cluster import cluster_client
 from .conversation import Conversation
-from .delivery import DeliveryReport, deliver_session
+from .delivery import DeliveryReport
 from .dispatch import Dispatcher, default_dispatcher
 from .errors import Ambiguous, BadInput, NotFound, RateLimited, Refused, Unauthorized
 from .floor import Floor
@@ -388,6 +388,14 @@ class Bus:
                 code="rate_limited",
             )
 
+    def send_many(
+        self, items: Sequence[dict[str, Any] | Message], *, token: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Send a batch: validated whole (one bad item refuses it all, nothing written),
+        each receiver looked up once, one pipelined append and one delivery per receiver.
+        Answers as ``send`` would, one per item, in order. See :mod:`bus.ingest`."""
+        return ingest.send_many(self, items, token=token)
+
     def as_sender(self, data: dict[str, Any], token: str | None) -> dict[str, Any]:
         """``data`` with its sender set from ``token`` (authentication on), or refused."""
         claims = self.claims(token, SCOPE_WRITE)
@@ -738,9 +746,10 @@ class Bus:
     # -- the host's side ----------------------------------------------------------------
 
     def deliver_session(self, sid: str) -> DeliveryReport:
-        """The worker's job: deliver what is queued for ``sid`` on this host."""
+        """The worker's job: deliver what is queued for ``sid`` on this host; ``busy`` when
+        a delivery already running for it takes the work over (:mod:`bus.handoff`)."""
         check_session_id(sid)
-        return deliver_session(self, sid)
+        return handoff.deliver(self, sid)
 
     def deliver_local(
         self, sid: str, *, sender: str, text: str, urgency: str = "queue", msg_id: str | None = None

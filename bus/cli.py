@@ -11,16 +11,18 @@ Heavy modules (the library, pydantic, redis) are imported inside the commands, s
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from . import cli_receipts
-from .errors import BusError
+from .errors import BadInput, BusError
 from .refusal import bus_call, emit, fail, refuse, run, run_app
 from .settings import Settings
 
@@ -183,24 +185,70 @@ def _default_sender(b: Bus) -> str:
     return f"{b.settings.host}:inbox"
 
 
+JSONL_READ = 1 << 16  # bytes per read: a batch is what one read brings, a few hundred lines
+
+
+def _line_chunks(fd: int) -> Iterator[list[str]]:
+    """The input's complete lines, in the chunks the reads bring them. Each read returns
+    what is there (it waits only when nothing is), so a producer that writes a line and
+    waits for its answer gets it, and a file goes in batches."""
+    rest = b""
+    while data := os.read(fd, JSONL_READ):
+        *lines, rest = (rest + data).split(b"\n")
+        if lines:
+            yield [ln.decode("utf-8", "replace") for ln in lines]
+    if rest:
+        yield [rest.decode("utf-8", "replace")]
+
+
 def _send_jsonl(b: Any, source: str) -> None:
-    stream = sys.stdin if source == "-" else open(source, encoding="utf-8")  # noqa: SIM115
+    """Stream the input through the batched ingest (:mod:`bus.ingest`). A stream cannot
+    be refused whole before it is read, so each bad line is refused on its own, with its
+    line number and nothing written for it, and the other lines go in."""
     failed = 0
-    with stream:
-        for n, line in enumerate(stream, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-                emit(b.send(data))
-            except json.JSONDecodeError as exc:
-                failed += 1
-                emit({"ok": False, "error": "bad_input", "line": n, "message": str(exc)})
-            except BusError as exc:
-                failed += 1
-                emit({**exc.to_json(), "line": n})
+    first_line = 1
+    try:
+        fd = sys.stdin.fileno() if source == "-" else os.open(source, os.O_RDONLY)
+    except OSError as exc:
+        fail(f"cannot read {source}: {exc.strerror}", 2)
+    try:
+        for chunk in _line_chunks(fd):
+            failed += _send_chunk(b, chunk, first_line)
+            first_line += len(chunk)
+    finally:
+        if source != "-":
+            os.close(fd)
     if failed:
         raise typer.Exit(1)
+
+
+def _send_chunk(b: Any, chunk: list[str], first_line: int) -> int:
+    """Answer each non-blank line of ``chunk`` in order; the number refused."""
+    from .ingest import check_each, store_many
+
+    numbered: list[tuple[int, Any]] = []
+    for n, line in enumerate(chunk, first_line):
+        if not line.strip():
+            continue
+        try:
+            numbered.append((n, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            numbered.append((n, BadInput(f"line {n} is not JSON: {exc}")))
+    parsed = [item for _n, item in numbered if not isinstance(item, BusError)]
+    checked = iter(bus_call(lambda: check_each(b, parsed)))
+    results: list[tuple[int, Any]] = [
+        (n, item if isinstance(item, BusError) else next(checked)) for n, item in numbered
+    ]
+    good = [r for _n, r in results if not isinstance(r, BusError)]
+    answers = iter(bus_call(lambda: store_many(b, good)))
+    failed = 0
+    for n, r in results:
+        if isinstance(r, BusError):
+            failed += 1
+            emit({**r.to_json(), "line": n})
+        else:
+            emit(next(answers))
+    return failed
 
 
 @app.command()

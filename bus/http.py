@@ -5,6 +5,7 @@
 | ``POST /send`` | prox's remote delivery: the local precedence (socket, else file) on this host, no Redis |
 | ``POST /v1/send`` | the bus proper: store in Redis and route to the owning host (SPEC section 4) |
 | ``GET /v1/messages/{id}`` | the sender's receipt of one message (its token, or ``?by=SID`` without a secret) |
+| ``POST /v1/send/batch`` | a batch of messages through ``Bus.send_many``: refused whole or stored whole |
 | ``GET /health`` | ``{"ok": true, "redis": bool, "host"}``; 200 even when Redis is down |
 | ``GET /metrics`` | Prometheus text: the shared counters plus this process's HTTP requests |
 | ``GET /openapi.json`` | FastAPI's OpenAPI document, with the wire ``Message`` schema |
@@ -135,6 +136,27 @@ def _json_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
+MAX_BATCH = 10_000
+MAX_BATCH_BYTES = 32 * 1024 * 1024
+
+
+def _batch_body(raw: bytes) -> list[Any]:
+    """A batch body: a JSON array of messages, or an object with a ``messages`` array."""
+    try:
+        body = json.loads(raw)
+    except RecursionError as exc:
+        raise BadInput("the body is nested too deeply") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadInput(f"the body is not JSON: {_one_line(str(exc))}") from exc
+    if isinstance(body, dict):
+        body = body.get("messages")
+    if not isinstance(body, list):
+        raise BadInput('a batch must be a JSON array of messages (or {"messages": [...]})')
+    if len(body) > MAX_BATCH:
+        raise BadInput(f"a batch holds at most {MAX_BATCH} messages, not {len(body)}")
+    return body
+
+
 def create_app(
     bus: Bus,
     *,
@@ -162,7 +184,12 @@ def create_app(
     )
     configured = bus.settings.allowed_hosts if hosts is None else hosts
     # The web inbox posts forms (pictures included); it checks CSRF and origin itself too.
-    rules = (Rule("/ui/", max_body=MAX_FORM_BYTES, json_only=False), *rules)
+    rules = (
+        Rule("/ui/", max_body=MAX_FORM_BYTES, json_only=False),
+        # A batch holds up to MAX_BATCH messages of 8,000 characters: a larger bound.
+        Rule("/v1/send/batch", max_body=MAX_BATCH_BYTES),
+        *rules,
+    )
     app.add_middleware(
         GuardMiddleware,
         hosts=allowed_hosts(bind, configured),
@@ -284,6 +311,27 @@ def create_app(
             unavailable = Unavailable(_one_line(f"Redis did not answer: {err}"))
             return JSONResponse(unavailable.to_json(), 503)
         return JSONResponse(answer)
+
+    @app.post(
+        "/v1/send/batch",
+        responses={s: {"model": BusErrorAnswer} for s in (400, 401, 404, 409, 503)},
+        summary="Send a batch through the bus (validated whole, one answer per message)",
+    )
+    async def send_batch(request: Request) -> JSONResponse:
+        """A JSON array of messages (or ``{"messages": [...]}``); answers
+        ``{"ok": true, "answers": [...]}``, each as ``/v1/send`` would. One bad message
+        refuses the batch (400 naming its ``index``) and nothing is written."""
+        raw = await request.body()
+        try:
+            answers = await run_in_threadpool(
+                lambda: bus.send_many(_batch_body(raw), token=_bearer(request))
+            )
+        except BusError as err:
+            return JSONResponse(err.to_json(), _status_of(err))
+        except redis.RedisError as err:
+            unavailable = Unavailable(_one_line(f"Redis did not answer: {err}"))
+            return JSONResponse(unavailable.to_json(), 503)
+        return JSONResponse({"ok": True, "answers": answers})
 
     @app.get("/health", response_model=Health)
     async def health() -> Health:

@@ -1,0 +1,40 @@
+"""Smoke test: bench/swarm.py runs at a tiny size and ends with its JSON line (no timing
+is asserted; the figures live in the bench's output)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_swarm_bench_runs_tiny_and_reports_every_figure(redis_url: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "bench/swarm.py", "--size", "tiny", "--redis-url", redis_url],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["bench"] == "swarm" and summary["batched"] is True
+    for name in ("raw", "ingest", "naive"):
+        assert summary[name]["per_s"] > 0 and summary[name]["messages"] == 60
+    [e2e] = summary["e2e"]
+    assert e2e["workers"] == 1 and e2e["turns"] == 0
+    # One notice per batch: at most one per delivery, never one per message.
+    assert 1 <= e2e["notices_per_session"] < summary["messages"] / summary["sessions"]
+    for side in ("bus", "naive"):
+        assert summary["latency"][side]["n"] == 10 and summary["latency"][side]["p99"] >= 0
+    assert summary["wake"]["late_ms"]["n"] == summary["sessions"]
+    assert summary["memory"]["keys_per_session"] > 0
+    assert {"ingest_over_raw_xadd", "e2e_over_naive", "latency_p99_bus_over_naive"} <= set(
+        summary["ratios"]
+    )

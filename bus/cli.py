@@ -422,7 +422,7 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="bind address (loopback unless told otherwise)"),
     port: int = typer.Option(5252, help="port"),
 ) -> None:
-    """The HTTP gateway: prox-compatible POST /send, GET /health, /metrics, /openapi.json."""
+    """The HTTP gateway: POST /send (local precedence), /v1/send, GET /health, /metrics, /openapi.json."""
     from .http import check_bind
     from .http import serve as serve_http
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import typer
 
+from .refusal import refuse
+
 
 def register(
     app: typer.Typer,
@@ -35,9 +37,10 @@ def register(
 
         b = connect()
         out = bus_call(lambda: b.receipt(message_id, by=by, wait_for=wait_for, timeout=timeout))
+        if out.get("ok") is False:  # a wait that timed out: the receipt, in the refusal shape
+            rest = {k: v for k, v in out.items() if k not in ("ok", "error", "message")}
+            refuse(str(out.get("error")), str(out.get("message")), 1, details=rest)
         emit(out)
-        if out.get("ok") is False:
-            fail(str(out.get("message") or out.get("error")), 1)
 
     @app.command()
     def sent(

@@ -183,9 +183,10 @@ def create_app(
         redoc_url=None,
     )
     configured = bus.settings.allowed_hosts if hosts is None else hosts
-    # The web inbox posts forms (pictures included); it checks CSRF and origin itself too.
+    # The web inbox posts forms (pictures included) and checks CSRF and origin itself,
+    # answering with its own page; the Host check still applies.
     rules = (
-        Rule("/ui/", max_body=MAX_FORM_BYTES, json_only=False),
+        Rule("/ui/", max_body=MAX_FORM_BYTES, json_only=False, same_origin=False),
         # A batch holds up to MAX_BATCH messages of 8,000 characters: a larger bound.
         Rule("/v1/send/batch", max_body=MAX_BATCH_BYTES),
         *rules,

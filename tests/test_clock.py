@@ -33,7 +33,12 @@ def test_the_scheduler_takes_an_entry_when_the_clock_reaches_it(
     clock.advance(59_999)
     assert tick(b, sweep=False, clock=clock)["taken"] == 0
     clock.advance(1)
-    assert tick(b, sweep=False, clock=clock) == {"taken": 1, "dispatched": 1, "swept": 0}
+    assert tick(b, sweep=False, clock=clock) == {
+        "taken": 1,
+        "dispatched": 1,
+        "swept": 0,
+        "expired": 0,
+    }
     assert recorder.calls == [("hosta", "later")]
 
 

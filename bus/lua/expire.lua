@@ -4,7 +4,8 @@
 -- KEYS[1] new     P:{sid}:new     ids not yet carried by a notice -> arrival ms
 -- KEYS[2] wakeq   P:{sid}:wakeq   the wake-worthy subset of new
 -- KEYS[3] msgs    P:{sid}:msgs    message id -> inbox record JSON
--- KEYS[4] floor   P:{sid}:floor   notice id -> ids of a notice on the floor no drain took
+-- KEYS[4] floor   P:{sid}:floor   notice id -> record of a notice on the floor no drain
+--                                 took: {"ids": [...], ...} (older records: the id list)
 -- KEYS[5] events  P:{sid}:events  durability records (inbox_expired)
 -- ARGV[1] cutoff ms (arrived before it: expired), ARGV[2] now ms
 -- Returns the ids that expired.
@@ -25,7 +26,8 @@ end
 -- Notices written to the floor that no drain took: their messages are still 'new'.
 local floor = redis.call('HGETALL', KEYS[4])
 for i = 2, #floor, 2 do
-  for _, id in ipairs(cjson.decode(floor[i])) do
+  local rec = cjson.decode(floor[i])
+  for _, id in ipairs(rec.ids or rec) do
     local raw = redis.call('HGET', KEYS[3], id)
     if raw then
       local rec = cjson.decode(raw)

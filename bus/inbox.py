@@ -239,6 +239,8 @@ class Inbox:
         if plan.action == "schedule" and plan.at is not None:
             self.store.schedule("due", sid, plan.at)
         elif plan.action in ("notice", "wake"):
+            if not report.still_held():
+                return  # the lease lapsed: another delivery may be writing (bus/lease.py)
             notice = self.notice(sid, wake=plan.action == "wake", reason=plan.reason)
             if notice:
                 report.notices.append(notice)

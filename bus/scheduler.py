@@ -15,7 +15,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from .liveness import SCHEDULER, Heartbeat
 from .models import now_ms
+from .outage import OUTAGE_ERRORS, Outage
 
 if TYPE_CHECKING:
     from .api import Bus
@@ -88,11 +90,19 @@ def run(bus: Bus, stop: threading.Event | None = None, *, max_sleep_s: float = 0
     """The ``inbox scheduler`` loop: tick, then sleep until the next due time (capped)."""
     stop = stop or threading.Event()
     log.info("scheduler running (prefix %s)", bus.settings.key_prefix)
+    outage = Outage("scheduler", log)
+    beat = Heartbeat(bus, SCHEDULER)
+    beat.beat(started=True)
     while not stop.is_set():
         try:
             tick(bus)
             nxt = bus.store.next_due()
-        except Exception:  # keep scheduling through a Redis blip; the log says why
+            beat.progress()
+            outage.ok()
+        except OUTAGE_ERRORS as exc:  # Redis restarting: one line per outage, not per tick
+            outage.failed(exc)
+            nxt = None
+        except Exception:  # keep scheduling through anything else; the log says why
             log.exception("scheduler tick failed")
             nxt = None
         delay = max_sleep_s if nxt is None else min(max_sleep_s, max(0.0, (nxt - now_ms()) / 1000))

@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -540,9 +540,7 @@ class Soak:
             "heard_p99_calm_s": _pct(calm, 99),
             "heard_p50_faults_s": _pct(faulty, 50),
             "heard_p99_faults_s": _pct(faulty, 99),
-            "faults": [
-                {k2: v for k2, v in f.items() if k2 != "t"} for f in self.faults
-            ],
+            "faults": [{k2: v for k2, v in f.items() if k2 != "t"} for f in self.faults],
             "max_recovery_s": max((x for x in recov if x is not None), default=None),
             "recoveries_failed": sum(1 for x in recov if x is None),
             "restarted_by_script": self.restarted_by_script,

@@ -27,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, g
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from . import liveness
 from .api import Bus
 from .errors import Ambiguous, BadInput, BusError, NotFound, Refused, Unauthorized, Unavailable
 from .metrics import RedisCollector
@@ -80,6 +81,7 @@ class Health(BaseModel):
     ok: bool = True
     redis: bool
     host: str
+    workers: list[dict[str, Any]] = []  # each host's worker age and queue depth
 
 
 _MESSAGE_BODY = {
@@ -199,14 +201,15 @@ def create_app(bus: Bus) -> FastAPI:
     async def health() -> Health:
         """Always 200: ``redis`` says whether the store answered (``/send`` works either way)."""
 
-        def ping() -> bool:
+        def ping() -> tuple[bool, list[dict[str, Any]]]:
             try:
                 bus.store.ping()
+                return True, liveness.workers(bus.store)
             except (BusError, redis.RedisError, OSError):
-                return False
-            return True
+                return False, []
 
-        return Health(redis=await run_in_threadpool(ping), host=bus.settings.host)
+        up, workers = await run_in_threadpool(ping)
+        return Health(redis=up, host=bus.settings.host, workers=workers)
 
     @app.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
     async def metrics() -> Response:

@@ -183,7 +183,9 @@ def start_topology(
         # Exactly one scheduler for the whole bus; it needs no floor of its own.
         log = base / "scheduler.log"
         topo.children.append(
-            Child("scheduler", spawn_logged([*exe, "scheduler"], topo.env_for(hosts[0]), log), log=log)
+            Child(
+                "scheduler", spawn_logged([*exe, "scheduler"], topo.env_for(hosts[0]), log), log=log
+            )
         )
         topo.supervisor.children[:0] = topo.children
         for child in topo.children:

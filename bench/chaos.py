@@ -140,29 +140,28 @@ def role_sender(args: argparse.Namespace) -> int:
     targets = [t.split("=", 1) for t in args.targets.split(",")]
     bus = Bus(Settings.from_env())
     rnd = random.Random(args.index)
-    out = open(args.out, "a", buffering=1)
-    start = time.monotonic()
-    for n in range(args.count):
-        due = start + n / args.rate
-        delay = due - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        sid, kind = targets[rnd.randrange(len(targets))]
-        mid = f"cx-{args.index}-{n}"
-        fields = {
-            "id": mid,
-            "from": f"a:sender{args.index}",
-            "to_id": sid,
-            "text": f"chaos {mid}",
-            "class": "blocker" if kind == "wake" else "action",
-        }
-        resend = rnd.random() < args.resend
-        _retrying(lambda f=fields: bus.send(dict(f)), time.monotonic() + 120)
-        out.write(f"{mid} {sid} {_now():.3f}\n")
-        if resend:  # the same id again: must not be stored or carried twice
+    with open(args.out, "a", buffering=1) as out:
+        start = time.monotonic()
+        for n in range(args.count):
+            due = start + n / args.rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            sid, kind = targets[rnd.randrange(len(targets))]
+            mid = f"cx-{args.index}-{n}"
+            fields = {
+                "id": mid,
+                "from": f"a:sender{args.index}",
+                "to_id": sid,
+                "text": f"chaos {mid}",
+                "class": "blocker" if kind == "wake" else "action",
+            }
+            resend = rnd.random() < args.resend
             _retrying(lambda f=fields: bus.send(dict(f)), time.monotonic() + 120)
-            out.write(f"resend {mid}\n")
-    out.close()
+            out.write(f"{mid} {sid} {_now():.3f}\n")
+            if resend:  # the same id again: must not be stored or carried twice
+                _retrying(lambda f=fields: bus.send(dict(f)), time.monotonic() + 120)
+                out.write(f"resend {mid}\n")
     return 0
 
 
@@ -170,18 +169,18 @@ def role_drainer(args: argparse.Namespace) -> int:
     """Drain the given floor sessions in a loop; log each heard message id with the time."""
     sids = args.targets.split(",")
     bus = Bus(Settings.from_env())
-    out = open(args.out, "a", buffering=1)
-    while True:
-        for sid in sids:
-            try:
-                lines = bus.drain(sid)
-            except Exception:
-                time.sleep(0.2)
-                continue
-            t = _now()
-            for line in lines if isinstance(lines, list) else []:
-                out.write(json.dumps({"sid": sid, "t": t, "ids": _ids_of(line)}) + "\n")
-        time.sleep(0.2)
+    with open(args.out, "a", buffering=1) as out:
+        while True:
+            for sid in sids:
+                try:
+                    lines = bus.drain(sid)
+                except Exception:
+                    time.sleep(0.2)
+                    continue
+                t = _now()
+                for line in lines if isinstance(lines, list) else []:
+                    out.write(json.dumps({"sid": sid, "t": t, "ids": _ids_of(line)}) + "\n")
+            time.sleep(0.2)
 
 
 def _ids_of(line: dict[str, Any]) -> list[str]:
@@ -280,8 +279,10 @@ class Soak:
         assert self.topo is not None
         sids = [s for s, (h, k) in self.sessions.items() if h == host and k == "floor"]
         self.drainers[host] = subprocess.Popen(
-            [sys.executable, __file__, "--role", "drainer", "--targets", ",".join(sids)]
-            + ["--out", str(self.base / f"drain-{host}.jsonl")],
+            [
+                *(sys.executable, __file__, "--role", "drainer", "--targets", ",".join(sids)),
+                *("--out", str(self.base / f"drain-{host}.jsonl")),
+            ],
             env=self.topo.env_for(host),
             start_new_session=True,
         )
@@ -294,9 +295,11 @@ class Soak:
         rate = max(1.0, per / a.duration)
         return [
             subprocess.Popen(
-                [sys.executable, __file__, "--role", "sender", "--index", str(i)]
-                + ["--count", str(per), "--rate", str(rate), "--targets", targets]
-                + ["--resend", str(a.resend), "--out", str(self.base / f"sent-{i}.txt")],
+                [
+                    *(sys.executable, __file__, "--role", "sender", "--index", str(i)),
+                    *("--count", str(per), "--rate", str(rate), "--targets", targets),
+                    *("--resend", str(a.resend), "--out", str(self.base / f"sent-{i}.txt")),
+                ],
                 env=self.topo.env_for(HOSTS[0]),
                 start_new_session=True,
             )
@@ -468,14 +471,11 @@ class Soak:
             s.wait()
         sent = self.read_sent()
         deadline = time.monotonic() + a.settle
-        last, still = -1, 0.0
         while time.monotonic() < deadline:
             with self.lock:
                 n_heard = sum(1 for m in sent if m in self.heard)
             if n_heard == len(sent):
                 break
-            if n_heard != last:
-                last, still = n_heard, time.monotonic()
             time.sleep(0.2)
         time.sleep(1.0)  # let marks settle after the last ack/drain
         stop.set()

@@ -3,7 +3,7 @@
 Each child (a worker, the scheduler, the embedded Redis) runs in its own session, so a
 Ctrl-C in the terminal reaches only the supervisor, which then stops them in order:
 workers and scheduler first, Redis last (its append-only file flushed), each stage
-bounded, then SIGKILL. A child that exits is started again after a backoff (0.5 s,
+bounded, then SIGKILL. A child that exits is started again after a backoff (0.2 s,
 doubling to 10 s; reset once it ran 30 s), with one log line each time. A worker whose
 host queue holds work while it made no progress for ``INBOX_WORKER_STALL_S`` (default
 30 s, :func:`bus.liveness.stalled`) is killed and restarted. One supervisor per home:
@@ -30,7 +30,7 @@ from .keys import Keys
 from .liveness import host_queue, stalled
 from .models import now_ms
 
-BACKOFF_START_S = 0.5
+BACKOFF_START_S = 0.2
 BACKOFF_MAX_S = 10.0
 HEALTHY_AFTER_S = 30.0
 LIVENESS_EVERY_S = 2.0
@@ -61,7 +61,7 @@ class HomeLock:
 
     def acquire(self) -> HomeLock:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = open(self.path, "a+")
+        fd = open(self.path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -258,7 +258,7 @@ def spawn_logged(argv: list[str], env: dict[str, str], log: Path | None) -> Call
     """A spawn function: ``argv`` in its own session, output appended to ``log``."""
 
     def spawn() -> subprocess.Popen[bytes]:
-        out: Any = open(log, "ab") if log is not None else None
+        out: Any = open(log, "ab") if log is not None else None  # noqa: SIM115
         try:
             return subprocess.Popen(
                 argv,

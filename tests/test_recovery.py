@@ -180,7 +180,8 @@ def test_a_message_after_a_redis_restart_is_heard_within_5_s(
                     nxt = bus.send({"from": "hosta:me", "to_id": "after", "text": "after"})
                 except redis.RedisError:
                     assert time.monotonic() - back < 5.0
-            wait_for(lambda: nxt["id"] in heard, timeout=5.0, what="the message within 5 s")
+            wait_for(lambda: nxt["id"] in heard, timeout=30.0, what="the message after")
+            print(f"heard {time.monotonic() - back:.2f} s after Redis was back")
             assert time.monotonic() - back <= 5.0
         assert worker.proc.poll() is None  # the same worker process carried on
     finally:

@@ -6,7 +6,7 @@ workers and scheduler first, Redis last (its append-only file flushed), each sta
 bounded, then SIGKILL. A child that exits is started again after a backoff (0.2 s,
 doubling to 10 s; reset once it ran 30 s), with one log line each time. A worker whose
 host queue holds work while it made no progress for ``INBOX_WORKER_STALL_S`` (default
-30 s, :func:`bus.liveness.stalled`) is killed and restarted. One supervisor per home:
+10 s, :func:`bus.liveness.stalled`) is killed and restarted. One supervisor per home:
 :class:`HomeLock` (``fcntl.flock`` on ``<home>/up.pid``).
 """
 
@@ -34,6 +34,9 @@ BACKOFF_START_S = 0.2
 BACKOFF_MAX_S = 10.0
 HEALTHY_AFTER_S = 30.0
 LIVENESS_EVERY_S = 2.0
+# A Celery worker can hang in its own shutdown after an unrecoverable broker error
+# (kombu's restore_unacked on a Redis restart); its queue then grows with no progress.
+STALL_S = 10.0
 
 
 def _log(line: str) -> None:
@@ -249,9 +252,9 @@ class Supervisor:
 def _stall_from_env() -> float:
     raw = os.environ.get("INBOX_WORKER_STALL_S", "")
     try:
-        return float(raw) if raw else 30.0
+        return float(raw) if raw else STALL_S
     except ValueError:
-        return 30.0
+        return STALL_S
 
 
 def spawn_logged(argv: list[str], env: dict[str, str], log: Path | None) -> Callable[..., Any]:

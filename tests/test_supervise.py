@@ -16,7 +16,9 @@ import redis
 from bus.api import Bus
 from bus.dispatch import NullDispatcher
 from bus.settings import Settings
-from bus.supervise import AlreadyRunning, HomeLock
+from bus.keys import Keys
+from bus.liveness import host_queue
+from bus.supervise import AlreadyRunning, Child, HomeLock, Supervisor
 from tests.conftest import REPO, wait_for
 
 
@@ -152,3 +154,42 @@ def _ping(client: redis.Redis) -> bool:
         return bool(client.ping())
     except redis.RedisError:
         return False
+
+
+def _sleeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["sleep", "60"], start_new_session=True)
+
+
+def test_a_child_that_exits_is_restarted_with_one_line(tmp_path: Path) -> None:
+    lines: list[str] = []
+    child = Child("sleeper", _sleeper)
+    sup = Supervisor([child], log=lines.append, stall_s=0).start()
+    try:
+        first = child.proc.pid
+        os.killpg(first, signal.SIGKILL)
+        wait_for(lambda: (sup.poll(), child.proc.pid != first)[1], 10, "the restart")
+        assert child.proc.poll() is None
+        assert len(lines) == 1 and "sleeper exited (code -9)" in lines[0]
+    finally:
+        sup.stop(5)
+    assert child.proc.poll() is not None
+
+
+def test_a_worker_holding_work_without_progress_is_restarted(redis_url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = Keys(prefix)
+    lines: list[str] = []
+    child = Child("worker-h", _sleeper, host="h")
+    sup = Supervisor([child], log=lines.append, store=(client, keys), stall_s=0.3).start()
+    try:
+        first = child.proc.pid
+        sup.poll()
+        assert child.proc.pid == first  # nothing queued: idle is not stalled
+        client.lpush(keys.celery_queue(host_queue("h")), "a delivery")
+        wait_for(
+            lambda: (sup.poll(), child.proc.pid != first)[1], 10, "the stalled worker's restart"
+        )
+        assert any("made no progress" in line for line in lines)
+    finally:
+        sup.stop(5)
+        client.close()

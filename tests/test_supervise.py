@@ -15,9 +15,9 @@ import redis
 
 from bus.api import Bus
 from bus.dispatch import NullDispatcher
-from bus.settings import Settings
 from bus.keys import Keys
 from bus.liveness import host_queue
+from bus.settings import Settings
 from bus.supervise import AlreadyRunning, Child, HomeLock, Supervisor
 from tests.conftest import REPO, wait_for
 

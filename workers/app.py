@@ -22,7 +22,7 @@ def host_queue(host: str) -> str:
     return f"host.{host}"
 
 
-class FastReconnectConsumer(Consumer):  # type: ignore[misc]
+class FastReconnectConsumer(Consumer):
     """Celery's consumer, reconnecting to a restarted broker within a second.
 
     Celery calls kombu's ``ensure_connection`` with its default waits (2 s, then 4 s, 6 s,

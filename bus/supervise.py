@@ -4,7 +4,7 @@ Each child (a worker, the scheduler, the embedded Redis) runs in its own session
 Ctrl-C in the terminal reaches only the supervisor, which then stops them in order:
 workers and scheduler first, Redis last (its append-only file flushed), each stage
 bounded, then SIGKILL. A child that exits is started again after a backoff (0.2 s,
-doubling to 10 s; reset once it ran 30 s), with one log line each time. A worker whose
+doubling to 10 s; reset once it ran 10 s), with one log line each time. A worker whose
 host queue holds work while it made no progress for ``INBOX_WORKER_STALL_S`` (default
 10 s, :func:`bus.liveness.stalled`) is killed and restarted. One supervisor per home:
 :class:`HomeLock` (``fcntl.flock`` on ``<home>/up.pid``).
@@ -32,7 +32,7 @@ from .models import now_ms
 
 BACKOFF_START_S = 0.2
 BACKOFF_MAX_S = 10.0
-HEALTHY_AFTER_S = 30.0
+HEALTHY_AFTER_S = 10.0
 LIVENESS_EVERY_S = 2.0
 # A Celery worker can hang in its own shutdown after an unrecoverable broker error
 # (kombu's restore_unacked on a Redis restart); its queue then grows with no progress.

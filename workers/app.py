@@ -7,11 +7,13 @@ consumes ``inbox`` and ``host.<H>`` only.
 
 from __future__ import annotations
 
-from functools import partial
+import logging
+from functools import partial, wraps
 from typing import Any
 
 from celery import Celery
 from celery.worker.consumer import Consumer
+from kombu.transport import redis as kombu_redis
 
 from bus.settings import Settings
 
@@ -20,6 +22,33 @@ SHARED_QUEUE = "inbox"
 
 def host_queue(host: str) -> str:
     return f"host.{host}"
+
+
+log = logging.getLogger(__name__)
+
+
+def _tolerate_a_closed_connection(restore: Any) -> Any:
+    """kombu's redis QoS restores unacked messages while closing a channel whose
+    connection is already gone (``'NoneType' object has no attribute 'hostname'``); that
+    error is "unrecoverable" and stops the worker. The messages stay in kombu's unacked
+    index (redelivered after the visibility timeout), and the bus's sweep dispatches
+    every backlogged session within seconds anyway, so the worker carries on instead."""
+
+    @wraps(restore)
+    def restore_unacked(self: Any, client: Any = None) -> Any:
+        try:
+            return restore(self, client)
+        except AttributeError as exc:
+            log.warning("unacked deliveries left to the sweep (broker connection gone: %s)", exc)
+            return None
+
+    return restore_unacked
+
+
+if not getattr(kombu_redis.QoS.restore_unacked, "__wrapped__", None):
+    kombu_redis.QoS.restore_unacked = _tolerate_a_closed_connection(  # type: ignore[method-assign]
+        kombu_redis.QoS.restore_unacked
+    )
 
 
 class FastReconnectConsumer(Consumer):

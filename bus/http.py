@@ -81,7 +81,9 @@ class Health(BaseModel):
     ok: bool = True
     redis: bool
     host: str
-    workers: list[dict[str, Any]] = []  # each host's worker age and queue depth
+    # Each host's worker (and the scheduler): heartbeat ages, queue depth; absent when
+    # Redis is down.
+    workers: list[dict[str, Any]] | None = None
 
 
 _MESSAGE_BODY = {
@@ -197,16 +199,16 @@ def create_app(bus: Bus) -> FastAPI:
             return JSONResponse(unavailable.to_json(), 503)
         return JSONResponse(answer)
 
-    @app.get("/health", response_model=Health)
+    @app.get("/health", response_model=Health, response_model_exclude_none=True)
     async def health() -> Health:
         """Always 200: ``redis`` says whether the store answered (``/send`` works either way)."""
 
-        def ping() -> tuple[bool, list[dict[str, Any]]]:
+        def ping() -> tuple[bool, list[dict[str, Any]] | None]:
             try:
                 bus.store.ping()
                 return True, liveness.workers(bus.store)
             except (BusError, redis.RedisError, OSError):
-                return False, []
+                return False, None
 
         up, workers = await run_in_threadpool(ping)
         return Health(redis=up, host=bus.settings.host, workers=workers)

@@ -106,6 +106,14 @@ def test_a_worker_keeps_a_heartbeat_with_its_host_and_queue_depth(
     )
     assert row["role"] == "worker" and row["pid"] == w.proc.pid and row["queue"] == 0
     assert bus.status()["workers"][0]["name"] == "hosta"
+    from fastapi.testclient import TestClient
+
+    from bus.http import create_app
+
+    with TestClient(create_app(bus)) as client:
+        health = client.get("/health").json()
+        assert [w["name"] for w in health["workers"]] == ["hosta"]
+        assert 'inbox_worker_queue{host="hosta"} 0.0' in client.get("/metrics").text
 
 
 def test_a_worker_killed_while_holding_a_delivery_is_taken_over_within_5_s(

@@ -27,28 +27,29 @@ def host_queue(host: str) -> str:
 log = logging.getLogger(__name__)
 
 
-def _tolerate_a_closed_connection(restore: Any) -> Any:
+def _tolerate_a_closed_connection(step: Any) -> Any:
     """kombu's redis QoS restores unacked messages while closing a channel whose
-    connection is already gone (``'NoneType' object has no attribute 'hostname'``); that
-    error is "unrecoverable" and stops the worker. The messages stay in kombu's unacked
-    index (redelivered after the visibility timeout), and the bus's sweep dispatches
-    every backlogged session within seconds anyway, so the worker carries on instead."""
+    connection is already gone, and acks a task that finished after it closed; both raise
+    ``AttributeError`` (``'NoneType' object has no attribute 'hostname'``/``'client'``),
+    which Celery calls unrecoverable: the worker stops. The messages stay in kombu's unacked
+    index (redelivered after the visibility timeout, and a delivery is idempotent), and the
+    bus's sweep dispatches every backlogged session within seconds, so carry on."""
 
-    @wraps(restore)
-    def restore_unacked(self: Any, client: Any = None) -> Any:
+    @wraps(step)
+    def tolerant(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return restore(self, client)
+            return step(self, *args, **kwargs)
         except AttributeError as exc:
-            log.warning("unacked deliveries left to the sweep (broker connection gone: %s)", exc)
+            log.warning("%s skipped: the broker connection is gone (%s)", step.__name__, exc)
             return None
 
-    return restore_unacked
+    return tolerant
 
 
-if not getattr(kombu_redis.QoS.restore_unacked, "__wrapped__", None):
-    kombu_redis.QoS.restore_unacked = _tolerate_a_closed_connection(  # type: ignore[method-assign]
-        kombu_redis.QoS.restore_unacked
-    )
+for _name in ("restore_unacked", "ack"):
+    _step = getattr(kombu_redis.QoS, _name)
+    if not getattr(_step, "__wrapped__", None):
+        setattr(kombu_redis.QoS, _name, _tolerate_a_closed_connection(_step))
 
 
 class FastReconnectConsumer(Consumer):

@@ -1,9 +1,10 @@
 # make up   : install into .venv and run the bus here (embedded Redis, worker, scheduler)
 # make test : install into .venv and run the whole test suite
+# make chaos: the chaos soak (bench/chaos.py: 2 hosts, 20,000 messages, processes killed)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install up test lint schemas bench
+.PHONY: install up test lint schemas bench chaos
 
 install: $(VENV)/.installed
 
@@ -33,3 +34,6 @@ bench: install
 	$(PY) bench/burst.py
 	$(PY) bench/hooks.py
 	$(PY) bench/swarm.py
+
+chaos: install
+	$(PY) bench/chaos.py

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
-from . import auth, faults, handoff, ingest, items, watch
+from . import auth, faults, handoff, ingest, items, liveness, watch
 from . import requests as typed_requests
 from . import threads as threadkeys
 from .auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
@@ -61,6 +63,9 @@ def redis_client(settings: Settings) -> Any:
         decode_responses=True,
         socket_connect_timeout=5,
         health_check_interval=30,
+        # A restarted Redis leaves dead pooled connections: retry on a fresh one, briefly.
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 4),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError],
     )
 
 
@@ -796,6 +801,8 @@ class Bus:
             "store": _redact(self.settings.store_url()),
             "home": str(self.settings.home),
             "sessions": sessions,
+            # Each host's worker (and the scheduler): heartbeat ages and queue depth.
+            "workers": liveness.workers(self.store),
         }
 
 

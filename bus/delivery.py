@@ -1,7 +1,7 @@
 """The host worker's job for one session: take its queue and deliver it locally.
 
-``deliver_session`` holds the session's lock, takes every stream entry after the
-cursor, and for each one either writes it raw (its own line on the socket or floor) or
+``deliver_session`` holds the session's lock (a short lease, :mod:`bus.lease`), takes
+every stream entry after the cursor, and for each one either writes it raw (its own line on the socket or floor) or
 hands it to the inbox. A raw line is written at most once even when the worker is
 killed mid-write: the entry being written is recorded first (``rawflight``), and a redo
 that finds the record checks the floor for the id before writing again.
@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .lease import Lease
 from .models import SessionInfo, now_ms
 
 if TYPE_CHECKING:
@@ -34,9 +35,16 @@ class DeliveryReport:
     skipped: int = 0
     inbox: int = 0
     notices: list[dict[str, Any]] = field(default_factory=list)
+    lease: Lease | None = field(default=None, repr=False)
+
+    def still_held(self) -> bool:
+        """The fence before a notice is written: the delivery still holds its lease."""
+        return self.lease is None or self.lease.held()
 
     def to_json(self) -> dict[str, Any]:
-        return self.__dict__.copy()
+        out = self.__dict__.copy()
+        out.pop("lease", None)
+        return out
 
 
 def raw_mode(bus: Bus, info: SessionInfo | None) -> bool:
@@ -54,10 +62,11 @@ def deliver_session(bus: Bus, sid: str) -> DeliveryReport:
     """Deliver everything queued for ``sid``; ``busy`` when another delivery holds it."""
     report = DeliveryReport(session=sid)
     store = bus.store
-    token = store.lock(sid)
-    if token is None:
+    lease = Lease.acquire(store, sid)
+    if lease is None:
         report.busy = True
         return report
+    report.lease = lease
     try:
         # Cleared before reading: a send after this point dispatches a fresh delivery.
         store.clear_pending(sid)
@@ -72,10 +81,8 @@ def deliver_session(bus: Bus, sid: str) -> DeliveryReport:
             answers = store.first_answers(sid, [m["id"] for m in msgs])
             batch: list[tuple[dict[str, Any], int]] = []
             for (eid, _fields), msg, first in zip(rows, msgs, answers, strict=True):
-                if raw and not store.extend_lock(sid, token):
-                    # A write can take 1.2 s (a listener that never acks): past the lock's
-                    # TTL another delivery may have started, so stop rather than race it.
-                    log.warning("delivery for %s lost its lock; stopping", sid)
+                if raw and not lease.held():
+                    # Past the lease another delivery may have started: stop, not race it.
                     report.busy = True
                     return report
                 if (first or {}).get("state") == "withdrawn":
@@ -88,16 +95,23 @@ def deliver_session(bus: Bus, sid: str) -> DeliveryReport:
                     # The stream entry's id is the Redis clock when the bus stored it.
                     batch.append((msg, int(eid.split("-")[0])))
             if not raw:
+                if not lease.held():
+                    report.busy = True
+                    return report
                 bus.inbox.ingest(sid, batch, info, report)
                 # Taking a message into the inbox is idempotent, so the cursor moves once
                 # per batch; a raw line moves it one by one (it must be written once).
                 store.advance(sid, rows[-1][0])
         if report.raw or report.inbox:
             bus.metrics.incr("messages_in", report.raw + report.inbox)
+        if not lease.held():
+            report.busy = True
+            return report
         bus.inbox.after_delivery(sid, report)
         store.set_trim_floor(sid, bus.settings.stream_keep)
     finally:
-        store.unlock(sid, token)
+        lease.release()
+        report.lease = None
     return report
 
 

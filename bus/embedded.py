@@ -114,7 +114,13 @@ class EmbeddedRedis:
             ]
         else:
             args += ["--appendonly", "no", "--save", ""]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            # Own session: a Ctrl-C in the terminal must not stop Redis before the workers.
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         client = redis.Redis(unix_socket_path=str(self.socket_path), password=self.password)
         while True:

@@ -31,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, g
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from . import liveness
 from .api import Bus
 from .errors import (
     Ambiguous,
@@ -104,6 +105,9 @@ class Health(BaseModel):
     ok: bool = True
     redis: bool
     host: str
+    # Each host's worker (and the scheduler): heartbeat ages, queue depth; absent when
+    # Redis is down.
+    workers: list[dict[str, Any]] | None = None
 
 
 _MESSAGE_BODY = {
@@ -334,18 +338,19 @@ def create_app(
             return JSONResponse(unavailable.to_json(), 503)
         return JSONResponse({"ok": True, "answers": answers})
 
-    @app.get("/health", response_model=Health)
+    @app.get("/health", response_model=Health, response_model_exclude_none=True)
     async def health() -> Health:
         """Always 200: ``redis`` says whether the store answered (``/send`` works either way)."""
 
-        def ping() -> bool:
+        def ping() -> tuple[bool, list[dict[str, Any]] | None]:
             try:
                 bus.store.ping()
+                return True, liveness.workers(bus.store)
             except (BusError, redis.RedisError, OSError):
-                return False
-            return True
+                return False, None
 
-        return Health(redis=await run_in_threadpool(ping), host=bus.settings.host)
+        up, workers = await run_in_threadpool(ping)
+        return Health(redis=up, host=bus.settings.host, workers=workers)
 
     @app.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
     async def metrics() -> Response:

@@ -229,6 +229,8 @@ class Inbox:
         if plan.action == "schedule" and plan.at is not None:
             self.store.schedule("due", sid, plan.at)
         elif plan.action in ("notice", "wake"):
+            if not report.still_held():
+                return  # the lease lapsed: another delivery may be writing (bus/lease.py)
             notice = self.notice(sid, wake=plan.action == "wake", reason=plan.reason)
             if notice:
                 report.notices.append(notice)
@@ -285,10 +287,12 @@ class Inbox:
             # A wake starts a turn: until the harness reports its end the session counts
             # as running, so later messages join a steer instead of waking it again.
             store.update_session(sid, state="running")
+            if via == "file":
+                # Right after the state change: a Redis write failing in between (a restart)
+                # would leave the session running with its harness never told.
+                self._run_wake_cmd(sid, line)
             self.bus.metrics.incr("wakes" if reason != "flush" else "flushes")
             store.record(sid, "wake", notice=nid, reason=reason)
-            if via == "file":
-                self._run_wake_cmd(sid, line)
         return {"notice": nid, "via": via, "messages": len(records), "wake": wake, "reason": reason}
 
     def _summary_input(self, rec: dict[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,9 @@ buses, or several tests, share one server.
 | ``P:latency`` | hash: histogram bucket → count, plus ``sum`` and ``count`` | delivery | - |
 | ``P:due`` | zset: ``<what>|<sid>`` → due ms (wakes, flushes, retries) | delivery; scheduler | taken atomically |
 | ``P:sweep`` | string: a scheduler claimed the backlog sweep (SET NX PX) | scheduler | TTL (sweep interval) |
+| ``P:workers`` | set: names that keep a heartbeat (hosts' workers, ``scheduler``) | worker, scheduler | - |
+| ``P:beat:<name>`` | hash: pid, started, beat (ms), progress (ms), done: a worker's or the scheduler's heartbeat | worker, scheduler | - |
+| ``P:celery:<queue>`` | list: Celery's broker queue (``host.<H>``, ``inbox``), read for its depth | Celery (kombu) | - |
 | ``P:{thr}:meta`` (typed requests) | hash fields origin, recipient (session ids), offered_by (sender or recipient, only in OFFERED), windows (JSON list) | request, decide.lua | - |
 | ``P:{sid}:items`` | hash: item key → item JSON (title, text, status, answer, revision, ...) | item post/settle, item_update.lua | - |
 | ``P:{sid}:item:<key>:thread`` | list: the item's thread entries JSON (member or agent, text, files), oldest first | item write, reply_inbox (item_update.lua) | - |
@@ -138,6 +141,20 @@ class Keys:
     @property
     def sweep(self) -> str:
         return f"{self.prefix}:sweep"
+
+    def workers(self) -> str:
+        return f"{self.prefix}:workers"
+
+    def beat(self, name: str) -> str:
+        """The heartbeat of host ``name``'s worker (or of the ``scheduler``)."""
+        check_session_id(name, "host name")
+        return f"{self.prefix}:beat:{name}"
+
+    def celery_queue(self, queue: str) -> str:
+        """Celery's broker list for ``queue`` (its ``global_keyprefix`` is ``P:celery:``)."""
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", queue):
+            raise ValueError(f"bad queue name {queue!r}")
+        return f"{self.prefix}:celery:{queue}"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this prefix (tests, ``inbox status``)."""

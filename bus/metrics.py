@@ -36,6 +36,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
+from . import liveness
 from .keys import Keys
 
 if TYPE_CHECKING:
@@ -188,6 +189,28 @@ class RedisCollector:
         for state in sorted(states):
             sessions.add_metric([state], states[state])
         yield sessions
+        yield from _worker_families(liveness.workers(store))
+
+
+def _worker_families(rows: list[dict[str, Any]]) -> Iterator[Metric]:
+    """Each heartbeat's age and each host's broker queue depth (bus/liveness.py)."""
+    beat = GaugeMetricFamily(
+        "inbox_worker_beat_age_seconds", "Seconds since the heartbeat", labels=["name"]
+    )
+    progress = GaugeMetricFamily(
+        "inbox_worker_progress_age_seconds", "Seconds since a task finished", labels=["name"]
+    )
+    queued = GaugeMetricFamily(
+        "inbox_worker_queue", "Deliveries waiting in the host's broker queue", labels=["host"]
+    )
+    for row in rows:
+        if "beat_age_s" in row:
+            beat.add_metric([row["name"]], row["beat_age_s"])
+        if "progress_age_s" in row:
+            progress.add_metric([row["name"]], row["progress_age_s"])
+        if "queue" in row:
+            queued.add_metric([row["name"]], row["queue"])
+    yield from (beat, progress, queued)
 
 
 def _counter_families(counters: dict[str, int]) -> Iterator[Metric]:

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from . import confirm
 from .clock import SYSTEM, Clock
+from .liveness import SCHEDULER, Heartbeat
 from .models import now_ms
+from .outage import OUTAGE_ERRORS, Outage
 
 if TYPE_CHECKING:
     from .api import Bus
@@ -101,12 +103,20 @@ def run(
     """The ``inbox scheduler`` loop: tick, then sleep until the next due time (capped)."""
     stop = stop or threading.Event()
     log.info("scheduler running (prefix %s)", bus.settings.key_prefix)
+    outage = Outage("scheduler", log)
+    beat = Heartbeat(bus, SCHEDULER)
+    beat.beat(started=True)
     while not stop.is_set():
         try:
             tick(bus, clock=clock)
             nxt = bus.store.next_due()
-        # Broad on purpose: a Redis blip or the dispatcher's transport error (kombu's,
-        # which bus/ does not import) must not end the loop; the log says what it was.
+            beat.progress()
+            outage.ok()
+        except OUTAGE_ERRORS as exc:  # Redis restarting: one line per outage, not per tick
+            outage.failed(exc)
+            nxt = None
+        # Broad on purpose: the dispatcher's transport error (kombu's, which bus/ does not
+        # import) must not end the loop; the log says what it was.
         except Exception:
             log.exception("scheduler tick failed")
             nxt = None

@@ -59,7 +59,7 @@ class Settings:
     secret: str | None = None
     token: str | None = None
     key_prefix: str = "inbox"
-    lock_ttl_s: float = 30.0
+    lock_ttl_s: float = 3.0
     visibility_timeout_s: float = 300.0
     stream_keep: int = 1000
     retain_messages: int = 500
@@ -93,7 +93,7 @@ class Settings:
             secret=env.get("INBOX_SECRET") or None,
             token=env.get("INBOX_TOKEN") or None,
             key_prefix=env.get("INBOX_KEY_PREFIX") or "inbox",
-            lock_ttl_s=_float(env, "INBOX_LOCK_TTL_S", 30.0),
+            lock_ttl_s=_float(env, "INBOX_LOCK_TTL_S", 3.0),
             visibility_timeout_s=_float(env, "INBOX_VISIBILITY_TIMEOUT_S", 300.0),
             stale_s=_float(env, "INBOX_STALE_S", 3600.0),
             expire_s=_float(env, "INBOX_EXPIRE_S", 604800.0),

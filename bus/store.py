@@ -63,7 +63,7 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
 class Store:
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, *, lock_ttl_ms: int = 30000) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, *, lock_ttl_ms: int = 3000) -> None:
         # redis-py's annotations cover bytes and str replies at once; the store always
         # decodes to str, so it talks to the client untyped rather than cast every reply.
         self.r: Any = client

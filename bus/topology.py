@@ -18,27 +18,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import redis
+
 from .embedded import EmbeddedRedis
+from .keys import Keys
 from .models import check_session_id
 from .settings import Settings
+from .supervise import Child, HomeLock, Supervisor, signal_group, spawn_logged
 
 # Where `bus` and `workers` are imported from, so children find them from any directory.
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
-
-
-@dataclass
-class Child:
-    """One process of the topology, its output in ``log``."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def tail(self, n: int = 2000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
 
 
 @dataclass
@@ -53,6 +42,8 @@ class Topology:
     extra_env: dict[str, str] = field(default_factory=dict)
     children: list[Child] = field(default_factory=list)
     redis: EmbeddedRedis | None = None
+    supervisor: Supervisor | None = None
+    lock: HomeLock | None = None
 
     def home(self, host: str) -> Path:
         return self.base_dir / host
@@ -84,22 +75,22 @@ class Topology:
         return [c for c in self.children if c.proc.poll() is not None]
 
     def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM every child's process group (a worker's pool too), then Redis."""
-        for child in self.children:
-            _signal_group(child.proc, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for child in self.children:
-            try:
-                child.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(child.proc, signal.SIGKILL)
-                child.proc.wait(5)
-            # A worker's pool children share its group; none may outlive the topology.
-            _signal_group(child.proc, signal.SIGKILL)
+        """Stop workers and scheduler (whole process groups), then Redis; free the lock."""
+        if self.supervisor is not None:
+            self.supervisor.stop(timeout)
+            self.supervisor = None
+        else:
+            for child in self.children:
+                if hasattr(child, "proc"):
+                    signal_group(child.proc, signal.SIGTERM)
+                    child.proc.wait(timeout)
         self.children.clear()
         if self.redis is not None:
             self.redis.stop()
             self.redis = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     def __enter__(self) -> Topology:
         return self
@@ -109,10 +100,7 @@ class Topology:
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    signal_group(proc, sig)
 
 
 def start_topology(
@@ -139,15 +127,30 @@ def start_topology(
         check_session_id(host, "host name")
     base = Path(base_dir).absolute()
     base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # One topology per directory, shared with `inbox up` on INBOX_HOME=DIR (same Redis).
+    lock = HomeLock(base).acquire()
     embedded: EmbeddedRedis | None = None
+    redis_child: Child | None = None
     if redis_url:
         broker_url = redis_url
     else:
         # Same socket placement as `inbox up` (a short /tmp path when DIR is too deep).
         place = Settings(home=base)
-        embedded = EmbeddedRedis(
+        server = embedded = EmbeddedRedis(
             place.embedded_socket, place.embedded_data, port=redis_port
-        ).start()
+        )
+
+        def spawn_redis() -> subprocess.Popen[bytes]:
+            proc = server.start().proc
+            assert proc is not None
+            return proc
+
+        redis_child = Child("redis", spawn_redis, stage=1)
+        try:
+            redis_child.start()
+        except BaseException:
+            lock.release()
+            raise
         if redis_port:
             redis_url = broker_url = f"redis://127.0.0.1:{redis_port}/0"
         else:
@@ -160,44 +163,39 @@ def start_topology(
         key_prefix=key_prefix,
         extra_env=dict(env or {}),
         redis=embedded,
+        lock=lock,
+    )
+    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_connect_timeout=2)
+    topo.supervisor = Supervisor(
+        topo.children + ([redis_child] if redis_child else []),
+        name="local",
+        store=(client, Keys(key_prefix or "inbox")),
     )
     try:
         exe = [sys.executable, "-m", "bus.cli"]
         for host in hosts:
             topo.home(host).mkdir(exist_ok=True, mode=0o700)
             argv = [*exe, "worker", "--concurrency", str(concurrency), "--loglevel", "info"]
-            topo.children.append(
-                _spawn(f"worker-{host}", argv, topo.env_for(host), topo.home(host) / "worker.log")
-            )
+            log = topo.home(host) / "worker.log"
+            child = Child(f"worker-{host}", spawn_logged(argv, topo.env_for(host), log), log=log)
+            child.host = host
+            topo.children.append(child)
         # Exactly one scheduler for the whole bus; it needs no floor of its own.
+        log = base / "scheduler.log"
         topo.children.append(
-            _spawn(
-                "scheduler",
-                [*exe, "scheduler"],
-                topo.env_for(hosts[0]),
-                base / "scheduler.log",
+            Child(
+                "scheduler", spawn_logged([*exe, "scheduler"], topo.env_for(hosts[0]), log), log=log
             )
         )
+        topo.supervisor.children[:0] = topo.children
+        for child in topo.children:
+            child.start()
         _wait_ready(topo, ready_timeout)
+        topo.supervisor.run_in_background()
     except BaseException:
         topo.stop()
         raise
     return topo
-
-
-def _spawn(name: str, argv: list[str], env: dict[str, str], log: Path) -> Child:
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            # Own process group: a Ctrl-C in the terminal reaches only the parent, which
-            # then stops everything in order.
-            start_new_session=True,
-        )
-    return Child(name, proc, log)
 
 
 def _wait_ready(topo: Topology, timeout: float) -> None:

@@ -1,21 +1,26 @@
-"""``inbox up``: the whole bus for this host in the foreground.
+"""``inbox up``: the whole bus for this host in the foreground, supervised.
 
 With no ``INBOX_REDIS_URL``, an embedded Redis (persistent, on a unix socket under
 ``$INBOX_HOME``) is started first; then this host's worker and the scheduler run as
-child processes. Ctrl-C (or SIGTERM) stops the children, then Redis, cleanly.
+child processes under :class:`bus.supervise.Supervisor`: a child that exits comes back
+(with backoff, one log line each time), a worker that holds work without progress is
+restarted, and Ctrl-C (or SIGTERM) stops the worker and scheduler, then Redis. Once per
+``INBOX_HOME``: a second ``inbox up`` says "already running (pid N)" and exits 1.
 """
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import threading
 
+import redis
+
 from .embedded import EmbeddedRedis
+from .keys import Keys
 from .private import private_dirs
 from .settings import Settings
+from .supervise import AlreadyRunning, Child, HomeLock, Supervisor, spawn_logged
 
 
 def _banner(settings: Settings, url: str) -> str:
@@ -31,55 +36,56 @@ def _banner(settings: Settings, url: str) -> str:
 
 
 def run_up(settings: Settings, *, concurrency: int = 2, redis_port: int = 0) -> int:
-    """Start Redis (embedded unless configured), a worker and the scheduler; wait."""
+    """Start Redis (embedded unless configured), a worker and the scheduler; supervise."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    env = dict(os.environ)
-    embedded: EmbeddedRedis | None = None
     private_dirs(settings.home)  # $INBOX_HOME holds the floor, items and Redis: 0700
+    try:
+        lock = HomeLock(settings.home).acquire()
+    except AlreadyRunning as exc:
+        print(f"inbox up: {exc}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        return _supervise(settings, stop, concurrency=concurrency, redis_port=redis_port)
+    finally:
+        lock.release()
+
+
+def _supervise(
+    settings: Settings, stop: threading.Event, *, concurrency: int, redis_port: int
+) -> int:
+    env = settings.child_env()
+    children: list[Child] = []
     if not settings.redis_url:
-        embedded = EmbeddedRedis(
-            settings.embedded_socket, settings.embedded_data, port=redis_port
-        ).start()
+        embedded = EmbeddedRedis(settings.embedded_socket, settings.embedded_data, port=redis_port)
         env["INBOX_REDIS_URL"] = embedded.url
         env.setdefault("INBOX_BROKER_URL", embedded.broker_url)
-    env["INBOX_HOST"] = settings.host
-    env["INBOX_HOME"] = str(settings.home)
+
+        def spawn_redis() -> object:
+            proc = embedded.start().proc
+            assert proc is not None
+            return proc
+
+        children.append(Child("redis", spawn_redis, stage=1))  # type: ignore[arg-type]
     url = env["INBOX_REDIS_URL"]
     if "@" in url:  # never print the embedded server's password
         url = url.split("://", 1)[0] + "://***@" + url.rsplit("@", 1)[1]
     exe = [sys.executable, "-m", "bus.cli"]
-    children: list[subprocess.Popen[bytes]] = []
+    worker = [*exe, "worker", "--concurrency", str(concurrency)]
+    children.append(Child("worker", spawn_logged(worker, env, None), host=settings.host))
+    children.append(Child("scheduler", spawn_logged([*exe, "scheduler"], env, None)))
+    client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=2)
+    sup = Supervisor(children, store=(client, Keys(settings.key_prefix)))
     try:
-        children.append(
-            subprocess.Popen(
-                [*exe, "worker", "--concurrency", str(concurrency)], env=env, start_new_session=True
-            )
-        )
-        children.append(subprocess.Popen([*exe, "scheduler"], env=env, start_new_session=True))
-        print(_banner(settings, url), flush=True)
-        while not stop.wait(0.5):
-            for child in children:
-                if child.poll() is not None:
-                    print(
-                        f"inbox up: a child exited ({child.args!r}, code {child.returncode});"
-                        " stopping",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    stop.set()
-        return 0 if all(c.poll() is None for c in children) else 1
+        sup.start()
+    except BaseException:
+        sup.stop()
+        raise
+    print(_banner(settings, url), flush=True)
+    try:
+        sup.run(stop)
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(20)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait(5)
-        if embedded is not None:
-            embedded.stop()
+        client.close()
         print("inbox up: stopped", flush=True)
+    return 0

@@ -4,8 +4,10 @@
 
 One Redis (the embedded redis-server, persistent under DIR/redis, unless INBOX_REDIS_URL
 is set), one `inbox worker` per host with its own INBOX_HOME=DIR/<host>, one
-`inbox scheduler`. Prints the environment each host's sessions need; Ctrl-C or SIGTERM
-stops everything. The logic lives in bus/topology.py (tests start it from there).
+`inbox scheduler`, all supervised: a process that exits is restarted (with backoff, one
+line on stderr), and a second run on the same DIR says "already running (pid N)" and exits 1.
+Prints the environment each host's sessions need; Ctrl-C or SIGTERM stops the workers and
+the scheduler, then Redis. The logic lives in bus/topology.py (tests start it from there).
 """
 
 from __future__ import annotations
@@ -67,16 +69,9 @@ def main(argv: list[str] | None = None) -> int:
             "\nCtrl-C stops everything.",
             flush=True,
         )
+        # The topology supervises itself: a child that exits is restarted (bus/supervise.py).
         while not stop.wait(0.5):
-            dead = topo.dead()
-            if dead:
-                for child in dead:
-                    print(
-                        f"local: {child.name} exited ({child.proc.returncode}); stopping\n"
-                        f"{child.tail()}",
-                        file=sys.stderr,
-                    )
-                return 1
+            pass
         return 0
     finally:
         topo.stop()

@@ -173,7 +173,8 @@ def test_health_and_local_send_with_redis_down(
 
 
 def test_health_with_redis_up(gw: httpx.Client) -> None:
-    assert gw.get("/health").json() == {"ok": True, "redis": True, "host": "hosta"}
+    body = gw.get("/health").json()
+    assert body == {"ok": True, "redis": True, "host": "hosta", "workers": []}  # no heartbeats yet
 
 
 def test_metrics_exposes_shared_counters_and_requests(bus: Bus, gw: httpx.Client) -> None:

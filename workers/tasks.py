@@ -6,9 +6,12 @@ import logging
 from typing import Any
 
 from celery import Task
+from celery.signals import task_postrun, worker_ready, worker_shutdown
 
 from bus import BusError, connect
 from bus.api import Bus
+from bus.liveness import Heartbeat
+from bus.outage import OUTAGE_ERRORS, Outage
 from bus.scheduler import tick as run_tick
 
 from .app import app
@@ -16,6 +19,8 @@ from .dispatch import CeleryDispatcher
 
 log = logging.getLogger(__name__)
 _bus: Bus | None = None
+_beat: Heartbeat | None = None
+_outage = Outage("worker", log)
 
 
 def get_bus() -> Bus:
@@ -24,6 +29,30 @@ def get_bus() -> Bus:
     if _bus is None:
         _bus = connect(dispatcher=CeleryDispatcher())
     return _bus
+
+
+def heartbeat() -> Heartbeat:
+    """This process's heartbeat for its host (``P:beat:<host>``)."""
+    global _beat
+    if _beat is None:
+        _beat = Heartbeat(get_bus(), get_bus().settings.host)
+    return _beat
+
+
+@worker_ready.connect
+def _beat_while_running(**_: Any) -> None:
+    heartbeat().start()
+
+
+@worker_shutdown.connect
+def _stop_beating(**_: Any) -> None:
+    if _beat is not None:
+        _beat.stop()
+
+
+@task_postrun.connect
+def _progress(**_: Any) -> None:
+    heartbeat().progress()
 
 
 @app.task(name="send")
@@ -39,7 +68,15 @@ def send(**fields: Any) -> dict[str, Any]:
 def deliver(self: Task, sid: str) -> dict[str, Any]:
     """Deliver what is queued for one session of this host. When another delivery holds
     the session it takes this one's work over (bus.handoff): no retry, no sleep."""
-    return get_bus().deliver_session(sid).to_json()
+    try:
+        report = get_bus().deliver_session(sid)
+    except OUTAGE_ERRORS as exc:
+        # Redis is restarting: one log line per outage; the scheduler's sweep redoes the
+        # delivery once it is back (nothing was taken that is not still in the stream).
+        _outage.failed(exc)
+        return {"ok": False, "error": "unavailable", "session": sid}
+    _outage.ok()
+    return report.to_json()
 
 
 @app.task(name="inbox.tick")

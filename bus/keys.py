@@ -142,6 +142,7 @@ class Keys:
     def sweep(self) -> str:
         return f"{self.prefix}:sweep"
 
+    @property
     def workers(self) -> str:
         return f"{self.prefix}:workers"
 

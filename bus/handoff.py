@@ -6,8 +6,10 @@ holds the lock (a send arrived after the holder cleared the dispatch flag) used 
 Now it sets ``P:{sid}:again`` and tries the lock once more; if that fails too it returns
 at once. Every delivery, after it unlocks, takes the flag (GETDEL) and runs again if it
 was set. No hand-off is lost: the flag is set before the second try, so a holder that
-unlocks after that try fails sees the flag. A holder that dies with the flag set leaves
-a backlog that the scheduler's sweep dispatches (as for any lost dispatch).
+unlocks after that try fails sees the flag. A holder that dies with the flag set would
+leave the work to the scheduler's sweep; so a hand-off also puts a ``lease`` kick on the
+schedule for when the holder's lease runs out: a dead holder's session is taken over
+then (within ``INBOX_LOCK_TTL_S``), and for a live holder it is one empty delivery.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .delivery import DeliveryReport, deliver_session
+from .models import now_ms
 
 if TYPE_CHECKING:
     from .api import Bus
@@ -22,6 +25,8 @@ if TYPE_CHECKING:
 # Runs in a row for one session before the rest is dispatched as a fresh task, so one
 # busy session cannot hold a worker child forever while others wait.
 MAX_RUNS = 20
+# After the holder's lease would have run out: a little past it, so the kick finds it free.
+LEASE_SLACK_MS = 100
 
 
 def deliver(bus: Bus, sid: str) -> DeliveryReport:
@@ -38,6 +43,7 @@ def deliver(bus: Bus, sid: str) -> DeliveryReport:
             _add(total, report)
             if report.busy:
                 total.busy = True  # the holder runs again after it unlocks
+                store.schedule("lease", sid, now_ms() + store.lock_ttl_ms + LEASE_SLACK_MS)
                 return total
         if not store.r.getdel(again):
             return total

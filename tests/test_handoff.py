@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
+from bus.models import now_ms
 from tests.conftest import collect
 
 
@@ -62,3 +63,16 @@ def test_without_a_hand_off_a_delivery_runs_once(make_bus: Callable[..., Bus]) -
     report = b.deliver_session("s")
     assert not report.busy and report.raw + report.inbox == 1
     assert not b.store.r.exists(b.store.k.s("s", "again"))
+
+
+def test_a_hand_off_to_a_holder_that_never_returns_is_kicked_when_its_lease_ends(
+    make_bus: Callable[..., Bus],
+) -> None:
+    b = make_bus()
+    b.open_session("s")
+    assert b.store.lock("s") is not None  # a holder that died: it never renews or unlocks
+    b.send({"from": "hosta:me", "to_id": "s", "text": "behind a dead holder"})
+    before = now_ms()
+    assert b.deliver_session("s").busy
+    due = b.store.r.zscore(b.store.k.due, "lease|s")
+    assert due is not None and due >= before + b.store.lock_ttl_ms

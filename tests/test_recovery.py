@@ -123,6 +123,13 @@ def test_a_worker_killed_while_holding_a_delivery_is_taken_over_within_5_s(
     s = replace(settings, lock_ttl_s=Settings.lock_ttl_s)
     holder = start_worker(s)
     bus = celery_bus(s)
+    # As deployed: the scheduler runs too (it kicks a handed-off session when the lease
+    # of a holder that never came back runs out).
+    from bus.scheduler import run as run_scheduler
+
+    stop = threading.Event()
+    sched_bus = Bus(s, dispatcher=CeleryDispatcher(make_app(s)))
+    threading.Thread(target=run_scheduler, args=(sched_bus, stop), daemon=True).start()
     bus.open_session("held")
     bus.turn("held", "start")
     entered = threading.Event()
@@ -149,6 +156,7 @@ def test_a_worker_killed_while_holding_a_delivery_is_taken_over_within_5_s(
         wait_for(lambda: nxt["id"] in heard, timeout=5.0, what="the next message within 5 s")
         assert time.monotonic() - killed_at <= 5.0
         assert other.proc.poll() is None
+    stop.set()
 
 
 @pytest.mark.slow

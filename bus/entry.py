@@ -23,6 +23,17 @@ import sys
 MESSAGES = "messages.jsonl"
 DRAINING_PREFIX = "messages.draining."
 PENDING_MARKS = "marks.pending.jsonl"
+# The harness was seen: an empty look at the floor tells Redis (the session's last_seen,
+# which receipts and handle staleness read) at most once a minute, marked by the mtime of
+# $INBOX_HOME/seen/<sid> (kept out of the floor, whose directory means "opened here").
+SEEN = "seen"
+SEEN_EVERY_S = 60.0
+
+
+def seen_marker(sid: str) -> str:
+    return os.path.join(home_dir(), SEEN, sid)
+
+
 SESSION_ID_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
 SESSION_ID_MAX = 180
 _KEY = '"session_id"'
@@ -94,13 +105,32 @@ def floor_is_empty(session_dir: str) -> bool | None:
     return True
 
 
+def seen_due(sid: str) -> bool:
+    """True when this session's last_seen was last told to Redis over a minute ago."""
+    import time
+
+    try:
+        return time.time() - os.stat(seen_marker(sid)).st_mtime > SEEN_EVERY_S
+    except OSError:
+        return True
+
+
+def _empty(sid: str) -> int:
+    """Nothing waits: tell Redis the harness was seen, at most once a minute."""
+    if seen_due(sid):
+        from .quickdrain import touch_seen
+
+        touch_seen(sid)
+    return 0
+
+
 def _hook_post_tool_use() -> int:
     raw = sys.stdin.read()
     sid = session_id_of(raw)
     d = _session_dir(sid)
     # No directory: this host never opened the session, so nothing can wait for it.
     if d is not None and floor_is_empty(d) is not False:
-        return 0
+        return _empty(str(sid))
     if d is None:  # not a session id: the full hook says so on stderr
         from .hooks import hook_entry
 
@@ -128,7 +158,7 @@ def _fast_drain(argv: list[str]) -> int | None:
         return drain_command(argv[1], stamped)
     if not stamped:
         sys.stdout.write("[]\n")
-    return 0
+    return _empty(argv[1])
 
 
 def main() -> None:

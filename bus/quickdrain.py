@@ -89,6 +89,34 @@ def _mark_over_resp(settings: Settings, sid: str) -> Callable[[list[str]], objec
     return mark
 
 
+_SEEN_LUA = """-- KEYS[1] P:{sid}:session; ARGV[1] now ms: the harness was seen (if the session exists)
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'last_seen', ARGV[1]) end
+return 1"""
+
+
+def touch_seen(sid: str) -> None:
+    """Record that the session's harness was seen (``last_seen``), then mark the time in
+    ``$INBOX_HOME/seen/<sid>``. Best effort: Redis down or a cluster URL only skip it."""
+    from . import resp
+    from .keys import Keys
+
+    settings = Settings.from_env()
+    marker = settings.home / "seen" / sid
+    try:
+        marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        marker.touch(mode=0o600)  # first, so concurrent hooks do not all go to Redis
+        conn = resp.connect(settings.store_url())
+        if not isinstance(conn, resp.Connection):
+            return
+        try:
+            now = time.time_ns() // 1_000_000
+            resp.run_script(conn, _SEEN_LUA, [Keys(settings.key_prefix).s(sid, "session")], [now])
+        finally:
+            conn.close()
+    except (OSError, ValueError, resp.RespError) as exc:
+        sys.stderr.write(f"inbox: last_seen of {sid} not recorded ({exc})\n")
+
+
 def drain(settings: Settings, sid: str, *, stamped: bool) -> list[dict[str, Any]] | str:
     """What ``Bus.drain`` does, on the fast lane."""
     floor = Floor(settings.home)

@@ -203,3 +203,28 @@ def test_the_small_client_speaks_the_urls_it_can() -> None:
     assert resp.connect("redis+sentinel://x") is resp.UNSUPPORTED
     with pytest.raises(OSError):
         resp.connect("redis://127.0.0.1:1/0")
+
+
+def test_an_empty_look_tells_redis_the_harness_was_seen_once_a_minute(
+    settings: Settings,
+) -> None:
+    env = settings_env(settings)  # Redis answers here
+    b = Bus(settings)
+    b.open_session("s3")
+    key = b.store.k.s("s3", "session")
+    b.store.r.hset(key, "last_seen", "1")  # seen long ago
+    hook = run_entry(env, "hook", "claude", "PostToolUse", stdin='{"session_id": "s3"}')
+    assert (hook.returncode, hook.stdout) == (0, "") and "IMPORTED []" in hook.stderr
+    seen = int(b.store.r.hget(key, "last_seen") or 0)
+    assert seen > 1  # the empty look reached Redis, without the library
+    b.store.r.hset(key, "last_seen", "1")
+    assert run_entry(env, "drain", "s3").stdout == "[]\n"
+    assert b.store.r.hget(key, "last_seen") == "1"  # within the minute: the floor only
+    Path(settings.home, "inbox", "s3").mkdir(parents=True, exist_ok=True)  # opened here
+    marker = settings.home / entry.SEEN / "s3"
+    old = marker.stat().st_mtime - entry.SEEN_EVERY_S - 1
+    import os
+
+    os.utime(marker, (old, old))
+    assert run_entry(env, "drain", "s3").stdout == "[]\n"
+    assert int(b.store.r.hget(key, "last_seen") or 0) > 1  # a minute later: told again

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .auth import SCOPE_WRITE
+from .dispatch import deliver_many
 from .errors import BadInput, BusError
 from .models import Message, Recipient, SendAnswer, SessionInfo, now_ms, parse_message
 from .threads import thread_id, thread_key
@@ -182,6 +183,7 @@ def _write(bus: Bus, msgs: list[Message]) -> list[dict[str, Any]]:
         )
     replies = pipe.execute()
     results = replies[len(replies) - len(order) :]
+    due: dict[str, list[str]] = {}
     for sid, result in zip(order, results, strict=True):
         dispatch, priors = result[0], result[1:]
         for i, prior in zip(per_sid[sid], priors, strict=True):
@@ -189,5 +191,7 @@ def _write(bus: Bus, msgs: list[Message]) -> list[dict[str, Any]]:
                 answers[i] = {**json.loads(prior), "duplicate": True}
         found = infos[sid]
         if int(dispatch) and found is not None:
-            bus.dispatcher.deliver(found[0], sid)
+            due.setdefault(found[0], []).append(sid)
+    for host, sids in due.items():  # a few tasks per host per batch, not one per receiver
+        deliver_many(bus.dispatcher, host, sids)
     return [a for a in answers if a is not None]

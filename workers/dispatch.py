@@ -8,7 +8,7 @@ from .app import host_queue
 
 # Sessions per inbox.deliver_many task: small enough that a burst of due wakes spreads over
 # the host's worker processes, large enough that a task's overhead is shared.
-MANY_CHUNK = 32
+MANY_CHUNK = 8
 
 
 class CeleryDispatcher:

@@ -24,6 +24,7 @@ from .auth import SCOPE_WRITE
 from .dispatch import deliver_many
 from .errors import BadInput, BusError
 from .models import Message, Recipient, SendAnswer, SessionInfo, now_ms, parse_message
+from .receipts import recipient_state
 from .threads import thread_id, thread_key
 
 if TYPE_CHECKING:
@@ -92,17 +93,25 @@ def prepare(bus: Bus, items: Sequence[Any], token: str | None = None) -> list[Me
     return [c for c in checked if isinstance(c, Message)]
 
 
-def _receivers(bus: Bus, sids: Iterable[str]) -> dict[str, tuple[str, str] | None]:
-    """Each receiver's (host, state), None if unregistered; all in one round trip, and
-    only the two fields (a whole session hash costs more to parse than the append)."""
+def _receivers(bus: Bus, sids: Iterable[str]) -> dict[str, tuple[str, str, int] | None]:
+    """Each receiver's (host, state as answered, last seen ms), None if unregistered; all
+    in one round trip, and only the fields needed (a whole session hash costs more to
+    parse than the append)."""
     order = list(dict.fromkeys(sids))
     pipe = bus.store.r.pipeline(transaction=False)
     for sid in order:
-        pipe.hmget(bus.store.k.s(sid, "session"), ["host", "state"])
-    return {
-        sid: (host, state or "idle") if host else None
-        for sid, (host, state) in zip(order, pipe.execute(), strict=True)
-    }
+        pipe.hmget(bus.store.k.s(sid, "session"), ["host", "state", "last_seen", "opened_at"])
+    now, stale_s = now_ms(), bus.settings.stale_s
+    out: dict[str, tuple[str, str, int] | None] = {}
+    for sid, (host, state, last_seen, opened_at) in zip(order, pipe.execute(), strict=True):
+        if not host:
+            out[sid] = None
+            continue
+        seen = int(last_seen or 0)
+        # As Bus.send answers: a harness unseen for INBOX_STALE_S is answered stale.
+        shown = recipient_state(state or "idle", seen or int(opened_at or 0), now, stale_s)
+        out[sid] = (host, shown, seen)
+    return out
 
 
 def send_many(bus: Bus, items: Sequence[Any], *, token: str | None = None) -> list[dict[str, Any]]:
@@ -126,7 +135,7 @@ def _write(bus: Bus, msgs: list[Message]) -> list[dict[str, Any]]:
     templates: dict[str, dict[str, Any]] = {}
     for sid, found in infos.items():
         if found is not None:
-            host, state = found
+            host, state, last_seen = found
             listening = bus.floor_listening(SessionInfo.model_construct(session=sid, host=host))
             templates[sid] = {
                 "ok": True,
@@ -138,6 +147,7 @@ def _write(bus: Bus, msgs: list[Message]) -> list[dict[str, Any]]:
                     "host": host,
                     "state": state,
                     "listening": listening,
+                    **({"last_seen": last_seen} if last_seen else {}),
                 },
                 "duplicate": False,
             }

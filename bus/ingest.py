@@ -20,6 +20,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import rcptindex
 from .auth import SCOPE_WRITE
 from .dispatch import deliver_many
 from .errors import BadInput, BusError
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 # holds Redis (a few ms), while keeping the round trips per message far below one.
 WRITE_CHUNK = 1000
 MAX_ERRORS_LISTED = 20
-RCPT_TTL_S = 7 * 86400  # as Store.append keeps a message id's receiver
 
 
 def _sender_data(
@@ -179,9 +179,9 @@ def _write(bus: Bus, msgs: list[Message]) -> list[dict[str, Any]]:
         answers[i] = answer
         per_sid.setdefault(sid, []).append(i)
         args.setdefault(sid, []).extend([msg.id, msg.line(), json.dumps(answer), thread])
-        # execute_command skips redis-py's argument handling for SET: a third of the cost.
-        pipe.execute_command("SET", store.k.rcpt(msg.id), sid, "EX", RCPT_TTL_S)
     now = now_ms()
+    # The id -> receiver index: one HSET per bucket touched, not one SET per message.
+    rcptindex.index(pipe, store.k, ((m.id, m.to_id) for m in msgs if infos[m.to_id]), now)
     order = list(per_sid)
     for sid in order:
         store.run(

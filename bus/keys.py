@@ -116,7 +116,14 @@ class Keys:
         return f"{self.prefix}:{{snd:{digest}}}:bucket"
 
     def rcpt(self, msg_id: str) -> str:
+        """A message id's receiver, one key per id (written before bus.rcptindex; read as
+        a fallback so ids stored then are still found)."""
         return f"{self.prefix}:{{m:{msg_id}}}:rcpt"
+
+    def rcpt_bucket(self, day: int, bucket: int) -> str:
+        """Message id -> receiver for the ids stored on ``day`` (days since the epoch, UTC)
+        whose hash falls in ``bucket`` (bus.rcptindex); each bucket in its own slot."""
+        return f"{self.prefix}:{{rc:{int(day)}:{int(bucket)}}}:rcpt"
 
     @property
     def sessions(self) -> str:
@@ -142,7 +149,9 @@ class Keys:
     def sweep(self) -> str:
         return f"{self.prefix}:sweep"
 
+    @property
     def workers(self) -> str:
+        """The names with a heartbeat (bus.liveness)."""
         return f"{self.prefix}:workers"
 
     def beat(self, name: str) -> str:

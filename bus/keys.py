@@ -33,7 +33,8 @@ buses, or several tests, share one server.
 | ``P:{thr}:seen`` | set: message ids already in the log (idempotent append) | delivery | - |
 | ``P:{h:<handle>}:sids`` | set: sessions that carry a handle | session open | - |
 | ``P:{snd:<sha256(sender)>}:bucket`` | hash: tokens, at: the sender's send rate bucket | send, reply (rate.lua) | expires once full again |
-| ``P:{m:<id>}:rcpt`` | string: the session a message id was addressed to | send | TTL 7 days |
+| ``P:{m:<id>}:rcpt`` | string: the session a message id was addressed to (before bus.rcptindex; read only) | - | TTL 7 days |
+| ``P:{rc:<day>:<b>}:rcpt`` | hash: message id -> the session it was addressed to, for the ids stored on UTC day ``<day>`` in bucket ``<b>`` (bus.rcptindex) | send | TTL 8 days from its last write |
 | ``P:sessions`` | zset: session id → opened ms (registry) | session open | - |
 | ``P:revoked`` | set: ids (jti) of revoked tokens | token revoke | - |
 | ``P:metrics`` | hash: counter name (with labels) → count | send, delivery, scheduler | - |

@@ -375,11 +375,9 @@ class Bus:
             return
         parties = self.conversation.parties(msg.thread)
         exists = parties or self.store.r.exists(self.store.k.t(msg.thread, "meta"))
-        if exists and (msg.from_session not in parties or msg.to_id not in parties):
-            raise Refused(
-                f"{msg.from_session or msg.from_!r} is not a party to {msg.thread}",
-                code="not_a_party",
-            )
+        refusal = ingest.party_refusal(msg, parties, bool(exists))  # one rule for a batch too
+        if refusal is not None:
+            raise refusal
 
     def limit_sender(self, sender: str) -> None:
         """Bounded floods: one token from the sender's bucket, or ``rate_limited``."""
@@ -500,15 +498,19 @@ class Bus:
         )
         if wait:
             self.inbox.register_waiter(sid, msg.id)
-        new, first, dispatch = self.store.append(
-            sid,
-            msg.id,
-            msg.line(),
-            json.dumps(answer.to_json()),
-            thread,
-            also=lambda pipe: self.receipts.open(pipe, msg, sid, thread),
-            max_held=self.settings.max_unread,
-        )
+        try:
+            new, first, dispatch = self.store.append(
+                sid,
+                msg.id,
+                msg.line(),
+                json.dumps(answer.to_json()),
+                thread,
+                also=lambda pipe: self.receipts.open(pipe, msg, sid, thread),
+                max_held=self.settings.max_unread,
+            )
+        except RateLimited:  # inbox_full: what was not stored is not in the outbox either
+            self.receipts.unlist_refused([(msg, sid)])
+            raise
         if not new:
             prior = json.loads(first)
             prior["duplicate"] = True

@@ -223,8 +223,10 @@ def _send_jsonl(b: Any, source: str) -> None:
 
 
 def _send_chunk(b: Any, chunk: list[str], first_line: int) -> int:
-    """Answer each non-blank line of ``chunk`` in order; the number refused."""
-    from .ingest import check_each, store_many
+    """Answer each non-blank line of ``chunk`` in order; the number refused. The chunk is
+    one batch (:func:`bus.ingest.send_each`): a line over its sender's rate or into a full
+    inbox is refused on its own, as a send would be."""
+    from .ingest import send_each
 
     numbered: list[tuple[int, Any]] = []
     for n, line in enumerate(chunk, first_line):
@@ -235,19 +237,18 @@ def _send_chunk(b: Any, chunk: list[str], first_line: int) -> int:
         except json.JSONDecodeError as exc:
             numbered.append((n, BadInput(f"line {n} is not JSON: {exc}")))
     parsed = [item for _n, item in numbered if not isinstance(item, BusError)]
-    checked = iter(bus_call(lambda: check_each(b, parsed)))
-    results: list[tuple[int, Any]] = [
-        (n, item if isinstance(item, BusError) else next(checked)) for n, item in numbered
-    ]
-    good = [r for _n, r in results if not isinstance(r, BusError)]
-    answers = iter(bus_call(lambda: store_many(b, good)))
+    answers = iter(bus_call(lambda: send_each(b, parsed)))
     failed = 0
-    for n, r in results:
+    for n, item in numbered:
+        r = item if isinstance(item, BusError) else next(answers)
         if isinstance(r, BusError):
             failed += 1
             emit({**r.to_json(), "line": n})
+        elif r.get("error"):  # inbox_full: refused, nothing stored
+            failed += 1
+            emit({**r, "line": n})
         else:
-            emit(next(answers))
+            emit(r)
     return failed
 
 

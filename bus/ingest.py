@@ -12,18 +12,40 @@ never has to work out which half of a batch went in. Then:
 
 The answers are what a :meth:`~bus.api.Bus.send` per message would have answered, in
 order, resends included (``duplicate``, the first answer). ``wait`` has no batched form.
+
+The same guarantees as a send per message, still batched:
+
+- **Thread parties**: a message naming an existing thread its sender or receiver is no
+  party to is refused ``not_a_party`` (all named threads looked up in one round trip);
+  in a batch that is one bad item, so the batch is refused whole.
+- **Sender rate** (``INBOX_SEND_RATE``/``INBOX_SEND_BURST``): a batch takes one token per
+  message, each sender's in one ``rate.lua`` call. :func:`send_many` (and so
+  ``POST /v1/send/batch``) is refused whole, ``rate_limited``, nothing written, when a
+  sender's bucket lacks the tokens (a batch larger than the burst never fits: split it).
+  :func:`send_each` (``send --jsonl``, per chunk) takes what the bucket holds: the first
+  lines go in, the rest are refused ``rate_limited`` one by one, as sends would be.
+- **Unread cap** (``INBOX_MAX_UNREAD``): ``append_many.lua`` counts the session's held
+  messages before each message, as ``append.lua`` does; what does not fit is answered
+  ``{"ok": false, "error": "inbox_full", ...}`` (the single send's refusal, plus ``id``),
+  not stored, no receipt, nothing in the outbox; the rest of the batch goes in.
+- **Receipts**: each stored message opens its receipt and its sender's outbox entry in
+  the same pipeline (one ``receipt_open.lua`` call per receiver, one outbox write per
+  sender); a bounced one gets its ``bounced`` receipt; ``recipient`` carries ``state``
+  (``stale`` after ``INBOX_STALE_S``) and ``last_seen``.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import rcptindex
-from .auth import SCOPE_WRITE
+from .auth import SCOPE_WRITE, Claims
+from .conversation import _list as json_list
 from .dispatch import deliver_many
-from .errors import BadInput, BusError
+from .errors import BadInput, BusError, RateLimited, Refused
 from .models import Message, Recipient, SendAnswer, SessionInfo, now_ms, parse_message
 from .receipts import recipient_state
 from .threads import thread_id, thread_key
@@ -59,11 +81,39 @@ def _sender_data(
     return data
 
 
-def check_each(
-    bus: Bus, items: Sequence[Any], token: str | None = None
-) -> list[Message | BusError]:
-    """Validate each item on its own: its message, or the refusal it would get."""
-    claims = bus.claims(token, SCOPE_WRITE)
+def party_refusal(msg: Message, parties: list[str], exists: bool) -> Refused | None:
+    """``not_a_party`` when ``msg`` names an existing thread (``exists``, or it has
+    ``parties``) whose parties do not include its sender and its receiver."""
+    inside = msg.from_session in parties and msg.to_id in parties
+    if msg.thread and (parties or exists) and not inside:
+        return Refused(
+            f"{msg.from_session or msg.from_!r} is not a party to {msg.thread}",
+            code="not_a_party",
+        )
+    return None
+
+
+def _check_parties(bus: Bus, checked: list[Message | BusError]) -> None:
+    """Replace each message refused :func:`party_refusal` by its refusal; every named
+    thread read in one round trip."""
+    named = list(dict.fromkeys(c.thread for c in checked if isinstance(c, Message) and c.thread))
+    if not named:
+        return
+    pipe = bus.store.r.pipeline(transaction=False)
+    for thread in named:
+        meta = bus.store.k.t(thread, "meta")
+        pipe.hget(meta, "parties")
+        pipe.exists(meta)
+    got = pipe.execute()
+    found = {t: (json_list(got[2 * n]), bool(got[2 * n + 1])) for n, t in enumerate(named)}
+    for i, c in enumerate(checked):
+        if isinstance(c, Message) and c.thread:
+            refusal = party_refusal(c, *found[c.thread])
+            if refusal is not None:
+                checked[i] = refusal
+
+
+def _check(bus: Bus, items: Sequence[Any], claims: Claims | None) -> list[Message | BusError]:
     handles: dict[str, str] = {}
     out: list[Message | BusError] = []
     for item in items:
@@ -71,12 +121,20 @@ def check_each(
             out.append(parse_message(_sender_data(bus, item, claims, handles)))
         except BusError as exc:
             out.append(exc)
+    _check_parties(bus, out)
     return out
 
 
-def prepare(bus: Bus, items: Sequence[Any], token: str | None = None) -> list[Message]:
-    """Validate a whole batch; raise one BadInput listing the bad items, writing nothing."""
-    checked = check_each(bus, items, token)
+def check_each(
+    bus: Bus, items: Sequence[Any], token: str | None = None
+) -> list[Message | BusError]:
+    """Validate each item on its own: its message, or the refusal it would get (bad
+    input, a forged sender, ``not_a_party``)."""
+    return _check(bus, items, bus.claims(token, SCOPE_WRITE))
+
+
+def _prepare(bus: Bus, items: Sequence[Any], claims: Claims | None) -> list[Message]:
+    checked = _check(bus, items, claims)
     errors = [
         {"index": i, "error": c.code, "message": str(c)}
         for i, c in enumerate(checked)
@@ -93,81 +151,183 @@ def prepare(bus: Bus, items: Sequence[Any], token: str | None = None) -> list[Me
     return [c for c in checked if isinstance(c, Message)]
 
 
-def _receivers(bus: Bus, sids: Iterable[str]) -> dict[str, tuple[str, str, int] | None]:
-    """Each receiver's (host, state as answered, last seen ms), None if unregistered; all
-    in one round trip, and only the fields needed (a whole session hash costs more to
-    parse than the append)."""
+def prepare(bus: Bus, items: Sequence[Any], token: str | None = None) -> list[Message]:
+    """Validate a whole batch; raise one BadInput listing the bad items, writing nothing."""
+    return _prepare(bus, items, bus.claims(token, SCOPE_WRITE))
+
+
+# -- the sender's rate ---------------------------------------------------------------------
+
+
+def sender_of(msg: Message, claims: Claims | None) -> str:
+    """Whose bucket a message takes its token from (as ``Bus.send`` does)."""
+    return claims.actor if claims else msg.from_session or msg.from_
+
+
+def over_rate(bus: Bus, sender: str, batch: int = 1) -> RateLimited:
+    """The refusal of a send (``batch`` 1) or a batch over ``sender``'s rate."""
+    s = bus.settings
+    what = ""
+    if batch > 1:
+        what = f"; a batch of {batch} takes {batch} tokens at once"
+        if batch > s.send_burst:
+            what += ", more than the burst: split it"
+    return RateLimited(
+        f"{sender} is sending faster than {s.send_rate:g}/s (burst {s.send_burst:g}){what};"
+        " nothing was stored, try again shortly",
+        code="rate_limited",
+    )
+
+
+def take_tokens(bus: Bus, wanted: dict[str, int], *, partial: bool) -> dict[str, int] | None:
+    """Take ``wanted[sender]`` tokens from each sender's bucket, all senders in one round
+    trip: the number each got (``partial``: as many as there are, else all or none);
+    ``None`` when no rate is set."""
+    s, store = bus.settings, bus.store
+    if s.send_rate <= 0:
+        return None
+    senders = [k for k, n in wanted.items() if n > 0]
+    pipe = store.pipeline()
+    for sender in senders:
+        store.script("rate")(
+            keys=[store.k.bucket(sender)],
+            args=[s.send_rate, s.send_burst, wanted[sender], "1" if partial else "0"],
+            client=pipe,
+        )
+    return {k: int(n) for k, n in zip(senders, pipe.execute(), strict=True)}
+
+
+def _take_whole(bus: Bus, msgs: Sequence[Message], claims: Claims | None) -> None:
+    """Every message's token or none: ``rate_limited`` with nothing written (tokens one
+    sender's bucket gave are given back when another's could not)."""
+    wanted = dict(Counter(sender_of(m, claims) for m in msgs))
+    got = take_tokens(bus, wanted, partial=False)
+    if got is None:
+        return
+    short = [k for k, n in got.items() if n < wanted[k]]
+    if not short:
+        return
+    store = bus.store
+    taken = [k for k, n in got.items() if n > 0]
+    if taken:
+        pipe = store.pipeline()
+        for sender in taken:
+            store.script("rate")(
+                keys=[store.k.bucket(sender)],
+                args=[bus.settings.send_rate, bus.settings.send_burst, -got[sender]],
+                client=pipe,
+            )
+        pipe.execute()
+    raise over_rate(bus, short[0], wanted[short[0]])
+
+
+# -- sending -----------------------------------------------------------------------------------
+
+
+def send_many(bus: Bus, items: Sequence[Any], *, token: str | None = None) -> list[dict[str, Any]]:
+    """Validate, rate and store a batch, each whole or not at all; one answer per item,
+    in order (see the module)."""
+    claims = bus.claims(token, SCOPE_WRITE)
+    msgs = _prepare(bus, items, claims)
+    _take_whole(bus, msgs, claims)
+    return store_many(bus, msgs)
+
+
+def send_each(
+    bus: Bus, items: Sequence[Any], token: str | None = None
+) -> list[dict[str, Any] | BusError]:
+    """A stream's chunk (``send --jsonl``): each item answered on its own, its answer or
+    its refusal (bad input, ``not_a_party``, ``rate_limited`` once its sender's bucket
+    is empty), the good ones stored as one batch."""
+    claims = bus.claims(token, SCOPE_WRITE)
+    checked = _check(bus, items, claims)
+    out: list[dict[str, Any] | BusError | Message] = list(checked)
+    good = [(i, c) for i, c in enumerate(checked) if isinstance(c, Message)]
+    got = take_tokens(bus, dict(Counter(sender_of(m, claims) for _i, m in good)), partial=True)
+    keep: list[tuple[int, Message]] = []
+    for i, msg in good:
+        sender = sender_of(msg, claims)
+        if got is not None and got.get(sender, 0) <= 0:
+            out[i] = over_rate(bus, sender)
+            continue
+        if got is not None:
+            got[sender] -= 1
+        keep.append((i, msg))
+    for (i, _msg), answer in zip(keep, store_many(bus, [m for _i, m in keep]), strict=True):
+        out[i] = answer
+    return [o for o in out if not isinstance(o, Message)]
+
+
+def _receivers(bus: Bus, sids: Iterable[str]) -> dict[str, tuple[str, str, int, int] | None]:
+    """Each receiver's (host, state, last_seen, opened_at), None if unregistered; all in
+    one round trip, and only these fields (a whole session hash costs more to parse than
+    the append)."""
     order = list(dict.fromkeys(sids))
     pipe = bus.store.r.pipeline(transaction=False)
     for sid in order:
         pipe.hmget(bus.store.k.s(sid, "session"), ["host", "state", "last_seen", "opened_at"])
-    now, stale_s = now_ms(), bus.settings.stale_s
-    out: dict[str, tuple[str, str, int] | None] = {}
-    for sid, (host, state, last_seen, opened_at) in zip(order, pipe.execute(), strict=True):
-        if not host:
-            out[sid] = None
-            continue
-        seen = int(last_seen or 0)
-        # As Bus.send answers: a harness unseen for INBOX_STALE_S is answered stale.
-        shown = recipient_state(state or "idle", seen or int(opened_at or 0), now, stale_s)
-        out[sid] = (host, shown, seen)
-    return out
-
-
-def send_many(bus: Bus, items: Sequence[Any], *, token: str | None = None) -> list[dict[str, Any]]:
-    """Validate, store and route a batch; one answer per item, in order (see the module)."""
-    return store_many(bus, prepare(bus, items, token))
+    return {
+        sid: (host, state or "idle", int(seen or 0), int(opened or 0)) if host else None
+        for sid, (host, state, seen, opened) in zip(order, pipe.execute(), strict=True)
+    }
 
 
 def store_many(bus: Bus, msgs: Sequence[Message]) -> list[dict[str, Any]]:
-    """Store and route messages already validated (:func:`prepare`, :func:`check_each`)."""
+    """Store and route messages already validated and rated (:func:`send_many`,
+    :func:`send_each`)."""
     answers: list[dict[str, Any]] = []
     for start in range(0, len(msgs), WRITE_CHUNK):
         answers.extend(_write(bus, list(msgs[start : start + WRITE_CHUNK])))
     return answers
 
 
+def _template(bus: Bus, sid: str, found: tuple[str, str, int, int], now: int) -> dict[str, Any]:
+    """A stored message's answer to ``sid`` but its id and thread (as ``Bus.post`` makes
+    it; a test holds them equal)."""
+    host, state, seen, opened = found
+    return SendAnswer(
+        id="",
+        thread="",
+        state="stored",
+        recipient=Recipient(
+            session=sid,
+            host=host,
+            state=recipient_state(state, seen or opened, now, bus.settings.stale_s),
+            listening=bus.floor_listening(SessionInfo.model_construct(session=sid, host=host)),
+            last_seen=seen or None,
+        ),
+    ).to_json()
+
+
 def _write(bus: Bus, msgs: list[Message]) -> list[dict[str, Any]]:
     store = bus.store
     infos = _receivers(bus, (m.to_id for m in msgs))
-    # What a stored message is answered differs between receivers only in id and thread
-    # (SendAnswer.to_json's shape; a test holds it equal to Bus.send's answers).
-    templates: dict[str, dict[str, Any]] = {}
-    for sid, found in infos.items():
-        if found is not None:
-            host, state, last_seen = found
-            listening = bus.floor_listening(SessionInfo.model_construct(session=sid, host=host))
-            templates[sid] = {
-                "ok": True,
-                "id": "",
-                "thread": "",
-                "state": "stored",
-                "recipient": {
-                    "session": sid,
-                    "host": host,
-                    "state": state,
-                    "listening": listening,
-                    **({"last_seen": last_seen} if last_seen else {}),
-                },
-                "duplicate": False,
-            }
+    now = now_ms()
+    templates = {sid: _template(bus, sid, f, now) for sid, f in infos.items() if f is not None}
     answers: list[dict[str, Any] | None] = [None] * len(msgs)
     per_sid: dict[str, list[int]] = {}
     args: dict[str, list[Any]] = {}
     threads: dict[tuple[str, str], str] = {}
-    pipe = store.r.pipeline(transaction=False)
+    receipts: list[tuple[Message, str, str | None, str, str]] = []
+    pipe = store.pipeline()
+    # The id -> receiver index first (the replies after it are the appends'): one HSET per
+    # bucket the batch touches, not one SET per message (bus.rcptindex).
+    queued = rcptindex.index(pipe, store.k, ((m.id, m.to_id) for m in msgs), now)
     for i, msg in enumerate(msgs):
         if msg.verified is None:
             msg = msg.model_copy(update={"verified": bus.auth.enabled})
+            msgs[i] = msg
         sid = msg.to_id
         if infos[sid] is None:
+            reason = f"no session {sid!r} is registered"
             answers[i] = SendAnswer(
                 ok=False,
                 id=msg.id,
                 state="bounced",
                 recipient=Recipient(session=sid, state="unknown"),
-                reason=f"no session {sid!r} is registered",
+                reason=reason,
             ).to_json()
+            receipts.append((msg, sid, None, "bounced", reason))
             continue
         key = thread_key(
             thread=msg.thread, pr=msg.pr, topic=msg.topic, sender=msg.from_, text=msg.text
@@ -179,29 +339,54 @@ def _write(bus: Bus, msgs: list[Message]) -> list[dict[str, Any]]:
         answers[i] = answer
         per_sid.setdefault(sid, []).append(i)
         args.setdefault(sid, []).extend([msg.id, msg.line(), json.dumps(answer), thread])
-    now = now_ms()
-    # The id -> receiver index: one HSET per bucket touched, not one SET per message.
-    rcptindex.index(pipe, store.k, ((m.id, m.to_id) for m in msgs if infos[m.to_id]), now)
+        receipts.append((msg, sid, thread, "stored", ""))
     order = list(per_sid)
+    cap = bus.settings.max_unread
     for sid in order:
         store.run(
             "append_many",
             sid,
-            ("stream", "ids", "idsage", "pending", "trim", "events"),
-            [now, store.lock_ttl_ms, *args[sid]],
+            ("stream", "ids", "idsage", "pending", "trim", "events", "msgs"),
+            [now, store.lock_ttl_ms, cap, *args[sid]],
             client=pipe,
         )
+    # After the appends: a receipt opens only for what was stored (receipt_open.lua).
+    bus.receipts.open_many(pipe, receipts)
     replies = pipe.execute()
-    results = replies[len(replies) - len(order) :]
+    refused: list[tuple[Message, str]] = []
     due: dict[str, list[str]] = {}
-    for sid, result in zip(order, results, strict=True):
+    for sid, result in zip(order, replies[queued : queued + len(order)], strict=True):
         dispatch, priors = result[0], result[1:]
         for i, prior in zip(per_sid[sid], priors, strict=True):
-            if prior:
+            if prior == -1:
+                answers[i] = {**inbox_full(sid, cap).to_json(), "id": msgs[i].id}
+                refused.append((msgs[i], sid))
+            elif prior:
                 answers[i] = {**json.loads(prior), "duplicate": True}
         found = infos[sid]
         if int(dispatch) and found is not None:
             due.setdefault(found[0], []).append(sid)
     for host, sids in due.items():  # a few tasks per host per batch, not one per receiver
         deliver_many(bus.dispatcher, host, sids)
+    if refused:
+        _unwrite(bus, refused, now)
     return [a for a in answers if a is not None]
+
+
+def inbox_full(sid: str, cap: int) -> RateLimited:
+    """What a send to a session holding ``cap`` messages is refused (``Store.append``)."""
+    return RateLimited(
+        f"session {sid} holds {cap} messages already; nothing was stored",
+        code="inbox_full",
+        session=sid,
+    )
+
+
+def _unwrite(bus: Bus, refused: list[tuple[Message, str]], now: int) -> None:
+    """Messages refused ``inbox_full`` keep no recipient index and no outbox entry (as
+    ``Store.append`` and ``Bus.post`` leave a refused send); only on a refusal."""
+    pipe = bus.store.r.pipeline(transaction=False)
+    for msg, _sid in refused:
+        rcptindex.unindex(pipe, bus.store.k, msg.id, now)
+    pipe.execute()
+    bus.receipts.unlist_refused(refused)

@@ -34,9 +34,10 @@ def day_of(now_ms: int) -> int:
     return now_ms // DAY_MS
 
 
-def index(pipe: Any, k: Keys, pairs: Iterable[tuple[str, str]], now_ms: int) -> None:
+def index(pipe: Any, k: Keys, pairs: Iterable[tuple[str, str]], now_ms: int) -> int:
     """Queue on ``pipe`` the writes recording each ``(message id, session)``: one HSET and
-    one EXPIRE per bucket touched. Idempotent (a resend writes the same field again)."""
+    one EXPIRE per bucket touched; answers how many commands were queued. Idempotent (a
+    resend writes the same field again)."""
     day = day_of(now_ms)
     by_bucket: dict[int, dict[str, str]] = {}
     for msg_id, sid in pairs:
@@ -45,10 +46,11 @@ def index(pipe: Any, k: Keys, pairs: Iterable[tuple[str, str]], now_ms: int) -> 
         key = k.rcpt_bucket(day, b)
         pipe.hset(key, mapping=mapping)
         pipe.expire(key, BUCKET_TTL_S)
+    return 2 * len(by_bucket)
 
 
 def unindex(r: Any, k: Keys, msg_id: str, now_ms: int) -> None:
-    """Forget an id just indexed (its append was refused)."""
+    """Forget an id just indexed (its append was refused); ``r`` may be a pipeline."""
     r.hdel(k.rcpt_bucket(day_of(now_ms), bucket_of(msg_id)), msg_id)
 
 

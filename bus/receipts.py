@@ -22,7 +22,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -142,6 +142,8 @@ class Receipts:
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
+        self._clock = threading.Lock()
+        self._last_us = 0
 
     @property
     def ttl_ms(self) -> int:
@@ -162,36 +164,61 @@ class Receipts:
     ) -> None:
         """Queue the receipt's opening and the sender's outbox entry on ``pipe`` (after the
         append): no round trip of its own."""
+        self.open_many(pipe, [(msg, to, thread, state, reason)])
+
+    def open_many(
+        self, pipe: Any, rows: Sequence[tuple[Message, str, str | None, str, str]]
+    ) -> None:
+        """:meth:`open` for many ``(message, to, thread, state, reason)``, in the order sent:
+        one ``receipt_open.lua`` call per recipient, one outbox write per sender."""
         store, now = self.bus.store, now_ms()
-        store.script("receipt_open")(
-            keys=[store.k.receipt(to, msg.id), store.k.s(to, "ids")],
-            args=[
-                msg.id,
-                state,
-                now,
-                self.ttl_ms,
-                to,
-                msg.from_,
-                msg.from_session or "",
-                thread or "",
-                reason,
-            ],
-            client=pipe,
-        )
-        if msg.from_session:
-            # Microseconds, so a burst from one sender still lists in the order it was sent.
-            us = time.time_ns() // 1000
-            outbox = store.k.outbox(msg.from_session)
-            pipe.zadd(outbox, {f"{to}|{msg.id}": us}, nx=True)
+        by_to: dict[str, tuple[list[str], list[Any]]] = {}
+        outboxes: dict[str, dict[str, int]] = {}
+        for msg, to, thread, state, reason in rows:
+            keys, args = by_to.setdefault(to, ([store.k.s(to, "ids")], [now, self.ttl_ms, to]))
+            keys.append(store.k.receipt(to, msg.id))
+            args.extend([msg.id, state, msg.from_, msg.from_session or "", thread or "", reason])
+            if msg.from_session:
+                members = outboxes.setdefault(msg.from_session, {})
+                members.setdefault(f"{to}|{msg.id}", self._tick())
+        for keys, args in by_to.values():
+            store.script("receipt_open")(keys=keys, args=args, client=pipe)
+        for sender, members in outboxes.items():
+            outbox = store.k.outbox(sender)
+            pipe.zadd(outbox, members, nx=True)
             pipe.zremrangebyrank(outbox, 0, -(OUTBOX_MAX + 1))
-            pipe.zremrangebyscore(outbox, "-inf", us - KEEP_MS * 1000)
+            pipe.zremrangebyscore(outbox, "-inf", max(members.values()) - KEEP_MS * 1000)
+
+    def _tick(self) -> int:
+        """Microseconds, strictly increasing in this process: a burst (or a batch) from one
+        sender still lists in the order it was sent."""
+        with self._clock:
+            self._last_us = max(time.time_ns() // 1000, self._last_us + 1)
+            return self._last_us
 
     def bounced(self, msg: Message, to: str, reason: str) -> None:
         """A send to no registered session: the receipt (and the outbox) say so."""
         store = self.bus.store
-        pipe = store.r.pipeline(transaction=False)
+        pipe = store.pipeline()
         rcptindex.index(pipe, store.k, [(msg.id, to)], now_ms())
         self.open(pipe, msg, to, None, state="bounced", reason=reason)
+        pipe.execute()
+
+    def unlist_refused(self, refused: Sequence[tuple[Message, str]]) -> None:
+        """Messages the append refused (``inbox_full``) leave no outbox entry, unless an
+        earlier bounce of the same id opened a receipt the entry shows. Only on a refusal,
+        so the send's own path keeps its single round trip."""
+        rows = [(m, to) for m, to in refused if m.from_session]
+        if not rows:
+            return
+        store = self.bus.store
+        pipe = store.r.pipeline(transaction=False)
+        for msg, to in rows:
+            pipe.exists(store.k.receipt(to, msg.id))
+        found = pipe.execute()
+        for (msg, to), kept in zip(rows, found, strict=True):
+            if not kept:
+                pipe.zrem(store.k.outbox(msg.from_session or ""), f"{to}|{msg.id}")
         pipe.execute()
 
     def mark(

@@ -13,7 +13,7 @@ import pytest
 
 from bus.api import Bus
 from bus.dispatch import RecordingDispatcher
-from bus.errors import BadInput, Unauthorized
+from bus.errors import BadInput, BusError, Unauthorized
 from tests.conftest import settings_env
 
 
@@ -232,3 +232,249 @@ def test_jsonl_answers_a_line_before_the_next_is_written(two: Bus, settings: Any
         killer.cancel()
         proc.kill()
     assert [m["text"] for m in stored(two, "s1")] == ["m0", "m1"]
+
+
+# -- the guarantees a send per message gives (issues 9 and 14) ------------------------------
+
+
+def per_message(b: Bus, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What ``Bus.send`` answers for each item, a refusal as its JSON (plus the id)."""
+    out = []
+    for item in items:
+        try:
+            out.append(b.send(item))
+        except BusError as exc:
+            out.append({**exc.to_json(), "id": item["id"]})
+    return out
+
+
+def masked(answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Answers without ``last_seen`` (each bus opened its sessions at its own ms)."""
+    out = []
+    for a in answers:
+        rcpt = {k: v for k, v in (a.get("recipient") or {}).items() if k != "last_seen"}
+        out.append({**a, **({"recipient": rcpt} if "recipient" in a else {})})
+    return out
+
+
+def receipt_of(b: Bus, msg_id: str, by: str) -> dict[str, Any]:
+    """A receipt with the times replaced by which states have one."""
+    rc = b.receipt(msg_id, by=by)
+    return {**rc, "at": sorted(rc["at"]), "recipient": masked([rc])[0]["recipient"]}
+
+
+def twin_buses(make_bus: Callable[..., Bus], prefix: str, **kw: Any) -> tuple[Bus, Bus]:
+    """Two buses on separate key spaces (under the test's prefix) with the same sessions:
+    one takes a send per message, the other the batch."""
+    pair = []
+    for tag in ("one", "many"):
+        b = make_bus(key_prefix=f"{prefix}:{tag}", **kw)
+        for sid in ("alice", "s1", "s2"):
+            b.open_session(sid)
+        pair.append(b)
+    return pair[0], pair[1]
+
+
+def outbox(b: Bus, sid: str) -> list[str]:
+    return [r["id"] for r in b.sent(sid, limit=100)["sent"]]
+
+
+def from_alice(n: int, to: str = "s1") -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"al-{i}",
+            "from": "hosta:alice",
+            "from_session": "alice",
+            "to_id": to,
+            "text": f"m{i}",
+        }
+        for i in range(n)
+    ]
+
+
+def test_receipts_outbox_and_bounces_are_what_sends_leave(
+    make_bus: Callable[..., Bus], prefix: str
+) -> None:
+    one, many = twin_buses(make_bus, prefix)
+    items = [
+        *from_alice(3),
+        {
+            "id": "to-s2",
+            "from": "hosta:alice",
+            "from_session": "alice",
+            "to_id": "s2",
+            "text": "PR #4 ready",
+        },
+        {
+            "id": "nobody",
+            "from": "hosta:alice",
+            "from_session": "alice",
+            "to_id": "ghost",
+            "text": "hello?",
+        },
+        from_alice(1)[0],  # a resend in the same batch
+    ]
+    singles, batch = per_message(one, items), many.send_many(items)
+    assert masked(batch) == masked(singles)
+    assert batch[4]["state"] == "bounced" and batch[5]["duplicate"] is True
+    for i in ("al-0", "al-1", "al-2", "to-s2", "nobody"):
+        assert receipt_of(many, i, "alice") == receipt_of(one, i, "alice")
+        assert many.store.recipient_of(i) == one.store.recipient_of(i)
+    assert receipt_of(many, "nobody", "alice")["state"] == "bounced"
+    assert receipt_of(many, "al-1", "alice")["state"] == "stored"
+    assert (
+        outbox(many, "alice") == outbox(one, "alice") == ["nobody", "to-s2", "al-2", "al-1", "al-0"]
+    )
+
+
+def test_a_stale_recipient_is_answered_stale_with_its_last_seen(
+    make_bus: Callable[..., Bus], prefix: str
+) -> None:
+    one, many = twin_buses(make_bus, prefix, stale_s=60.0)
+    for b in (one, many):
+        b.store.r.hset(b.store.k.s("s1", "session"), "last_seen", "1000")
+    singles, batch = per_message(one, from_alice(2)), many.send_many(from_alice(2))
+    assert batch == singles
+    assert batch[0]["recipient"]["state"] == "stale"
+    assert batch[0]["recipient"]["last_seen"] == 1000
+
+
+def test_a_full_inbox_refuses_what_does_not_fit_as_sends_do(
+    make_bus: Callable[..., Bus], prefix: str
+) -> None:
+    one, many = twin_buses(make_bus, prefix, max_unread=3)
+    items = [*from_alice(5), *from_alice(1, to="s2"), from_alice(1)[0]]
+    items[5] = {**items[5], "id": "to-s2"}
+    singles, batch = per_message(one, items), many.send_many(items)
+    assert masked(batch) == masked(singles)
+    assert [a.get("state") or a["error"] for a in batch] == [
+        "stored",
+        "stored",
+        "stored",
+        "inbox_full",
+        "inbox_full",
+        "stored",
+        "stored",
+    ]
+    assert batch[3] == {
+        "ok": False,
+        "error": "inbox_full",
+        "message": "session s1 holds 3 messages already; nothing was stored",
+        "session": "s1",
+        "id": "al-3",
+    }
+    for b in (one, many):
+        assert [m["id"] for m in stored(b, "s1")] == ["0", "1", "2"]
+        assert b.store.recipient_of("al-3") is None
+        # Refused: no receipt, and nothing in the sender's outbox.
+        assert not b.store.r.exists(b.store.k.receipt("s1", "al-3"))
+        assert b.store.r.zcard(b.store.k.outbox("alice")) == 4
+    assert outbox(many, "alice") == outbox(one, "alice")
+
+
+def test_a_batch_over_the_senders_rate_is_refused_whole(make_bus: Callable[..., Bus]) -> None:
+    from bus.errors import RateLimited
+
+    b = make_bus(send_rate=0.001, send_burst=3)
+    b.open_session("s1")
+    batch = [{"from": "h:flood", "to_id": "s1", "text": f"m{i}"} for i in range(4)]
+    before = set(b.store.r.scan_iter(match=b.store.k.pattern()))
+    with pytest.raises(RateLimited) as err:
+        b.send_many(batch)
+    assert err.value.code == "rate_limited" and "a batch of 4" in str(err.value)
+    assert "split it" in str(err.value)  # 4 is more than the burst: it never fits
+    assert set(b.store.r.scan_iter(match=b.store.k.pattern())) - before <= {
+        b.store.k.bucket("h:flood")
+    }
+    assert stored(b, "s1") == []
+    # Two senders: one short refuses the batch, and the other's tokens are given back.
+    mixed = [*batch[:2], *[{"from": "h:calm", "to_id": "s1", "text": f"c{i}"} for i in range(4)]]
+    with pytest.raises(RateLimited):
+        b.send_many(mixed)
+    assert stored(b, "s1") == []
+    assert [a["state"] for a in b.send_many(batch[:3])] == ["stored"] * 3
+    with pytest.raises(RateLimited):  # the bucket is empty now, as after three sends
+        b.send({"from": "h:flood", "to_id": "s1", "text": "one more"})
+    assert len(stored(b, "s1")) == 3
+
+
+def test_the_http_batch_is_429_over_the_rate(make_bus: Callable[..., Bus]) -> None:
+    from tests.test_http import Gateway
+
+    b = make_bus(send_rate=0.001, send_burst=2)
+    b.open_session("bob")
+    g = Gateway(b)
+    try:
+        body = [{"from": "h:me", "to_id": "bob", "text": f"m{i}"} for i in range(3)]
+        r = g.client.post("/v1/send/batch", json=body)
+        assert r.status_code == 429 and r.json()["error"] == "rate_limited"
+        assert stored(b, "bob") == []
+    finally:
+        g.stop()
+
+
+def test_jsonl_takes_what_the_bucket_holds_and_refuses_each_line_after(
+    two: Bus, settings: Any
+) -> None:
+    lines = [json.dumps({"from": "h:me", "to_id": "s1", "text": f"m{i}"}) for i in range(5)]
+    env = {
+        **settings_env(settings),
+        "INBOX_DISPATCHER": "none",
+        "INBOX_SEND_RATE": "0.001",
+        "INBOX_SEND_BURST": "3",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "bus.cli", "send", "--jsonl", "-"],
+        input="\n".join(lines) + "\n",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    answers = [json.loads(x) for x in out.stdout.splitlines()]
+    assert out.returncode == 1
+    assert [a.get("state") or a["error"] for a in answers] == [
+        "stored",
+        "stored",
+        "stored",
+        "rate_limited",
+        "rate_limited",
+    ]
+    assert [a.get("line") for a in answers] == [None, None, None, 4, 5]
+    assert [m["text"] for m in stored(two, "s1")] == ["m0", "m1", "m2"]
+
+
+def test_naming_a_thread_one_is_no_party_to_refuses_the_batch(bus: Bus) -> None:
+    from bus.errors import Refused
+    from bus.ingest import check_each
+
+    for sid in ("alice", "bob", "mallory"):
+        bus.open_session(sid)
+    first = bus.send({"from": "hosta:alice", "from_session": "alice", "to_id": "bob", "text": "hi"})
+    bus.deliver_session("bob")  # the thread exists now, its parties alice and bob
+    thread = first["thread"]
+    intruder = {
+        "from": "hosta:mallory",
+        "from_session": "mallory",
+        "to_id": "bob",
+        "text": "let me in",
+        "thread": thread,
+    }
+    with pytest.raises(Refused) as single:
+        bus.send(intruder)
+    ok = {
+        "from": "hosta:alice",
+        "from_session": "alice",
+        "to_id": "bob",
+        "text": "more",
+        "thread": thread,
+    }
+    with pytest.raises(BadInput) as err:
+        bus.send_many([ok, intruder])
+    [bad] = err.value.to_json()["errors"]
+    assert bad == {"index": 1, "error": "not_a_party", "message": str(single.value)}
+    assert len(stored(bus, "bob")) == 1
+    checked = check_each(bus, [ok, intruder])
+    assert isinstance(checked[1], Refused) and checked[1].code == "not_a_party"
+    # A party naming its own thread goes in, batched as sent.
+    assert bus.send_many([ok])[0]["thread"] == thread

@@ -110,7 +110,7 @@ def test_a_worker_keeps_a_heartbeat_with_its_host_and_queue_depth(
 
     from bus.http import create_app
 
-    with TestClient(create_app(bus)) as client:
+    with TestClient(create_app(bus), base_url="http://127.0.0.1") as client:
         health = client.get("/health").json()
         assert [w["name"] for w in health["workers"]] == ["hosta"]
         assert 'inbox_worker_queue{host="hosta"} 0.0' in client.get("/metrics").text
@@ -159,7 +159,8 @@ def test_a_message_after_a_redis_restart_is_heard_within_5_s(
 
     port = _free_port()
     server = EmbeddedRedis(tmp_path / "r.sock", tmp_path / "rdata", port=port).start()
-    url = f"redis://127.0.0.1:{port}/0"
+    # On TCP the embedded server requires its generated password.
+    url = f"redis://:{server.password}@127.0.0.1:{port}/0"
     s = replace(settings, redis_url=url, broker_url=url)
     stop = threading.Event()
     try:

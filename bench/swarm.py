@@ -539,7 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=sorted(SIZES), default="50", help="sessions")
     parser.add_argument("--workers", default=None, help="worker processes, e.g. 1,2,4")
     parser.add_argument("--redis-url", default=None, help="default: as bench/burst.py")
-    parser.add_argument("--skip", default="", help="comma list: memory,wake,latency,naive")
+    parser.add_argument(
+        "--skip", default="", help="comma list: memory,wake,latency,naive,raw,ingest,e2e"
+    )
     args = parser.parse_args(argv)
     size = SIZES[args.size]
     workers = [
@@ -587,10 +589,12 @@ def main(argv: list[str] | None = None) -> int:
                 "redis": found,
                 "batched": batched(observer),
             }
-            console.print("raw pipelined XADD...")
-            out["raw"] = scenario_raw(s, n, sessions, k)
-            console.print("ingest...")
-            out["ingest"] = scenario_ingest(s, observer, n, sessions, k)
+            if "raw" not in skip:
+                console.print("raw pipelined XADD...")
+                out["raw"] = scenario_raw(s, n, sessions, k)
+            if "ingest" not in skip:
+                console.print("ingest...")
+                out["ingest"] = scenario_ingest(s, observer, n, sessions, k)
             out["e2e"] = []
             for c in workers:
                 with worker(s, c):
@@ -608,16 +612,19 @@ def main(argv: list[str] | None = None) -> int:
                         if "memory" not in skip:
                             console.print("memory...")
                             out["memory"] = scenario_memory(s, observer, size["memory"])
-                    console.print(f"end to end, {c} worker process(es)...")
-                    out["e2e"].append(scenario_e2e(s, observer, n, sessions, k, c, str(c)))
+                    if "e2e" not in skip:
+                        console.print(f"end to end, {c} worker process(es)...")
+                        out["e2e"].append(scenario_e2e(s, observer, n, sessions, k, c, str(c)))
             by_w = {row["workers"]: row["per_s"] for row in out["e2e"]}
-            e2e_main = by_w.get(2, out["e2e"][0]["per_s"])
+            e2e_main = by_w.get(2, out["e2e"][0]["per_s"] if out["e2e"] else None)
             naive = out.get("naive", {}).get("per_s")
+            raw = out.get("raw", {}).get("per_s")
+            ingest = out.get("ingest", {}).get("per_s")
             out["ratios"] = {
-                "ingest_over_raw_xadd": ratio(out["ingest"]["per_s"], out["raw"]["per_s"]),
-                "ingest_over_naive": ratio(out["ingest"]["per_s"], naive),
+                "ingest_over_raw_xadd": ratio(ingest, raw),
+                "ingest_over_naive": ratio(ingest, naive),
                 "e2e_over_naive": ratio(e2e_main, naive),
-                "e2e_over_raw_xadd": ratio(e2e_main, out["raw"]["per_s"]),
+                "e2e_over_raw_xadd": ratio(e2e_main, raw),
                 **{f"e2e_{w}w_over_1w": ratio(v, by_w.get(1)) for w, v in by_w.items() if w != 1},
             }
             if "latency" in out:

@@ -21,6 +21,22 @@ class Dispatcher(Protocol):
         """Ask ``host``'s worker to run the delivery for session ``sid``."""
 
 
+def deliver_many(dispatcher: Dispatcher, host: str, sids: list[str]) -> None:
+    """Ask ``host``'s worker for the deliveries of many sessions at once.
+
+    A dispatcher with its own ``deliver_many`` sends them in a few messages (the Celery one:
+    one task per chunk, run concurrently in the worker), so a burst of due wakes does not
+    queue one task per session behind the others; any other dispatcher gets one
+    ``deliver`` per session.
+    """
+    many = getattr(dispatcher, "deliver_many", None)
+    if many is not None:
+        many(host, sids)
+        return
+    for sid in sids:
+        dispatcher.deliver(host, sid)
+
+
 class NullDispatcher:
     """Dispatches nothing: the scheduler's sweep (or a direct ``deliver_session``) delivers."""
 
@@ -36,6 +52,9 @@ class RecordingDispatcher:
 
     def deliver(self, host: str, sid: str) -> None:
         self.calls.append((host, sid))
+
+    def deliver_many(self, host: str, sids: list[str]) -> None:
+        self.calls.extend((host, sid) for sid in sids)
 
 
 def default_dispatcher() -> Dispatcher:

@@ -41,8 +41,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import rcptindex
 from .auth import SCOPE_WRITE, Claims
 from .conversation import _list as json_list
+from .dispatch import deliver_many
 from .errors import BadInput, BusError, RateLimited, Refused
 from .models import Message, Recipient, SendAnswer, SessionInfo, now_ms, parse_message
 from .receipts import recipient_state
@@ -55,7 +57,6 @@ if TYPE_CHECKING:
 # holds Redis (a few ms), while keeping the round trips per message far below one.
 WRITE_CHUNK = 1000
 MAX_ERRORS_LISTED = 20
-RCPT_TTL_S = 7 * 86400  # as Store.append keeps a message id's receiver
 
 
 def _sender_data(
@@ -309,15 +310,14 @@ def _write(bus: Bus, msgs: list[Message]) -> list[dict[str, Any]]:
     threads: dict[tuple[str, str], str] = {}
     receipts: list[tuple[Message, str, str | None, str, str]] = []
     pipe = store.pipeline()
-    queued = 0
+    # The id -> receiver index first (the replies after it are the appends'): one HSET per
+    # bucket the batch touches, not one SET per message (bus.rcptindex).
+    queued = rcptindex.index(pipe, store.k, ((m.id, m.to_id) for m in msgs), now)
     for i, msg in enumerate(msgs):
         if msg.verified is None:
             msg = msg.model_copy(update={"verified": bus.auth.enabled})
             msgs[i] = msg
         sid = msg.to_id
-        # execute_command skips redis-py's argument handling for SET: a third of the cost.
-        pipe.execute_command("SET", store.k.rcpt(msg.id), sid, "EX", RCPT_TTL_S)
-        queued += 1
         if infos[sid] is None:
             reason = f"no session {sid!r} is registered"
             answers[i] = SendAnswer(
@@ -354,6 +354,7 @@ def _write(bus: Bus, msgs: list[Message]) -> list[dict[str, Any]]:
     bus.receipts.open_many(pipe, receipts)
     replies = pipe.execute()
     refused: list[tuple[Message, str]] = []
+    due: dict[str, list[str]] = {}
     for sid, result in zip(order, replies[queued : queued + len(order)], strict=True):
         dispatch, priors = result[0], result[1:]
         for i, prior in zip(per_sid[sid], priors, strict=True):
@@ -364,9 +365,11 @@ def _write(bus: Bus, msgs: list[Message]) -> list[dict[str, Any]]:
                 answers[i] = {**json.loads(prior), "duplicate": True}
         found = infos[sid]
         if int(dispatch) and found is not None:
-            bus.dispatcher.deliver(found[0], sid)
+            due.setdefault(found[0], []).append(sid)
+    for host, sids in due.items():  # a few tasks per host per batch, not one per receiver
+        deliver_many(bus.dispatcher, host, sids)
     if refused:
-        _unwrite(bus, refused)
+        _unwrite(bus, refused, now)
     return [a for a in answers if a is not None]
 
 
@@ -379,11 +382,11 @@ def inbox_full(sid: str, cap: int) -> RateLimited:
     )
 
 
-def _unwrite(bus: Bus, refused: list[tuple[Message, str]]) -> None:
+def _unwrite(bus: Bus, refused: list[tuple[Message, str]], now: int) -> None:
     """Messages refused ``inbox_full`` keep no recipient index and no outbox entry (as
     ``Store.append`` and ``Bus.post`` leave a refused send); only on a refusal."""
     pipe = bus.store.r.pipeline(transaction=False)
     for msg, _sid in refused:
-        pipe.delete(bus.store.k.rcpt(msg.id))
+        rcptindex.unindex(pipe, bus.store.k, msg.id, now)
     pipe.execute()
     bus.receipts.unlist_refused(refused)

@@ -33,7 +33,8 @@ buses, or several tests, share one server.
 | ``P:{thr}:seen`` | set: message ids already in the log (idempotent append) | delivery | - |
 | ``P:{h:<handle>}:sids`` | set: sessions that carry a handle | session open | - |
 | ``P:{snd:<sha256(sender)>}:bucket`` | hash: tokens, at: the sender's send rate bucket | send, reply (rate.lua) | expires once full again |
-| ``P:{m:<id>}:rcpt`` | string: the session a message id was addressed to | send | TTL 7 days |
+| ``P:{m:<id>}:rcpt`` | string: the session a message id was addressed to (before bus.rcptindex; read only) | - | TTL 7 days |
+| ``P:{rc:<day>:<b>}:rcpt`` | hash: message id -> the session it was addressed to, for the ids stored on UTC day ``<day>`` in bucket ``<b>`` (bus.rcptindex) | send | TTL 8 days from its last write |
 | ``P:sessions`` | zset: session id → opened ms (registry) | session open | - |
 | ``P:revoked`` | set: ids (jti) of revoked tokens | token revoke | - |
 | ``P:metrics`` | hash: counter name (with labels) → count | send, delivery, scheduler | - |
@@ -116,7 +117,14 @@ class Keys:
         return f"{self.prefix}:{{snd:{digest}}}:bucket"
 
     def rcpt(self, msg_id: str) -> str:
+        """A message id's receiver, one key per id (written before bus.rcptindex; read as
+        a fallback so ids stored then are still found)."""
         return f"{self.prefix}:{{m:{msg_id}}}:rcpt"
+
+    def rcpt_bucket(self, day: int, bucket: int) -> str:
+        """Message id -> receiver for the ids stored on ``day`` (days since the epoch, UTC)
+        whose hash falls in ``bucket`` (bus.rcptindex); each bucket in its own slot."""
+        return f"{self.prefix}:{{rc:{int(day)}:{int(bucket)}}}:rcpt"
 
     @property
     def sessions(self) -> str:
@@ -144,6 +152,7 @@ class Keys:
 
     @property
     def workers(self) -> str:
+        """The names with a heartbeat (bus.liveness)."""
         return f"{self.prefix}:workers"
 
     def beat(self, name: str) -> str:

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -37,6 +39,7 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from . import liveness
+from .cluster import is_cluster
 from .keys import Keys
 
 if TYPE_CHECKING:
@@ -98,10 +101,44 @@ class Metrics:
         # Untyped like Store's client: replies are str or bytes depending on the client.
         self.r: Any = client
         self.k = keys
+        self._local = threading.local()  # this thread's writes held by batched()
+
+    @contextmanager
+    def batched(self) -> Iterator[None]:
+        """Hold this thread's counter writes and send them in one round trip at the end
+        (a worker's delivery wrote 3-5 counters, each its own round trip)."""
+        if getattr(self._local, "held", None) is not None:  # nested: the outer one sends
+            yield
+            return
+        held: list[tuple[str, str, float]] = []
+        self._local.held = held
+        try:
+            yield
+        finally:
+            self._local.held = None
+            if held:
+                # MULTI where it can be (a cluster refuses one over two keys' slots).
+                pipe = self.r.pipeline(transaction=not is_cluster(self.r))
+                for key, field, n in held:
+                    if isinstance(n, float):
+                        pipe.hincrbyfloat(key, field, n)
+                    else:
+                        pipe.hincrby(key, field, n)
+                pipe.execute()
+
+    def _write(self, writes: list[tuple[str, str, float]]) -> bool:
+        """Queue ``writes`` when batched(); False when the caller must send them now."""
+        held = getattr(self._local, "held", None)
+        if held is None:
+            return False
+        held.extend(writes)
+        return True
 
     def incr(self, name: str, n: int = 1, **labels: str) -> None:
         """Add ``n`` to counter ``name`` (with ``labels``)."""
-        self.r.hincrby(self.k.metrics, counter_field(name, labels), n)
+        field = counter_field(name, labels)
+        if not self._write([(self.k.metrics, field, int(n))]):
+            self.r.hincrby(self.k.metrics, field, n)
 
     def observe_latency(self, seconds: float) -> None:
         """Record one delivery latency: its bucket, the sum and the count, atomically."""
@@ -109,6 +146,13 @@ class Metrics:
         # Only the first bucket that fits is counted; the collector makes them cumulative,
         # so an observation costs three writes rather than fourteen.
         bound = next(b for b in BUCKETS if seconds <= b)
+        writes = [
+            (self.k.latency, bucket_field(bound), 1),
+            (self.k.latency, "sum", seconds),
+            (self.k.latency, "count", 1),
+        ]
+        if self._write(writes):
+            return
         pipe = self.r.pipeline(transaction=True)
         pipe.hincrby(self.k.latency, bucket_field(bound), 1)
         pipe.hincrbyfloat(self.k.latency, "sum", seconds)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from . import rcptindex
 from .auth import SCOPE_READ
 from .errors import BadInput, NotFound, Refused, Unauthorized
 from .models import MESSAGE_ID_PATTERN, Message, check_session_id, now_ms
@@ -199,7 +200,7 @@ class Receipts:
         """A send to no registered session: the receipt (and the outbox) say so."""
         store = self.bus.store
         pipe = store.pipeline()
-        pipe.set(store.k.rcpt(msg.id), to, ex=KEEP_MS // 1000)
+        rcptindex.index(pipe, store.k, [(msg.id, to)], now_ms())
         self.open(pipe, msg, to, None, state="bounced", reason=reason)
         pipe.execute()
 

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import redis
 
+from . import rcptindex
 from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .errors import RateLimited, Unavailable
 from .keys import Keys
@@ -194,20 +195,21 @@ class Store:
         do the steps ``also`` queues on it after the append (the sender's receipt).
         """
         k = self.k
+        now = now_ms()
         pipe = self.pipeline()
         self.run(
             "append",
             sid,
             ("stream", "ids", "idsage", "pending", "trim", "events", "msgs"),
-            [msg_id, wire_json, answer_json, now_ms(), self.lock_ttl_ms, thread, max_held],
+            [msg_id, wire_json, answer_json, now, self.lock_ttl_ms, thread, max_held],
             client=pipe,
         )
-        pipe.set(k.rcpt(msg_id), sid, ex=7 * 86400)
+        rcptindex.index(pipe, k, [(msg_id, sid)], now)
         if also is not None:
             also(pipe)
         new, answer, dispatch = pipe.execute()[0]
         if int(new) < 0:
-            self.r.delete(k.rcpt(msg_id))
+            rcptindex.unindex(self.r, k, msg_id, now)
             raise RateLimited(
                 f"session {sid} holds {max_held} messages already; nothing was stored",
                 code="inbox_full",
@@ -233,8 +235,7 @@ class Store:
 
     def recipient_of(self, msg_id: str) -> str | None:
         """The session ``msg_id`` was appended to (kept 7 days); ``None`` if unknown."""
-        raw = self.r.get(self.k.rcpt(msg_id))
-        return str(raw) if raw else None
+        return rcptindex.lookup(self.r, self.k, msg_id, now_ms())
 
     def mark_pending(self, sid: str) -> bool:
         """Set the dispatch flag; True when the caller should dispatch a delivery."""

@@ -94,3 +94,27 @@ def test_scrape_with_redis_down_says_so(make_bus: Callable[..., Bus]) -> None:
     assert sample(text, "inbox_redis_up") == 0
     with pytest.raises(redis.RedisError):
         Metrics(dead.store.r, dead.store.k).incr("messages_in")
+
+
+def test_batched_writes_reach_redis_together_at_the_end(bus: Bus) -> None:
+    m = bus.metrics
+    with m.batched():
+        m.incr("notices")
+        with m.batched():  # nested: the outer block sends
+            m.incr("deliveries", via="file")
+            m.observe_latency(0.3)
+        assert m.snapshot()["counters"] == {}  # held until the block ends
+        assert m.snapshot()["latency"]["count"] == 0
+    snap = m.snapshot()
+    assert snap["counters"] == {"notices": 1, 'deliveries{via="file"}': 1}
+    assert snap["latency"]["count"] == 1 and snap["latency"]["sum"] == pytest.approx(0.3)
+    assert snap["latency"]["buckets"]["0.5"] == 1
+    m.incr("notices")  # outside a block: written at once
+    assert m.snapshot()["counters"]["notices"] == 2
+
+
+def test_batched_writes_are_sent_when_the_block_raises(bus: Bus) -> None:
+    with pytest.raises(RuntimeError), bus.metrics.batched():
+        bus.metrics.incr("wakes")
+        raise RuntimeError("the delivery failed")
+    assert bus.metrics.snapshot()["counters"] == {"wakes": 1}

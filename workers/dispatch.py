@@ -6,6 +6,10 @@ from celery import Celery
 
 from .app import host_queue
 
+# Sessions per inbox.deliver_many task: small enough that a burst of due wakes spreads over
+# the host's worker processes, large enough that a task's overhead is shared.
+MANY_CHUNK = 8
+
 
 class CeleryDispatcher:
     """Sends ``inbox.deliver`` to the receiving host's own queue."""
@@ -19,3 +23,15 @@ class CeleryDispatcher:
 
     def deliver(self, host: str, sid: str) -> None:
         self.app.send_task("inbox.deliver", kwargs={"sid": sid}, queue=host_queue(host))
+
+    def deliver_many(self, host: str, sids: list[str]) -> None:
+        """One ``inbox.deliver_many`` per chunk of sessions (a single session: ``deliver``).
+
+        Chunks, not one task for all: the host's worker processes share the chunks, and
+        each runs its chunk's deliveries concurrently (workers.tasks.deliver_many)."""
+        if len(sids) == 1:
+            self.deliver(host, sids[0])
+            return
+        for start in range(0, len(sids), MANY_CHUNK):
+            chunk = sids[start : start + MANY_CHUNK]
+            self.app.send_task("inbox.deliver_many", kwargs={"sids": chunk}, queue=host_queue(host))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from celery import Task
@@ -21,6 +22,11 @@ log = logging.getLogger(__name__)
 _bus: Bus | None = None
 _beat: Heartbeat | None = None
 _outage = Outage("worker", log)
+_pool: ThreadPoolExecutor | None = None
+
+# Deliveries one inbox.deliver_many runs at once: a delivery mostly waits on Redis round
+# trips, so a few threads overlap those waits (each delivery holds its own session's lock).
+MANY_THREADS = 8
 
 
 def get_bus() -> Bus:
@@ -68,8 +74,10 @@ def send(**fields: Any) -> dict[str, Any]:
 def deliver(self: Task, sid: str) -> dict[str, Any]:
     """Deliver what is queued for one session of this host. When another delivery holds
     the session it takes this one's work over (bus.handoff): no retry, no sleep."""
+    bus = get_bus()
     try:
-        report = get_bus().deliver_session(sid)
+        with bus.metrics.batched():  # the delivery's counters in one round trip
+            report = bus.deliver_session(sid)
     except OUTAGE_ERRORS as exc:
         # Redis is restarting: one log line per outage; the scheduler's sweep redoes the
         # delivery once it is back (nothing was taken that is not still in the stream).
@@ -77,6 +85,35 @@ def deliver(self: Task, sid: str) -> dict[str, Any]:
         return {"ok": False, "error": "unavailable", "session": sid}
     _outage.ok()
     return report.to_json()
+
+
+def _pool_of_threads() -> ThreadPoolExecutor:
+    """This process's delivery threads, made on first use (after the prefork fork)."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(MANY_THREADS, thread_name_prefix="deliver")
+    return _pool
+
+
+def _deliver_one(bus: Bus, sid: str) -> dict[str, Any]:
+    try:
+        with bus.metrics.batched():
+            report = bus.deliver_session(sid)
+    except OUTAGE_ERRORS as exc:
+        _outage.failed(exc)
+        return {"ok": False, "error": "unavailable", "session": sid}
+    _outage.ok()
+    return report.to_json()
+
+
+@app.task(name="inbox.deliver_many")
+def deliver_many(sids: list[str]) -> list[dict[str, Any]]:
+    """``inbox.deliver`` for many sessions of this host, run concurrently (the scheduler's
+    due wakes, a batch's receivers): one task instead of one per session in the queue."""
+    bus = get_bus()
+    # The lazy parts are built here, once, not raced by the threads.
+    bus.store, bus.metrics, bus.dispatcher  # noqa: B018
+    return list(_pool_of_threads().map(lambda sid: _deliver_one(bus, sid), sids))
 
 
 @app.task(name="inbox.tick")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .lease import Lease
-from .models import SessionInfo, now_ms
+from .models import SessionInfo
 
 if TYPE_CHECKING:
     from .api import Bus
@@ -116,20 +116,17 @@ def deliver_session(bus: Bus, sid: str) -> DeliveryReport:
 
 
 def _write_raw(bus: Bus, sid: str, eid: str, msg: dict[str, Any], report: DeliveryReport) -> None:
+    """The in-flight record goes first, the cursor after: a redo finds the record and
+    looks for the line on the floor (:func:`_recover_raw`) before writing it again."""
     store = bus.store
-    store.set_rawflight(sid, eid, msg["id"])
-    via, _path = bus.floor.deliver(sid, msg)
-    store.advance(sid, eid)
-    if via == "socket":
-        report.socket += 1
-    else:
-        report.file += 1
-    report.raw += 1
-    store.record(sid, "delivered", id=msg["id"], via=via)
-    if via == "socket":  # acked by the harness: noticed
-        bus.receipts.mark(sid, "noticed", [msg["id"]], touch=True)
-    bus.metrics.incr("deliveries", via=via)
-    bus.metrics.observe_latency(max(0, now_ms() - int(msg.get("ts") or now_ms())) / 1000)
+    bus.inbox.raw.write(
+        sid,
+        msg,
+        report,
+        unsure=False,
+        before=lambda: store.set_rawflight(sid, eid, msg["id"]),
+        after=lambda: store.advance(sid, eid),
+    )
 
 
 def _recover_raw(bus: Bus, sid: str, report: DeliveryReport) -> None:

@@ -27,19 +27,18 @@ MAX_RUNS = 20
 def deliver(bus: Bus, sid: str) -> DeliveryReport:
     """Deliver ``sid``'s queue; ``busy`` only when the work was handed to a running holder."""
     store = bus.store
-    again = store.k.s(sid, "again")
     total = DeliveryReport(session=sid)
     for _run in range(MAX_RUNS):
         report = deliver_session(bus, sid)
         _add(total, report)
         if report.busy:
-            store.r.set(again, "1", px=store.lock_ttl_ms)
+            store.ask_again(sid, store.lock_ttl_ms)
             report = deliver_session(bus, sid)
             _add(total, report)
             if report.busy:
                 total.busy = True  # the holder runs again after it unlocks
                 return total
-        if not store.r.getdel(again):
+        if not store.take_again(sid):
             return total
     if store.mark_pending(sid):
         info = store.get_session(sid)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,20 +85,19 @@ def _moved(item: dict[str, Any]) -> int:
 # -- members ------------------------------------------------------------------------------
 
 
-def _members_key(b: Bus, workspace: str) -> str:
-    return str(b.store.k.members(check_session_id(workspace, "workspace")))
+def _members(b: Bus, workspace: str) -> dict[str, str]:
+    return b.store.members(check_session_id(workspace, "workspace"))
 
 
 def member_status(b: Bus, workspace: str, name: str) -> str | None:
     """``active``, ``removed`` (the account is gone), or None (never a member)."""
     check_session_id(name, "member name")
-    raw = b.store.r.hget(_members_key(b, workspace), name)
-    return str(raw) if raw else None
+    return b.store.member_status(check_session_id(workspace, "workspace"), name)
 
 
 def member_add(b: Bus, workspace: str, name: str) -> dict[str, Any]:
     check_session_id(name, "member name")
-    b.store.r.hset(_members_key(b, workspace), name, ACTIVE)
+    b.store.set_member(check_session_id(workspace, "workspace"), name, ACTIVE)
     return {"ok": True, "workspace": workspace, "member": name, "status": ACTIVE}
 
 
@@ -106,7 +105,7 @@ def member_remove(b: Bus, workspace: str, name: str) -> dict[str, Any]:
     """The account is gone: a tombstone stays so past messages read "a former member"."""
     if member_status(b, workspace, name) is None:
         raise NotFound(f"{name!r} is not a member of {workspace!r}", code="unknown_member")
-    b.store.r.hset(_members_key(b, workspace), name, REMOVED)
+    b.store.set_member(workspace, name, REMOVED)
     return {"ok": True, "workspace": workspace, "member": name, "status": REMOVED}
 
 
@@ -114,7 +113,9 @@ def is_member(b: Bus, workspace: str, name: str) -> bool:
     return member_status(b, workspace, name) == ACTIVE
 
 
-def from_member(b: Bus, info: SessionInfo | None, msg: dict[str, Any]) -> bool:
+def from_member(
+    info: SessionInfo | None, msg: dict[str, Any], status: Callable[[str, str], str | None]
+) -> bool:
     """Whether an ``item`` message comes from an active member of the receiver's
     workspace (its ``from`` is ``<workspace>:<member>``); the inbox wakes on those."""
     if info is None or not info.workspace or msg.get("kind") != "item":
@@ -123,7 +124,8 @@ def from_member(b: Bus, info: SessionInfo | None, msg: dict[str, Any]) -> bool:
     if workspace != info.workspace:
         return False
     try:
-        return is_member(b, workspace, name)
+        check_session_id(name, "member name")
+        return status(check_session_id(workspace, "workspace"), name) == ACTIVE
     except BadInput:
         return False
 
@@ -281,7 +283,7 @@ def read_inbox(b: Bus, sid: str) -> dict[str, Any]:
     for item in items:
         ws = item.get("workspace")
         if ws and ws not in statuses:
-            statuses[ws] = dict(r.hgetall(_members_key(b, ws)))
+            statuses[ws] = _members(b, ws)
         raw = r.lrange(b.store.k.item_thread(sid, item["key"]), 0, -1)
         out.append(item_view(item, [json.loads(e) for e in raw], statuses.get(ws or "", {})))
     return {"items": out}
@@ -360,7 +362,7 @@ def workspace_items(b: Bus, workspace: str) -> dict[str, Any]:
     pipe = r.pipeline(transaction=False)
     for s, item in found:
         pipe.lindex(b.store.k.item_thread(s.session, item["key"]), -1)
-    statuses = dict(r.hgetall(_members_key(b, workspace)))
+    statuses = _members(b, workspace)
     rows = []
     for (s, item), last in zip(found, pipe.execute(), strict=True):
         row = {f: item.get(f) for f in VIEW_FIELDS}
@@ -377,7 +379,7 @@ def item_detail(b: Bus, sid: str, key: str) -> dict[str, Any]:
     item = _item(b, sid, key)
     r = b.store.r
     ws = item.get("workspace") or ""
-    statuses = dict(r.hgetall(_members_key(b, ws))) if ws else {}
+    statuses = _members(b, ws) if ws else {}
     entries = [json.loads(e) for e in r.lrange(b.store.k.item_thread(sid, key), 0, -1)]
     thread = []
     for e in entries:

@@ -142,7 +142,9 @@ class Keys:
     def sweep(self) -> str:
         return f"{self.prefix}:sweep"
 
+    @property
     def workers(self) -> str:
+        """The set of names with a heartbeat (each host's worker, the scheduler)."""
         return f"{self.prefix}:workers"
 
     def beat(self, name: str) -> str:

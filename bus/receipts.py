@@ -22,7 +22,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -32,7 +32,9 @@ from .errors import BadInput, NotFound, Refused, Unauthorized
 from .models import MESSAGE_ID_PATTERN, Message, check_session_id, now_ms
 
 if TYPE_CHECKING:
-    from .api import Bus
+    from .auth import Claims
+    from .settings import Settings
+    from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,7 @@ ORDER = ("stored", "noticed", "read", "answered")
 EXITS = ("withdrawn", "retracted", "bounced", "expired")
 STATES = ORDER + EXITS
 WAITABLE = ("noticed", "read", "answered")
-KEEP_MS = 7 * 86400 * 1000  # the retention of send answers (bus.inbox.IDS_KEEP_MS)
+KEEP_MS = 7 * 86400 * 1000  # the retention of send answers (bus.store_inbox.IDS_KEEP_MS)
 OUTBOX_MAX = 10_000
 SENT_LIMIT_MAX = 1000
 WAIT_CHUNK_S = 60.0  # one blocking read at most this long; the loop re-blocks, never polls
@@ -137,15 +139,25 @@ def check_message_id(msg_id: object) -> str:
 
 
 class Receipts:
-    """Receipts and outboxes for one :class:`~bus.api.Bus`."""
+    """Receipts and outboxes on one store; ``claims`` verifies a caller's token (the
+    facade's own check), ``store`` is called on use (a provider, connected lazily)."""
 
-    def __init__(self, bus: Bus) -> None:
-        self.bus = bus
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        settings: Settings,
+        claims: Callable[..., Claims | None],
+    ) -> None:
+        self._store, self.settings, self.claims = store, settings, claims
+
+    @property
+    def store(self) -> Store:
+        return self._store()
 
     @property
     def ttl_ms(self) -> int:
         # A receipt must outlive its message's expiry, so the sender can read "expired".
-        return max(KEEP_MS, int(self.bus.settings.expire_s * 1000) + 86400 * 1000)
+        return max(KEEP_MS, int(self.settings.expire_s * 1000) + 86400 * 1000)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -161,7 +173,7 @@ class Receipts:
     ) -> None:
         """Queue the receipt's opening and the sender's outbox entry on ``pipe`` (after the
         append): no round trip of its own."""
-        store, now = self.bus.store, now_ms()
+        store, now = self.store, now_ms()
         store.script("receipt_open")(
             keys=[store.k.receipt(to, msg.id), store.k.s(to, "ids")],
             args=[
@@ -187,7 +199,7 @@ class Receipts:
 
     def bounced(self, msg: Message, to: str, reason: str) -> None:
         """A send to no registered session: the receipt (and the outbox) say so."""
-        store = self.bus.store
+        store = self.store
         pipe = store.r.pipeline(transaction=False)
         pipe.set(store.k.rcpt(msg.id), to, ex=KEEP_MS // 1000)
         self.open(pipe, msg, to, None, state="bounced", reason=reason)
@@ -207,7 +219,7 @@ class Receipts:
         ids = list(ids)
         if not ids and not touch:
             return
-        store = self.bus.store
+        store = self.store
         keys = [store.k.s(sid, "session"), store.k.s(sid, "events")]
         keys += [store.k.receipt(sid, i) for i in ids]
         store.script("receipt_mark")(
@@ -220,14 +232,14 @@ class Receipts:
 
     def replied(self, sid: str, thread: str) -> None:
         """``sid`` replied into ``thread``: the messages it got there count as read."""
-        store = self.bus.store
+        store = self.store
         ids = [str(f.get("id")) for _e, f in store.r.xrange(store.k.t(thread, "log"))]
         self.mark(sid, "read", [i for i in ids if _MESSAGE_ID_RE.fullmatch(i)], touch=True)
 
     def heartbeat(self, sid: str) -> threading.Event:
         """Keep ``sid`` seen while a listener runs (a daemon thread); set the event to stop."""
         stop = threading.Event()
-        every = max(1.0, min(60.0, self.bus.settings.stale_s / 3))
+        every = max(1.0, min(60.0, self.settings.stale_s / 3))
 
         def beat() -> None:
             while not stop.is_set():
@@ -245,7 +257,7 @@ class Receipts:
     def _read(self, rows: list[tuple[str, str]]) -> list[dict[str, Any] | None]:
         """Receipts of ``(recipient, id)`` rows with the records behind them, one round trip
         (every key of one row is in its recipient's slot)."""
-        store = self.bus.store
+        store = self.store
         pipe = store.r.pipeline(transaction=False)
         for to, msg_id in rows:
             pipe.hgetall(store.k.receipt(to, msg_id))
@@ -253,7 +265,7 @@ class Receipts:
             pipe.hget(store.k.s(to, "ids"), msg_id)
             pipe.hmget(store.k.s(to, "session"), ["state", "last_seen", "opened_at"])
         got = pipe.execute()
-        now, stale_s = now_ms(), self.bus.settings.stale_s
+        now, stale_s = now_ms(), self.settings.stale_s
         out: list[dict[str, Any] | None] = []
         for n, (to, msg_id) in enumerate(rows):
             h, rec, ans, (s_state, last_seen, opened_at) = got[4 * n : 4 * n + 4]
@@ -289,7 +301,7 @@ class Receipts:
 
     def _caller(self, by: str | None, token: str | None) -> tuple[str | None, str | None]:
         """Who asks: ``(session, None)`` or, for a member's token, ``(None, handle)``."""
-        claims = self.bus.claims(token, SCOPE_READ)
+        claims = self.claims(token, SCOPE_READ)
         if claims is not None:
             if claims.sub_kind == "session":
                 if by not in (None, claims.sub):
@@ -299,7 +311,7 @@ class Receipts:
                 return claims.sub, None
             workspace, _, name = claims.sub.partition("/")
             return None, f"{workspace}:{name}"
-        sid = by or self.bus.settings.session
+        sid = by or self.settings.session
         if not sid:
             raise BadInput(
                 "no caller session: pass --by SID or set INBOX_SESSION", code="no_session"
@@ -323,7 +335,7 @@ class Receipts:
         if timeout is not None and timeout < 0:
             raise BadInput("timeout must be 0 or more seconds")
         me, handle = self._caller(by, token)
-        to = self.bus.store.recipient_of(msg_id)
+        to = self.store.recipient_of(msg_id)
         found = self._read([(to, msg_id)])[0] if to else None
         if found is None:
             raise NotFound(f"no receipt for message {msg_id!r} (unknown, or older than 7 days)")
@@ -339,7 +351,7 @@ class Receipts:
     ) -> dict[str, Any]:
         """Block on the recipient's events stream (every transition writes a record there)
         and look again after each; no polling."""
-        store = self.bus.store
+        store = self.store
         events = store.k.s(to, "events")
         last = store.r.xrevrange(events, count=1)
         cursor = str(last[0][0]) if last else "0-0"
@@ -381,12 +393,12 @@ class Receipts:
             raise BadInput(f"--state must be one of {', '.join(STATES)}, not {state!r}")
         if not 1 <= limit <= SENT_LIMIT_MAX:
             raise BadInput(f"--limit must be 1 to {SENT_LIMIT_MAX}, not {limit}")
-        claims = self.bus.claims(token, SCOPE_READ, session=sid)
+        claims = self.claims(token, SCOPE_READ, session=sid)
         if claims is not None and claims.sub_kind != "session":
             raise Unauthorized(
                 f"the token is {claims.actor}'s, not a session's", code="token_subject"
             )
-        store = self.bus.store
+        store = self.store
         outbox = store.k.outbox(sid)
         rows: list[dict[str, Any]] = []
         start, page = 0, max(limit, 100)
@@ -413,8 +425,8 @@ class Receipts:
 
     def expire(self, sid: str) -> list[str]:
         """Messages to ``sid`` no notice got in for ``expire_s`` end ``expired``."""
-        store = self.bus.store
-        cutoff = now_ms() - int(self.bus.settings.expire_s * 1000)
+        store = self.store
+        cutoff = now_ms() - int(self.settings.expire_s * 1000)
         ids = [
             str(i)
             for i in store.run(
@@ -431,9 +443,9 @@ class Receipts:
         if not force and time.monotonic() - _last_expiry < EXPIRE_EVERY_S:
             return 0
         _last_expiry = time.monotonic()
-        store = self.bus.store
+        store = self.store
         sids = store.session_ids()
-        cutoff = now_ms() - int(self.bus.settings.expire_s * 1000)
+        cutoff = now_ms() - int(self.settings.expire_s * 1000)
         pipe = store.r.pipeline(transaction=False)
         for sid in sids:
             pipe.zrangebyscore(store.k.s(sid, "new"), "-inf", f"({cutoff}", start=0, num=1)

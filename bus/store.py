@@ -24,6 +24,7 @@ from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .errors import RateLimited, Unavailable
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
+from .store_inbox import InboxStore
 
 LUA_DIR = Path(__file__).parent / "lua"
 BACKLOG_CAP = 10_000
@@ -60,8 +61,10 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
     )
 
 
-class Store:
-    """Redis-backed storage for one bus (one key prefix), on a server or a cluster."""
+class Store(InboxStore):
+    """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
+
+    The inbox and thread records are in :mod:`bus.store_inbox`."""
 
     def __init__(self, client: redis.Redis, keys: Keys, *, lock_ttl_ms: int = 3000) -> None:
         # redis-py's annotations cover bytes and str replies at once; the store always
@@ -118,7 +121,7 @@ class Store:
             if isinstance(value, bool):
                 fields[name] = "1" if value else "0"
             elif value is None:
-                fields[name] = ""
+                continue  # unset reads as None; HSETNX (set_delegator_once) needs it absent
             else:
                 fields[name] = str(value)
         key = self.k.s(info.session, "session")

@@ -110,7 +110,7 @@ def test_a_worker_keeps_a_heartbeat_with_its_host_and_queue_depth(
 
     from bus.http import create_app
 
-    with TestClient(create_app(bus)) as client:
+    with TestClient(create_app(bus), base_url="http://127.0.0.1") as client:
         health = client.get("/health").json()
         assert [w["name"] for w in health["workers"]] == ["hosta"]
         assert 'inbox_worker_queue{host="hosta"} 0.0' in client.get("/metrics").text

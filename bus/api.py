@@ -12,15 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
 
 from . import auth, faults, handoff, ingest, items, liveness, watch
 from . import requests as typed_requests
 from .access import Access
 from .auth import SCOPE_READ, SCOPE_WRITE, Authenticator, Claims
 from .clock import SYSTEM, Clock
-from .cluster import cluster_client
+from .connection import redis_client
 from .conversation import Conversation
 from .delivery import DeliveryReport
 from .dispatch import Dispatcher, default_dispatcher
@@ -39,23 +37,7 @@ from .unavailable import NOT_ANSWERING, translate_redis_errors, unavailable
 if TYPE_CHECKING:
     from .metrics import Metrics
 
-__all__ = ["Bus", "check_host", "connect"]
-
-
-def redis_client(settings: Settings) -> Any:
-    """A client for the bus store: ``INBOX_REDIS_URL`` or the embedded server's socket;
-    a :class:`~redis.cluster.RedisCluster` with ``INBOX_REDIS_CLUSTER=1``."""
-    if settings.redis_cluster:
-        return cluster_client(settings.store_url())
-    return redis.Redis.from_url(
-        settings.store_url(),
-        decode_responses=True,
-        socket_connect_timeout=5,
-        health_check_interval=30,
-        # A restarted Redis leaves dead pooled connections: retry on a fresh one, briefly.
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 4),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError],
-    )
+__all__ = ["Bus", "check_host", "connect", "redis_client"]
 
 
 @translate_redis_errors

@@ -12,19 +12,14 @@ a backlog that the scheduler's sweep dispatches (as for any lost dispatch).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .delivery import DeliveryReport, deliver_session
-
-if TYPE_CHECKING:
-    from .api import Bus
+from .delivery import DeliveryHost, DeliveryReport, deliver_session
 
 # Runs in a row for one session before the rest is dispatched as a fresh task, so one
 # busy session cannot hold a worker child forever while others wait.
 MAX_RUNS = 20
 
 
-def deliver(bus: Bus, sid: str) -> DeliveryReport:
+def deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
     """Deliver ``sid``'s queue; ``busy`` only when the work was handed to a running holder."""
     store = bus.store
     total = DeliveryReport(session=sid)

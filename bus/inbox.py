@@ -31,10 +31,10 @@ from .threads import thread_label, thread_of
 from .trust import wake_argv, wake_env
 
 if TYPE_CHECKING:
-    from .delivery import DeliveryReport
     from .floor import Floor
     from .metrics import Metrics
     from .receipts import Receipts
+    from .report import DeliveryReport
     from .settings import Settings
     from .store import Store
 
@@ -445,16 +445,7 @@ class Inbox:
     def mark_noticed(self, sid: str, nids: list[str], via: str) -> int:
         """Confirm notices heard (``via`` socket or drain): their messages move
         ``new → noticed``. Every such move goes through here (``floor_drained.lua``)."""
-        if not nids:
-            return 0
-        return int(
-            self.store.run(
-                "floor_drained",
-                sid,
-                ("floor", "msgs", "carried", "events", "notice", "session"),
-                [self.clock.now_ms(), via, *nids],
-            )
-        )
+        return self.store.confirm_notices(sid, nids, via, self.clock.now_ms())
 
     def sweep_floor(self, sid: str, now: int | None = None) -> int:
         """Notices written to the floor and never confirmed: those a dead drainer took off

@@ -26,7 +26,7 @@ from .models import Message, Recipient, SendAnswer, SessionInfo, now_ms, parse_m
 from .threads import thread_id, thread_key
 
 if TYPE_CHECKING:
-    from .api import Bus
+    from .ports import Sender
 
 # Messages per pipeline: bounds the memory of one write and the time one script call
 # holds Redis (a few ms), while keeping the round trips per message far below one.
@@ -36,7 +36,7 @@ RCPT_TTL_S = 7 * 86400  # as Store.append keeps a message id's receiver
 
 
 def _sender_data(
-    bus: Bus, item: dict[str, Any] | Message, claims: Any, handles: dict[str, str]
+    bus: Sender, item: dict[str, Any] | Message, claims: Any, handles: dict[str, str]
 ) -> dict[str, Any]:
     """``item`` as wire fields with its receiver and sender settled, as ``Bus.send`` does."""
     data = item.wire() if isinstance(item, Message) else item
@@ -58,7 +58,7 @@ def _sender_data(
 
 
 def check_each(
-    bus: Bus, items: Sequence[Any], token: str | None = None
+    bus: Sender, items: Sequence[Any], token: str | None = None
 ) -> list[Message | BusError]:
     """Validate each item on its own: its message, or the refusal it would get."""
     claims = bus.claims(token, SCOPE_WRITE)
@@ -72,7 +72,7 @@ def check_each(
     return out
 
 
-def prepare(bus: Bus, items: Sequence[Any], token: str | None = None) -> list[Message]:
+def prepare(bus: Sender, items: Sequence[Any], token: str | None = None) -> list[Message]:
     """Validate a whole batch; raise one BadInput listing the bad items, writing nothing."""
     checked = check_each(bus, items, token)
     errors = [
@@ -91,7 +91,7 @@ def prepare(bus: Bus, items: Sequence[Any], token: str | None = None) -> list[Me
     return [c for c in checked if isinstance(c, Message)]
 
 
-def _receivers(bus: Bus, sids: Iterable[str]) -> dict[str, tuple[str, str] | None]:
+def _receivers(bus: Sender, sids: Iterable[str]) -> dict[str, tuple[str, str] | None]:
     """Each receiver's (host, state), None if unregistered; all in one round trip, and
     only the two fields (a whole session hash costs more to parse than the append)."""
     order = list(dict.fromkeys(sids))
@@ -104,12 +104,14 @@ def _receivers(bus: Bus, sids: Iterable[str]) -> dict[str, tuple[str, str] | Non
     }
 
 
-def send_many(bus: Bus, items: Sequence[Any], *, token: str | None = None) -> list[dict[str, Any]]:
+def send_many(
+    bus: Sender, items: Sequence[Any], *, token: str | None = None
+) -> list[dict[str, Any]]:
     """Validate, store and route a batch; one answer per item, in order (see the module)."""
     return store_many(bus, prepare(bus, items, token))
 
 
-def store_many(bus: Bus, msgs: Sequence[Message]) -> list[dict[str, Any]]:
+def store_many(bus: Sender, msgs: Sequence[Message]) -> list[dict[str, Any]]:
     """Store and route messages already validated (:func:`prepare`, :func:`check_each`)."""
     answers: list[dict[str, Any]] = []
     for start in range(0, len(msgs), WRITE_CHUNK):
@@ -117,7 +119,7 @@ def store_many(bus: Bus, msgs: Sequence[Message]) -> list[dict[str, Any]]:
     return answers
 
 
-def _write(bus: Bus, msgs: list[Message]) -> list[dict[str, Any]]:
+def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     store = bus.store
     infos = _receivers(bus, (m.to_id for m in msgs))
     # What a stored message is answered differs between receivers only in id and thread

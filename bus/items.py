@@ -23,7 +23,7 @@ from .private import private_dirs
 from .threads import thread_id
 
 if TYPE_CHECKING:
-    from .api import Bus
+    from .ports import HasStore, Poster
 
 ACTIVE, REMOVED = "active", "removed"
 OPEN, SETTLED = "open", "settled"
@@ -85,23 +85,23 @@ def _moved(item: dict[str, Any]) -> int:
 # -- members ------------------------------------------------------------------------------
 
 
-def _members(b: Bus, workspace: str) -> dict[str, str]:
+def _members(b: Poster, workspace: str) -> dict[str, str]:
     return b.store.members(check_session_id(workspace, "workspace"))
 
 
-def member_status(b: Bus, workspace: str, name: str) -> str | None:
+def member_status(b: HasStore, workspace: str, name: str) -> str | None:
     """``active``, ``removed`` (the account is gone), or None (never a member)."""
     check_session_id(name, "member name")
     return b.store.member_status(check_session_id(workspace, "workspace"), name)
 
 
-def member_add(b: Bus, workspace: str, name: str) -> dict[str, Any]:
+def member_add(b: Poster, workspace: str, name: str) -> dict[str, Any]:
     check_session_id(name, "member name")
     b.store.set_member(check_session_id(workspace, "workspace"), name, ACTIVE)
     return {"ok": True, "workspace": workspace, "member": name, "status": ACTIVE}
 
 
-def member_remove(b: Bus, workspace: str, name: str) -> dict[str, Any]:
+def member_remove(b: Poster, workspace: str, name: str) -> dict[str, Any]:
     """The account is gone: a tombstone stays so past messages read "a former member"."""
     if member_status(b, workspace, name) is None:
         raise NotFound(f"{name!r} is not a member of {workspace!r}", code="unknown_member")
@@ -109,7 +109,7 @@ def member_remove(b: Bus, workspace: str, name: str) -> dict[str, Any]:
     return {"ok": True, "workspace": workspace, "member": name, "status": REMOVED}
 
 
-def is_member(b: Bus, workspace: str, name: str) -> bool:
+def is_member(b: HasStore, workspace: str, name: str) -> bool:
     return member_status(b, workspace, name) == ACTIVE
 
 
@@ -130,7 +130,7 @@ def from_member(
         return False
 
 
-def _require_starter(b: Bus, info: SessionInfo, workspace: str | None) -> None:
+def _require_starter(b: Poster, info: SessionInfo, workspace: str | None) -> None:
     if not workspace or not info.starter or not is_member(b, workspace, info.starter):
         raise Refused(
             f"session {info.session}'s starter {info.starter!r} is not a member of "
@@ -139,7 +139,7 @@ def _require_starter(b: Bus, info: SessionInfo, workspace: str | None) -> None:
         )
 
 
-def _require_member(b: Bus, workspace: str | None, member: str) -> None:
+def _require_member(b: Poster, workspace: str | None, member: str) -> None:
     check_session_id(member, "member name")
     if not workspace or not is_member(b, workspace, member):
         raise Refused(f"{member!r} is not a member of workspace {workspace!r}", code="not_a_member")
@@ -148,13 +148,13 @@ def _require_member(b: Bus, workspace: str | None, member: str) -> None:
 # -- items --------------------------------------------------------------------------------
 
 
-def files_dir(b: Bus, sid: str, key: str) -> Path:
+def files_dir(b: Poster, sid: str, key: str) -> Path:
     """Where an item's pictures are kept: ``$INBOX_HOME/items/<sid>/<key>/files/``."""
     check_session_id(sid)
     return Path(b.settings.home) / "items" / sid / check_item_key(key) / "files"
 
 
-def _item(b: Bus, sid: str, key: str) -> dict[str, Any]:
+def _item(b: Poster, sid: str, key: str) -> dict[str, Any]:
     """The session's own item under ``key``; another session's key is simply not here."""
     raw = b.store.r.hget(b.store.k.items(sid), check_item_key(key))
     if not raw:
@@ -163,7 +163,7 @@ def _item(b: Bus, sid: str, key: str) -> dict[str, Any]:
 
 
 def _update(
-    b: Bus, sid: str, key: str, patch: dict[str, Any], entry: dict[str, Any] | None
+    b: Poster, sid: str, key: str, patch: dict[str, Any], entry: dict[str, Any] | None
 ) -> dict[str, Any]:
     out = b.store.script("item_update")(
         keys=[b.store.k.items(sid), b.store.k.item_thread(sid, key)],
@@ -174,7 +174,7 @@ def _update(
     return dict(json.loads(out))
 
 
-def _keep(b: Bus, sid: str, key: str, pictures: list[Picture]) -> list[str]:
+def _keep(b: Poster, sid: str, key: str, pictures: list[Picture]) -> list[str]:
     target = files_dir(b, sid, key)
     if pictures:
         # items/, items/<sid>/, items/<sid>/<key>/ and files/ are all 0700.
@@ -190,7 +190,9 @@ def _pictures(image_paths: Sequence[str | os.PathLike[str]], root: Path | str | 
     return read_pictures(paths, Path(root) if root is not None else Path.cwd())
 
 
-def item_post(b: Bus, sid: str, key: str, *, title: str, text: str | None = None) -> dict[str, Any]:
+def item_post(
+    b: Poster, sid: str, key: str, *, title: str, text: str | None = None
+) -> dict[str, Any]:
     """Post an item; again under the same key it is the next revision, open again."""
     info = b.session(sid)
     check_item_key(key)
@@ -217,7 +219,7 @@ def item_post(b: Bus, sid: str, key: str, *, title: str, text: str | None = None
     return {"ok": True, "item": json.loads(out)}
 
 
-def item_settle(b: Bus, sid: str, key: str, *, member: str, answer: str) -> dict[str, Any]:
+def item_settle(b: Poster, sid: str, key: str, *, member: str, answer: str) -> dict[str, Any]:
     """A member of the item's workspace settles it with an answer."""
     b.session(sid)
     item = _item(b, sid, key)
@@ -231,7 +233,7 @@ def item_settle(b: Bus, sid: str, key: str, *, member: str, answer: str) -> dict
 
 
 def item_write(
-    b: Bus,
+    b: Poster,
     sid: str,
     key: str,
     *,
@@ -272,7 +274,7 @@ def item_write(
     return {"ok": True, "key": key, "files": names, "id": msg.id, "thread": answer.get("thread")}
 
 
-def read_inbox(b: Bus, sid: str) -> dict[str, Any]:
+def read_inbox(b: Poster, sid: str) -> dict[str, Any]:
     """Every item of the agent, newest update first, each with its thread oldest first."""
     b.session(sid)
     r = b.store.r
@@ -290,7 +292,7 @@ def read_inbox(b: Bus, sid: str) -> dict[str, Any]:
 
 
 def reply_inbox(
-    b: Bus,
+    b: Poster,
     sid: str,
     key: str,
     *,
@@ -316,7 +318,7 @@ def reply_inbox(
     return {"ok": True, "key": key, "updatedAt": updated["updatedAt"], "files": names}
 
 
-def item_file(b: Bus, sid: str, key: str, name: str) -> Path:
+def item_file(b: Poster, sid: str, key: str, name: str) -> Path:
     """A file kept on one of the session's items, by the name read_inbox lists."""
     _item(b, sid, key)
     if not isinstance(name, str) or not name or safe_name(name) != name:
@@ -345,7 +347,7 @@ def order_items(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     )
 
 
-def workspace_items(b: Bus, workspace: str) -> dict[str, Any]:
+def workspace_items(b: Poster, workspace: str) -> dict[str, Any]:
     """Every item of every session started in ``workspace``: key, title, status,
     revision, updatedAt and who last wrote; open first, newest first."""
     check_session_id(workspace, "workspace")
@@ -372,7 +374,7 @@ def workspace_items(b: Bus, workspace: str) -> dict[str, Any]:
     return {"ok": True, "workspace": workspace, "items": order_items(rows)}
 
 
-def item_detail(b: Bus, sid: str, key: str) -> dict[str, Any]:
+def item_detail(b: Poster, sid: str, key: str) -> dict[str, Any]:
     """One item with its whole thread, oldest first; each entry says who wrote it
     (``agent``, a member's name, or "a former member"), when, and its files."""
     info = b.session(sid)

@@ -23,7 +23,7 @@ import redis
 from .models import now_ms
 
 if TYPE_CHECKING:
-    from .api import Bus
+    from .ports import HasStore
     from .store import Store
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def stalled(
 class Heartbeat:
     """Writes one name's heartbeat; every write swallows Redis errors (it is advisory)."""
 
-    def __init__(self, bus: Bus, name: str) -> None:
+    def __init__(self, bus: HasStore, name: str) -> None:
         self.store: Store = bus.store
         self.name = name
         self.key = self.store.k.beat(name)

@@ -19,7 +19,7 @@ from .text import one_line
 from .threads import thread_id
 
 if TYPE_CHECKING:
-    from .api import Bus
+    from .ports import Poster
 
 THREAD_LOG_MAX = 5000
 # Compare-and-set attempts before giving up; each retry means another decision won, so
@@ -36,7 +36,7 @@ def role_of(meta: dict[str, str], actor: str) -> str:
     return decisions.OTHER
 
 
-def _meta_key(b: Bus, thread: str) -> str:
+def _meta_key(b: Poster, thread: str) -> str:
     try:
         return str(b.store.k.t(thread, "meta"))
     except ValueError:
@@ -44,7 +44,7 @@ def _meta_key(b: Bus, thread: str) -> str:
 
 
 def open_request(
-    b: Bus,
+    b: Poster,
     *,
     actor: str,
     to_id: str,
@@ -104,7 +104,7 @@ def open_request(
 
 
 def decide(
-    b: Bus,
+    b: Poster,
     thread: str,
     decision: str,
     *,
@@ -206,7 +206,7 @@ def decide(
     return {"ok": True, "envelope_id": env_id, "new_state": res.new_state, "thread": thread}
 
 
-def request_state(b: Bus, thread: str) -> dict[str, Any]:
+def request_state(b: Poster, thread: str) -> dict[str, Any]:
     """A typed thread's state, parties and standing windows (read-only)."""
     meta: dict[str, str] = b.store.r.hgetall(_meta_key(b, thread))
     if not meta.get("type"):

@@ -97,6 +97,19 @@ class InboxStore:
         self.r.zrem(self.k.s(sid, "new"), msg_id)
         self.r.zrem(self.k.s(sid, "wakeq"), msg_id)
 
+    def confirm_notices(self, sid: str, nids: list[str], via: str, now: int) -> int:
+        """Confirm notices heard (``via`` socket or drain): their messages move
+        ``new → noticed``, each notice once (``floor_drained.lua``). Returns how many."""
+        if not nids:
+            return 0
+        keys = ("floor", "msgs", "carried", "events", "notice", "session")
+        return int(self.run("floor_drained", sid, keys, [now, via, *nids]))
+
+    def run(  # provided by Store
+        self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None
+    ) -> Any:
+        raise NotImplementedError
+
     def queue_mark_read(self, pipe: Any, sid: str, recs: list[dict[str, Any]], now: int) -> None:
         """Queue on ``pipe`` (a :meth:`~bus.store.Store.pipeline`): ``recs`` marked read,
         off the new and wake queues (nothing left to notice), one ``inbox_read`` record."""

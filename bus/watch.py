@@ -24,7 +24,7 @@ from .models import check_session_id, now_ms
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from .api import Bus
+    from .ports import Streams
 
 UNREAD_MARKS = ("new", "noticed")
 
@@ -40,7 +40,7 @@ class Subscription:
 
     def __init__(
         self,
-        bus: Bus,
+        bus: Streams,
         sessions: list[str] | None,
         *,
         block_ms: int,
@@ -102,7 +102,7 @@ class Subscription:
 
 
 def subscribe(
-    bus: Bus,
+    bus: Streams,
     sessions: list[str] | None,
     *,
     block_ms: int = 1000,
@@ -132,7 +132,7 @@ def subscribe(
 
 
 def run_watch(
-    bus: Bus,
+    bus: Streams,
     sessions: list[str] | None,
     out: IO[str] | None = None,
     *,
@@ -153,7 +153,7 @@ def run_watch(
 # -- top ------------------------------------------------------------------------------
 
 
-def top_rows(bus: Bus) -> list[dict[str, Any]]:
+def top_rows(bus: Streams) -> list[dict[str, Any]]:
     """One row per session: handle, host, state, turns, unread, new, backlog, age, and
     ``last_at`` (ms of its last message or session change)."""
     store = bus.store
@@ -250,7 +250,7 @@ def plain_top(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def run_top(bus: Bus, interval: float = 1.0, *, stop: threading.Event | None = None) -> None:
+def run_top(bus: Streams, interval: float = 1.0, *, stop: threading.Event | None = None) -> None:
     """Redraw the table every ``interval`` seconds until ``stop`` is set or Ctrl-C."""
     from rich.live import Live
 

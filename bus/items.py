@@ -156,22 +156,19 @@ def files_dir(b: Poster, sid: str, key: str) -> Path:
 
 def _item(b: Poster, sid: str, key: str) -> dict[str, Any]:
     """The session's own item under ``key``; another session's key is simply not here."""
-    raw = b.store.r.hget(b.store.k.items(sid), check_item_key(key))
-    if not raw:
+    item = b.store.item(sid, check_item_key(key))
+    if item is None:
         raise NotFound(f"session {sid} has no item {key!r}", code="unknown_item", key=key)
-    return dict(json.loads(raw))
+    return item
 
 
 def _update(
     b: Poster, sid: str, key: str, patch: dict[str, Any], entry: dict[str, Any] | None
 ) -> dict[str, Any]:
-    out = b.store.script("item_update")(
-        keys=[b.store.k.items(sid), b.store.k.item_thread(sid, key)],
-        args=[key, json.dumps(patch), json.dumps(entry) if entry else ""],
-    )
-    if not out:
+    out = b.store.update_item(sid, key, patch, entry)
+    if out is None:
         raise NotFound(f"session {sid} has no item {key!r}", code="unknown_item", key=key)
-    return dict(json.loads(out))
+    return out
 
 
 def _keep(b: Poster, sid: str, key: str, pictures: list[Picture]) -> list[str]:
@@ -277,8 +274,7 @@ def item_write(
 def read_inbox(b: Poster, sid: str) -> dict[str, Any]:
     """Every item of the agent, newest update first, each with its thread oldest first."""
     b.session(sid)
-    r = b.store.r
-    items = [json.loads(v) for v in r.hvals(b.store.k.items(sid))]
+    items = b.store.items_of(sid)
     items.sort(key=lambda i: (-int(i.get("updatedAt") or 0), str(i.get("key"))))
     statuses: dict[str, dict[str, str]] = {}
     out = []
@@ -286,8 +282,8 @@ def read_inbox(b: Poster, sid: str) -> dict[str, Any]:
         ws = item.get("workspace")
         if ws and ws not in statuses:
             statuses[ws] = _members(b, ws)
-        raw = r.lrange(b.store.k.item_thread(sid, item["key"]), 0, -1)
-        out.append(item_view(item, [json.loads(e) for e in raw], statuses.get(ws or "", {})))
+        thread = b.store.item_thread(sid, item["key"])
+        out.append(item_view(item, thread, statuses.get(ws or "", {})))
     return {"items": out}
 
 
@@ -351,25 +347,16 @@ def workspace_items(b: Poster, workspace: str) -> dict[str, Any]:
     """Every item of every session started in ``workspace``: key, title, status,
     revision, updatedAt and who last wrote; open first, newest first."""
     check_session_id(workspace, "workspace")
-    r = b.store.r
     sessions = [s for s in b.store.sessions() if s.workspace == workspace]
-    pipe = r.pipeline(transaction=False)
-    for s in sessions:
-        pipe.hvals(b.store.k.items(s.session))
-    found = [
-        (s, json.loads(raw))
-        for s, vals in zip(sessions, pipe.execute(), strict=True)
-        for raw in vals
-    ]
-    pipe = r.pipeline(transaction=False)
-    for s, item in found:
-        pipe.lindex(b.store.k.item_thread(s.session, item["key"]), -1)
+    per_session = b.store.items_of_many([s.session for s in sessions])
+    found = [(s, item) for s, items in zip(sessions, per_session, strict=True) for item in items]
+    lasts = b.store.last_item_entries([(s.session, item["key"]) for s, item in found])
     statuses = _members(b, workspace)
     rows = []
-    for (s, item), last in zip(found, pipe.execute(), strict=True):
+    for (s, item), last in zip(found, lasts, strict=True):
         row = {f: item.get(f) for f in VIEW_FIELDS}
         row.update(session=s.session, handle=s.handle)
-        row["lastBy"] = _writer(json.loads(last) if last else None, statuses)
+        row["lastBy"] = _writer(last, statuses)
         rows.append(row)
     return {"ok": True, "workspace": workspace, "items": order_items(rows)}
 
@@ -379,10 +366,9 @@ def item_detail(b: Poster, sid: str, key: str) -> dict[str, Any]:
     (``agent``, a member's name, or "a former member"), when, and its files."""
     info = b.session(sid)
     item = _item(b, sid, key)
-    r = b.store.r
     ws = item.get("workspace") or ""
     statuses = _members(b, ws) if ws else {}
-    entries = [json.loads(e) for e in r.lrange(b.store.k.item_thread(sid, key), 0, -1)]
+    entries = b.store.item_thread(sid, key)
     thread = []
     for e in entries:
         view = entry_view(e, statuses)

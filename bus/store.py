@@ -25,6 +25,7 @@ from .errors import RateLimited, Unavailable
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
 from .store_inbox import InboxStore
+from .store_items import ItemStore
 
 LUA_DIR = Path(__file__).parent / "lua"
 BACKLOG_CAP = 10_000
@@ -61,10 +62,11 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
     )
 
 
-class Store(InboxStore):
+class Store(InboxStore, ItemStore):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 
-    The inbox and thread records are in :mod:`bus.store_inbox`."""
+    The inbox and thread records are in :mod:`bus.store_inbox`, items and typed
+    request threads in :mod:`bus.store_items`."""
 
     def __init__(self, client: redis.Redis, keys: Keys, *, lock_ttl_ms: int = 3000) -> None:
         # redis-py's annotations cover bytes and str replies at once; the store always

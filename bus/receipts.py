@@ -200,7 +200,7 @@ class Receipts:
     def bounced(self, msg: Message, to: str, reason: str) -> None:
         """A send to no registered session: the receipt (and the outbox) say so."""
         store = self.store
-        pipe = store.r.pipeline(transaction=False)
+        pipe = store.pipeline()  # it runs a script: an OrderedBatch on a cluster
         pipe.set(store.k.rcpt(msg.id), to, ex=KEEP_MS // 1000)
         self.open(pipe, msg, to, None, state="bounced", reason=reason)
         pipe.execute()
@@ -232,8 +232,7 @@ class Receipts:
 
     def replied(self, sid: str, thread: str) -> None:
         """``sid`` replied into ``thread``: the messages it got there count as read."""
-        store = self.store
-        ids = [str(f.get("id")) for _e, f in store.r.xrange(store.k.t(thread, "log"))]
+        ids = [str(f.get("id")) for f in self.store.thread_log(thread)]
         self.mark(sid, "read", [i for i in ids if _MESSAGE_ID_RE.fullmatch(i)], touch=True)
 
     def heartbeat(self, sid: str) -> threading.Event:

@@ -107,6 +107,16 @@ class Store(InboxStore, ItemStore):
         """Run Lua script ``name`` on session ``sid``'s keys (all in the ``{sid}`` slot)."""
         return self.script(name)(keys=[self.k.s(sid, n) for n in keys], args=args, client=client)
 
+    def server_time_ms(self) -> int:
+        """The store's own clock (Redis ``TIME``), in ms: stream ids are stamped by it."""
+        sec, usec = self.r.time()
+        return int(sec) * 1000 + int(usec) // 1000
+
+    def last_stream_id(self, sid: str) -> str:
+        """The id of the newest entry of the session's queue, ``0-0`` when it has none."""
+        rows = self.r.xrevrange(self.k.s(sid, "stream"), count=1)
+        return str(rows[0][0]) if rows else "0-0"
+
     def ping(self) -> None:
         """Return if the backend answers; raise :class:`Unavailable` if it does not."""
         try:

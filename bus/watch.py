@@ -29,12 +29,6 @@ if TYPE_CHECKING:
 UNREAD_MARKS = ("new", "noticed")
 
 
-def _last_id(r: Any, key: str) -> str:
-    """The newest entry's id (what ``$`` means now), or ``0-0`` for an empty stream."""
-    rows = r.xrevrange(key, count=1)
-    return str(rows[0][0]) if rows else "0-0"
-
-
 class Subscription:
     """Stream positions for a set of sessions; iterating reads them live (see subscribe)."""
 
@@ -72,7 +66,7 @@ class Subscription:
             self.pos[key] = self.since
         else:
             # A session first seen after the start has nothing older than the start.
-            self.pos[key] = "0-0" if newcomer else _last_id(self.bus.store.r, key)
+            self.pos[key] = "0-0" if newcomer else self.bus.store.last_stream_id(sid)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         r = self.bus.blocking  # no socket timeout: block_ms bounds each read

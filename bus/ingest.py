@@ -17,12 +17,13 @@ order, resends included (``duplicate``, the first answer). ``wait`` has no batch
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .auth import SCOPE_WRITE
 from .errors import BadInput, BusError
 from .models import Message, Recipient, SendAnswer, SessionInfo, now_ms, parse_message
+from .receipts import recipient_state
 from .threads import thread_id, thread_key
 
 if TYPE_CHECKING:
@@ -91,19 +92,6 @@ def prepare(bus: Sender, items: Sequence[Any], token: str | None = None) -> list
     return [c for c in checked if isinstance(c, Message)]
 
 
-def _receivers(bus: Sender, sids: Iterable[str]) -> dict[str, tuple[str, str] | None]:
-    """Each receiver's (host, state), None if unregistered; all in one round trip, and
-    only the two fields (a whole session hash costs more to parse than the append)."""
-    order = list(dict.fromkeys(sids))
-    pipe = bus.store.r.pipeline(transaction=False)
-    for sid in order:
-        pipe.hmget(bus.store.k.s(sid, "session"), ["host", "state"])
-    return {
-        sid: (host, state or "idle") if host else None
-        for sid, (host, state) in zip(order, pipe.execute(), strict=True)
-    }
-
-
 def send_many(
     bus: Sender, items: Sequence[Any], *, token: str | None = None
 ) -> list[dict[str, Any]]:
@@ -121,14 +109,15 @@ def store_many(bus: Sender, msgs: Sequence[Message]) -> list[dict[str, Any]]:
 
 def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     store = bus.store
-    infos = _receivers(bus, (m.to_id for m in msgs))
+    infos = store.receivers(m.to_id for m in msgs)
     # What a stored message is answered differs between receivers only in id and thread
     # (SendAnswer.to_json's shape; a test holds it equal to Bus.send's answers).
     templates: dict[str, dict[str, Any]] = {}
     for sid, found in infos.items():
         if found is not None:
-            host, state = found
+            host, state, last_seen, opened_at = found
             listening = bus.floor_listening(SessionInfo.model_construct(session=sid, host=host))
+            now = now_ms()
             templates[sid] = {
                 "ok": True,
                 "id": "",
@@ -137,8 +126,12 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
                 "recipient": {
                     "session": sid,
                     "host": host,
-                    "state": state,
+                    # As Router.post: a harness unseen for INBOX_STALE_S reads "stale".
+                    "state": recipient_state(
+                        state, last_seen or opened_at, now, bus.settings.stale_s
+                    ),
                     "listening": listening,
+                    **({"last_seen": last_seen} if last_seen else {}),
                 },
                 "duplicate": False,
             }

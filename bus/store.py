@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -174,6 +174,19 @@ class Store(InboxStore, ItemStore):
         for sid in ids:
             pipe.hgetall(self.k.s(sid, "session"))
         return [_session_from_hash(d) for d in pipe.execute() if d]
+
+    def receivers(self, sids: Iterable[str]) -> dict[str, tuple[str, str, int, int] | None]:
+        """Each session's ``(host, state, last_seen, opened_at)`` (0 when unset), ``None``
+        if never put;
+        one round trip, only those fields (a batch's receivers, see :mod:`bus.ingest`)."""
+        order = list(dict.fromkeys(sids))
+        pipe = self.r.pipeline(transaction=False)
+        for sid in order:
+            pipe.hmget(self.k.s(sid, "session"), ["host", "state", "last_seen", "opened_at"])
+        out: dict[str, tuple[str, str, int, int] | None] = {}
+        for sid, (host, state, seen, opened) in zip(order, pipe.execute(), strict=True):
+            out[sid] = (host, state or "idle", int(seen or 0), int(opened or 0)) if host else None
+        return out
 
     def sessions_by_handle(self, handle: str) -> list[SessionInfo]:
         """Sessions whose record carries ``handle`` now, sorted by id."""

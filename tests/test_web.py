@@ -295,8 +295,10 @@ def test_the_operators_sessions_page_shows_a_cli_message_live(swarm: Swarm, brow
     from playwright.sync_api import expect
 
     b = swarm.bus
-    b.open_session("lane1", handle="hosta:lane1")
-    b.open_session("watched", handle="hosta:watched")
+    # Each harness opens its own session; the agent's token never acts as another session.
+    harness = celery_bus(swarm.settings)
+    harness.open_session("lane1", handle="hosta:lane1")
+    harness.open_session("watched", handle="hosta:watched")
     token = cli(swarm.settings, "token", "issue", "--operator", "root")["token"]
     ctx = browser.new_context()
     page = ctx.new_page()

@@ -382,6 +382,55 @@ class Store(InboxStore, ItemStore):
         rows = self.r.zrange(self.k.due, 0, 0, withscores=True)
         return int(rows[0][1]) if rows else None
 
+    def sweep_view(self, sid: str) -> tuple[int | None, bool, int | None, int | None, list[str]]:
+        """What the backlog sweep looks at for one session, one round trip: the notice in
+        flight's start (ms), whether messages are new, the due and retry times on the
+        schedule, and the floor's unconfirmed notice records (JSON)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hget(self.k.s(sid, "notice"), "at")
+        pipe.exists(self.k.s(sid, "new"))
+        for what in ("due", "retry"):
+            pipe.zscore(self.k.due, f"{what}|{sid}")
+        pipe.hvals(self.k.s(sid, "floor"))
+        flight_at, has_new, due_at, retry_at, floor_records = pipe.execute()
+        return (
+            int(flight_at) if flight_at is not None else None,
+            bool(has_new),
+            None if due_at is None else int(due_at),
+            None if retry_at is None else int(retry_at),
+            [str(r) for r in floor_records],
+        )
+
+    # -- heartbeats ---------------------------------------------------------------------
+
+    def beat(self, name: str, fields: dict[str, Any], *, done: bool = False) -> None:
+        """Write ``name``'s heartbeat fields (``done``: one more task finished) and list
+        the name among those with a heartbeat."""
+        key = self.k.beat(name)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hset(key, mapping=fields)
+        if done:
+            pipe.hincrby(key, "done", 1)
+        pipe.sadd(self.k.workers, name)
+        pipe.execute()
+
+    def beats(self, queue_of: Callable[[str], str | None]) -> list[tuple[str, dict[str, str], int]]:
+        """Every heartbeat, by name: ``(name, fields, depth of queue_of(name))``, the depth
+        0 where ``queue_of`` names no broker queue; one round trip."""
+        names = sorted(str(n) for n in self.r.smembers(self.k.workers))
+        pipe = self.r.pipeline(transaction=False)
+        queues = [queue_of(name) for name in names]
+        for name, queue in zip(names, queues, strict=True):
+            pipe.hgetall(self.k.beat(name))
+            if queue is not None:
+                pipe.llen(self.k.celery_queue(queue))
+        replies = iter(pipe.execute() if names else [])
+        out = []
+        for name, queue in zip(names, queues, strict=True):
+            fields = dict(next(replies))
+            out.append((name, fields, int(next(replies)) if queue is not None else 0))
+        return out
+
     def claim_sweep(self, every_ms: int) -> bool:
         """True for one caller per ``every_ms`` across every process (SET NX PX): the
         backlog sweep then runs once an interval, not once per scheduler or pool child."""

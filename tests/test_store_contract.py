@@ -307,3 +307,17 @@ def test_receivers_answer_host_state_and_presence_in_one_read(store: Store) -> N
         "s1": ("hosta", "idle", 99, 7),
         "nobody": None,
     }
+
+
+def test_heartbeats_and_the_sweep_view(store: Store) -> None:
+    store.beat("hosta", {"beat": 5, "pid": 42})
+    store.beat("hosta", {"progress": 6}, done=True)
+    store.beat("scheduler", {"beat": 7})
+    got = store.beats(lambda name: None if name == "scheduler" else f"inbox.{name}")
+    assert got == [
+        ("hosta", {"beat": "5", "pid": "42", "progress": "6", "done": "1"}, 0),
+        ("scheduler", {"beat": "7"}, 0),
+    ]
+    assert store.sweep_view("nobody") == (None, False, None, None, [])
+    store.schedule("due", "s1", 1000)
+    assert store.sweep_view("s1") == (None, False, 1000, None, [])

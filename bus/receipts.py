@@ -351,9 +351,8 @@ class Receipts:
         """Block on the recipient's events stream (every transition writes a record there)
         and look again after each; no polling."""
         store = self.store
-        events = store.k.s(to, "events")
-        last = store.r.xrevrange(events, count=1)
-        cursor = str(last[0][0]) if last else "0-0"
+        events = store.events_key(to)
+        cursor = store.last_event_id(to)
         found = self._read([(to, msg_id)])[0] or found  # after the cursor: nothing missed
         deadline = None if timeout is None else time.monotonic() + timeout
         conn, pool = _blocking_client(store.r, WAIT_CHUNK_S, f"inbox-wait:{msg_id}")
@@ -398,11 +397,10 @@ class Receipts:
                 f"the token is {claims.actor}'s, not a session's", code="token_subject"
             )
         store = self.store
-        outbox = store.k.outbox(sid)
         rows: list[dict[str, Any]] = []
         start, page = 0, max(limit, 100)
         while len(rows) < limit:
-            members = [str(m) for m in store.r.zrevrange(outbox, start, start + page - 1)]
+            members = store.outbox_page(sid, start, page)
             if not members:
                 break
             start += page
@@ -416,7 +414,7 @@ class Receipts:
                 elif state is None or found["state"] == state:
                     rows.append(_public(found))
             if gone:
-                store.r.zrem(outbox, *gone)
+                store.drop_from_outbox(sid, gone)
                 start -= len(gone)
         return {"ok": True, "session": sid, "sent": rows[:limit]}
 

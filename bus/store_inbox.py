@@ -229,6 +229,18 @@ class InboxStore:
         """The session's durability records (a stream a caller may block on)."""
         return str(self.k.s(sid, "events"))
 
+    # -- the sender's outbox ------------------------------------------------------------------
+
+    def outbox_page(self, sid: str, start: int, count: int) -> list[str]:
+        """``count`` of the session's sent messages from ``start``, newest first, each as
+        ``"<recipient>|<message id>"``."""
+        return [str(m) for m in self.r.zrevrange(self.k.outbox(sid), start, start + count - 1)]
+
+    def drop_from_outbox(self, sid: str, members: list[str]) -> None:
+        """Forget outbox entries whose receipts aged out."""
+        if members:
+            self.r.zrem(self.k.outbox(sid), *members)
+
     # -- workspace members ------------------------------------------------------------------
 
     def member_status(self, workspace: str, name: str) -> str | None:

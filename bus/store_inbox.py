@@ -88,6 +88,21 @@ class InboxStore:
         """Every inbox record of the session, in no order."""
         return [json.loads(v) for v in self.r.hvals(self.k.s(sid, "msgs"))]
 
+    def marks_and_last_arrival(self, sids: list[str]) -> list[tuple[list[str], int]]:
+        """For each session, one round trip per node: the marks of its inbox records and
+        when its newest queued message came (ms, 0 for none)."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hvals(self.k.s(sid, "msgs"))
+            pipe.xrevrange(self.k.s(sid, "stream"), count=1)
+        replies = pipe.execute()
+        out = []
+        for raw, last in zip(replies[0::2], replies[1::2], strict=True):
+            marks = [str(json.loads(x).get("mark")) for x in raw]
+            # A stream id is "<ms>-<seq>": its first part is when the message came.
+            out.append((marks, int(str(last[0][0]).split("-")[0]) if last else 0))
+        return out
+
     def new_ids(self, sid: str) -> list[str]:
         """Ids marked ``new`` (not yet carried by a notice), oldest first."""
         return [str(i) for i in self.r.zrange(self.k.s(sid, "new"), 0, -1)]

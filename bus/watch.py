@@ -152,16 +152,11 @@ def top_rows(bus: Streams) -> list[dict[str, Any]]:
     ``last_at`` (ms of its last message or session change)."""
     store = bus.store
     infos = store.sessions()
-    pipe = store.r.pipeline(transaction=False)
-    for info in infos:
-        pipe.hvals(store.k.s(info.session, "msgs"))
-        pipe.xrevrange(store.k.s(info.session, "stream"), count=1)
-    replies = pipe.execute()
-    records, newest = replies[0::2], replies[1::2]
     now = now_ms()
     rows = []
-    for info, raw, last in zip(infos, records, newest, strict=True):
-        marks = [json.loads(x).get("mark") for x in raw]
+    for info, (marks, last_ms) in zip(
+        infos, store.marks_and_last_arrival([i.session for i in infos]), strict=True
+    ):
         rows.append(
             {
                 "session": info.session,
@@ -173,8 +168,7 @@ def top_rows(bus: Streams) -> list[dict[str, Any]]:
                 "new": sum(1 for m in marks if m == "new"),
                 "backlog": store.backlog(info.session),
                 "age_s": max(0, round((now - info.opened_at) / 1000)) if info.opened_at else None,
-                # A stream id is "<ms>-<seq>": its first part is when the message came.
-                "last_at": max(info.updated_at, int(str(last[0][0]).split("-")[0]) if last else 0),
+                "last_at": max(info.updated_at, last_ms),
             }
         )
     return rows

@@ -103,6 +103,13 @@ class Bus:
             clock=clk,
         )
 
+    def with_settings(self, settings: Settings) -> Bus:
+        """A bus with other settings on the same connection (store, dispatcher, clock):
+        the services are composed again, since each holds the settings it was given."""
+        other = Bus(settings, client=self._client, dispatcher=self._dispatcher, clock=self.clock)
+        other._store, other._metrics, other._blocking = self._store, self._metrics, self._blocking
+        return other
+
     @property
     def store(self) -> Store:
         """The Redis store, connected on first use (local delivery never needs it)."""

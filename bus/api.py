@@ -7,66 +7,37 @@ tasks) parses its input and makes one call here.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
 
 from . import auth, faults, handoff, ingest, items, liveness, watch
 from . import requests as typed_requests
-from . import threads as threadkeys
-from .auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
-from .cluster import cluster_client
+from .access import Access
+from .auth import SCOPE_READ, SCOPE_WRITE, Authenticator, Claims
+from .clock import SYSTEM, Clock
+from .connection import redis_client
 from .conversation import Conversation
 from .delivery import DeliveryReport
 from .dispatch import Dispatcher, default_dispatcher
-from .errors import Ambiguous, BadInput, NotFound, RateLimited, Refused, Unauthorized
+from .errors import BadInput, RateLimited
 from .floor import Floor
 from .inbox import Inbox
 from .keys import Keys
-from .models import (
-    DeliverAnswer,
-    Message,
-    Recipient,
-    SendAnswer,
-    SessionInfo,
-    check_session_id,
-    now_ms,
-    parse_message,
-)
-from .receipts import Receipts, recipient_state
+from .models import DeliverAnswer, Message, SessionInfo, check_session_id, parse_message
+from .receipts import Receipts
+from .routing import Router
+from .sessions import Sessions, check_host
 from .settings import Settings
 from .store import Store
 from .unavailable import NOT_ANSWERING, translate_redis_errors, unavailable
 
 if TYPE_CHECKING:
     from .metrics import Metrics
-from .trust import handle_problem
 
-
-def check_host(host: str) -> str:
-    check_session_id(host, "host name")
-    return host
-
-
-def redis_client(settings: Settings) -> Any:
-    """A client for the bus store: ``INBOX_REDIS_URL`` or the embedded server's socket;
-    a :class:`~redis.cluster.RedisCluster` with ``INBOX_REDIS_CLUSTER=1``."""
-    if settings.redis_cluster:
-        return cluster_client(settings.store_url())
-    return redis.Redis.from_url(
-        settings.store_url(),
-        decode_responses=True,
-        socket_connect_timeout=5,
-        health_check_interval=30,
-        # A restarted Redis leaves dead pooled connections: retry on a fresh one, briefly.
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 4),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError],
-    )
+__all__ = ["Bus", "check_host", "connect", "redis_client"]
 
 
 @translate_redis_errors
@@ -79,18 +50,65 @@ class Bus:
         *,
         client: redis.Redis | None = None,
         dispatcher: Dispatcher | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
+        self.clock = clock or SYSTEM
         self._client = client
         self._store: Store | None = None
         self._dispatcher = dispatcher
-        self.floor = Floor(self.settings.home)
-        self.inbox = Inbox(self)
-        self.conversation = Conversation(self.inbox)
-        self.receipts = Receipts(self)
-        self.auth = Authenticator(self.settings.secret, is_revoked=self.is_revoked)
         self._metrics: Metrics | None = None
         self._blocking: Any = None
+        # The composition root: each service gets what it uses, never the Bus. Store,
+        # metrics, blocking client and dispatcher are providers: made on first use, so a
+        # drain or a hook that never reaches Redis (or Celery) never connects.
+        store, s, clk = (lambda: self.store), self.settings, self.clock
+        self.auth = Authenticator(s.secret, is_revoked=self.is_revoked)
+        self.floor = Floor(s.home, clock=clk)
+        self.receipts = Receipts(store, s, self.claims)
+        self.inbox = Inbox(
+            store,
+            self.floor,
+            s,
+            receipts=self.receipts,
+            metrics=lambda: self.metrics,
+            blocking=lambda: self.blocking,
+            clock=clk,
+        )
+        self.router = Router(
+            store,
+            self.floor,
+            s,
+            receipts=self.receipts,
+            inbox=self.inbox,
+            dispatcher=lambda: self.dispatcher,
+            verified=self.auth.enabled,
+            clock=clk,
+        )
+        self.sessions = Sessions(
+            store, self.floor, s, inbox=self.inbox, router=self.router, clock=clk
+        )
+        self.access = Access(
+            self.auth,
+            s,
+            session=self.sessions.get,
+            member_status=lambda ws, name: self.store.member_status(ws, name),
+        )
+        self.conversation = Conversation(
+            store,
+            self.router,
+            self.receipts,
+            session=self.sessions.get,
+            blocking=lambda: self.blocking,
+            clock=clk,
+        )
+
+    def with_settings(self, settings: Settings) -> Bus:
+        """A bus with other settings on the same connection (store, dispatcher, clock):
+        the services are composed again, since each holds the settings it was given."""
+        other = Bus(settings, client=self._client, dispatcher=self._dispatcher, clock=self.clock)
+        other._store, other._metrics, other._blocking = self._store, self._metrics, self._blocking
+        return other
 
     @property
     def store(self) -> Store:
@@ -139,7 +157,7 @@ class Bus:
         return self._metrics
 
     def is_revoked(self, jti: str) -> bool:
-        return bool(self.store.r.sismember(self.store.k.revoked, jti))
+        return self.store.is_revoked(jti)
 
     def issue_token(
         self,
@@ -176,7 +194,7 @@ class Bus:
         if not self.settings.secret:
             raise BadInput("no INBOX_SECRET is configured: there are no tokens to revoke")
         claims = auth.verify(self.settings.secret, token, now=0)
-        self.store.r.sadd(self.store.k.revoked, claims.jti)
+        self.store.revoke(claims.jti)
         return {"ok": True, "revoked": claims.jti, "subject": claims.actor}
 
     # -- sessions ---------------------------------------------------------------------
@@ -196,92 +214,29 @@ class Bus:
     ) -> dict[str, Any]:
         """Register a session (or re-register it after a harness restart)."""
         check_session_id(sid)
-        self._only_as(sid, token)
-        host = check_host(host or self.settings.host)
-        handle = handle or f"{host}:{sid}"
-        if ":" not in handle or any(c.isspace() for c in handle):
-            raise BadInput(f"handle {handle!r} must look like host:name")
-        problem = handle_problem(handle)
-        if problem:
-            raise BadInput(f"handle {handle!r}: {problem}", code="handle_confusable")
-        self._check_handle_free(sid, handle)
-        prior = self.store.get_session(sid)
-        info = SessionInfo(
-            session=sid,
+        self.access.only_as(sid, token)
+        return self.sessions.open(
+            sid,
             handle=handle,
             host=host,
-            state="idle",
             parent=parent,
-            delegator=prior.delegator if prior else None,
-            turns=prior.turns if prior else 0,
             wake_cmd=wake_cmd,
             workspace=workspace,
             starter=starter,
             agent_inbox=agent_inbox,
-            opened_at=prior.opened_at if prior else now_ms(),
-            updated_at=now_ms(),
-            last_seen=now_ms(),
         )
-        self.store.put_session(info)
-        self.seen(sid)
-        self.store.record(sid, "session_open", handle=handle, host=host)
-        self.floor.session_dir(sid, create=host == self.settings.host)
-        return {"ok": True, "session": info.model_dump(exclude_none=True)}
-
-    def _check_handle_free(self, sid: str, handle: str) -> None:
-        """A handle belongs to one open session: another open, fresh holder refuses it.
-
-        A holder is stale when its harness has not been seen (open, turn, drain) for
-        ``INBOX_STALE_S``; a closed or stale holder's handle may be taken.
-        """
-        now = now_ms()
-        for other in self.store.sessions_by_handle(handle):
-            if other.session == sid or other.state == "closed":
-                continue
-            seen = self.store.r.hget(self.store.k.s(other.session, "session"), "last_seen")
-            last = int(seen) if seen else other.updated_at
-            if now - last <= self.settings.stale_s * 1000:
-                raise Refused(
-                    f"handle {handle!r} is held by open session {other.session}",
-                    code="handle_taken",
-                    holder=other.session,
-                )
-
-    def _only_as(self, sid: str, token: str | None) -> None:
-        """The harness's own events (open, close, turn) need no token, but one that is
-        presented must be ``sid``'s own session token: a member token, or another
-        session's, never acts as ``sid``."""
-        token = token or self.settings.token
-        if not self.auth.enabled or not token:
-            return
-        claims = auth.verify(self.settings.secret or "", token, is_revoked=self.is_revoked)
-        if claims.sub_kind != "session" or claims.sub != sid:
-            raise Unauthorized(
-                f"the token is {claims.actor}'s, not session {sid}'s", code="token_subject"
-            )
 
     def seen(self, sid: str) -> None:
         """The harness of ``sid`` is alive now (``last_seen``, ms): open, turn, drain."""
-        key = self.store.k.s(sid, "session")
-        if self.store.r.exists(key):  # never make a record for an unknown session
-            self.store.r.hset(key, "last_seen", str(now_ms()))
+        self.sessions.seen(sid)
 
     def session(self, sid: str) -> SessionInfo:
-        info = self.store.get_session(check_session_id(sid))
-        if info is None:
-            raise NotFound(f"no session {sid!r}; open it with: inbox session open {sid}")
-        return info
+        return self.sessions.get(sid)
 
     def close_session(self, sid: str, *, token: str | None = None) -> dict[str, Any]:
         """Close a session: later messages are delivered raw; its threads stay readable."""
-        self._only_as(sid, token)
-        info = self.session(sid)
-        self.store.update_session(sid, state="closing")
-        self.inbox.on_close(sid)
-        self.store.update_session(sid, state="closed")
-        self.store.record(sid, "session_close")
-        self._kick(info.host, sid)
-        return {"ok": True, "session": sid, "state": "closed"}
+        self.access.only_as(sid, token)
+        return self.sessions.close(sid)
 
     def turn(
         self,
@@ -293,51 +248,14 @@ class Bus:
         token: str | None = None,
     ) -> dict[str, Any]:
         """Record a turn boundary from the harness (``start`` or ``end``)."""
-        self._only_as(sid, token)
-        info = self.session(sid)
-        self.seen(sid)
-        if event == "start":
-            turns = self.store.incr_turns(sid)
-            self.store.update_session(
-                sid, state="running", prompt_waiting=prompt_waiting, last_seen=now_ms()
-            )
-            self.store.record(sid, "turn_start", turn=turns)
-        elif event == "end":
-            turns = info.turns
-            self.store.update_session(sid, state="idle", prompt_waiting=False, last_seen=now_ms())
-            self.store.record(sid, "turn_end", turn=turns, answer=answer or "")
-        else:
-            raise BadInput(f"turn event must be start or end, not {event!r}")
-        result: dict[str, Any] = {"ok": True, "session": sid, "event": event, "turns": turns}
-        result.update(self.inbox.on_turn(sid, event, answer))
-        self._kick(info.host, sid)
-        return result
-
-    def _kick(self, host: str, sid: str) -> None:
-        if self.store.mark_pending(sid):
-            self.dispatcher.deliver(host, sid)
+        self.access.only_as(sid, token)
+        return self.sessions.turn(sid, event, answer=answer, prompt_waiting=prompt_waiting)
 
     # -- sending ----------------------------------------------------------------------
 
     def resolve(self, handle: str) -> SessionInfo:
         """The one live session with ``handle``; an error listing candidates otherwise."""
-        try:
-            found = [s for s in self.store.sessions_by_handle(handle) if s.state != "closed"]
-        except ValueError as exc:  # a handle no key may be built from
-            raise BadInput(f"invalid handle {handle!r:.80}") from exc
-        if not found:
-            raise NotFound(f"no live session has the handle {handle!r}")
-        if len(found) > 1:
-            now = now_ms()
-            cands = [
-                {"session": s.session, "state": s.state, "age_s": round((now - s.opened_at) / 1000)}
-                for s in found
-            ]
-            listing = ", ".join(f"{c['session']} ({c['state']}, {c['age_s']}s)" for c in cands)
-            raise Ambiguous(
-                f"handle {handle!r} names {len(found)} live sessions: {listing}", candidates=cands
-            )
-        return found[0]
+        return self.sessions.resolve(handle)
 
     def send(
         self,
@@ -362,7 +280,7 @@ class Bus:
                 data["from_session"] = self.settings.session
             data["verified"] = False
         else:
-            data = self._as_token_subject(data, claims)
+            data = self.access.as_token_subject(data, claims)
         msg = parse_message(data)
         self._check_party(msg)
         self.limit_sender(claims.actor if claims else msg.from_session or msg.from_)
@@ -374,7 +292,7 @@ class Bus:
         if not msg.thread:
             return
         parties = self.conversation.parties(msg.thread)
-        exists = parties or self.store.r.exists(self.store.k.t(msg.thread, "meta"))
+        exists = parties or self.store.thread_exists(msg.thread)
         refusal = ingest.party_refusal(msg, parties, bool(exists))  # one rule for a batch too
         if refusal is not None:
             raise refusal
@@ -391,6 +309,14 @@ class Bus:
                 code="rate_limited",
             )
 
+    def claims(self, token: str | None, scope: str, *, session: str | None = None) -> Claims | None:
+        """The caller's verified token claims, or None when authentication is off
+        (see :meth:`bus.access.Access.claims`)."""
+        return self.access.claims(token, scope, session=session)
+
+    def _as_token_subject(self, data: dict[str, Any], claims: Claims) -> dict[str, Any]:
+        return self.access.as_token_subject(data, claims)
+
     def send_many(
         self, items: Sequence[dict[str, Any] | Message], *, token: str | None = None
     ) -> list[dict[str, Any]]:
@@ -404,140 +330,20 @@ class Bus:
         claims = self.claims(token, SCOPE_WRITE)
         if claims is None:
             return {**data, "verified": False}
-        return self._as_token_subject(data, claims)
-
-    def _as_token_subject(self, data: dict[str, Any], claims: Claims) -> dict[str, Any]:
-        if claims.sub_kind == "session":
-            handle, sender_sid = self.session(claims.sub).handle, claims.sub
-        else:
-            workspace, _, name = claims.sub.partition("/")
-            if not self._member_active(workspace, name):
-                raise Unauthorized(
-                    f"{claims.actor} is not an active member of {workspace!r}",
-                    code="member_inactive",
-                )
-            handle, sender_sid = f"{workspace}:{name}", None
-        if data.get("from") not in (None, handle) or data.get("from_session") not in (
-            None,
-            sender_sid,
-        ):
-            raise Unauthorized(
-                f"the message claims to be from {data.get('from')!r} but the token is "
-                f"{claims.actor}'s",
-                code="forged_from",
-            )
-        return {**data, "from": handle, "from_session": sender_sid, "verified": True}
-
-    def claims(self, token: str | None, scope: str, *, session: str | None = None) -> Claims | None:
-        """The caller's verified token claims, or None when authentication is off.
-
-        With ``session``, the call acts as that session: only that session's token may
-        (a member token never reads a session's threads or writes as it).
-        """
-        claims = self.auth.actor_for_write(token or self.settings.token, scope, session=session)
-        if claims is not None and session is not None and claims.sub_kind != "session":
-            raise Unauthorized(
-                f"the token is {claims.actor}'s; a member token never acts as session {session}",
-                code="token_subject",
-            )
-        return claims
-
-    def _member_active(self, workspace: str, name: str) -> bool:
-        try:
-            return items.is_member(self, workspace, name)
-        except BadInput:  # a member name no key may be built from is no member
-            return False
-
-    def _items_claims(self, token: str | None, scope: str, sid: str) -> Claims | None:
-        """Items of ``sid`` may be read by its own token or by an active member of its
-        workspace (a member token acts only on items, never as the session)."""
-        claims = self.auth.actor_for_write(token or self.settings.token, scope, session=sid)
-        if claims is None or claims.sub_kind == "session":
-            return claims
-        workspace, _, name = claims.sub.partition("/")
-        if self.session(sid).workspace != workspace or not self._member_active(workspace, name):
-            raise Unauthorized(
-                f"{claims.actor} is not an active member of session {sid}'s workspace",
-                code="token_subject",
-            )
-        return claims
+        return self.access.as_token_subject(data, claims)
 
     def post(
         self, msg: Message, *, wait: bool = False, timeout: float | None = None
     ) -> dict[str, Any]:
         """Store and route a message whose sender is already settled (the library's own
         replies, retractions, decisions and item messages go through here)."""
-        if msg.verified is None:
-            msg = msg.model_copy(update={"verified": self.auth.enabled})
-        sid = msg.to_id
-        info = self.store.get_session(sid)
-        if info is None:
-            self.receipts.bounced(msg, sid, f"no session {sid!r} is registered")
-            return SendAnswer(
-                ok=False,
-                id=msg.id,
-                state="bounced",
-                recipient=Recipient(session=sid, state="unknown"),
-                reason=f"no session {sid!r} is registered",
-            ).to_json()
-        thread = self.thread_for(msg)
-        answer = SendAnswer(
-            id=msg.id,
-            thread=thread,
-            state="stored",
-            recipient=Recipient(
-                session=sid,
-                host=info.host,
-                # A harness unseen for INBOX_STALE_S: stored, but nobody may hear it soon.
-                state=recipient_state(
-                    info.state, info.last_seen or info.opened_at, now_ms(), self.settings.stale_s
-                ),
-                listening=self.floor_listening(info),
-                last_seen=info.last_seen or None,
-            ),
-        )
-        if wait:
-            self.inbox.register_waiter(sid, msg.id)
-        try:
-            new, first, dispatch = self.store.append(
-                sid,
-                msg.id,
-                msg.line(),
-                json.dumps(answer.to_json()),
-                thread,
-                also=lambda pipe: self.receipts.open(pipe, msg, sid, thread),
-                max_held=self.settings.max_unread,
-            )
-        except RateLimited:  # inbox_full: what was not stored is not in the outbox either
-            self.receipts.unlist_refused([(msg, sid)])
-            raise
-        if not new:
-            prior = json.loads(first)
-            prior["duplicate"] = True
-            if wait and prior.get("state") == "stored":
-                return self.inbox.wait_answer(sid, msg.id, prior, timeout)
-            if wait:
-                self.store.r.srem(self.store.k.s(sid, "waiters"), msg.id)
-            return prior
-        if dispatch:
-            self.dispatcher.deliver(info.host, sid)
-        if wait:
-            return self.inbox.wait_answer(sid, msg.id, answer.to_json(), timeout)
-        return answer.to_json()
+        return self.router.post(msg, wait=wait, timeout=timeout)
 
     def thread_for(self, msg: Message) -> str:
-        key = threadkeys.thread_key(
-            thread=msg.thread, pr=msg.pr, topic=msg.topic, sender=msg.from_, text=msg.text
-        )
-        return threadkeys.thread_id(msg.to_id, key)
+        return self.router.thread_for(msg)
 
     def floor_listening(self, info: SessionInfo) -> bool:
-        if info.host != self.settings.host:
-            return False
-        try:
-            return self.floor.socket_path(info.session).exists()
-        except BadInput:
-            return False
+        return self.router.floor_listening(info)
 
     # -- threads ----------------------------------------------------------------------
 
@@ -590,21 +396,6 @@ class Bus:
 
     # -- typed requests and items (SPEC sections 7 and 8) --------------------------------
 
-    def _actor(self, actor: str | None, token: str | None = None) -> str:
-        """The acting session: the token's subject when authentication is on, else the one
-        given, else INBOX_SESSION."""
-        claims = self.claims(token, SCOPE_THREAD)
-        if claims is not None:
-            if claims.sub_kind != "session" or actor not in (None, claims.sub):
-                raise Unauthorized(
-                    f"the token is {claims.actor}'s, not {actor!r}'s", code="token_subject"
-                )
-            return claims.sub
-        sid = actor or self.settings.session
-        if not sid:
-            raise BadInput("no acting session: set INBOX_SESSION to this session's id")
-        return sid
-
     def request(
         self,
         to_id: str,
@@ -618,7 +409,7 @@ class Bus:
         """Open a typed request thread (``REQUESTED``) from ``actor`` to ``to_id``."""
         return typed_requests.open_request(
             self,
-            actor=self._actor(actor, token),
+            actor=self.access.actor(actor, token),
             to_id=to_id,
             type=type,
             text=text,
@@ -643,7 +434,7 @@ class Bus:
             self,
             thread,
             decision,
-            actor=self._actor(actor, token),
+            actor=self.access.actor(actor, token),
             message=message,
             windows=windows,
         )
@@ -654,22 +445,6 @@ class Bus:
     def member_remove(self, workspace: str, name: str) -> dict[str, Any]:
         """The member's account is gone; their messages show as "a former member"."""
         return items.member_remove(self, workspace, name)
-
-    def _as_member(self, token: str | None, sid: str, member: str) -> None:
-        """With authentication on, a member's write needs that member's own token."""
-        claims = self.claims(token, SCOPE_WRITE)
-        if claims is None:
-            return
-        expected = f"{self.session(sid).workspace}/{member}"
-        workspace, _, name = expected.partition("/")
-        if (
-            claims.sub_kind != "member"
-            or claims.sub != expected
-            or not self._member_active(workspace, name)
-        ):
-            raise Unauthorized(
-                f"the token is {claims.actor}'s, not member {expected}'s", code="token_subject"
-            )
 
     def item_post(
         self,
@@ -688,7 +463,7 @@ class Bus:
         self, sid: str, key: str, *, member: str, answer: str, token: str | None = None
     ) -> dict[str, Any]:
         """A member settles an item with an answer."""
-        self._as_member(token, sid, member)
+        self.access.as_member(token, sid, member)
         return items.item_settle(self, sid, key, member=member, answer=answer)
 
     def item_write(
@@ -703,14 +478,14 @@ class Bus:
         token: str | None = None,
     ) -> dict[str, Any]:
         """A member writes on an item; it reaches the agent as a notice and wakes it."""
-        self._as_member(token, sid, member)
+        self.access.as_member(token, sid, member)
         return items.item_write(
             self, sid, key, member=member, text=text, image_paths=image_paths, root=root
         )
 
     def read_inbox(self, sid: str, *, token: str | None = None) -> dict[str, Any]:
         """Luke's ``read_inbox``: every item with its thread, oldest first."""
-        self._items_claims(token, SCOPE_READ, sid)
+        self.access.items_claims(token, SCOPE_READ, sid)
         return items.read_inbox(self, sid)
 
     def reply_inbox(
@@ -823,6 +598,3 @@ def connect(
 ) -> Bus:
     """A :class:`Bus` with settings from the environment (or the ones given)."""
     return Bus(settings, client=client, dispatcher=dispatcher)
-
-
-__all__ = ["Bus", "connect"]

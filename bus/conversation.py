@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .clock import SYSTEM, Clock
 from .errors import NotFound, Refused
-from .models import check_session_id, now_ms, parse_message
+from .models import SessionInfo, check_session_id, parse_message
+from .models import now_ms as _now_ms
 
 if TYPE_CHECKING:
-    from .inbox import Inbox
+    from .receipts import Receipts
+    from .routing import Router
+    from .store import Store
 
 WITHDRAW_WAIT_S = 10.0
 
@@ -28,25 +33,35 @@ def _list(raw: str | None) -> list[str]:
 class Conversation:
     """Threads as a session reads and answers them."""
 
-    def __init__(self, ib: Inbox) -> None:
-        self.ib = ib
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        router: Router,
+        receipts: Receipts,
+        *,
+        session: Callable[[str], SessionInfo],
+        blocking: Callable[[], Any],
+        clock: Clock = SYSTEM,
+    ) -> None:
+        self._store, self.router, self.receipts = store, router, receipts
+        self.session, self._blocking, self.clock = session, blocking, clock
+
+    @property
+    def store(self) -> Store:
+        return self._store()
 
     # -- reading, replying, withdrawing ---------------------------------------------------
 
     def threads(self, sid: str) -> list[dict[str, Any]]:
         """The session's threads, newest first (SPEC section 7's fields)."""
         check_session_id(sid)
-        r = self.ib.store.r
-        thread_ids = [str(t) for t in r.zrevrange(self.ib.k(sid, "threads"), 0, -1)]
+        store = self.store
+        thread_ids = store.threads_of(sid)
         mine: dict[str, list[dict[str, Any]]] = {}
-        for raw in r.hvals(self.ib.k(sid, "msgs")):
-            rec = json.loads(raw)
+        for rec in store.all_records(sid):
             mine.setdefault(rec["thread"], []).append(rec)
-        pipe = r.pipeline(transaction=False)
-        for thr in thread_ids:
-            pipe.hgetall(self.ib.kt(thr, "meta"))
         out = []
-        for thr, meta in zip(thread_ids, pipe.execute(), strict=True):
+        for thr, meta in zip(thread_ids, store.thread_metas(thread_ids), strict=True):
             recs = mine.get(thr, [])
             unread = [x for x in recs if x["mark"] in ("new", "noticed")]
             row: dict[str, Any] = {
@@ -69,19 +84,18 @@ class Conversation:
         return out
 
     def parties(self, thread: str) -> list[str]:
-        return _list(self.ib.store.r.hget(self.ib.kt(thread, "meta"), "parties"))
+        return _list(self.store.thread_field(thread, "parties"))
 
     def read(self, sid: str, thread: str, *, mark_read: bool = False) -> dict[str, Any]:
         """A whole thread, oldest first; refused for a session that is not a party."""
         check_session_id(sid)
-        meta = self.ib.store.r.hgetall(self.ib.kt(thread, "meta"))
+        meta = self.store.thread_meta(thread)
         if not meta:
             raise NotFound(f"no thread {thread!r}")
         if sid not in _list(meta.get("parties")):
             raise Refused(f"session {sid!r} is not a party to {thread}", code="not_a_party")
-        entries = self.ib.store.r.xrange(self.ib.kt(thread, "log"))
-        msgs = [json.loads(fields["m"]) for _eid, fields in entries]
-        recs = {r["id"]: r for r in self.ib.records(sid, [m["id"] for m in msgs])}
+        msgs = [json.loads(fields["m"]) for fields in self.store.thread_log(thread)]
+        recs = {r["id"]: r for r in self.store.records(sid, [m["id"] for m in msgs])}
         out = []
         for m in msgs:
             rec = recs.get(m["id"])
@@ -118,25 +132,14 @@ class Conversation:
     def _mark_read(self, sid: str, recs: list[dict[str, Any]]) -> None:
         if not recs:
             return
-        pipe = self.ib.store.pipeline(transaction=True)
-        for rec in recs:
-            rec["mark"] = "read"
-            pipe.hset(self.ib.k(sid, "msgs"), rec["id"], json.dumps(rec))
-            # Read before any notice: nothing left to notice.
-            pipe.zrem(self.ib.k(sid, "new"), rec["id"])
-            pipe.zrem(self.ib.k(sid, "wakeq"), rec["id"])
-        pipe.xadd(
-            self.ib.k(sid, "events"),
-            {"kind": "inbox_read", "at": str(now_ms()), "ids": json.dumps([r["id"] for r in recs])},
-            maxlen=10000,
-            approximate=True,
-        )
-        self.ib.bus.receipts.mark(sid, "read", [r["id"] for r in recs], touch=True, client=pipe)
+        pipe = self.store.pipeline(transaction=True)
+        self.store.queue_mark_read(pipe, sid, recs, self.clock.now_ms())
+        self.receipts.mark(sid, "read", [r["id"] for r in recs], touch=True, client=pipe)
         pipe.execute()
 
     def reply(self, sid: str, thread: str, text: str) -> dict[str, Any]:
         """Answer into the other parties' inboxes under the same thread; wakes nobody."""
-        info = self.ib.bus.session(sid)
+        info = self.session(sid)
         parties = self.parties(thread)
         if not parties:
             raise NotFound(f"no thread {thread!r}")
@@ -149,7 +152,7 @@ class Conversation:
         answers = []
         for other in others:
             answers.append(
-                self.ib.bus.post(
+                self.router.post(
                     parse_message(
                         {
                             "id": msg_id,
@@ -163,43 +166,42 @@ class Conversation:
                     )
                 )
             )
-        self.ib.bus.receipts.replied(sid, thread)
+        self.receipts.replied(sid, thread)
         return {"ok": True, "id": msg_id, "thread": thread, "to": others, "answers": answers}
 
     def withdraw(self, msg_id: str, by: str) -> dict[str, Any]:
         """Unsend before any notice; wait out a notice on its way; retract after."""
         check_session_id(by, "withdrawing session id")
-        sid = self.ib.store.recipient_of(msg_id)
+        store = self.store
+        sid = store.recipient_of(msg_id)
         if sid is None:
             raise NotFound(f"no message {msg_id!r}")
-        first = self.ib.store.first_answer(sid, msg_id)
+        first = store.first_answer(sid, msg_id)
         msg = self._message(sid, msg_id)
         if first is None or msg is None:
             raise NotFound(f"no message {msg_id!r}")
         if msg.get("from_session") != by:
             raise Refused("only the sender may withdraw a message", code="not_sender")
-        events = self.ib.k(sid, "events")
-        last = self.ib.store.r.xrevrange(events, count=1)
-        cursor = last[0][0] if last else "0-0"
+        events = store.events_key(sid)
+        cursor = store.last_event_id(sid)
         verdict = self._withdraw_once(sid, msg_id)
-        deadline = now_ms() + int(WITHDRAW_WAIT_S * 1000)
-        while verdict[0] == "wait" and now_ms() < deadline:
+        # A real deadline (the wait blocks on Redis), not the injectable clock.
+        deadline = _now_ms() + int(WITHDRAW_WAIT_S * 1000)
+        while verdict[0] == "wait" and _now_ms() < deadline:
             # Block on the session's records until the notice on its way lands or fails.
-            got = self.ib.bus.blocking.xread({events: cursor}, block=max(1, deadline - now_ms()))
+            got = self._blocking().xread({events: cursor}, block=max(1, deadline - _now_ms()))
             if got:
                 cursor = got[0][1][-1][0]
             verdict = self._withdraw_once(sid, msg_id)
         kind = verdict[0]
         if kind in ("unsent", "retract"):
-            self.ib.bus.receipts.mark(
-                sid, "withdrawn" if kind == "unsent" else "retracted", [msg_id]
-            )
+            self.receipts.mark(sid, "withdrawn" if kind == "unsent" else "retracted", [msg_id])
         if kind == "unsent":
             return {"ok": True, "id": msg_id, "state": "unsent"}
         if kind == "already":
             return {"ok": True, "id": msg_id, "state": (first or {}).get("state", "withdrawn")}
         if kind == "retract":
-            self.ib.bus.post(
+            self.router.post(
                 parse_message(
                     {
                         "from": msg["from"],
@@ -207,7 +209,7 @@ class Conversation:
                         "from_session": by,
                         "text": f"(withdrawn by the sender) {msg_id}",
                         "kind": "retraction",
-                        "thread": msg.get("thread") or self.ib.bus.thread_for(parse_message(msg)),
+                        "thread": msg.get("thread") or self.router.thread_for(parse_message(msg)),
                         "class": "fyi",
                     }
                 )
@@ -216,19 +218,19 @@ class Conversation:
         raise Refused(f"withdraw of {msg_id} timed out waiting for its notice", code="timeout")
 
     def _withdraw_once(self, sid: str, msg_id: str) -> list[str]:
-        out = self.ib.store.run(
+        out = self.store.run(
             "withdraw",
             sid,
             ("ids", "msgs", "new", "wakeq", "notice", "events"),
-            [msg_id, now_ms()],
+            [msg_id, self.clock.now_ms()],
         )
         return [str(x) for x in out]
 
     def _message(self, sid: str, msg_id: str) -> dict[str, Any] | None:
-        recs = self.ib.records(sid, [msg_id])
+        recs = self.store.records(sid, [msg_id])
         if recs:
             return dict(recs[0]["m"])
-        for _eid, fields in self.ib.store.read_after(sid, "0-0", 100000):
+        for _eid, fields in self.store.read_after(sid, "0-0", 100000):
             if fields.get("id") == msg_id:
                 return dict(json.loads(fields["m"]))
         return None

@@ -11,43 +11,43 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .lease import Lease
-from .models import SessionInfo, now_ms
+from .models import SessionInfo
+from .report import DeliveryReport
 
 if TYPE_CHECKING:
-    from .api import Bus
+    from .dispatch import Dispatcher
+    from .floor import Floor
+    from .inbox import Inbox
+    from .metrics import Metrics
+    from .settings import Settings
+    from .store import Store
 
 log = logging.getLogger(__name__)
 
 BATCH = 200
 
 
-@dataclass
-class DeliveryReport:
-    session: str
-    busy: bool = False
-    raw: int = 0
-    socket: int = 0
-    file: int = 0
-    skipped: int = 0
-    inbox: int = 0
-    notices: list[dict[str, Any]] = field(default_factory=list)
-    lease: Lease | None = field(default=None, repr=False)
+class DeliveryHost(Protocol):
+    """What a host's delivery uses: the store, the floor, the inbox, metrics, dispatcher."""
 
-    def still_held(self) -> bool:
-        """The fence before a notice is written: the delivery still holds its lease."""
-        return self.lease is None or self.lease.held()
+    settings: Settings
+    floor: Floor
+    inbox: Inbox
 
-    def to_json(self) -> dict[str, Any]:
-        out = self.__dict__.copy()
-        out.pop("lease", None)
-        return out
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def dispatcher(self) -> Dispatcher: ...
 
 
-def raw_mode(bus: Bus, info: SessionInfo | None) -> bool:
+def raw_mode(bus: DeliveryHost, info: SessionInfo | None) -> bool:
     """Raw delivery (one line per message): inbox switched off, or closing/closed."""
     if info is None:
         return True
@@ -58,7 +58,7 @@ def raw_mode(bus: Bus, info: SessionInfo | None) -> bool:
     return not bus.settings.agent_inbox
 
 
-def deliver_session(bus: Bus, sid: str) -> DeliveryReport:
+def deliver_session(bus: DeliveryHost, sid: str) -> DeliveryReport:
     """Deliver everything queued for ``sid``; ``busy`` when another delivery holds it."""
     report = DeliveryReport(session=sid)
     store = bus.store
@@ -115,24 +115,23 @@ def deliver_session(bus: Bus, sid: str) -> DeliveryReport:
     return report
 
 
-def _write_raw(bus: Bus, sid: str, eid: str, msg: dict[str, Any], report: DeliveryReport) -> None:
+def _write_raw(
+    bus: DeliveryHost, sid: str, eid: str, msg: dict[str, Any], report: DeliveryReport
+) -> None:
+    """The in-flight record goes first, the cursor after: a redo finds the record and
+    looks for the line on the floor (:func:`_recover_raw`) before writing it again."""
     store = bus.store
-    store.set_rawflight(sid, eid, msg["id"])
-    via, _path = bus.floor.deliver(sid, msg)
-    store.advance(sid, eid)
-    if via == "socket":
-        report.socket += 1
-    else:
-        report.file += 1
-    report.raw += 1
-    store.record(sid, "delivered", id=msg["id"], via=via)
-    if via == "socket":  # acked by the harness: noticed
-        bus.receipts.mark(sid, "noticed", [msg["id"]], touch=True)
-    bus.metrics.incr("deliveries", via=via)
-    bus.metrics.observe_latency(max(0, now_ms() - int(msg.get("ts") or now_ms())) / 1000)
+    bus.inbox.raw.write(
+        sid,
+        msg,
+        report,
+        unsure=False,
+        before=lambda: store.set_rawflight(sid, eid, msg["id"]),
+        after=lambda: store.advance(sid, eid),
+    )
 
 
-def _recover_raw(bus: Bus, sid: str, report: DeliveryReport) -> None:
+def _recover_raw(bus: DeliveryHost, sid: str, report: DeliveryReport) -> None:
     """Finish a raw write a killed worker left: skip it if its line is on the floor."""
     flight = bus.store.rawflight(sid)
     if not flight:
@@ -145,3 +144,6 @@ def _recover_raw(bus: Bus, sid: str, report: DeliveryReport) -> None:
         )
         bus.store.advance(sid, flight["stream_id"])
         report.skipped += 1
+
+
+__all__ = ["BATCH", "DeliveryHost", "DeliveryReport", "deliver_session", "raw_mode"]

@@ -14,13 +14,8 @@ then (within ``INBOX_LOCK_TTL_S``), and for a live holder it is one empty delive
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .delivery import DeliveryReport, deliver_session
+from .delivery import DeliveryHost, DeliveryReport, deliver_session
 from .models import now_ms
-
-if TYPE_CHECKING:
-    from .api import Bus
 
 # Runs in a row for one session before the rest is dispatched as a fresh task, so one
 # busy session cannot hold a worker child forever while others wait.
@@ -29,23 +24,22 @@ MAX_RUNS = 20
 LEASE_SLACK_MS = 100
 
 
-def deliver(bus: Bus, sid: str) -> DeliveryReport:
+def deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
     """Deliver ``sid``'s queue; ``busy`` only when the work was handed to a running holder."""
     store = bus.store
-    again = store.k.s(sid, "again")
     total = DeliveryReport(session=sid)
     for _run in range(MAX_RUNS):
         report = deliver_session(bus, sid)
         _add(total, report)
         if report.busy:
-            store.r.set(again, "1", px=store.lock_ttl_ms)
+            store.ask_again(sid, store.lock_ttl_ms)
             report = deliver_session(bus, sid)
             _add(total, report)
             if report.busy:
                 total.busy = True  # the holder runs again after it unlocks
                 store.schedule("lease", sid, now_ms() + store.lock_ttl_ms + LEASE_SLACK_MS)
                 return total
-        if not store.r.getdel(again):
+        if not store.take_again(sid):
             return total
     if store.mark_pending(sid):
         info = store.get_session(sid)

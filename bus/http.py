@@ -16,7 +16,6 @@ unauthenticated and ``from`` is self-reported.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -176,8 +175,7 @@ def create_app(
     """
     if bus.settings.token:
         # Never act with the gateway's own token: a request without one is unauthenticated.
-        bus = copy.copy(bus)
-        bus.settings = replace(bus.settings, token=None)
+        bus = bus.with_settings(replace(bus.settings, token=None))
     app = FastAPI(
         title="inbox gateway",
         version="1",

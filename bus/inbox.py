@@ -17,24 +17,30 @@ import logging
 import os
 import subprocess
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import confirm, faults, items, notices, policy
-from .models import SessionInfo, now_ms
+from .clock import SYSTEM, Clock
+from .models import SessionInfo
 from .quickdrain import PENDING_MARKS, notice_ids, pending_ids, record_drained
+from .rawline import RawLines
 from .stamp import render_stamp
 from .text import one_line
-from .threads import thread_id, thread_key, thread_label
+from .threads import thread_label, thread_of
 from .trust import wake_argv, wake_env
 
 if TYPE_CHECKING:
-    from .api import Bus
-    from .delivery import DeliveryReport
+    from .floor import Floor
+    from .metrics import Metrics
+    from .receipts import Receipts
+    from .report import DeliveryReport
+    from .settings import Settings
+    from .store import Store
 
 log = logging.getLogger(__name__)
 
 THREAD_LOG_MAX = 5000
-IDS_KEEP_MS = 7 * 86400 * 1000
 
 
 class _SenderFacts:
@@ -60,7 +66,7 @@ class _SenderFacts:
         """Whether this session gave ``sender_sid`` work (its first work, or as parent)."""
         if sender_sid not in self._gave:
             store, info = self.ib.store, self.info
-            gave = bool(store.r.sismember(self.ib.k(self.sid, "gave"), sender_sid))
+            gave = store.gave(self.sid, sender_sid)
             sender = store.get_session(sender_sid)
             if sender is not None and info is not None and sender.parent in (self.sid, info.handle):
                 gave = True
@@ -80,34 +86,47 @@ class _SenderFacts:
             receiver_delegator=info.delegator,
             receiver_turns=info.turns,
             receiver_gave_work_to_sender=sender_sid is not None and self.gave_work_to(sender_sid),
-            from_member=items.from_member(self.ib.bus, info, msg),
+            from_member=items.from_member(info, msg, self.ib.store.member_status),
         )
         giver = sender_sid or str(msg["from"])
         if policy.is_first_work(facts) and giver not in self._first_work_recorded:
             self._first_work_recorded.add(giver)
-            store = self.ib.store
-            if not store.r.hget(self.ib.k(self.sid, "session"), "delegator"):
-                store.r.hset(self.ib.k(self.sid, "session"), "delegator", giver)
+            self.ib.store.set_delegator_once(self.sid, giver)
             if sender_sid:
-                store.r.sadd(self.ib.k(sender_sid, "gave"), self.sid)
+                self.ib.store.add_gave(sender_sid, self.sid)
         return policy.may_wake(facts)
 
 
 class Inbox:
-    """Inbox operations for one :class:`~bus.api.Bus`."""
+    """Inbox operations on one store and one floor.
 
-    def __init__(self, bus: Bus) -> None:
-        self.bus = bus
+    ``store``, ``metrics`` and ``blocking`` are providers (called on use): a drain or a
+    hook that never reaches Redis never connects. ``clock`` decides the plan's time.
+    """
+
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        floor: Floor,
+        settings: Settings,
+        *,
+        receipts: Receipts,
+        metrics: Callable[[], Metrics],
+        blocking: Callable[[], Any],
+        clock: Clock = SYSTEM,
+    ) -> None:
+        self._store, self.floor, self.settings = store, floor, settings
+        self.receipts, self._metrics, self._blocking = receipts, metrics, blocking
+        self.clock = clock
+        self.raw = RawLines(store, floor, receipts, metrics, clock)
 
     @property
-    def store(self) -> Any:
-        return self.bus.store
+    def store(self) -> Store:
+        return self._store()
 
-    def k(self, sid: str, name: str) -> str:
-        return str(self.store.k.s(sid, name))
-
-    def kt(self, thread: str, name: str) -> str:
-        return str(self.store.k.t(thread, name))
+    @property
+    def metrics(self) -> Metrics:
+        return self._metrics()
 
     # -- taking messages in ---------------------------------------------------------------
 
@@ -126,21 +145,16 @@ class Inbox:
         senders = _SenderFacts(self, sid, info)
         pipe = store.pipeline()
         for msg, arrived in batch:
-            key = thread_key(
-                thread=msg.get("thread"),
-                pr=msg.get("pr"),
-                topic=msg.get("topic"),
-                sender=str(msg["from"]),
-                text=str(msg.get("text") or ""),
-            )
-            thread = thread_id(sid, key)
+            key, thread = thread_of(sid, msg)
             sender_sid = msg.get("from_session") or senders.session_of(str(msg["from"]))
-            at = int(msg.get("ts") or now_ms())
+            at = int(msg.get("ts") or self.clock.now_ms())
             wakes, reason = senders.may_wake(msg, sender_sid)
             parties = [sid] + ([sender_sid] if sender_sid else [])
-            store.script("thread_append")(
-                keys=[self.kt(thread, "meta"), self.kt(thread, "log"), self.kt(thread, "seen")],
-                args=[
+            store.run_thread(
+                "thread_append",
+                thread,
+                ("meta", "log", "seen"),
+                [
                     msg["id"],
                     json.dumps(msg),
                     at,
@@ -190,26 +204,17 @@ class Inbox:
     # -- deciding and noticing ------------------------------------------------------------
 
     def view(self, sid: str, info: SessionInfo) -> policy.InboxView:
-        r = self.store.r
-        pipe = r.pipeline(transaction=False)
-        pipe.zcard(self.k(sid, "new"))
-        pipe.zrange(self.k(sid, "wakeq"), 0, 0, withscores=True)
-        pipe.zrange(self.k(sid, "new"), 0, 0, withscores=True)
-        pipe.exists(self.k(sid, "notice"))
-        pipe.hget(self.k(sid, "session"), "retry_at")
-        pending, wake, first, building, retry_at = pipe.execute()
-        agent_inbox = (
-            self.bus.settings.agent_inbox if info.agent_inbox is None else info.agent_inbox
-        )
+        v = self.store.inbox_view(sid)
+        agent_inbox = self.settings.agent_inbox if info.agent_inbox is None else info.agent_inbox
         return policy.InboxView(
             state=info.state,
             agent_inbox=agent_inbox,
             prompt_waiting=info.prompt_waiting,
-            pending=int(pending),
-            first_wake_at=int(wake[0][1]) if wake else None,
-            first_pending_at=int(first[0][1]) if first else None,
-            building=bool(building),
-            retry_at=int(retry_at) if retry_at else None,
+            pending=int(v["pending"] or 0),
+            first_wake_at=v["first_wake_at"],
+            first_pending_at=v["first_pending_at"],
+            building=bool(v["building"]),
+            retry_at=v["retry_at"],
         )
 
     def after_delivery(self, sid: str, report: DeliveryReport) -> None:
@@ -218,12 +223,12 @@ class Inbox:
         if info is None:
             return
         self._recover_notice(sid)
-        if (self.bus.floor.session_dir(sid) / PENDING_MARKS).exists():
+        if (self.floor.session_dir(sid) / PENDING_MARKS).exists():
             self.on_drain(sid, [])  # marks a drain made while Redis was down
         self.sweep_floor(sid)
-        s = self.bus.settings
+        s = self.settings
         view = self.view(sid, info)
-        now = now_ms()
+        now = self.clock.now_ms()
         plan = policy.decide(view, now, int(s.wake_debounce_s * 1000), int(s.fyi_flush_s * 1000))
         log.debug("plan for %s: %s", sid, plan)
         if plan.action == "schedule" and plan.at is not None:
@@ -245,24 +250,24 @@ class Inbox:
             "notice_take",
             sid,
             ("notice", "new", "wakeq", "events"),
-            [nid, now_ms()],
+            [nid, self.clock.now_ms()],
         )
         if not ids:
             return None
-        records = self.records(sid, [str(i) for i in ids])
+        records = self.store.records(sid, [str(i) for i in ids])
         summaries = notices.summarize([self._summary_input(r) for r in records])
         line = notices.notice_line(
             nid,
             sid,
             summaries,
             [r["id"] for r in records],
-            now_ms(),
-            bus_host=self.bus.settings.host,
+            self.clock.now_ms(),
+            bus_host=self.settings.host,
         )
         if any((r.get("m") or {}).get("urgency") == "urgent" for r in records):
             line["urgency"] = "urgent"  # a listening harness may interrupt its turn for it
         try:
-            via, _ = self.bus.floor.deliver(sid, line)
+            via, _ = self.floor.deliver(sid, line)
         except OSError as exc:
             self._revert(sid, nid, f"floor: {exc}")
             return None
@@ -276,13 +281,14 @@ class Inbox:
                 "notice_done",
                 sid,
                 ("notice", "msgs", "carried", "floor", "events"),
-                [nid, now_ms(), via],
+                [nid, self.clock.now_ms(), via],
             )
-        store.r.hdel(self.k(sid, "session"), "retry_at")
-        self.bus.metrics.incr("notices")
-        oldest = min(int(r.get("at") or now_ms()) for r in records)
-        self.bus.metrics.observe_latency(max(0, now_ms() - oldest) / 1000)
-        self.bus.metrics.incr("deliveries", via=via)
+        store.clear_retry(sid)
+        now = self.clock.now_ms()
+        self.metrics.incr("notices")
+        oldest = min(int(r.get("at") or now) for r in records)
+        self.metrics.observe_latency(max(0, now - oldest) / 1000)
+        self.metrics.incr("deliveries", via=via)
         if wake:
             # A wake starts a turn: until the harness reports its end the session counts
             # as running, so later messages join a steer instead of waking it again.
@@ -291,7 +297,7 @@ class Inbox:
                 # Right after the state change: a Redis write failing in between (a restart)
                 # would leave the session running with its harness never told.
                 self._run_wake_cmd(sid, line)
-            self.bus.metrics.incr("wakes" if reason != "flush" else "flushes")
+            self.metrics.incr("wakes" if reason != "flush" else "flushes")
             store.record(sid, "wake", notice=nid, reason=reason)
         return {"notice": nid, "via": via, "messages": len(records), "wake": wake, "reason": reason}
 
@@ -313,31 +319,31 @@ class Inbox:
             "notice_revert",
             sid,
             ("notice", "new", "wakeq", "events"),
-            [nid, now_ms(), reason],
+            [nid, self.clock.now_ms(), reason],
         )
-        retry_at = now_ms() + int(self.bus.settings.retry_s * 1000)
+        retry_at = self.clock.now_ms() + int(self.settings.retry_s * 1000)
         self.store.update_session(sid, retry_at=retry_at)
         self.store.schedule("retry", sid, retry_at)
-        self.bus.metrics.incr("retries")
+        self.metrics.incr("retries")
 
     def _recover_notice(self, sid: str) -> None:
         """A notice left in flight by a killed worker: on the floor → written; else → new."""
-        nid = self.store.r.hget(self.k(sid, "notice"), "id")
+        nid = self.store.notice_in_flight(sid)
         if not nid:
             return
-        if self.bus.floor.contains_id(sid, nid):
+        if self.floor.contains_id(sid, nid):
             self.store.run(
                 "notice_done",
                 sid,
                 ("notice", "msgs", "carried", "floor", "events"),
-                [nid, now_ms(), "file"],
+                [nid, self.clock.now_ms(), "file"],
             )
         else:
             self.store.run(
                 "notice_revert",
                 sid,
                 ("notice", "new", "wakeq", "events"),
-                [nid, now_ms(), "recovered after a crash"],
+                [nid, self.clock.now_ms(), "recovered after a crash"],
             )
 
     def _run_wake_cmd(self, sid: str, line: dict[str, Any]) -> None:
@@ -362,44 +368,39 @@ class Inbox:
 
     def _pending_raw(self, sid: str, report: DeliveryReport) -> None:
         """Closing or switched off: what waits in the inbox goes out raw, nothing lost."""
-        ids = [str(i) for i in self.store.r.zrange(self.k(sid, "new"), 0, -1)]
-        for rec in self.records(sid, ids):
+        for rec in self.store.records(sid, self.store.new_ids(sid)):
             msg = rec.get("m")
-            if msg and not self.bus.floor.contains_id(sid, rec["id"]):
-                self.bus.floor.deliver(sid, msg)
-                report.raw += 1
-            self.store.r.zrem(self.k(sid, "new"), rec["id"])
-            self.store.r.zrem(self.k(sid, "wakeq"), rec["id"])
+            if msg:
+                self.raw.write(sid, msg, report)
+            self.store.drop_new(sid, rec["id"])
 
     def records(self, sid: str, ids: list[str]) -> list[dict[str, Any]]:
-        if not ids:
-            return []
-        raws = self.store.r.hmget(self.k(sid, "msgs"), ids)
-        return [json.loads(r) for r in raws if r]
+        """The inbox records of ``ids`` (see :meth:`bus.store.Store.records`)."""
+        return self.store.records(sid, ids)
 
     # -- harness events -------------------------------------------------------------------
 
     def on_turn(self, sid: str, event: str, answer: str | None) -> dict[str, Any]:
         # A refused notice is tried again at the next turn start or end, not only after
         # the retry delay.
-        self.store.r.hdel(self.k(sid, "session"), "retry_at")
+        self.store.clear_retry(sid)
         self.store.unschedule("retry", sid)
         if event != "end":
             return {}
         # The ids the turn carried, read in one MULTI with the answer (the receipts' stamp).
         pipe = self.store.pipeline(transaction=True)
-        pipe.smembers(self.k(sid, "carried"))
+        pipe.smembers(self.store.k.s(sid, "carried"))
         self.store.run(
             "answer_turn",
             sid,
             ("carried", "msgs", "ids", "waiters", "events"),
-            [answer or "", now_ms(), "1" if answer is not None else "0"],
+            [answer or "", self.clock.now_ms(), "1" if answer is not None else "0"],
             client=pipe,
         )
         carried, waiting = pipe.execute()
         if answer is not None:
-            self.bus.receipts.mark(sid, "answered", [str(i) for i in carried])
-        self._push_answers(
+            self.receipts.mark(sid, "answered", [str(i) for i in carried])
+        self.store.push_answers(
             sid, [str(w) for w in waiting], {"ok": True, "state": "answered", "answer": answer}
         )
         self.prune(sid)
@@ -407,11 +408,9 @@ class Inbox:
 
     def on_close(self, sid: str) -> None:
         """Waiting senders get the closing error; threads stay readable."""
-        waiting = [str(w) for w in self.store.r.smembers(self.k(sid, "waiters"))]
-        self.store.r.delete(self.k(sid, "waiters"))
-        self._push_answers(
+        self.store.push_answers(
             sid,
-            waiting,
+            self.store.take_waiters(sid),
             {
                 "ok": False,
                 "state": "error",
@@ -420,18 +419,8 @@ class Inbox:
             },
         )
 
-    def _push_answers(self, sid: str, ids: list[str], answer: dict[str, Any]) -> None:
-        if not ids:
-            return
-        pipe = self.store.r.pipeline(transaction=True)
-        for msg_id in ids:
-            key = self.store.k.answer(sid, msg_id)
-            pipe.rpush(key, json.dumps({**answer, "id": msg_id}))
-            pipe.expire(key, 86400)
-        pipe.execute()
-
     def register_waiter(self, sid: str, msg_id: str) -> None:
-        self.store.r.sadd(self.k(sid, "waiters"), msg_id)
+        self.store.add_waiter(sid, msg_id)
 
     def wait_answer(
         self, sid: str, msg_id: str, stored: dict[str, Any], timeout: float | None
@@ -441,7 +430,7 @@ class Inbox:
         if prior.get("state") in ("answered", "withdrawn", "retracted"):
             return {**stored, **prior}
         # The blocking client: BLPOP's own timeout bounds the wait, not the socket's.
-        got = self.bus.blocking.blpop([self.store.k.answer(sid, msg_id)], timeout=timeout or 0)
+        got = self._blocking().blpop([self.store.answer_key(sid, msg_id)], timeout=timeout or 0)
         if got is None:
             return {
                 **stored,
@@ -456,33 +445,24 @@ class Inbox:
     def mark_noticed(self, sid: str, nids: list[str], via: str) -> int:
         """Confirm notices heard (``via`` socket or drain): their messages move
         ``new → noticed``. Every such move goes through here (``floor_drained.lua``)."""
-        if not nids:
-            return 0
-        return int(
-            self.store.run(
-                "floor_drained",
-                sid,
-                ("floor", "msgs", "carried", "events", "notice", "session"),
-                [now_ms(), via, *nids],
-            )
-        )
+        return self.store.confirm_notices(sid, nids, via, self.clock.now_ms())
 
     def sweep_floor(self, sid: str, now: int | None = None) -> int:
         """Notices written to the floor and never confirmed: those a dead drainer took off
         are given back to ``new`` (see bus.confirm). Returns how many were given back."""
-        nids = [str(n) for n in self.store.r.hkeys(self.k(sid, "floor"))]
+        nids = self.store.floor_notice_ids(sid)
         if not nids:
             return 0
-        there = self.bus.floor.pending_ids(sid)
+        there = self.floor.pending_ids(sid)
         # Marks a drain deferred while Redis was down count as confirmations on their way.
-        there.update(pending_ids(self.bus.floor.session_dir(sid) / PENDING_MARKS))
+        there.update(pending_ids(self.floor.session_dir(sid) / PENDING_MARKS))
         pairs = [x for n in nids for x in (n, "1" if n in there else "0")]
         return int(
             self.store.run(
                 "floor_sweep",
                 sid,
                 ("floor", "msgs", "new", "wakeq", "events"),
-                [now_ms() if now is None else now, confirm.GONE_GRACE_MS, *pairs],
+                [self.clock.now_ms() if now is None else now, confirm.GONE_GRACE_MS, *pairs],
             )
         )
 
@@ -490,7 +470,7 @@ class Inbox:
         """Notices taken off the floor are noticed; with Redis down, remember them in
         ``marks.pending.jsonl`` for the next drain or delivery (bus.quickdrain)."""
         record_drained(
-            self.bus.floor,
+            self.floor,
             sid,
             notice_ids(lines),
             lambda ids: self.mark_noticed(sid, ids, "drain"),
@@ -502,21 +482,7 @@ class Inbox:
     def prune(self, sid: str) -> int:
         """Let go of answered and read messages past the retention bound; never unread ones.
 
-        Send answers (what a resend of an id gets) are kept for ``IDS_KEEP_MS``, longer
-        than the messages themselves.
+        Send answers (what a resend of an id gets) are kept for
+        :data:`bus.store_inbox.IDS_KEEP_MS`, longer than the messages themselves.
         """
-        keep = self.bus.settings.retain_messages
-        r = self.store.r
-        old_ids = r.zrangebyscore(self.k(sid, "idsage"), "-inf", now_ms() - IDS_KEEP_MS)
-        if old_ids:
-            r.hdel(self.k(sid, "ids"), *old_ids)
-            r.zrem(self.k(sid, "idsage"), *old_ids)
-        if r.hlen(self.k(sid, "msgs")) <= keep:
-            return 0
-        recs = sorted((json.loads(v) for v in r.hvals(self.k(sid, "msgs"))), key=lambda x: x["at"])
-        gone = ("answered", "read", "removed", "retracted", "expired")
-        done = [x["id"] for x in recs if x["mark"] in gone]
-        drop = done[: len(recs) - keep]
-        if drop:
-            r.hdel(self.k(sid, "msgs"), *drop)
-        return len(drop)
+        return self.store.prune(sid, self.settings.retain_messages, self.clock.now_ms())

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import rcptindex
@@ -51,7 +51,7 @@ from .receipts import recipient_state
 from .threads import thread_id, thread_key
 
 if TYPE_CHECKING:
-    from .api import Bus
+    from .ports import Sender
 
 # Messages per pipeline: bounds the memory of one write and the time one script call
 # holds Redis (a few ms), while keeping the round trips per message far below one.
@@ -60,7 +60,7 @@ MAX_ERRORS_LISTED = 20
 
 
 def _sender_data(
-    bus: Bus, item: dict[str, Any] | Message, claims: Any, handles: dict[str, str]
+    bus: Sender, item: dict[str, Any] | Message, claims: Any, handles: dict[str, str]
 ) -> dict[str, Any]:
     """``item`` as wire fields with its receiver and sender settled, as ``Bus.send`` does."""
     data = item.wire() if isinstance(item, Message) else item
@@ -93,7 +93,7 @@ def party_refusal(msg: Message, parties: list[str], exists: bool) -> Refused | N
     return None
 
 
-def _check_parties(bus: Bus, checked: list[Message | BusError]) -> None:
+def _check_parties(bus: Sender, checked: list[Message | BusError]) -> None:
     """Replace each message refused :func:`party_refusal` by its refusal; every named
     thread read in one round trip."""
     named = list(dict.fromkeys(c.thread for c in checked if isinstance(c, Message) and c.thread))
@@ -113,7 +113,7 @@ def _check_parties(bus: Bus, checked: list[Message | BusError]) -> None:
                 checked[i] = refusal
 
 
-def _check(bus: Bus, items: Sequence[Any], claims: Claims | None) -> list[Message | BusError]:
+def _check(bus: Sender, items: Sequence[Any], claims: Claims | None) -> list[Message | BusError]:
     handles: dict[str, str] = {}
     out: list[Message | BusError] = []
     for item in items:
@@ -126,14 +126,14 @@ def _check(bus: Bus, items: Sequence[Any], claims: Claims | None) -> list[Messag
 
 
 def check_each(
-    bus: Bus, items: Sequence[Any], token: str | None = None
+    bus: Sender, items: Sequence[Any], token: str | None = None
 ) -> list[Message | BusError]:
     """Validate each item on its own: its message, or the refusal it would get (bad
     input, a forged sender, ``not_a_party``)."""
     return _check(bus, items, bus.claims(token, SCOPE_WRITE))
 
 
-def _prepare(bus: Bus, items: Sequence[Any], claims: Claims | None) -> list[Message]:
+def _prepare(bus: Sender, items: Sequence[Any], claims: Claims | None) -> list[Message]:
     checked = _check(bus, items, claims)
     errors = [
         {"index": i, "error": c.code, "message": str(c)}
@@ -151,7 +151,7 @@ def _prepare(bus: Bus, items: Sequence[Any], claims: Claims | None) -> list[Mess
     return [c for c in checked if isinstance(c, Message)]
 
 
-def prepare(bus: Bus, items: Sequence[Any], token: str | None = None) -> list[Message]:
+def prepare(bus: Sender, items: Sequence[Any], token: str | None = None) -> list[Message]:
     """Validate a whole batch; raise one BadInput listing the bad items, writing nothing."""
     return _prepare(bus, items, bus.claims(token, SCOPE_WRITE))
 
@@ -164,7 +164,7 @@ def sender_of(msg: Message, claims: Claims | None) -> str:
     return claims.actor if claims else msg.from_session or msg.from_
 
 
-def over_rate(bus: Bus, sender: str, batch: int = 1) -> RateLimited:
+def over_rate(bus: Sender, sender: str, batch: int = 1) -> RateLimited:
     """The refusal of a send (``batch`` 1) or a batch over ``sender``'s rate."""
     s = bus.settings
     what = ""
@@ -179,7 +179,7 @@ def over_rate(bus: Bus, sender: str, batch: int = 1) -> RateLimited:
     )
 
 
-def take_tokens(bus: Bus, wanted: dict[str, int], *, partial: bool) -> dict[str, int] | None:
+def take_tokens(bus: Sender, wanted: dict[str, int], *, partial: bool) -> dict[str, int] | None:
     """Take ``wanted[sender]`` tokens from each sender's bucket, all senders in one round
     trip: the number each got (``partial``: as many as there are, else all or none);
     ``None`` when no rate is set."""
@@ -197,7 +197,7 @@ def take_tokens(bus: Bus, wanted: dict[str, int], *, partial: bool) -> dict[str,
     return {k: int(n) for k, n in zip(senders, pipe.execute(), strict=True)}
 
 
-def _take_whole(bus: Bus, msgs: Sequence[Message], claims: Claims | None) -> None:
+def _take_whole(bus: Sender, msgs: Sequence[Message], claims: Claims | None) -> None:
     """Every message's token or none: ``rate_limited`` with nothing written (tokens one
     sender's bucket gave are given back when another's could not)."""
     wanted = dict(Counter(sender_of(m, claims) for m in msgs))
@@ -224,7 +224,9 @@ def _take_whole(bus: Bus, msgs: Sequence[Message], claims: Claims | None) -> Non
 # -- sending -----------------------------------------------------------------------------------
 
 
-def send_many(bus: Bus, items: Sequence[Any], *, token: str | None = None) -> list[dict[str, Any]]:
+def send_many(
+    bus: Sender, items: Sequence[Any], *, token: str | None = None
+) -> list[dict[str, Any]]:
     """Validate, rate and store a batch, each whole or not at all; one answer per item,
     in order (see the module)."""
     claims = bus.claims(token, SCOPE_WRITE)
@@ -234,7 +236,7 @@ def send_many(bus: Bus, items: Sequence[Any], *, token: str | None = None) -> li
 
 
 def send_each(
-    bus: Bus, items: Sequence[Any], token: str | None = None
+    bus: Sender, items: Sequence[Any], token: str | None = None
 ) -> list[dict[str, Any] | BusError]:
     """A stream's chunk (``send --jsonl``): each item answered on its own, its answer or
     its refusal (bad input, ``not_a_party``, ``rate_limited`` once its sender's bucket
@@ -258,21 +260,7 @@ def send_each(
     return [o for o in out if not isinstance(o, Message)]
 
 
-def _receivers(bus: Bus, sids: Iterable[str]) -> dict[str, tuple[str, str, int, int] | None]:
-    """Each receiver's (host, state, last_seen, opened_at), None if unregistered; all in
-    one round trip, and only these fields (a whole session hash costs more to parse than
-    the append)."""
-    order = list(dict.fromkeys(sids))
-    pipe = bus.store.r.pipeline(transaction=False)
-    for sid in order:
-        pipe.hmget(bus.store.k.s(sid, "session"), ["host", "state", "last_seen", "opened_at"])
-    return {
-        sid: (host, state or "idle", int(seen or 0), int(opened or 0)) if host else None
-        for sid, (host, state, seen, opened) in zip(order, pipe.execute(), strict=True)
-    }
-
-
-def store_many(bus: Bus, msgs: Sequence[Message]) -> list[dict[str, Any]]:
+def store_many(bus: Sender, msgs: Sequence[Message]) -> list[dict[str, Any]]:
     """Store and route messages already validated and rated (:func:`send_many`,
     :func:`send_each`)."""
     answers: list[dict[str, Any]] = []
@@ -281,7 +269,7 @@ def store_many(bus: Bus, msgs: Sequence[Message]) -> list[dict[str, Any]]:
     return answers
 
 
-def _template(bus: Bus, sid: str, found: tuple[str, str, int, int], now: int) -> dict[str, Any]:
+def _template(bus: Sender, sid: str, found: tuple[str, str, int, int], now: int) -> dict[str, Any]:
     """A stored message's answer to ``sid`` but its id and thread (as ``Bus.post`` makes
     it; a test holds them equal)."""
     host, state, seen, opened = found
@@ -299,9 +287,9 @@ def _template(bus: Bus, sid: str, found: tuple[str, str, int, int], now: int) ->
     ).to_json()
 
 
-def _write(bus: Bus, msgs: list[Message]) -> list[dict[str, Any]]:
+def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     store = bus.store
-    infos = _receivers(bus, (m.to_id for m in msgs))
+    infos = store.receivers(m.to_id for m in msgs)
     now = now_ms()
     templates = {sid: _template(bus, sid, f, now) for sid, f in infos.items() if f is not None}
     answers: list[dict[str, Any] | None] = [None] * len(msgs)
@@ -382,7 +370,7 @@ def inbox_full(sid: str, cap: int) -> RateLimited:
     )
 
 
-def _unwrite(bus: Bus, refused: list[tuple[Message, str]], now: int) -> None:
+def _unwrite(bus: Sender, refused: list[tuple[Message, str]], now: int) -> None:
     """Messages refused ``inbox_full`` keep no recipient index and no outbox entry (as
     ``Store.append`` and ``Bus.post`` leave a refused send); only on a refusal."""
     pipe = bus.store.r.pipeline(transaction=False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from .private import private_dirs
 from .threads import thread_id
 
 if TYPE_CHECKING:
-    from .api import Bus
+    from .ports import HasStore, Poster
 
 ACTIVE, REMOVED = "active", "removed"
 OPEN, SETTLED = "open", "settled"
@@ -85,36 +85,37 @@ def _moved(item: dict[str, Any]) -> int:
 # -- members ------------------------------------------------------------------------------
 
 
-def _members_key(b: Bus, workspace: str) -> str:
-    return str(b.store.k.members(check_session_id(workspace, "workspace")))
+def _members(b: Poster, workspace: str) -> dict[str, str]:
+    return b.store.members(check_session_id(workspace, "workspace"))
 
 
-def member_status(b: Bus, workspace: str, name: str) -> str | None:
+def member_status(b: HasStore, workspace: str, name: str) -> str | None:
     """``active``, ``removed`` (the account is gone), or None (never a member)."""
     check_session_id(name, "member name")
-    raw = b.store.r.hget(_members_key(b, workspace), name)
-    return str(raw) if raw else None
+    return b.store.member_status(check_session_id(workspace, "workspace"), name)
 
 
-def member_add(b: Bus, workspace: str, name: str) -> dict[str, Any]:
+def member_add(b: Poster, workspace: str, name: str) -> dict[str, Any]:
     check_session_id(name, "member name")
-    b.store.r.hset(_members_key(b, workspace), name, ACTIVE)
+    b.store.set_member(check_session_id(workspace, "workspace"), name, ACTIVE)
     return {"ok": True, "workspace": workspace, "member": name, "status": ACTIVE}
 
 
-def member_remove(b: Bus, workspace: str, name: str) -> dict[str, Any]:
+def member_remove(b: Poster, workspace: str, name: str) -> dict[str, Any]:
     """The account is gone: a tombstone stays so past messages read "a former member"."""
     if member_status(b, workspace, name) is None:
         raise NotFound(f"{name!r} is not a member of {workspace!r}", code="unknown_member")
-    b.store.r.hset(_members_key(b, workspace), name, REMOVED)
+    b.store.set_member(workspace, name, REMOVED)
     return {"ok": True, "workspace": workspace, "member": name, "status": REMOVED}
 
 
-def is_member(b: Bus, workspace: str, name: str) -> bool:
+def is_member(b: HasStore, workspace: str, name: str) -> bool:
     return member_status(b, workspace, name) == ACTIVE
 
 
-def from_member(b: Bus, info: SessionInfo | None, msg: dict[str, Any]) -> bool:
+def from_member(
+    info: SessionInfo | None, msg: dict[str, Any], status: Callable[[str, str], str | None]
+) -> bool:
     """Whether an ``item`` message comes from an active member of the receiver's
     workspace (its ``from`` is ``<workspace>:<member>``); the inbox wakes on those."""
     if info is None or not info.workspace or msg.get("kind") != "item":
@@ -123,12 +124,13 @@ def from_member(b: Bus, info: SessionInfo | None, msg: dict[str, Any]) -> bool:
     if workspace != info.workspace:
         return False
     try:
-        return is_member(b, workspace, name)
+        check_session_id(name, "member name")
+        return status(check_session_id(workspace, "workspace"), name) == ACTIVE
     except BadInput:
         return False
 
 
-def _require_starter(b: Bus, info: SessionInfo, workspace: str | None) -> None:
+def _require_starter(b: Poster, info: SessionInfo, workspace: str | None) -> None:
     if not workspace or not info.starter or not is_member(b, workspace, info.starter):
         raise Refused(
             f"session {info.session}'s starter {info.starter!r} is not a member of "
@@ -137,7 +139,7 @@ def _require_starter(b: Bus, info: SessionInfo, workspace: str | None) -> None:
         )
 
 
-def _require_member(b: Bus, workspace: str | None, member: str) -> None:
+def _require_member(b: Poster, workspace: str | None, member: str) -> None:
     check_session_id(member, "member name")
     if not workspace or not is_member(b, workspace, member):
         raise Refused(f"{member!r} is not a member of workspace {workspace!r}", code="not_a_member")
@@ -146,33 +148,30 @@ def _require_member(b: Bus, workspace: str | None, member: str) -> None:
 # -- items --------------------------------------------------------------------------------
 
 
-def files_dir(b: Bus, sid: str, key: str) -> Path:
+def files_dir(b: Poster, sid: str, key: str) -> Path:
     """Where an item's pictures are kept: ``$INBOX_HOME/items/<sid>/<key>/files/``."""
     check_session_id(sid)
     return Path(b.settings.home) / "items" / sid / check_item_key(key) / "files"
 
 
-def _item(b: Bus, sid: str, key: str) -> dict[str, Any]:
+def _item(b: Poster, sid: str, key: str) -> dict[str, Any]:
     """The session's own item under ``key``; another session's key is simply not here."""
-    raw = b.store.r.hget(b.store.k.items(sid), check_item_key(key))
-    if not raw:
+    item = b.store.item(sid, check_item_key(key))
+    if item is None:
         raise NotFound(f"session {sid} has no item {key!r}", code="unknown_item", key=key)
-    return dict(json.loads(raw))
+    return item
 
 
 def _update(
-    b: Bus, sid: str, key: str, patch: dict[str, Any], entry: dict[str, Any] | None
+    b: Poster, sid: str, key: str, patch: dict[str, Any], entry: dict[str, Any] | None
 ) -> dict[str, Any]:
-    out = b.store.script("item_update")(
-        keys=[b.store.k.items(sid), b.store.k.item_thread(sid, key)],
-        args=[key, json.dumps(patch), json.dumps(entry) if entry else ""],
-    )
-    if not out:
+    out = b.store.update_item(sid, key, patch, entry)
+    if out is None:
         raise NotFound(f"session {sid} has no item {key!r}", code="unknown_item", key=key)
-    return dict(json.loads(out))
+    return out
 
 
-def _keep(b: Bus, sid: str, key: str, pictures: list[Picture]) -> list[str]:
+def _keep(b: Poster, sid: str, key: str, pictures: list[Picture]) -> list[str]:
     target = files_dir(b, sid, key)
     if pictures:
         # items/, items/<sid>/, items/<sid>/<key>/ and files/ are all 0700.
@@ -188,7 +187,9 @@ def _pictures(image_paths: Sequence[str | os.PathLike[str]], root: Path | str | 
     return read_pictures(paths, Path(root) if root is not None else Path.cwd())
 
 
-def item_post(b: Bus, sid: str, key: str, *, title: str, text: str | None = None) -> dict[str, Any]:
+def item_post(
+    b: Poster, sid: str, key: str, *, title: str, text: str | None = None
+) -> dict[str, Any]:
     """Post an item; again under the same key it is the next revision, open again."""
     info = b.session(sid)
     check_item_key(key)
@@ -215,7 +216,7 @@ def item_post(b: Bus, sid: str, key: str, *, title: str, text: str | None = None
     return {"ok": True, "item": json.loads(out)}
 
 
-def item_settle(b: Bus, sid: str, key: str, *, member: str, answer: str) -> dict[str, Any]:
+def item_settle(b: Poster, sid: str, key: str, *, member: str, answer: str) -> dict[str, Any]:
     """A member of the item's workspace settles it with an answer."""
     b.session(sid)
     item = _item(b, sid, key)
@@ -229,7 +230,7 @@ def item_settle(b: Bus, sid: str, key: str, *, member: str, answer: str) -> dict
 
 
 def item_write(
-    b: Bus,
+    b: Poster,
     sid: str,
     key: str,
     *,
@@ -270,25 +271,24 @@ def item_write(
     return {"ok": True, "key": key, "files": names, "id": msg.id, "thread": answer.get("thread")}
 
 
-def read_inbox(b: Bus, sid: str) -> dict[str, Any]:
+def read_inbox(b: Poster, sid: str) -> dict[str, Any]:
     """Every item of the agent, newest update first, each with its thread oldest first."""
     b.session(sid)
-    r = b.store.r
-    items = [json.loads(v) for v in r.hvals(b.store.k.items(sid))]
+    items = b.store.items_of(sid)
     items.sort(key=lambda i: (-int(i.get("updatedAt") or 0), str(i.get("key"))))
     statuses: dict[str, dict[str, str]] = {}
     out = []
     for item in items:
         ws = item.get("workspace")
         if ws and ws not in statuses:
-            statuses[ws] = dict(r.hgetall(_members_key(b, ws)))
-        raw = r.lrange(b.store.k.item_thread(sid, item["key"]), 0, -1)
-        out.append(item_view(item, [json.loads(e) for e in raw], statuses.get(ws or "", {})))
+            statuses[ws] = _members(b, ws)
+        thread = b.store.item_thread(sid, item["key"])
+        out.append(item_view(item, thread, statuses.get(ws or "", {})))
     return {"items": out}
 
 
 def reply_inbox(
-    b: Bus,
+    b: Poster,
     sid: str,
     key: str,
     *,
@@ -314,7 +314,7 @@ def reply_inbox(
     return {"ok": True, "key": key, "updatedAt": updated["updatedAt"], "files": names}
 
 
-def item_file(b: Bus, sid: str, key: str, name: str) -> Path:
+def item_file(b: Poster, sid: str, key: str, name: str) -> Path:
     """A file kept on one of the session's items, by the name read_inbox lists."""
     _item(b, sid, key)
     if not isinstance(name, str) or not name or safe_name(name) != name:
@@ -343,42 +343,32 @@ def order_items(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     )
 
 
-def workspace_items(b: Bus, workspace: str) -> dict[str, Any]:
+def workspace_items(b: Poster, workspace: str) -> dict[str, Any]:
     """Every item of every session started in ``workspace``: key, title, status,
     revision, updatedAt and who last wrote; open first, newest first."""
     check_session_id(workspace, "workspace")
-    r = b.store.r
     sessions = [s for s in b.store.sessions() if s.workspace == workspace]
-    pipe = r.pipeline(transaction=False)
-    for s in sessions:
-        pipe.hvals(b.store.k.items(s.session))
-    found = [
-        (s, json.loads(raw))
-        for s, vals in zip(sessions, pipe.execute(), strict=True)
-        for raw in vals
-    ]
-    pipe = r.pipeline(transaction=False)
-    for s, item in found:
-        pipe.lindex(b.store.k.item_thread(s.session, item["key"]), -1)
-    statuses = dict(r.hgetall(_members_key(b, workspace)))
+    per_session = b.store.items_of_many([s.session for s in sessions])
+    found = [(s, item) for s, items in zip(sessions, per_session, strict=True) for item in items]
+    lasts = b.store.last_item_entries([(s.session, item["key"]) for s, item in found])
+    statuses = _members(b, workspace)
     rows = []
-    for (s, item), last in zip(found, pipe.execute(), strict=True):
+    for (s, item), last in zip(found, lasts, strict=True):
         row = {f: item.get(f) for f in VIEW_FIELDS}
         row.update(session=s.session, handle=s.handle)
-        row["lastBy"] = _writer(json.loads(last) if last else None, statuses)
+        row["lastBy"] = _writer(last, statuses)
         rows.append(row)
     return {"ok": True, "workspace": workspace, "items": order_items(rows)}
 
 
-def item_detail(b: Bus, sid: str, key: str) -> dict[str, Any]:
+def item_detail(b: Poster, sid: str, key: str) -> dict[str, Any]:
     """One item with its whole thread, oldest first; each entry says who wrote it
     (``agent``, a member's name, or "a former member"), when, and its files."""
     info = b.session(sid)
     item = _item(b, sid, key)
-    r = b.store.r
     ws = item.get("workspace") or ""
-    statuses = dict(r.hgetall(_members_key(b, ws))) if ws else {}
-    entries = [json.loads(e) for e in r.lrange(b.store.k.item_thread(sid, key), 0, -1)]
+    statuses = _members(b, ws) if ws else {}
+    entries = b.store.item_thread(sid, key)
     thread = []
     for e in entries:
         view = entry_view(e, statuses)

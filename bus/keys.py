@@ -73,6 +73,11 @@ def check_item_key(key: object) -> str:
     return key
 
 
+def is_thread_id(thread: str) -> bool:
+    """Whether ``thread`` may name a thread's keys (``thr_`` and letters or digits)."""
+    return thread.startswith(THREAD_PREFIX) and thread[4:].isalnum()
+
+
 class Keys:
     """Builds keys for one prefix; every method validates what becomes part of a key."""
 
@@ -88,7 +93,7 @@ class Keys:
 
     def t(self, thread: str, name: str) -> str:
         """A key in thread ``thread``'s slot."""
-        if not thread.startswith(THREAD_PREFIX) or not thread[4:].isalnum():
+        if not is_thread_id(thread):
             raise ValueError(f"bad thread id {thread!r}")
         return f"{self.prefix}:{{{thread}}}:{name}"
 
@@ -152,7 +157,7 @@ class Keys:
 
     @property
     def workers(self) -> str:
-        """The names with a heartbeat (bus.liveness)."""
+        """The set of names with a heartbeat (each host's worker, the scheduler)."""
         return f"{self.prefix}:workers"
 
     def beat(self, name: str) -> str:

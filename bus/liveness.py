@@ -23,7 +23,7 @@ import redis
 from .models import now_ms
 
 if TYPE_CHECKING:
-    from .api import Bus
+    from .ports import HasStore
     from .store import Store
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def stalled(
 class Heartbeat:
     """Writes one name's heartbeat; every write swallows Redis errors (it is advisory)."""
 
-    def __init__(self, bus: Bus, name: str) -> None:
+    def __init__(self, bus: HasStore, name: str) -> None:
         self.store: Store = bus.store
         self.name = name
         self.key = self.store.k.beat(name)
@@ -69,10 +69,7 @@ class Heartbeat:
         if started:
             fields["started"] = now
         try:
-            pipe = self.store.r.pipeline(transaction=False)
-            pipe.hset(self.key, mapping=fields)
-            pipe.sadd(self.store.k.workers, self.name)
-            pipe.execute()
+            self.store.beat(self.name, fields)
         except redis.RedisError:
             pass
 
@@ -84,11 +81,7 @@ class Heartbeat:
         self._last_progress = t
         now = now_ms()
         try:
-            pipe = self.store.r.pipeline(transaction=False)
-            pipe.hset(self.key, mapping={"progress": now, "beat": now})
-            pipe.hincrby(self.key, "done", 1)
-            pipe.sadd(self.store.k.workers, self.name)
-            pipe.execute()
+            self.store.beat(self.name, {"progress": now, "beat": now}, done=True)
         except redis.RedisError:
             self._last_progress = 0.0
 
@@ -109,19 +102,10 @@ class Heartbeat:
 
 def workers(store: Store) -> list[dict[str, Any]]:
     """Each heartbeat's ages (seconds) and, for a host, its queue's depth."""
-    names = sorted(store.r.smembers(store.k.workers))
-    if not names:
-        return []
+    beats = store.beats(lambda name: None if name == SCHEDULER else host_queue(name))
     now = now_ms()
-    pipe = store.r.pipeline(transaction=False)
-    for name in names:
-        pipe.hgetall(store.k.beat(name))
-        if name != SCHEDULER:
-            pipe.llen(store.k.celery_queue(host_queue(name)))
-    replies = iter(pipe.execute())
     rows = []
-    for name in names:
-        beat = next(replies)
+    for name, beat, depth in beats:
         row: dict[str, Any] = {"name": name, "role": "scheduler" if name == SCHEDULER else "worker"}
         for field, out in (("beat", "beat_age_s"), ("progress", "progress_age_s")):
             if beat.get(field):
@@ -131,6 +115,6 @@ def workers(store: Store) -> list[dict[str, Any]]:
         if beat.get("done"):
             row["done"] = int(beat["done"])
         if name != SCHEDULER:
-            row["queue"] = int(next(replies))
+            row["queue"] = depth
         rows.append(row)
     return rows

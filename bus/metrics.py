@@ -43,7 +43,7 @@ from .cluster import is_cluster
 from .keys import Keys
 
 if TYPE_CHECKING:
-    from .api import Bus
+    from .ports import HasStore
 
 BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, math.inf,
@@ -185,7 +185,7 @@ class Metrics:
 class RedisCollector:
     """A Prometheus collector reading the bus's shared counters, queues and sessions."""
 
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: HasStore) -> None:
         self.bus = bus
 
     def describe(self) -> list[Metric]:

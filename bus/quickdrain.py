@@ -72,9 +72,11 @@ def _mark_over_resp(settings: Settings, sid: str) -> Callable[[list[str]], objec
     def mark(ids: list[str]) -> object:
         conn = resp.connect(settings.store_url())
         if conn is resp.UNSUPPORTED:  # TLS, a cluster: the library's own client
-            from .api import connect
+            from .connection import redis_client
+            from .store import Store
 
-            return connect(settings).inbox.mark_noticed(sid, ids, "drain")
+            store = Store(redis_client(settings), Keys(settings.key_prefix))
+            return store.confirm_notices(sid, ids, "drain", time.time_ns() // 1_000_000)
         assert isinstance(conn, resp.Connection)
         try:
             k = Keys(settings.key_prefix)

@@ -22,7 +22,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -33,7 +33,9 @@ from .errors import BadInput, NotFound, Refused, Unauthorized
 from .models import MESSAGE_ID_PATTERN, Message, check_session_id, now_ms
 
 if TYPE_CHECKING:
-    from .api import Bus
+    from .auth import Claims
+    from .settings import Settings
+    from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ ORDER = ("stored", "noticed", "read", "answered")
 EXITS = ("withdrawn", "retracted", "bounced", "expired")
 STATES = ORDER + EXITS
 WAITABLE = ("noticed", "read", "answered")
-KEEP_MS = 7 * 86400 * 1000  # the retention of send answers (bus.inbox.IDS_KEEP_MS)
+KEEP_MS = 7 * 86400 * 1000  # the retention of send answers (bus.store_inbox.IDS_KEEP_MS)
 OUTBOX_MAX = 10_000
 SENT_LIMIT_MAX = 1000
 WAIT_CHUNK_S = 60.0  # one blocking read at most this long; the loop re-blocks, never polls
@@ -138,17 +140,27 @@ def check_message_id(msg_id: object) -> str:
 
 
 class Receipts:
-    """Receipts and outboxes for one :class:`~bus.api.Bus`."""
+    """Receipts and outboxes on one store; ``claims`` verifies a caller's token (the
+    facade's own check), ``store`` is called on use (a provider, connected lazily)."""
 
-    def __init__(self, bus: Bus) -> None:
-        self.bus = bus
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        settings: Settings,
+        claims: Callable[..., Claims | None],
+    ) -> None:
+        self._store, self.settings, self.claims = store, settings, claims
         self._clock = threading.Lock()
         self._last_us = 0
 
     @property
+    def store(self) -> Store:
+        return self._store()
+
+    @property
     def ttl_ms(self) -> int:
         # A receipt must outlive its message's expiry, so the sender can read "expired".
-        return max(KEEP_MS, int(self.bus.settings.expire_s * 1000) + 86400 * 1000)
+        return max(KEEP_MS, int(self.settings.expire_s * 1000) + 86400 * 1000)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -171,7 +183,7 @@ class Receipts:
     ) -> None:
         """:meth:`open` for many ``(message, to, thread, state, reason)``, in the order sent:
         one ``receipt_open.lua`` call per recipient, one outbox write per sender."""
-        store, now = self.bus.store, now_ms()
+        store, now = self.store, now_ms()
         by_to: dict[str, tuple[list[str], list[Any]]] = {}
         outboxes: dict[str, dict[str, int]] = {}
         for msg, to, thread, state, reason in rows:
@@ -198,7 +210,7 @@ class Receipts:
 
     def bounced(self, msg: Message, to: str, reason: str) -> None:
         """A send to no registered session: the receipt (and the outbox) say so."""
-        store = self.bus.store
+        store = self.store
         pipe = store.pipeline()
         rcptindex.index(pipe, store.k, [(msg.id, to)], now_ms())
         self.open(pipe, msg, to, None, state="bounced", reason=reason)
@@ -211,7 +223,7 @@ class Receipts:
         rows = [(m, to) for m, to in refused if m.from_session]
         if not rows:
             return
-        store = self.bus.store
+        store = self.store
         pipe = store.r.pipeline(transaction=False)
         for msg, to in rows:
             pipe.exists(store.k.receipt(to, msg.id))
@@ -235,7 +247,7 @@ class Receipts:
         ids = list(ids)
         if not ids and not touch:
             return
-        store = self.bus.store
+        store = self.store
         keys = [store.k.s(sid, "session"), store.k.s(sid, "events")]
         keys += [store.k.receipt(sid, i) for i in ids]
         store.script("receipt_mark")(
@@ -248,14 +260,13 @@ class Receipts:
 
     def replied(self, sid: str, thread: str) -> None:
         """``sid`` replied into ``thread``: the messages it got there count as read."""
-        store = self.bus.store
-        ids = [str(f.get("id")) for _e, f in store.r.xrange(store.k.t(thread, "log"))]
+        ids = [str(f.get("id")) for f in self.store.thread_log(thread)]
         self.mark(sid, "read", [i for i in ids if _MESSAGE_ID_RE.fullmatch(i)], touch=True)
 
     def heartbeat(self, sid: str) -> threading.Event:
         """Keep ``sid`` seen while a listener runs (a daemon thread); set the event to stop."""
         stop = threading.Event()
-        every = max(1.0, min(60.0, self.bus.settings.stale_s / 3))
+        every = max(1.0, min(60.0, self.settings.stale_s / 3))
 
         def beat() -> None:
             while not stop.is_set():
@@ -273,7 +284,7 @@ class Receipts:
     def _read(self, rows: list[tuple[str, str]]) -> list[dict[str, Any] | None]:
         """Receipts of ``(recipient, id)`` rows with the records behind them, one round trip
         (every key of one row is in its recipient's slot)."""
-        store = self.bus.store
+        store = self.store
         pipe = store.r.pipeline(transaction=False)
         for to, msg_id in rows:
             pipe.hgetall(store.k.receipt(to, msg_id))
@@ -281,7 +292,7 @@ class Receipts:
             pipe.hget(store.k.s(to, "ids"), msg_id)
             pipe.hmget(store.k.s(to, "session"), ["state", "last_seen", "opened_at"])
         got = pipe.execute()
-        now, stale_s = now_ms(), self.bus.settings.stale_s
+        now, stale_s = now_ms(), self.settings.stale_s
         out: list[dict[str, Any] | None] = []
         for n, (to, msg_id) in enumerate(rows):
             h, rec, ans, (s_state, last_seen, opened_at) = got[4 * n : 4 * n + 4]
@@ -317,7 +328,7 @@ class Receipts:
 
     def _caller(self, by: str | None, token: str | None) -> tuple[str | None, str | None]:
         """Who asks: ``(session, None)`` or, for a member's token, ``(None, handle)``."""
-        claims = self.bus.claims(token, SCOPE_READ)
+        claims = self.claims(token, SCOPE_READ)
         if claims is not None:
             if claims.sub_kind == "session":
                 if by not in (None, claims.sub):
@@ -327,7 +338,7 @@ class Receipts:
                 return claims.sub, None
             workspace, _, name = claims.sub.partition("/")
             return None, f"{workspace}:{name}"
-        sid = by or self.bus.settings.session
+        sid = by or self.settings.session
         if not sid:
             raise BadInput(
                 "no caller session: pass --by SID or set INBOX_SESSION", code="no_session"
@@ -351,7 +362,7 @@ class Receipts:
         if timeout is not None and timeout < 0:
             raise BadInput("timeout must be 0 or more seconds")
         me, handle = self._caller(by, token)
-        to = self.bus.store.recipient_of(msg_id)
+        to = self.store.recipient_of(msg_id)
         found = self._read([(to, msg_id)])[0] if to else None
         if found is None:
             raise NotFound(f"no receipt for message {msg_id!r} (unknown, or older than 7 days)")
@@ -367,10 +378,9 @@ class Receipts:
     ) -> dict[str, Any]:
         """Block on the recipient's events stream (every transition writes a record there)
         and look again after each; no polling."""
-        store = self.bus.store
-        events = store.k.s(to, "events")
-        last = store.r.xrevrange(events, count=1)
-        cursor = str(last[0][0]) if last else "0-0"
+        store = self.store
+        events = store.events_key(to)
+        cursor = store.last_event_id(to)
         found = self._read([(to, msg_id)])[0] or found  # after the cursor: nothing missed
         deadline = None if timeout is None else time.monotonic() + timeout
         conn, pool = _blocking_client(store.r, WAIT_CHUNK_S, f"inbox-wait:{msg_id}")
@@ -409,17 +419,16 @@ class Receipts:
             raise BadInput(f"--state must be one of {', '.join(STATES)}, not {state!r}")
         if not 1 <= limit <= SENT_LIMIT_MAX:
             raise BadInput(f"--limit must be 1 to {SENT_LIMIT_MAX}, not {limit}")
-        claims = self.bus.claims(token, SCOPE_READ, session=sid)
+        claims = self.claims(token, SCOPE_READ, session=sid)
         if claims is not None and claims.sub_kind != "session":
             raise Unauthorized(
                 f"the token is {claims.actor}'s, not a session's", code="token_subject"
             )
-        store = self.bus.store
-        outbox = store.k.outbox(sid)
+        store = self.store
         rows: list[dict[str, Any]] = []
         start, page = 0, max(limit, 100)
         while len(rows) < limit:
-            members = [str(m) for m in store.r.zrevrange(outbox, start, start + page - 1)]
+            members = store.outbox_page(sid, start, page)
             if not members:
                 break
             start += page
@@ -433,7 +442,7 @@ class Receipts:
                 elif state is None or found["state"] == state:
                     rows.append(_public(found))
             if gone:
-                store.r.zrem(outbox, *gone)
+                store.drop_from_outbox(sid, gone)
                 start -= len(gone)
         return {"ok": True, "session": sid, "sent": rows[:limit]}
 
@@ -441,8 +450,8 @@ class Receipts:
 
     def expire(self, sid: str) -> list[str]:
         """Messages to ``sid`` no notice got in for ``expire_s`` end ``expired``."""
-        store = self.bus.store
-        cutoff = now_ms() - int(self.bus.settings.expire_s * 1000)
+        store = self.store
+        cutoff = now_ms() - int(self.settings.expire_s * 1000)
         ids = [
             str(i)
             for i in store.run(
@@ -459,9 +468,9 @@ class Receipts:
         if not force and time.monotonic() - _last_expiry < EXPIRE_EVERY_S:
             return 0
         _last_expiry = time.monotonic()
-        store = self.bus.store
+        store = self.store
         sids = store.session_ids()
-        cutoff = now_ms() - int(self.bus.settings.expire_s * 1000)
+        cutoff = now_ms() - int(self.settings.expire_s * 1000)
         pipe = store.r.pipeline(transaction=False)
         for sid in sids:
             pipe.zrangebyscore(store.k.s(sid, "new"), "-inf", f"({cutoff}", start=0, num=1)

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from . import decisions
 from .errors import BadInput, NotFound, Refused
+from .keys import is_thread_id
 from .models import check_session_id, now_ms, parse_message
 from .text import one_line
 from .threads import thread_id
 
 if TYPE_CHECKING:
-    from .api import Bus
+    from .ports import Poster
 
 THREAD_LOG_MAX = 5000
 # Compare-and-set attempts before giving up; each retry means another decision won, so
@@ -36,15 +37,13 @@ def role_of(meta: dict[str, str], actor: str) -> str:
     return decisions.OTHER
 
 
-def _meta_key(b: Bus, thread: str) -> str:
-    try:
-        return str(b.store.k.t(thread, "meta"))
-    except ValueError:
-        raise BadInput(f"invalid thread id {thread!r}") from None
+def _check_thread(thread: str) -> None:
+    if not isinstance(thread, str) or not is_thread_id(thread):
+        raise BadInput(f"invalid thread id {thread!r}")
 
 
 def open_request(
-    b: Bus,
+    b: Poster,
     *,
     actor: str,
     to_id: str,
@@ -72,13 +71,12 @@ def open_request(
             "class": "action",
         }
     )
-    r = b.store.r
     at = now_ms()
     # Setting ``key`` first makes the delivery's thread_append keep these fields (it only
     # initialises a thread whose meta has no key yet).
-    r.hset(
-        b.store.k.t(thr, "meta"),
-        mapping={
+    b.store.open_request_thread(
+        thr,
+        {
             "key": f"request:{thr}",
             "label": f"{type} from {sender.handle}",
             "created": str(at),
@@ -92,7 +90,7 @@ def open_request(
         },
     )
     # The sender's own inbox lists the thread too, so `inbox threads` shows its state.
-    r.zadd(b.store.k.s(actor, "threads"), {thr: at}, gt=True)
+    b.store.list_thread(actor, thr, at)
     answer = b.post(msg)
     return {
         "ok": True,
@@ -104,7 +102,7 @@ def open_request(
 
 
 def decide(
-    b: Bus,
+    b: Poster,
     thread: str,
     decision: str,
     *,
@@ -121,9 +119,8 @@ def decide(
     if decision not in decisions.DECISIONS:
         raise BadInput(f"unknown decision {decision!r}: one of {', '.join(decisions.DECISIONS)}")
     info = b.session(check_session_id(actor, "actor session id"))
-    meta_key = _meta_key(b, thread)
-    r = b.store.r
-    meta: dict[str, str] = r.hgetall(meta_key)
+    _check_thread(thread)
+    meta = b.store.thread_meta(thread)
     if not meta.get("type") or not meta.get("state"):
         raise NotFound(f"no typed request thread {thread!r}", code="unknown_thread")
     wins = decisions.validate_windows(decision, meta["type"], windows)
@@ -159,9 +156,9 @@ def decide(
         }
         # A counter is the standing offer: its windows replace the thread's.
         store_windows = json.dumps(wins) if decision == "counter" else ""
-        out = b.store.script("decide")(
-            keys=[meta_key, b.store.k.t(thread, "log"), b.store.k.t(thread, "seen")],
-            args=[
+        verdict = b.store.decide(
+            thread,
+            [
                 state,
                 offered_by or "",
                 res.new_state,
@@ -175,15 +172,14 @@ def decide(
                 THREAD_LOG_MAX,
             ],
         )
-        verdict = str(out[0])
         if verdict == "ok":
             break
         if verdict == "missing":
             raise NotFound(f"no typed request thread {thread!r}", code="unknown_thread")
-        meta = r.hgetall(meta_key)  # another decision won: recompute from what it left
+        meta = b.store.thread_meta(thread)  # another decision won: recompute from what it left
     else:
         raise Refused(f"{thread} kept changing; try again", code="conflict")
-    r.zadd(b.store.k.s(actor, "threads"), {thread: at}, gt=True)
+    b.store.list_thread(actor, thread, at)
     note = f"{info.handle} decided {decision}"
     if message:
         note += f": {message}"
@@ -206,9 +202,10 @@ def decide(
     return {"ok": True, "envelope_id": env_id, "new_state": res.new_state, "thread": thread}
 
 
-def request_state(b: Bus, thread: str) -> dict[str, Any]:
+def request_state(b: Poster, thread: str) -> dict[str, Any]:
     """A typed thread's state, parties and standing windows (read-only)."""
-    meta: dict[str, str] = b.store.r.hgetall(_meta_key(b, thread))
+    _check_thread(thread)
+    meta = b.store.thread_meta(thread)
     if not meta.get("type"):
         raise NotFound(f"no typed request thread {thread!r}", code="unknown_thread")
     out: dict[str, Any] = {

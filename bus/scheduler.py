@@ -86,14 +86,8 @@ def sweep_backlogs(bus: Bus, *, clock: Clock = SYSTEM) -> int:
     for info in store.sessions():
         sid = info.session
         backlog = bool(store.read_after(sid, store.cursor(sid), 1))
-        pipe = store.r.pipeline(transaction=False)
-        pipe.hget(store.k.s(sid, "notice"), "at")
-        pipe.exists(store.k.s(sid, "new"))
-        for what in ("due", "retry"):
-            pipe.zscore(store.k.due, f"{what}|{sid}")
-        pipe.hvals(store.k.s(sid, "floor"))
-        flight_at, has_new, due_at, retry_at, floor_records = pipe.execute()
-        stuck = flight_at is not None and int(flight_at) < stale_before
+        flight_at, has_new, due_at, retry_at, floor_records = store.sweep_view(sid)
+        stuck = flight_at is not None and flight_at < stale_before
         # Notices on the floor not yet confirmed: the delivery looks whether a dead
         # drainer took one (bus.confirm), so its messages are carried again in time.
         stuck = stuck or confirm.any_needs_look(floor_records, now_ms())

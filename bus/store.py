@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,6 +25,8 @@ from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .errors import RateLimited, Unavailable
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
+from .store_inbox import InboxStore
+from .store_items import ItemStore
 
 LUA_DIR = Path(__file__).parent / "lua"
 BACKLOG_CAP = 10_000
@@ -61,8 +63,11 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
     )
 
 
-class Store:
-    """Redis-backed storage for one bus (one key prefix), on a server or a cluster."""
+class Store(InboxStore, ItemStore):
+    """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
+
+    The inbox and thread records are in :mod:`bus.store_inbox`, items and typed
+    request threads in :mod:`bus.store_items`."""
 
     def __init__(self, client: redis.Redis, keys: Keys, *, lock_ttl_ms: int = 3000) -> None:
         # redis-py's annotations cover bytes and str replies at once; the store always
@@ -103,6 +108,16 @@ class Store:
         """Run Lua script ``name`` on session ``sid``'s keys (all in the ``{sid}`` slot)."""
         return self.script(name)(keys=[self.k.s(sid, n) for n in keys], args=args, client=client)
 
+    def server_time_ms(self) -> int:
+        """The store's own clock (Redis ``TIME``), in ms: stream ids are stamped by it."""
+        sec, usec = self.r.time()
+        return int(sec) * 1000 + int(usec) // 1000
+
+    def last_stream_id(self, sid: str) -> str:
+        """The id of the newest entry of the session's queue, ``0-0`` when it has none."""
+        rows = self.r.xrevrange(self.k.s(sid, "stream"), count=1)
+        return str(rows[0][0]) if rows else "0-0"
+
     def ping(self) -> None:
         """Return if the backend answers; raise :class:`Unavailable` if it does not."""
         try:
@@ -119,7 +134,7 @@ class Store:
             if isinstance(value, bool):
                 fields[name] = "1" if value else "0"
             elif value is None:
-                fields[name] = ""
+                continue  # unset reads as None; HSETNX (set_delegator_once) needs it absent
             else:
                 fields[name] = str(value)
         key = self.k.s(info.session, "session")
@@ -160,6 +175,19 @@ class Store:
         for sid in ids:
             pipe.hgetall(self.k.s(sid, "session"))
         return [_session_from_hash(d) for d in pipe.execute() if d]
+
+    def receivers(self, sids: Iterable[str]) -> dict[str, tuple[str, str, int, int] | None]:
+        """Each session's ``(host, state, last_seen, opened_at)`` (0 when unset), ``None``
+        if never put;
+        one round trip, only those fields (a batch's receivers, see :mod:`bus.ingest`)."""
+        order = list(dict.fromkeys(sids))
+        pipe = self.r.pipeline(transaction=False)
+        for sid in order:
+            pipe.hmget(self.k.s(sid, "session"), ["host", "state", "last_seen", "opened_at"])
+        out: dict[str, tuple[str, str, int, int] | None] = {}
+        for sid, (host, state, seen, opened) in zip(order, pipe.execute(), strict=True):
+            out[sid] = (host, state or "idle", int(seen or 0), int(opened or 0)) if host else None
+        return out
 
     def sessions_by_handle(self, handle: str) -> list[SessionInfo]:
         """Sessions whose record carries ``handle`` now, sorted by id."""
@@ -354,6 +382,55 @@ class Store:
         """The earliest due time on the schedule (ms), ``None`` when it is empty."""
         rows = self.r.zrange(self.k.due, 0, 0, withscores=True)
         return int(rows[0][1]) if rows else None
+
+    def sweep_view(self, sid: str) -> tuple[int | None, bool, int | None, int | None, list[str]]:
+        """What the backlog sweep looks at for one session, one round trip: the notice in
+        flight's start (ms), whether messages are new, the due and retry times on the
+        schedule, and the floor's unconfirmed notice records (JSON)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hget(self.k.s(sid, "notice"), "at")
+        pipe.exists(self.k.s(sid, "new"))
+        for what in ("due", "retry"):
+            pipe.zscore(self.k.due, f"{what}|{sid}")
+        pipe.hvals(self.k.s(sid, "floor"))
+        flight_at, has_new, due_at, retry_at, floor_records = pipe.execute()
+        return (
+            int(flight_at) if flight_at is not None else None,
+            bool(has_new),
+            None if due_at is None else int(due_at),
+            None if retry_at is None else int(retry_at),
+            [str(r) for r in floor_records],
+        )
+
+    # -- heartbeats ---------------------------------------------------------------------
+
+    def beat(self, name: str, fields: dict[str, Any], *, done: bool = False) -> None:
+        """Write ``name``'s heartbeat fields (``done``: one more task finished) and list
+        the name among those with a heartbeat."""
+        key = self.k.beat(name)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hset(key, mapping=fields)
+        if done:
+            pipe.hincrby(key, "done", 1)
+        pipe.sadd(self.k.workers, name)
+        pipe.execute()
+
+    def beats(self, queue_of: Callable[[str], str | None]) -> list[tuple[str, dict[str, str], int]]:
+        """Every heartbeat, by name: ``(name, fields, depth of queue_of(name))``, the depth
+        0 where ``queue_of`` names no broker queue; one round trip."""
+        names = sorted(str(n) for n in self.r.smembers(self.k.workers))
+        pipe = self.r.pipeline(transaction=False)
+        queues = [queue_of(name) for name in names]
+        for name, queue in zip(names, queues, strict=True):
+            pipe.hgetall(self.k.beat(name))
+            if queue is not None:
+                pipe.llen(self.k.celery_queue(queue))
+        replies = iter(pipe.execute() if names else [])
+        out = []
+        for name, queue in zip(names, queues, strict=True):
+            fields = dict(next(replies))
+            out.append((name, fields, int(next(replies)) if queue is not None else 0))
+        return out
 
     def claim_sweep(self, every_ms: int) -> bool:
         """True for one caller per ``every_ms`` across every process (SET NX PX): the

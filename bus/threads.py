@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from typing import Any
 
 # The PR a first line names: "#123", "PR 123", "PR #123", "pr-123", "pull/123".
 # Case-insensitive; the leftmost match on the first non-blank line wins. Digits must end
@@ -78,3 +79,16 @@ def thread_label(key: str) -> str:
             return f"{head} · PR #{tail}"
         return sender
     return key
+
+
+def thread_of(receiver: str, msg: dict[str, Any]) -> tuple[str, str]:
+    """``(key, thread id)`` of a wire message for ``receiver``: the one place the send's
+    answer, the inbox and a withdrawal's notice compute it, so they always agree."""
+    key = thread_key(
+        thread=msg.get("thread"),
+        pr=msg.get("pr"),
+        topic=msg.get("topic"),
+        sender=str(msg["from"]),
+        text=str(msg.get("text") or ""),
+    )
+    return key, thread_id(receiver, key)

@@ -24,15 +24,9 @@ from .models import check_session_id, now_ms
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from .api import Bus
+    from .ports import Streams
 
 UNREAD_MARKS = ("new", "noticed")
-
-
-def _last_id(r: Any, key: str) -> str:
-    """The newest entry's id (what ``$`` means now), or ``0-0`` for an empty stream."""
-    rows = r.xrevrange(key, count=1)
-    return str(rows[0][0]) if rows else "0-0"
 
 
 class Subscription:
@@ -40,7 +34,7 @@ class Subscription:
 
     def __init__(
         self,
-        bus: Bus,
+        bus: Streams,
         sessions: list[str] | None,
         *,
         block_ms: int,
@@ -72,7 +66,7 @@ class Subscription:
             self.pos[key] = self.since
         else:
             # A session first seen after the start has nothing older than the start.
-            self.pos[key] = "0-0" if newcomer else _last_id(self.bus.store.r, key)
+            self.pos[key] = "0-0" if newcomer else self.bus.store.last_stream_id(sid)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         r = self.bus.blocking  # no socket timeout: block_ms bounds each read
@@ -102,7 +96,7 @@ class Subscription:
 
 
 def subscribe(
-    bus: Bus,
+    bus: Streams,
     sessions: list[str] | None,
     *,
     block_ms: int = 1000,
@@ -132,7 +126,7 @@ def subscribe(
 
 
 def run_watch(
-    bus: Bus,
+    bus: Streams,
     sessions: list[str] | None,
     out: IO[str] | None = None,
     *,
@@ -153,21 +147,16 @@ def run_watch(
 # -- top ------------------------------------------------------------------------------
 
 
-def top_rows(bus: Bus) -> list[dict[str, Any]]:
+def top_rows(bus: Streams) -> list[dict[str, Any]]:
     """One row per session: handle, host, state, turns, unread, new, backlog, age, and
     ``last_at`` (ms of its last message or session change)."""
     store = bus.store
     infos = store.sessions()
-    pipe = store.r.pipeline(transaction=False)
-    for info in infos:
-        pipe.hvals(store.k.s(info.session, "msgs"))
-        pipe.xrevrange(store.k.s(info.session, "stream"), count=1)
-    replies = pipe.execute()
-    records, newest = replies[0::2], replies[1::2]
     now = now_ms()
     rows = []
-    for info, raw, last in zip(infos, records, newest, strict=True):
-        marks = [json.loads(x).get("mark") for x in raw]
+    for info, (marks, last_ms) in zip(
+        infos, store.marks_and_last_arrival([i.session for i in infos]), strict=True
+    ):
         rows.append(
             {
                 "session": info.session,
@@ -179,8 +168,7 @@ def top_rows(bus: Bus) -> list[dict[str, Any]]:
                 "new": sum(1 for m in marks if m == "new"),
                 "backlog": store.backlog(info.session),
                 "age_s": max(0, round((now - info.opened_at) / 1000)) if info.opened_at else None,
-                # A stream id is "<ms>-<seq>": its first part is when the message came.
-                "last_at": max(info.updated_at, int(str(last[0][0]).split("-")[0]) if last else 0),
+                "last_at": max(info.updated_at, last_ms),
             }
         )
     return rows
@@ -250,7 +238,7 @@ def plain_top(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def run_top(bus: Bus, interval: float = 1.0, *, stop: threading.Event | None = None) -> None:
+def run_top(bus: Streams, interval: float = 1.0, *, stop: threading.Event | None = None) -> None:
     """Redraw the table every ``interval`` seconds until ``stop`` is set or Ctrl-C."""
     from rich.live import Live
 

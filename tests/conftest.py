@@ -112,12 +112,14 @@ def settings(
 
 @pytest.fixture
 def make_bus(settings: Settings) -> Iterator[Callable[..., Bus]]:
-    """Factory: ``make_bus(host=..., home=..., dispatcher=...)`` → a Bus on this test's prefix."""
+    """Factory: ``make_bus(host=..., home=..., dispatcher=..., clock=...)`` → a Bus on this
+    test's prefix."""
     made: list[Bus] = []
 
     def factory(**overrides: object) -> Bus:
         dispatcher = overrides.pop("dispatcher", None) or RecordingDispatcher()
-        b = Bus(replace(settings, **overrides), dispatcher=dispatcher)  # type: ignore[arg-type]
+        clock = overrides.pop("clock", None)
+        b = Bus(replace(settings, **overrides), dispatcher=dispatcher, clock=clock)  # type: ignore[arg-type]
         made.append(b)
         return b
 

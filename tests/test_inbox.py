@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
+from bus.clock import SYSTEM, ManualClock
 from bus.errors import Refused
 from bus.listen import Listener
 from bus.scheduler import tick
@@ -46,8 +47,27 @@ def send(b: Bus, to: str, text: str, **kw: Any) -> dict[str, Any]:
 
 def run_due(b: Bus, sid: str) -> None:
     """What the scheduler and the worker do when a due time has come."""
-    tick(b, sweep=False)
+    tick(b, sweep=False, clock=b.clock)
     b.deliver_session(sid)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """Moved by the test: it starts at the wall clock, because the stream entry's id (the
+    Redis clock) stamps each message's arrival."""
+    return ManualClock(SYSTEM.now_ms())
+
+
+@pytest.fixture
+def clocked(make_bus: Callable[..., Bus], clock: ManualClock) -> Bus:
+    """A bus whose inbox and scheduler decide by ``clock``: a test moves time past the
+    debounce instead of sleeping it."""
+    return make_bus(clock=clock)
+
+
+def past_debounce(b: Bus, clock: ManualClock) -> None:
+    # A second of slack: the arrival is stamped by Redis, a little after the clock's start.
+    clock.advance(int(b.settings.wake_debounce_s * 1000) + 1000)
 
 
 @pytest.fixture
@@ -122,24 +142,30 @@ def test_socket_ack_marks_noticed(bus: Bus, running: str) -> None:
     ],
 )
 def test_an_idle_session_wakes_only_for_what_deserves_it(
-    bus: Bus, idle: str, case: str, kw: dict[str, Any], wakes: bool
+    clocked: Bus, clock: ManualClock, case: str, kw: dict[str, Any], wakes: bool
 ) -> None:
+    bus, idle = clocked, "lane"
+    bus.open_session(idle, parent="coord")
+    bus.turn(idle, "start")
+    bus.turn(idle, "end")
     bus.open_session("coord")
     send(bus, idle, case, **kw)
     bus.deliver_session(idle)
+    run_due(bus, idle)
     assert notices_on_floor(bus, idle) == []  # never before the debounce
-    time.sleep(bus.settings.wake_debounce_s)  # let the debounce's due time pass
+    past_debounce(bus, clock)  # the debounce's due time passes, no sleep
     run_due(bus, idle)
     assert bool(notices_on_floor(bus, idle)) is wakes, case
     assert len(events(bus, idle, "wake")) == (1 if wakes else 0)
 
 
-def test_first_work_wakes_and_records_the_delegator(bus: Bus) -> None:
+def test_first_work_wakes_and_records_the_delegator(clocked: Bus, clock: ManualClock) -> None:
+    bus = clocked
     bus.open_session("boss")
     bus.open_session("fresh")
     send(bus, "fresh", "please do X", sender="hosta:boss", from_session="boss")
     bus.deliver_session("fresh")
-    time.sleep(bus.settings.wake_debounce_s)
+    past_debounce(bus, clock)
     run_due(bus, "fresh")
     assert len(notices_on_floor(bus, "fresh")) == 1
     assert bus.session("fresh").delegator == "boss"
@@ -148,7 +174,7 @@ def test_first_work_wakes_and_records_the_delegator(bus: Bus) -> None:
     bus.turn("boss", "end")
     send(bus, "boss", "done", sender="hosta:fresh", from_session="fresh", **{"class": "report"})
     bus.deliver_session("boss")
-    time.sleep(bus.settings.wake_debounce_s)
+    past_debounce(bus, clock)
     run_due(bus, "boss")
     assert len(events(bus, "boss", "wake")) == 1
 

@@ -237,3 +237,87 @@ def test_reading_many_streams_answers_each_after_its_position(store: Store) -> N
     }
     latest = {key: entries[-1][0] for key, entries in got}
     assert read_streams(store.r, latest, count=10, block_ms=50, stop=threading.Event()) == []
+
+
+# -- the inbox, thread, member and item side (bus/store_inbox.py, bus/store_items.py) ------
+
+
+def test_inbox_and_thread_reads_of_missing_things_answer_empty(store: Store) -> None:
+    assert store.last_seen("nobody") is None and store.notice_in_flight("nobody") is None
+    assert store.records("nobody", ["m1"]) == [] and store.all_records("nobody") == []
+    assert store.new_ids("nobody") == [] and store.floor_notice_ids("nobody") == []
+    assert store.threads_of("nobody") == [] and store.last_event_id("nobody") == "0-0"
+    assert store.thread_meta("thr_none") == {} and not store.thread_exists("thr_none")
+    assert store.thread_log("thr_none") == [] and store.thread_field("thr_none", "x") is None
+    assert store.member_status("ws", "luke") is None and store.members("ws") == {}
+    assert store.item("nobody", "k") is None and store.items_of("nobody") == []
+    assert store.item_thread("nobody", "k") == []
+    assert store.update_item("nobody", "k", {"title": "t"}, None) is None
+    assert store.inbox_view("nobody") == {
+        "pending": 0,
+        "first_wake_at": None,
+        "first_pending_at": None,
+        "building": 0,
+        "retry_at": None,
+    }
+
+
+def test_the_delegator_is_recorded_once(store: Store) -> None:
+    store.put_session(info("s1"))
+    assert store.set_delegator_once("s1", "boss")
+    assert not store.set_delegator_once("s1", "other")
+    got = store.get_session("s1")
+    assert got is not None and got.delegator == "boss"
+
+
+def test_presence_touches_only_an_existing_session(store: Store) -> None:
+    store.touch_seen("ghost", 5)
+    assert store.get_session("ghost") is None
+    store.put_session(info("s1"))
+    store.touch_seen("s1", 1234)
+    assert store.last_seen("s1") == 1234
+
+
+def test_waiters_are_taken_once_and_answers_reach_them(store: Store) -> None:
+    store.add_waiter("s2", "m1")
+    store.add_waiter("s2", "m2")
+    store.drop_waiter("s2", "m2")
+    assert store.take_waiters("s2") == ["m1"] and store.take_waiters("s2") == []
+    store.push_answers("s2", ["m1"], {"ok": True, "state": "answered"})
+    raw = store.r.lpop(store.answer_key("s2", "m1"))
+    assert json.loads(raw) == {"ok": True, "state": "answered", "id": "m1"}
+
+
+def test_revoked_tokens_members_and_the_hand_off_flag(store: Store) -> None:
+    assert not store.is_revoked("j1")
+    store.revoke("j1")
+    assert store.is_revoked("j1")
+    store.set_member("ws", "luke", "active")
+    assert store.member_status("ws", "luke") == "active"
+    assert store.members("ws") == {"luke": "active"}
+    assert not store.take_again("s3")
+    store.ask_again("s3", 2000)
+    assert store.take_again("s3") and not store.take_again("s3")
+
+
+def test_receivers_answer_host_state_and_presence_in_one_read(store: Store) -> None:
+    store.put_session(SessionInfo(session="s1", handle="h:a", host="hosta", opened_at=7))
+    store.touch_seen("s1", 99)
+    assert store.receivers(["s1", "nobody", "s1"]) == {
+        "s1": ("hosta", "idle", 99, 7),
+        "nobody": None,
+    }
+
+
+def test_heartbeats_and_the_sweep_view(store: Store) -> None:
+    store.beat("hosta", {"beat": 5, "pid": 42})
+    store.beat("hosta", {"progress": 6}, done=True)
+    store.beat("scheduler", {"beat": 7})
+    got = store.beats(lambda name: None if name == "scheduler" else f"inbox.{name}")
+    assert got == [
+        ("hosta", {"beat": "5", "pid": "42", "progress": "6", "done": "1"}, 0),
+        ("scheduler", {"beat": "7"}, 0),
+    ]
+    assert store.sweep_view("nobody") == (None, False, None, None, [])
+    store.schedule("due", "s1", 1000)
+    assert store.sweep_view("s1") == (None, False, 1000, None, [])

@@ -294,9 +294,11 @@ def test_form_posts_without_the_csrf_token_or_from_another_origin_change_nothing
 def test_the_operators_sessions_page_shows_a_cli_message_live(swarm: Swarm, browser: Any) -> None:
     from playwright.sync_api import expect
 
-    b = celery_bus(swarm.settings)  # the harnesses of lane1 and watched (no agent token)
-    b.open_session("lane1", handle="hosta:lane1")
-    b.open_session("watched", handle="hosta:watched")
+    b = swarm.bus
+    # Each harness opens its own session; the agent's token never acts as another session.
+    harness = celery_bus(swarm.settings)
+    harness.open_session("lane1", handle="hosta:lane1")
+    harness.open_session("watched", handle="hosta:watched")
     token = cli(swarm.settings, "token", "issue", "--operator", "root")["token"]
     ctx = browser.new_context()
     page = ctx.new_page()

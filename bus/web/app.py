@@ -409,8 +409,7 @@ async def _live(
     if last_event_id and _STREAM_ID.fullmatch(last_event_id):
         since = last_event_id
     else:
-        sec, usec = await run_in_threadpool(bus.store.r.time)
-        since = f"{int(sec) * 1000 + int(usec) // 1000}-0"
+        since = f"{await run_in_threadpool(bus.store.server_time_ms)}-0"
     stop = threading.Event()
     found: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=10_000)
     # Positions are taken now, before the first event goes out: nothing sent after the

@@ -10,7 +10,7 @@ from ..auth import SCOPE_READ, SCOPE_WRITE
 from ..errors import BadInput, Refused
 
 if TYPE_CHECKING:
-    from ..api import Bus
+    from ..ports import Issuer
 
 # A link is a bearer credential sitting in a chat or a mail box: it expires by default.
 DEFAULT_LINK_TTL_S = 7 * 24 * 3600
@@ -22,7 +22,7 @@ def login_url(base: str, token: str) -> str:
     return f"{base.rstrip('/')}/ui/login?token={quote(token, safe='')}"
 
 
-def member_link(b: Bus, member: str, *, ttl_s: int | None = None) -> dict[str, Any]:
+def member_link(b: Issuer, member: str, *, ttl_s: int | None = None) -> dict[str, Any]:
     """A member token for an active member and the link that signs them in with it."""
     if not isinstance(member, str) or member.count("/") != 1:
         raise BadInput(f"a member is WORKSPACE/NAME, not {str(member)[:60]!r}")

@@ -1,0 +1,136 @@
+"""Who may act: token claims checked at the facade (:class:`bus.api.Bus`).
+
+Every public :class:`~bus.api.Bus` method that acts for a caller calls one check here
+before it calls a service; the services trust what they are given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .auth import SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims, verify
+from .errors import BadInput, Unauthorized
+from .items import ACTIVE
+from .models import SessionInfo, check_session_id
+
+if TYPE_CHECKING:
+    from .settings import Settings
+
+
+class Access:
+    """Token checks for one bus: its authenticator, settings, session and member lookups."""
+
+    def __init__(
+        self,
+        auth: Authenticator,
+        settings: Settings,
+        *,
+        session: Callable[[str], SessionInfo],
+        member_status: Callable[[str, str], str | None],
+    ) -> None:
+        self.auth, self.settings = auth, settings
+        self._session, self._member_status = session, member_status
+
+    def only_as(self, sid: str, token: str | None) -> None:
+        """The harness's own events (open, close, turn) need no token, but one that is
+        presented must be ``sid``'s own session token: a member token, or another
+        session's, never acts as ``sid``."""
+        token = token or self.settings.token
+        if not self.auth.enabled or not token:
+            return
+        claims = verify(self.settings.secret or "", token, is_revoked=self.auth.is_revoked)
+        if claims.sub_kind != "session" or claims.sub != sid:
+            raise Unauthorized(
+                f"the token is {claims.actor}'s, not session {sid}'s", code="token_subject"
+            )
+
+    def as_token_subject(self, data: dict[str, Any], claims: Claims) -> dict[str, Any]:
+        """``data`` with its sender set to the token's subject; a forged sender refused."""
+        if claims.sub_kind == "session":
+            handle, sender_sid = self._session(claims.sub).handle, claims.sub
+        else:
+            workspace, _, name = claims.sub.partition("/")
+            if not self.member_active(workspace, name):
+                raise Unauthorized(
+                    f"{claims.actor} is not an active member of {workspace!r}",
+                    code="member_inactive",
+                )
+            handle, sender_sid = f"{workspace}:{name}", None
+        if data.get("from") not in (None, handle) or data.get("from_session") not in (
+            None,
+            sender_sid,
+        ):
+            raise Unauthorized(
+                f"the message claims to be from {data.get('from')!r} but the token is "
+                f"{claims.actor}'s",
+                code="forged_from",
+            )
+        return {**data, "from": handle, "from_session": sender_sid, "verified": True}
+
+    def claims(self, token: str | None, scope: str, *, session: str | None = None) -> Claims | None:
+        """The caller's verified token claims, or None when authentication is off.
+
+        With ``session``, the call acts as that session: only that session's token may
+        (a member token never reads a session's threads or writes as it).
+        """
+        claims = self.auth.actor_for_write(token or self.settings.token, scope, session=session)
+        if claims is not None and session is not None and claims.sub_kind != "session":
+            raise Unauthorized(
+                f"the token is {claims.actor}'s; a member token never acts as session {session}",
+                code="token_subject",
+            )
+        return claims
+
+    def member_active(self, workspace: str, name: str) -> bool:
+        """Whether ``WORKSPACE/NAME`` is an active member (an invalid name is none)."""
+        try:
+            check_session_id(name, "member name")
+            return self._member_status(check_session_id(workspace, "workspace"), name) == ACTIVE
+        except BadInput:  # a member name no key may be built from is no member
+            return False
+
+    def items_claims(self, token: str | None, scope: str, sid: str) -> Claims | None:
+        """Items of ``sid`` may be read by its own token or by an active member of its
+        workspace (a member token acts only on items, never as the session)."""
+        claims = self.auth.actor_for_write(token or self.settings.token, scope, session=sid)
+        if claims is None or claims.sub_kind == "session":
+            return claims
+        workspace, _, name = claims.sub.partition("/")
+        if self._session(sid).workspace != workspace or not self.member_active(workspace, name):
+            raise Unauthorized(
+                f"{claims.actor} is not an active member of session {sid}'s workspace",
+                code="token_subject",
+            )
+        return claims
+
+    def actor(self, actor: str | None, token: str | None = None) -> str:
+        """The acting session: the token's subject when authentication is on, else the one
+        given, else INBOX_SESSION."""
+        claims = self.claims(token, SCOPE_THREAD)
+        if claims is not None:
+            if claims.sub_kind != "session" or actor not in (None, claims.sub):
+                raise Unauthorized(
+                    f"the token is {claims.actor}'s, not {actor!r}'s", code="token_subject"
+                )
+            return claims.sub
+        sid = actor or self.settings.session
+        if not sid:
+            raise BadInput("no acting session: set INBOX_SESSION to this session's id")
+        return sid
+
+    def as_member(self, token: str | None, sid: str, member: str) -> None:
+        """With authentication on, a member's write needs that member's own token."""
+        claims = self.claims(token, SCOPE_WRITE)
+        if claims is None:
+            return
+        expected = f"{self._session(sid).workspace}/{member}"
+        workspace, _, name = expected.partition("/")
+        if (
+            claims.sub_kind != "member"
+            or claims.sub != expected
+            or not self.member_active(workspace, name)
+        ):
+            raise Unauthorized(
+                f"the token is {claims.actor}'s, not member {expected}'s", code="token_subject"
+            )

@@ -1,0 +1,30 @@
+"""What one delivery run did (the worker's answer for a session)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .lease import Lease
+
+
+@dataclass
+class DeliveryReport:
+    session: str
+    busy: bool = False
+    raw: int = 0
+    socket: int = 0
+    file: int = 0
+    skipped: int = 0
+    inbox: int = 0
+    notices: list[dict[str, Any]] = field(default_factory=list)
+    lease: Lease | None = field(default=None, repr=False)
+
+    def still_held(self) -> bool:
+        """The fence before a notice is written: the delivery still holds its lease."""
+        return self.lease is None or self.lease.held()
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.__dict__.copy()
+        out.pop("lease", None)
+        return out

@@ -160,6 +160,21 @@ def _batch_body(raw: bytes) -> list[Any]:
     return body
 
 
+async def _answer(call: Callable[[], Any]) -> JSONResponse:
+    """One library call off the event loop, answered as JSON: a refusal with its status,
+    a body no check foresaw as a 400 (the caller's input, never a 500), Redis down 503."""
+    try:
+        return JSONResponse(await run_in_threadpool(call))
+    except BusError as err:
+        return JSONResponse(err.to_json(), _status_of(err))
+    except (ValueError, TypeError, RecursionError) as err:
+        bad = BadInput(_one_line(f"malformed message: {err}"))
+        return JSONResponse(bad.to_json(), 400)
+    except redis.RedisError as err:
+        unavailable = Unavailable(_one_line(f"Redis did not answer: {err}"))
+        return JSONResponse(unavailable.to_json(), 503)
+
+
 def create_app(
     bus: Bus,
     *,
@@ -274,20 +289,7 @@ def create_app(
     async def send_bus(request: Request) -> JSONResponse:
         """Validate, store and route one message; answers SPEC section 4's JSON."""
         raw = await request.body()
-        try:
-            answer = await run_in_threadpool(
-                lambda: bus.send(_json_body(raw), token=_bearer(request))
-            )
-        except BusError as err:
-            return JSONResponse(err.to_json(), _status_of(err))
-        except (ValueError, TypeError, RecursionError) as err:
-            # A body no check foresaw is still the caller's input: 400, never 500.
-            bad = BadInput(_one_line(f"malformed message: {err}"))
-            return JSONResponse(bad.to_json(), 400)
-        except redis.RedisError as err:
-            unavailable = Unavailable(_one_line(f"Redis did not answer: {err}"))
-            return JSONResponse(unavailable.to_json(), 503)
-        return JSONResponse(answer)
+        return await _answer(lambda: bus.send(_json_body(raw), token=_bearer(request)))
 
     @app.get(
         "/v1/messages/{message_id}",
@@ -307,13 +309,9 @@ def create_app(
                 raise Unauthorized("a bearer token is required", code="token_missing")
             if not bus.auth.enabled and not by:
                 raise BadInput("name the sender session: ?by=SID", code="no_session")
-            answer = await run_in_threadpool(lambda: bus.receipt(message_id, by=by, token=token))
         except BusError as err:
             return JSONResponse(err.to_json(), _status_of(err))
-        except redis.RedisError as err:
-            unavailable = Unavailable(_one_line(f"Redis did not answer: {err}"))
-            return JSONResponse(unavailable.to_json(), 503)
-        return JSONResponse(answer)
+        return await _answer(lambda: bus.receipt(message_id, by=by, token=token))
 
     @app.post(
         "/v1/send/batch",
@@ -325,16 +323,9 @@ def create_app(
         ``{"ok": true, "answers": [...]}``, each as ``/v1/send`` would. One bad message
         refuses the batch (400 naming its ``index``) and nothing is written."""
         raw = await request.body()
-        try:
-            answers = await run_in_threadpool(
-                lambda: bus.send_many(_batch_body(raw), token=_bearer(request))
-            )
-        except BusError as err:
-            return JSONResponse(err.to_json(), _status_of(err))
-        except redis.RedisError as err:
-            unavailable = Unavailable(_one_line(f"Redis did not answer: {err}"))
-            return JSONResponse(unavailable.to_json(), 503)
-        return JSONResponse({"ok": True, "answers": answers})
+        return await _answer(
+            lambda: {"ok": True, "answers": bus.send_many(_batch_body(raw), token=_bearer(request))}
+        )
 
     @app.get("/health", response_model=Health, response_model_exclude_none=True)
     async def health() -> Health:

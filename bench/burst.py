@@ -557,6 +557,22 @@ def _sigterm(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def bench_settings(home: Path, url: str, prefix: str) -> Settings:
+    """The benches' bus: this host, a fresh key prefix, the bench's debounce, and the flood
+    bounds off (they would cap a sender at 50/s and refuse a batch over the 500 burst:
+    measure the bus itself; bench/README says what the bucket costs)."""
+    return Settings(
+        home=home,
+        host=BENCH_HOST,
+        redis_url=url,
+        broker_url=broker_for(url),
+        key_prefix=prefix,
+        wake_debounce_s=DEBOUNCE_S,
+        send_rate=0.0,
+        max_unread=0,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--messages", "-n", type=int, default=300, help="messages per scenario")
@@ -585,18 +601,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.callback(_cleanup_keys, console, url, prefix)
             home = tmp / "home"
             home.mkdir()
-            s = Settings(
-                home=home,
-                host=BENCH_HOST,
-                redis_url=url,
-                broker_url=broker_for(url),
-                key_prefix=prefix,
-                wake_debounce_s=DEBOUNCE_S,
-                # The flood bounds would cap a burst at 50/s per sender: measure the bus
-                # itself (bench/README says what the bucket costs).
-                send_rate=0.0,
-                max_unread=0,
-            )
+            s = bench_settings(home, url, prefix)
             console.print(f"redis {url} ({found}), prefix {prefix}; starting the worker...")
             worker = start_worker(s)
             stack.callback(worker.stop)

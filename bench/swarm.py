@@ -57,7 +57,7 @@ from bench.burst import (  # noqa: E402
     BenchError,
     _cleanup_keys,
     _sigterm,
-    broker_for,
+    bench_settings,
     celery_bus,
     close_bus,
     pick_redis,
@@ -562,18 +562,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.callback(_cleanup_keys, console, url, prefix)
             home = tmp / "home"
             home.mkdir()
-            s = Settings(
-                home=home,
-                host=BENCH_HOST,
-                redis_url=url,
-                broker_url=broker_for(url),
-                key_prefix=prefix,
-                wake_debounce_s=DEBOUNCE_S,
-                # The flood bounds would refuse a batch larger than the burst (500) and
-                # cap a sender at 50/s: measure the bus itself, as bench/burst.py does.
-                send_rate=0.0,
-                max_unread=0,
-            )
+            s = bench_settings(home, url, prefix)
             observer = celery_bus(s)
             stack.callback(close_bus, observer)
             console.print(

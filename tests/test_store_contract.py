@@ -321,3 +321,15 @@ def test_heartbeats_and_the_sweep_view(store: Store) -> None:
     assert store.sweep_view("nobody") == (None, False, None, None, [])
     store.schedule("due", "s1", 1000)
     assert store.sweep_view("s1") == (None, False, 1000, None, [])
+
+
+def test_counters_add_in_one_batch_and_read_back(store: Store) -> None:
+    assert store.counters_read() == ({}, {})
+    store.counter_incr("messages_in", 2)
+    store.counter_add_many([("metrics", "wakes", 1), ("latency", "sum", 0.5)])
+    store.counter_add_many([("latency", "count", 1), ("latency", "sum", 0.25)], atomic=True)
+    counters, latency = store.counters_read()
+    assert counters == {"messages_in": "2", "wakes": "1"}
+    assert float(latency["sum"]) == 0.75 and latency["count"] == "1"
+    with pytest.raises(ValueError):
+        store.counter_add_many([("sessions", "x", 1)])

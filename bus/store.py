@@ -27,6 +27,7 @@ from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
 from .store_inbox import InboxStore
 from .store_items import ItemStore
+from .store_many import ManyStore
 from .store_metrics import MetricsStore
 
 LUA_DIR = Path(__file__).parent / "lua"
@@ -64,7 +65,7 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
     )
 
 
-class Store(InboxStore, ItemStore, MetricsStore):
+class Store(InboxStore, ItemStore, MetricsStore, ManyStore):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 
     The inbox and thread records are in :mod:`bus.store_inbox`, items and typed

@@ -29,6 +29,7 @@ from .store_inbox import InboxStore
 from .store_items import ItemStore
 from .store_many import ManyStore
 from .store_metrics import MetricsStore
+from .store_receipts import ReceiptStore
 
 LUA_DIR = Path(__file__).parent / "lua"
 BACKLOG_CAP = 10_000
@@ -65,7 +66,7 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
     )
 
 
-class Store(InboxStore, ItemStore, MetricsStore, ManyStore):
+class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 
     The inbox and thread records are in :mod:`bus.store_inbox`, items and typed

@@ -341,3 +341,16 @@ def test_batched_reads_answer_in_order_and_missing_reads_empty(store: Store) -> 
     store.flag_dispatched(["s1", "s2"])  # sessions in different slots on a cluster
     assert store.r.get(store.k.s("s1", "pending")) == "1"
     assert 0 < store.r.pttl(store.k.s("s2", "pending")) <= store.lock_ttl_ms
+
+
+def test_receipt_reads_answer_in_order_and_missing_reads_empty(store: Store) -> None:
+    rows = [("s1", "m1"), ("s2", "m2")]
+    assert store.receipts_exist(rows) == [False, False]
+    assert store.receipt_rows(rows) == [[{}, None, None, [None, None, None]]] * 2
+    assert store.may_expire(["s1", "s2"], 10**13) == [False, False]
+    pipe = store.pipeline()
+    store.queue_outbox_add(pipe, "s1", {"s2|m2": 5, "s3|m3": 7}, keep=1, floor=0)
+    pipe.execute()
+    assert store.r.zrange(store.k.outbox("s1"), 0, -1) == ["s3|m3"]  # only the newest kept
+    store.outbox_remove([("s1", "s3", "m3")])
+    assert store.r.zcard(store.k.outbox("s1")) == 0

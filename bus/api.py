@@ -142,18 +142,15 @@ class Bus:
         """The store's server on a client without a read timeout, for BLPOP and XREAD BLOCK:
         the command's own bound holds the wait (see bus.blocking)."""
         if self._blocking is None:
-            from .blocking import blocking_client
-
-            self._blocking = blocking_client(self.store.r)
+            self._blocking = self.store.blocking_client()
         return self._blocking
 
     @property
     def metrics(self) -> Metrics:
         """Counters shared by every process through Redis (``/metrics`` reads them)."""
         if self._metrics is None:
-            from .metrics import Metrics  # prometheus_client: not for a drain or a hook
-
-            self._metrics = Metrics(self.store.r, self.store.k)
+            # prometheus_client is imported there: not for a drain or a hook
+            self._metrics = self.store.metrics()
         return self._metrics
 
     def is_revoked(self, jti: str) -> bool:

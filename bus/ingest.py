@@ -99,13 +99,8 @@ def _check_parties(bus: Sender, checked: list[Message | BusError]) -> None:
     named = list(dict.fromkeys(c.thread for c in checked if isinstance(c, Message) and c.thread))
     if not named:
         return
-    pipe = bus.store.r.pipeline(transaction=False)
-    for thread in named:
-        meta = bus.store.k.t(thread, "meta")
-        pipe.hget(meta, "parties")
-        pipe.exists(meta)
-    got = pipe.execute()
-    found = {t: (json_list(got[2 * n]), bool(got[2 * n + 1])) for n, t in enumerate(named)}
+    got = bus.store.thread_parties_many(named)
+    found = {t: (json_list(raw), exists) for t, (raw, exists) in zip(named, got, strict=True)}
     for i, c in enumerate(checked):
         if isinstance(c, Message) and c.thread:
             refusal = party_refusal(c, *found[c.thread])
@@ -373,8 +368,5 @@ def inbox_full(sid: str, cap: int) -> RateLimited:
 def _unwrite(bus: Sender, refused: list[tuple[Message, str]], now: int) -> None:
     """Messages refused ``inbox_full`` keep no recipient index and no outbox entry (as
     ``Store.append`` and ``Bus.post`` leave a refused send); only on a refusal."""
-    pipe = bus.store.r.pipeline(transaction=False)
-    for msg, _sid in refused:
-        rcptindex.unindex(pipe, bus.store.k, msg.id, now)
-    pipe.execute()
+    bus.store.unindex_many((msg.id for msg, _sid in refused), now)
     bus.receipts.unlist_refused(refused)

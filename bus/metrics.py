@@ -39,11 +39,10 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from . import liveness
-from .cluster import is_cluster
-from .keys import Keys
 
 if TYPE_CHECKING:
     from .ports import HasStore
+    from .store_metrics import MetricsStore
 
 BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, math.inf,
@@ -97,10 +96,9 @@ def _text(value: Any) -> str:
 class Metrics:
     """Writes and reads the shared counters of one bus (one key prefix)."""
 
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
-        # Untyped like Store's client: replies are str or bytes depending on the client.
-        self.r: Any = client
-        self.k = keys
+    def __init__(self, store: MetricsStore) -> None:
+        # Every Redis command goes through the store (bus.store_metrics).
+        self.store = store
         self._local = threading.local()  # this thread's writes held by batched()
 
     @contextmanager
@@ -118,13 +116,7 @@ class Metrics:
             self._local.held = None
             if held:
                 # MULTI where it can be (a cluster refuses one over two keys' slots).
-                pipe = self.r.pipeline(transaction=not is_cluster(self.r))
-                for key, field, n in held:
-                    if isinstance(n, float):
-                        pipe.hincrbyfloat(key, field, n)
-                    else:
-                        pipe.hincrby(key, field, n)
-                pipe.execute()
+                self.store.counter_add_many(held)
 
     def _write(self, writes: list[tuple[str, str, float]]) -> bool:
         """Queue ``writes`` when batched(); False when the caller must send them now."""
@@ -137,8 +129,8 @@ class Metrics:
     def incr(self, name: str, n: int = 1, **labels: str) -> None:
         """Add ``n`` to counter ``name`` (with ``labels``)."""
         field = counter_field(name, labels)
-        if not self._write([(self.k.metrics, field, int(n))]):
-            self.r.hincrby(self.k.metrics, field, n)
+        if not self._write([("metrics", field, int(n))]):
+            self.store.counter_incr(field, n)
 
     def observe_latency(self, seconds: float) -> None:
         """Record one delivery latency: its bucket, the sum and the count, atomically."""
@@ -147,24 +139,17 @@ class Metrics:
         # so an observation costs three writes rather than fourteen.
         bound = next(b for b in BUCKETS if seconds <= b)
         writes = [
-            (self.k.latency, bucket_field(bound), 1),
-            (self.k.latency, "sum", seconds),
-            (self.k.latency, "count", 1),
+            ("latency", bucket_field(bound), 1),
+            ("latency", "sum", seconds),
+            ("latency", "count", 1),
         ]
         if self._write(writes):
             return
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hincrby(self.k.latency, bucket_field(bound), 1)
-        pipe.hincrbyfloat(self.k.latency, "sum", seconds)
-        pipe.hincrby(self.k.latency, "count", 1)
-        pipe.execute()
+        self.store.counter_add_many(writes, atomic=True)
 
     def snapshot(self) -> dict[str, Any]:
         """``{"counters": {field: n}, "latency": {"buckets": {le: cumulative}, "sum", "count"}}``."""
-        pipe = self.r.pipeline(transaction=False)
-        pipe.hgetall(self.k.metrics)
-        pipe.hgetall(self.k.latency)
-        counters_raw, latency_raw = pipe.execute()
+        counters_raw, latency_raw = self.store.counters_read()
         counters = {_text(k): int(_text(v)) for k, v in counters_raw.items()}
         latency = {_text(k): _text(v) for k, v in latency_raw.items()}
         buckets: dict[str, int] = {}
@@ -208,7 +193,7 @@ class RedisCollector:
 
     def _collect(self) -> Iterator[Metric]:
         store = self.bus.store
-        snap = Metrics(store.r, store.k).snapshot()
+        snap = Metrics(store).snapshot()
         yield from _counter_families(snap["counters"])
 
         lat = snap["latency"]

@@ -196,10 +196,8 @@ class Receipts:
         for keys, args in by_to.values():
             store.script("receipt_open")(keys=keys, args=args, client=pipe)
         for sender, members in outboxes.items():
-            outbox = store.k.outbox(sender)
-            pipe.zadd(outbox, members, nx=True)
-            pipe.zremrangebyrank(outbox, 0, -(OUTBOX_MAX + 1))
-            pipe.zremrangebyscore(outbox, "-inf", max(members.values()) - KEEP_MS * 1000)
+            floor = max(members.values()) - KEEP_MS * 1000
+            store.queue_outbox_add(pipe, sender, members, OUTBOX_MAX, floor)
 
     def _tick(self) -> int:
         """Microseconds, strictly increasing in this process: a burst (or a batch) from one
@@ -224,14 +222,14 @@ class Receipts:
         if not rows:
             return
         store = self.store
-        pipe = store.r.pipeline(transaction=False)
-        for msg, to in rows:
-            pipe.exists(store.k.receipt(to, msg.id))
-        found = pipe.execute()
-        for (msg, to), kept in zip(rows, found, strict=True):
-            if not kept:
-                pipe.zrem(store.k.outbox(msg.from_session or ""), f"{to}|{msg.id}")
-        pipe.execute()
+        found = store.receipts_exist([(to, msg.id) for msg, to in rows])
+        store.outbox_remove(
+            [
+                (msg.from_session or "", to, msg.id)
+                for (msg, to), kept in zip(rows, found, strict=True)
+                if not kept
+            ]
+        )
 
     def mark(
         self,
@@ -285,17 +283,11 @@ class Receipts:
         """Receipts of ``(recipient, id)`` rows with the records behind them, one round trip
         (every key of one row is in its recipient's slot)."""
         store = self.store
-        pipe = store.r.pipeline(transaction=False)
-        for to, msg_id in rows:
-            pipe.hgetall(store.k.receipt(to, msg_id))
-            pipe.hget(store.k.s(to, "msgs"), msg_id)
-            pipe.hget(store.k.s(to, "ids"), msg_id)
-            pipe.hmget(store.k.s(to, "session"), ["state", "last_seen", "opened_at"])
-        got = pipe.execute()
+        got = store.receipt_rows(rows)
         now, stale_s = now_ms(), self.settings.stale_s
         out: list[dict[str, Any] | None] = []
         for n, (to, msg_id) in enumerate(rows):
-            h, rec, ans, (s_state, last_seen, opened_at) = got[4 * n : 4 * n + 4]
+            h, rec, ans, (s_state, last_seen, opened_at) = got[n]
             if not h:
                 out.append(None)
                 continue
@@ -383,7 +375,7 @@ class Receipts:
         cursor = store.last_event_id(to)
         found = self._read([(to, msg_id)])[0] or found  # after the cursor: nothing missed
         deadline = None if timeout is None else time.monotonic() + timeout
-        conn, pool = _blocking_client(store.r, WAIT_CHUNK_S, f"inbox-wait:{msg_id}")
+        conn, pool = store.waiting_client(WAIT_CHUNK_S, f"inbox-wait:{msg_id}")
         try:
             while not is_reached(found["state"], want):
                 left = WAIT_CHUNK_S if deadline is None else deadline - time.monotonic()
@@ -471,31 +463,12 @@ class Receipts:
         store = self.store
         sids = store.session_ids()
         cutoff = now_ms() - int(self.settings.expire_s * 1000)
-        pipe = store.r.pipeline(transaction=False)
-        for sid in sids:
-            pipe.zrangebyscore(store.k.s(sid, "new"), "-inf", f"({cutoff}", start=0, num=1)
-            pipe.hlen(store.k.s(sid, "floor"))
-        got = pipe.execute()
         expired = 0
-        for n, sid in enumerate(sids):
-            if got[2 * n] or got[2 * n + 1]:
+        for sid, due in zip(sids, store.may_expire(sids, cutoff), strict=True):
+            if due:
                 expired += len(self.expire(sid))
         return expired
 
 
 def _public(receipt: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in receipt.items() if not k.startswith("_")}
-
-
-def _blocking_client(client: Any, block_s: float, name: str) -> tuple[Any, Any]:
-    """A connection whose socket timeout outlasts a ``block_s`` blocking read (the shared
-    client's may be shorter): a pool of its own, disconnected by the caller. ``name``
-    shows in ``CLIENT LIST``: who is waiting for what."""
-    pool = getattr(client, "connection_pool", None)
-    if pool is None:
-        return client, None
-    kwargs = dict(pool.connection_kwargs)
-    kwargs["socket_timeout"] = block_s + 10
-    kwargs["client_name"] = name
-    own = type(pool)(connection_class=pool.connection_class, max_connections=1, **kwargs)
-    return redis.Redis(connection_pool=own), own

@@ -58,18 +58,13 @@ def _by_host(bus: Bus, sids: list[str]) -> dict[str, list[str]]:
     sids = list(dict.fromkeys(sids))  # a wake and a retry of one session: one delivery
     if not sids:
         return {}
-    pipe = store.r.pipeline(transaction=False)
-    for sid in sids:
-        pipe.hget(store.k.s(sid, "session"), "host")
-    hosts = pipe.execute()
-    pipe = store.r.pipeline(transaction=False)
+    hosts = store.session_hosts(sids)
     out: dict[str, list[str]] = {}
     for sid, host in zip(sids, hosts, strict=True):
         if host is None:
             continue
-        pipe.set(store.k.s(sid, "pending"), "1", px=store.lock_ttl_ms)
         out.setdefault(str(host), []).append(sid)
-    pipe.execute()
+    store.flag_dispatched(sid for sid, host in zip(sids, hosts, strict=True) if host is not None)
     return out
 
 

@@ -27,6 +27,9 @@ from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
 from .store_inbox import InboxStore
 from .store_items import ItemStore
+from .store_many import ManyStore
+from .store_metrics import MetricsStore
+from .store_receipts import ReceiptStore
 
 LUA_DIR = Path(__file__).parent / "lua"
 BACKLOG_CAP = 10_000
@@ -63,7 +66,7 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
     )
 
 
-class Store(InboxStore, ItemStore):
+class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 
     The inbox and thread records are in :mod:`bus.store_inbox`, items and typed
@@ -101,6 +104,14 @@ class Store(InboxStore, ItemStore):
         if self.cluster:
             return OrderedBatch(self.r, self._sources)
         return self.r.pipeline(transaction=transaction)
+
+    def blocking_client(self) -> Any:
+        """The store's server on a client without a read timeout, for BLPOP and XREAD
+        BLOCK: the command's own bound holds the wait (see :mod:`bus.blocking`); the
+        store's own client where its reads already never time out (or on a cluster)."""
+        from .blocking import blocking_client
+
+        return blocking_client(self.r)
 
     def run(
         self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None

@@ -178,7 +178,7 @@ def test_health_with_redis_up(gw: httpx.Client) -> None:
 
 
 def test_metrics_exposes_shared_counters_and_requests(bus: Bus, gw: httpx.Client) -> None:
-    Metrics(bus.store.r, bus.store.k).incr("messages_in")
+    Metrics(bus.store).incr("messages_in")
     gw.post("/send", json=wire(to_id="a/b"))
     r = gw.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")

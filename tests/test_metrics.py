@@ -10,7 +10,6 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bus.api import Bus
-from bus.keys import Keys
 from bus.metrics import Metrics, RedisCollector, counter_field, parse_field
 
 
@@ -31,8 +30,8 @@ def sample(text: str, name: str, **labels: str) -> float:
 
 def test_counts_add_up_across_processes(bus: Bus, make_bus: Callable[..., Bus]) -> None:
     other = make_bus(host="hostb")
-    a = Metrics(bus.store.r, bus.store.k)
-    b = Metrics(other.store.r, Keys(other.settings.key_prefix))
+    a = Metrics(bus.store)
+    b = Metrics(other.store)
     a.incr("messages_in")
     b.incr("messages_in", 2)
     a.incr("deliveries", via="socket")
@@ -56,7 +55,7 @@ def test_label_fields_are_sorted_and_round_trip() -> None:
 
 
 def test_latency_histogram_is_cumulative(bus: Bus) -> None:
-    m = Metrics(bus.store.r, bus.store.k)
+    m = Metrics(bus.store)
     for s in (0.001, 0.02, 0.02, 0.7, 100.0):
         m.observe_latency(s)
     text = exposition(bus)
@@ -93,7 +92,7 @@ def test_scrape_with_redis_down_says_so(make_bus: Callable[..., Bus]) -> None:
     text = exposition(dead)
     assert sample(text, "inbox_redis_up") == 0
     with pytest.raises(redis.RedisError):
-        Metrics(dead.store.r, dead.store.k).incr("messages_in")
+        Metrics(dead.store).incr("messages_in")
 
 
 def test_batched_writes_reach_redis_together_at_the_end(bus: Bus) -> None:

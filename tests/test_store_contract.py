@@ -321,3 +321,36 @@ def test_heartbeats_and_the_sweep_view(store: Store) -> None:
     assert store.sweep_view("nobody") == (None, False, None, None, [])
     store.schedule("due", "s1", 1000)
     assert store.sweep_view("s1") == (None, False, 1000, None, [])
+
+
+def test_counters_add_in_one_batch_and_read_back(store: Store) -> None:
+    assert store.counters_read() == ({}, {})
+    store.counter_incr("messages_in", 2)
+    store.counter_add_many([("metrics", "wakes", 1), ("latency", "sum", 0.5)])
+    store.counter_add_many([("latency", "count", 1), ("latency", "sum", 0.25)], atomic=True)
+    counters, latency = store.counters_read()
+    assert counters == {"messages_in": "2", "wakes": "1"}
+    assert float(latency["sum"]) == 0.75 and latency["count"] == "1"
+    with pytest.raises(ValueError):
+        store.counter_add_many([("sessions", "x", 1)])
+
+
+def test_batched_reads_answer_in_order_and_missing_reads_empty(store: Store) -> None:
+    assert store.session_hosts(["nobody", "noone"]) == [None, None]
+    assert store.thread_parties_many(["thr_a", "thr_b"]) == [(None, False), (None, False)]
+    store.flag_dispatched(["s1", "s2"])  # sessions in different slots on a cluster
+    assert store.r.get(store.k.s("s1", "pending")) == "1"
+    assert 0 < store.r.pttl(store.k.s("s2", "pending")) <= store.lock_ttl_ms
+
+
+def test_receipt_reads_answer_in_order_and_missing_reads_empty(store: Store) -> None:
+    rows = [("s1", "m1"), ("s2", "m2")]
+    assert store.receipts_exist(rows) == [False, False]
+    assert store.receipt_rows(rows) == [[{}, None, None, [None, None, None]]] * 2
+    assert store.may_expire(["s1", "s2"], 10**13) == [False, False]
+    pipe = store.pipeline()
+    store.queue_outbox_add(pipe, "s1", {"s2|m2": 5, "s3|m3": 7}, keep=1, floor=0)
+    pipe.execute()
+    assert store.r.zrange(store.k.outbox("s1"), 0, -1) == ["s3|m3"]  # only the newest kept
+    store.outbox_remove([("s1", "s3", "m3")])
+    assert store.r.zcard(store.k.outbox("s1")) == 0

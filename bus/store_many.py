@@ -1,0 +1,55 @@
+"""The store's batched side: reads and writes over many sessions or threads in one round
+trip, for the scheduler's dispatch and a batch send's checks.
+
+A mixin of :class:`~bus.store.Store` like :mod:`bus.store_inbox`; the same contract: each
+answers in its callers' order, one round trip per node, and a missing thing reads empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from . import rcptindex
+
+
+class ManyStore:
+    """Several sessions' or threads' keys at once."""
+
+    r: Any
+    k: Any
+    lock_ttl_ms: int
+
+    def session_hosts(self, sids: list[str]) -> list[str | None]:
+        """Each session's host, in order; ``None`` for a session that does not exist."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hget(self.k.s(sid, "session"), "host")
+        return list(pipe.execute())
+
+    def flag_dispatched(self, sids: Iterable[str]) -> None:
+        """Set each session's dispatch flag (``pending``, for the lock TTL) in one round trip,
+        whether or not it was set: the caller is sending the delivery now."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.set(self.k.s(sid, "pending"), "1", px=self.lock_ttl_ms)
+        pipe.execute()
+
+    def thread_parties_many(self, threads: list[str]) -> list[tuple[Any, bool]]:
+        """Each named thread's raw ``parties`` field (``None`` if unset) and whether the
+        thread exists, in order."""
+        pipe = self.r.pipeline(transaction=False)
+        for thread in threads:
+            meta = self.k.t(thread, "meta")
+            pipe.hget(meta, "parties")
+            pipe.exists(meta)
+        got = pipe.execute()
+        return [(got[2 * n], bool(got[2 * n + 1])) for n in range(len(threads))]
+
+    def unindex_many(self, msg_ids: Iterable[str], now: int) -> None:
+        """Forget the recipient index entries just written for ``msg_ids`` (their appends
+        were refused), in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for msg_id in msg_ids:
+            rcptindex.unindex(pipe, self.k, msg_id, now)
+        pipe.execute()

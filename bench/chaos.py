@@ -170,6 +170,7 @@ def role_drainer(args: argparse.Namespace) -> int:
     sids = args.targets.split(",")
     bus = Bus(Settings.from_env())
     with open(args.out, "a", buffering=1) as out:
+        _recover_taken(bus, sids, Path(args.out), out)
         while True:
             for sid in sids:
                 try:
@@ -181,6 +182,32 @@ def role_drainer(args: argparse.Namespace) -> int:
                 for line in lines if isinstance(lines, list) else []:
                     out.write(json.dumps({"sid": sid, "t": t, "ids": _ids_of(line)}) + "\n")
             time.sleep(0.2)
+
+
+def _recover_taken(bus: Bus, sids: list[str], out_path: Path, out: Any) -> None:
+    """What a restarted harness does: a drain it was killed in the middle of took (and
+    confirmed) lines it never passed on; the floor's ``log.jsonl`` keeps them, so it
+    passes on those its own record lacks."""
+    logged: set[str] = set()
+    for raw in out_path.read_text().splitlines() if out_path.exists() else []:
+        try:
+            logged.update(json.loads(raw).get("ids") or [])
+        except ValueError:
+            continue  # a line torn by the kill
+    t = _now()
+    for sid in sids:
+        try:
+            kept = (bus.floor.session_dir(sid) / "log.jsonl").read_text().splitlines()
+        except FileNotFoundError:
+            continue
+        for raw in kept:
+            try:
+                ids = [i for i in _ids_of(json.loads(raw)) if i not in logged]
+            except ValueError:
+                continue
+            if ids:
+                logged.update(ids)
+                out.write(json.dumps({"sid": sid, "t": t, "ids": ids}) + "\n")
 
 
 def _ids_of(line: dict[str, Any]) -> list[str]:

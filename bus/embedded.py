@@ -18,6 +18,7 @@ from pathlib import Path
 import redis
 
 from .private import private_dirs, secret_file
+from .procs import die_with_parent
 
 # Redis 7 allocates each new stream node at stream-node-max-bytes (4096 by default), so
 # every session's queue, events and thread log cost ~4.7 KB each however short they are;
@@ -125,8 +126,10 @@ class EmbeddedRedis:
             args,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            # Own session: a Ctrl-C in the terminal must not stop Redis before the workers.
+            # Own session: a Ctrl-C in the terminal must not stop Redis before the workers;
+            # but it stops (SIGTERM: AOF flushed) if whoever started it dies.
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         deadline = time.monotonic() + timeout
         client = redis.Redis(unix_socket_path=str(self.socket_path), password=self.password)

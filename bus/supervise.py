@@ -29,6 +29,7 @@ import redis
 from .keys import Keys
 from .liveness import host_queue, stalled
 from .models import now_ms
+from .procs import die_with_parent
 
 BACKOFF_START_S = 0.2
 BACKOFF_MAX_S = 10.0
@@ -271,6 +272,7 @@ def spawn_logged(argv: list[str], env: dict[str, str], log: Path | None) -> Call
                 stderr=subprocess.STDOUT if out is not None else None,
                 # Own session: a terminal's Ctrl-C reaches only the supervisor.
                 start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         finally:
             if out is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -193,3 +194,41 @@ def test_a_worker_holding_work_without_progress_is_restarted(redis_url: str, pre
     finally:
         sup.stop(5)
         client.close()
+
+
+@pytest.mark.slow
+def test_a_killed_supervisor_leaves_no_child_behind(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    s = Settings(home=home, host="uphost", key_prefix=prefix)
+    up = _up(home, prefix)
+    pids: list[int] = []
+    try:
+        client = redis.Redis(unix_socket_path=str(s.embedded_socket), decode_responses=True)
+        keys = Bus(s, client=client, dispatcher=NullDispatcher()).store.k
+        wait_for(
+            lambda: (
+                _ping(client)
+                and client.hget(keys.beat("uphost"), "pid")
+                and client.hget(keys.beat("scheduler"), "pid")
+            ),
+            60,
+            "the worker's and the scheduler's beats",
+        )
+        pids += [
+            int(client.hget(keys.beat("uphost"), "pid")),
+            int(client.hget(keys.beat("scheduler"), "pid")),
+            int(client.info("server")["process_id"]),
+        ]
+        client.close()
+        os.kill(up.pid, signal.SIGKILL)  # no chance to stop its children itself
+        up.wait(10)
+        wait_for(
+            lambda: not any(_alive(p) for p in pids), 30, "the children to follow the supervisor"
+        )
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+        for pid in pids:  # a failure must not leave them running either
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)

@@ -41,6 +41,7 @@ buses, or several tests, share one server.
 | ``P:latency`` | hash: histogram bucket → count, plus ``sum`` and ``count`` | delivery | - |
 | ``P:due`` | zset: ``<what>|<sid>`` → due ms (wakes, flushes, retries) | delivery; scheduler | taken atomically |
 | ``P:sweep`` | string: a scheduler claimed the backlog sweep (SET NX PX) | scheduler | TTL (sweep interval) |
+| ``P:sweep:expiry`` | string: a scheduler claimed the receipts' expiry pass (SET NX PX) | scheduler | TTL (a minute) |
 | ``P:workers`` | set: names that keep a heartbeat (hosts' workers, ``scheduler``) | worker, scheduler | - |
 | ``P:beat:<name>`` | hash: pid, started, beat (ms), progress (ms), done: a worker's or the scheduler's heartbeat | worker, scheduler | - |
 | ``P:celery:<queue>`` | list: Celery's broker queue (``host.<H>``, ``inbox``), read for its depth | Celery (kombu) | - |
@@ -154,6 +155,10 @@ class Keys:
     @property
     def sweep(self) -> str:
         return f"{self.prefix}:sweep"
+
+    @property
+    def expiry_sweep(self) -> str:
+        return f"{self.prefix}:sweep:expiry"
 
     @property
     def workers(self) -> str:

@@ -49,7 +49,6 @@ SENT_LIMIT_MAX = 1000
 WAIT_CHUNK_S = 60.0  # one blocking read at most this long; the loop re-blocks, never polls
 EXPIRE_EVERY_S = 60.0
 _MESSAGE_ID_RE = re.compile(MESSAGE_ID_PATTERN)
-_last_expiry = 0.0
 
 # -- pure rules -----------------------------------------------------------------------------
 
@@ -455,12 +454,12 @@ class Receipts:
 
     def expire_all(self, *, force: bool = False) -> int:
         """The scheduler's sweep: expire in every session that may hold old unnoticed
-        messages (one round trip to find them). At most once a minute unless ``force``."""
-        global _last_expiry
-        if not force and time.monotonic() - _last_expiry < EXPIRE_EVERY_S:
-            return 0
-        _last_expiry = time.monotonic()
+        messages (one round trip to find them). At most once a minute across every
+        process (the interval is claimed in Redis, as the backlog sweep's is) unless
+        ``force``."""
         store = self.store
+        if not force and not store.claim_sweep(int(EXPIRE_EVERY_S * 1000), what="expiry"):
+            return 0
         sids = store.session_ids()
         cutoff = now_ms() - int(self.settings.expire_s * 1000)
         expired = 0

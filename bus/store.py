@@ -443,7 +443,9 @@ class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore):
             out.append((name, fields, int(next(replies)) if queue is not None else 0))
         return out
 
-    def claim_sweep(self, every_ms: int) -> bool:
+    def claim_sweep(self, every_ms: int, *, what: str = "backlog") -> bool:
         """True for one caller per ``every_ms`` across every process (SET NX PX): the
-        backlog sweep then runs once an interval, not once per scheduler or pool child."""
-        return bool(self.r.set(self.k.sweep, "1", nx=True, px=every_ms))
+        backlog sweep (``what="backlog"``) or the receipts' expiry pass (``"expiry"``)
+        then runs once an interval, not once per scheduler or pool child."""
+        key = {"backlog": self.k.sweep, "expiry": self.k.expiry_sweep}[what]
+        return bool(self.r.set(key, "1", nx=True, px=every_ms))

@@ -65,3 +65,18 @@ def test_the_floor_stamps_a_malformed_line_with_its_clock(tmp_path: Path) -> Non
 
     (line,) = (d / "malformed.jsonl").read_text().splitlines()
     assert json.loads(line)["at"] == 4242
+
+
+def test_one_expiry_pass_of_many_per_interval(make_bus: Callable[..., Bus]) -> None:
+    # Two buses stand for two scheduler processes: the interval is claimed in Redis.
+    one, two = make_bus(), make_bus()
+    one.open_session("gone")
+    one.turn("gone", "start")
+    one.turn("gone", "end")  # idle after a turn: an fyi waits for a notice
+    sent = one.send({"from": "hosta:me", "to_id": "gone", "text": "nobody reads", "class": "fyi"})
+    one.deliver_session("gone")
+    one.store.r.zadd(one.store.k.s("gone", "new"), {sent["id"]: 1})  # arrived long ago
+    assert one.store.claim_sweep(60_000, what="expiry")  # another process's pass, just now
+    assert two.receipts.expire_all() == 0
+    one.store.r.delete(one.store.k.expiry_sweep)  # the interval passed
+    assert two.receipts.expire_all() == 1

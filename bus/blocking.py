@@ -16,6 +16,23 @@ import redis
 _POOL_OWN = ("orig_", "maint_notifications", "himport_registry")
 
 
+def _kwargs(pool: Any) -> dict[str, Any]:
+    return {k: v for k, v in pool.connection_kwargs.items() if not k.startswith(_POOL_OWN)}
+
+
+def own_client(client: Any, *, socket_timeout: float | None, name: str) -> tuple[Any, Any]:
+    """``(client, pool)``: one connection of its own on ``client``'s server, with this read
+    timeout and ``name`` in ``CLIENT LIST`` (who waits for what); the caller disconnects
+    ``pool``. A cluster client is returned as it is, with ``None``."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        return client, None
+    kwargs = _kwargs(pool)
+    kwargs.update(socket_timeout=socket_timeout, client_name=name)
+    own = type(pool)(connection_class=pool.connection_class, max_connections=1, **kwargs)
+    return redis.Redis(connection_pool=own), own
+
+
 def blocking_client(client: Any) -> Any:
     """A client on the same server as ``client`` whose sockets never time out on a read.
 
@@ -24,7 +41,7 @@ def blocking_client(client: Any) -> Any:
     pool = getattr(client, "connection_pool", None)
     if pool is None:  # not a plain client (a cluster client): leave it as it is
         return client
-    kwargs = {k: v for k, v in pool.connection_kwargs.items() if not k.startswith(_POOL_OWN)}
+    kwargs = _kwargs(pool)
     if kwargs.get("socket_timeout", 5) is None:
         return client
     kwargs["socket_timeout"] = None
@@ -33,4 +50,4 @@ def blocking_client(client: Any) -> Any:
     )
 
 
-__all__ = ["blocking_client"]
+__all__ = ["blocking_client", "own_client"]

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
-
 
 class ReceiptStore:
     """Receipts, outboxes, and a connection to wait on."""
@@ -72,11 +70,6 @@ class ReceiptStore:
         blocking read (the shared client's may be shorter), on a pool of its own the caller
         disconnects (``pool`` is ``None`` for a cluster client, returned as it is).
         ``name`` shows in ``CLIENT LIST``: who is waiting for what."""
-        pool = getattr(self.r, "connection_pool", None)
-        if pool is None:
-            return self.r, None
-        kwargs = dict(pool.connection_kwargs)
-        kwargs["socket_timeout"] = block_s + 10
-        kwargs["client_name"] = name
-        own = type(pool)(connection_class=pool.connection_class, max_connections=1, **kwargs)
-        return redis.Redis(connection_pool=own), own
+        from .blocking import own_client
+
+        return own_client(self.r, socket_timeout=block_s + 10, name=name)

@@ -25,12 +25,12 @@ fault) and ends with one JSON line.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,8 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis
 
 from bus.api import Bus
-from bus.embedded import server_binary
+from bus.embedded import free_port, server_binary
 from bus.listen import Listener
+from bus.procs import die_with_parent
 from bus.settings import Settings
 from bus.topology import Topology, _signal_group, start_topology
 
@@ -61,9 +62,8 @@ def _now() -> float:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    # Outside the ephemeral range: Redis restarts on this port while clients reconnect.
+    return free_port()
 
 
 class RedisServer:
@@ -235,6 +235,10 @@ class Soak:
         self.restarted_by_script = 0
         self.topo: Topology | None = None
         self.sessions: dict[str, tuple[str, str]] = {}  # sid -> (host, kind)
+        # Every wait is bounded by this, so the soak always ends with its accounting.
+        self.deadline = time.monotonic() + args.deadline
+        self.incidents: list[str] = []
+        self.closing = False
 
     # -- setup ------------------------------------------------------------------------
 
@@ -312,6 +316,7 @@ class Soak:
             ],
             env=self.topo.env_for(host),
             start_new_session=True,
+            preexec_fn=die_with_parent,  # never outlive the soak (nor hold its stdout)
         )
 
     def start_senders(self) -> list[subprocess.Popen[bytes]]:
@@ -329,6 +334,7 @@ class Soak:
                 ],
                 env=self.topo.env_for(HOSTS[0]),
                 start_new_session=True,
+                preexec_fn=die_with_parent,
             )
             for i in range(a.senders)
         ]
@@ -364,6 +370,8 @@ class Soak:
 
     def restart_dead(self) -> None:
         """Bring back harness processes (drainers); bus processes only without a supervisor."""
+        if self.closing:
+            return
         for host, proc in list(self.drainers.items()):
             if proc.poll() is not None:
                 self.start_drainer(host)
@@ -391,7 +399,7 @@ class Soak:
         """Send to the host's probe session until heard; the time from the fault."""
         bus = self.bus(host)
         mid = f"probe-{label}-{int(t_fault * 1000)}"
-        deadline = time.monotonic() + timeout
+        deadline = min(time.monotonic() + timeout, self.deadline)
         sent = False
         while time.monotonic() < deadline:
             if not sent:
@@ -409,7 +417,7 @@ class Soak:
     def scheduler_probe(self, t_fault: float, timeout: float = 90.0) -> float | None:
         """Put a due entry in the schedule; the time until a scheduler took it."""
         bus = self.bus(HOSTS[0])
-        deadline = time.monotonic() + timeout
+        deadline = min(time.monotonic() + timeout, self.deadline)
         placed = False
         while time.monotonic() < deadline:
             try:
@@ -493,11 +501,22 @@ class Soak:
             at = t0 + a.duration * 0.15 + span * n / max(1, len(plan) - 1)
             while time.monotonic() < at:
                 time.sleep(0.05)
-            self.fault(kind, plan[:n].count(kind))
+            if time.monotonic() >= self.deadline:
+                self.incidents.append(f"faults from {kind} #{n} on not run")
+                break
+            try:
+                self.fault(kind, plan[:n].count(kind))
+            except Exception as exc:  # e.g. Redis did not come back: still account
+                self.incidents.append(f"{kind}: {exc!r}")
         for s in senders:
-            s.wait()
+            try:
+                s.wait(max(1.0, self.deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.incidents.append(f"sender pid {s.pid} still sending; killed")
+                s.kill()
+                s.wait(5)
         sent = self.read_sent()
-        deadline = time.monotonic() + a.settle
+        deadline = min(time.monotonic() + a.settle, self.deadline + a.settle)
         while time.monotonic() < deadline:
             with self.lock:
                 n_heard = sum(1 for m in sent if m in self.heard)
@@ -572,9 +591,11 @@ class Soak:
             "recoveries_failed": sum(1 for x in recov if x is None),
             "restarted_by_script": self.restarted_by_script,
             "supervised": getattr(self.topo, "supervisor", None) is not None,
+            "incidents": self.incidents,
         }
 
     def close(self) -> None:
+        self.closing = True  # the watcher, if still running, restarts nothing from now on
         for listener in self.listeners:
             listener.stop()
         for proc in self.drainers.values():
@@ -604,6 +625,8 @@ def report(res: dict[str, Any]) -> str:
         f"send -> heard calm p50 {res['heard_p50_calm_s']} s p99 {res['heard_p99_calm_s']} s;"
         f" under faults p50 {res['heard_p50_faults_s']} s p99 {res['heard_p99_faults_s']} s",
     ]
+    for what in res["incidents"]:
+        lines.append(f"INCIDENT: {what}")
     for f in res["faults"]:
         extra = f" (down {f['down_s']} s)" if "down_s" in f else ""
         lines.append(f"  {f['fault']:<15} {f['host']}: recovery {f['recovery_s']} s{extra}")
@@ -619,6 +642,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--faults", type=int, default=3, help="faults of each kind")
     p.add_argument("--resend", type=float, default=0.03, help="share of ids sent twice")
     p.add_argument("--settle", type=float, default=60.0, help="seconds to wait at the end")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=0.0,
+        help="seconds the sending and faults may take in all (default: duration + 300)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     p.add_argument("--role", choices=("sender", "drainer"), help=argparse.SUPPRESS)
     p.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
@@ -631,6 +660,10 @@ def main(argv: list[str] | None = None) -> int:
         return role_sender(args)
     if args.role == "drainer":
         return role_drainer(args)
+    args.deadline = args.deadline or args.duration + 300.0
+    # Should a wait the deadline does not bound still hang (a bug), the stacks of every
+    # thread go to stderr and the soak exits, rather than hanging whoever runs it.
+    faulthandler.dump_traceback_later(args.deadline + args.settle + 120.0, exit=True)
     base = Path(tempfile.mkdtemp(prefix="inbox-chaos-"))
     soak = Soak(args, base)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -645,6 +678,7 @@ def main(argv: list[str] | None = None) -> int:
     print(report(res))
     print(json.dumps(res), flush=True)
     ok = res["lost"] == 0 and res["stored_twice"] == 0 and res["marks_new"] == 0
+    ok = ok and not res["incidents"]
     return 0 if ok else 1
 
 

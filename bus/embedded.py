@@ -170,6 +170,39 @@ class EmbeddedRedis:
         self.stop()
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port() -> int:
+    """A free loopback TCP port outside the kernel's ephemeral range.
+
+    A server restarted on its old port must find it free. An ephemeral port may meanwhile
+    be taken by a client's outgoing connection, or by a client reconnecting to that very
+    port (a TCP self-connect), so the restart fails with "address in use".
+    """
+    import random
+    import socket
+
+    low, high = _ephemeral_range()
+    candidates = [p for p in range(10000, 65000) if not low <= p <= high]
+    rnd = random.Random()
+    for _ in range(200):
+        port = rnd.choice(candidates)
+        try:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free loopback port outside the ephemeral range")
+
+
 def free_cluster_ports(count: int) -> list[int]:
     """``count`` loopback ports ``p`` with ``p + 10000`` (the cluster bus port) free too."""
     import socket

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 from .settings import SOURCE_ROOT, Settings
 
@@ -89,14 +90,23 @@ class WorkerProcess:
             pass
 
 
-def die_with_parent() -> None:
-    """In a child before exec: SIGTERM it when the process that started it dies (Linux's
-    PR_SET_PDEATHSIG), so children in their own sessions never outlive a SIGKILLed
-    supervisor. Elsewhere nothing happens."""
+def _load_prctl() -> Any:
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+
+
+# Looked up here, in the parent: between fork and exec a child of a threaded process must
+# not import or dlopen (another thread may have held those locks at the fork).
+_PRCTL = _load_prctl() if sys.platform.startswith("linux") else None
+
+
+def die_with_parent() -> None:
+    """In a child before exec: SIGTERM it when the thread that started it ends (Linux's
+    PR_SET_PDEATHSIG), so children in their own sessions never outlive a SIGKILLed
+    supervisor. Elsewhere nothing happens."""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG

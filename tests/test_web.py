@@ -175,6 +175,9 @@ def test_a_member_answers_an_item_with_words_a_picture_and_a_settlement(
     page.get_by_label("Answer").fill("yes")
     page.get_by_role("button", name="Settle").click()
     expect(page.locator(".answer")).to_contain_text("yes")
+    # Settled: the answer is shown, no second Settle form; writing stays open.
+    expect(page.get_by_role("button", name="Settle")).to_have_count(0)
+    expect(page.get_by_label("Message")).to_be_visible()
     shot(page, "member-item-settled")
 
     item = the_item(swarm.settings, agent_token(swarm.bus))

@@ -282,6 +282,21 @@ def _template(bus: Sender, sid: str, found: tuple[str, str, int, int], now: int)
     ).to_json()
 
 
+def _answer_halves(template: dict[str, Any], thread: str) -> tuple[str, str]:
+    """The send answer JSON ``json.dumps({**template, "id": <id>, "thread": thread})`` split
+    around the id: ``append_many.lua`` joins the halves with each message id (an id needs
+    no JSON escaping, :data:`~bus.ids.MESSAGE_ID_PATTERN`)."""
+    head, mark, tail = json.dumps({**template, "id": _ID_MARK, "thread": thread}).partition(
+        _ID_MARK_JSON
+    )
+    assert mark, "the answer template lost its id"
+    return head, tail
+
+
+_ID_MARK = "\x01"
+_ID_MARK_JSON = json.dumps(_ID_MARK)[1:-1]
+
+
 def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     store = bus.store
     infos = store.receivers(m.to_id for m in msgs)
@@ -290,6 +305,8 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     answers: list[dict[str, Any] | None] = [None] * len(msgs)
     per_sid: dict[str, list[int]] = {}
     args: dict[str, list[Any]] = {}
+    # (sid, thread, from, from_session) -> its group number in sid's call (append_many.lua)
+    groups: dict[str, dict[tuple[str, str, str], int]] = {}
     threads: dict[tuple[str, str], str] = {}
     receipts: list[tuple[Message, str, str | None, str, str]] = []
     pipe = store.pipeline()
@@ -318,23 +335,27 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
         if (sid, key) not in threads:  # a sender's messages to one session share a thread
             threads[sid, key] = thread_id(sid, key)
         thread = threads[sid, key]
-        answer = {**templates[sid], "id": msg.id, "thread": thread}
-        answers[i] = answer
-        per_sid.setdefault(sid, []).append(i)
-        args.setdefault(sid, []).extend([msg.id, msg.line(), json.dumps(answer), thread])
+        answers[i] = {**templates[sid], "id": msg.id, "thread": thread}
+        if sid not in per_sid:
+            per_sid[sid], groups[sid], args[sid] = [], {}, []
+        per_sid[sid].append(i)
+        sender = (thread, msg.from_, msg.from_session or "")
+        group = groups[sid].get(sender)
+        if group is None:
+            group = groups[sid][sender] = len(groups[sid]) + 1
+        args[sid].extend([msg.id, msg.line(), group])
         receipts.append((msg, sid, thread, "stored", ""))
     order = list(per_sid)
-    cap = bus.settings.max_unread
+    cap, ttl = bus.settings.max_unread, bus.receipts.ttl_ms
     for sid in order:
-        store.run(
-            "append_many",
-            sid,
-            ("stream", "ids", "idsage", "pending", "trim", "events", "msgs"),
-            [now, store.lock_ttl_ms, cap, *args[sid]],
-            client=pipe,
-        )
-    # After the appends: a receipt opens only for what was stored (receipt_open.lua).
-    bus.receipts.open_many(pipe, receipts)
+        head: list[Any] = [now, store.lock_ttl_ms, cap, ttl, sid, len(groups[sid])]
+        for thread, from_, from_session in groups[sid]:
+            head.extend([thread, from_, from_session, *_answer_halves(templates[sid], thread)])
+        ids = [msgs[i].id for i in per_sid[sid]]
+        store.queue_append_many(pipe, sid, ids, head + args[sid])
+    # The appends opened the stored messages' receipts; the bounced ones open theirs here
+    # (receipt_open.lua), and every message sent gets its outbox entry.
+    bus.receipts.open_many(pipe, receipts, appended=True)
     replies = pipe.execute()
     refused: list[tuple[Message, str]] = []
     due: dict[str, list[str]] = {}

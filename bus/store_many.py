@@ -20,6 +20,9 @@ class ManyStore:
     k: Any
     lock_ttl_ms: int
 
+    def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
+        raise NotImplementedError
+
     def session_hosts(self, sids: list[str]) -> list[str | None]:
         """Each session's host, in order; ``None`` for a session that does not exist."""
         pipe = self.r.pipeline(transaction=False)
@@ -53,3 +56,13 @@ class ManyStore:
         for msg_id in msg_ids:
             rcptindex.unindex(pipe, self.k, msg_id, now)
         pipe.execute()
+
+    def queue_append_many(
+        self, pipe: Any, sid: str, msg_ids: list[str], args: list[Any]
+    ) -> None:
+        """Queue on ``pipe`` one ``append_many.lua`` call: ``sid``'s messages ``msg_ids``
+        (``args`` as the script reads them), each stored message's receipt opened."""
+        names = ("stream", "ids", "idsage", "pending", "trim", "events", "msgs")
+        keys = [self.k.s(sid, n) for n in names]
+        keys.extend(self.k.receipt(sid, i) for i in msg_ids)
+        self.script("append_many")(keys=keys, args=args, client=pipe)

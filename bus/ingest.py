@@ -304,7 +304,7 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     templates = {sid: _template(bus, sid, f, now) for sid, f in infos.items() if f is not None}
     answers: list[dict[str, Any] | None] = [None] * len(msgs)
     per_sid: dict[str, list[int]] = {}
-    args: dict[str, list[Any]] = {}
+    args: dict[str, list[str]] = {}
     # (sid, thread, from, from_session) -> its group number in sid's call (append_many.lua)
     groups: dict[str, dict[tuple[str, str, str], int]] = {}
     threads: dict[tuple[str, str], str] = {}
@@ -343,7 +343,7 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
         group = groups[sid].get(sender)
         if group is None:
             group = groups[sid][sender] = len(groups[sid]) + 1
-        args[sid].extend([msg.id, msg.line(), group])
+        args[sid].append(f"{msg.id}\n{group}\n{msg.line()}\n")
         receipts.append((msg, sid, thread, "stored", ""))
     order = list(per_sid)
     cap, ttl = bus.settings.max_unread, bus.receipts.ttl_ms
@@ -352,7 +352,8 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
         for thread, from_, from_session in groups[sid]:
             head.extend([thread, from_, from_session, *_answer_halves(templates[sid], thread)])
         ids = [msgs[i].id for i in per_sid[sid]]
-        store.queue_append_many(pipe, sid, ids, head + args[sid])
+        head.append("".join(args[sid]))
+        store.queue_append_many(pipe, sid, ids, head)
     # The appends opened the stored messages' receipts; the bounced ones open theirs here
     # (receipt_open.lua), and every message sent gets its outbox entry.
     bus.receipts.open_many(pipe, receipts, appended=True)
@@ -360,8 +361,9 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     refused: list[tuple[Message, str]] = []
     due: dict[str, list[str]] = {}
     for sid, result in zip(order, replies[queued : queued + len(order)], strict=True):
-        dispatch, priors = result[0], result[1:]
-        for i, prior in zip(per_sid[sid], priors, strict=True):
+        dispatch, listed = result[0], iter(result[1:])
+        for n, prior in zip(listed, listed, strict=True):  # (n, prior): n-th is not new
+            i = per_sid[sid][int(n) - 1]
             if prior == -1:
                 answers[i] = {**inbox_full(sid, cap).to_json(), "id": msgs[i].id}
                 refused.append((msgs[i], sid))

@@ -15,13 +15,14 @@
 -- ARGV[1] now ms, ARGV[2] pending TTL ms, ARGV[3] cap on held messages (0 = none),
 -- ARGV[4] receipt TTL ms, ARGV[5] to (the receiver session), ARGV[6] G, the number of
 -- groups; then five per group: thread id, from handle, from session ('' = none), and the
--- send answer JSON around the message id (answer = head .. id .. tail); then three per
--- message: message id, wire JSON, its group (1..G)
--- Returns {dispatch, prior_1, prior_2, ...}: dispatch is 1 when the caller should
--- dispatch a delivery; prior_i is '' for a new message, its first answer for a resend
--- (also when the same id comes twice in one batch), or -1 when the session already
--- held the cap (that message is not stored: inbox_full, as append.lua refuses it, and
--- gets no receipt).
+-- send answer JSON around the message id (answer = head .. id .. tail); then ARGV[7 + 5G],
+-- the messages: for each, its id, its group (1..G) and its wire JSON, every field ended
+-- by a newline (none occurs in an id or in JSON), one argument for the whole batch
+-- Returns {dispatch, i, prior_i, j, prior_j, ...}: dispatch is 1 when the caller should
+-- dispatch a delivery; then, for each message i (1-based) that is not new, its prior:
+-- its first answer for a resend (also when the same id comes twice in one batch), or -1
+-- when the session already held the cap (that message is not stored: inbox_full, as
+-- append.lua refuses it, and gets no receipt). A new message is not listed.
 local floor = redis.call('GET', KEYS[5]) or '0-0'
 local now, cap, ttl, to = ARGV[1], tonumber(ARGV[3]) or 0, ARGV[4], ARGV[5]
 local groups = tonumber(ARGV[6])
@@ -33,26 +34,34 @@ local answers, ages = {}, {}
 -- only lowers XLEN) and read again only when it reaches the cap: the same answers as a
 -- count before each message, as one append.lua per message would count.
 local held = nil
-local n = 7
-for i = first, #ARGV, 3 do
+local blob = ARGV[first]
+local pos, n = 1, 0
+while pos <= #blob do
+  local a = string.find(blob, '\n', pos, true)
+  local b = string.find(blob, '\n', a + 1, true)
+  local c = string.find(blob, '\n', b + 1, true)
+  local id = string.sub(blob, pos, a - 1)
+  local g = 6 + 5 * (tonumber(string.sub(blob, a + 1, b - 1)) - 1)
+  pos = c + 1
   n = n + 1
-  local id = ARGV[i]
-  local g = 6 + 5 * (tonumber(ARGV[i + 2]) - 1)
   local thread = ARGV[g + 1]
   local prior = fresh[id] or redis.call('HGET', KEYS[2], id)
   local stored = true
   if prior then
+    out[#out + 1] = n
     out[#out + 1] = prior
   else
     if cap > 0 and (held == nil or held >= cap) then
       held = redis.call('XLEN', KEYS[1]) + redis.call('HLEN', KEYS[7])
     end
     if cap > 0 and held >= cap then
+      out[#out + 1] = n
       out[#out + 1] = -1
       stored = false
     else
       -- MINID trimming never drops an entry the delivery has not taken yet.
-      redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', id, 'm', ARGV[i + 1])
+      redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', id, 'm',
+        string.sub(blob, b + 1, c - 1))
       local answer = ARGV[g + 4] .. id .. ARGV[g + 5]
       fresh[id] = answer
       answers[#answers + 1] = id
@@ -61,14 +70,13 @@ for i = first, #ARGV, 3 do
       ages[#ages + 1] = id
       redis.call('XADD', KEYS[6], 'MAXLEN', '~', 10000, '*', 'kind', 'inbox_received', 'id', id,
         'thread', thread, 'at', now)
-      out[#out + 1] = ''
       if held then held = held + 1 end
     end
   end
   if stored then
     -- receipt_open.lua for a stored message: kept when it says stored already; a bounced
     -- one gives way (the session was opened since).
-    local key = KEYS[n]
+    local key = KEYS[7 + n]
     local exists = redis.call('EXISTS', key) == 1
     if not (exists and redis.call('HEXISTS', key, 'stored') == 1) then
       if exists then redis.call('DEL', key) end

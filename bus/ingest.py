@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from functools import lru_cache
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -264,31 +265,53 @@ def store_many(bus: Sender, msgs: Sequence[Message]) -> list[dict[str, Any]]:
     return answers
 
 
-def _template(bus: Sender, sid: str, found: tuple[str, str, int, int], now: int) -> dict[str, Any]:
-    """A stored message's answer to ``sid`` but its id and thread (as ``Bus.post`` makes
-    it; a test holds them equal)."""
+# A receiver's answer as it stands in one batch: (sid, host, recipient state, listening,
+# last_seen); the answers and their JSON halves are kept per such tuple (a swarm's batches
+# repeat them), so a batch builds neither anew.
+Standing = tuple[str, str, str, bool, int | None]
+
+
+def _standing(bus: Sender, sid: str, found: tuple[str, str, int, int], now: int) -> Standing:
     host, state, seen, opened = found
+    return (
+        sid,
+        host,
+        recipient_state(state, seen or opened, now, bus.settings.stale_s),
+        # Not listening on another host (Router.floor_listening), without a SessionInfo.
+        host == bus.settings.host
+        and bus.floor_listening(SessionInfo.model_construct(session=sid, host=host)),
+        seen or None,
+    )
+
+
+@lru_cache(maxsize=4096)
+def _answer(standing: Standing) -> dict[str, Any]:
+    """A stored message's answer to the receiver but its id and thread (as ``Bus.post``
+    makes it; a test holds them equal). Shared: :func:`_template` copies it."""
+    sid, host, state, listening, seen = standing
     return SendAnswer(
         id="",
         thread="",
         state="stored",
         recipient=Recipient(
-            session=sid,
-            host=host,
-            state=recipient_state(state, seen or opened, now, bus.settings.stale_s),
-            listening=bus.floor_listening(SessionInfo.model_construct(session=sid, host=host)),
-            last_seen=seen or None,
+            session=sid, host=host, state=state, listening=listening, last_seen=seen
         ),
     ).to_json()
 
 
-def _answer_halves(template: dict[str, Any], thread: str) -> tuple[str, str]:
+def _template(standing: Standing) -> dict[str, Any]:
+    """:func:`_answer`, a copy a caller may change."""
+    answer = _answer(standing)
+    return {**answer, "recipient": dict(answer["recipient"])}
+
+
+@lru_cache(maxsize=16384)
+def _answer_halves(standing: Standing, thread: str) -> tuple[str, str]:
     """The send answer JSON ``json.dumps({**template, "id": <id>, "thread": thread})`` split
     around the id: ``append_many.lua`` joins the halves with each message id (an id needs
     no JSON escaping, :data:`~bus.ids.MESSAGE_ID_PATTERN`)."""
-    head, mark, tail = json.dumps({**template, "id": _ID_MARK, "thread": thread}).partition(
-        _ID_MARK_JSON
-    )
+    answer = {**_answer(standing), "id": _ID_MARK, "thread": thread}
+    head, mark, tail = json.dumps(answer).partition(_ID_MARK_JSON)
     assert mark, "the answer template lost its id"
     return head, tail
 
@@ -301,7 +324,8 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     store = bus.store
     infos = store.receivers(m.to_id for m in msgs)
     now = now_ms()
-    templates = {sid: _template(bus, sid, f, now) for sid, f in infos.items() if f is not None}
+    standings = {sid: _standing(bus, sid, f, now) for sid, f in infos.items() if f is not None}
+    templates = {sid: _template(st) for sid, st in standings.items()}
     answers: list[dict[str, Any] | None] = [None] * len(msgs)
     per_sid: dict[str, list[int]] = {}
     args: dict[str, list[str]] = {}
@@ -350,7 +374,7 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     for sid in order:
         head: list[Any] = [now, store.lock_ttl_ms, cap, ttl, sid, len(groups[sid])]
         for thread, from_, from_session in groups[sid]:
-            head.extend([thread, from_, from_session, *_answer_halves(templates[sid], thread)])
+            head.extend([thread, from_, from_session, *_answer_halves(standings[sid], thread)])
         ids = [msgs[i].id for i in per_sid[sid]]
         head.append("".join(args[sid]))
         store.queue_append_many(pipe, sid, ids, head)

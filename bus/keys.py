@@ -107,6 +107,16 @@ class Keys:
             raise BadInput(f"invalid message id {msg_id[:60]!r}: must match {MESSAGE_ID_PATTERN}")
         return self.s(sid, f"rc:{msg_id}")
 
+    def receipts(self, sid: str, msg_ids: list[str]) -> list[str]:
+        """:meth:`receipt` of each of ``msg_ids`` (a batch's, one receiver's)."""
+        base = self.s(sid, "rc:")
+        for msg_id in msg_ids:
+            if not _MESSAGE_ID_RE.fullmatch(msg_id):
+                raise BadInput(
+                    f"invalid message id {msg_id[:60]!r}: must match {MESSAGE_ID_PATTERN}"
+                )
+        return [base + msg_id for msg_id in msg_ids]
+
     def outbox(self, sid: str) -> str:
         """The messages ``sid`` sent, in the sender's slot."""
         return self.s(sid, "outbox")

@@ -64,5 +64,5 @@ class ManyStore:
         (``args`` as the script reads them), each stored message's receipt opened."""
         names = ("stream", "ids", "idsage", "pending", "trim", "events", "msgs")
         keys = [self.k.s(sid, n) for n in names]
-        keys.extend(self.k.receipt(sid, i) for i in msg_ids)
+        keys.extend(self.k.receipts(sid, msg_ids))
         self.script("append_many")(keys=keys, args=args, client=pipe)

@@ -381,7 +381,7 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     # The appends opened the stored messages' receipts; the bounced ones open theirs here
     # (receipt_open.lua), and every message sent gets its outbox entry.
     bus.receipts.open_many(pipe, receipts, appended=True)
-    replies = pipe.execute()
+    replies = store.execute_loaded(pipe)
     refused: list[tuple[Message, str]] = []
     due: dict[str, list[str]] = {}
     for sid, result in zip(order, replies[queued : queued + len(order)], strict=True):

@@ -372,12 +372,13 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     order = list(per_sid)
     cap, ttl = bus.settings.max_unread, bus.receipts.ttl_ms
     for sid in order:
-        head: list[Any] = [now, store.lock_ttl_ms, cap, ttl, sid, len(groups[sid])]
+        fields = []
         for thread, from_, from_session in groups[sid]:
-            head.extend([thread, from_, from_session, *_answer_halves(standings[sid], thread)])
+            fields.extend([thread, from_, from_session, *_answer_halves(standings[sid], thread)])
         ids = [msgs[i].id for i in per_sid[sid]]
-        head.append("".join(args[sid]))
-        store.queue_append_many(pipe, sid, ids, head)
+        batch = [now, store.lock_ttl_ms, cap, ttl, sid, "".join(f"{f}\n" for f in fields)]
+        batch.append("".join(args[sid]))
+        store.queue_append_many(pipe, sid, ids, batch)
     # The appends opened the stored messages' receipts; the bounced ones open theirs here
     # (receipt_open.lua), and every message sent gets its outbox entry.
     bus.receipts.open_many(pipe, receipts, appended=True)

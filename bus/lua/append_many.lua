@@ -13,11 +13,12 @@
 -- KEYS[7] msgs     P:{sid}:msgs     the session's inbox records (counted against the cap)
 -- KEYS[7 + j] receipt P:{sid}:rc:<id_j>  the receipt of the j-th message (receipt_open.lua)
 -- ARGV[1] now ms, ARGV[2] pending TTL ms, ARGV[3] cap on held messages (0 = none),
--- ARGV[4] receipt TTL ms, ARGV[5] to (the receiver session), ARGV[6] G, the number of
--- groups; then five per group: thread id, from handle, from session ('' = none), and the
--- send answer JSON around the message id (answer = head .. id .. tail); then ARGV[7 + 5G],
--- the messages: for each, its id, its group (1..G) and its wire JSON, every field ended
--- by a newline (none occurs in an id or in JSON), one argument for the whole batch
+-- ARGV[4] receipt TTL ms, ARGV[5] to (the receiver session),
+-- ARGV[6] the groups: five fields each, thread id, from handle, from session ('' = none)
+-- and the send answer JSON around the message id (answer = head .. id .. tail),
+-- ARGV[7] the messages: three fields each, message id, its group (1-based) and wire JSON.
+-- Every field of ARGV[6] and ARGV[7] is ended by a newline (none occurs in an id, a
+-- handle, a session or in JSON): one argument each however large the batch.
 -- Returns {dispatch, i, prior_i, j, prior_j, ...}: dispatch is 1 when the caller should
 -- dispatch a delivery; then, for each message i (1-based) that is not new, its prior:
 -- its first answer for a resend (also when the same id comes twice in one batch), or -1
@@ -25,8 +26,10 @@
 -- append.lua refuses it, and gets no receipt). A new message is not listed.
 local floor = redis.call('GET', KEYS[5]) or '0-0'
 local now, cap, ttl, to = ARGV[1], tonumber(ARGV[3]) or 0, ARGV[4], ARGV[5]
-local groups = tonumber(ARGV[6])
-local first = 7 + 5 * groups
+local group = {} -- the fields of ARGV[6], in order: group g's are group[5g - 4 .. 5g]
+for field in string.gmatch(ARGV[6], '([^\n]*)\n') do
+  group[#group + 1] = field
+end
 local out = {0}
 local fresh = {} -- id -> answer, for what this call stored (ids is written at the end)
 local answers, ages = {}, {}
@@ -34,17 +37,17 @@ local answers, ages = {}, {}
 -- only lowers XLEN) and read again only when it reaches the cap: the same answers as a
 -- count before each message, as one append.lua per message would count.
 local held = nil
-local blob = ARGV[first]
+local blob = ARGV[7]
 local pos, n = 1, 0
 while pos <= #blob do
   local a = string.find(blob, '\n', pos, true)
   local b = string.find(blob, '\n', a + 1, true)
   local c = string.find(blob, '\n', b + 1, true)
   local id = string.sub(blob, pos, a - 1)
-  local g = 6 + 5 * (tonumber(string.sub(blob, a + 1, b - 1)) - 1)
+  local g = 5 * (tonumber(string.sub(blob, a + 1, b - 1)) - 1)
   pos = c + 1
   n = n + 1
-  local thread = ARGV[g + 1]
+  local thread = group[g + 1]
   local prior = fresh[id] or redis.call('HGET', KEYS[2], id)
   local stored = true
   if prior then
@@ -62,7 +65,7 @@ while pos <= #blob do
       -- MINID trimming never drops an entry the delivery has not taken yet.
       redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', id, 'm',
         string.sub(blob, b + 1, c - 1))
-      local answer = ARGV[g + 4] .. id .. ARGV[g + 5]
+      local answer = group[g + 4] .. id .. group[g + 5]
       fresh[id] = answer
       answers[#answers + 1] = id
       answers[#answers + 1] = answer
@@ -80,10 +83,10 @@ while pos <= #blob do
     local exists = redis.call('EXISTS', key) == 1
     if not (exists and redis.call('HEXISTS', key, 'stored') == 1) then
       if exists then redis.call('DEL', key) end
-      local fields = {'id', id, 'to', to, 'from', ARGV[g + 2], 'stored', now}
-      if ARGV[g + 3] ~= '' then
+      local fields = {'id', id, 'to', to, 'from', group[g + 2], 'stored', now}
+      if group[g + 3] ~= '' then
         fields[#fields + 1] = 'from_session'
-        fields[#fields + 1] = ARGV[g + 3]
+        fields[#fields + 1] = group[g + 3]
       end
       if thread ~= '' then
         fields[#fields + 1] = 'thread'

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from functools import lru_cache
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from . import rcptindex

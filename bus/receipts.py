@@ -193,9 +193,7 @@ class Receipts:
         outboxes: dict[str, dict[str, int]] = {}
         for msg, to, thread, state, reason in rows:
             if not (appended and state == "stored"):
-                keys, args = by_to.setdefault(
-                    to, ([store.k.s(to, "ids")], [now, self.ttl_ms, to])
-                )
+                keys, args = by_to.setdefault(to, ([store.k.s(to, "ids")], [now, self.ttl_ms, to]))
                 keys.append(store.k.receipt(to, msg.id))
                 args.extend(
                     [msg.id, state, msg.from_, msg.from_session or "", thread or "", reason]

@@ -61,9 +61,7 @@ class ManyStore:
             rcptindex.unindex(pipe, self.k, msg_id, now)
         pipe.execute()
 
-    def queue_append_many(
-        self, pipe: Any, sid: str, msg_ids: list[str], args: list[Any]
-    ) -> None:
+    def queue_append_many(self, pipe: Any, sid: str, msg_ids: list[str], args: list[Any]) -> None:
         """Queue on ``pipe`` one ``append_many.lua`` call: ``sid``'s messages ``msg_ids``
         (``args`` as the script reads them), each stored message's receipt opened. A bare
         ``EVALSHA``: run the pipeline with :meth:`execute_loaded`."""

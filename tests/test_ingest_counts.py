@@ -103,7 +103,9 @@ def scripts_run(b: Bus, sent: list[str]) -> Counter[str]:
 
 
 def redis_calls(r: redis.Redis) -> Counter[str]:
-    return Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in r.info("commandstats").items()})
+    return Counter(
+        {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in r.info("commandstats").items()}
+    )
 
 
 def test_a_batch_is_one_script_call_per_receiver_and_two_round_trips(

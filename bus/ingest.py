@@ -7,7 +7,12 @@ never has to work out which half of a batch went in. Then:
 - each receiver (``to`` handle or ``to_id``) is looked up once per batch, all of them in
   one pipelined round trip;
 - each receiver's messages are appended by one ``append_many.lua`` call (the batched
-  ``append.lua``: same keys, records and answers), all calls in one pipeline;
+  ``append.lua``: same keys, records and answers), which also opens each stored
+  message's receipt; all calls in one pipeline, run without redis-py's ``SCRIPT
+  EXISTS`` round trip (:meth:`~bus.store_many.ManyStore.execute_loaded`). A receiver's
+  messages go as one argument, and the send answer JSON is built in the script from
+  halves kept per receiver and thread, so the Python side packs a few arguments per
+  message;
 - one delivery is dispatched per receiver per batch (the script's pending flag).
 
 The answers are what a :meth:`~bus.api.Bus.send` per message would have answered, in
@@ -28,10 +33,11 @@ The same guarantees as a send per message, still batched:
   messages before each message, as ``append.lua`` does; what does not fit is answered
   ``{"ok": false, "error": "inbox_full", ...}`` (the single send's refusal, plus ``id``),
   not stored, no receipt, nothing in the outbox; the rest of the batch goes in.
-- **Receipts**: each stored message opens its receipt and its sender's outbox entry in
-  the same pipeline (one ``receipt_open.lua`` call per receiver, one outbox write per
-  sender); a bounced one gets its ``bounced`` receipt; ``recipient`` carries ``state``
-  (``stale`` after ``INBOX_STALE_S``) and ``last_seen``.
+- **Receipts**: each stored message opens its receipt in its append (``append_many.lua``
+  runs ``receipt_open.lua``'s rule for a stored message: kept when it says stored, a
+  bounced one gives way) and its sender's outbox entry in the same pipeline (one outbox
+  write per sender); a bounced one gets its ``bounced`` receipt (``receipt_open.lua``);
+  ``recipient`` carries ``state`` (``stale`` after ``INBOX_STALE_S``) and ``last_seen``.
 """
 
 from __future__ import annotations

@@ -318,7 +318,8 @@ def _answer_halves(standing: Standing, thread: str) -> tuple[str, str]:
     no JSON escaping, :data:`~bus.ids.MESSAGE_ID_PATTERN`)."""
     answer = {**_answer(standing), "id": _ID_MARK, "thread": thread}
     head, mark, tail = json.dumps(answer).partition(_ID_MARK_JSON)
-    assert mark, "the answer template lost its id"
+    if not mark:  # never: the template's id is the mark
+        raise RuntimeError("the send answer template lost its id")
     return head, tail
 
 

@@ -7,7 +7,12 @@ never has to work out which half of a batch went in. Then:
 - each receiver (``to`` handle or ``to_id``) is looked up once per batch, all of them in
   one pipelined round trip;
 - each receiver's messages are appended by one ``append_many.lua`` call (the batched
-  ``append.lua``: same keys, records and answers), all calls in one pipeline;
+  ``append.lua``: same keys, records and answers), which also opens each stored
+  message's receipt; all calls in one pipeline, run without redis-py's ``SCRIPT
+  EXISTS`` round trip (:meth:`~bus.store_many.ManyStore.execute_loaded`). A receiver's
+  messages go as one argument, and the send answer JSON is built in the script from
+  halves kept per receiver and thread, so the Python side packs a few arguments per
+  message;
 - one delivery is dispatched per receiver per batch (the script's pending flag).
 
 The answers are what a :meth:`~bus.api.Bus.send` per message would have answered, in
@@ -28,10 +33,11 @@ The same guarantees as a send per message, still batched:
   messages before each message, as ``append.lua`` does; what does not fit is answered
   ``{"ok": false, "error": "inbox_full", ...}`` (the single send's refusal, plus ``id``),
   not stored, no receipt, nothing in the outbox; the rest of the batch goes in.
-- **Receipts**: each stored message opens its receipt and its sender's outbox entry in
-  the same pipeline (one ``receipt_open.lua`` call per receiver, one outbox write per
-  sender); a bounced one gets its ``bounced`` receipt; ``recipient`` carries ``state``
-  (``stale`` after ``INBOX_STALE_S``) and ``last_seen``.
+- **Receipts**: each stored message opens its receipt in its append (``append_many.lua``
+  runs ``receipt_open.lua``'s rule for a stored message: kept when it says stored, a
+  bounced one gives way) and its sender's outbox entry in the same pipeline (one outbox
+  write per sender); a bounced one gets its ``bounced`` receipt (``receipt_open.lua``);
+  ``recipient`` carries ``state`` (``stale`` after ``INBOX_STALE_S``) and ``last_seen``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from . import rcptindex
@@ -264,32 +271,73 @@ def store_many(bus: Sender, msgs: Sequence[Message]) -> list[dict[str, Any]]:
     return answers
 
 
-def _template(bus: Sender, sid: str, found: tuple[str, str, int, int], now: int) -> dict[str, Any]:
-    """A stored message's answer to ``sid`` but its id and thread (as ``Bus.post`` makes
-    it; a test holds them equal)."""
+# A receiver's answer as it stands in one batch: (sid, host, recipient state, listening,
+# last_seen); the answers and their JSON halves are kept per such tuple (a swarm's batches
+# repeat them), so a batch builds neither anew.
+Standing = tuple[str, str, str, bool, int | None]
+
+
+def _standing(bus: Sender, sid: str, found: tuple[str, str, int, int], now: int) -> Standing:
     host, state, seen, opened = found
+    return (
+        sid,
+        host,
+        recipient_state(state, seen or opened, now, bus.settings.stale_s),
+        # Not listening on another host (Router.floor_listening), without a SessionInfo.
+        host == bus.settings.host
+        and bus.floor_listening(SessionInfo.model_construct(session=sid, host=host)),
+        seen or None,
+    )
+
+
+@lru_cache(maxsize=4096)
+def _answer(standing: Standing) -> dict[str, Any]:
+    """A stored message's answer to the receiver but its id and thread (as ``Bus.post``
+    makes it; a test holds them equal). Shared: :func:`_template` copies it."""
+    sid, host, state, listening, seen = standing
     return SendAnswer(
         id="",
         thread="",
         state="stored",
         recipient=Recipient(
-            session=sid,
-            host=host,
-            state=recipient_state(state, seen or opened, now, bus.settings.stale_s),
-            listening=bus.floor_listening(SessionInfo.model_construct(session=sid, host=host)),
-            last_seen=seen or None,
+            session=sid, host=host, state=state, listening=listening, last_seen=seen
         ),
     ).to_json()
+
+
+def _template(standing: Standing) -> dict[str, Any]:
+    """:func:`_answer`, a copy a caller may change."""
+    answer = _answer(standing)
+    return {**answer, "recipient": dict(answer["recipient"])}
+
+
+@lru_cache(maxsize=16384)
+def _answer_halves(standing: Standing, thread: str) -> tuple[str, str]:
+    """The send answer JSON ``json.dumps({**template, "id": <id>, "thread": thread})`` split
+    around the id: ``append_many.lua`` joins the halves with each message id (an id needs
+    no JSON escaping, :data:`~bus.ids.MESSAGE_ID_PATTERN`)."""
+    answer = {**_answer(standing), "id": _ID_MARK, "thread": thread}
+    head, mark, tail = json.dumps(answer).partition(_ID_MARK_JSON)
+    if not mark:  # never: the template's id is the mark
+        raise RuntimeError("the send answer template lost its id")
+    return head, tail
+
+
+_ID_MARK = "\x01"
+_ID_MARK_JSON = json.dumps(_ID_MARK)[1:-1]
 
 
 def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     store = bus.store
     infos = store.receivers(m.to_id for m in msgs)
     now = now_ms()
-    templates = {sid: _template(bus, sid, f, now) for sid, f in infos.items() if f is not None}
+    standings = {sid: _standing(bus, sid, f, now) for sid, f in infos.items() if f is not None}
+    templates = {sid: _template(st) for sid, st in standings.items()}
     answers: list[dict[str, Any] | None] = [None] * len(msgs)
     per_sid: dict[str, list[int]] = {}
-    args: dict[str, list[Any]] = {}
+    args: dict[str, list[str]] = {}
+    # (sid, thread, from, from_session) -> its group number in sid's call (append_many.lua)
+    groups: dict[str, dict[tuple[str, str, str], int]] = {}
     threads: dict[tuple[str, str], str] = {}
     receipts: list[tuple[Message, str, str | None, str, str]] = []
     pipe = store.pipeline()
@@ -318,29 +366,36 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
         if (sid, key) not in threads:  # a sender's messages to one session share a thread
             threads[sid, key] = thread_id(sid, key)
         thread = threads[sid, key]
-        answer = {**templates[sid], "id": msg.id, "thread": thread}
-        answers[i] = answer
-        per_sid.setdefault(sid, []).append(i)
-        args.setdefault(sid, []).extend([msg.id, msg.line(), json.dumps(answer), thread])
+        answers[i] = {**templates[sid], "id": msg.id, "thread": thread}
+        if sid not in per_sid:
+            per_sid[sid], groups[sid], args[sid] = [], {}, []
+        per_sid[sid].append(i)
+        sender = (thread, msg.from_, msg.from_session or "")
+        group = groups[sid].get(sender)
+        if group is None:
+            group = groups[sid][sender] = len(groups[sid]) + 1
+        args[sid].append(f"{msg.id}\n{group}\n{msg.line()}\n")
         receipts.append((msg, sid, thread, "stored", ""))
     order = list(per_sid)
-    cap = bus.settings.max_unread
+    cap, ttl = bus.settings.max_unread, bus.receipts.ttl_ms
     for sid in order:
-        store.run(
-            "append_many",
-            sid,
-            ("stream", "ids", "idsage", "pending", "trim", "events", "msgs"),
-            [now, store.lock_ttl_ms, cap, *args[sid]],
-            client=pipe,
-        )
-    # After the appends: a receipt opens only for what was stored (receipt_open.lua).
-    bus.receipts.open_many(pipe, receipts)
-    replies = pipe.execute()
+        fields = []
+        for thread, from_, from_session in groups[sid]:
+            fields.extend([thread, from_, from_session, *_answer_halves(standings[sid], thread)])
+        ids = [msgs[i].id for i in per_sid[sid]]
+        batch = [now, store.lock_ttl_ms, cap, ttl, sid, "".join(f"{f}\n" for f in fields)]
+        batch.append("".join(args[sid]))
+        store.queue_append_many(pipe, sid, ids, batch)
+    # The appends opened the stored messages' receipts; the bounced ones open theirs here
+    # (receipt_open.lua), and every message sent gets its outbox entry.
+    bus.receipts.open_many(pipe, receipts, appended=True)
+    replies = store.execute_loaded(pipe)
     refused: list[tuple[Message, str]] = []
     due: dict[str, list[str]] = {}
     for sid, result in zip(order, replies[queued : queued + len(order)], strict=True):
-        dispatch, priors = result[0], result[1:]
-        for i, prior in zip(per_sid[sid], priors, strict=True):
+        dispatch, listed = result[0], iter(result[1:])
+        for n, prior in zip(listed, listed, strict=True):  # (n, prior): n-th is not new
+            i = per_sid[sid][int(n) - 1]
             if prior == -1:
                 answers[i] = {**inbox_full(sid, cap).to_json(), "id": msgs[i].id}
                 refused.append((msgs[i], sid))

@@ -48,7 +48,7 @@ buses, or several tests, share one server.
 | ``P:{thr}:meta`` (typed requests) | hash fields origin, recipient (session ids), offered_by (sender or recipient, only in OFFERED), windows (JSON list) | request, decide.lua | - |
 | ``P:{sid}:items`` | hash: item key → item JSON (title, text, status, answer, revision, ...) | item post/settle, item_update.lua | - |
 | ``P:{sid}:item:<key>:thread`` | list: the item's thread entries JSON (member or agent, text, files), oldest first | item write, reply_inbox (item_update.lua) | - |
-| ``P:{sid}:rc:<id>`` | hash: the sender's receipt of a message addressed to ``sid``: to, from, from_session, thread, reason, and the ms of each state reached (stored, noticed, read, answered, withdrawn, retracted, bounced, expired) | send (receipt_open.lua), every transition (receipt_mark.lua) | TTL 7 days from its last transition (longer when ``INBOX_EXPIRE_S`` is) |
+| ``P:{sid}:rc:<id>`` | hash: the sender's receipt of a message addressed to ``sid``: to, from, from_session, thread, reason, and the ms of each state reached (stored, noticed, read, answered, withdrawn, retracted, bounced, expired) | send (receipt_open.lua; a batch: append_many.lua), every transition (receipt_mark.lua) | TTL 7 days from its last transition (longer when ``INBOX_EXPIRE_S`` is) |
 | ``P:{sid}:outbox`` | zset: ``<recipient>|<id>`` → sent µs, the messages ``sid`` sent | send | newest 10,000, none past 7 days |
 | ``P:{ws:<workspace>}:members`` | hash: member name → ``active`` or ``removed`` (a tombstone: the account is gone) | member add/remove | - |
 """
@@ -106,6 +106,16 @@ class Keys:
         if not _MESSAGE_ID_RE.fullmatch(msg_id):
             raise BadInput(f"invalid message id {msg_id[:60]!r}: must match {MESSAGE_ID_PATTERN}")
         return self.s(sid, f"rc:{msg_id}")
+
+    def receipts(self, sid: str, msg_ids: list[str]) -> list[str]:
+        """:meth:`receipt` of each of ``msg_ids`` (a batch's, one receiver's)."""
+        base = self.s(sid, "rc:")
+        for msg_id in msg_ids:
+            if not _MESSAGE_ID_RE.fullmatch(msg_id):
+                raise BadInput(
+                    f"invalid message id {msg_id[:60]!r}: must match {MESSAGE_ID_PATTERN}"
+                )
+        return [base + msg_id for msg_id in msg_ids]
 
     def outbox(self, sid: str) -> str:
         """The messages ``sid`` sent, in the sender's slot."""

@@ -178,17 +178,26 @@ class Receipts:
         self.open_many(pipe, [(msg, to, thread, state, reason)])
 
     def open_many(
-        self, pipe: Any, rows: Sequence[tuple[Message, str, str | None, str, str]]
+        self,
+        pipe: Any,
+        rows: Sequence[tuple[Message, str, str | None, str, str]],
+        *,
+        appended: bool = False,
     ) -> None:
         """:meth:`open` for many ``(message, to, thread, state, reason)``, in the order sent:
-        one ``receipt_open.lua`` call per recipient, one outbox write per sender."""
+        one ``receipt_open.lua`` call per recipient, one outbox write per sender. With
+        ``appended``, the ``stored`` rows' receipts were opened by their append
+        (``append_many.lua``): only their outbox entries are written here."""
         store, now = self.store, now_ms()
         by_to: dict[str, tuple[list[str], list[Any]]] = {}
         outboxes: dict[str, dict[str, int]] = {}
         for msg, to, thread, state, reason in rows:
-            keys, args = by_to.setdefault(to, ([store.k.s(to, "ids")], [now, self.ttl_ms, to]))
-            keys.append(store.k.receipt(to, msg.id))
-            args.extend([msg.id, state, msg.from_, msg.from_session or "", thread or "", reason])
+            if not (appended and state == "stored"):
+                keys, args = by_to.setdefault(to, ([store.k.s(to, "ids")], [now, self.ttl_ms, to]))
+                keys.append(store.k.receipt(to, msg.id))
+                args.extend(
+                    [msg.id, state, msg.from_, msg.from_session or "", thread or "", reason]
+                )
             if msg.from_session:
                 members = outboxes.setdefault(msg.from_session, {})
                 members.setdefault(f"{to}|{msg.id}", self._tick())

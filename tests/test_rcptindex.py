@@ -9,15 +9,24 @@ import pytest
 from bus import rcptindex
 from bus.api import Bus
 from bus.models import now_ms
-from bus.rcptindex import BUCKETS, DAY_MS, KEEP_DAYS, bucket_of, day_of
+from bus.rcptindex import BUCKETS, DAY_MS, KEEP_DAYS, OLD_BUCKETS, bucket_of, day_of
 
 
 @pytest.mark.parametrize(
     ("msg_id", "bucket"),
-    [("m1", 47), ("many-1", 32), ("env-d11130b6-511e-48b6-935a-13c85991b826", 52)],
+    [("m1", 15), ("many-1", 0), ("env-d11130b6-511e-48b6-935a-13c85991b826", 4)],
 )
 def test_an_ids_bucket_is_its_crc32_the_same_in_every_process(msg_id: str, bucket: int) -> None:
     assert bucket_of(msg_id) == bucket and 0 <= bucket < BUCKETS
+
+
+def test_ids_indexed_in_the_64_bucket_layout_are_still_found(bus: Bus) -> None:
+    r, k, now = bus.store.r, bus.store.k, now_ms()
+    assert (bucket_of("m1", OLD_BUCKETS), bucket_of("m1")) == (47, 15)
+    yesterday = day_of(now) - 1
+    r.hset(k.rcpt_bucket(yesterday, 47), "m1", "s-old-layout")  # as the 64 layout wrote it
+    r.expire(k.rcpt_bucket(yesterday, 47), 60)
+    assert bus.store.recipient_of("m1") == "s-old-layout"
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,8 @@
--- append_many.lua: store a batch of messages in one receiver's queue, each at most once.
--- The batched form of append.lua (same keys, same records, same cap, same answers), so a
--- batch costs one script call per receiver instead of one per message.
+-- append_many.lua: store a batch of messages in one receiver's queue, each at most once,
+-- and open the sender's receipt of each message stored (as receipt_open.lua would, right
+-- after it). The batched form of append.lua (same keys, same records, same cap, same
+-- answers), so a batch costs one script call per receiver instead of one per message, and
+-- no receipt call at all.
 -- All keys are in the receiver's slot {<sid>}.
 -- KEYS[1] stream   P:{sid}:stream   the session's queue
 -- KEYS[2] ids      P:{sid}:ids      message id -> send answer JSON (idempotency)
@@ -9,36 +11,99 @@
 -- KEYS[5] trim     P:{sid}:trim     stream id below which entries are delivered and may go
 -- KEYS[6] events   P:{sid}:events   durability records (inbox_received)
 -- KEYS[7] msgs     P:{sid}:msgs     the session's inbox records (counted against the cap)
+-- KEYS[7 + j] receipt P:{sid}:rc:<id_j>  the receipt of the j-th message (receipt_open.lua)
 -- ARGV[1] now ms, ARGV[2] pending TTL ms, ARGV[3] cap on held messages (0 = none),
--- then four per message from ARGV[4]: message id, wire JSON, answer JSON, thread id
--- Returns {dispatch, prior_1, prior_2, ...}: dispatch is 1 when the caller should
--- dispatch a delivery; prior_i is '' for a new message, its first answer for a resend
--- (also when the same id comes twice in one batch), or -1 when the session already
--- held the cap (that message is not stored: inbox_full, as append.lua refuses it).
+-- ARGV[4] receipt TTL ms, ARGV[5] to (the receiver session),
+-- ARGV[6] the groups: five fields each, thread id, from handle, from session ('' = none)
+-- and the send answer JSON around the message id (answer = head .. id .. tail),
+-- ARGV[7] the messages: three fields each, message id, its group (1-based) and wire JSON.
+-- Every field of ARGV[6] and ARGV[7] is ended by a newline (none occurs in an id, a
+-- handle, a session or in JSON): one argument each however large the batch.
+-- Returns {dispatch, i, prior_i, j, prior_j, ...}: dispatch is 1 when the caller should
+-- dispatch a delivery; then, for each message i (1-based) that is not new, its prior:
+-- its first answer for a resend (also when the same id comes twice in one batch), or -1
+-- when the session already held the cap (that message is not stored: inbox_full, as
+-- append.lua refuses it, and gets no receipt). A new message is not listed.
 local floor = redis.call('GET', KEYS[5]) or '0-0'
-local cap = tonumber(ARGV[3]) or 0
+local now, cap, ttl, to = ARGV[1], tonumber(ARGV[3]) or 0, ARGV[4], ARGV[5]
+local group = {} -- the fields of ARGV[6], in order: group g's are group[5g - 4 .. 5g]
+for field in string.gmatch(ARGV[6], '([^\n]*)\n') do
+  group[#group + 1] = field
+end
 local out = {0}
-local added = 0
-for i = 4, #ARGV, 4 do
-  local id = ARGV[i]
-  local prior = redis.call('HGET', KEYS[2], id)
+local fresh = {} -- id -> answer, for what this call stored (ids is written at the end)
+local answers, ages = {}, {}
+-- The held count (XLEN + HLEN) is read once, then kept as an upper bound (MINID trimming
+-- only lowers XLEN) and read again only when it reaches the cap: the same answers as a
+-- count before each message, as one append.lua per message would count.
+local held = nil
+local blob = ARGV[7]
+local pos, n = 1, 0
+while pos <= #blob do
+  local a = string.find(blob, '\n', pos, true)
+  local b = string.find(blob, '\n', a + 1, true)
+  local c = string.find(blob, '\n', b + 1, true)
+  local id = string.sub(blob, pos, a - 1)
+  local g = 5 * (tonumber(string.sub(blob, a + 1, b - 1)) - 1)
+  pos = c + 1
+  n = n + 1
+  local thread = group[g + 1]
+  local prior = fresh[id] or redis.call('HGET', KEYS[2], id)
+  local stored = true
   if prior then
+    out[#out + 1] = n
     out[#out + 1] = prior
-  elseif cap > 0 and redis.call('XLEN', KEYS[1]) + redis.call('HLEN', KEYS[7]) >= cap then
-    -- Counted anew for each message, as one append.lua per message would count.
-    out[#out + 1] = -1
   else
-    -- MINID trimming never drops an entry the delivery has not taken yet.
-    redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', id, 'm', ARGV[i + 1])
-    redis.call('HSET', KEYS[2], id, ARGV[i + 2])
-    redis.call('ZADD', KEYS[3], ARGV[1], id)
-    redis.call('XADD', KEYS[6], 'MAXLEN', '~', 10000, '*', 'kind', 'inbox_received', 'id', id,
-      'thread', ARGV[i + 3], 'at', ARGV[1])
-    out[#out + 1] = ''
-    added = added + 1
+    if cap > 0 and (held == nil or held >= cap) then
+      held = redis.call('XLEN', KEYS[1]) + redis.call('HLEN', KEYS[7])
+    end
+    if cap > 0 and held >= cap then
+      out[#out + 1] = n
+      out[#out + 1] = -1
+      stored = false
+    else
+      -- MINID trimming never drops an entry the delivery has not taken yet.
+      redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', id, 'm',
+        string.sub(blob, b + 1, c - 1))
+      local answer = group[g + 4] .. id .. group[g + 5]
+      fresh[id] = answer
+      answers[#answers + 1] = id
+      answers[#answers + 1] = answer
+      ages[#ages + 1] = now
+      ages[#ages + 1] = id
+      redis.call('XADD', KEYS[6], 'MAXLEN', '~', 10000, '*', 'kind', 'inbox_received', 'id', id,
+        'thread', thread, 'at', now)
+      if held then held = held + 1 end
+    end
+  end
+  if stored then
+    -- receipt_open.lua for a stored message: kept when it says stored already; a bounced
+    -- one gives way (the session was opened since).
+    local key = KEYS[7 + n]
+    local exists = redis.call('EXISTS', key) == 1
+    if not (exists and redis.call('HEXISTS', key, 'stored') == 1) then
+      if exists then redis.call('DEL', key) end
+      local fields = {'id', id, 'to', to, 'from', group[g + 2], 'stored', now}
+      if group[g + 3] ~= '' then
+        fields[#fields + 1] = 'from_session'
+        fields[#fields + 1] = group[g + 3]
+      end
+      if thread ~= '' then
+        fields[#fields + 1] = 'thread'
+        fields[#fields + 1] = thread
+      end
+      redis.call('HSET', key, unpack(fields))
+      redis.call('PEXPIRE', key, ttl)
+    end
   end
 end
-if added > 0 and redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[2]) then
+-- The answers and first-seen times of what was stored, a few hundred per command.
+local step = 500
+for s = 1, #answers, step do
+  redis.call('HSET', KEYS[2], unpack(answers, s, math.min(s + step - 1, #answers)))
+  redis.call('ZADD', KEYS[3], unpack(ages, s, math.min(s + step - 1, #ages)))
+end
+if #answers > 0 and redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[2]) then
   out[1] = 1
 end
 return out

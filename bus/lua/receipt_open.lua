@@ -1,7 +1,8 @@
 -- receipt_open.lua: open the sender's receipts of messages to one recipient, each once (a
--- resend keeps it). Runs in the send's pipeline right after append.lua (or, for a batch,
--- append_many.lua: one call per recipient), so it adds no round trip; a message the
--- append did not store (a refusal) gets no receipt.
+-- resend keeps it). Runs in the send's pipeline right after append.lua, so it adds no
+-- round trip; a message the append did not store (a refusal) gets no receipt. A batch's
+-- stored messages open theirs inside append_many.lua (the same rule); its bounced ones
+-- here.
 -- All keys are in the recipient's slot {<sid>}.
 -- KEYS[1] ids      P:{sid}:ids      message id -> send answer JSON (present once stored)
 -- KEYS[1 + i] receipt  P:{sid}:rc:<id_i>  hash: id, to, from, from_session, thread, reason,
@@ -22,10 +23,14 @@ for i = 4, #ARGV, 6 do
   if not skip then
     -- A bounced receipt gives way when the same id is later stored (the session was opened).
     redis.call('DEL', key)
-    redis.call('HSET', key, 'id', id, 'to', ARGV[3], 'from', ARGV[i + 2], state, ARGV[1])
-    if ARGV[i + 3] ~= '' then redis.call('HSET', key, 'from_session', ARGV[i + 3]) end
-    if ARGV[i + 4] ~= '' then redis.call('HSET', key, 'thread', ARGV[i + 4]) end
-    if ARGV[i + 5] ~= '' then redis.call('HSET', key, 'reason', ARGV[i + 5]) end
+    local fields = {'id', id, 'to', ARGV[3], 'from', ARGV[i + 2], state, ARGV[1]}
+    for f, name in ipairs({'from_session', 'thread', 'reason'}) do
+      if ARGV[i + 2 + f] ~= '' then
+        fields[#fields + 1] = name
+        fields[#fields + 1] = ARGV[i + 2 + f]
+      end
+    end
+    redis.call('HSET', key, unpack(fields))
     redis.call('PEXPIRE', key, ARGV[2])
     opened = opened + 1
   end

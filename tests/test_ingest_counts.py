@@ -1,0 +1,218 @@
+"""What a batched send costs, counted (bus/ingest.py, bus/lua/append_many.lua): commands
+sent, script calls, round trips, and the commands Redis runs per message (INFO
+commandstats on a private redis-server, so nothing else is counted). Counts, never times.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bus.api import Bus
+from bus.dispatch import RecordingDispatcher
+from bus.embedded import EmbeddedRedis
+from bus.rcptindex import BUCKETS
+from bus.settings import Settings
+
+
+def named(args: tuple[Any, ...]) -> str:
+    """A command's name (``SCRIPT LOAD``, ``HSET``), an ``EVALSHA`` with its SHA."""
+    name = str(args[0]).upper()
+    return f"{name} {str(args[1]).upper()}" if name == "EVALSHA" else name
+
+
+class Recording(redis.Redis):
+    """A client that records each command it sends and each round trip."""
+
+    sent: list[str]
+    trips: int
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.sent.append(named(args))
+        self.trips += 1
+        return super().execute_command(*args, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction, shard_hint)
+        real, immediate = pipe.execute, pipe.immediate_execute_command
+
+        def execute(raise_on_error: bool = True) -> Any:
+            if pipe.command_stack:
+                self.trips += 1
+                self.sent.extend(named(args) for args, _o in pipe.command_stack)
+            return real(raise_on_error)
+
+        def immediate_execute(*args: Any, **options: Any) -> Any:  # SCRIPT EXISTS / LOAD
+            self.sent.append(named(args))
+            self.trips += 1
+            return immediate(*args, **options)
+
+        pipe.execute = execute
+        pipe.immediate_execute_command = immediate_execute
+        return pipe
+
+
+@pytest.fixture(scope="module")
+def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    tmp = tmp_path_factory.mktemp("counts")
+    with EmbeddedRedis(tmp / "r.sock", tmp / "data", persist=False) as server:
+        yield server
+
+
+@pytest.fixture
+def counted(own_redis: EmbeddedRedis, tmp_path: Path) -> Iterator[tuple[Bus, Recording]]:
+    """A bus on the private server (no sender rate: only the batch is counted), its
+    client recording, sessions s1..s3 open."""
+    client = Recording.from_url(own_redis.url, decode_responses=True)
+    client.sent, client.trips = [], 0
+    client.flushall()
+    home = tmp_path / "home"
+    home.mkdir()
+    s = Settings(home=home, host="hosta", redis_url=own_redis.url, key_prefix="n", send_rate=0)
+    b = Bus(s, client=client, dispatcher=RecordingDispatcher())
+    for sid in ("s1", "s2", "s3"):
+        b.open_session(sid)
+    yield b, client
+    client.close()
+
+
+def batch(n: int, tag: str = "m") -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"{tag}-{i}",
+            "from": "hosta:alice",
+            "from_session": "alice",
+            "to_id": f"s{i % 3 + 1}",
+            "text": f"message {i}",
+        }
+        for i in range(n)
+    ]
+
+
+def scripts_run(b: Bus, sent: list[str]) -> Counter[str]:
+    names = {b.store.script(n).sha.upper(): n for n in ("append_many", "receipt_open", "rate")}
+    return Counter(
+        names.get(c.removeprefix("EVALSHA ").strip(), c) for c in sent if c.startswith("EVALSHA")
+    )
+
+
+def redis_calls(r: redis.Redis) -> Counter[str]:
+    return Counter(
+        {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in r.info("commandstats").items()}
+    )
+
+
+def test_a_batch_is_one_script_call_per_receiver_and_two_round_trips(
+    counted: tuple[Bus, Recording],
+) -> None:
+    b, client = counted
+    b.send_many(batch(3, "warm"))  # the server has the script (a first batch may load it)
+    client.sent, client.trips = [], 0
+    pipe_sent: list[str] = []
+    real = client.pipeline
+
+    def pipeline(transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = real(transaction, shard_hint)
+        inner = pipe.execute
+
+        def execute(raise_on_error: bool = True) -> Any:
+            pipe_sent.extend(named(args) for args, _o in pipe.command_stack)
+            return inner(raise_on_error)
+
+        pipe.execute = execute
+        return pipe
+
+    client.pipeline = pipeline  # type: ignore[method-assign]
+    answers = b.send_many(batch(90))
+    assert [a["state"] for a in answers] == ["stored"] * 90
+    # The receipts open inside append_many.lua: no receipt_open.lua, one call per receiver.
+    assert scripts_run(b, pipe_sent) == Counter({"append_many": 3})
+    # No SCRIPT EXISTS before the pipeline: the receivers' read, then the writes.
+    assert not [c for c in client.sent if c.startswith("SCRIPT")]
+    assert client.trips == 2
+    # The id -> receiver index: one HSET and one EXPIRE per bucket touched, at most 16.
+    hsets = [c for c in pipe_sent if c.startswith("HSET")]
+    assert 0 < len(hsets) <= BUCKETS
+    for n in (0, 45, 89):
+        assert b.receipt(f"m-{n}", by="alice")["state"] == "stored"
+
+
+def test_redis_runs_six_commands_a_stored_message(counted: tuple[Bus, Recording]) -> None:
+    b, client = counted
+    b.settings = replace(b.settings, max_unread=1000)  # the cap counted: once per receiver
+    before = redis_calls(client)
+    b.send_many(batch(90))
+    ran = redis_calls(client) - before
+    ran.pop("info", None)
+    ran.pop("evalsha", None)
+    # Each message: HGET ids, XADD queue, XADD events, EXISTS + HSET + PEXPIRE receipt.
+    # Each receiver: HMGET session, GET trim, XLEN + HLEN (the cap), HSET ids, ZADD idsage,
+    # SET pending.
+    # The batch: HSET + EXPIRE per index bucket, the outbox's three.
+    assert ran["xlen"] == ran["hlen"] == 3
+    assert ran["exists"] == ran["pexpire"] == 90
+    assert "hexists" not in ran and "del" not in ran
+    assert sum(ran.values()) <= 6 * 90 + 7 * 3 + 2 * BUCKETS + 3
+
+
+def test_scripts_lost_by_the_server_are_loaded_and_the_batch_stored_once(
+    counted: tuple[Bus, Recording],
+) -> None:
+    b, client = counted
+    b.send_many(batch(6, "warm"))  # the scripts are loaded, the store knows their SHAs
+    client.script_flush()
+    client.sent = []
+    answers = b.send_many(batch(9))
+    assert [a["state"] for a in answers] == ["stored"] * 9
+    assert not any(a.get("duplicate") for a in answers)
+    assert client.sent.count("SCRIPT LOAD") == 1 and "SCRIPT EXISTS" not in client.sent
+    for sid in ("s1", "s2", "s3"):
+        assert b.store.r.xlen(b.store.k.s(sid, "stream")) == 2 + 3
+    assert b.receipt("m-4", by="alice")["state"] == "stored"
+    again = b.send_many(batch(9))  # a resend: each its first answer, nothing stored twice
+    assert all(a["duplicate"] for a in again)
+    assert sum(b.store.r.xlen(b.store.k.s(s, "stream")) for s in ("s1", "s2", "s3")) == 15
+
+
+def test_a_batch_on_the_cluster_opens_its_receipts_as_on_a_server(
+    cluster_settings: Settings,
+) -> None:
+    b = Bus(replace(cluster_settings, send_rate=0), dispatcher=RecordingDispatcher())
+    try:
+        for sid in ("s1", "s2", "s3"):
+            b.open_session(sid)
+        # The nodes have the scripts (a first call may load them).
+        b.send_many([*batch(3, "warm"), {**batch(1, "warm")[0], "to_id": "ghost"}])
+        items = [*batch(30), {**batch(1)[0], "id": "ghost-1", "to_id": "ghost"}]
+        r, shas = b.store.r, []
+        real = r.evalsha
+
+        def evalsha(sha: str, *args: Any) -> Any:
+            shas.append(f"EVALSHA {sha.upper()}")
+            return real(sha, *args)
+
+        r.evalsha = evalsha
+        answers = b.send_many(items)
+        r.evalsha = real
+        assert [a["state"] for a in answers] == ["stored"] * 30 + ["bounced"]
+        # One script per receiver, each in its slot; only the bounce opens its receipt apart.
+        assert scripts_run(b, shas) == Counter({"append_many": 3, "receipt_open": 1})
+        assert all(a.get("duplicate") for a in b.send_many(batch(30)))
+        for n in (0, 1, 2, 29):
+            got = b.receipt(f"m-{n}", by="alice")
+            assert got["state"] == "stored" and got["to"] == f"s{n % 3 + 1}"
+        assert b.receipt("ghost-1", by="alice")["state"] == "bounced"
+        sent = b.receipts.sent("alice", limit=100)["sent"]
+        assert [r["id"] for r in sent][:31] == [
+            "ghost-1",
+            *(f"m-{n}" for n in reversed(range(30))),
+        ]
+    finally:
+        if b._store is not None:
+            b._store.r.close()

@@ -8,7 +8,7 @@ buses, or several tests, share one server.
 | key | type | writer | retention |
 |---|---|---|---|
 | ``P:{sid}:session`` | hash: SessionInfo fields | session open/close, turns, delivery | kept after close |
-| ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | trimmed by MINID below ``trim`` |
+| ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | emptied once the delivery took every entry (queue_trim.lua); else trimmed by MINID below ``trim`` |
 | ``P:{sid}:trim`` | string: stream id below which entries may be trimmed | delivery | - |
 | ``P:{sid}:cursor`` | string: last stream id the delivery has taken | delivery | - |
 | ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency) | send, delivery, withdraw, turn end | pruned with ``idsage`` |

@@ -317,12 +317,18 @@ class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore):
         pipe.execute()
 
     def set_trim_floor(self, sid: str, keep: int) -> None:
-        """Let entries older than the last ``keep`` delivered ones be trimmed by later XADDs.
+        """Trim the queue's delivered entries after a delivery (one round trip, usually).
 
-        Runs after every delivery, so it reads the tail only once the stream has grown to
-        twice ``keep``: the cost is paid once per ``keep`` messages, not per delivery.
+        When the delivery took every entry (the newest one is the cursor's), they all go
+        (``queue_trim.lua``): an idle session's queue is an empty stream that keeps its last
+        id, not a node of ``stream-node-max-bytes``. The messages live on in the inbox
+        records and the thread log. While some remain undelivered, entries older than the
+        last ``keep`` delivered ones may be trimmed by later XADDs; that tail is read only
+        once the stream has grown to twice ``keep``, so its cost is paid once per ``keep``
+        messages, not per delivery.
         """
-        if self.r.xlen(self.k.s(sid, "stream")) <= 2 * keep:
+        length = int(self.run("queue_trim", sid, ("stream", "cursor"), []))
+        if length <= 2 * keep:
             return
         cursor = self.cursor(sid)
         rows = self.r.xrevrange(self.k.s(sid, "stream"), max=cursor, count=keep + 1)

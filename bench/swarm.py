@@ -20,7 +20,8 @@ headline figures are ratios against baselines measured the same way:
   wake fires (wake record time − arrival − debounce);
 - **memory**: 1,000 sessions registered, one message each delivered and noticed: bytes
   per session from ``INFO memory`` (server-wide, so noisy on a shared Redis) and from
-  ``MEMORY USAGE`` summed over this run's keys, and keys per session.
+  ``MEMORY USAGE`` summed over this run's keys, and keys per session (``by_kind``: the
+  same per key kind).
 
 Without ``Bus.send_many`` (an older tree) ingest and end to end send one message at a
 time, as ``send --jsonl`` did then, so the same harness gives the before figures.

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bus.api import Bus
+from bus.errors import Refused
 from bus.watch import top_rows
 
 
@@ -46,3 +49,17 @@ def test_a_delivered_queue_is_emptied_and_keeps_its_last_id(bus: Bus) -> None:
     bus.deliver_session("coord")
     assert store.r.xlen(key) == 0
     assert [r["m"]["id"] for r in store.records("coord", [second["id"]])] == [second["id"]]
+
+
+def test_a_message_withdrawn_before_its_delivery_stays_withdrawn_once_the_queue_is_empty(
+    bus: Bus,
+) -> None:
+    bus.open_session("me")
+    bus.open_session("lane")
+    sent = bus.send({"from": "hosta:me", "from_session": "me", "to_id": "lane", "text": "oops"})
+    assert bus.withdraw(sent["id"], by="me")["state"] == "unsent"
+    bus.deliver_session("lane")  # skips it, then empties the queue
+    assert bus.store.r.xlen(bus.store.k.s("lane", "stream")) == 0
+    with pytest.raises(Refused):
+        bus.withdraw(sent["id"], by="someone-else")
+    assert bus.withdraw(sent["id"], by="me")["state"] == "withdrawn"

@@ -21,11 +21,11 @@ from .private import private_dirs, secret_file
 from .procs import die_with_parent
 
 # Redis 7 allocates each new stream node at stream-node-max-bytes (4096 by default), so
-# every session's events and thread log (and a queue not yet delivered) cost ~4.7 KB each
-# however short they are. At 512 an idle session takes ~6.0 KB instead of ~12.9 KB (1024:
-# ~6.5 KB); a busy stream pays ~5-7% more per entry than at 1024 (more, smaller nodes)
-# and XADD throughput measured the same (bench/README.md, third round, memory).
-STREAM_NODE_MAX_BYTES = 512
+# a short stream (a quiet session's events, a one-message thread log) costs ~4.7 KB until
+# the scheduler's compaction pass (bus/compact.py) shrinks it; at 1024 it costs ~1.6 KB in
+# the meantime. Smaller nodes were measured no better: 512 puts a session's few events in
+# two nodes and costs busy streams ~25% more (bench/README.md, third round, memory).
+STREAM_NODE_MAX_BYTES = 1024
 STREAM_NODE_ARGS = ("--stream-node-max-bytes", str(STREAM_NODE_MAX_BYTES))
 
 # Commands a client of the bus never needs; on TCP they are refused (ACL).

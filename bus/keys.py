@@ -42,6 +42,7 @@ buses, or several tests, share one server.
 | ``P:due`` | zset: ``<what>|<sid>`` → due ms (wakes, flushes, retries) | delivery; scheduler | taken atomically |
 | ``P:sweep`` | string: a scheduler claimed the backlog sweep (SET NX PX) | scheduler | TTL (sweep interval) |
 | ``P:sweep:expiry`` | string: a scheduler claimed the receipts' expiry pass (SET NX PX) | scheduler | TTL (a minute) |
+| ``P:sweep:compact`` | string: a scheduler claimed the short streams' compaction pass (SET NX PX) | scheduler (bus/compact.py) | TTL (a minute) |
 | ``P:workers`` | set: names that keep a heartbeat (hosts' workers, ``scheduler``) | worker, scheduler | - |
 | ``P:beat:<name>`` | hash: pid, started, beat (ms), progress (ms), done: a worker's or the scheduler's heartbeat | worker, scheduler | - |
 | ``P:celery:<queue>`` | list: Celery's broker queue (``host.<H>``, ``inbox``), read for its depth | Celery (kombu) | - |
@@ -159,6 +160,10 @@ class Keys:
     @property
     def expiry_sweep(self) -> str:
         return f"{self.prefix}:sweep:expiry"
+
+    @property
+    def compact_sweep(self) -> str:
+        return f"{self.prefix}:sweep:compact"
 
     @property
     def workers(self) -> str:

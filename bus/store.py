@@ -25,6 +25,7 @@ from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .errors import RateLimited, Unavailable
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
+from .store_compact import CompactStore
 from .store_inbox import InboxStore
 from .store_items import ItemStore
 from .store_many import ManyStore
@@ -66,7 +67,7 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
     )
 
 
-class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore):
+class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore, CompactStore):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 
     The inbox and thread records are in :mod:`bus.store_inbox`, items and typed
@@ -451,7 +452,9 @@ class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore):
 
     def claim_sweep(self, every_ms: int, *, what: str = "backlog") -> bool:
         """True for one caller per ``every_ms`` across every process (SET NX PX): the
-        backlog sweep (``what="backlog"``) or the receipts' expiry pass (``"expiry"``)
-        then runs once an interval, not once per scheduler or pool child."""
-        key = {"backlog": self.k.sweep, "expiry": self.k.expiry_sweep}[what]
+        backlog sweep (``what="backlog"``), the receipts' expiry pass (``"expiry"``) or
+        the short streams' compaction (``"compact"``, :mod:`bus.compact`) then runs once
+        an interval, not once per scheduler or pool child."""
+        keys = {"backlog": self.k.sweep, "expiry": self.k.expiry_sweep}
+        key = keys.get(what) or self.k.compact_sweep
         return bool(self.r.set(key, "1", nx=True, px=every_ms))

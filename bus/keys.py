@@ -26,10 +26,10 @@ buses, or several tests, share one server.
 | ``P:{sid}:waiters`` | set: ids whose senders wait for an answer | send --wait | - |
 | ``P:{sid}:ans:{id}`` | list: one answer JSON pushed for a waiting sender | turn end, close | TTL 1 day |
 | ``P:{sid}:threads`` | zset: thread id → newest ms, the session's inbox | delivery, reply | - |
-| ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000 |
+| ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000; compacted when short (bus/compact.py) |
 | ``P:{sid}:gave`` | set: sessions this session gave work to | delivery | - |
 | ``P:{thr}:meta`` | hash: key, label, class, parties, state, type | delivery, decide | - |
-| ``P:{thr}:log`` | stream: the thread's messages in order | delivery, reply | bounded |
+| ``P:{thr}:log`` | stream: the thread's messages in order | delivery, reply | bounded; compacted when short (bus/compact.py) |
 | ``P:{thr}:seen`` | set: message ids already in the log (idempotent append) | delivery | - |
 | ``P:{h:<handle>}:sids`` | set: sessions that carry a handle | session open | - |
 | ``P:{snd:<sha256(sender)>}:bucket`` | hash: tokens, at: the sender's send rate bucket | send, reply (rate.lua) | expires once full again |

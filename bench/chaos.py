@@ -543,18 +543,27 @@ class Soak:
     def account(self, sent: dict[str, tuple[str, float]]) -> dict[str, Any]:
         bus = self.bus(HOSTS[0])
         r, k = bus.store.r, bus.store.k
+        # A store is counted by its ``inbox_received`` record, written by the same script
+        # as the queue's entry (a queue the delivery took whole is emptied, so the queue
+        # alone no longer shows what was delivered); a message is there if its entry is
+        # still queued or its inbox record exists.
         stored: Counter[str] = Counter()
+        present: set[str] = set()
         marks: Counter[str] = Counter()
         for sid in self.sessions:
+            for _eid, fields in r.xrange(k.s(sid, "events")):
+                if fields.get("kind") == "inbox_received":
+                    stored[fields["id"]] += 1
             for _eid, fields in r.xrange(k.s(sid, "stream")):
-                stored[fields["id"]] += 1
+                present.add(fields["id"])
             for raw in r.hvals(k.s(sid, "msgs")):
                 rec = json.loads(raw)
+                present.add(str(rec.get("id")))
                 if rec.get("id") in sent:
                     marks[rec.get("mark", "?")] += 1
-        once = sum(1 for m in sent if stored[m] == 1)
+        once = sum(1 for m in sent if stored[m] == 1 and m in present)
         twice = sum(1 for m in sent if stored[m] > 1)
-        lost = sum(1 for m in sent if stored[m] == 0)
+        lost = sum(1 for m in sent if stored[m] == 0 or m not in present)
         windows = [(f["t"], f["t"] + FAULT_WINDOW_S) for f in self.faults]
         calm: list[float] = []
         faulty: list[float] = []

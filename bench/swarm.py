@@ -20,7 +20,8 @@ headline figures are ratios against baselines measured the same way:
   wake fires (wake record time − arrival − debounce);
 - **memory**: 1,000 sessions registered, one message each delivered and noticed: bytes
   per session from ``INFO memory`` (server-wide, so noisy on a shared Redis) and from
-  ``MEMORY USAGE`` summed over this run's keys, and keys per session.
+  ``MEMORY USAGE`` summed over this run's keys, and keys per session (``by_kind``: the
+  same per key kind).
 
 Without ``Bus.send_many`` (an older tree) ingest and end to end send one message at a
 time, as ``send --jsonl`` did then, so the same harness gives the before figures.
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -406,7 +408,8 @@ def scenario_wake(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]:
         wait_until(lambda: all(wake_at(sid) for sid in sids), 120, "every wake", 0.05)
     late = []
     for sid in sids:
-        [(eid, _f)] = observer.store.r.xrange(k.s(sid, "stream"), count=1)
+        # Its one message's stream id: the delivery took it (and emptied the queue).
+        eid = observer.store.cursor(sid)
         arrived = int(str(eid).split("-")[0])
         at = wake_at(sid)
         assert at is not None
@@ -414,13 +417,33 @@ def scenario_wake(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]:
     return {"sessions": sessions, "debounce_ms": DEBOUNCE_S * 1000, "late_ms": percentiles(late)}
 
 
-def prefix_usage(r: Any, prefix: str) -> tuple[int, int]:
-    """(keys, bytes by MEMORY USAGE) under the run's prefix: immune to other users of Redis."""
+def key_kind(name: bytes | str, prefix: str) -> str:
+    """A key's kind: its name with the hash tag's contents folded (``{sid}:stream`` ->
+    ``sid:stream``, ``{thr_..}:log`` -> ``thr:log``, ``{rc:<day>:<b>}:rcpt`` -> ``rc:rcpt``)."""
+    text = name.decode() if isinstance(name, bytes) else name
+    rest = text[len(prefix) + 1 :]
+    m = re.fullmatch(r"\{([^}]*)\}:(.*)", rest)
+    if not m:
+        return rest
+    tag, tail = m.groups()
+    kind = "thr" if tag.startswith("thr_") else tag.split(":", 1)[0] if ":" in tag else "sid"
+    tail = re.sub(r"^(ans|rc):.*", r"\1:<id>", tail)
+    return f"{kind}:{tail}"
+
+
+def prefix_kinds(r: Any, prefix: str) -> dict[str, list[int]]:
+    """kind -> [keys, bytes by MEMORY USAGE] under the run's prefix (immune to other users
+    of Redis)."""
     names = list(r.scan_iter(match=f"{prefix}:*", count=1000))
     pipe = r.pipeline(transaction=False)
     for name in names:
         pipe.memory_usage(name, samples=0)
-    return len(names), sum(int(x or 0) for x in pipe.execute())
+    kinds: dict[str, list[int]] = {}
+    for name, size in zip(names, pipe.execute(), strict=True):
+        row = kinds.setdefault(key_kind(name, prefix), [0, 0])
+        row[0] += 1
+        row[1] += int(size or 0)
+    return kinds
 
 
 def node_max_bytes(r: Any) -> int | None:
@@ -440,7 +463,9 @@ def scenario_memory(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]
     def used() -> int:
         return int(r.info("memory")["used_memory"])
 
-    keys_before, usage_before = prefix_usage(r, s.key_prefix)
+    kinds_before = prefix_kinds(r, s.key_prefix)
+    keys_before = sum(k for k, _ in kinds_before.values())
+    usage_before = sum(b for _, b in kinds_before.values())
     before = used()
     open_running(observer, sids)
     send_all(observer, [wire(i, 1, sid, "mem") for i, sid in enumerate(sids)])
@@ -458,13 +483,43 @@ def scenario_memory(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]
     for sid in sids:
         observer.drain(sid)
     after = used()
-    keys_after, usage_after = prefix_usage(r, s.key_prefix)
+    kinds_after = prefix_kinds(r, s.key_prefix)
+    keys_after = sum(k for k, _ in kinds_after.values())
+    usage_after = sum(b for _, b in kinds_after.values())
+    # Per key kind, per session: keys and MEMORY USAGE bytes the run added.
+    by_kind = {}
+    for kind, (n, size) in sorted(kinds_after.items()):
+        n0, size0 = kinds_before.get(kind, [0, 0])
+        if n != n0 or size != size0:
+            by_kind[kind] = [round((n - n0) / sessions, 2), round((size - size0) / sessions)]
+    # Then the scheduler's compaction pass (bus.compact, once a minute), on these
+    # sessions' streams only: what a quiet session settles at.
+    store = observer.store
+    try:
+        from bus.compact import MAX_ENTRIES, NODE_BYTES, SLACK_BYTES
+
+        keys = store.session_streams(sids)
+        store.compact_streams(keys, MAX_ENTRIES, SLACK_BYTES, NODE_BYTES)
+        compacted = used()
+        kinds_compacted = prefix_kinds(r, s.key_prefix)
+    except (ImportError, redis.ResponseError):  # an older tree, or a server refusing it
+        compacted, kinds_compacted = after, kinds_after
     return {
         "sessions": sessions,
+        "compacted_info_bytes_per_session": round((compacted - before) / sessions),
+        "compacted_usage_bytes_per_session": round(
+            (sum(b for _, b in kinds_compacted.values()) - usage_before) / sessions
+        ),
+        "compacted_by_kind": {
+            kind: round((size - kinds_before.get(kind, [0, 0])[1]) / sessions)
+            for kind, (_n, size) in sorted(kinds_compacted.items())
+            if kind in by_kind
+        },
         "info_bytes_per_session": round((after - before) / sessions),
         "usage_bytes_per_session": round((usage_after - usage_before) / sessions),
         "keys_per_session": round((keys_after - keys_before) / sessions, 1),
         "stream_node_max_bytes": node_max_bytes(r),
+        "by_kind": by_kind,
     }
 
 
@@ -529,7 +584,9 @@ def report(console: Console, out: dict[str, Any]) -> None:
     console.print(
         f"memory per idle session over {m['sessions']} sessions: INFO memory "
         f"{m['info_bytes_per_session']} B, MEMORY USAGE {m['usage_bytes_per_session']} B, "
-        f"{m['keys_per_session']} keys"
+        f"{m['keys_per_session']} keys; after the compaction pass: INFO memory "
+        f"{m['compacted_info_bytes_per_session']} B, MEMORY USAGE "
+        f"{m['compacted_usage_bytes_per_session']} B"
     )
     console.print("ratios: " + json.dumps(out["ratios"]))
 

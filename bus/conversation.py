@@ -233,4 +233,9 @@ class Conversation:
         for _eid, fields in self.store.read_after(sid, "0-0", 100000):
             if fields.get("id") == msg_id:
                 return dict(json.loads(fields["m"]))
+        # A queue the delivery took whole is emptied (queue_trim.lua), and a message
+        # withdrawn before its delivery has no record: its receipt still names its sender.
+        receipt = self.store.receipt_rows([(sid, msg_id)])[0][0]
+        if receipt and receipt.get("from"):
+            return {f: receipt[f] for f in ("id", "from", "from_session", "thread") if f in receipt}
         return None

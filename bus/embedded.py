@@ -21,8 +21,10 @@ from .private import private_dirs, secret_file
 from .procs import die_with_parent
 
 # Redis 7 allocates each new stream node at stream-node-max-bytes (4096 by default), so
-# every session's queue, events and thread log cost ~4.7 KB each however short they are;
-# at 1024 an idle session takes ~7.9 KB instead of ~17 KB (bench/README.md, memory).
+# a short stream (a quiet session's events, a one-message thread log) costs ~4.7 KB until
+# the scheduler's compaction pass (bus/compact.py) shrinks it; at 1024 it costs ~1.6 KB in
+# the meantime. Smaller nodes were measured no better: 512 puts a session's few events in
+# two nodes and costs busy streams ~25% more (bench/README.md, third round, memory).
 STREAM_NODE_MAX_BYTES = 1024
 STREAM_NODE_ARGS = ("--stream-node-max-bytes", str(STREAM_NODE_MAX_BYTES))
 

@@ -8,7 +8,7 @@ buses, or several tests, share one server.
 | key | type | writer | retention |
 |---|---|---|---|
 | ``P:{sid}:session`` | hash: SessionInfo fields | session open/close, turns, delivery | kept after close |
-| ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | trimmed by MINID below ``trim`` |
+| ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | emptied once the delivery took every entry (queue_trim.lua); else trimmed by MINID below ``trim`` |
 | ``P:{sid}:trim`` | string: stream id below which entries may be trimmed | delivery | - |
 | ``P:{sid}:cursor`` | string: last stream id the delivery has taken | delivery | - |
 | ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency) | send, delivery, withdraw, turn end | pruned with ``idsage`` |
@@ -26,10 +26,10 @@ buses, or several tests, share one server.
 | ``P:{sid}:waiters`` | set: ids whose senders wait for an answer | send --wait | - |
 | ``P:{sid}:ans:{id}`` | list: one answer JSON pushed for a waiting sender | turn end, close | TTL 1 day |
 | ``P:{sid}:threads`` | zset: thread id → newest ms, the session's inbox | delivery, reply | - |
-| ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000 |
+| ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000; compacted when short (bus/compact.py) |
 | ``P:{sid}:gave`` | set: sessions this session gave work to | delivery | - |
 | ``P:{thr}:meta`` | hash: key, label, class, parties, state, type | delivery, decide | - |
-| ``P:{thr}:log`` | stream: the thread's messages in order | delivery, reply | bounded |
+| ``P:{thr}:log`` | stream: the thread's messages in order | delivery, reply | bounded; compacted when short (bus/compact.py) |
 | ``P:{thr}:seen`` | set: message ids already in the log (idempotent append) | delivery | - |
 | ``P:{h:<handle>}:sids`` | set: sessions that carry a handle | session open | - |
 | ``P:{snd:<sha256(sender)>}:bucket`` | hash: tokens, at: the sender's send rate bucket | send, reply (rate.lua) | expires once full again |
@@ -42,6 +42,7 @@ buses, or several tests, share one server.
 | ``P:due`` | zset: ``<what>|<sid>`` → due ms (wakes, flushes, retries) | delivery; scheduler | taken atomically |
 | ``P:sweep`` | string: a scheduler claimed the backlog sweep (SET NX PX) | scheduler | TTL (sweep interval) |
 | ``P:sweep:expiry`` | string: a scheduler claimed the receipts' expiry pass (SET NX PX) | scheduler | TTL (a minute) |
+| ``P:sweep:compact`` | string: a scheduler claimed the short streams' compaction pass (SET NX PX) | scheduler (bus/compact.py) | TTL (a minute) |
 | ``P:workers`` | set: names that keep a heartbeat (hosts' workers, ``scheduler``) | worker, scheduler | - |
 | ``P:beat:<name>`` | hash: pid, started, beat (ms), progress (ms), done: a worker's or the scheduler's heartbeat | worker, scheduler | - |
 | ``P:celery:<queue>`` | list: Celery's broker queue (``host.<H>``, ``inbox``), read for its depth | Celery (kombu) | - |
@@ -169,6 +170,10 @@ class Keys:
     @property
     def expiry_sweep(self) -> str:
         return f"{self.prefix}:sweep:expiry"
+
+    @property
+    def compact_sweep(self) -> str:
+        return f"{self.prefix}:sweep:compact"
 
     @property
     def workers(self) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import confirm
 from .clock import SYSTEM, Clock
+from .compact import compact_all
 from .dispatch import deliver_many
 from .liveness import SCHEDULER, Heartbeat
 from .models import now_ms
@@ -47,7 +48,15 @@ def tick(bus: Bus, *, sweep: bool | None = None, clock: Clock = SYSTEM) -> dict[
         swept = sweep_backlogs(bus, clock=clock)
     # Messages no notice got in for INBOX_EXPIRE_S end expired (at most once a minute).
     expired = bus.receipts.expire_all(force=bool(sweep))
-    return {"taken": len(taken), "dispatched": dispatched, "swept": swept, "expired": expired}
+    # Quiet sessions' short streams shrunk to their entries (at most once a minute).
+    compacted = compact_all(store, force=bool(sweep))
+    return {
+        "taken": len(taken),
+        "dispatched": dispatched,
+        "swept": swept,
+        "expired": expired,
+        "compacted": compacted,
+    }
 
 
 def _by_host(bus: Bus, sids: list[str]) -> dict[str, list[str]]:

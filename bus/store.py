@@ -25,6 +25,7 @@ from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .errors import RateLimited, Unavailable
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
+from .store_compact import CompactStore
 from .store_inbox import InboxStore
 from .store_items import ItemStore
 from .store_many import ManyStore
@@ -66,7 +67,7 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
     )
 
 
-class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore):
+class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore, CompactStore):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 
     The inbox and thread records are in :mod:`bus.store_inbox`, items and typed
@@ -317,12 +318,18 @@ class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore):
         pipe.execute()
 
     def set_trim_floor(self, sid: str, keep: int) -> None:
-        """Let entries older than the last ``keep`` delivered ones be trimmed by later XADDs.
+        """Trim the queue's delivered entries after a delivery (one round trip, usually).
 
-        Runs after every delivery, so it reads the tail only once the stream has grown to
-        twice ``keep``: the cost is paid once per ``keep`` messages, not per delivery.
+        When the delivery took every entry (the newest one is the cursor's), they all go
+        (``queue_trim.lua``): an idle session's queue is an empty stream that keeps its last
+        id, not a node of ``stream-node-max-bytes``. The messages live on in the inbox
+        records and the thread log. While some remain undelivered, entries older than the
+        last ``keep`` delivered ones may be trimmed by later XADDs; that tail is read only
+        once the stream has grown to twice ``keep``, so its cost is paid once per ``keep``
+        messages, not per delivery.
         """
-        if self.r.xlen(self.k.s(sid, "stream")) <= 2 * keep:
+        length = int(self.run("queue_trim", sid, ("stream", "cursor"), []))
+        if length <= 2 * keep:
             return
         cursor = self.cursor(sid)
         rows = self.r.xrevrange(self.k.s(sid, "stream"), max=cursor, count=keep + 1)
@@ -445,7 +452,9 @@ class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore):
 
     def claim_sweep(self, every_ms: int, *, what: str = "backlog") -> bool:
         """True for one caller per ``every_ms`` across every process (SET NX PX): the
-        backlog sweep (``what="backlog"``) or the receipts' expiry pass (``"expiry"``)
-        then runs once an interval, not once per scheduler or pool child."""
-        key = {"backlog": self.k.sweep, "expiry": self.k.expiry_sweep}[what]
+        backlog sweep (``what="backlog"``), the receipts' expiry pass (``"expiry"``) or
+        the short streams' compaction (``"compact"``, :mod:`bus.compact`) then runs once
+        an interval, not once per scheduler or pool child."""
+        keys = {"backlog": self.k.sweep, "expiry": self.k.expiry_sweep}
+        key = keys.get(what) or self.k.compact_sweep
         return bool(self.r.set(key, "1", nx=True, px=every_ms))

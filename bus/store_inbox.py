@@ -95,12 +95,16 @@ class InboxStore:
         for sid in sids:
             pipe.hvals(self.k.s(sid, "msgs"))
             pipe.xrevrange(self.k.s(sid, "stream"), count=1)
+            # A queue the delivery took whole is emptied (queue_trim.lua): its newest
+            # entry was the cursor's.
+            pipe.get(self.k.s(sid, "cursor"))
         replies = pipe.execute()
         out = []
-        for raw, last in zip(replies[0::2], replies[1::2], strict=True):
+        for raw, last, cursor in zip(replies[0::3], replies[1::3], replies[2::3], strict=True):
             marks = [str(json.loads(x).get("mark")) for x in raw]
+            newest = str(last[0][0]) if last else str(cursor or "0-0")
             # A stream id is "<ms>-<seq>": its first part is when the message came.
-            out.append((marks, int(str(last[0][0]).split("-")[0]) if last else 0))
+            out.append((marks, int(newest.split("-")[0])))
         return out
 
     def new_ids(self, sid: str) -> list[str]:

@@ -47,7 +47,9 @@ def tok(**kw: Any) -> str:
 
 
 def stream_len(b: Bus, sid: str) -> int:
-    return int(b.store.r.xlen(b.store.k.s(sid, "stream")))
+    """Messages ever stored for ``sid``: one send answer each (a delivered queue is
+    emptied, so its length counts only what waits)."""
+    return int(b.store.r.hlen(b.store.k.s(sid, "ids")))
 
 
 def keys_of(b: Bus) -> set[str]:

@@ -189,13 +189,25 @@ def test_records_go_to_the_sessions_event_log(store: Store) -> None:
     assert fields["note"] == "x" and int(fields["at"]) > 0
 
 
-def test_the_trim_floor_keeps_the_last_delivered(store: Store) -> None:
+def test_the_trim_floor_keeps_the_last_delivered_while_some_wait(store: Store) -> None:
     for i in range(30):
         store.append("s10", f"m{i}", "{}", "{}")
     rows = store.read_after("s10", "0-0")
-    store.advance("s10", rows[-1][0])
+    store.advance("s10", rows[-2][0])  # the newest one is not taken yet
     store.set_trim_floor("s10", keep=5)
-    assert store.r.get(store.k.s("s10", "trim")) == rows[-6][0]
+    assert store.r.get(store.k.s("s10", "trim")) == rows[-7][0]
+    assert store.read_after("s10", store.cursor("s10")) == rows[-1:]
+
+
+def test_a_queue_taken_whole_is_emptied(store: Store) -> None:
+    for i in range(30):
+        store.append("s11", f"m{i}", "{}", "{}")
+    rows = store.read_after("s11", "0-0")
+    store.advance("s11", rows[-1][0])
+    store.set_trim_floor("s11", keep=5)
+    assert store.r.xlen(store.k.s("s11", "stream")) == 0
+    store.append("s11", "m30", "{}", "{}")
+    assert [f["id"] for _e, f in store.read_after("s11", store.cursor("s11"))] == ["m30"]
 
 
 def test_one_sweep_claim_per_interval(store: Store) -> None:

@@ -1,0 +1,66 @@
+"""Short streams rewritten to the memory their entries need (issue 13, memory).
+
+Redis 7 allocates each new stream node at ``stream-node-max-bytes`` (4096 by default)
+however short its entries, so a quiet session's ``events`` and a one-message thread's
+``log`` take ~4.7 KB each on a default server. Once a minute (claimed in Redis, as the
+receipts' expiry pass is; :data:`CHUNK` sessions a tick) the scheduler rewrites each such stream of at most
+:data:`MAX_ENTRIES` entries whose memory exceeds its entries' bytes by more than
+:data:`SLACK_BYTES` plus :data:`NODE_BYTES` a node (``stream_compact.lua``: DUMP + RESTORE REPLACE in one script, the
+same entries, last id and TTL in nodes sized to fit). A stream already compact, or
+long (its nodes then full but the last), is left alone. A server that refuses DUMP,
+RESTORE or MEMORY (some managed services) turns the pass off for the process, once logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import redis
+
+if TYPE_CHECKING:
+    from .store import Store
+
+log = logging.getLogger(__name__)
+
+COMPACT_EVERY_S = 60.0
+MAX_ENTRIES = 64
+SLACK_BYTES = 500
+NODE_BYTES = 400
+CHUNK = 500  # sessions per round trip, and per scheduler tick
+
+_refused = False
+_left: dict[str, list[str]] = {}  # key prefix -> sessions this process's pass has left
+
+
+def compact_all(store: Store, *, force: bool = False) -> int:
+    """Compact the sessions' short streams; the bytes saved (MEMORY USAGE).
+
+    A pass starts at most once a minute across every process and goes :data:`CHUNK`
+    sessions a call (one scheduler tick), so a large registry never holds up a tick's
+    wakes; ``force`` does every session now."""
+    global _refused
+    if _refused:
+        return 0
+    prefix = store.k.prefix
+    left = _left.get(prefix) or []
+    if force:
+        left = store.session_ids()
+    elif not left:
+        if not store.claim_sweep(int(COMPACT_EVERY_S * 1000), what="compact"):
+            return 0
+        left = store.session_ids()
+    saved = 0
+    try:
+        while left:
+            chunk, left = left[:CHUNK], left[CHUNK:]
+            keys = store.session_streams(chunk)
+            saved += store.compact_streams(keys, MAX_ENTRIES, SLACK_BYTES, NODE_BYTES)
+            if not force:
+                break
+    except redis.ResponseError as exc:
+        _refused = True
+        left = []
+        log.warning("stream compaction off: the server refused it (%s)", exc)
+    _left[prefix] = left
+    return saved

@@ -1,0 +1,53 @@
+"""The store's compaction of short streams (:mod:`bus.compact`): one script per stream,
+pipelined, each stream a key of its own slot.
+
+A mixin of :class:`~bus.store.Store` like :mod:`bus.store_many`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .keys import is_thread_id
+
+
+class CompactStore:
+    """Short streams rewritten to the memory their entries need."""
+
+    r: Any
+    k: Any
+
+    def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
+        raise NotImplementedError
+
+    def pipeline(self, transaction: bool = False) -> Any:  # Store defines it
+        raise NotImplementedError
+
+    def compact_streams(
+        self, keys: list[str], max_entries: int, slack: int, node_bytes: int
+    ) -> int:
+        """Run ``stream_compact.lua`` on each stream of ``keys`` (built by
+        :class:`~bus.keys.Keys`); the bytes saved, by MEMORY USAGE. One round trip per
+        node; raises the server's error when it refuses DUMP, RESTORE or MEMORY."""
+        if not keys:
+            return 0
+        script = self.script("stream_compact")
+        pipe = self.pipeline()
+        for key in keys:
+            script(keys=[key], args=[max_entries, slack, node_bytes], client=pipe)
+        return sum(int(x or 0) for x in pipe.execute())
+
+    def session_streams(self, sids: list[str]) -> list[str]:
+        """The streams a quiet session keeps: its ``events`` and each of its threads'
+        ``log``s (a thread shared by two sessions once), one round trip per node."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.zrange(self.k.s(sid, "threads"), 0, -1)
+        keys = [self.k.s(sid, "events") for sid in sids]
+        seen: set[str] = set()
+        for threads in pipe.execute():
+            for thread in threads:
+                if thread not in seen and is_thread_id(str(thread)):
+                    seen.add(thread)
+                    keys.append(self.k.t(str(thread), "log"))
+        return keys

@@ -1,0 +1,171 @@
+"""What an idle session keeps in Redis (issue 13, memory): counts, not timings.
+
+An idle session here is one that was registered and had one message delivered and noticed
+(bench/swarm.py's memory row)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import redis
+
+from bus import compact
+from bus.api import Bus
+from bus.compact import MAX_ENTRIES, compact_all
+from bus.errors import Refused
+from bus.watch import top_rows
+from tests.conftest import wait_for
+
+
+def send(b: Bus, to: str, text: str) -> dict[str, Any]:
+    return b.send({"from": "ha:lane", "to_id": to, "text": text, "class": "action"})
+
+
+def test_a_delivered_queue_is_emptied_and_keeps_its_last_id(bus: Bus) -> None:
+    bus.open_session("coord")
+    bus.turn("coord", "start")
+    first = send(bus, "coord", "hello")
+    bus.deliver_session("coord")
+    bus.drain("coord")
+    store, key = bus.store, bus.store.k.s("coord", "stream")
+    cursor = store.cursor("coord")
+    # The delivery took the whole queue: no entry (so no stream node) is left ...
+    assert store.r.xlen(key) == 0
+    assert store.backlog("coord") == 0
+    # ... but the stream stays, with its last id: the next entry still sorts after the cursor.
+    assert store.r.exists(key) == 1
+    assert str(store.r.xinfo_stream(key)["last-generated-id"]) == cursor
+    # The message lives on in the inbox, the top row still dates the last arrival.
+    assert store.records("coord", [first["id"]])[0]["mark"] == "noticed"
+    row = next(r for r in top_rows(bus) if r["session"] == "coord")
+    assert row["last_at"] >= int(cursor.split("-")[0])
+
+    second = send(bus, "coord", "again")
+    assert store.backlog("coord") == 1
+    assert [f["id"] for _e, f in store.read_after("coord", cursor)] == [second["id"]]
+    # A resend of the first (its entry gone) is still answered from the ids, not stored.
+    again = bus.send({"from": "ha:lane", "to_id": "coord", "text": "hello", "id": first["id"]})
+    assert again["id"] == first["id"] and store.backlog("coord") == 1
+    # A trim now (as after a delivery that raced this send) keeps the entry not yet taken.
+    store.set_trim_floor("coord", bus.settings.stream_keep)
+    assert [f["id"] for _e, f in store.read_after("coord", cursor)] == [second["id"]]
+    bus.deliver_session("coord")
+    assert store.r.xlen(key) == 0
+    assert [r["m"]["id"] for r in store.records("coord", [second["id"]])] == [second["id"]]
+
+
+def test_a_message_withdrawn_before_its_delivery_stays_withdrawn_once_the_queue_is_empty(
+    bus: Bus,
+) -> None:
+    bus.open_session("me")
+    bus.open_session("lane")
+    sent = bus.send({"from": "hosta:me", "from_session": "me", "to_id": "lane", "text": "oops"})
+    assert bus.withdraw(sent["id"], by="me")["state"] == "unsent"
+    bus.deliver_session("lane")  # skips it, then empties the queue
+    assert bus.store.r.xlen(bus.store.k.s("lane", "stream")) == 0
+    with pytest.raises(Refused):
+        bus.withdraw(sent["id"], by="someone-else")
+    assert bus.withdraw(sent["id"], by="me")["state"] == "withdrawn"
+
+
+def test_the_compaction_pass_shrinks_short_streams_and_keeps_what_they_hold(bus: Bus) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.turn("coord", "start")
+    sent = send(bus, "coord", "hello")
+    bus.deliver_session("coord")
+    bus.drain("coord")
+    [thread] = store.threads_of("coord")
+    streams = [k.s("coord", "events"), k.t(thread, "log")]
+    # A long stream is left alone: its DUMP would cost its size.
+    long_key = k.s("other", "events")
+    for i in range(MAX_ENTRIES + 1):
+        store.r.xadd(long_key, {"kind": "x", "n": str(i)})
+
+    def snapshot(key: str) -> tuple[Any, ...]:
+        info = store.r.xinfo_stream(key)
+        return (store.r.xrange(key), info["last-generated-id"], info["entries-added"])
+
+    before = {key: snapshot(key) for key in [*streams, long_key]}
+    usage = {key: store.r.memory_usage(key, samples=0) for key in [*streams, long_key]}
+    saved = compact_all(store, force=True)
+    # At the default stream-node-max-bytes (4096) each short stream held a ~4.7 KB node.
+    assert saved > 0 or all(usage[key] <= 2048 for key in streams)
+    for key in streams:
+        assert snapshot(key) == before[key]  # the same entries, last id, count
+        # Compact: about its entries' bytes plus the stream's fixed cost, not a whole node.
+        assert store.r.memory_usage(key, samples=0) <= 2048, key
+    assert snapshot(long_key) == before[long_key]
+    assert store.r.memory_usage(long_key, samples=0) == usage[long_key]
+    # Already compact: a second pass leaves everything as it is.
+    assert compact_all(store, force=True) == 0
+    # The streams go on: a new record after the compacted ones.
+    second = send(bus, "coord", "again")
+    bus.deliver_session("coord")
+    assert [f.get("id") for _e, f in store.r.xrange(k.t(thread, "log"))][-2:] == [
+        sent["id"],
+        second["id"],
+    ]
+
+
+def test_a_reader_blocked_on_a_stream_gets_its_next_entry_across_a_compaction(bus: Bus) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    store.record("coord", "probe", note="before")
+    key = k.s("coord", "events")
+    last = store.last_event_id("coord")
+    name = f"blocked-{key}".replace(" ", "_")
+    got: list[Any] = []
+    assert bus.settings.redis_url
+    reader = redis.Redis.from_url(
+        bus.settings.redis_url, decode_responses=True, single_connection_client=True
+    )
+
+    def read() -> None:
+        reader.client_setname(name)
+        got.extend(reader.xread({key: last}, block=10_000) or [])
+
+    t = threading.Thread(target=read)
+    t.start()
+    try:
+        wait_for(
+            lambda: any(
+                c.get("name") == name and c.get("cmd") == "xread" for c in store.r.client_list()
+            ),
+            what="the reader blocked",
+        )
+        saved = compact_all(store, force=True)
+        store.record("coord", "probe", note="after")
+        t.join(15)
+    finally:
+        t.join(15)
+        reader.close()
+    assert not t.is_alive()
+    [(_key, [(_eid, fields)])] = got
+    assert fields["note"] == "after"
+    # It was rewritten (a one-record stream on a default server holds a 4 KB node).
+    assert saved > 0 or store.r.config_get("stream-node-max-bytes") != {
+        "stream-node-max-bytes": "4096"
+    }
+
+
+def test_a_compaction_pass_goes_a_chunk_of_sessions_a_tick(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compact, "CHUNK", 1)
+    store = bus.store
+    for sid in ("a1", "a2"):
+        bus.open_session(sid)
+        store.record(sid, "probe", note="x")
+    usage = lambda sid: store.r.memory_usage(store.k.s(sid, "events"), samples=0)  # noqa: E731
+    big = {sid: usage(sid) for sid in ("a1", "a2")}
+    first = compact_all(store)  # claims the pass, does one session
+    if max(big.values()) > 2048:  # a default server: each one-record stream held 4 KB
+        assert [usage(sid) < big[sid] for sid in ("a1", "a2")] in ([True, False], [False, True])
+        assert first > 0
+    compact_all(store)  # the rest of the pass, without a new claim
+    assert all(usage(sid) <= 2048 for sid in ("a1", "a2"))
+    store.record("a1", "probe", note="y")
+    assert compact_all(store) == 0  # the next pass waits for its minute

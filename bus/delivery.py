@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .metrics import Metrics
     from .settings import Settings
     from .store import Store
+    from .store_delivery import DeliveryStart
 
 log = logging.getLogger(__name__)
 
@@ -59,33 +60,48 @@ def raw_mode(bus: DeliveryHost, info: SessionInfo | None) -> bool:
 
 
 def deliver_session(bus: DeliveryHost, sid: str) -> DeliveryReport:
-    """Deliver everything queued for ``sid``; ``busy`` when another delivery holds it."""
+    """Deliver everything queued for ``sid``; ``busy`` when another delivery holds it.
+
+    The fixed steps go in few round trips (bus.store_delivery): the lock, the dispatch
+    flag and the first read in one script, the plan's reads with the fence in one
+    pipeline, the unlock with the hand-off flag in one more."""
     report = DeliveryReport(session=sid)
     store = bus.store
-    lease = Lease.acquire(store, sid)
-    if lease is None:
+    # Cleared with the lock taken, before reading: a send after this dispatches afresh.
+    start = store.begin_delivery(sid, BATCH)
+    if start is None:
         report.busy = True
         return report
+    lease = Lease.adopt(store, sid, start.token, start.sent_at)
     report.lease = lease
     try:
-        # Cleared before reading: a send after this point dispatches a fresh delivery.
-        store.clear_pending(sid)
-        _recover_raw(bus, sid, report)
+        first: DeliveryStart | None = start
+        advance_to: str | None = None
+        if start.rawflight is not None:
+            _recover_raw(bus, sid, report, start.rawflight)
+            first = None
         while True:
-            rows = store.read_after(sid, store.cursor(sid), BATCH)
-            if not rows:
-                break
-            info = store.get_session(sid)
+            if first is not None and first.rows is not None:
+                rows, info, answers = first.rows, first.info, first.answers
+                first = None
+                if not rows:
+                    break
+                msgs = [json.loads(fields["m"]) for _eid, fields in rows]
+            else:
+                rows = store.read_after(sid, store.cursor(sid), BATCH)
+                if not rows:
+                    break
+                info = store.get_session(sid)
+                msgs = [json.loads(fields["m"]) for _eid, fields in rows]
+                answers = store.first_answers(sid, [m["id"] for m in msgs])
             raw = raw_mode(bus, info)
-            msgs = [json.loads(fields["m"]) for _eid, fields in rows]
-            answers = store.first_answers(sid, [m["id"] for m in msgs])
             batch: list[tuple[dict[str, Any], int]] = []
-            for (eid, _fields), msg, first in zip(rows, msgs, answers, strict=True):
+            for (eid, _fields), msg, first_answer in zip(rows, msgs, answers, strict=True):
                 if raw and not lease.held():
                     # Past the lease another delivery may have started: stop, not race it.
                     report.busy = True
                     return report
-                if (first or {}).get("state") == "withdrawn":
+                if (first_answer or {}).get("state") == "withdrawn":
                     report.skipped += 1
                     if raw:
                         store.advance(sid, eid)
@@ -95,22 +111,33 @@ def deliver_session(bus: DeliveryHost, sid: str) -> DeliveryReport:
                     # The stream entry's id is the Redis clock when the bus stored it.
                     batch.append((msg, int(eid.split("-")[0])))
             if not raw:
-                if not lease.held():
+                # Ingest writes only Redis, idempotently: a confirmation within the fresh
+                # window (the lock was just taken) is the fence (bus.lease).
+                if not lease.held(fresh=True):
                     report.busy = True
                     return report
                 bus.inbox.ingest(sid, batch, info, report)
                 # Taking a message into the inbox is idempotent, so the cursor moves once
                 # per batch; a raw line moves it one by one (it must be written once).
-                store.advance(sid, rows[-1][0])
+                # The last batch's move goes with the snapshot below, one trip fewer.
+                if len(rows) < BATCH:
+                    advance_to = rows[-1][0]
+                else:
+                    store.advance(sid, rows[-1][0])
+            if len(rows) < BATCH:
+                # The queue's end: a send after the read dispatched a delivery, which
+                # hands its work to this one (bus.handoff), so no second, empty read.
+                break
         if report.raw or report.inbox:
             bus.metrics.incr("messages_in", report.raw + report.inbox)
-        if not lease.held():
+        snap = store.delivery_snapshot(sid, lease.token, advance_to=advance_to)
+        if not lease.confirmed(snap.held, snap.sent_at):
             report.busy = True
             return report
-        bus.inbox.after_delivery(sid, report)
+        bus.inbox.after_delivery(sid, report, snap)
         store.set_trim_floor(sid, bus.settings.stream_keep)
     finally:
-        lease.release()
+        report.again = lease.release(take_again=not report.busy)
         report.lease = None
     return report
 
@@ -131,11 +158,10 @@ def _write_raw(
     )
 
 
-def _recover_raw(bus: DeliveryHost, sid: str, report: DeliveryReport) -> None:
+def _recover_raw(
+    bus: DeliveryHost, sid: str, report: DeliveryReport, flight: dict[str, str]
+) -> None:
     """Finish a raw write a killed worker left: skip it if its line is on the floor."""
-    flight = bus.store.rawflight(sid)
-    if not flight:
-        return
     if bus.floor.contains_id(sid, flight["id"]):
         log.info(
             "delivery for %s: %s was written before a crash; not writing it again",

@@ -25,6 +25,7 @@ from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .errors import RateLimited, Unavailable
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
+from .store_delivery import DeliveryStore
 from .store_inbox import InboxStore
 from .store_items import ItemStore
 from .store_many import ManyStore
@@ -39,6 +40,28 @@ _SCRIPTS = ("append", "unlock", "extend_lock", "take_due")
 def load_script(client: redis.Redis, name: str) -> Any:
     text = (LUA_DIR / f"{name}.lua").read_text()
     return client.register_script(text)
+
+
+def inline_script_loads(pipe: Any) -> Any:
+    """``pipe`` (a redis-py pipeline) without the round trip redis-py spends on its scripts.
+
+    Before executing a pipeline that holds a script, redis-py sends ``SCRIPT EXISTS`` (and
+    ``SCRIPT LOAD`` for a missing one) on its own: one more round trip per pipeline. Here a
+    ``SCRIPT LOAD`` of each script goes at the head of the pipeline instead, in the same
+    round trip: it loads a script the server lost (a restart) and is a hash lookup when it
+    is there. Its replies are taken off, so the caller gets the replies it queued."""
+    real_execute = pipe.execute
+
+    def execute(raise_on_error: bool = True) -> Any:
+        scripts = list(pipe.scripts)
+        if not scripts:
+            return real_execute(raise_on_error)
+        pipe.scripts = set()
+        pipe.command_stack[:0] = [(("SCRIPT LOAD", s.script), {}) for s in scripts]
+        return real_execute(raise_on_error)[len(scripts) :]
+
+    pipe.execute = execute
+    return pipe
 
 
 def _session_from_hash(data: dict[str, str]) -> SessionInfo:
@@ -66,7 +89,7 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
     )
 
 
-class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore):
+class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore, DeliveryStore):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 
     The inbox and thread records are in :mod:`bus.store_inbox`, items and typed
@@ -103,7 +126,7 @@ class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore):
         """
         if self.cluster:
             return OrderedBatch(self.r, self._sources)
-        return self.r.pipeline(transaction=transaction)
+        return inline_script_loads(self.r.pipeline(transaction=transaction))
 
     def blocking_client(self) -> Any:
         """The store's server on a client without a read timeout, for BLPOP and XREAD

@@ -74,6 +74,7 @@ def deliver_session(bus: DeliveryHost, sid: str) -> DeliveryReport:
         return report
     lease = Lease.adopt(store, sid, start.token, start.sent_at)
     report.lease = lease
+    finished = False
     try:
         first: DeliveryStart | None = start
         advance_to: str | None = None
@@ -136,8 +137,10 @@ def deliver_session(bus: DeliveryHost, sid: str) -> DeliveryReport:
             return report
         bus.inbox.after_delivery(sid, report, snap)
         store.set_trim_floor(sid, bus.settings.stream_keep)
+        finished = True
     finally:
-        report.again = lease.release(take_again=not report.busy)
+        # The hand-off flag goes with the unlock only after a whole run (bus.handoff).
+        report.again = lease.release(take_again=finished)
         report.lease = None
     return report
 

@@ -252,14 +252,17 @@ class Inbox:
         elif plan.action in ("notice", "wake"):
             if not report.still_held():
                 return  # the lease lapsed: another delivery may be writing (bus/lease.py)
-            notice = self.notice(sid, wake=plan.action == "wake", reason=plan.reason)
+            notice = self.notice(sid, wake=plan.action == "wake", reason=plan.reason, info=info)
             if notice:
                 report.notices.append(notice)
         elif plan.action == "raw" and view.pending:
             self._pending_raw(sid, report)
 
-    def notice(self, sid: str, *, wake: bool, reason: str) -> dict[str, Any] | None:
-        """Build the one notice in flight, deliver it, and record how it went."""
+    def notice(
+        self, sid: str, *, wake: bool, reason: str, info: SessionInfo | None = None
+    ) -> dict[str, Any] | None:
+        """Build the one notice in flight, deliver it, and record how it went. ``info``:
+        the session record as the plan read it (``None``: read when needed)."""
         store = self.store
         nid = f"ntc-{uuid.uuid4()}"
         taken = store.run(
@@ -288,35 +291,35 @@ class Inbox:
         except OSError as exc:
             self._revert(sid, nid, f"floor: {exc}")
             return None
-        if via == "socket":
-            # The ack is the confirmation (floor_drained.lua, as mark_noticed), and a
-            # refused notice may be tried again now: one round trip.
-            store.confirm_and_clear_retry(sid, [nid], "socket", self.clock.now_ms())
-        else:
-            faults.point("notice:after_append")
-            # A drain may already have taken the line and confirmed the notice in flight;
-            # then this finds nothing to record.
-            store.run(
-                "notice_done",
-                sid,
-                ("notice", "msgs", "carried", "floor", "events"),
-                [nid, self.clock.now_ms(), via],
-            )
-            store.clear_retry(sid)
         now = self.clock.now_ms()
+        # A wake starts a turn: until the harness reports its end the session counts as
+        # running, so later messages join a steer instead of waking it again. The wake
+        # command runs right after the state change (a Redis write failing in between, a
+        # restart, would leave the session running with its harness never told), and the
+        # wake record follows it; with no command to run the record goes with the rest.
+        run_cmd = wake and via == "file" and (info is None or bool(info.wake_cmd))
+        if via != "socket":
+            faults.point("notice:after_append")
+        # The ack is the confirmation (floor_drained.lua, as mark_noticed); a file line is
+        # recorded written (a drain may already have taken and confirmed it: then this
+        # finds nothing to record); a refused notice may be tried again now. One trip.
+        store.finish_notice(
+            sid,
+            nid,
+            via,
+            now,
+            heard=via == "socket",
+            running=wake,
+            wake=None if not wake or run_cmd else {"notice": nid, "reason": reason},
+        )
         self.metrics.incr("notices")
         oldest = min(int(r.get("at") or now) for r in records)
         self.metrics.observe_latency(max(0, now - oldest) / 1000)
         self.metrics.incr("deliveries", via=via)
         if wake:
-            # A wake starts a turn: until the harness reports its end the session counts
-            # as running, so later messages join a steer instead of waking it again.
-            store.update_session(sid, state="running")
-            if via == "file":
-                # Right after the state change: a Redis write failing in between (a restart)
-                # would leave the session running with its harness never told.
-                self._run_wake_cmd(sid, line)
             self.metrics.incr("wakes" if reason != "flush" else "flushes")
+        if run_cmd:
+            self._run_wake_cmd(sid, line, info)
             store.record(sid, "wake", notice=nid, reason=reason)
         return {"notice": nid, "via": via, "messages": len(records), "wake": wake, "reason": reason}
 
@@ -369,8 +372,11 @@ class Inbox:
             )
         return True
 
-    def _run_wake_cmd(self, sid: str, line: dict[str, Any]) -> None:
-        info = self.store.get_session(sid)
+    def _run_wake_cmd(
+        self, sid: str, line: dict[str, Any], info: SessionInfo | None = None
+    ) -> None:
+        if info is None:
+            info = self.store.get_session(sid)
         if info is None or not info.wake_cmd:
             return
         # No shell unless the command uses shell syntax, and never the bus's secrets.

@@ -5,8 +5,8 @@ to make ~30 round trips, most of them fixed: the lock, the dispatch flag, the in
 raw line, the cursor, the entries, the session record (twice), the send answers, the
 plan's reads, the unlock and the hand-off flag. Here they are grouped: one script to
 start (:meth:`begin_delivery`), one pipeline for the plan with its fence
-(:meth:`delivery_snapshot`), one for the confirmation (:meth:`confirm_and_clear_retry`)
-and one to end (:meth:`unlock_and_take_again`). Every step stays in the ``{sid}`` slot.
+(:meth:`delivery_snapshot`), one after the notice's write (:meth:`finish_notice`) and one
+to end (:meth:`unlock_and_take_again`). Every step stays in the ``{sid}`` slot.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .models import SessionInfo
+from .models import SessionInfo, now_ms
 
 
 @dataclass
@@ -144,16 +144,44 @@ class DeliveryStore:
             },
         )
 
-    def confirm_and_clear_retry(self, sid: str, nids: list[str], via: str, now: int) -> int:
-        """:meth:`~bus.store_inbox.InboxStore.confirm_notices` and
-        :meth:`~bus.store_inbox.InboxStore.clear_retry`, in that order, one round trip."""
+    def finish_notice(
+        self,
+        sid: str,
+        nid: str,
+        via: str,
+        now: int,
+        *,
+        heard: bool,
+        running: bool = False,
+        wake: dict[str, str] | None = None,
+    ) -> None:
+        """What follows a notice's write, in this order, one round trip: ``heard`` (a
+        socket's ack) confirms it (as :meth:`~bus.store_inbox.InboxStore.confirm_notices`),
+        else it is recorded written (``notice_done.lua``); the session's ``retry_at`` is
+        dropped (:meth:`~bus.store_inbox.InboxStore.clear_retry`); ``running`` sets its
+        state so (:meth:`~bus.store.Store.update_session`); ``wake`` appends a ``wake``
+        record with those fields (:meth:`~bus.store.Store.record`)."""
+        k = self.k
         pipe = self.pipeline()
-        keys = ("floor", "msgs", "carried", "events", "notice", "session")
-        self.script("floor_drained")(
-            keys=[self.k.s(sid, n) for n in keys], args=[now, via, *nids], client=pipe
-        )
-        pipe.hdel(self.k.s(sid, "session"), "retry_at")
-        return int(pipe.execute()[0])
+        keys: tuple[str, ...]
+        if heard:
+            keys = ("floor", "msgs", "carried", "events", "notice", "session")
+            args: list[Any] = [now, via, nid]
+            name = "floor_drained"
+        else:
+            keys = ("notice", "msgs", "carried", "floor", "events")
+            args = [nid, now, via]
+            name = "notice_done"
+        self.script(name)(keys=[k.s(sid, n) for n in keys], args=args, client=pipe)
+        pipe.hdel(k.s(sid, "session"), "retry_at")
+        # The record's and the session's own times are the system clock's, as ever.
+        stamp = str(now_ms())
+        if running:
+            pipe.hset(k.s(sid, "session"), mapping={"updated_at": stamp, "state": "running"})
+        if wake is not None:
+            record = {"kind": "wake", "at": stamp, **wake}
+            pipe.xadd(k.s(sid, "events"), record, maxlen=10000, approximate=True)
+        pipe.execute()
 
     def unlock_and_take_again(self, sid: str, token: str) -> bool:
         """:meth:`~bus.store.Store.unlock`, then :meth:`~bus.store_inbox.InboxStore.take_again`,

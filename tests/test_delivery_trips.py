@@ -82,7 +82,8 @@ def test_a_kick_with_one_message_makes_few_round_trips_and_no_script_exists(
     assert got[-1]["notice"]["messages"] == [sent["id"]]
     assert empty.inbox == 0 and not empty.notices
     # Before: 31 round trips for this kick and 13 for an empty one. Now: begin, sender
-    # lookup, ingest, snapshot (with the cursor), notice_take (with records), confirm,
+    # lookup, ingest, snapshot (with the cursor), notice_take (with records), confirm (with
+    # the retry and state fields),
     # the trim check, unlock (with the hand-off flag), the counters.
     assert kick <= 10, commands
     assert empty_kick <= 4
@@ -249,3 +250,63 @@ def test_release_takes_the_hand_off_flag_with_the_unlock(bus: Bus) -> None:
     assert not store.r.exists(store.k.s("h", "lock"), store.k.s("h", "again"))
     again = Lease.acquire(store, "h")
     assert again is not None and again.release(take_again=True) is False
+
+
+def test_a_debounced_wake_makes_few_round_trips(make_bus: Callable[..., Bus], trips: Trips) -> None:
+    from bus.clock import ManualClock
+    from bus.models import now_ms
+
+    clock = ManualClock(now_ms())
+    b = standalone(make_bus(clock=clock))
+    b.open_session("w")
+    b.turn("w", "start")
+    b.turn("w", "end")
+    b.send({"id": "blk", "from": "hosta:me", "to_id": "w", "text": "go", "class": "blocker"})
+    assert not b.deliver_session("w").notices  # taken in; the wake waits for the debounce
+    clock.advance(int(b.settings.wake_debounce_s * 1000) + 1000)
+    trips.count, trips.commands = 0, []
+    report = b.deliver_session("w")
+    wake_trips, commands = trips.count, list(trips.commands)
+    assert [n["wake"] for n in report.notices] == [True]
+    assert b.session("w").state == "running"
+    kinds = [f["kind"] for _e, f in b.store.r.xrange(b.store.k.s("w", "events"))]
+    assert kinds[-2:] == ["notice_written", "wake"]
+    # Before: 25. Now: begin, snapshot, notice_take, the notice's records with the state
+    # and the wake record, the trim check, unlock, the counters.
+    assert wake_trips <= 7, commands
+
+
+@pytest.mark.parametrize(
+    ("heard", "running", "wake"),
+    [(True, False, False), (False, False, False), (True, True, True), (False, True, True)],
+)
+def test_finish_notice(bus: Bus, heard: bool, running: bool, wake: bool) -> None:
+    store = bus.store
+    k = store.k
+    bus.open_session("n")
+    store.update_session("n", retry_at=5, state="idle")
+    store.r.zadd(k.s("n", "new"), {"m1": 1})
+    store.r.hset(k.s("n", "msgs"), "m1", json.dumps({"id": "m1", "mark": "new"}))
+    assert store.run("notice_take", "n", ("notice", "new", "wakeq", "events"), ["ntc-1", 2])
+    store.finish_notice(
+        "n",
+        "ntc-1",
+        "socket" if heard else "file",
+        3,
+        heard=heard,
+        running=running,
+        wake={"notice": "ntc-1", "reason": "blocker"} if wake else None,
+    )
+    info = store.get_session("n")
+    assert info is not None and info.state == ("running" if running else "idle")
+    assert store.r.hget(k.s("n", "session"), "retry_at") is None
+    mark = json.loads(store.r.hget(k.s("n", "msgs"), "m1"))["mark"]
+    assert mark == ("noticed" if heard else "new")  # a file line waits for its drain
+    assert store.notice_in_flight("n") is None
+    assert store.floor_notice_ids("n") == ([] if heard else ["ntc-1"])
+    events = [f for _e, f in store.r.xrange(k.s("n", "events"))]
+    assert events[-1]["kind"] == (
+        "wake" if wake else "inbox_noticed" if heard else "notice_written"
+    )
+    if wake:
+        assert events[-1]["notice"] == "ntc-1" and events[-1]["reason"] == "blocker"

@@ -45,6 +45,7 @@ class DeliverySnapshot:
     info: SessionInfo | None
     notice_id: str | None
     floor_ids: list[str]
+    rows: list[tuple[str, dict[str, str]]]
     view: dict[str, int | None]
 
 
@@ -99,13 +100,20 @@ class DeliveryStore:
         )
 
     def delivery_snapshot(
-        self, sid: str, token: str, *, advance_to: str | None = None
+        self,
+        sid: str,
+        token: str,
+        *,
+        advance_to: str | None = None,
+        read_after: str | None = None,
+        count: int = 200,
     ) -> DeliverySnapshot:
         """The fence (as :meth:`~bus.store.Store.extend_lock`) and, in the same round
         trip, the session record, the notice in flight, the floor's unconfirmed notices and
         the plan's view (as :meth:`~bus.store_inbox.InboxStore.inbox_view`). With
         ``advance_to``, first :meth:`~bus.store.Store.advance` the cursor to it (in MULTI
-        where the server allows one)."""
+        where the server allows one); with ``read_after``, also up to ``count`` entries
+        after that stream id (as :meth:`~bus.store.Store.read_after`) in ``rows``."""
         k = self.k
         pipe = self.pipeline(transaction=advance_to is not None)
         if advance_to is not None:
@@ -122,10 +130,13 @@ class DeliveryStore:
         pipe.zrange(k.s(sid, "new"), 0, 0, withscores=True)
         pipe.exists(k.s(sid, "notice"))
         pipe.hget(k.s(sid, "session"), "retry_at")
+        if read_after is not None:
+            pipe.xrange(k.s(sid, "stream"), min=f"({read_after}", count=count)
         sent_at = time.monotonic()
         replies = pipe.execute()
         if advance_to is not None:
             replies = replies[2:]
+        entries = replies.pop() if read_after is not None else []
         held, session, nid, floor, pending, wake, first, building, retry_at = replies
         from .store import _session_from_hash
 
@@ -135,6 +146,7 @@ class DeliveryStore:
             info=_session_from_hash(dict(session)) if session else None,
             notice_id=str(nid) if nid else None,
             floor_ids=[str(n) for n in floor],
+            rows=[(str(eid), dict(fields)) for eid, fields in entries],
             view={
                 "pending": int(pending),
                 "first_wake_at": int(wake[0][1]) if wake else None,

@@ -310,3 +310,46 @@ def test_finish_notice(bus: Bus, heard: bool, running: bool, wake: bool) -> None
     )
     if wake:
         assert events[-1]["notice"] == "ntc-1" and events[-1]["reason"] == "blocker"
+
+
+def test_the_snapshot_reads_the_entries_after_the_batch(bus: Bus) -> None:
+    store = bus.store
+    bus.open_session("r")
+    for i in range(3):
+        bus.send({"id": f"r{i}", "from": "hosta:me", "to_id": "r", "text": str(i)})
+    entries = store.read_after("r", "0-0", 200)
+    start = store.begin_delivery("r", 200)
+    assert start is not None
+    snap = store.delivery_snapshot("r", start.token, read_after=entries[0][0], count=1)
+    assert snap.rows == entries[1:2]
+    snap = store.delivery_snapshot(
+        "r", start.token, advance_to=entries[2][0], read_after=entries[2][0]
+    )
+    assert snap.rows == [] and store.cursor("r") == entries[2][0]
+    store.unlock("r", start.token)
+
+
+def test_a_message_sent_while_a_batch_is_taken_in_goes_in_the_same_notice(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus.open_session("late")
+    bus.turn("late", "start")
+    got: list[dict[str, Any]] = []
+    listener = Listener.for_session(bus.floor, "late", collect(got)).start()
+    real = bus.inbox.ingest
+    sent: list[str] = []
+
+    def ingest_then_send(*args: Any, **kw: Any) -> None:
+        real(*args, **kw)
+        if not sent:  # arrives after the first read, before the plan
+            sent.append(bus.send({"from": "hosta:me", "to_id": "late", "text": "late"})["id"])
+
+    monkeypatch.setattr(bus.inbox, "ingest", ingest_then_send)
+    try:
+        first = bus.send({"from": "hosta:me", "to_id": "late", "text": "first"})
+        report = bus.deliver_session("late")
+    finally:
+        listener.stop()
+    assert report.inbox == 2 and len(report.notices) == 1
+    assert got[-1]["notice"]["messages"] == [first["id"], sent[0]]
+    assert bus.store.backlog("late") == 0

@@ -112,7 +112,7 @@ def deliver_session(bus: DeliveryHost, sid: str) -> DeliveryReport:
         if report.raw or report.inbox:
             bus.metrics.incr("messages_in", report.raw + report.inbox)
         bus.inbox.after_delivery(sid, report, snap)
-        store.set_trim_floor(sid, bus.settings.stream_keep)
+        store.set_trim_floor(sid, bus.settings.stream_keep, snap.stream_len)
         finished = True
     finally:
         # The hand-off flag goes with the unlock only after a whole run (bus.handoff).

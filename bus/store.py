@@ -339,13 +339,16 @@ class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore, Delive
         pipe.delete(self.k.s(sid, "rawflight"))
         pipe.execute()
 
-    def set_trim_floor(self, sid: str, keep: int) -> None:
+    def set_trim_floor(self, sid: str, keep: int, length: int | None = None) -> None:
         """Let entries older than the last ``keep`` delivered ones be trimmed by later XADDs.
 
         Runs after every delivery, so it reads the tail only once the stream has grown to
         twice ``keep``: the cost is paid once per ``keep`` messages, not per delivery.
+        ``length``: the stream's length as the caller just read it (else read here).
         """
-        if self.r.xlen(self.k.s(sid, "stream")) <= 2 * keep:
+        if length is None:
+            length = int(self.r.xlen(self.k.s(sid, "stream")))
+        if length <= 2 * keep:
             return
         cursor = self.cursor(sid)
         rows = self.r.xrevrange(self.k.s(sid, "stream"), max=cursor, count=keep + 1)

@@ -46,6 +46,7 @@ class DeliverySnapshot:
     notice_id: str | None
     floor_ids: list[str]
     rows: list[tuple[str, dict[str, str]]]
+    stream_len: int  # the queue's length (XLEN), for the trim floor
     view: dict[str, int | None]
 
 
@@ -110,7 +111,8 @@ class DeliveryStore:
     ) -> DeliverySnapshot:
         """The fence (as :meth:`~bus.store.Store.extend_lock`) and, in the same round
         trip, the session record, the notice in flight, the floor's unconfirmed notices and
-        the plan's view (as :meth:`~bus.store_inbox.InboxStore.inbox_view`). With
+        the plan's view (as :meth:`~bus.store_inbox.InboxStore.inbox_view`) and the
+        queue's length. With
         ``advance_to``, first :meth:`~bus.store.Store.advance` the cursor to it (in MULTI
         where the server allows one); with ``read_after``, also up to ``count`` entries
         after that stream id (as :meth:`~bus.store.Store.read_after`) in ``rows``."""
@@ -130,6 +132,7 @@ class DeliveryStore:
         pipe.zrange(k.s(sid, "new"), 0, 0, withscores=True)
         pipe.exists(k.s(sid, "notice"))
         pipe.hget(k.s(sid, "session"), "retry_at")
+        pipe.xlen(k.s(sid, "stream"))
         if read_after is not None:
             pipe.xrange(k.s(sid, "stream"), min=f"({read_after}", count=count)
         sent_at = time.monotonic()
@@ -137,6 +140,7 @@ class DeliveryStore:
         if advance_to is not None:
             replies = replies[2:]
         entries = replies.pop() if read_after is not None else []
+        stream_len = int(replies.pop())
         held, session, nid, floor, pending, wake, first, building, retry_at = replies
         from .store import _session_from_hash
 
@@ -147,6 +151,7 @@ class DeliveryStore:
             notice_id=str(nid) if nid else None,
             floor_ids=[str(n) for n in floor],
             rows=[(str(eid), dict(fields)) for eid, fields in entries],
+            stream_len=stream_len,
             view={
                 "pending": int(pending),
                 "first_wake_at": int(wake[0][1]) if wake else None,

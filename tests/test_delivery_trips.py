@@ -82,11 +82,11 @@ def test_a_kick_with_one_message_makes_few_round_trips_and_no_script_exists(
     assert got[-1]["notice"]["messages"] == [sent["id"]]
     assert empty.inbox == 0 and not empty.notices
     # Before: 31 round trips for this kick and 13 for an empty one. Now: begin, sender
-    # lookup, ingest, snapshot (with the cursor), notice_take (with records), confirm (with
-    # the retry and state fields),
-    # the trim check, unlock (with the hand-off flag), the counters.
-    assert kick <= 10, commands
-    assert empty_kick <= 4
+    # lookup, ingest, snapshot (with the cursor move, the next entries and the trim
+    # check's length), notice_take (with records), confirm (with the retry field),
+    # unlock (with the hand-off flag), the counters.
+    assert kick <= 8, commands
+    assert empty_kick <= 3
     assert "SCRIPT EXISTS" not in commands
 
 
@@ -271,9 +271,9 @@ def test_a_debounced_wake_makes_few_round_trips(make_bus: Callable[..., Bus], tr
     assert b.session("w").state == "running"
     kinds = [f["kind"] for _e, f in b.store.r.xrange(b.store.k.s("w", "events"))]
     assert kinds[-2:] == ["notice_written", "wake"]
-    # Before: 25. Now: begin, snapshot, notice_take, the notice's records with the state
-    # and the wake record, the trim check, unlock, the counters.
-    assert wake_trips <= 7, commands
+    # Before: 25. Now: begin, snapshot, notice_take, the notice's record with the state
+    # and the wake record, unlock, the counters.
+    assert wake_trips <= 6, commands
 
 
 @pytest.mark.parametrize(

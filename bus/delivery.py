@@ -59,60 +59,103 @@ def raw_mode(bus: DeliveryHost, info: SessionInfo | None) -> bool:
 
 
 def deliver_session(bus: DeliveryHost, sid: str) -> DeliveryReport:
-    """Deliver everything queued for ``sid``; ``busy`` when another delivery holds it."""
+    """Deliver everything queued for ``sid``; ``busy`` when another delivery holds it.
+
+    The fixed steps go in few round trips (bus.store_delivery): the lock, the dispatch
+    flag and the first read in one script; after each batch, the fence, the cursor's
+    move, the plan's reads and the next entries in one pipeline; the unlock with the
+    hand-off flag in one more."""
     report = DeliveryReport(session=sid)
     store = bus.store
-    lease = Lease.acquire(store, sid)
-    if lease is None:
+    # Cleared with the lock taken, before reading: a send after this dispatches afresh.
+    start = store.begin_delivery(sid, BATCH)
+    if start is None:
         report.busy = True
         return report
+    lease = Lease.adopt(store, sid, start.token, start.sent_at)
     report.lease = lease
+    finished = False
     try:
-        # Cleared before reading: a send after this point dispatches a fresh delivery.
-        store.clear_pending(sid)
-        _recover_raw(bus, sid, report)
-        while True:
+        answers: list[dict[str, Any] | None] | None
+        if start.rows is None:  # a raw line was in flight: nothing was read
+            _recover_raw(bus, sid, report, start.rawflight)
             rows = store.read_after(sid, store.cursor(sid), BATCH)
-            if not rows:
-                break
-            info = store.get_session(sid)
-            raw = raw_mode(bus, info)
-            msgs = [json.loads(fields["m"]) for _eid, fields in rows]
-            answers = store.first_answers(sid, [m["id"] for m in msgs])
-            batch: list[tuple[dict[str, Any], int]] = []
-            for (eid, _fields), msg, first in zip(rows, msgs, answers, strict=True):
-                if raw and not lease.held():
-                    # Past the lease another delivery may have started: stop, not race it.
+            info, answers = (store.get_session(sid) if rows else None), None
+        else:
+            rows, info, answers = start.rows, start.info, start.answers
+        while True:
+            advance_to = read_from = None
+            if rows:
+                msgs = [json.loads(fields["m"]) for _eid, fields in rows]
+                if answers is None:
+                    answers = store.first_answers(sid, [m["id"] for m in msgs])
+                raw = raw_mode(bus, info)
+                if not _take(bus, sid, lease, rows, msgs, answers, raw, info, report):
                     report.busy = True
                     return report
-                if (first or {}).get("state") == "withdrawn":
-                    report.skipped += 1
-                    if raw:
-                        store.advance(sid, eid)
-                elif raw:
-                    _write_raw(bus, sid, eid, msg, report)
-                else:
-                    # The stream entry's id is the Redis clock when the bus stored it.
-                    batch.append((msg, int(eid.split("-")[0])))
-            if not raw:
-                if not lease.held():
-                    report.busy = True
-                    return report
-                bus.inbox.ingest(sid, batch, info, report)
                 # Taking a message into the inbox is idempotent, so the cursor moves once
-                # per batch; a raw line moves it one by one (it must be written once).
-                store.advance(sid, rows[-1][0])
+                # per batch (with the snapshot below); a raw line moves it one by one (it
+                # must be written once).
+                read_from = rows[-1][0]
+                advance_to = None if raw else read_from
+            # The fence, the cursor's move, the plan's reads and the next entries (sent
+            # while this batch was taken in) in one round trip.
+            snap = store.delivery_snapshot(
+                sid, lease.token, advance_to=advance_to, read_after=read_from, count=BATCH
+            )
+            if not lease.confirmed(snap.held, snap.sent_at):
+                report.busy = True
+                return report
+            if not snap.rows:
+                break
+            rows, info, answers = snap.rows, snap.info, None
         if report.raw or report.inbox:
             bus.metrics.incr("messages_in", report.raw + report.inbox)
-        if not lease.held():
-            report.busy = True
-            return report
-        bus.inbox.after_delivery(sid, report)
-        store.set_trim_floor(sid, bus.settings.stream_keep)
+        bus.inbox.after_delivery(sid, report, snap)
+        store.set_trim_floor(sid, bus.settings.stream_keep, snap.stream_len)
+        finished = True
     finally:
-        lease.release()
+        # The hand-off flag goes with the unlock only after a whole run (bus.handoff).
+        report.again = lease.release(take_again=finished)
         report.lease = None
     return report
+
+
+def _take(
+    bus: DeliveryHost,
+    sid: str,
+    lease: Lease,
+    rows: list[tuple[str, dict[str, str]]],
+    msgs: list[dict[str, Any]],
+    answers: list[dict[str, Any] | None],
+    raw: bool,
+    info: SessionInfo | None,
+    report: DeliveryReport,
+) -> bool:
+    """Take one batch of entries: each raw line written, or all into the inbox. False
+    when the lease was lost first (nothing more may be written)."""
+    store = bus.store
+    batch: list[tuple[dict[str, Any], int]] = []
+    for (eid, _fields), msg, answer in zip(rows, msgs, answers, strict=True):
+        if raw and not lease.held():
+            return False  # past the lease another delivery may have started: not race it
+        if (answer or {}).get("state") == "withdrawn":
+            report.skipped += 1
+            if raw:
+                store.advance(sid, eid)
+        elif raw:
+            _write_raw(bus, sid, eid, msg, report)
+        else:
+            # The stream entry's id is the Redis clock when the bus stored it.
+            batch.append((msg, int(eid.split("-")[0])))
+    if raw:
+        return True
+    # Ingest writes only Redis, idempotently: a confirmation within the fresh window (the
+    # lock just taken, or the last snapshot) is the fence (bus.lease).
+    if not lease.held(fresh=True):
+        return False
+    bus.inbox.ingest(sid, batch, info, report)
+    return True
 
 
 def _write_raw(
@@ -131,9 +174,10 @@ def _write_raw(
     )
 
 
-def _recover_raw(bus: DeliveryHost, sid: str, report: DeliveryReport) -> None:
+def _recover_raw(
+    bus: DeliveryHost, sid: str, report: DeliveryReport, flight: dict[str, str] | None
+) -> None:
     """Finish a raw write a killed worker left: skip it if its line is on the floor."""
-    flight = bus.store.rawflight(sid)
     if not flight:
         return
     if bus.floor.contains_id(sid, flight["id"]):

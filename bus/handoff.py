@@ -25,7 +25,13 @@ LEASE_SLACK_MS = 100
 
 
 def deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
-    """Deliver ``sid``'s queue; ``busy`` only when the work was handed to a running holder."""
+    """Deliver ``sid``'s queue; ``busy`` only when the work was handed to a running holder.
+    Its counters go to Redis in one round trip at the end (``Metrics.batched``)."""
+    with bus.metrics.batched():
+        return _deliver(bus, sid)
+
+
+def _deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
     store = bus.store
     total = DeliveryReport(session=sid)
     for _run in range(MAX_RUNS):
@@ -39,7 +45,9 @@ def deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
                 total.busy = True  # the holder runs again after it unlocks
                 store.schedule("lease", sid, now_ms() + store.lock_ttl_ms + LEASE_SLACK_MS)
                 return total
-        if not store.take_again(sid):
+        # The flag was taken with the unlock when that went well (report.again).
+        again = report.again if report.again is not None else store.take_again(sid)
+        if not again:
             return total
     if store.mark_pending(sid):
         info = store.get_session(sid)

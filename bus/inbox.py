@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from .report import DeliveryReport
     from .settings import Settings
     from .store import Store
+    from .store_delivery import DeliverySnapshot
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,9 @@ class Inbox:
     # -- deciding and noticing ------------------------------------------------------------
 
     def view(self, sid: str, info: SessionInfo) -> policy.InboxView:
-        v = self.store.inbox_view(sid)
+        return self._view_of(info, self.store.inbox_view(sid))
+
+    def _view_of(self, info: SessionInfo, v: dict[str, int | None]) -> policy.InboxView:
         agent_inbox = self.settings.agent_inbox if info.agent_inbox is None else info.agent_inbox
         return policy.InboxView(
             state=info.state,
@@ -217,17 +220,30 @@ class Inbox:
             retry_at=v["retry_at"],
         )
 
-    def after_delivery(self, sid: str, report: DeliveryReport) -> None:
-        """Recover a notice a crash left, then act on the plan for this session."""
-        info = self.store.get_session(sid)
+    def after_delivery(
+        self, sid: str, report: DeliveryReport, snap: DeliverySnapshot | None = None
+    ) -> None:
+        """Recover a notice a crash left, then act on the plan for this session.
+
+        ``snap``: the reads below, made with the delivery's fence in one round trip
+        (:meth:`bus.store.Store.delivery_snapshot`); its view is used unless a recovery
+        or the floor's sweep changed the inbox first, then the view is read again."""
+        info = snap.info if snap is not None else self.store.get_session(sid)
         if info is None:
             return
-        self._recover_notice(sid)
+        changed = self._recover_notice(sid, None if snap is None else snap.notice_id)
         if (self.floor.session_dir(sid) / PENDING_MARKS).exists():
             self.on_drain(sid, [])  # marks a drain made while Redis was down
-        self.sweep_floor(sid)
+            changed = True
+        floor_ids = None if snap is None else snap.floor_ids
+        if floor_ids is None or floor_ids:
+            self.sweep_floor(sid, nids=floor_ids)
+            changed = True
         s = self.settings
-        view = self.view(sid, info)
+        if snap is not None and not changed:
+            view = self._view_of(info, snap.view)
+        else:
+            view = self.view(sid, info)
         now = self.clock.now_ms()
         plan = policy.decide(view, now, int(s.wake_debounce_s * 1000), int(s.fyi_flush_s * 1000))
         log.debug("plan for %s: %s", sid, plan)
@@ -236,25 +252,29 @@ class Inbox:
         elif plan.action in ("notice", "wake"):
             if not report.still_held():
                 return  # the lease lapsed: another delivery may be writing (bus/lease.py)
-            notice = self.notice(sid, wake=plan.action == "wake", reason=plan.reason)
+            notice = self.notice(sid, wake=plan.action == "wake", reason=plan.reason, info=info)
             if notice:
                 report.notices.append(notice)
         elif plan.action == "raw" and view.pending:
             self._pending_raw(sid, report)
 
-    def notice(self, sid: str, *, wake: bool, reason: str) -> dict[str, Any] | None:
-        """Build the one notice in flight, deliver it, and record how it went."""
+    def notice(
+        self, sid: str, *, wake: bool, reason: str, info: SessionInfo | None = None
+    ) -> dict[str, Any] | None:
+        """Build the one notice in flight, deliver it, and record how it went. ``info``:
+        the session record as the plan read it (``None``: read when needed)."""
         store = self.store
         nid = f"ntc-{uuid.uuid4()}"
-        ids = store.run(
+        taken = store.run(
             "notice_take",
             sid,
-            ("notice", "new", "wakeq", "events"),
+            ("notice", "new", "wakeq", "events", "msgs"),
             [nid, self.clock.now_ms()],
         )
-        if not ids:
+        if not taken:
             return None
-        records = self.store.records(sid, [str(i) for i in ids])
+        # The ids and their records in one round trip (the msgs key given).
+        records = [json.loads(r) for r in taken[1] if r]
         summaries = notices.summarize([self._summary_input(r) for r in records])
         line = notices.notice_line(
             nid,
@@ -271,33 +291,35 @@ class Inbox:
         except OSError as exc:
             self._revert(sid, nid, f"floor: {exc}")
             return None
-        if via == "socket":
-            self.mark_noticed(sid, [nid], "socket")  # the ack is the confirmation
-        else:
-            faults.point("notice:after_append")
-            # A drain may already have taken the line and confirmed the notice in flight;
-            # then this finds nothing to record.
-            store.run(
-                "notice_done",
-                sid,
-                ("notice", "msgs", "carried", "floor", "events"),
-                [nid, self.clock.now_ms(), via],
-            )
-        store.clear_retry(sid)
         now = self.clock.now_ms()
+        # A wake starts a turn: until the harness reports its end the session counts as
+        # running, so later messages join a steer instead of waking it again. The wake
+        # command runs right after the state change (a Redis write failing in between, a
+        # restart, would leave the session running with its harness never told), and the
+        # wake record follows it; with no command to run the record goes with the rest.
+        run_cmd = wake and via == "file" and (info is None or bool(info.wake_cmd))
+        if via != "socket":
+            faults.point("notice:after_append")
+        # The ack is the confirmation (floor_drained.lua, as mark_noticed); a file line is
+        # recorded written (a drain may already have taken and confirmed it: then this
+        # finds nothing to record); a refused notice may be tried again now. One trip.
+        store.finish_notice(
+            sid,
+            nid,
+            via,
+            now,
+            heard=via == "socket",
+            running=wake,
+            wake=None if not wake or run_cmd else {"notice": nid, "reason": reason},
+        )
         self.metrics.incr("notices")
         oldest = min(int(r.get("at") or now) for r in records)
         self.metrics.observe_latency(max(0, now - oldest) / 1000)
         self.metrics.incr("deliveries", via=via)
         if wake:
-            # A wake starts a turn: until the harness reports its end the session counts
-            # as running, so later messages join a steer instead of waking it again.
-            store.update_session(sid, state="running")
-            if via == "file":
-                # Right after the state change: a Redis write failing in between (a restart)
-                # would leave the session running with its harness never told.
-                self._run_wake_cmd(sid, line)
             self.metrics.incr("wakes" if reason != "flush" else "flushes")
+        if run_cmd:
+            self._run_wake_cmd(sid, line, info)
             store.record(sid, "wake", notice=nid, reason=reason)
         return {"notice": nid, "via": via, "messages": len(records), "wake": wake, "reason": reason}
 
@@ -326,11 +348,14 @@ class Inbox:
         self.store.schedule("retry", sid, retry_at)
         self.metrics.incr("retries")
 
-    def _recover_notice(self, sid: str) -> None:
-        """A notice left in flight by a killed worker: on the floor → written; else → new."""
-        nid = self.store.notice_in_flight(sid)
+    def _recover_notice(self, sid: str, nid: str | None = "") -> bool:
+        """A notice left in flight by a killed worker: on the floor → written; else → new.
+        ``nid``: the notice in flight as already read (``""``: read it here). True when
+        there was one."""
+        if nid == "":
+            nid = self.store.notice_in_flight(sid)
         if not nid:
-            return
+            return False
         if self.floor.contains_id(sid, nid):
             self.store.run(
                 "notice_done",
@@ -345,9 +370,13 @@ class Inbox:
                 ("notice", "new", "wakeq", "events"),
                 [nid, self.clock.now_ms(), "recovered after a crash"],
             )
+        return True
 
-    def _run_wake_cmd(self, sid: str, line: dict[str, Any]) -> None:
-        info = self.store.get_session(sid)
+    def _run_wake_cmd(
+        self, sid: str, line: dict[str, Any], info: SessionInfo | None = None
+    ) -> None:
+        if info is None:
+            info = self.store.get_session(sid)
         if info is None or not info.wake_cmd:
             return
         # No shell unless the command uses shell syntax, and never the bus's secrets.
@@ -447,10 +476,12 @@ class Inbox:
         ``new → noticed``. Every such move goes through here (``floor_drained.lua``)."""
         return self.store.confirm_notices(sid, nids, via, self.clock.now_ms())
 
-    def sweep_floor(self, sid: str, now: int | None = None) -> int:
+    def sweep_floor(self, sid: str, now: int | None = None, nids: list[str] | None = None) -> int:
         """Notices written to the floor and never confirmed: those a dead drainer took off
-        are given back to ``new`` (see bus.confirm). Returns how many were given back."""
-        nids = self.store.floor_notice_ids(sid)
+        are given back to ``new`` (see bus.confirm). Returns how many were given back.
+        ``nids``: the floor's unconfirmed notices as already read (``None``: read here)."""
+        if nids is None:
+            nids = self.store.floor_notice_ids(sid)
         if not nids:
             return 0
         there = self.floor.pending_ids(sid)

@@ -11,6 +11,14 @@ which checks the token and extends the lease to a full TTL in one script. A writ
 only with at least one TTL (longer than the slowest write, a socket's 1.2 s ack wait)
 ahead of it, so no other delivery can hold the lock while it runs; once a renewal or a
 check fails the lease is lost for good and the delivery stops writing.
+
+A fence check within :data:`FRESH_S` (or a twentieth of the TTL, if less) of the last
+confirmation (the lock taken, or extended by a check or a renewal, counted from before
+the command was sent) may answer from that confirmation instead of asking Redis again
+(:meth:`Lease.held` with ``fresh=True``): the lease then still runs at least a TTL less
+that window, and another delivery can take the lock in between only if the key itself
+vanished (a Redis restart that lost it), which a write already in flight is exposed to
+for the whole of its run anyway.
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# How recent a confirmation lets a ``fresh`` fence check skip its round trip.
+FRESH_S = 0.05
+
 
 class Lease:
     """The delivery lock for one session, held by this process until released or lost."""
@@ -39,6 +50,9 @@ class Lease:
         self._lost = threading.Event()
         self._done = threading.Event()
         self._last_ok = time.monotonic()
+        # When the last confirmation was sent (the lock taken or extended).
+        self._confirmed_at = float("-inf")
+        self._fresh_s = min(FRESH_S, self.ttl_s / 20)
         self._thread = threading.Thread(target=self._renew, name=f"lease-{sid}", daemon=True)
 
     @classmethod
@@ -51,29 +65,59 @@ class Lease:
         lease._thread.start()
         return lease
 
+    @classmethod
+    def adopt(cls, store: Store, sid: str, token: str, sent_at: float) -> Lease:
+        """The lease of a lock this process took with ``token`` (in a script that did more,
+        :meth:`bus.store.Store.begin_delivery`) by a call sent at ``sent_at``
+        (``time.monotonic()``); starts renewing it."""
+        lease = cls(store, sid, token)
+        lease._confirmed_at = sent_at
+        lease._thread.start()
+        return lease
+
+    def confirmed(self, ok: bool, sent_at: float) -> bool:
+        """Take the answer of a fence check made elsewhere (in a pipeline, sent at
+        ``sent_at``): ``ok`` extends the lease's freshness, else the lease is lost."""
+        if self._lost.is_set():
+            return False
+        if not ok:
+            self._lose("the fence check failed")
+            return False
+        self._confirmed_at = max(self._confirmed_at, sent_at)
+        return True
+
     @property
     def lost(self) -> bool:
         return self._lost.is_set()
 
-    def held(self) -> bool:
-        """The fence before a write: still ours (and extended to a full TTL)?"""
+    def held(self, *, fresh: bool = False) -> bool:
+        """The fence before a write: still ours (and extended to a full TTL)? With
+        ``fresh``, a confirmation sent within the fresh window answers without a round
+        trip (see the module's docstring)."""
         if self._lost.is_set():
             return False
+        sent_at = time.monotonic()
+        if fresh and sent_at - self._confirmed_at < self._fresh_s:
+            return True
         try:
             ok = self.store.extend_lock(self.sid, self.token)
         except redis.RedisError:
             ok = False
-        if not ok:
-            self._lose("the fence check failed")
-        return ok
+        return self.confirmed(ok, sent_at)
 
-    def release(self) -> None:
-        """Stop renewing and free the lock (if still ours; an error leaves it to lapse)."""
+    def release(self, *, take_again: bool = False) -> bool | None:
+        """Stop renewing and free the lock (if still ours; an error leaves it to lapse).
+        With ``take_again``, the hand-off flag is taken right after, in the same round
+        trip (:meth:`bus.store.Store.unlock_and_take_again`): its answer, or ``None``
+        when that failed (the caller takes it alone)."""
         self._done.set()
         try:
+            if take_again:
+                return self.store.unlock_and_take_again(self.sid, self.token)
             self.store.unlock(self.sid, self.token)
         except redis.RedisError as exc:
             log.info("delivery lock for %s left to lapse: %s", self.sid, exc)
+        return None
 
     def _lose(self, why: str) -> None:
         if not self._lost.is_set():
@@ -84,8 +128,10 @@ class Lease:
         interval = max(0.05, self.ttl_s / 3)
         while not self._done.wait(interval):
             try:
+                sent_at = time.monotonic()
                 if self.store.extend_lock(self.sid, self.token):
                     self._last_ok = time.monotonic()
+                    self._confirmed_at = max(self._confirmed_at, sent_at)
                     continue
                 self._lose("another delivery holds it")
                 return

@@ -19,12 +19,16 @@ class DeliveryReport:
     inbox: int = 0
     notices: list[dict[str, Any]] = field(default_factory=list)
     lease: Lease | None = field(default=None, repr=False)
+    # The hand-off flag, taken with the unlock (bus.handoff); None: not taken yet.
+    again: bool | None = field(default=None, repr=False)
 
     def still_held(self) -> bool:
-        """The fence before a notice is written: the delivery still holds its lease."""
-        return self.lease is None or self.lease.held()
+        """The fence before a notice is written: the delivery still holds its lease (a
+        confirmation within the lease's fresh window answers, see bus.lease)."""
+        return self.lease is None or self.lease.held(fresh=True)
 
     def to_json(self) -> dict[str, Any]:
         out = self.__dict__.copy()
         out.pop("lease", None)
+        out.pop("again", None)
         return out

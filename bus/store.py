@@ -26,6 +26,7 @@ from .errors import RateLimited, Unavailable
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
 from .store_compact import CompactStore
+from .store_delivery import DeliveryStore
 from .store_inbox import InboxStore
 from .store_items import ItemStore
 from .store_many import ManyStore
@@ -40,6 +41,28 @@ _SCRIPTS = ("append", "unlock", "extend_lock", "take_due")
 def load_script(client: redis.Redis, name: str) -> Any:
     text = (LUA_DIR / f"{name}.lua").read_text()
     return client.register_script(text)
+
+
+def inline_script_loads(pipe: Any) -> Any:
+    """``pipe`` (a redis-py pipeline) without the round trip redis-py spends on its scripts.
+
+    Before executing a pipeline that holds a script, redis-py sends ``SCRIPT EXISTS`` (and
+    ``SCRIPT LOAD`` for a missing one) on its own: one more round trip per pipeline. Here a
+    ``SCRIPT LOAD`` of each script goes at the head of the pipeline instead, in the same
+    round trip: it loads a script the server lost (a restart) and is a hash lookup when it
+    is there. Its replies are taken off, so the caller gets the replies it queued."""
+    real_execute = pipe.execute
+
+    def execute(raise_on_error: bool = True) -> Any:
+        scripts = list(pipe.scripts)
+        if not scripts:
+            return real_execute(raise_on_error)
+        pipe.scripts = set()
+        pipe.command_stack[:0] = [(("SCRIPT LOAD", s.script), {}) for s in scripts]
+        return real_execute(raise_on_error)[len(scripts) :]
+
+    pipe.execute = execute
+    return pipe
 
 
 def _session_from_hash(data: dict[str, str]) -> SessionInfo:
@@ -67,7 +90,9 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
     )
 
 
-class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore, CompactStore):
+class Store(
+    InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore, CompactStore, DeliveryStore
+):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 
     The inbox and thread records are in :mod:`bus.store_inbox`, items and typed
@@ -104,7 +129,7 @@ class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore, Compac
         """
         if self.cluster:
             return OrderedBatch(self.r, self._sources)
-        return self.r.pipeline(transaction=transaction)
+        return inline_script_loads(self.r.pipeline(transaction=transaction))
 
     def blocking_client(self) -> Any:
         """The store's server on a client without a read timeout, for BLPOP and XREAD
@@ -317,7 +342,7 @@ class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore, Compac
         pipe.delete(self.k.s(sid, "rawflight"))
         pipe.execute()
 
-    def set_trim_floor(self, sid: str, keep: int) -> None:
+    def set_trim_floor(self, sid: str, keep: int, length: int | None = None) -> None:
         """Trim the queue's delivered entries after a delivery (one round trip, usually).
 
         When the delivery took every entry (the newest one is the cursor's), they all go
@@ -326,9 +351,11 @@ class Store(InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore, Compac
         records and the thread log. While some remain undelivered, entries older than the
         last ``keep`` delivered ones may be trimmed by later XADDs; that tail is read only
         once the stream has grown to twice ``keep``, so its cost is paid once per ``keep``
-        messages, not per delivery.
+        messages, not per delivery. ``length``: the queue's length after ``queue_trim.lua``
+        ran in the caller's own round trip (the delivery's snapshot); else it runs here.
         """
-        length = int(self.run("queue_trim", sid, ("stream", "cursor"), []))
+        if length is None:
+            length = int(self.run("queue_trim", sid, ("stream", "cursor"), []))
         if length <= 2 * keep:
             return
         cursor = self.cursor(sid)

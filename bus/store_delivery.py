@@ -1,0 +1,213 @@
+"""The store's delivery side: a delivery's fixed reads and writes in few round trips.
+
+A mixin of :class:`~bus.store.Store` like :mod:`bus.store_inbox`. A delivery kick used
+to make ~30 round trips, most of them fixed: the lock, the dispatch flag, the in-flight
+raw line, the cursor, the entries, the session record (twice), the send answers, the
+plan's reads, the unlock and the hand-off flag. Here they are grouped: one script to
+start (:meth:`begin_delivery`), one pipeline for the plan with its fence
+(:meth:`delivery_snapshot`), one after the notice's write (:meth:`finish_notice`) and one
+to end (:meth:`unlock_and_take_again`). Every step stays in the ``{sid}`` slot.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .models import SessionInfo, now_ms
+
+
+@dataclass
+class DeliveryStart:
+    """What :meth:`DeliveryStore.begin_delivery` found, the lock taken.
+
+    ``rows`` is ``None`` when a raw line was in flight (``rawflight``): nothing was read,
+    the caller recovers that line first and reads after it."""
+
+    token: str
+    sent_at: float  # time.monotonic() before the call: the lease runs at least a TTL from it
+    rawflight: dict[str, str] | None
+    cursor: str
+    rows: list[tuple[str, dict[str, str]]] | None
+    info: SessionInfo | None = None
+    answers: list[dict[str, Any] | None] = field(default_factory=list)
+
+
+@dataclass
+class DeliverySnapshot:
+    """The reads the plan after a delivery needs, with the fence, in one round trip."""
+
+    held: bool
+    sent_at: float
+    info: SessionInfo | None
+    notice_id: str | None
+    floor_ids: list[str]
+    rows: list[tuple[str, dict[str, str]]]
+    stream_len: int  # the queue's length (XLEN), for the trim floor
+    view: dict[str, int | None]
+
+
+def _flat_hash(flat: list[Any]) -> dict[str, str]:
+    return {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+
+
+class DeliveryStore:
+    """A delivery's grouped round trips on a :class:`~bus.store.Store`."""
+
+    r: Any
+    k: Any
+    lock_ttl_ms: int
+
+    def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
+        raise NotImplementedError
+
+    def pipeline(self, transaction: bool = False) -> Any:  # Store defines it
+        raise NotImplementedError
+
+    def begin_delivery(self, sid: str, count: int) -> DeliveryStart | None:
+        """Take the session's delivery lock (as :meth:`~bus.store.Store.lock`) and, in the
+        same call, clear the dispatch flag (as :meth:`~bus.store.Store.clear_pending`) and
+        read what the delivery starts from: the raw line in flight, the cursor, up to
+        ``count`` entries after it (as :meth:`~bus.store.Store.read_after`), the session
+        record and the entries' send answers. ``None`` (nothing touched) while another
+        holder's lock has not expired. One round trip (``delivery_begin.lua``)."""
+        token = secrets.token_hex(8)
+        keys = [
+            self.k.s(sid, n)
+            for n in ("lock", "pending", "rawflight", "cursor", "stream", "session", "ids")
+        ]
+        sent_at = time.monotonic()
+        reply = self.script("delivery_begin")(keys=keys, args=[token, self.lock_ttl_ms, count])
+        if not int(reply[0]):
+            return None
+        _ok, flight, cursor, read, rows, session, answers = reply
+        if not int(read):
+            return DeliveryStart(token, sent_at, json.loads(flight), str(cursor), None)
+        entries = [(str(eid), _flat_hash(fields)) for eid, fields in rows]
+        data = _flat_hash(session)
+        from .store import _session_from_hash
+
+        return DeliveryStart(
+            token,
+            sent_at,
+            None,
+            str(cursor),
+            entries,
+            _session_from_hash(data) if data else None,
+            [json.loads(a) if a else None for a in answers],
+        )
+
+    def delivery_snapshot(
+        self,
+        sid: str,
+        token: str,
+        *,
+        advance_to: str | None = None,
+        read_after: str | None = None,
+        count: int = 200,
+    ) -> DeliverySnapshot:
+        """The fence (as :meth:`~bus.store.Store.extend_lock`) and, in the same round
+        trip, the session record, the notice in flight, the floor's unconfirmed notices and
+        the plan's view (as :meth:`~bus.store_inbox.InboxStore.inbox_view`) and the
+        queue's length once its entries up to the cursor are trimmed (``queue_trim.lua``,
+        as :meth:`~bus.store.Store.set_trim_floor`). With
+        ``advance_to``, first :meth:`~bus.store.Store.advance` the cursor to it (in MULTI
+        where the server allows one); with ``read_after``, also up to ``count`` entries
+        after that stream id (as :meth:`~bus.store.Store.read_after`) in ``rows``."""
+        k = self.k
+        pipe = self.pipeline(transaction=advance_to is not None)
+        if advance_to is not None:
+            pipe.set(k.s(sid, "cursor"), advance_to)
+            pipe.delete(k.s(sid, "rawflight"))
+        self.script("extend_lock")(
+            keys=[k.s(sid, "lock")], args=[token, self.lock_ttl_ms], client=pipe
+        )
+        pipe.hgetall(k.s(sid, "session"))
+        pipe.hget(k.s(sid, "notice"), "id")
+        pipe.hkeys(k.s(sid, "floor"))
+        pipe.zcard(k.s(sid, "new"))
+        pipe.zrange(k.s(sid, "wakeq"), 0, 0, withscores=True)
+        pipe.zrange(k.s(sid, "new"), 0, 0, withscores=True)
+        pipe.exists(k.s(sid, "notice"))
+        pipe.hget(k.s(sid, "session"), "retry_at")
+        # The queue emptied of what the cursor covers (queue_trim.lua); its length after.
+        self.script("queue_trim")(
+            keys=[k.s(sid, "stream"), k.s(sid, "cursor")], args=[], client=pipe
+        )
+        if read_after is not None:
+            pipe.xrange(k.s(sid, "stream"), min=f"({read_after}", count=count)
+        sent_at = time.monotonic()
+        replies = pipe.execute()
+        if advance_to is not None:
+            replies = replies[2:]
+        entries = replies.pop() if read_after is not None else []
+        stream_len = int(replies.pop())
+        held, session, nid, floor, pending, wake, first, building, retry_at = replies
+        from .store import _session_from_hash
+
+        return DeliverySnapshot(
+            held=bool(int(held)),
+            sent_at=sent_at,
+            info=_session_from_hash(dict(session)) if session else None,
+            notice_id=str(nid) if nid else None,
+            floor_ids=[str(n) for n in floor],
+            rows=[(str(eid), dict(fields)) for eid, fields in entries],
+            stream_len=stream_len,
+            view={
+                "pending": int(pending),
+                "first_wake_at": int(wake[0][1]) if wake else None,
+                "first_pending_at": int(first[0][1]) if first else None,
+                "building": int(bool(building)),
+                "retry_at": int(retry_at) if retry_at else None,
+            },
+        )
+
+    def finish_notice(
+        self,
+        sid: str,
+        nid: str,
+        via: str,
+        now: int,
+        *,
+        heard: bool,
+        running: bool = False,
+        wake: dict[str, str] | None = None,
+    ) -> None:
+        """What follows a notice's write, in this order, one round trip: ``heard`` (a
+        socket's ack) confirms it (as :meth:`~bus.store_inbox.InboxStore.confirm_notices`),
+        else it is recorded written (``notice_done.lua``); the session's ``retry_at`` is
+        dropped (:meth:`~bus.store_inbox.InboxStore.clear_retry`); ``running`` sets its
+        state so (:meth:`~bus.store.Store.update_session`); ``wake`` appends a ``wake``
+        record with those fields (:meth:`~bus.store.Store.record`)."""
+        k = self.k
+        pipe = self.pipeline()
+        keys: tuple[str, ...]
+        if heard:
+            keys = ("floor", "msgs", "carried", "events", "notice", "session")
+            args: list[Any] = [now, via, nid]
+            name = "floor_drained"
+        else:
+            keys = ("notice", "msgs", "carried", "floor", "events")
+            args = [nid, now, via]
+            name = "notice_done"
+        self.script(name)(keys=[k.s(sid, n) for n in keys], args=args, client=pipe)
+        pipe.hdel(k.s(sid, "session"), "retry_at")
+        # The record's and the session's own times are the system clock's, as ever.
+        stamp = str(now_ms())
+        if running:
+            pipe.hset(k.s(sid, "session"), mapping={"updated_at": stamp, "state": "running"})
+        if wake is not None:
+            record = {"kind": "wake", "at": stamp, **wake}
+            pipe.xadd(k.s(sid, "events"), record, maxlen=10000, approximate=True)
+        pipe.execute()
+
+    def unlock_and_take_again(self, sid: str, token: str) -> bool:
+        """:meth:`~bus.store.Store.unlock`, then :meth:`~bus.store_inbox.InboxStore.take_again`,
+        in that order, one round trip: whether another run was asked for."""
+        pipe = self.pipeline()
+        self.script("unlock")(keys=[self.k.s(sid, "lock")], args=[token], client=pipe)
+        pipe.getdel(self.k.s(sid, "again"))
+        return bool(pipe.execute()[1])

@@ -227,6 +227,7 @@ class Soak:
         self.redis = RedisServer(base / "redis")
         self.heard: dict[str, float] = {}
         self.heard_twice = 0
+        self.twice: list[dict[str, Any]] = []  # the first few, for the report
         self.notices: Counter[str] = Counter()
         self.lock = threading.Lock()
         self.faults: list[dict[str, Any]] = []
@@ -262,6 +263,10 @@ class Soak:
             for mid in ids:
                 if mid in self.heard:
                     self.heard_twice += 1
+                    if len(self.twice) < 10:
+                        self.twice.append(
+                            {"id": mid, "sid": sid, "first": self.heard[mid], "again": t}
+                        )
                 else:
                     self.heard[mid] = t
 
@@ -568,10 +573,13 @@ class Soak:
         calm: list[float] = []
         faulty: list[float] = []
         unheard = 0
-        for mid, (_sid, t) in sent.items():
+        unheard_ids: list[dict[str, Any]] = []
+        for mid, (sid, t) in sent.items():
             h = self.heard.get(mid)
             if h is None:
                 unheard += 1
+                if len(unheard_ids) < 10:
+                    unheard_ids.append({"id": mid, "sid": sid, "sent": t})
                 continue
             (faulty if any(lo <= t <= hi for lo, hi in windows) else calm).append(h - t)
         per = [self.notices[s] for s in self.sessions if not s.startswith("probe")]
@@ -586,6 +594,8 @@ class Soak:
             "marks": dict(marks),
             "not_heard": unheard,
             "heard_twice": self.heard_twice,
+            "heard_twice_ids": self.twice,
+            "not_heard_ids": unheard_ids,
             "notices_per_session": {
                 "min": min(per, default=0),
                 "median": sorted(per)[len(per) // 2] if per else 0,

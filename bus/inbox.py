@@ -218,6 +218,8 @@ class Inbox:
             first_pending_at=v["first_pending_at"],
             building=bool(v["building"]),
             retry_at=v["retry_at"],
+            floor_wake_at=v.get("floor_wake_at"),
+            floor_first_at=v.get("floor_first_at"),
         )
 
     def after_delivery(
@@ -255,8 +257,29 @@ class Inbox:
             notice = self.notice(sid, wake=plan.action == "wake", reason=plan.reason, info=info)
             if notice:
                 report.notices.append(notice)
+        elif plan.action == "wake_floor":
+            if not report.still_held():
+                return
+            self._wake_for_floor(sid, plan.reason, info)
         elif plan.action == "raw" and view.pending:
             self._pending_raw(sid, report)
+
+    def _wake_for_floor(self, sid: str, reason: str, info: SessionInfo) -> None:
+        """Wake an idle session for notices on its file floor that no drain took: written
+        for a running turn that ended before its harness drained them (the turn's end
+        raced the notice's write). Once per notice (``floor_woken.lua``)."""
+        nids = self.store.run("floor_woken", sid, ("floor",), [self.clock.now_ms()])
+        if not nids:
+            return
+        nids = [str(n) for n in nids]
+        lines = [x for x in self.floor.peek(sid) if x.get("id") in nids]
+        if not lines:
+            return  # drained meanwhile: the drain confirms them
+        # As a wake with a fresh notice (bus.inbox.notice): running first, the command,
+        # then the wake record.
+        self.store.update_session(sid, state="running")
+        self._run_wake_cmd(sid, lines[-1], info)
+        self.store.record(sid, "wake", notice=str(lines[-1]["id"]), reason=reason)
 
     def notice(
         self, sid: str, *, wake: bool, reason: str, info: SessionInfo | None = None

@@ -6,8 +6,9 @@ the worker, the scheduler and the tests all read the same code.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .models import CLASS_ALIASES
 
@@ -86,9 +87,36 @@ class InboxView:
     first_pending_at: int | None  # ms of the oldest pending message
     building: bool  # a notice is being written right now
     retry_at: int | None  # a refused notice is retried no earlier than this
+    # Notices on the file floor no drain has taken, not yet woken for (floor_times): a
+    # notice written for a running turn that ended before the harness drained it.
+    floor_wake_at: int | None = None  # ms of the first wake-worthy message in them
+    floor_first_at: int | None = None  # ms of the oldest message in them
 
 
-Action = Literal["raw", "notice", "wake", "schedule", "wait", "nothing"]
+Action = Literal["raw", "notice", "wake", "wake_floor", "schedule", "wait", "nothing"]
+
+
+def floor_times(records: Iterable[dict[str, Any]]) -> tuple[int | None, int | None]:
+    """``(floor_wake_at, floor_first_at)`` over a session's floor records (notices
+    written to the file and not yet confirmed): records a drain took (``gone``) or that
+    a wake was already run for (``woken``) do not count. ``new`` and ``wake`` hold
+    pairs of message id and arrival ms."""
+    wake_at: int | None = None
+    first_at: int | None = None
+    for rec in records:
+        if not isinstance(rec, dict) or rec.get("gone") or rec.get("woken"):
+            continue
+        for field in ("new", "wake"):
+            pairs = rec.get(field) or []
+            for at in pairs[1::2]:
+                try:
+                    ms = int(at)
+                except (TypeError, ValueError):
+                    continue
+                first_at = ms if first_at is None else min(first_at, ms)
+                if field == "wake":
+                    wake_at = ms if wake_at is None else min(wake_at, ms)
+    return wake_at, first_at
 
 
 @dataclass(frozen=True)
@@ -113,6 +141,11 @@ def decide(view: InboxView, now_ms: int, debounce_ms: int, flush_ms: int) -> Pla
     if not view.agent_inbox:
         return Plan("raw", None, "agent_inbox_off")
     if view.pending <= 0:
+        if view.state == "idle" and not view.building and view.floor_first_at is not None:
+            # Idle with a notice no drain took: the wake rules, as for new messages.
+            return _idle(
+                view.floor_wake_at, view.floor_first_at, now_ms, debounce_ms, flush_ms, "wake_floor"
+            )
         return Plan("nothing", None, "no_pending")
     if view.building:
         # Only one notice in flight per session; its completion triggers the next decide.
@@ -125,15 +158,28 @@ def decide(view: InboxView, now_ms: int, debounce_ms: int, flush_ms: int) -> Pla
             # at its turn start.
             return Plan("wait", None, "prompt_waiting")
         return Plan("notice", None, "steer")
-    if view.first_wake_at is not None:
-        due = view.first_wake_at + debounce_ms
+    return _idle(view.first_wake_at, view.first_pending_at, now_ms, debounce_ms, flush_ms, "wake")
+
+
+def _idle(
+    wake_at: int | None,
+    first_at: int | None,
+    now_ms: int,
+    debounce_ms: int,
+    flush_ms: int,
+    wake: Action,
+) -> Plan:
+    """An idle session's messages: a wake at the debounce for wake-worthy ones, else at
+    the flush."""
+    if wake_at is not None:
+        due = wake_at + debounce_ms
         if now_ms >= due:
-            return Plan("wake", None, "debounced")
+            return Plan(wake, None, "debounced")
         return Plan("schedule", due, "debounce")
-    if view.first_pending_at is None:
+    if first_at is None:
         # Age unknown: deliver now rather than defer forever (never strand a message).
-        return Plan("wake", None, "flush")
-    due = view.first_pending_at + flush_ms
+        return Plan(wake, None, "flush")
+    due = first_at + flush_ms
     if now_ms >= due:
-        return Plan("wake", None, "flush")
+        return Plan(wake, None, "flush")
     return Plan("schedule", due, "flush")

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .models import SessionInfo, now_ms
+from .policy import floor_times
+from .store_inbox import json_records
 
 
 @dataclass
@@ -127,7 +129,7 @@ class DeliveryStore:
         )
         pipe.hgetall(k.s(sid, "session"))
         pipe.hget(k.s(sid, "notice"), "id")
-        pipe.hkeys(k.s(sid, "floor"))
+        pipe.hgetall(k.s(sid, "floor"))
         pipe.zcard(k.s(sid, "new"))
         pipe.zrange(k.s(sid, "wakeq"), 0, 0, withscores=True)
         pipe.zrange(k.s(sid, "new"), 0, 0, withscores=True)
@@ -146,6 +148,7 @@ class DeliveryStore:
         entries = replies.pop() if read_after is not None else []
         stream_len = int(replies.pop())
         held, session, nid, floor, pending, wake, first, building, retry_at = replies
+        floor_wake_at, floor_first_at = floor_times(json_records(list(floor.values())))
         from .store import _session_from_hash
 
         return DeliverySnapshot(
@@ -162,6 +165,8 @@ class DeliveryStore:
                 "first_pending_at": int(first[0][1]) if first else None,
                 "building": int(bool(building)),
                 "retry_at": int(retry_at) if retry_at else None,
+                "floor_wake_at": floor_wake_at,
+                "floor_first_at": floor_first_at,
             },
         )
 

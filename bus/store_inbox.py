@@ -11,9 +11,24 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .policy import floor_times
+
 # Send answers (what a resend of an id gets) outlive the messages themselves.
 IDS_KEEP_MS = 7 * 86400 * 1000
 GONE_MARKS = ("answered", "read", "removed", "retracted", "expired")
+
+
+def json_records(raws: list[Any]) -> list[dict[str, Any]]:
+    """The JSON objects among ``raws`` (floor records); torn or foreign ones skipped."""
+    out = []
+    for raw in raws:
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
 
 
 class InboxStore:
@@ -61,20 +76,26 @@ class InboxStore:
 
     def inbox_view(self, sid: str) -> dict[str, int | None]:
         """What the plan needs, one round trip: ``pending`` (new count), ``first_wake_at``,
-        ``first_pending_at``, ``building`` (1 while a notice is in flight), ``retry_at``."""
+        ``first_pending_at``, ``building`` (1 while a notice is in flight), ``retry_at``,
+        and of the floor's notices no drain took ``floor_wake_at`` / ``floor_first_at``
+        (:func:`bus.policy.floor_times`)."""
         pipe = self.r.pipeline(transaction=False)
         pipe.zcard(self.k.s(sid, "new"))
         pipe.zrange(self.k.s(sid, "wakeq"), 0, 0, withscores=True)
         pipe.zrange(self.k.s(sid, "new"), 0, 0, withscores=True)
         pipe.exists(self.k.s(sid, "notice"))
         pipe.hget(self.k.s(sid, "session"), "retry_at")
-        pending, wake, first, building, retry_at = pipe.execute()
+        pipe.hvals(self.k.s(sid, "floor"))
+        pending, wake, first, building, retry_at, floor = pipe.execute()
+        floor_wake_at, floor_first_at = floor_times(json_records(floor))
         return {
             "pending": int(pending),
             "first_wake_at": int(wake[0][1]) if wake else None,
             "first_pending_at": int(first[0][1]) if first else None,
             "building": int(bool(building)),
             "retry_at": int(retry_at) if retry_at else None,
+            "floor_wake_at": floor_wake_at,
+            "floor_first_at": floor_first_at,
         }
 
     def records(self, sid: str, ids: list[str]) -> list[dict[str, Any]]:

@@ -526,3 +526,52 @@ def test_the_debounce_counts_from_arrival_not_the_senders_clock(bus: Bus, idle: 
     assert notices_on_floor(bus, idle) == []  # not woken at once
     due = bus.store.next_due()
     assert due is not None and due > time.time() * 1000
+
+
+def test_a_notice_its_turn_ended_before_draining_wakes_the_idle_session_once(
+    clocked: Bus, clock: ManualClock, tmp_path: Any
+) -> None:
+    # The chaos soak's race: a notice for a running turn is written to the floor just
+    # after the harness's last drain; the turn then ends. The blocker in it must not wait
+    # unheard on the floor of an idle session: it wakes the session, after the debounce.
+    bus, sid = clocked, "racer"
+    out = tmp_path / "woken.txt"
+    bus.open_session(sid, wake_cmd=f"cat > {out}")
+    bus.turn(sid, "start")
+    send(bus, sid, "the build broke", **{"class": "blocker"})
+    bus.deliver_session(sid)  # running: a steer notice on the floor, no wake
+    assert len(notices_on_floor(bus, sid)) == 1 and not events(bus, sid, "wake")
+    bus.turn(sid, "end")  # ... and the turn ends without a drain
+    bus.deliver_session(sid)
+    assert not events(bus, sid, "wake") and not out.exists()  # not before the debounce
+    past_debounce(bus, clock)
+    run_due(bus, sid)
+    [wake] = events(bus, sid, "wake")
+    assert wake["reason"] == "debounced"
+    assert bus.store.get_session(sid).state == "running"
+    assert "the build broke" in out.read_text()  # the floor's notice, on the command's stdin
+    # A harness that still does not drain is not woken again for the same notice.
+    bus.turn(sid, "end")
+    past_debounce(bus, clock)
+    run_due(bus, sid)
+    assert len(events(bus, sid, "wake")) == 1
+    # Its drain then hears the message once.
+    [line] = [x for x in bus.drain(sid) if x.get("kind") == "notice"]
+    assert "the build broke" in line["text"]
+
+
+def test_an_fyi_left_on_an_idle_sessions_floor_waits_for_the_flush(
+    clocked: Bus, clock: ManualClock
+) -> None:
+    bus, sid = clocked, "racer2"
+    bus.open_session(sid)
+    bus.turn(sid, "start")
+    send(bus, sid, "for your information", **{"class": "fyi"})
+    bus.deliver_session(sid)
+    bus.turn(sid, "end")
+    past_debounce(bus, clock)
+    run_due(bus, sid)
+    assert not events(bus, sid, "wake")  # an fyi never wakes before the flush
+    clock.advance(int(bus.settings.fyi_flush_s * 1000) + 1000)
+    run_due(bus, sid)
+    assert [w["reason"] for w in events(bus, sid, "wake")] == ["flush"]

@@ -2,7 +2,7 @@ from dataclasses import replace
 
 import pytest
 
-from bus.policy import InboxView, Plan, WakeFacts, decide, is_first_work, may_wake
+from bus.policy import InboxView, Plan, WakeFacts, decide, floor_times, is_first_work, may_wake
 
 BASE = WakeFacts(
     msg_class="action",
@@ -141,6 +141,37 @@ DECIDE_TABLE = [
         dict(first_wake_at=NOW - DEB, retry_at=NOW + 30_000),
         Plan("schedule", NOW + 30_000, "retry"),
     ),
+    # A notice written for a running turn that ended before the harness drained it.
+    (
+        "idle, floor notice with a blocker, before the debounce",
+        dict(pending=0, floor_wake_at=NOW - 10, floor_first_at=NOW - 10),
+        Plan("schedule", NOW - 10 + DEB, "debounce"),
+    ),
+    (
+        "idle, floor notice with a blocker, debounce passed",
+        dict(pending=0, floor_wake_at=NOW - DEB, floor_first_at=NOW - DEB),
+        Plan("wake_floor", None, "debounced"),
+    ),
+    (
+        "idle, floor notice without a blocker waits for the flush",
+        dict(pending=0, floor_first_at=NOW - 10),
+        Plan("schedule", NOW - 10 + FLUSH, "flush"),
+    ),
+    (
+        "idle, floor notice past the flush",
+        dict(pending=0, floor_first_at=NOW - FLUSH),
+        Plan("wake_floor", None, "flush"),
+    ),
+    (
+        "running, floor notice: its harness drains it",
+        dict(state="running", pending=0, floor_wake_at=NOW - DEB, floor_first_at=NOW - DEB),
+        Plan("nothing", None, "no_pending"),
+    ),
+    (
+        "idle, floor notice, a notice in flight",
+        dict(pending=0, building=True, floor_wake_at=NOW - DEB, floor_first_at=NOW - DEB),
+        Plan("nothing", None, "no_pending"),
+    ),
 ]
 
 
@@ -149,6 +180,37 @@ DECIDE_TABLE = [
 )
 def test_decide(name, overrides, expected):
     assert decide(replace(IDLE, **overrides), NOW, DEB, FLUSH) == expected
+
+
+FLOOR_TIMES_TABLE = [
+    ("nothing on the floor", [], (None, None)),
+    (
+        "a blocker and an fyi",
+        [{"ids": ["a", "b"], "new": ["a", "5", "b", "3"], "wake": ["a", "5"]}],
+        (5, 3),
+    ),
+    (
+        "taken by a drain",
+        [{"ids": ["a"], "new": ["a", "5"], "wake": ["a", "5"], "gone": 9}],
+        (None, None),
+    ),
+    (
+        "already woken for",
+        [{"ids": ["a"], "new": ["a", "5"], "wake": ["a", "5"], "woken": 9}],
+        (None, None),
+    ),
+    (
+        "two notices",
+        [{"ids": ["a"], "new": ["a", "7"]}, {"ids": ["b"], "new": ["b", "4"], "wake": ["b", "4"]}],
+        (4, 4),
+    ),
+    ("a torn pair is skipped", [{"ids": ["a"], "new": ["a", "x"]}], (None, None)),
+]
+
+
+@pytest.mark.parametrize(("name", "records", "expected"), FLOOR_TIMES_TABLE)
+def test_floor_times(name, records, expected):
+    assert floor_times(records) == expected
 
 
 def test_decide_unknown_state():

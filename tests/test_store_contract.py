@@ -271,6 +271,8 @@ def test_inbox_and_thread_reads_of_missing_things_answer_empty(store: Store) -> 
         "first_pending_at": None,
         "building": 0,
         "retry_at": None,
+        "floor_wake_at": None,
+        "floor_first_at": None,
     }
 
 

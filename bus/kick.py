@@ -48,6 +48,12 @@ class ListDispatcher:
         self._store = store
         self.fallback = fallback
 
+    def __getattr__(self, name: str) -> Any:
+        # The wrapped dispatcher's own parts (a RecordingDispatcher's calls, Celery's app).
+        if name == "fallback":
+            raise AttributeError(name)
+        return getattr(self.fallback, name)
+
     def _push(self, host: str, sids: list[str]) -> bool:
         try:
             return self._store().push_kicks(host, sids)

@@ -160,7 +160,7 @@ def celery_bus(s: Settings) -> Bus:
 def close_bus(b: Bus) -> None:
     if b._store is not None:
         b._store.r.close()
-    dispatcher = b.dispatcher
+    dispatcher = getattr(b.dispatcher, "fallback", b.dispatcher)  # under a ListDispatcher
     if isinstance(dispatcher, CeleryDispatcher):
         dispatcher.app.close()
 
@@ -570,6 +570,8 @@ def bench_settings(home: Path, url: str, prefix: str) -> Settings:
         wake_debounce_s=DEBOUNCE_S,
         send_rate=0.0,
         max_unread=0,
+        # INBOX_KICK=list runs the benches with the kick list (bus.kick), as a deployment would.
+        kick="list" if os.environ.get("INBOX_KICK", "").strip().lower() == "list" else "celery",
     )
 
 

@@ -278,6 +278,8 @@ class Soak:
             "INBOX_RETRY_S": "2",
             "INBOX_DISPATCHER": "workers.dispatch:CeleryDispatcher",
         }
+        if os.environ.get("INBOX_KICK"):  # the soak with the kick list (bus.kick)
+            env["INBOX_KICK"] = os.environ["INBOX_KICK"]
         os.environ.update(env)
         self.topo = start_topology(
             self.base / "hosts",

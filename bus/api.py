@@ -26,6 +26,7 @@ from .errors import BadInput, RateLimited
 from .floor import Floor
 from .inbox import Inbox
 from .keys import Keys
+from .kick import ListDispatcher
 from .models import DeliverAnswer, Message, SessionInfo, check_session_id, parse_message
 from .receipts import Receipts
 from .routing import Router
@@ -131,6 +132,9 @@ class Bus:
         so a drain or a hook that dispatches nothing never pays for it."""
         if self._dispatcher is None:
             self._dispatcher = default_dispatcher()
+        if self.settings.kick == "list" and not isinstance(self._dispatcher, ListDispatcher):
+            # The host's kick list first, this dispatcher when no loop of it is alive.
+            self._dispatcher = ListDispatcher(lambda: self.store, self._dispatcher)
         return self._dispatcher
 
     @dispatcher.setter

@@ -45,6 +45,8 @@ buses, or several tests, share one server.
 | ``P:sweep:compact`` | string: a scheduler claimed the short streams' compaction pass (SET NX PX) | scheduler (bus/compact.py) | TTL (a minute) |
 | ``P:workers`` | set: names that keep a heartbeat (hosts' workers, ``scheduler``) | worker, scheduler | - |
 | ``P:beat:<name>`` | hash: pid, started, beat (ms), progress (ms), done: a worker's or the scheduler's heartbeat | worker, scheduler | - |
+| ``P:{kick:<host>}:list`` | list: session ids whose delivery a loop of the host's workers runs (``INBOX_KICK=list``, bus/kick.py) | dispatch (kick_push.lua) | popped by the loops; no more pushes past 10,000 |
+| ``P:{kick:<host>}:alive`` | string: a delivery loop of the host is running | each loop, every second | TTL 3 s |
 | ``P:celery:<queue>`` | list: Celery's broker queue (``host.<H>``, ``inbox``), read for its depth | Celery (kombu) | - |
 | ``P:{thr}:meta`` (typed requests) | hash fields origin, recipient (session ids), offered_by (sender or recipient, only in OFFERED), windows (JSON list) | request, decide.lua | - |
 | ``P:{sid}:items`` | hash: item key → item JSON (title, text, status, answer, revision, ...) | item post/settle, item_update.lua | - |
@@ -78,6 +80,12 @@ def check_item_key(key: object) -> str:
 def is_thread_id(thread: str) -> bool:
     """Whether ``thread`` may name a thread's keys (``thr_`` and letters or digits)."""
     return thread.startswith(THREAD_PREFIX) and thread[4:].isalnum()
+
+
+def _host(host: str) -> str:
+    if not host or len(host) > 300 or any(c in host for c in "{}\n\r\0 "):
+        raise ValueError(f"bad host name {host!r}")
+    return host
 
 
 class Keys:
@@ -184,6 +192,14 @@ class Keys:
         """The heartbeat of host ``name``'s worker (or of the ``scheduler``)."""
         check_session_id(name, "host name")
         return f"{self.prefix}:beat:{name}"
+
+    def kick_list(self, host: str) -> str:
+        """The host's kick list (bus.kick): session ids for its delivery loops."""
+        return f"{self.prefix}:{{kick:{_host(host)}}}:list"
+
+    def kick_alive(self, host: str) -> str:
+        """Set by the host's delivery loops while they run (short TTL)."""
+        return f"{self.prefix}:{{kick:{_host(host)}}}:alive"
 
     def celery_queue(self, queue: str) -> str:
         """Celery's broker list for ``queue`` (its ``global_keyprefix`` is ``P:celery:``)."""

@@ -40,14 +40,20 @@ class WorkerProcess:
     """A worker child for ``settings`` (its host, home and prefix)."""
 
     def __init__(
-        self, settings: Settings, argv: Sequence[str] | None = None, *, ready_timeout: float = 60.0
+        self,
+        settings: Settings,
+        argv: Sequence[str] | None = None,
+        *,
+        ready_timeout: float = 60.0,
+        env: dict[str, str] | None = None,
     ) -> None:
+        """``env``: variables on top of the settings' (``INBOX_FAULT`` in crash tests)."""
         self.settings = settings
         self.log: deque[str] = deque(maxlen=400)
         self._ready = threading.Event()
         self.proc = subprocess.Popen(
             list(argv or inbox_worker_argv()),
-            env=settings.child_env(),
+            env={**settings.child_env(), **(env or {})},
             cwd=str(SOURCE_ROOT),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

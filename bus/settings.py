@@ -74,6 +74,9 @@ class Settings:
     send_rate: float = 50.0
     send_burst: float = 500.0
     max_unread: int = 10000
+    # How a delivery is kicked (issue 13): ``celery`` (a task on the host's queue) or
+    # ``list`` (the host's kick list, popped by a loop in each worker process; bus.kick).
+    kick: str = "celery"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -104,6 +107,7 @@ class Settings:
             send_rate=_float(env, "INBOX_SEND_RATE", 50.0),
             send_burst=_float(env, "INBOX_SEND_BURST", 500.0),
             max_unread=int(_float(env, "INBOX_MAX_UNREAD", 10000)),
+            kick="list" if (env.get("INBOX_KICK") or "").strip().lower() == "list" else "celery",
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 
@@ -125,6 +129,7 @@ class Settings:
             "INBOX_SEND_RATE": str(self.send_rate),
             "INBOX_SEND_BURST": str(self.send_burst),
             "INBOX_MAX_UNREAD": str(self.max_unread),
+            "INBOX_KICK": self.kick,
         }
         if self.redis_cluster:
             env["INBOX_REDIS_CLUSTER"] = "1"

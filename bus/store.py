@@ -29,6 +29,7 @@ from .store_compact import CompactStore
 from .store_delivery import DeliveryStore
 from .store_inbox import InboxStore
 from .store_items import ItemStore
+from .store_kick import KickStore
 from .store_many import ManyStore
 from .store_metrics import MetricsStore
 from .store_receipts import ReceiptStore
@@ -91,7 +92,14 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
 
 
 class Store(
-    InboxStore, ItemStore, MetricsStore, ManyStore, ReceiptStore, CompactStore, DeliveryStore
+    InboxStore,
+    ItemStore,
+    MetricsStore,
+    ManyStore,
+    ReceiptStore,
+    CompactStore,
+    DeliveryStore,
+    KickStore,
 ):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 

@@ -142,8 +142,10 @@ def settings_env(s: Settings) -> dict[str, str]:
 def start_worker() -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []
 
-    def factory(s: Settings, pool: str = "prefork", concurrency: int = 1) -> WorkerProcess:
-        w = WorkerProcess(s, inbox_worker_argv(pool, concurrency))
+    def factory(
+        s: Settings, pool: str = "prefork", concurrency: int = 1, **env: str
+    ) -> WorkerProcess:
+        w = WorkerProcess(s, inbox_worker_argv(pool, concurrency), env=env)
         started.append(w)
         return w
 

@@ -7,10 +7,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from celery import Task
-from celery.signals import task_postrun, worker_ready, worker_shutdown
+from celery.signals import (
+    task_postrun,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 
 from bus import BusError, connect
 from bus.api import Bus
+from bus.kick import KickLoop
 from bus.liveness import Heartbeat
 from bus.outage import OUTAGE_ERRORS, Outage
 from bus.scheduler import tick as run_tick
@@ -23,6 +30,11 @@ _bus: Bus | None = None
 _beat: Heartbeat | None = None
 _outage = Outage("worker", log)
 _pool: ThreadPoolExecutor | None = None
+_kick: KickLoop | None = None
+
+# Delivery loops per worker process with INBOX_KICK=list (bus.kick): each waits on the
+# host's kick list and runs one delivery at a time, so a few overlap their Redis waits.
+KICK_THREADS = 4
 
 # Deliveries one inbox.deliver_many runs at once: a delivery mostly waits on Redis round
 # trips, so a few threads overlap those waits (each delivery holds its own session's lock).
@@ -54,6 +66,22 @@ def _beat_while_running(**_: Any) -> None:
 def _stop_beating(**_: Any) -> None:
     if _beat is not None:
         _beat.stop()
+
+
+@worker_process_init.connect
+def _start_kick_loop(**_: Any) -> None:
+    """With ``INBOX_KICK=list``, each pool process runs delivery loops on the host's kick
+    list (bus.kick); Celery's ``inbox.deliver`` stays for the fallback and the sweeps."""
+    global _kick
+    bus = get_bus()
+    if bus.settings.kick == "list" and _kick is None:
+        _kick = KickLoop(bus, threads=KICK_THREADS, on_done=heartbeat().progress).start()
+
+
+@worker_process_shutdown.connect
+def _stop_kick_loop(**_: Any) -> None:
+    if _kick is not None:
+        _kick.stop()
 
 
 @task_postrun.connect

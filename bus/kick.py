@@ -1,0 +1,151 @@
+"""The kick list: a delivery kick without the Celery hop (``INBOX_KICK=list``).
+
+With Celery, a kick is a task: kombu publishes it, the worker's consumer reads it and the
+prefork pool pipes it to a child, 3-8 ms before the delivery starts (bench/README.md).
+With the kick list, the dispatcher pushes the session id onto the host's list
+(``P:{kick:<host>}:list``, one round trip) and a delivery loop in each worker process,
+blocked on BLPOP, runs the same delivery the ``inbox.deliver`` task runs.
+
+Celery stays the fallback. A push is refused when no loop of the host has said it is
+alive in the last few seconds (``P:{kick:<host>}:alive``) or the list is full; the kick
+then goes to Celery as before. A kick popped by a loop whose process then dies is not
+lost: the message is still above the session's cursor and its dispatch flag lapses with
+the lock TTL, so the scheduler's backlog sweep dispatches it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import faults
+from .dispatch import Dispatcher
+from .dispatch import deliver_many as dispatch_many
+from .outage import OUTAGE_ERRORS, Outage
+
+if TYPE_CHECKING:
+    from .api import Bus
+    from .store import Store
+
+log = logging.getLogger(__name__)
+
+# A loop's BLPOP waits this long at most, then says again that it is alive.
+BLOCK_S = 1.0
+# The loops' liveness key lives this long: a host whose loops all died sends its kicks to
+# Celery again within it.
+ALIVE_MS = 3000
+# Waits between tries while Redis is away (growing to the last).
+RETRY_S = (0.1, 0.2, 0.5, 1.0)
+
+
+class ListDispatcher:
+    """Kicks onto the host's kick list when a loop of it is alive, else ``fallback``."""
+
+    def __init__(self, store: Callable[[], Store], fallback: Dispatcher) -> None:
+        self._store = store
+        self.fallback = fallback
+
+    def __getattr__(self, name: str) -> Any:
+        # The wrapped dispatcher's own parts (a RecordingDispatcher's calls, Celery's app).
+        if name == "fallback":
+            raise AttributeError(name)
+        return getattr(self.fallback, name)
+
+    def _push(self, host: str, sids: list[str]) -> bool:
+        try:
+            return self._store().push_kicks(host, sids)
+        except OUTAGE_ERRORS as exc:  # Redis away: the fallback tries (or fails) its way
+            log.debug("kick list unavailable (%s); dispatching through the fallback", exc)
+            return False
+
+    def deliver(self, host: str, sid: str) -> None:
+        if not self._push(host, [sid]):
+            self.fallback.deliver(host, sid)
+
+    def deliver_many(self, host: str, sids: list[str]) -> None:
+        if sids and not self._push(host, sids):
+            dispatch_many(self.fallback, host, sids)
+
+
+class KickLoop:
+    """Delivery loops of one worker process: each pops a kick and delivers its session."""
+
+    def __init__(
+        self, bus: Bus, *, threads: int = 1, on_done: Callable[[], Any] | None = None
+    ) -> None:
+        self.bus = bus
+        self.host = bus.settings.host
+        self.threads = threads
+        self.on_done = on_done
+        self.stop_event = threading.Event()
+        self._outage = Outage("kick loop", log)
+        self._alive_at = 0.0
+        self._alive_lock = threading.Lock()
+        self._running: list[threading.Thread] = []
+
+    def start(self) -> KickLoop:
+        # The lazy parts are built here, once, not raced by the threads.
+        self.bus.store, self.bus.metrics, self.bus.dispatcher  # noqa: B018
+        for n in range(self.threads):
+            t = threading.Thread(target=self.run, name=f"kick-{n}", daemon=True)
+            t.start()
+            self._running.append(t)
+        return self
+
+    def stop(self, timeout: float = BLOCK_S + 1) -> None:
+        self.stop_event.set()
+        for t in self._running:
+            t.join(timeout)
+
+    def _say_alive(self, store: Store) -> None:
+        now = time.monotonic()
+        with self._alive_lock:
+            if now - self._alive_at < BLOCK_S:
+                return
+            self._alive_at = now
+        store.kick_alive(self.host, ALIVE_MS)
+
+    def run(self) -> None:
+        """Pop and deliver until stopped; Redis going away only pauses it."""
+        store = self.bus.store
+        client: Any = None
+        pool: Any = None
+        fails = 0
+        while not self.stop_event.is_set():
+            try:
+                if client is None:
+                    client, pool = store.kick_client(BLOCK_S, f"inbox-kick:{self.host}")
+                self._say_alive(store)
+                sid = store.pop_kick(client, self.host, BLOCK_S)
+                self._outage.ok()
+                fails = 0
+            except OUTAGE_ERRORS as exc:
+                self._outage.failed(exc)
+                if pool is not None:
+                    pool.disconnect()
+                client = pool = None
+                self.stop_event.wait(RETRY_S[min(fails, len(RETRY_S) - 1)])
+                fails += 1
+                continue
+            if sid is not None:
+                faults.point("kick:after_pop")
+                self._deliver(sid)
+        if pool is not None:
+            pool.disconnect()
+
+    def _deliver(self, sid: str) -> None:
+        try:
+            self.bus.deliver_session(sid)
+        except OUTAGE_ERRORS as exc:  # the sweep redoes it once Redis is back
+            self._outage.failed(exc)
+        # Broad on purpose: one bad delivery must not end the loop; the sweep retries it.
+        except Exception:
+            log.exception("delivery of %s from the kick list failed", sid)
+        if self.on_done is not None:
+            self.on_done()
+
+
+__all__ = ["ALIVE_MS", "BLOCK_S", "KickLoop", "ListDispatcher"]

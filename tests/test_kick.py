@@ -1,0 +1,139 @@
+"""The kick list (INBOX_KICK=list, bus/kick.py): a worker's delivery loop runs the delivery
+without a Celery task; a kick lost with a killed worker is recovered; Redis restarts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import redis
+
+from bus.api import Bus
+from bus.dispatch import RecordingDispatcher
+from bus.embedded import EmbeddedRedis
+from bus.kick import ListDispatcher
+from bus.listen import Listener
+from bus.procs import WorkerProcess
+from bus.settings import Settings
+from tests.conftest import _free_port, collect, wait_for
+
+
+def kick_bus(s: Settings) -> tuple[Bus, RecordingDispatcher]:
+    """A bus kicking through the list; its fallback (Celery's place) only records."""
+    fallback = RecordingDispatcher()
+    return Bus(s, dispatcher=fallback), fallback
+
+
+def loop_alive(bus: Bus) -> bool:
+    return bool(bus.store.r.exists(bus.store.k.kick_alive(bus.settings.host)))
+
+
+def heard_ids(lines: list[dict[str, object]]) -> set[str]:
+    out: set[str] = set()
+    for obj in lines:
+        notice = obj.get("notice") or {}
+        out.update(str(i) for i in (notice.get("messages") or [obj.get("id")]))  # type: ignore[union-attr]
+    return out
+
+
+def test_with_no_loop_alive_the_kick_goes_to_the_fallback(settings: Settings) -> None:
+    bus, fallback = kick_bus(replace(settings, kick="list"))
+    assert isinstance(bus.dispatcher, ListDispatcher)
+    bus.dispatcher.deliver(settings.host, "nobody")
+    assert fallback.calls == [(settings.host, "nobody")]
+    assert bus.store.r.llen(bus.store.k.kick_list(settings.host)) == 0
+    bus.store.kick_alive(settings.host, 10_000)  # a loop says it is alive
+    bus.dispatcher.deliver(settings.host, "somebody")
+    assert fallback.calls == [(settings.host, "nobody")]
+    assert bus.store.r.lrange(bus.store.k.kick_list(settings.host), 0, -1) == ["somebody"]
+
+
+def test_a_kick_on_the_list_is_delivered_by_a_worker_loop_without_a_celery_task(
+    settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    s = replace(settings, kick="list")
+    start_worker(s)
+    bus, fallback = kick_bus(s)
+    wait_for(lambda: loop_alive(bus), what="the worker's kick loop")
+    bus.open_session("kicked")
+    bus.turn("kicked", "start")
+    lines: list[dict[str, object]] = []
+    with Listener.for_session(bus.floor, "kicked", collect(lines)):
+        sent = [
+            bus.send({"from": "hosta:me", "to_id": "kicked", "text": f"m{i}"}) for i in range(3)
+        ]
+        wait_for(lambda: {m["id"] for m in sent} <= heard_ids(lines), what="the messages")
+    assert fallback.calls == []  # no Celery task was asked for
+
+
+def test_a_worker_killed_after_popping_a_kick_leaves_the_message_to_the_sweep(
+    settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    from bus.scheduler import run as run_scheduler
+
+    s = replace(settings, kick="list")
+    doomed = start_worker(s, INBOX_FAULT="kick:after_pop")
+    bus, fallback = kick_bus(s)
+    wait_for(lambda: loop_alive(bus), what="the doomed worker's kick loop")
+    bus.open_session("lost")
+    bus.turn("lost", "start")
+    lines: list[dict[str, object]] = []
+    stop = threading.Event()
+    with Listener.for_session(bus.floor, "lost", collect(lines)):
+        sent = bus.send({"from": "hosta:me", "to_id": "lost", "text": "popped then killed"})
+        wait_for(
+            lambda: any("SIGKILL" in line for line in list(doomed.log)),
+            what="the pool process killed after its pop",
+        )
+        assert sent["id"] not in heard_ids(lines)
+        assert fallback.calls == []  # the kick went to the list, and is gone with the pop
+        doomed.kill()
+        start_worker(s)  # the host's worker comes back
+        sched_bus, _ = kick_bus(s)
+        threading.Thread(target=run_scheduler, args=(sched_bus, stop), daemon=True).start()
+        try:
+            wait_for(lambda: sent["id"] in heard_ids(lines), timeout=30, what="the recovery")
+        finally:
+            stop.set()
+
+
+@pytest.mark.slow
+def test_the_kick_loop_carries_on_after_a_redis_restart(
+    tmp_path: Path, settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    port = _free_port()
+    server = EmbeddedRedis(tmp_path / "r.sock", tmp_path / "rdata", port=port).start()
+    url = f"redis://:{server.password}@127.0.0.1:{port}/0"
+    s = replace(settings, redis_url=url, broker_url=url, kick="list")
+    try:
+        worker = start_worker(s)
+        bus, fallback = kick_bus(s)
+        wait_for(lambda: loop_alive(bus), what="the worker's kick loop")
+        bus.open_session("restarted")
+        bus.turn("restarted", "start")
+        lines: list[dict[str, object]] = []
+        with Listener.for_session(bus.floor, "restarted", collect(lines)):
+            first = bus.send({"from": "hosta:me", "to_id": "restarted", "text": "before"})
+            wait_for(lambda: first["id"] in heard_ids(lines), what="the message before")
+            server.stop()
+            server.start()
+            back = time.monotonic()
+            gone = False
+            while not gone:  # the first command on a dead pooled connection may fail
+                try:
+                    bus.store.r.delete(bus.store.k.kick_alive(s.host))
+                    gone = True
+                except redis.RedisError:
+                    assert time.monotonic() - back < 30
+            # The loop reconnects and says it is alive again.
+            wait_for(lambda: loop_alive(bus), timeout=30, what="the loop after the restart")
+            nxt = bus.send({"from": "hosta:me", "to_id": "restarted", "text": "after"})
+            wait_for(lambda: nxt["id"] in heard_ids(lines), timeout=30, what="the message after")
+        assert fallback.calls == []
+        assert worker.proc.poll() is None
+    finally:
+        server.stop()

@@ -76,7 +76,7 @@ class Settings:
     max_unread: int = 10000
     # How a delivery is kicked (issue 13): ``celery`` (a task on the host's queue) or
     # ``list`` (the host's kick list, popped by a loop in each worker process; bus.kick).
-    kick: str = "celery"
+    kick: str = "list"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -107,7 +107,7 @@ class Settings:
             send_rate=_float(env, "INBOX_SEND_RATE", 50.0),
             send_burst=_float(env, "INBOX_SEND_BURST", 500.0),
             max_unread=int(_float(env, "INBOX_MAX_UNREAD", 10000)),
-            kick="list" if (env.get("INBOX_KICK") or "").strip().lower() == "list" else "celery",
+            kick="celery" if (env.get("INBOX_KICK") or "").strip().lower() == "celery" else "list",
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 

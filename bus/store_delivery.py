@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .models import SessionInfo, now_ms
-from .policy import floor_times
-from .store_inbox import json_records
+from .store_inbox import view_of_replies
 
 
 @dataclass
@@ -148,7 +147,6 @@ class DeliveryStore:
         entries = replies.pop() if read_after is not None else []
         stream_len = int(replies.pop())
         held, session, nid, floor, pending, wake, first, building, retry_at = replies
-        floor_wake_at, floor_first_at = floor_times(json_records(list(floor.values())))
         from .store import _session_from_hash
 
         return DeliverySnapshot(
@@ -159,15 +157,7 @@ class DeliveryStore:
             floor_ids=[str(n) for n in floor],
             rows=[(str(eid), dict(fields)) for eid, fields in entries],
             stream_len=stream_len,
-            view={
-                "pending": int(pending),
-                "first_wake_at": int(wake[0][1]) if wake else None,
-                "first_pending_at": int(first[0][1]) if first else None,
-                "building": int(bool(building)),
-                "retry_at": int(retry_at) if retry_at else None,
-                "floor_wake_at": floor_wake_at,
-                "floor_first_at": floor_first_at,
-            },
+            view=view_of_replies(pending, wake, first, building, retry_at, list(floor.values())),
         )
 
     def finish_notice(

@@ -31,6 +31,24 @@ def json_records(raws: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
+def view_of_replies(
+    pending: Any, wake: Any, first: Any, building: Any, retry_at: Any, floor: list[Any]
+) -> dict[str, int | None]:
+    """The plan's view from its reads (:meth:`InboxStore.inbox_view`, or the same reads
+    in a delivery's snapshot): ZCARD new, the first of wakeq and of new (with scores),
+    EXISTS notice, the session's retry_at and the floor's records."""
+    floor_wake_at, floor_first_at = floor_times(json_records(floor))
+    return {
+        "pending": int(pending),
+        "first_wake_at": int(wake[0][1]) if wake else None,
+        "first_pending_at": int(first[0][1]) if first else None,
+        "building": int(bool(building)),
+        "retry_at": int(retry_at) if retry_at else None,
+        "floor_wake_at": floor_wake_at,
+        "floor_first_at": floor_first_at,
+    }
+
+
 class InboxStore:
     """Inbox and thread records of a :class:`~bus.store.Store`."""
 
@@ -86,17 +104,7 @@ class InboxStore:
         pipe.exists(self.k.s(sid, "notice"))
         pipe.hget(self.k.s(sid, "session"), "retry_at")
         pipe.hvals(self.k.s(sid, "floor"))
-        pending, wake, first, building, retry_at, floor = pipe.execute()
-        floor_wake_at, floor_first_at = floor_times(json_records(floor))
-        return {
-            "pending": int(pending),
-            "first_wake_at": int(wake[0][1]) if wake else None,
-            "first_pending_at": int(first[0][1]) if first else None,
-            "building": int(bool(building)),
-            "retry_at": int(retry_at) if retry_at else None,
-            "floor_wake_at": floor_wake_at,
-            "floor_first_at": floor_first_at,
-        }
+        return view_of_replies(*pipe.execute())
 
     def records(self, sid: str, ids: list[str]) -> list[dict[str, Any]]:
         """The inbox records of ``ids`` that exist, in that order."""

@@ -14,6 +14,7 @@ import pytest
 from bus.api import Bus
 from bus.dispatch import RecordingDispatcher
 from bus.errors import BadInput, BusError, Unauthorized
+from bus.settings import Settings
 from tests.conftest import settings_env
 
 
@@ -56,6 +57,21 @@ def two(bus: Bus) -> Bus:
     bus.open_session("s2")
     bus.turn("s2", "start")
     return bus
+
+
+def send_jsonl(
+    settings: Settings, lines: list[str], **env: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """``inbox send --jsonl -`` as a user runs it, one line a message; its answers."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bus.cli", "send", "--jsonl", "-"],
+        input="\n".join(lines) + "\n",
+        env={**settings_env(settings), "INBOX_DISPATCHER": "none", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return out, [json.loads(x) for x in out.stdout.splitlines()]
 
 
 def test_batch_answers_and_stores_what_a_send_per_message_does(two: Bus) -> None:
@@ -161,16 +177,7 @@ def test_jsonl_refuses_bad_lines_by_number_and_sends_the_rest(
     lines = [json.dumps({"from": "h:me", "to_id": "s1", "text": f"m{i}"}) for i in range(4)]
     lines[1] = "{not json"
     lines[2] = json.dumps({"from": "h:me", "to_id": "s1", "text": ""})
-    env = {**settings_env(settings), "INBOX_DISPATCHER": "none"}
-    out = subprocess.run(
-        [sys.executable, "-m", "bus.cli", "send", "--jsonl", "-"],
-        input="\n".join(lines) + "\n\n",
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    answers = [json.loads(x) for x in out.stdout.splitlines()]
+    out, answers = send_jsonl(settings, [*lines, ""])
     assert out.returncode == 1
     assert [a.get("state") or a["error"] for a in answers] == [
         "stored",
@@ -419,21 +426,7 @@ def test_jsonl_takes_what_the_bucket_holds_and_refuses_each_line_after(
     two: Bus, settings: Any
 ) -> None:
     lines = [json.dumps({"from": "h:me", "to_id": "s1", "text": f"m{i}"}) for i in range(5)]
-    env = {
-        **settings_env(settings),
-        "INBOX_DISPATCHER": "none",
-        "INBOX_SEND_RATE": "0.001",
-        "INBOX_SEND_BURST": "3",
-    }
-    out = subprocess.run(
-        [sys.executable, "-m", "bus.cli", "send", "--jsonl", "-"],
-        input="\n".join(lines) + "\n",
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    answers = [json.loads(x) for x in out.stdout.splitlines()]
+    out, answers = send_jsonl(settings, lines, INBOX_SEND_RATE="0.001", INBOX_SEND_BURST="3")
     assert out.returncode == 1
     assert [a.get("state") or a["error"] for a in answers] == [
         "stored",

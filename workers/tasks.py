@@ -102,17 +102,7 @@ def send(**fields: Any) -> dict[str, Any]:
 def deliver(self: Task, sid: str) -> dict[str, Any]:
     """Deliver what is queued for one session of this host. When another delivery holds
     the session it takes this one's work over (bus.handoff): no retry, no sleep."""
-    bus = get_bus()
-    try:
-        with bus.metrics.batched():  # the delivery's counters in one round trip
-            report = bus.deliver_session(sid)
-    except OUTAGE_ERRORS as exc:
-        # Redis is restarting: one log line per outage; the scheduler's sweep redoes the
-        # delivery once it is back (nothing was taken that is not still in the stream).
-        _outage.failed(exc)
-        return {"ok": False, "error": "unavailable", "session": sid}
-    _outage.ok()
-    return report.to_json()
+    return _deliver_one(get_bus(), sid)
 
 
 def _pool_of_threads() -> ThreadPoolExecutor:
@@ -124,6 +114,8 @@ def _pool_of_threads() -> ThreadPoolExecutor:
 
 
 def _deliver_one(bus: Bus, sid: str) -> dict[str, Any]:
+    # Redis restarting: one log line per outage; the scheduler's sweep redoes the delivery
+    # once it is back (nothing was taken that is not still in the stream).
     try:
         with bus.metrics.batched():
             report = bus.deliver_session(sid)

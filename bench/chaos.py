@@ -233,7 +233,6 @@ class Soak:
         self.faults: list[dict[str, Any]] = []
         self.listeners: list[Listener] = []
         self.drainers: dict[str, subprocess.Popen[bytes]] = {}
-        self.restarted_by_script = 0
         self.topo: Topology | None = None
         self.sessions: dict[str, tuple[str, str]] = {}  # sid -> (host, kind)
         # Every wait is bounded by this, so the soak always ends with its accounting.
@@ -376,31 +375,13 @@ class Soak:
                 offsets[path] = 0  # Redis down: try again next round
 
     def restart_dead(self) -> None:
-        """Bring back harness processes (drainers); bus processes only without a supervisor."""
+        """Bring back harness processes (drainers); the topology's supervisor restarts the
+        bus's own."""
         if self.closing:
             return
         for host, proc in list(self.drainers.items()):
             if proc.poll() is not None:
                 self.start_drainer(host)
-        topo = self.topo
-        assert topo is not None
-        if getattr(topo, "supervisor", None) is not None:
-            return
-        # The bus before `inbox up` supervised: restart what died, as a person would.
-        from bus.topology import _spawn
-
-        exe = [sys.executable, "-m", "bus.cli"]
-        for i, child in enumerate(topo.children):
-            if child.proc.poll() is None:
-                continue
-            if child.name.startswith("worker-"):
-                host = child.name[len("worker-") :]
-                argv = [*exe, "worker", "--concurrency", "2", "--loglevel", "info"]
-                topo.children[i] = _spawn(child.name, argv, topo.env_for(host), child.log)
-            else:
-                argv = [*exe, "scheduler"]
-                topo.children[i] = _spawn(child.name, argv, topo.env_for(HOSTS[0]), child.log)
-            self.restarted_by_script += 1
 
     def probe(self, host: str, label: str, t_fault: float, timeout: float = 90.0) -> float | None:
         """Send to the host's probe session until heard; the time from the fault."""
@@ -610,7 +591,6 @@ class Soak:
             "faults": [{k2: v for k2, v in f.items() if k2 != "t"} for f in self.faults],
             "max_recovery_s": max((x for x in recov if x is not None), default=None),
             "recoveries_failed": sum(1 for x in recov if x is None),
-            "restarted_by_script": self.restarted_by_script,
             "supervised": getattr(self.topo, "supervisor", None) is not None,
             "incidents": self.incidents,
         }

@@ -23,3 +23,18 @@ def test_the_embedded_redis_allocates_small_stream_nodes(tmp_path: Path) -> None
             assert usage is not None and usage < 4096
         finally:
             c.close()
+
+
+def test_a_free_port_lies_outside_the_ephemeral_range_and_binds() -> None:
+    # A server restarted on its port must not find it taken by a client's outgoing
+    # connection (or a client's self-connect while reconnecting to it).
+    import socket
+
+    from bus.embedded import _ephemeral_range, free_port
+
+    low, high = _ephemeral_range()
+    for _ in range(20):
+        port = free_port()
+        assert not low <= port <= high
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))

@@ -58,6 +58,9 @@ class InboxStore:
     def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
         raise NotImplementedError
 
+    def pipeline(self, transaction: bool = False) -> Any:  # Store defines it
+        raise NotImplementedError
+
     # -- the session record's small fields -----------------------------------------------
 
     def touch_seen(self, sid: str, at_ms: int) -> None:
@@ -261,8 +264,17 @@ class InboxStore:
         return str(raw) if raw else None
 
     def thread_log(self, thread: str) -> list[dict[str, str]]:
-        """The thread's log entries, oldest first (``{"id", "m": wire JSON}`` each)."""
-        return [dict(f) for _eid, f in self.r.xrange(self.k.t(thread, "log"))]
+        """The thread's log entries, oldest first (``{"id", "m": wire JSON}`` each). A
+        one-message thread keeps its message in its record (``thread_append.lua``). The
+        record is read before the log: a second message moving it in between leaves it
+        in the log, so it is never missed (even on a cluster, without MULTI)."""
+        pipe = self.pipeline(transaction=True)
+        pipe.hmget(self.k.t(thread, "meta"), ["one_id", "one_m"])
+        pipe.xrange(self.k.t(thread, "log"))
+        (one_id, one_m), rows = pipe.execute()
+        if not rows and one_id and one_m:
+            return [{"id": str(one_id), "m": str(one_m)}]
+        return [dict(f) for _eid, f in rows]
 
     def threads_of(self, sid: str) -> list[str]:
         """The session's thread ids, newest activity first."""

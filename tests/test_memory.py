@@ -74,7 +74,7 @@ def test_the_compaction_pass_shrinks_short_streams_and_keeps_what_they_hold(bus:
     store, k = bus.store, bus.store.k
     bus.open_session("coord")
     bus.turn("coord", "start")
-    sent = send(bus, "coord", "hello")
+    sent = [send(bus, "coord", "hello"), send(bus, "coord", "hi")]  # a log: two messages
     bus.deliver_session("coord")
     bus.drain("coord")
     [thread] = store.threads_of("coord")
@@ -105,7 +105,7 @@ def test_the_compaction_pass_shrinks_short_streams_and_keeps_what_they_hold(bus:
     second = send(bus, "coord", "again")
     bus.deliver_session("coord")
     assert [f.get("id") for _e, f in store.r.xrange(k.t(thread, "log"))][-2:] == [
-        sent["id"],
+        sent[1]["id"],
         second["id"],
     ]
 
@@ -169,3 +169,30 @@ def test_a_compaction_pass_goes_a_chunk_of_sessions_a_tick(
     assert all(usage(sid) <= 2048 for sid in ("a1", "a2"))
     store.record("a1", "probe", note="y")
     assert compact_all(store) == 0  # the next pass waits for its minute
+
+
+def test_a_one_message_thread_keeps_its_message_in_its_record_until_a_second(bus: Bus) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.open_session("lane")
+    bus.turn("coord", "start")
+    sent = bus.send({"from": "ha:lane", "from_session": "lane", "to_id": "coord", "text": "hello"})
+    bus.deliver_session("coord")
+    bus.deliver_session("coord")  # a redone delivery appends nothing twice
+    [thread] = store.threads_of("coord")
+    # No log and no seen set for one message: it is in the thread's record.
+    assert store.r.exists(k.t(thread, "log"), k.t(thread, "seen")) == 0
+    assert store.r.hget(k.t(thread, "meta"), "one_id") == sent["id"]
+    history = bus.read("coord", thread)["messages"]
+    assert [(m["id"], m["text"]) for m in history] == [(sent["id"], "hello")]
+    assert int(store.thread_field(thread, "count") or 0) == 1
+    # A reply makes the log: the first message, then the reply, in order, each once.
+    reply = bus.reply("coord", thread, "hi back")
+    bus.deliver_session("lane")
+    bus.deliver_session("coord")
+    ids = [f["id"] for _e, f in store.r.xrange(k.t(thread, "log"))]
+    assert ids[0] == sent["id"] and len(ids) == len(set(ids)) == 2
+    assert store.r.hget(k.t(thread, "meta"), "one_id") is None
+    assert [m["text"] for m in bus.read("coord", thread)["messages"]] == ["hello", "hi back"]
+    assert reply["ok"] is True
+

@@ -493,11 +493,14 @@ def scenario_memory(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]
         if n != n0 or size != size0:
             by_kind[kind] = [round((n - n0) / sessions, 2), round((size - size0) / sessions)]
     # Then the scheduler's compaction pass (bus.compact, once a minute), on these
-    # sessions' streams only: what a quiet session settles at.
+    # sessions' streams only: what a quiet session settles at (its events dropped as
+    # once quiet for QUIET_MS; here at once).
     store = observer.store
     try:
         from bus.compact import MAX_ENTRIES, NODE_BYTES, SLACK_BYTES
 
+        if hasattr(store, "drop_quiet_events"):
+            store.drop_quiet_events(sids, 0)
         keys = store.session_streams(sids)
         store.compact_streams(keys, MAX_ENTRIES, SLACK_BYTES, NODE_BYTES)
         compacted = used()

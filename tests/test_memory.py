@@ -196,3 +196,39 @@ def test_a_one_message_thread_keeps_its_message_in_its_record_until_a_second(bus
     assert [m["text"] for m in bus.read("coord", thread)["messages"]] == ["hello", "hi back"]
     assert reply["ok"] is True
 
+
+def test_a_quiet_sessions_events_are_dropped_and_a_waited_receipt_still_ends(bus: Bus) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("me")
+    bus.open_session("coord")
+    bus.turn("coord", "start")
+    sent = bus.send({"from": "ha:me", "from_session": "me", "to_id": "coord", "text": "hello"})
+    key = k.s("coord", "events")
+    # Not quiet for long: kept, by the pass too.
+    assert store.drop_quiet_events(["coord"], compact.QUIET_MS) == 0
+    compact_all(store, force=True)
+    assert store.r.exists(key) == 1
+    got: list[dict[str, Any]] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(bus.receipt(sent["id"], by="me", wait_for="noticed", timeout=30))
+    )
+    waiter.start()
+    try:
+        wait_for(
+            lambda: any(
+                c.get("name") == f"inbox-wait:{sent['id']}" and c.get("cmd") == "xread"
+                for c in store.r.client_list()
+            ),
+            what="the waiter blocked",
+        )
+        # Quiet (a cutoff of 0 ms): dropped under the blocked reader.
+        wait_for(lambda: store.drop_quiet_events(["coord"], 0) > 0, what="events dropped")
+        assert store.r.exists(key) == 0 and store.last_event_id("coord") == "0-0"
+        bus.deliver_session("coord")
+        bus.drain("coord")
+        waiter.join(30)
+    finally:
+        waiter.join(30)
+    assert not waiter.is_alive()
+    assert got[0]["state"] == "noticed", got
+    assert store.r.exists(key) == 1  # made again by the next record

@@ -48,6 +48,17 @@ class CompactStore:
             script(keys=[self.k.s(sid, "events")], args=[int(quiet_ms)], client=pipe)
         return sum(int(x or 0) for x in pipe.execute())
 
+    def drop_taken_queues(self, sids: list[str]) -> None:
+        """``queue_trim.lua`` on each of ``sids``: a queue the delivery took whole goes
+        with its cursor (one a delivery trimmed within its cursor's ms kept)."""
+        if not sids:
+            return
+        script = self.script("queue_trim")
+        pipe = self.pipeline()
+        for sid in sids:
+            script(keys=[self.k.s(sid, "stream"), self.k.s(sid, "cursor")], args=[], client=pipe)
+        pipe.execute()
+
     def session_streams(self, sids: list[str]) -> list[str]:
         """The streams a quiet session keeps: its ``events`` and each of its threads'
         ``log``s (a thread shared by two sessions once), one round trip per node."""

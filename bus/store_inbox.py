@@ -128,15 +128,19 @@ class InboxStore:
             pipe.hvals(self.k.s(sid, "msgs"))
             pipe.xrevrange(self.k.s(sid, "stream"), count=1)
             # A queue the delivery took whole is emptied (queue_trim.lua): its newest
-            # entry was the cursor's.
+            # entry was the cursor's, or, once both are dropped, the newest record's.
             pipe.get(self.k.s(sid, "cursor"))
         replies = pipe.execute()
         out = []
         for raw, last, cursor in zip(replies[0::3], replies[1::3], replies[2::3], strict=True):
-            marks = [str(json.loads(x).get("mark")) for x in raw]
+            recs = [json.loads(x) for x in raw]
+            marks = [str(r.get("mark")) for r in recs]
             newest = str(last[0][0]) if last else str(cursor or "0-0")
             # A stream id is "<ms>-<seq>": its first part is when the message came.
-            out.append((marks, int(newest.split("-")[0])))
+            at = int(newest.split("-")[0])
+            if not at:
+                at = max((int(r.get("at") or 0) for r in recs), default=0)
+            out.append((marks, at))
         return out
 
     def new_ids(self, sid: str) -> list[str]:

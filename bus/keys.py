@@ -31,7 +31,8 @@ buses, or several tests, share one server.
 | ``P:{thr}:meta`` | hash: key, label, class, parties, state, type | delivery, decide | - |
 | ``P:{thr}:log`` | stream: the thread's messages in order | delivery, reply | bounded; compacted when short (bus/compact.py) |
 | ``P:{thr}:seen`` | set: message ids already in the log (idempotent append) | delivery | - |
-| ``P:{h:<handle>}:sids`` | set: sessions that carry a handle | session open | - |
+| ``P:{h:<handle>}:sids`` | set: sessions that carry a handle (written before ``sidh``; read only) | - | - |
+| ``P:{h:<handle>}:sidh`` | hash: session id -> "" for the sessions that carry a handle | session open | - |
 | ``P:{snd:<sha256(sender)>}:bucket`` | hash: tokens, at: the sender's send rate bucket | send, reply (rate.lua) | expires once full again |
 | ``P:{m:<id>}:rcpt`` | string: the session a message id was addressed to (before bus.rcptindex; read only) | - | TTL 7 days |
 | ``P:{rc:<day>:<b>}:rcpt`` | hash: message id -> the session it was addressed to, for the ids stored on UTC day ``<day>`` in bucket ``<b>`` (bus.rcptindex) | send | TTL 8 days from its last write |
@@ -134,6 +135,12 @@ class Keys:
         if any(c in handle for c in "{}\n\r\0") or len(handle) > 300:
             raise ValueError(f"bad handle {handle!r}")
         return f"{self.prefix}:{{h:{handle}}}:sids"
+
+    def handle_map(self, handle: str) -> str:
+        """The sessions that carry ``handle``, as hash fields (a small hash is a listpack,
+        ~100 B; a set of strings is a table, ~270 B, before Redis 7.2); :meth:`handle`'s
+        set is still read for sessions opened before."""
+        return self.handle(handle)[: -len("sids")] + "sidh"
 
     def bucket(self, sender: str) -> str:
         """A sender's send-rate bucket; ``sender`` (a token subject, session or handle,

@@ -8,9 +8,9 @@ buses, or several tests, share one server.
 | key | type | writer | retention |
 |---|---|---|---|
 | ``P:{sid}:session`` | hash: SessionInfo fields | session open/close, turns, delivery | kept after close |
-| ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | emptied once the delivery took every entry (queue_trim.lua); else trimmed by MINID below ``trim`` |
+| ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | deleted with ``cursor`` once the delivery took every entry (queue_trim.lua); else trimmed by MINID below ``trim`` |
 | ``P:{sid}:trim`` | string: stream id below which entries may be trimmed | delivery | - |
-| ``P:{sid}:cursor`` | string: last stream id the delivery has taken | delivery | - |
+| ``P:{sid}:cursor`` | string: last stream id the delivery has taken (none: read from ``0-0``) | delivery | deleted with the emptied queue (queue_trim.lua) |
 | ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency) | send, delivery, withdraw, turn end | pruned with ``idsage`` |
 | ``P:{sid}:idsage`` | zset: message id → first-seen ms | send | oldest pruned past 100k |
 | ``P:{sid}:pending`` | string: a delivery has been dispatched and not started | send; cleared by delivery | TTL (lock_ttl) |
@@ -26,11 +26,11 @@ buses, or several tests, share one server.
 | ``P:{sid}:waiters`` | set: ids whose senders wait for an answer | send --wait | - |
 | ``P:{sid}:ans:{id}`` | list: one answer JSON pushed for a waiting sender | turn end, close | TTL 1 day |
 | ``P:{sid}:threads`` | zset: thread id → newest ms, the session's inbox | delivery, reply | - |
-| ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000; compacted when short (bus/compact.py) |
+| ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000; compacted when short, dropped once its newest record is 10 min old (bus/compact.py) |
 | ``P:{sid}:gave`` | set: sessions this session gave work to | delivery | - |
-| ``P:{thr}:meta`` | hash: key, label, class, parties, state, type | delivery, decide | - |
-| ``P:{thr}:log`` | stream: the thread's messages in order | delivery, reply | bounded; compacted when short (bus/compact.py) |
-| ``P:{thr}:seen`` | set: message ids already in the log (idempotent append) | delivery | - |
+| ``P:{thr}:meta`` | hash: key, label, class, parties, state, type; ``one_id``, ``one_m``: the thread's only message (no log yet) | delivery, decide | - |
+| ``P:{thr}:log`` | stream: the thread's messages in order, from its second message | delivery, reply | bounded; compacted when short (bus/compact.py) |
+| ``P:{thr}:seen`` | set: message ids already in the log (idempotent append), made with the log | delivery | - |
 | ``P:{h:<handle>}:sids`` | set: sessions that carry a handle (written before ``sidh``; read only) | - | - |
 | ``P:{h:<handle>}:sidh`` | hash: session id -> "" for the sessions that carry a handle | session open | - |
 | ``P:{snd:<sha256(sender)>}:bucket`` | hash: tokens, at: the sender's send rate bucket | send, reply (rate.lua) | expires once full again |

@@ -9,6 +9,11 @@ receipts' expiry pass is; :data:`CHUNK` sessions a tick) the scheduler rewrites 
 same entries, last id and TTL in nodes sized to fit). A stream already compact, or
 long (its nodes then full but the last), is left alone. A server that refuses DUMP,
 RESTORE or MEMORY (some managed services) turns the pass off for the process, once logged.
+
+The same pass drops the ``events`` of a session quiet for :data:`QUIET_MS`
+(``events_quiet.lua``): an audit trail of ~1-1.6 KB an idle session would keep for good;
+and a queue the delivery took whole with its cursor (``queue_trim.lua``, which the
+delivery runs too, keeps them when it ran within the cursor's millisecond).
 """
 
 from __future__ import annotations
@@ -28,9 +33,22 @@ MAX_ENTRIES = 64
 SLACK_BYTES = 500
 NODE_BYTES = 400
 CHUNK = 500  # sessions per round trip, and per scheduler tick
+# A session's events stream is dropped once its newest record is this old: nothing
+# replays it, and a live reader (a --wait, a withdrawal) only waits for newer records.
+QUIET_MS = 10 * 60 * 1000
 
 _refused = False
 _left: dict[str, list[str]] = {}  # key prefix -> sessions this process's pass has left
+
+
+def compact_sessions(store: Store, sids: list[str], quiet_ms: int) -> int:
+    """One pass over ``sids``: events quiet for ``quiet_ms`` dropped, queues taken whole
+    dropped with their cursors, short streams compacted; the bytes saved (MEMORY USAGE,
+    the queues' not counted)."""
+    saved = store.drop_quiet_events(sids, quiet_ms)
+    store.drop_taken_queues(sids)
+    keys = store.session_streams(sids)
+    return saved + store.compact_streams(keys, MAX_ENTRIES, SLACK_BYTES, NODE_BYTES)
 
 
 def compact_all(store: Store, *, force: bool = False) -> int:
@@ -54,8 +72,7 @@ def compact_all(store: Store, *, force: bool = False) -> int:
     try:
         while left:
             chunk, left = left[:CHUNK], left[CHUNK:]
-            keys = store.session_streams(chunk)
-            saved += store.compact_streams(keys, MAX_ENTRIES, SLACK_BYTES, NODE_BYTES)
+            saved += compact_sessions(store, chunk, QUIET_MS)
             if not force:
                 break
     except redis.ResponseError as exc:

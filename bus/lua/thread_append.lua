@@ -1,17 +1,35 @@
 -- thread_append.lua: add one message to a thread's log, once.
 -- All keys are in the thread's slot {<thr>}.
 -- KEYS[1] meta  P:{thr}:meta  hash: key, label, parties (JSON list), senders (JSON list),
---                             count, newest_at, newest_preview, class, created
+--                             count, newest_at, newest_preview, class, created; one_id,
+--                             one_m: the first message while it is the only one
 -- KEYS[2] log   P:{thr}:log   stream of the thread's messages (field m = wire JSON)
 -- KEYS[3] seen  P:{thr}:seen  ids already in the log
 -- ARGV[1] message id, ARGV[2] wire JSON, ARGV[3] at ms, ARGV[4] key, ARGV[5] label,
 -- ARGV[6] parties JSON list (taken only when the thread is made), ARGV[7] sender label, ARGV[8] preview, ARGV[9] class,
 -- ARGV[10] log MAXLEN
 -- Returns 1 if appended, 0 if already there.
-if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
-  return 0
+-- A thread's first message stays in meta (fields one_id, one_m) with no log and no seen
+-- set: a stream and a set cost ~1.1 KB however short (issue 13, memory). The second
+-- message moves it to the log, first, then follows it there.
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  local one = redis.call('HMGET', KEYS[1], 'one_id', 'one_m')
+  if not one[1] then
+    redis.call('HSET', KEYS[1], 'one_id', ARGV[1], 'one_m', ARGV[2])
+  elseif one[1] == ARGV[1] then
+    return 0
+  else
+    redis.call('XADD', KEYS[2], '*', 'id', one[1], 'm', one[2])
+    redis.call('SADD', KEYS[3], one[1])
+    redis.call('HDEL', KEYS[1], 'one_id', 'one_m')
+  end
 end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(ARGV[10]), '*', 'id', ARGV[1], 'm', ARGV[2])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
+    return 0
+  end
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(ARGV[10]), '*', 'id', ARGV[1], 'm', ARGV[2])
+end
 local created = redis.call('HSETNX', KEYS[1], 'key', ARGV[4]) == 1
 if created then
   redis.call('HSET', KEYS[1], 'label', ARGV[5], 'created', ARGV[3], 'parties', '[]', 'senders', '[]')

@@ -40,17 +40,32 @@ local answers, ages = {}, {}
 -- count before each message, as one append.lua per message would count.
 local held = nil
 local blob = ARGV[7]
-local pos, n = 1, 0
+-- The messages first (id, group, where the wire JSON is), then every id's prior answer in
+-- a few HMGETs, not one HGET a message.
+local mids, mgroups, mfrom, mto = {}, {}, {}, {}
+local pos = 1
 while pos <= #blob do
   local a = string.find(blob, '\n', pos, true)
   local b = string.find(blob, '\n', a + 1, true)
   local c = string.find(blob, '\n', b + 1, true)
-  local id = string.sub(blob, pos, a - 1)
-  local g = 3 * (tonumber(string.sub(blob, a + 1, b - 1)) - 1)
+  mids[#mids + 1] = string.sub(blob, pos, a - 1)
+  mgroups[#mgroups + 1] = 3 * (tonumber(string.sub(blob, a + 1, b - 1)) - 1)
+  mfrom[#mfrom + 1] = b + 1
+  mto[#mto + 1] = c - 1
   pos = c + 1
-  n = n + 1
+end
+local known = {}
+local step = 500
+for s = 1, #mids, step do
+  local got = redis.call('HMGET', KEYS[2], unpack(mids, s, math.min(s + step - 1, #mids)))
+  for j = 1, #got do
+    known[s + j - 1] = got[j]
+  end
+end
+for n = 1, #mids do
+  local id, g = mids[n], mgroups[n]
   local thread = group[g + 1]
-  local prior = fresh[id] or redis.call('HGET', KEYS[2], id)
+  local prior = fresh[id] or known[n]
   local stored = true
   if prior then
     out[#out + 1] = n
@@ -66,7 +81,7 @@ while pos <= #blob do
     else
       -- MINID trimming never drops an entry the delivery has not taken yet.
       redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', id, 'm',
-        string.sub(blob, b + 1, c - 1))
+        string.sub(blob, mfrom[n], mto[n]))
       local answer = head .. id .. mid .. thread .. tail
       fresh[id] = answer
       answers[#answers + 1] = id
@@ -100,7 +115,6 @@ while pos <= #blob do
   end
 end
 -- The answers and first-seen times of what was stored, a few hundred per command.
-local step = 500
 for s = 1, #answers, step do
   redis.call('HSET', KEYS[2], unpack(answers, s, math.min(s + step - 1, #answers)))
   redis.call('ZADD', KEYS[3], unpack(ages, s, math.min(s + step - 1, #ages)))

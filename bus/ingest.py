@@ -9,10 +9,11 @@ never has to work out which half of a batch went in. Then:
 - each receiver's messages are appended by one ``append_many.lua`` call (the batched
   ``append.lua``: same keys, records and answers), which also opens each stored
   message's receipt; all calls in one pipeline, run without redis-py's ``SCRIPT
-  EXISTS`` round trip (:meth:`~bus.store_many.ManyStore.execute_loaded`). A receiver's
-  messages go as one argument, and the send answer JSON is built in the script from
-  halves kept per receiver and thread, so the Python side packs a few arguments per
-  message;
+  EXISTS`` round trip and packed without redis-py's per-argument packing
+  (:meth:`~bus.store_many.ManyStore.execute_loaded`). A receiver's messages go as one
+  argument, and the send answer JSON is built in the script from three parts kept per
+  receiver (joined with each id and thread), so the Python side packs a few arguments
+  per message and encodes no JSON per receiver;
 - one delivery is dispatched per receiver per batch (the script's pending flag).
 
 The answers are what a :meth:`~bus.api.Bus.send` per message would have answered, in
@@ -272,7 +273,7 @@ def store_many(bus: Sender, msgs: Sequence[Message]) -> list[dict[str, Any]]:
 
 
 # A receiver's answer as it stands in one batch: (sid, host, recipient state, listening,
-# last_seen); the answers and their JSON halves are kept per such tuple (a swarm's batches
+# last_seen); the answers and their JSON parts are kept per such tuple (a swarm's batches
 # repeat them), so a batch builds neither anew.
 Standing = tuple[str, str, str, bool, int | None]
 

@@ -9,10 +9,11 @@ never has to work out which half of a batch went in. Then:
 - each receiver's messages are appended by one ``append_many.lua`` call (the batched
   ``append.lua``: same keys, records and answers), which also opens each stored
   message's receipt; all calls in one pipeline, run without redis-py's ``SCRIPT
-  EXISTS`` round trip (:meth:`~bus.store_many.ManyStore.execute_loaded`). A receiver's
-  messages go as one argument, and the send answer JSON is built in the script from
-  halves kept per receiver and thread, so the Python side packs a few arguments per
-  message;
+  EXISTS`` round trip and packed without redis-py's per-argument packing
+  (:meth:`~bus.store_many.ManyStore.execute_loaded`). A receiver's messages go as one
+  argument, and the send answer JSON is built in the script from three parts kept per
+  receiver (joined with each id and thread), so the Python side packs a few arguments
+  per message and encodes no JSON per receiver;
 - one delivery is dispatched per receiver per batch (the script's pending flag).
 
 The answers are what a :meth:`~bus.api.Bus.send` per message would have answered, in
@@ -272,7 +273,7 @@ def store_many(bus: Sender, msgs: Sequence[Message]) -> list[dict[str, Any]]:
 
 
 # A receiver's answer as it stands in one batch: (sid, host, recipient state, listening,
-# last_seen); the answers and their JSON halves are kept per such tuple (a swarm's batches
+# last_seen); the answers and their JSON parts are kept per such tuple (a swarm's batches
 # repeat them), so a batch builds neither anew.
 Standing = tuple[str, str, str, bool, int | None]
 
@@ -311,25 +312,33 @@ def _template(standing: Standing) -> dict[str, Any]:
     return {**answer, "recipient": dict(answer["recipient"])}
 
 
-@lru_cache(maxsize=16384)
-def _answer_halves(standing: Standing, thread: str) -> tuple[str, str]:
-    """The send answer JSON ``json.dumps({**template, "id": <id>, "thread": thread})`` split
-    around the id: ``append_many.lua`` joins the halves with each message id (an id needs
-    no JSON escaping, :data:`~bus.ids.MESSAGE_ID_PATTERN`)."""
-    answer = {**_answer(standing), "id": _ID_MARK, "thread": thread}
-    head, mark, tail = json.dumps(answer).partition(_ID_MARK_JSON)
-    if not mark:  # never: the template's id is the mark
-        raise RuntimeError("the send answer template lost its id")
-    return head, tail
+@lru_cache(maxsize=4096)
+def _answer_parts(standing: Standing) -> tuple[str, str, str]:
+    """The send answer JSON ``json.dumps({**template, "id": <id>, "thread": <thread>})``
+    split around the id and the thread: ``append_many.lua`` joins the parts with each
+    message's id and thread (neither needs JSON escaping: :data:`~bus.ids.MESSAGE_ID_PATTERN`,
+    :data:`~bus.models.THREAD_ID_PATTERN`). One per receiver's standing, whatever the
+    threads: a batch to many sessions encodes no JSON per receiver and thread."""
+    answer = {**_answer(standing), "id": _ID_MARK, "thread": _THREAD_MARK}
+    head, mark, rest = json.dumps(answer).partition(_ID_MARK_JSON)
+    mid, mark2, tail = rest.partition(_THREAD_MARK_JSON)
+    if not (mark and mark2):  # never: the template's id and thread are the marks
+        raise RuntimeError("the send answer template lost its id or thread")
+    return head, mid, tail
 
 
-_ID_MARK = "\x01"
+_ID_MARK, _THREAD_MARK = "\x01", "\x02"
 _ID_MARK_JSON = json.dumps(_ID_MARK)[1:-1]
+_THREAD_MARK_JSON = json.dumps(_THREAD_MARK)[1:-1]
+
+# A sender's messages to one session share a thread: the id is a hash of the two
+# (bus.threads.thread_id), the same in every batch.
+_thread_id = lru_cache(maxsize=65536)(thread_id)
 
 
 def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     store = bus.store
-    infos = store.receivers(m.to_id for m in msgs)
+    infos = store.receivers_many(m.to_id for m in msgs)
     now = now_ms()
     standings = {sid: _standing(bus, sid, f, now) for sid, f in infos.items() if f is not None}
     templates = {sid: _template(st) for sid, st in standings.items()}
@@ -338,7 +347,6 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     args: dict[str, list[str]] = {}
     # (sid, thread, from, from_session) -> its group number in sid's call (append_many.lua)
     groups: dict[str, dict[tuple[str, str, str], int]] = {}
-    threads: dict[tuple[str, str], str] = {}
     receipts: list[tuple[Message, str, str | None, str, str]] = []
     pipe = store.pipeline()
     # The id -> receiver index first (the replies after it are the appends'): one HSET per
@@ -363,9 +371,7 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
         key = thread_key(
             thread=msg.thread, pr=msg.pr, topic=msg.topic, sender=msg.from_, text=msg.text
         )
-        if (sid, key) not in threads:  # a sender's messages to one session share a thread
-            threads[sid, key] = thread_id(sid, key)
-        thread = threads[sid, key]
+        thread = _thread_id(sid, key)
         answers[i] = {**templates[sid], "id": msg.id, "thread": thread}
         if sid not in per_sid:
             per_sid[sid], groups[sid], args[sid] = [], {}, []
@@ -379,12 +385,11 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     order = list(per_sid)
     cap, ttl = bus.settings.max_unread, bus.receipts.ttl_ms
     for sid in order:
-        fields = []
-        for thread, from_, from_session in groups[sid]:
-            fields.extend([thread, from_, from_session, *_answer_halves(standings[sid], thread)])
+        fields = "".join(f"{t}\n{f}\n{fs}\n" for t, f, fs in groups[sid])
         ids = [msgs[i].id for i in per_sid[sid]]
-        batch = [now, store.lock_ttl_ms, cap, ttl, sid, "".join(f"{f}\n" for f in fields)]
+        batch = [now, store.lock_ttl_ms, cap, ttl, sid, fields]
         batch.append("".join(args[sid]))
+        batch.extend(_answer_parts(standings[sid]))
         store.queue_append_many(pipe, sid, ids, batch)
     # The appends opened the stored messages' receipts; the bounced ones open theirs here
     # (receipt_open.lua), and every message sent gets its outbox entry.

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 
 from .errors import BadInput
 from .ids import MESSAGE_ID_PATTERN, check_session_id
@@ -101,6 +102,12 @@ class Keys:
         """A key in session ``sid``'s slot."""
         check_session_id(sid)
         return f"{self.prefix}:{{{sid}}}:{name}"
+
+    def s_many(self, sid: str, names: Iterable[str]) -> list[str]:
+        """:meth:`s` for each of ``names`` (``sid`` checked once: a batch's keys)."""
+        check_session_id(sid)
+        base = f"{self.prefix}:{{{sid}}}:"
+        return [base + name for name in names]
 
     def t(self, thread: str, name: str) -> str:
         """A key in thread ``thread``'s slot."""

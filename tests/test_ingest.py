@@ -474,3 +474,20 @@ def test_naming_a_thread_one_is_no_party_to_refuses_the_batch(bus: Bus) -> None:
     assert isinstance(checked[1], Refused) and checked[1].code == "not_a_party"
     # A party naming its own thread goes in, batched as sent.
     assert bus.send_many([ok])[0]["thread"] == thread
+
+
+def test_the_answer_json_is_encoded_once_per_receiver_whatever_the_threads(two: Bus) -> None:
+    from bus import ingest
+
+    ingest._answer_parts.cache_clear()
+    items = [
+        {"id": f"t-{i}", "from": f"neo:lane{i}", "to_id": f"s{i % 2 + 1}", "text": "hi"}
+        for i in range(12)
+    ]
+    answers = two.send_many(items)
+    assert len({a["thread"] for a in answers}) == 12  # a thread per sender and receiver
+    assert ingest._answer_parts.cache_info().misses == 2  # s1's and s2's standing
+    # What the batch answered is what its id's resend answers (the JSON in ids).
+    for a in answers:
+        held = two.store.r.hget(two.store.k.s(a["recipient"]["session"], "ids"), a["id"])
+        assert json.loads(held) == a

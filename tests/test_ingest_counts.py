@@ -24,7 +24,7 @@ from bus.settings import Settings
 def named(args: tuple[Any, ...]) -> str:
     """A command's name (``SCRIPT LOAD``, ``HSET``), an ``EVALSHA`` with its SHA."""
     name = str(args[0]).upper()
-    return f"{name} {str(args[1]).upper()}" if name == "EVALSHA" else name
+    return f"{name} {str(args[1]).upper()}" if name in ("EVALSHA", "SCRIPT") else name
 
 
 class Recording(redis.Redis):
@@ -76,6 +76,15 @@ def counted(own_redis: EmbeddedRedis, tmp_path: Path) -> Iterator[tuple[Bus, Rec
     home.mkdir()
     s = Settings(home=home, host="hosta", redis_url=own_redis.url, key_prefix="n", send_rate=0)
     b = Bus(s, client=client, dispatcher=RecordingDispatcher())
+    # A batch's packed pipelines (ManyStore.run_packed) bypass redis-py's: counted here.
+    store, run_packed = b.store, b.store.run_packed
+
+    def counted_run(commands: list[tuple[Any, ...]]) -> list[Any]:
+        client.sent.extend(named(c) for c in commands)
+        client.trips += 1
+        return run_packed(commands)
+
+    store.run_packed = counted_run  # type: ignore[method-assign]
     for sid in ("s1", "s2", "s3"):
         b.open_session(sid)
     yield b, client
@@ -114,36 +123,21 @@ def test_a_batch_is_one_script_call_per_receiver_and_two_round_trips(
     b, client = counted
     b.send_many(batch(3, "warm"))  # the server has the script (a first batch may load it)
     client.sent, client.trips = [], 0
-    pipe_sent: list[str] = []
-    real = client.pipeline
-
-    def pipeline(transaction: bool = True, shard_hint: Any = None) -> Any:
-        pipe = real(transaction, shard_hint)
-        inner = pipe.execute
-
-        def execute(raise_on_error: bool = True) -> Any:
-            pipe_sent.extend(named(args) for args, _o in pipe.command_stack)
-            return inner(raise_on_error)
-
-        pipe.execute = execute
-        return pipe
-
-    client.pipeline = pipeline  # type: ignore[method-assign]
     answers = b.send_many(batch(90))
     assert [a["state"] for a in answers] == ["stored"] * 90
     # The receipts open inside append_many.lua: no receipt_open.lua, one call per receiver.
-    assert scripts_run(b, pipe_sent) == Counter({"append_many": 3})
+    assert scripts_run(b, client.sent) == Counter({"append_many": 3})
     # No SCRIPT EXISTS before the pipeline: the receivers' read, then the writes.
     assert not [c for c in client.sent if c.startswith("SCRIPT")]
     assert client.trips == 2
     # The id -> receiver index: one HSET and one EXPIRE per bucket touched, at most 16.
-    hsets = [c for c in pipe_sent if c.startswith("HSET")]
+    hsets = [c for c in client.sent if c.startswith("HSET")]
     assert 0 < len(hsets) <= BUCKETS
     for n in (0, 45, 89):
         assert b.receipt(f"m-{n}", by="alice")["state"] == "stored"
 
 
-def test_redis_runs_six_commands_a_stored_message(counted: tuple[Bus, Recording]) -> None:
+def test_redis_runs_five_commands_a_stored_message(counted: tuple[Bus, Recording]) -> None:
     b, client = counted
     b.settings = replace(b.settings, max_unread=1000)  # the cap counted: once per receiver
     before = redis_calls(client)
@@ -151,16 +145,17 @@ def test_redis_runs_six_commands_a_stored_message(counted: tuple[Bus, Recording]
     ran = redis_calls(client) - before
     ran.pop("info", None)
     ran.pop("evalsha", None)
-    # Each message: HGET ids, XADD queue, XADD events, EXISTS + HSET + PEXPIRE receipt.
-    # Each receiver: HMGET session, GET trim, XLEN + HLEN (the cap), HSET ids, ZADD idsage,
-    # SET pending.
+    # Each message: XADD queue, XADD events, EXISTS + HSET + PEXPIRE receipt.
+    # Each receiver: HMGET session, HMGET ids (every message's prior answer at once),
+    # GET trim, XLEN + HLEN (the cap), HSET ids, ZADD idsage, SET pending.
     # The batch: HSET + EXPIRE per index bucket, the outbox's three, and the kick list's
     # look for a live delivery loop (none here: the dispatches go to the fallback).
     assert ran["xlen"] == ran["hlen"] == 3
     assert ran["pexpire"] == 90
+    assert "hget" not in ran and ran["hmget"] == 3 + 3
     assert ran["exists"] == 90 + 1  # the receipts', and the kick push's look for a loop
     assert "hexists" not in ran and "del" not in ran
-    assert sum(ran.values()) <= 6 * 90 + 7 * 3 + 2 * BUCKETS + 3 + 1
+    assert sum(ran.values()) <= 5 * 90 + 8 * 3 + 2 * BUCKETS + 3 + 1
 
 
 def test_scripts_lost_by_the_server_are_loaded_and_the_batch_stored_once(
@@ -218,3 +213,51 @@ def test_a_batch_on_the_cluster_opens_its_receipts_as_on_a_server(
     finally:
         if b._store is not None:
             b._store.r.close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("HSET", "n:{s1}:ids", "m-1", '{"ok": true, "id": "m-1"}'),
+        ("ZADD", "n:{h}:outbox", b"NX", 1_700_000_000_000_123, "s1|m-1"),
+        ("ZREMRANGEBYSCORE", "k", "-inf", 1.5),
+        ("EVALSHA", "ab" * 20, 2, "k1", "k2", "héllo ✓\nnext\n", ""),
+        ("SCRIPT", "LOAD", "return 1"),
+    ],
+)
+def test_packed_commands_are_the_bytes_redis_py_sends(args: tuple[Any, ...]) -> None:
+    # bus.store_many.pack_commands replaces redis-py's packing for a batch's pipelines.
+    from bus.store_many import pack_commands
+
+    conn = redis.Connection()
+    assert pack_commands([args, args]) == b"".join(conn.pack_commands([args, args]))
+
+
+def test_a_batch_whose_replies_are_lost_is_resent_and_stored_once(
+    counted: tuple[Bus, Recording], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A packed pipeline whose connection fails after the request went out: the error is
+    # raised (the client's retry policy, none here, as a redis-py pipeline), the
+    # connection is dropped (never reused with its replies unread), and the caller's
+    # resend gets each message's first answer.
+    from bus.errors import BusError
+
+    b, _client = counted
+    b.send_many(batch(3, "warm"))
+    real = redis.connection.AbstractConnection.send_packed_command
+    failures = [1]
+
+    def flaky(self: Any, command: Any, check_health: bool = True) -> None:
+        real(self, command, check_health)
+        if failures and len(b"".join(command)) > 2000:  # the batch's writes went out
+            failures.pop()
+            raise redis.exceptions.ConnectionError("connection reset")
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", flaky)
+    with pytest.raises((redis.exceptions.ConnectionError, BusError)):
+        b.send_many(batch(30))
+    assert not failures
+    answers = b.send_many(batch(30))
+    assert [a["state"] for a in answers] == ["stored"] * 30
+    assert all(a.get("duplicate") for a in answers)
+    assert sum(b.store.r.xlen(b.store.k.s(s, "stream")) for s in ("s1", "s2", "s3")) == 33

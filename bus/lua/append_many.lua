@@ -14,9 +14,10 @@
 -- KEYS[7 + j] receipt P:{sid}:rc:<id_j>  the receipt of the j-th message (receipt_open.lua)
 -- ARGV[1] now ms, ARGV[2] pending TTL ms, ARGV[3] cap on held messages (0 = none),
 -- ARGV[4] receipt TTL ms, ARGV[5] to (the receiver session),
--- ARGV[6] the groups: five fields each, thread id, from handle, from session ('' = none)
--- and the send answer JSON around the message id (answer = head .. id .. tail),
--- ARGV[7] the messages: three fields each, message id, its group (1-based) and wire JSON.
+-- ARGV[6] the groups: three fields each, thread id, from handle, from session ('' = none),
+-- ARGV[7] the messages: three fields each, message id, its group (1-based) and wire JSON,
+-- ARGV[8], ARGV[9], ARGV[10] the send answer JSON around the message id and the thread id:
+-- answer = ARGV[8] .. id .. ARGV[9] .. thread .. ARGV[10] (the receiver's, once per call).
 -- Every field of ARGV[6] and ARGV[7] is ended by a newline (none occurs in an id, a
 -- handle, a session or in JSON): one argument each however large the batch.
 -- Returns {dispatch, i, prior_i, j, prior_j, ...}: dispatch is 1 when the caller should
@@ -26,7 +27,8 @@
 -- append.lua refuses it, and gets no receipt). A new message is not listed.
 local floor = redis.call('GET', KEYS[5]) or '0-0'
 local now, cap, ttl, to = ARGV[1], tonumber(ARGV[3]) or 0, ARGV[4], ARGV[5]
-local group = {} -- the fields of ARGV[6], in order: group g's are group[5g - 4 .. 5g]
+local head, mid, tail = ARGV[8], ARGV[9], ARGV[10]
+local group = {} -- the fields of ARGV[6], in order: group g's are group[3g - 2 .. 3g]
 for field in string.gmatch(ARGV[6], '([^\n]*)\n') do
   group[#group + 1] = field
 end
@@ -38,17 +40,32 @@ local answers, ages = {}, {}
 -- count before each message, as one append.lua per message would count.
 local held = nil
 local blob = ARGV[7]
-local pos, n = 1, 0
+-- The messages first (id, group, where the wire JSON is), then every id's prior answer in
+-- a few HMGETs, not one HGET a message.
+local mids, mgroups, mfrom, mto = {}, {}, {}, {}
+local pos = 1
 while pos <= #blob do
   local a = string.find(blob, '\n', pos, true)
   local b = string.find(blob, '\n', a + 1, true)
   local c = string.find(blob, '\n', b + 1, true)
-  local id = string.sub(blob, pos, a - 1)
-  local g = 5 * (tonumber(string.sub(blob, a + 1, b - 1)) - 1)
+  mids[#mids + 1] = string.sub(blob, pos, a - 1)
+  mgroups[#mgroups + 1] = 3 * (tonumber(string.sub(blob, a + 1, b - 1)) - 1)
+  mfrom[#mfrom + 1] = b + 1
+  mto[#mto + 1] = c - 1
   pos = c + 1
-  n = n + 1
+end
+local known = {}
+local step = 500
+for s = 1, #mids, step do
+  local got = redis.call('HMGET', KEYS[2], unpack(mids, s, math.min(s + step - 1, #mids)))
+  for j = 1, #got do
+    known[s + j - 1] = got[j]
+  end
+end
+for n = 1, #mids do
+  local id, g = mids[n], mgroups[n]
   local thread = group[g + 1]
-  local prior = fresh[id] or redis.call('HGET', KEYS[2], id)
+  local prior = fresh[id] or known[n]
   local stored = true
   if prior then
     out[#out + 1] = n
@@ -64,8 +81,8 @@ while pos <= #blob do
     else
       -- MINID trimming never drops an entry the delivery has not taken yet.
       redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', id, 'm',
-        string.sub(blob, b + 1, c - 1))
-      local answer = group[g + 4] .. id .. group[g + 5]
+        string.sub(blob, mfrom[n], mto[n]))
+      local answer = head .. id .. mid .. thread .. tail
       fresh[id] = answer
       answers[#answers + 1] = id
       answers[#answers + 1] = answer
@@ -98,7 +115,6 @@ while pos <= #blob do
   end
 end
 -- The answers and first-seen times of what was stored, a few hundred per command.
-local step = 500
 for s = 1, #answers, step do
   redis.call('HSET', KEYS[2], unpack(answers, s, math.min(s + step - 1, #answers)))
   redis.call('ZADD', KEYS[3], unpack(ages, s, math.min(s + step - 1, #ages)))

@@ -4,7 +4,9 @@ With Celery, a kick is a task: kombu publishes it, the worker's consumer reads i
 prefork pool pipes it to a child, 3-8 ms before the delivery starts (bench/README.md).
 With the kick list, the dispatcher pushes the session id onto the host's list
 (``P:{kick:<host>}:list``, one round trip) and a delivery loop in each worker process,
-blocked on BLPOP, runs the same delivery the ``inbox.deliver`` task runs.
+blocked on BLPOP, takes the kicks waiting (up to ``POP_MAX``) and delivers their sessions
+as one batch (bus.batch: the same steps as the ``inbox.deliver`` task, a few round trips
+for the lot).
 
 Celery stays the fallback. A push is refused when no loop of the host has said it is
 alive in the last few seconds (``P:{kick:<host>}:alive``) or the list is full; the kick
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import faults
+from .batch import deliver_many
 from .dispatch import Dispatcher
 from .dispatch import deliver_many as dispatch_many
 from .outage import OUTAGE_ERRORS, Outage
@@ -37,6 +40,9 @@ BLOCK_S = 1.0
 # The loops' liveness key lives this long: a host whose loops all died sends its kicks to
 # Celery again within it.
 ALIVE_MS = 3000
+# Kicks one loop takes at once and delivers as one batch (bus.batch): a burst of wakes or
+# arrivals costs a few round trips per batch, not a few per session.
+POP_MAX = 64
 # Waits between tries while Redis is away (growing to the last).
 RETRY_S = (0.1, 0.2, 0.5, 1.0)
 
@@ -119,7 +125,7 @@ class KickLoop:
                 if client is None:
                     client, pool = store.kick_client(BLOCK_S, f"inbox-kick:{self.host}")
                 self._say_alive(store)
-                sid = store.pop_kick(client, self.host, BLOCK_S)
+                sids = store.pop_kicks(client, self.host, BLOCK_S, POP_MAX)
                 self._outage.ok()
                 fails = 0
             except OUTAGE_ERRORS as exc:
@@ -130,22 +136,22 @@ class KickLoop:
                 self.stop_event.wait(RETRY_S[min(fails, len(RETRY_S) - 1)])
                 fails += 1
                 continue
-            if sid is not None:
+            if sids:
                 faults.point("kick:after_pop")
-                self._deliver(sid)
+                self._deliver(sids)
         if pool is not None:
             pool.disconnect()
 
-    def _deliver(self, sid: str) -> None:
+    def _deliver(self, sids: list[str]) -> None:
         try:
-            self.bus.deliver_session(sid)
+            deliver_many(self.bus, sids)
         except OUTAGE_ERRORS as exc:  # the sweep redoes it once Redis is back
             self._outage.failed(exc)
         # Broad on purpose: one bad delivery must not end the loop; the sweep retries it.
         except Exception:
-            log.exception("delivery of %s from the kick list failed", sid)
+            log.exception("delivery of %s from the kick list failed", sids)
         if self.on_done is not None:
             self.on_done()
 
 
-__all__ = ["ALIVE_MS", "BLOCK_S", "KickLoop", "ListDispatcher"]
+__all__ = ["ALIVE_MS", "BLOCK_S", "POP_MAX", "KickLoop", "ListDispatcher"]

@@ -105,6 +105,15 @@ class Lease:
             ok = False
         return self.confirmed(ok, sent_at)
 
+    def fresh(self) -> bool:
+        """A confirmation within the fresh window stands (a ``fresh`` :meth:`held` would
+        answer without a round trip)."""
+        return not self._lost.is_set() and (time.monotonic() - self._confirmed_at < self._fresh_s)
+
+    def stop_renewing(self) -> None:
+        """Stop the renewals; the caller unlocks (many leases at once, bus.batch)."""
+        self._done.set()
+
     def release(self, *, take_again: bool = False) -> bool | None:
         """Stop renewing and free the lock (if still ours; an error leaves it to lapse).
         With ``take_again``, the hand-off flag is taken right after, in the same round

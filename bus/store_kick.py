@@ -39,6 +39,16 @@ class KickStore:
 
         return own_client(self.r, socket_timeout=block_s + 10, name=name)
 
+    def pop_kicks(self, client: Any, host: str, block_s: float, count: int) -> list[str]:
+        """Up to ``count`` kicks off ``host``'s list: the oldest waited for (as
+        :meth:`pop_kick`), then those behind it without waiting (LPOP with a count), so a
+        loop delivers a burst's sessions in one batch (bus.batch)."""
+        first = self.pop_kick(client, host, block_s)
+        if first is None:
+            return []
+        rest = client.lpop(self.k.kick_list(host), count - 1) if count > 1 else None
+        return [first, *(r.decode() if isinstance(r, bytes) else str(r) for r in rest or [])]
+
     def pop_kick(self, client: Any, host: str, block_s: float) -> str | None:
         """The oldest kick on ``host``'s list, waiting up to ``block_s`` on ``client``
         (from :meth:`kick_client`); None when none came."""

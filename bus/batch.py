@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+import redis
 
 from . import faults, notices, policy
 from .delivery import BATCH, DeliveryHost, continue_delivery, raw_mode
@@ -108,18 +111,25 @@ def _chunk(bus: DeliveryHost, sids: list[str]) -> list[DeliveryReport]:
         if start is None:
             later.append(sid)  # held elsewhere: the hand-off (bus.handoff) does the rest
             continue
-        lease = Lease.adopt(store, sid, start.token, start.sent_at)
         if takes_batch(start, bool(start.rows) and raw_mode(bus, start.info)):
+            # Renewed with the others' by one thread (_renew), not a thread each.
+            lease = Lease.adopt(store, sid, start.token, start.sent_at, renew=False)
             runs.append(_Run(sid, start, lease, reports[sid]))
             continue
-        report = continue_delivery(bus, sid, start, lease)
+        report = continue_delivery(bus, sid, start)
         reports[sid] = report
         again = report.again if report.again is not None else store.take_again(sid)
         if again:
             later.append(sid)
+    stop = threading.Event()
+    renewer = threading.Thread(
+        target=_renew, args=(store, runs, stop), name="batch-leases", daemon=True
+    )
+    renewer.start()
     try:
         _run_batch(bus, runs)
     finally:
+        stop.set()
         for run in runs:
             if not run.done:  # an error on the way: each lock freed on its own
                 run.lease.release()
@@ -132,6 +142,27 @@ def _chunk(bus: DeliveryHost, sids: list[str]) -> list[DeliveryReport]:
         add_report(reports[sid], more)
         reports[sid].busy = more.busy
     return [reports[sid] for sid in sids]
+
+
+def _renew(store: Any, runs: list[_Run], stop: threading.Event) -> None:
+    """Extend the batch's leases every third of their TTL while it runs, in one round
+    trip for all (as each :class:`~bus.lease.Lease` renews its own); a lease found held
+    by another is lost (its run writes nothing more); a Redis blip is retried, the
+    fences before each write decide."""
+    interval = max(0.05, store.lock_ttl_ms / 3000)
+    while not stop.wait(interval):
+        live = [r for r in runs if not r.done and not r.lease.lost]
+        if not live:
+            return
+        sent_at = time.monotonic()
+        try:
+            answers = store.extend_many([(r.sid, r.lease.token) for r in live])
+        except redis.RedisError as exc:
+            log.info("batch lease renewal failed (%s); trying again", exc)
+            continue
+        for run, ok in zip(live, answers, strict=True):
+            if not run.done:
+                run.lease.confirmed(ok, sent_at)
 
 
 def _fence(bus: DeliveryHost, runs: list[_Run]) -> list[_Run]:
@@ -154,6 +185,7 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
     taking = [r for r in runs if r.start.rows]
     pipe = store.pipeline()
     queued = False
+    handles: dict[str, str | None] = {}
     for run in _fence(bus, taking):
         rows = run.start.rows or []
         batch = []
@@ -163,7 +195,7 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
                 run.report.skipped += 1
             else:
                 batch.append((msg, int(eid.split("-")[0])))
-        bus.inbox.ingest(run.sid, batch, run.start.info, run.report, pipe=pipe)
+        bus.inbox.ingest(run.sid, batch, run.start.info, run.report, pipe=pipe, handles=handles)
         queued = True
     if queued:
         pipe.execute()

@@ -47,10 +47,17 @@ THREAD_LOG_MAX = 5000
 class _SenderFacts:
     """What the wake rules need to know about each sender, looked up once per batch."""
 
-    def __init__(self, ib: Inbox, sid: str, info: SessionInfo | None) -> None:
+    def __init__(
+        self,
+        ib: Inbox,
+        sid: str,
+        info: SessionInfo | None,
+        handles: dict[str, str | None] | None = None,
+    ) -> None:
         self.ib, self.sid, self.info = ib, sid, info
         self._gave: dict[str, bool] = {}
-        self._handles: dict[str, str | None] = {}
+        # A handle's session does not depend on the receiver: shareable across a batch.
+        self._handles: dict[str, str | None] = {} if handles is None else handles
         self._first_work_recorded: set[str] = set()
 
     def session_of(self, handle: str) -> str | None:
@@ -138,14 +145,16 @@ class Inbox:
         info: SessionInfo | None,
         report: DeliveryReport,
         pipe: Any = None,
+        handles: dict[str, str | None] | None = None,
     ) -> None:
         """Take a batch of ``(message, arrival ms)`` into their threads and the session's
         inbox. Doing it twice is harmless (a redone delivery), so the caller moves the
         cursor after the batch. Lookups are made once per sender; the writes (two
         idempotent scripts a message) go to Redis in one pipeline (``pipe``: queued on
-        that one, which the caller sends, bus.batch)."""
+        that one, which the caller sends; ``handles``: the senders' sessions by handle
+        as found for other sessions of the caller's batch, bus.batch)."""
         store = self.store
-        senders = _SenderFacts(self, sid, info)
+        senders = _SenderFacts(self, sid, info, handles)
         own = pipe is None
         if own:
             pipe = store.pipeline()

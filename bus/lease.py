@@ -66,13 +66,17 @@ class Lease:
         return lease
 
     @classmethod
-    def adopt(cls, store: Store, sid: str, token: str, sent_at: float) -> Lease:
+    def adopt(
+        cls, store: Store, sid: str, token: str, sent_at: float, *, renew: bool = True
+    ) -> Lease:
         """The lease of a lock this process took with ``token`` (in a script that did more,
         :meth:`bus.store.Store.begin_delivery`) by a call sent at ``sent_at``
-        (``time.monotonic()``); starts renewing it."""
+        (``time.monotonic()``); starts renewing it (``renew=False``: the caller renews it
+        with others, bus.batch, through :meth:`confirmed`)."""
         lease = cls(store, sid, token)
         lease._confirmed_at = sent_at
-        lease._thread.start()
+        if renew:
+            lease._thread.start()
         return lease
 
     def confirmed(self, ok: bool, sent_at: float) -> bool:

@@ -11,6 +11,7 @@ import pytest
 
 from bus.api import Bus
 from bus.batch import after_step, deliver_many, takes_batch
+from bus.dispatch import RecordingDispatcher
 from bus.metrics import summed
 from bus.models import SessionInfo
 from bus.procs import WorkerProcess
@@ -158,17 +159,32 @@ def test_a_running_session_gets_a_steer_notice_and_no_wake(make_bus: Callable[..
         assert len(b.floor.peek(sid)) == 1
 
 
+def taken_lists(b: Bus) -> dict[str, int]:
+    pattern = b.store.k.kick_taken(b.settings.host, "x")[:-1] + "*"
+    return {str(key): int(b.store.r.llen(key)) for key in b.store.r.scan_iter(match=pattern)}
+
+
 @pytest.mark.slow
-def test_a_worker_kick_loop_delivers_many_due_wakes_in_batches(
+def test_a_loop_killed_holding_a_batch_of_kicks_loses_none_of_them(
     settings: Settings, start_worker: Callable[..., WorkerProcess]
 ) -> None:
     s = replace(settings, kick="list")
-    start_worker(s, concurrency=2)
-    b = Bus(s)
-    wait_for(lambda: b.store.r.exists(b.store.k.kick_alive(s.host)), what="the kick loops")
-    pops_before = int(b.store.r.info("commandstats").get("cmdstat_lpop", {}).get("calls", 0))
+    b = Bus(s, dispatcher=RecordingDispatcher())
+    b.store.kick_alive(s.host, 60_000)  # the pushes go to the list before any loop runs
     sids = [f"kw{i}" for i in range(80)]
     idle_with_blockers(b, sids)
+    kicks = b.store.k.kick_list(s.host)
+    pushed = b.store.r.llen(kicks)  # a kick each at least (the turns' ends kick too)
+    assert pushed >= len(sids)
+    doomed = start_worker(s, INBOX_FAULT="kick:after_pop")
+    wait_for(lambda: any("SIGKILL" in line for line in list(doomed.log)), what="the kill")
+    doomed.kill()
+    # The killed loop took many kicks at once (BLMOVE, then kick_take.lua): in its taken
+    # list, with the rest still on the list, none lost.
+    taken = taken_lists(b)
+    assert max(taken.values()) > 1
+    assert sum(taken.values()) + b.store.r.llen(kicks) == pushed
+    start_worker(s, concurrency=2)  # the host's worker again: it puts them back
     sch = Scheduler(s)
     try:
         wait_for(lambda: all(events(b, sid, "wake") for sid in sids), what="every wake", timeout=30)
@@ -177,6 +193,40 @@ def test_a_worker_kick_loop_delivers_many_due_wakes_in_batches(
     for sid in sids:
         assert len(events(b, sid, "wake")) == 1
         assert len(b.floor.peek(sid)) == 1
-    # The loops took the kicks many at a time (BLPOP, then LPOP with a count).
-    pops = int(b.store.r.info("commandstats").get("cmdstat_lpop", {}).get("calls", 0))
-    assert pops > pops_before
+    wait_for(lambda: not any(taken_lists(b).values()), what="the taken lists emptied")
+
+
+def test_a_dead_loops_taken_kicks_go_back_to_the_head_of_the_list(
+    make_bus: Callable[..., Bus],
+) -> None:
+    b = make_bus()
+    store, host = b.store, b.settings.host
+    kicks = store.k.kick_list(host)
+    store.r.rpush(kicks, "a", "b", "c", "d")
+    store.kick_beat(host, "l1", 3000)
+    client, pool = store.kick_client(0.1, "test-kick")
+    try:
+        assert store.pop_kicks(client, host, "l1", 0.1, 3) == ["a", "b", "c"]
+    finally:
+        if pool is not None:
+            pool.disconnect()
+    taken = store.k.kick_taken(host, "l1")
+    assert store.r.lrange(taken, 0, -1) == ["a", "b", "c"]
+    assert store.r.lrange(kicks, 0, -1) == ["d"]
+    assert store.reclaim_kicks(host, 60_000) == 0  # alive: left alone
+    assert store.r.lrange(taken, 0, -1) == ["a", "b", "c"]
+    store.r.hset(store.k.kick_loops(host), "l1", 0)  # its beat long gone: dead
+    assert store.reclaim_kicks(host, 60_000) == 3
+    assert store.r.lrange(kicks, 0, -1) == ["a", "b", "c", "d"]
+    assert not store.r.exists(taken)
+    assert not store.r.hexists(store.k.kick_loops(host), "l1")
+    store.kick_beat(host, "l2", 3000)
+    client, pool = store.kick_client(0.1, "test-kick")
+    try:
+        assert store.pop_kicks(client, host, "l2", 0.1, 64) == ["a", "b", "c", "d"]
+        assert store.pop_kicks(client, host, "l2", 0.1, 64) == []  # none came
+    finally:
+        if pool is not None:
+            pool.disconnect()
+    store.done_kicks(host, "l2")
+    assert not store.r.exists(store.k.kick_taken(host, "l2"))

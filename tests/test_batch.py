@@ -11,6 +11,7 @@ import pytest
 
 from bus.api import Bus
 from bus.batch import after_step, deliver_many, takes_batch
+from bus.clock import ManualClock
 from bus.dispatch import RecordingDispatcher
 from bus.metrics import summed
 from bus.models import SessionInfo
@@ -110,9 +111,11 @@ def idle_with_blockers(b: Bus, sids: list[str]) -> None:
 
 
 def test_due_wakes_delivered_as_one_batch_each_wake_once(make_bus: Callable[..., Bus]) -> None:
-    b = make_bus()
+    clock = ManualClock(int(time.time() * 1000))  # the plan's now, moved by the test
+    b = make_bus(clock=clock, wake_debounce_s=60.0)
     sids = [f"bw{i}" for i in range(70)]  # more than one chunk
     idle_with_blockers(b, sids)
+    clock.set(int(time.time() * 1000))  # the arrivals' Redis time is the debounce's start
     # The arrivals, as one batch: each planned (a due entry), none woken yet.
     reports = deliver_many(b, sids)
     assert [r.session for r in reports] == sids
@@ -122,7 +125,7 @@ def test_due_wakes_delivered_as_one_batch_each_wake_once(make_bus: Callable[...,
     assert {f"due|{sid}" for sid in sids} <= due
     held = b.store.lock(sids[0])  # another delivery holds the first one
     assert held is not None
-    time.sleep(b.settings.wake_debounce_s)  # let the due times pass
+    clock.advance(61_000)  # past the due times
     reports = deliver_many(b, sids + sids[1:3])  # a session twice: delivered once
     assert len(reports) == len(sids)
     assert reports[0].busy and not reports[0].notices

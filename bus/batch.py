@@ -307,6 +307,11 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         )
         if any((r.get("m") or {}).get("urgency") == "urgent" for r in records):
             line["urgency"] = "urgent"
+        # The fence before each write (the batch's may be older by now: slow sockets ahead
+        # of it). Lost: the notice stays in flight, for the next holder to put back
+        # (Inbox._recover_notice), as after a crash.
+        if not run.lease.held(fresh=True):
+            continue
         try:
             via, _ = bus.floor.deliver(run.sid, line)
         except OSError as exc:

@@ -112,6 +112,7 @@ class KickLoop:
             t = threading.Thread(target=self.run, args=(n,), name=f"kick-{n}", daemon=True)
             t.start()
             self._running.append(t)
+        log.info("%d kick loops running for host %s", self.threads, self.host)
         return self
 
     def stop(self, timeout: float = BLOCK_S + 1) -> None:

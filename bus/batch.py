@@ -289,7 +289,7 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
     taken_all = pipe.execute()
     done = store.pipeline()
     sent: list[tuple[_Run, dict[str, Any]]] = []
-    for run, nid, taken in zip(runs, nids, taken_all, strict=True):
+    for i, (run, nid, taken) in enumerate(zip(runs, nids, taken_all, strict=True)):
         if not taken:
             continue
         plan = run.plan
@@ -308,9 +308,12 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         if any((r.get("m") or {}).get("urgency") == "urgent" for r in records):
             line["urgency"] = "urgent"
         # The fence before each write (the batch's may be older by now: slow sockets ahead
-        # of it). Lost: the notice stays in flight, for the next holder to put back
-        # (Inbox._recover_notice), as after a crash.
-        if not run.lease.held(fresh=True):
+        # of it), for this run and those after it in one round trip. Lost: the notice
+        # stays in flight, for the next holder to put back (Inbox._recover_notice), as
+        # after a crash.
+        if not run.lease.fresh():
+            _fence(bus, [r for r in runs[i:] if not r.lease.lost])
+        if run.lease.lost:
             continue
         try:
             via, _ = bus.floor.deliver(run.sid, line)

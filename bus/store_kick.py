@@ -49,8 +49,8 @@ class KickStore:
     def pop_kicks(self, client: Any, host: str, loop: str, block_s: float, count: int) -> list[str]:
         """Up to ``count`` kicks off ``host``'s list into loop ``loop``'s taken list: the
         oldest waited for up to ``block_s`` on ``client`` (from :meth:`kick_client`;
-        BLMOVE), then its share of those behind it without waiting (``kick_take.lua``), so a
-        loop delivers a burst's sessions as one batch (bus.batch). A loop that dies leaves them
+        BLMOVE), then those behind it without waiting (``kick_take.lua``), so a loop
+        delivers a burst's sessions as one batch (bus.batch). A loop that dies leaves them
         in its taken list (:meth:`reclaim_kicks`); :meth:`done_kicks` when delivered."""
         k = self.k
         taken = k.kick_taken(host, loop)
@@ -59,8 +59,7 @@ class KickStore:
             return []
         rest = []
         if count > 1:
-            keys = [k.kick_list(host), taken, k.kick_loops(host)]
-            rest = self.script("kick_take")(keys=keys, args=[count - 1])
+            rest = self.script("kick_take")(keys=[k.kick_list(host), taken], args=[count - 1])
         return [_text(first), *(_text(r) for r in rest)]
 
     def done_kicks(self, host: str, loop: str) -> None:

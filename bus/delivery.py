@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .metrics import Metrics
     from .settings import Settings
     from .store import Store
+    from .store_delivery import DeliveryStart
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +66,22 @@ def deliver_session(bus: DeliveryHost, sid: str) -> DeliveryReport:
     flag and the first read in one script; after each batch, the fence, the cursor's
     move, the plan's reads and the next entries in one pipeline; the unlock with the
     hand-off flag in one more."""
+    # Cleared with the lock taken, before reading: a send after this dispatches afresh.
+    start = bus.store.begin_delivery(sid, BATCH)
+    if start is None:
+        return DeliveryReport(session=sid, busy=True)
+    return continue_delivery(bus, sid, start)
+
+
+def continue_delivery(
+    bus: DeliveryHost, sid: str, start: DeliveryStart, lease: Lease | None = None
+) -> DeliveryReport:
+    """:func:`deliver_session` after its start (the lock taken, the first read made, as
+    :meth:`~bus.store.Store.begin_delivery` answered; ``lease``: its lease if adopted)."""
     report = DeliveryReport(session=sid)
     store = bus.store
-    # Cleared with the lock taken, before reading: a send after this dispatches afresh.
-    start = store.begin_delivery(sid, BATCH)
-    if start is None:
-        report.busy = True
-        return report
-    lease = Lease.adopt(store, sid, start.token, start.sent_at)
+    if lease is None:
+        lease = Lease.adopt(store, sid, start.token, start.sent_at)
     report.lease = lease
     finished = False
     try:
@@ -190,4 +199,11 @@ def _recover_raw(
         report.skipped += 1
 
 
-__all__ = ["BATCH", "DeliveryHost", "DeliveryReport", "deliver_session", "raw_mode"]
+__all__ = [
+    "BATCH",
+    "DeliveryHost",
+    "DeliveryReport",
+    "continue_delivery",
+    "deliver_session",
+    "raw_mode",
+]

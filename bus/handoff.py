@@ -36,11 +36,11 @@ def _deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
     total = DeliveryReport(session=sid)
     for _run in range(MAX_RUNS):
         report = deliver_session(bus, sid)
-        _add(total, report)
+        add_report(total, report)
         if report.busy:
             store.ask_again(sid, store.lock_ttl_ms)
             report = deliver_session(bus, sid)
-            _add(total, report)
+            add_report(total, report)
             if report.busy:
                 total.busy = True  # the holder runs again after it unlocks
                 store.schedule("lease", sid, now_ms() + store.lock_ttl_ms + LEASE_SLACK_MS)
@@ -56,7 +56,8 @@ def _deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
     return total
 
 
-def _add(total: DeliveryReport, report: DeliveryReport) -> None:
+def add_report(total: DeliveryReport, report: DeliveryReport) -> None:
+    """Add what ``report``'s run did to ``total``."""
     for name in ("raw", "socket", "file", "skipped", "inbox"):
         setattr(total, name, getattr(total, name) + getattr(report, name))
     total.notices.extend(report.notices)

@@ -47,10 +47,17 @@ THREAD_LOG_MAX = 5000
 class _SenderFacts:
     """What the wake rules need to know about each sender, looked up once per batch."""
 
-    def __init__(self, ib: Inbox, sid: str, info: SessionInfo | None) -> None:
+    def __init__(
+        self,
+        ib: Inbox,
+        sid: str,
+        info: SessionInfo | None,
+        handles: dict[str, str | None] | None = None,
+    ) -> None:
         self.ib, self.sid, self.info = ib, sid, info
         self._gave: dict[str, bool] = {}
-        self._handles: dict[str, str | None] = {}
+        # A handle's session does not depend on the receiver: shareable across a batch.
+        self._handles: dict[str, str | None] = {} if handles is None else handles
         self._first_work_recorded: set[str] = set()
 
     def session_of(self, handle: str) -> str | None:
@@ -137,14 +144,20 @@ class Inbox:
         batch: list[tuple[dict[str, Any], int]],
         info: SessionInfo | None,
         report: DeliveryReport,
+        pipe: Any = None,
+        handles: dict[str, str | None] | None = None,
     ) -> None:
         """Take a batch of ``(message, arrival ms)`` into their threads and the session's
         inbox. Doing it twice is harmless (a redone delivery), so the caller moves the
         cursor after the batch. Lookups are made once per sender; the writes (two
-        idempotent scripts a message) go to Redis in one pipeline."""
+        idempotent scripts a message) go to Redis in one pipeline (``pipe``: queued on
+        that one, which the caller sends; ``handles``: the senders' sessions by handle
+        as found for other sessions of the caller's batch, bus.batch)."""
         store = self.store
-        senders = _SenderFacts(self, sid, info)
-        pipe = store.pipeline()
+        senders = _SenderFacts(self, sid, info, handles)
+        own = pipe is None
+        if own:
+            pipe = store.pipeline()
         for msg, arrived in batch:
             key, thread = thread_of(sid, msg)
             sender_sid = msg.get("from_session") or senders.session_of(str(msg["from"]))
@@ -200,12 +213,17 @@ class Inbox:
                 client=pipe,
             )
             report.inbox += 1
-        pipe.execute()
+        if own:
+            pipe.execute()
 
     # -- deciding and noticing ------------------------------------------------------------
 
     def view(self, sid: str, info: SessionInfo) -> policy.InboxView:
         return self._view_of(info, self.store.inbox_view(sid))
+
+    def view_of(self, info: SessionInfo, v: dict[str, int | None]) -> policy.InboxView:
+        """The plan's view from a snapshot's reads (bus.batch)."""
+        return self._view_of(info, v)
 
     def _view_of(self, info: SessionInfo, v: dict[str, int | None]) -> policy.InboxView:
         agent_inbox = self.settings.agent_inbox if info.agent_inbox is None else info.agent_inbox

@@ -48,6 +48,8 @@ buses, or several tests, share one server.
 | ``P:beat:<name>`` | hash: pid, started, beat (ms), progress (ms), done: a worker's or the scheduler's heartbeat | worker, scheduler | - |
 | ``P:{kick:<host>}:list`` | list: session ids whose delivery a loop of the host's workers runs (``INBOX_KICK=list``, bus/kick.py) | dispatch (kick_push.lua) | popped by the loops; no more pushes past 10,000 |
 | ``P:{kick:<host>}:alive`` | string: a delivery loop of the host is running | each loop, every second | TTL 3 s |
+| ``P:{kick:<host>}:taken:<loop>`` | list: the kicks one delivery loop took and is delivering | the loop's pop (BLMOVE, kick_take.lua) | emptied after its batch; a dead loop's put back (kick_reclaim.lua) |
+| ``P:{kick:<host>}:loops`` | hash: loop id → its last beat (Redis ms) | each loop, every second | a dead loop's field goes with its taken kicks |
 | ``P:celery:<queue>`` | list: Celery's broker queue (``host.<H>``, ``inbox``), read for its depth | Celery (kombu) | - |
 | ``P:{thr}:meta`` (typed requests) | hash fields origin, recipient (session ids), offered_by (sender or recipient, only in OFFERED), windows (JSON list) | request, decide.lua | - |
 | ``P:{sid}:items`` | hash: item key → item JSON (title, text, status, answer, revision, ...) | item post/settle, item_update.lua | - |
@@ -214,6 +216,15 @@ class Keys:
     def kick_alive(self, host: str) -> str:
         """Set by the host's delivery loops while they run (short TTL)."""
         return f"{self.prefix}:{{kick:{_host(host)}}}:alive"
+
+    def kick_taken(self, host: str, loop: str) -> str:
+        """The kicks one delivery loop of the host took (reliable pop, bus.kick)."""
+        check_session_id(loop, "kick loop id")
+        return f"{self.prefix}:{{kick:{_host(host)}}}:taken:{loop}"
+
+    def kick_loops(self, host: str) -> str:
+        """The host's delivery loops and their last beats (bus.kick)."""
+        return f"{self.prefix}:{{kick:{_host(host)}}}:loops"
 
     def celery_queue(self, queue: str) -> str:
         """Celery's broker list for ``queue`` (its ``global_keyprefix`` is ``P:celery:``)."""

@@ -4,24 +4,33 @@ With Celery, a kick is a task: kombu publishes it, the worker's consumer reads i
 prefork pool pipes it to a child, 3-8 ms before the delivery starts (bench/README.md).
 With the kick list, the dispatcher pushes the session id onto the host's list
 (``P:{kick:<host>}:list``, one round trip) and a delivery loop in each worker process,
-blocked on BLPOP, runs the same delivery the ``inbox.deliver`` task runs.
+blocked on BLPOP, takes the kicks waiting (up to ``POP_MAX``) and delivers their sessions
+as one batch (bus.batch: the same steps as the ``inbox.deliver`` task, a few round trips
+for the lot).
 
 Celery stays the fallback. A push is refused when no loop of the host has said it is
 alive in the last few seconds (``P:{kick:<host>}:alive``) or the list is full; the kick
-then goes to Celery as before. A kick popped by a loop whose process then dies is not
-lost: the message is still above the session's cursor and its dispatch flag lapses with
-the lock TTL, so the scheduler's backlog sweep dispatches it again.
+then goes to Celery as before. A pop is reliable: the kicks a loop takes move to its own
+taken list (BLMOVE, ``kick_take.lua``) until its batch is delivered, and each loop beats;
+once a loop's beat is ``STALE_MS`` old (its process killed) a live loop of the host puts
+its taken kicks back on the list (``kick_reclaim.lua``), so they are delivered within a
+few seconds, not left to the dispatch flag's lapse and the scheduler's backlog sweep
+(which still cover a host with no live loop at all).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import faults
+from .batch import deliver_many
 from .dispatch import Dispatcher
 from .dispatch import deliver_many as dispatch_many
 from .outage import OUTAGE_ERRORS, Outage
@@ -37,6 +46,16 @@ BLOCK_S = 1.0
 # The loops' liveness key lives this long: a host whose loops all died sends its kicks to
 # Celery again within it.
 ALIVE_MS = 3000
+# Each loop beats this often (it waits on the list at most BLOCK_S between beats); a loop
+# with no beat for STALE_MS is dead (its process killed): a live loop of the host puts the
+# kicks it took back on the list (kick_reclaim.lua). A live loop delivering a long batch
+# may look dead too: its kicks are then delivered twice, which a delivery allows (it
+# decides from the stored state, under the session's lock).
+BEAT_S = 0.5
+STALE_MS = 2500
+# Kicks one loop takes at once and delivers as one batch (bus.batch): a burst of wakes or
+# arrivals costs a few round trips per batch, not a few per session.
+POP_MAX = 64
 # Waits between tries while Redis is away (growing to the last).
 RETRY_S = (0.1, 0.2, 0.5, 1.0)
 
@@ -90,9 +109,10 @@ class KickLoop:
         # The lazy parts are built here, once, not raced by the threads.
         self.bus.store, self.bus.metrics, self.bus.dispatcher  # noqa: B018
         for n in range(self.threads):
-            t = threading.Thread(target=self.run, name=f"kick-{n}", daemon=True)
+            t = threading.Thread(target=self.run, args=(n,), name=f"kick-{n}", daemon=True)
             t.start()
             self._running.append(t)
+        log.info("%d kick loops running for host %s", self.threads, self.host)
         return self
 
     def stop(self, timeout: float = BLOCK_S + 1) -> None:
@@ -100,26 +120,35 @@ class KickLoop:
         for t in self._running:
             t.join(timeout)
 
-    def _say_alive(self, store: Store) -> None:
+    def _reclaim(self, store: Store) -> None:
+        """Once a second per process: dead loops' taken kicks back on the list."""
         now = time.monotonic()
         with self._alive_lock:
             if now - self._alive_at < BLOCK_S:
                 return
             self._alive_at = now
-        store.kick_alive(self.host, ALIVE_MS)
+        moved = store.reclaim_kicks(self.host, STALE_MS)
+        if moved:
+            log.info("put %d kicks of dead delivery loops back on the list", moved)
 
-    def run(self) -> None:
+    def run(self, n: int = 0) -> None:
         """Pop and deliver until stopped; Redis going away only pauses it."""
         store = self.bus.store
+        loop = f"{os.getpid()}-{n}-{secrets.token_hex(3)}"
         client: Any = None
         pool: Any = None
         fails = 0
+        beat_at = float("-inf")
+        undone: list[str] = []  # taken, not delivered (Redis went away): again first
         while not self.stop_event.is_set():
             try:
                 if client is None:
-                    client, pool = store.kick_client(BLOCK_S, f"inbox-kick:{self.host}")
-                self._say_alive(store)
-                sid = store.pop_kick(client, self.host, BLOCK_S)
+                    client, pool = store.kick_client(BLOCK_S, f"inbox-kick:{self.host}:{loop}")
+                if time.monotonic() - beat_at >= BEAT_S:
+                    store.kick_beat(self.host, loop, ALIVE_MS)
+                    beat_at = time.monotonic()
+                    self._reclaim(store)
+                sids = undone or store.pop_kicks(client, self.host, loop, BLOCK_S, POP_MAX)
                 self._outage.ok()
                 fails = 0
             except OUTAGE_ERRORS as exc:
@@ -130,22 +159,37 @@ class KickLoop:
                 self.stop_event.wait(RETRY_S[min(fails, len(RETRY_S) - 1)])
                 fails += 1
                 continue
-            if sid is not None:
+            if sids:
                 faults.point("kick:after_pop")
-                self._deliver(sid)
+                undone = [] if self._deliver(sids) else sids
+                if not undone:
+                    self._done(store, loop)
+        if not undone:
+            with contextlib.suppress(*OUTAGE_ERRORS):
+                store.kick_gone(self.host, loop)
         if pool is not None:
             pool.disconnect()
 
-    def _deliver(self, sid: str) -> None:
+    def _done(self, store: Store, loop: str) -> None:
         try:
-            self.bus.deliver_session(sid)
-        except OUTAGE_ERRORS as exc:  # the sweep redoes it once Redis is back
+            store.done_kicks(self.host, loop)
+        except OUTAGE_ERRORS as exc:  # left taken: put back once this loop's beat lapses
             self._outage.failed(exc)
+
+    def _deliver(self, sids: list[str]) -> bool:
+        """Deliver ``sids`` as one batch; False when Redis went away first (the loop tries
+        them again)."""
+        try:
+            deliver_many(self.bus, sids)
+        except OUTAGE_ERRORS as exc:
+            self._outage.failed(exc)
+            return False
         # Broad on purpose: one bad delivery must not end the loop; the sweep retries it.
         except Exception:
-            log.exception("delivery of %s from the kick list failed", sid)
+            log.exception("delivery of %s from the kick list failed", sids)
         if self.on_done is not None:
             self.on_done()
+        return True
 
 
-__all__ = ["ALIVE_MS", "BLOCK_S", "KickLoop", "ListDispatcher"]
+__all__ = ["ALIVE_MS", "BLOCK_S", "POP_MAX", "STALE_MS", "KickLoop", "ListDispatcher"]

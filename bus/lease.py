@@ -66,13 +66,17 @@ class Lease:
         return lease
 
     @classmethod
-    def adopt(cls, store: Store, sid: str, token: str, sent_at: float) -> Lease:
+    def adopt(
+        cls, store: Store, sid: str, token: str, sent_at: float, *, renew: bool = True
+    ) -> Lease:
         """The lease of a lock this process took with ``token`` (in a script that did more,
         :meth:`bus.store.Store.begin_delivery`) by a call sent at ``sent_at``
-        (``time.monotonic()``); starts renewing it."""
+        (``time.monotonic()``); starts renewing it (``renew=False``: the caller renews it
+        with others, bus.batch, through :meth:`confirmed`)."""
         lease = cls(store, sid, token)
         lease._confirmed_at = sent_at
-        lease._thread.start()
+        if renew:
+            lease._thread.start()
         return lease
 
     def confirmed(self, ok: bool, sent_at: float) -> bool:
@@ -104,6 +108,15 @@ class Lease:
         except redis.RedisError:
             ok = False
         return self.confirmed(ok, sent_at)
+
+    def fresh(self) -> bool:
+        """A confirmation within the fresh window stands (a ``fresh`` :meth:`held` would
+        answer without a round trip)."""
+        return not self._lost.is_set() and (time.monotonic() - self._confirmed_at < self._fresh_s)
+
+    def stop_renewing(self) -> None:
+        """Stop the renewals; the caller unlocks (many leases at once, bus.batch)."""
+        self._done.set()
 
     def release(self, *, take_again: bool = False) -> bool | None:
         """Stop renewing and free the lock (if still ours; an error leaves it to lapse).

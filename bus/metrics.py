@@ -93,6 +93,16 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def summed(writes: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]:
+    """The same additions, one per hash field, in first-seen order (a batch of many
+    deliveries counts each counter once: HINCRBY by the sum, not once per delivery)."""
+    out: dict[tuple[str, str], float] = {}
+    for name, field, n in writes:
+        key = (name, field)
+        out[key] = out[key] + n if key in out else n
+    return [(name, field, n) for (name, field), n in out.items()]
+
+
 class Metrics:
     """Writes and reads the shared counters of one bus (one key prefix)."""
 
@@ -116,7 +126,7 @@ class Metrics:
             self._local.held = None
             if held:
                 # MULTI where it can be (a cluster refuses one over two keys' slots).
-                self.store.counter_add_many(held)
+                self.store.counter_add_many(summed(held))
 
     def _write(self, writes: list[tuple[str, str, float]]) -> bool:
         """Queue ``writes`` when batched(); False when the caller must send them now."""

@@ -55,6 +55,53 @@ def _flat_hash(flat: list[Any]) -> dict[str, str]:
     return {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
 
 
+def _start_of(reply: Any, token: str, sent_at: float) -> DeliveryStart | None:
+    """``delivery_begin.lua``'s reply as a :class:`DeliveryStart` (``None``: busy)."""
+    if not int(reply[0]):
+        return None
+    _ok, flight, cursor, read, rows, session, answers = reply
+    if not int(read):
+        return DeliveryStart(token, sent_at, json.loads(flight), str(cursor), None)
+    entries = [(str(eid), _flat_hash(fields)) for eid, fields in rows]
+    data = _flat_hash(session)
+    from .store import _session_from_hash
+
+    return DeliveryStart(
+        token,
+        sent_at,
+        None,
+        str(cursor),
+        entries,
+        _session_from_hash(data) if data else None,
+        [json.loads(a) if a else None for a in answers],
+    )
+
+
+def _snapshot_of(reply: list[Any], sent_at: float) -> DeliverySnapshot:
+    """``delivery_snapshot.lua``'s reply as a :class:`DeliverySnapshot`."""
+    held, session, nid, floor, pending, wake, first, building, retry_at, length, rows = reply
+    floor_hash = _flat_hash(floor)
+    from .store import _session_from_hash
+
+    return DeliverySnapshot(
+        held=bool(int(held)),
+        sent_at=sent_at,
+        info=_session_from_hash(_flat_hash(session)) if session else None,
+        notice_id=str(nid) if nid else None,
+        floor_ids=list(floor_hash),
+        rows=[(str(eid), _flat_hash(fields)) for eid, fields in rows],
+        stream_len=int(length),
+        view=view_of_replies(
+            pending,
+            [("", wake)] if wake else [],
+            [("", first)] if first else [],
+            building,
+            retry_at,
+            list(floor_hash.values()),
+        ),
+    )
+
+
 class DeliveryStore:
     """A delivery's grouped round trips on a :class:`~bus.store.Store`."""
 
@@ -76,30 +123,29 @@ class DeliveryStore:
         record and the entries' send answers. ``None`` (nothing touched) while another
         holder's lock has not expired. One round trip (``delivery_begin.lua``)."""
         token = secrets.token_hex(8)
-        keys = [
+        sent_at = time.monotonic()
+        reply = self.script("delivery_begin")(
+            keys=self._begin_keys(sid), args=[token, self.lock_ttl_ms, count]
+        )
+        return _start_of(reply, token, sent_at)
+
+    def _begin_keys(self, sid: str) -> list[str]:
+        return [
             self.k.s(sid, n)
             for n in ("lock", "pending", "rawflight", "cursor", "stream", "session", "ids")
         ]
-        sent_at = time.monotonic()
-        reply = self.script("delivery_begin")(keys=keys, args=[token, self.lock_ttl_ms, count])
-        if not int(reply[0]):
-            return None
-        _ok, flight, cursor, read, rows, session, answers = reply
-        if not int(read):
-            return DeliveryStart(token, sent_at, json.loads(flight), str(cursor), None)
-        entries = [(str(eid), _flat_hash(fields)) for eid, fields in rows]
-        data = _flat_hash(session)
-        from .store import _session_from_hash
 
-        return DeliveryStart(
-            token,
-            sent_at,
-            None,
-            str(cursor),
-            entries,
-            _session_from_hash(data) if data else None,
-            [json.loads(a) if a else None for a in answers],
-        )
+    def begin_many(self, sids: list[str], count: int) -> list[DeliveryStart | None]:
+        """:meth:`begin_delivery` for each of ``sids``, all in one round trip."""
+        tokens = [secrets.token_hex(8) for _ in sids]
+        pipe = self.pipeline()
+        for sid, token in zip(sids, tokens, strict=True):
+            self.script("delivery_begin")(
+                keys=self._begin_keys(sid), args=[token, self.lock_ttl_ms, count], client=pipe
+            )
+        sent_at = time.monotonic()
+        replies = pipe.execute()
+        return [_start_of(r, t, sent_at) for r, t in zip(replies, tokens, strict=True)]
 
     def delivery_snapshot(
         self,
@@ -115,50 +161,34 @@ class DeliveryStore:
         the plan's view (as :meth:`~bus.store_inbox.InboxStore.inbox_view`) and the
         queue's length once its entries up to the cursor are trimmed (``queue_trim.lua``,
         as :meth:`~bus.store.Store.set_trim_floor`). With
-        ``advance_to``, first :meth:`~bus.store.Store.advance` the cursor to it (in MULTI
-        where the server allows one); with ``read_after``, also up to ``count`` entries
-        after that stream id (as :meth:`~bus.store.Store.read_after`) in ``rows``."""
-        k = self.k
-        pipe = self.pipeline(transaction=advance_to is not None)
-        if advance_to is not None:
-            pipe.set(k.s(sid, "cursor"), advance_to)
-            pipe.delete(k.s(sid, "rawflight"))
-        self.script("extend_lock")(
-            keys=[k.s(sid, "lock")], args=[token, self.lock_ttl_ms], client=pipe
-        )
-        pipe.hgetall(k.s(sid, "session"))
-        pipe.hget(k.s(sid, "notice"), "id")
-        pipe.hgetall(k.s(sid, "floor"))
-        pipe.zcard(k.s(sid, "new"))
-        pipe.zrange(k.s(sid, "wakeq"), 0, 0, withscores=True)
-        pipe.zrange(k.s(sid, "new"), 0, 0, withscores=True)
-        pipe.exists(k.s(sid, "notice"))
-        pipe.hget(k.s(sid, "session"), "retry_at")
-        # The queue emptied of what the cursor covers (queue_trim.lua); its length after.
-        self.script("queue_trim")(
-            keys=[k.s(sid, "stream"), k.s(sid, "cursor")], args=[], client=pipe
-        )
-        if read_after is not None:
-            pipe.xrange(k.s(sid, "stream"), min=f"({read_after}", count=count)
+        ``advance_to``, first :meth:`~bus.store.Store.advance` the cursor to it; with ``read_after``, also up to ``count`` entries
+        after that stream id (as :meth:`~bus.store.Store.read_after`) in ``rows``. One
+        command (``delivery_snapshot.lua``): fewer to pack and parse than the 11-14 it was."""
         sent_at = time.monotonic()
-        replies = pipe.execute()
-        if advance_to is not None:
-            replies = replies[2:]
-        entries = replies.pop() if read_after is not None else []
-        stream_len = int(replies.pop())
-        held, session, nid, floor, pending, wake, first, building, retry_at = replies
-        from .store import _session_from_hash
-
-        return DeliverySnapshot(
-            held=bool(int(held)),
-            sent_at=sent_at,
-            info=_session_from_hash(dict(session)) if session else None,
-            notice_id=str(nid) if nid else None,
-            floor_ids=[str(n) for n in floor],
-            rows=[(str(eid), dict(fields)) for eid, fields in entries],
-            stream_len=stream_len,
-            view=view_of_replies(pending, wake, first, building, retry_at, list(floor.values())),
+        reply = self.script("delivery_snapshot")(
+            keys=self._snapshot_keys(sid),
+            args=[token, self.lock_ttl_ms, advance_to or "", read_after or "", count],
         )
+        return _snapshot_of(reply, sent_at)
+
+    def snapshot_many(
+        self, items: list[tuple[str, str, str | None]], count: int = 200
+    ) -> list[DeliverySnapshot]:
+        """:meth:`delivery_snapshot` for each ``(sid, token, advance_to)`` of ``items``
+        (reading the entries after ``advance_to`` when given), all in one round trip."""
+        pipe = self.pipeline()
+        for sid, token, advance_to in items:
+            self.script("delivery_snapshot")(
+                keys=self._snapshot_keys(sid),
+                args=[token, self.lock_ttl_ms, advance_to or "", advance_to or "", count],
+                client=pipe,
+            )
+        sent_at = time.monotonic()
+        return [_snapshot_of(reply, sent_at) for reply in pipe.execute()]
+
+    def _snapshot_keys(self, sid: str) -> list[str]:
+        names = ("lock", "session", "notice", "floor", "new", "wakeq", "stream", "cursor")
+        return [self.k.s(sid, n) for n in (*names, "rawflight")]
 
     def finish_notice(
         self,
@@ -170,15 +200,19 @@ class DeliveryStore:
         heard: bool,
         running: bool = False,
         wake: dict[str, str] | None = None,
+        pipe: Any = None,
     ) -> None:
-        """What follows a notice's write, in this order, one round trip: ``heard`` (a
+        """What follows a notice's write, in this order, one round trip (``pipe``: queued
+        on that pipeline, which the caller sends): ``heard`` (a
         socket's ack) confirms it (as :meth:`~bus.store_inbox.InboxStore.confirm_notices`),
         else it is recorded written (``notice_done.lua``); the session's ``retry_at`` is
         dropped (:meth:`~bus.store_inbox.InboxStore.clear_retry`); ``running`` sets its
         state so (:meth:`~bus.store.Store.update_session`); ``wake`` appends a ``wake``
         record with those fields (:meth:`~bus.store.Store.record`)."""
         k = self.k
-        pipe = self.pipeline()
+        own = pipe is None
+        if own:
+            pipe = self.pipeline()
         keys: tuple[str, ...]
         if heard:
             keys = ("floor", "msgs", "carried", "events", "notice", "session")
@@ -197,7 +231,8 @@ class DeliveryStore:
         if wake is not None:
             record = {"kind": "wake", "at": stamp, **wake}
             pipe.xadd(k.s(sid, "events"), record, maxlen=10000, approximate=True)
-        pipe.execute()
+        if own:
+            pipe.execute()
 
     def unlock_and_take_again(self, sid: str, token: str) -> bool:
         """:meth:`~bus.store.Store.unlock`, then :meth:`~bus.store_inbox.InboxStore.take_again`,
@@ -206,3 +241,27 @@ class DeliveryStore:
         self.script("unlock")(keys=[self.k.s(sid, "lock")], args=[token], client=pipe)
         pipe.getdel(self.k.s(sid, "again"))
         return bool(pipe.execute()[1])
+
+    def unlock_many(self, held: list[tuple[str, str]]) -> list[bool]:
+        """:meth:`unlock_and_take_again` for each ``(sid, token)``, in one round trip."""
+        pipe = self.pipeline()
+        for sid, token in held:
+            self.script("unlock")(keys=[self.k.s(sid, "lock")], args=[token], client=pipe)
+            pipe.getdel(self.k.s(sid, "again"))
+        replies = pipe.execute()
+        return [bool(replies[2 * i + 1]) for i in range(len(held))]
+
+    def extend_many(self, held: list[tuple[str, str]]) -> list[bool]:
+        """:meth:`~bus.store.Store.extend_lock` for each ``(sid, token)``, in one round
+        trip: which are still ours (each extended to a full TTL)."""
+        pipe = self.pipeline()
+        for sid, token in held:
+            self.script("extend_lock")(
+                keys=[self.k.s(sid, "lock")], args=[token, self.lock_ttl_ms], client=pipe
+            )
+        return [bool(int(r)) for r in pipe.execute()]
+
+    def schedule_many(self, what: str, due: list[tuple[str, int]]) -> None:
+        """:meth:`~bus.store.Store.schedule` (earliest) for each ``(sid, at_ms)``, at once."""
+        if due:
+            self.r.zadd(self.k.due, {f"{what}|{sid}": at for sid, at in due}, lt=True)

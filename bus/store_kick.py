@@ -13,6 +13,10 @@ from typing import Any
 KICK_CAP = 10_000
 
 
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
 class KickStore:
     """Push, pop and liveness of a host's kick list."""
 
@@ -20,6 +24,9 @@ class KickStore:
     k: Any
 
     def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
+        raise NotImplementedError
+
+    def pipeline(self, transaction: bool = False) -> Any:  # Store defines it
         raise NotImplementedError
 
     def push_kicks(self, host: str, sids: list[str]) -> bool:
@@ -39,11 +46,50 @@ class KickStore:
 
         return own_client(self.r, socket_timeout=block_s + 10, name=name)
 
-    def pop_kick(self, client: Any, host: str, block_s: float) -> str | None:
-        """The oldest kick on ``host``'s list, waiting up to ``block_s`` on ``client``
-        (from :meth:`kick_client`); None when none came."""
-        got = client.blpop([self.k.kick_list(host)], timeout=block_s)
-        if not got:
-            return None
-        sid = got[1]
-        return sid.decode() if isinstance(sid, bytes) else str(sid)
+    def pop_kicks(self, client: Any, host: str, loop: str, block_s: float, count: int) -> list[str]:
+        """Up to ``count`` kicks off ``host``'s list into loop ``loop``'s taken list: the
+        oldest waited for up to ``block_s`` on ``client`` (from :meth:`kick_client`;
+        BLMOVE), then those behind it without waiting (``kick_take.lua``), so a loop
+        delivers a burst's sessions as one batch (bus.batch). A loop that dies leaves them
+        in its taken list (:meth:`reclaim_kicks`); :meth:`done_kicks` when delivered."""
+        k = self.k
+        taken = k.kick_taken(host, loop)
+        first = client.blmove(k.kick_list(host), taken, block_s, "LEFT", "RIGHT")
+        if first is None:
+            return []
+        rest = []
+        if count > 1:
+            rest = self.script("kick_take")(keys=[k.kick_list(host), taken], args=[count - 1])
+        return [_text(first), *(_text(r) for r in rest)]
+
+    def done_kicks(self, host: str, loop: str) -> None:
+        """Loop ``loop``'s taken kicks were delivered: its taken list goes."""
+        self.r.delete(self.k.kick_taken(host, loop))
+
+    def kick_beat(self, host: str, loop: str, ttl_ms: int) -> None:
+        """Loop ``loop`` of ``host`` is running: the host's alive key (for ``ttl_ms``) and
+        the loop's beat, one round trip (``kick_beat.lua``)."""
+        k = self.k
+        self.script("kick_beat")(keys=[k.kick_alive(host), k.kick_loops(host)], args=[loop, ttl_ms])
+
+    def kick_gone(self, host: str, loop: str) -> None:
+        """Loop ``loop`` stopped (its taken list empty): its beat goes."""
+        self.r.hdel(self.k.kick_loops(host), loop)
+
+    def reclaim_kicks(self, host: str, stale_ms: int) -> int:
+        """Put the taken kicks of ``host``'s dead loops (no beat for ``stale_ms``) back on
+        its list (``kick_reclaim.lua`` each, which checks the beat again); how many."""
+        k = self.k
+        pipe = self.pipeline()
+        pipe.hgetall(k.kick_loops(host))
+        pipe.time()
+        beats, (sec, usec) = pipe.execute()
+        now = int(sec) * 1000 + int(usec) // 1000
+        moved = 0
+        for loop, beat in beats.items():
+            loop = _text(loop)
+            if now - int(beat) <= stale_ms:
+                continue
+            keys = [k.kick_list(host), k.kick_loops(host), k.kick_taken(host, loop)]
+            moved += max(0, int(self.script("kick_reclaim")(keys=keys, args=[loop, stale_ms])))
+        return moved

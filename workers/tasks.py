@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from celery import Task
@@ -17,6 +16,7 @@ from celery.signals import (
 
 from bus import BusError, connect
 from bus.api import Bus
+from bus.batch import deliver_many as deliver_batch
 from bus.kick import KickLoop
 from bus.liveness import Heartbeat
 from bus.outage import OUTAGE_ERRORS, Outage
@@ -29,16 +29,11 @@ log = logging.getLogger(__name__)
 _bus: Bus | None = None
 _beat: Heartbeat | None = None
 _outage = Outage("worker", log)
-_pool: ThreadPoolExecutor | None = None
 _kick: KickLoop | None = None
 
 # Delivery loops per worker process with INBOX_KICK=list (bus.kick): each waits on the
 # host's kick list and runs one delivery at a time, so a few overlap their Redis waits.
 KICK_THREADS = 4
-
-# Deliveries one inbox.deliver_many runs at once: a delivery mostly waits on Redis round
-# trips, so a few threads overlap those waits (each delivery holds its own session's lock).
-MANY_THREADS = 8
 
 
 def get_bus() -> Bus:
@@ -105,14 +100,6 @@ def deliver(self: Task, sid: str) -> dict[str, Any]:
     return _deliver_one(get_bus(), sid)
 
 
-def _pool_of_threads() -> ThreadPoolExecutor:
-    """This process's delivery threads, made on first use (after the prefork fork)."""
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(MANY_THREADS, thread_name_prefix="deliver")
-    return _pool
-
-
 def _deliver_one(bus: Bus, sid: str) -> dict[str, Any]:
     # Redis restarting: one log line per outage; the scheduler's sweep redoes the delivery
     # once it is back (nothing was taken that is not still in the stream).
@@ -127,12 +114,16 @@ def _deliver_one(bus: Bus, sid: str) -> dict[str, Any]:
 
 @app.task(name="inbox.deliver_many")
 def deliver_many(sids: list[str]) -> list[dict[str, Any]]:
-    """``inbox.deliver`` for many sessions of this host, run concurrently (the scheduler's
-    due wakes, a batch's receivers): one task instead of one per session in the queue."""
+    """``inbox.deliver`` for many sessions of this host (the scheduler's due wakes, a
+    batch's receivers), delivered as one batch (bus.batch: a few round trips for the lot)."""
     bus = get_bus()
-    # The lazy parts are built here, once, not raced by the threads.
-    bus.store, bus.metrics, bus.dispatcher  # noqa: B018
-    return list(_pool_of_threads().map(lambda sid: _deliver_one(bus, sid), sids))
+    try:
+        reports = deliver_batch(bus, sids)
+    except OUTAGE_ERRORS as exc:  # the sweep redoes them once Redis is back
+        _outage.failed(exc)
+        return [{"ok": False, "error": "unavailable", "session": sid} for sid in sids]
+    _outage.ok()
+    return [report.to_json() for report in reports]
 
 
 @app.task(name="inbox.tick")

@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,20 +90,27 @@ class _Run:
     took: list[Any] = field(default_factory=list)
 
 
-def deliver_many(bus: DeliveryHost, sids: list[str]) -> list[DeliveryReport]:
+def deliver_many(
+    bus: DeliveryHost, sids: list[str], progress: Callable[[], object] | None = None
+) -> list[DeliveryReport]:
     """Deliver each of ``sids`` (as :func:`bus.handoff.deliver`), a chunk at a time; one
-    report per distinct session. Counters go in one round trip (``Metrics.batched``)."""
+    report per distinct session. Counters go in one round trip (``Metrics.batched``).
+    ``progress`` is called after each chunk and each session delivered on its own: a
+    long batch (after a worker died, many take the one-session way) still shows its
+    worker's supervisor that it moves (bus.supervise)."""
+    tick = progress or (lambda: None)
     sids = list(dict.fromkeys(sids))
     for sid in sids:
         check_session_id(sid)
     out: list[DeliveryReport] = []
     with bus.metrics.batched():
         for i in range(0, len(sids), CHUNK):
-            out.extend(_chunk(bus, sids[i : i + CHUNK]))
+            out.extend(_chunk(bus, sids[i : i + CHUNK], tick))
+            tick()
     return out
 
 
-def _chunk(bus: DeliveryHost, sids: list[str]) -> list[DeliveryReport]:
+def _chunk(bus: DeliveryHost, sids: list[str], tick: Callable[[], object]) -> list[DeliveryReport]:
     store = bus.store
     reports = {sid: DeliveryReport(session=sid) for sid in sids}
     later: list[str] = []
@@ -117,6 +125,7 @@ def _chunk(bus: DeliveryHost, sids: list[str]) -> list[DeliveryReport]:
             runs.append(_Run(sid, start, lease, reports[sid]))
             continue
         report = continue_delivery(bus, sid, start)
+        tick()
         reports[sid] = report
         again = report.again if report.again is not None else store.take_again(sid)
         if again:
@@ -139,6 +148,7 @@ def _chunk(bus: DeliveryHost, sids: list[str]) -> list[DeliveryReport]:
             later.append(run.sid)
     for sid in later:
         more = deliver_one(bus, sid)
+        tick()
         add_report(reports[sid], more)
         reports[sid].busy = more.busy
     return [reports[sid] for sid in sids]

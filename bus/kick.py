@@ -180,7 +180,7 @@ class KickLoop:
         """Deliver ``sids`` as one batch; False when Redis went away first (the loop tries
         them again)."""
         try:
-            deliver_many(self.bus, sids)
+            deliver_many(self.bus, sids, progress=self.on_done)
         except OUTAGE_ERRORS as exc:
             self._outage.failed(exc)
             return False

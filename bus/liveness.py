@@ -38,16 +38,32 @@ def host_queue(host: str) -> str:
     return f"host.{host}"
 
 
+# A worker not yet ready is judged against this many times the stall bound (stalled).
+BOOT_FACTOR = 3
+
+
 def stalled(
-    *, queued: int, progress_ms: int | None, started_ms: int, now: int, bound_s: float
+    *,
+    queued: int,
+    progress_ms: int | None,
+    started_ms: int,
+    now: int,
+    bound_s: float,
+    booted: bool = True,
 ) -> bool:
     """A worker holds work (its queue is not empty) and made no progress for ``bound_s``.
 
     Progress counts from the later of its last finished task and its start, so a worker
-    that just (re)started has the whole bound to take its first task.
+    that just (re)started has the whole bound to take its first task. One that has not
+    said it is ready since it started (``booted`` False: still importing and forking its
+    pool, which takes seconds on a loaded machine) gets :data:`BOOT_FACTOR` times the
+    bound from its start: killed sooner, each restart would be killed before it could
+    ever be ready, while its queue only grows.
     """
     if queued <= 0:
         return False
+    if not booted:
+        return now - started_ms > bound_s * 1000 * BOOT_FACTOR
     since = max(progress_ms or 0, started_ms)
     return now - since > bound_s * 1000
 

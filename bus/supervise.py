@@ -193,8 +193,8 @@ class Supervisor:
             try:
                 pipe = client.pipeline(transaction=False)
                 pipe.llen(keys.celery_queue(host_queue(child.host)))
-                pipe.hget(keys.beat(child.host), "progress")
-                queued, progress = pipe.execute()
+                pipe.hmget(keys.beat(child.host), "progress", "started")
+                queued, (progress, ready) = pipe.execute()
             except redis.RedisError:
                 return  # Redis away: nothing to judge progress by
             progress_ms = int(progress) if progress else None
@@ -204,6 +204,8 @@ class Supervisor:
                 started_ms=child.started_ms,
                 now=now_ms(),
                 bound_s=self.stall_s,
+                # The worker writes "started" once ready (workers.tasks, worker_ready).
+                booted=bool(ready) and int(ready) >= child.started_ms,
             ):
                 self.log(
                     f"{self.name}: {child.name} holds {queued} queued but made no progress"

@@ -126,7 +126,11 @@ def test_due_wakes_delivered_as_one_batch_each_wake_once(make_bus: Callable[...,
     held = b.store.lock(sids[0])  # another delivery holds the first one
     assert held is not None
     clock.advance(61_000)  # past the due times
-    reports = deliver_many(b, sids + sids[1:3])  # a session twice: delivered once
+    ticks: list[int] = []
+    # A session twice: delivered once. The progress callback (a worker's heartbeat)
+    # hears of each chunk and of each session delivered on its own (the held one).
+    reports = deliver_many(b, sids + sids[1:3], progress=lambda: ticks.append(1))
+    assert len(ticks) >= 3  # 2 chunks + the held one's hand-off
     assert len(reports) == len(sids)
     assert reports[0].busy and not reports[0].notices
     for sid, report in zip(sids[1:], reports[1:], strict=True):

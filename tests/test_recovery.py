@@ -71,21 +71,32 @@ def test_outage_logs_one_line_per_outage_and_recovery(caplog: pytest.LogCaptureF
 
 
 @pytest.mark.parametrize(
-    ("queued", "progress_ms", "started_ms", "now", "stalled"),
+    ("queued", "progress_ms", "started_ms", "now", "booted", "stalled"),
     [
-        (0, None, 0, 10**9, False),  # idle: nothing to make progress on
-        (3, 1_000, 0, 20_000, False),  # within the bound
-        (3, 1_000, 0, 40_000, True),  # work waits, no task finished for 39 s
-        (3, None, 30_000, 40_000, False),  # just restarted: the bound counts from start
-        (3, None, 0, 40_000, True),
+        (0, None, 0, 10**9, True, False),  # idle: nothing to make progress on
+        (3, 1_000, 0, 20_000, True, False),  # within the bound
+        (3, 1_000, 0, 40_000, True, True),  # work waits, no task finished for 39 s
+        (3, None, 30_000, 40_000, True, False),  # just restarted: the bound counts from start
+        (3, None, 0, 40_000, True, True),
+        # Not ready yet (importing, forking its pool on a loaded machine): 3x the bound
+        # from its start, so a restart is not killed before it could ever be ready.
+        (3, None, 0, 40_000, False, False),
+        (3, None, 0, 89_000, False, False),
+        (3, None, 0, 91_000, False, True),  # never ready: killed all the same
+        (0, None, 0, 10**9, False, False),
     ],
 )
 def test_stalled(
-    queued: int, progress_ms: int | None, started_ms: int, now: int, stalled: bool
+    queued: int, progress_ms: int | None, started_ms: int, now: int, booted: bool, stalled: bool
 ) -> None:
     assert (
         liveness.stalled(
-            queued=queued, progress_ms=progress_ms, started_ms=started_ms, now=now, bound_s=30
+            queued=queued,
+            progress_ms=progress_ms,
+            started_ms=started_ms,
+            now=now,
+            bound_s=30,
+            booted=booted,
         )
         is stalled
     )

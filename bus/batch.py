@@ -66,7 +66,7 @@ def after_step(
     plan). A wake with a command to run is ``one`` too (the command runs between writes)."""
     if info is None:
         return "none"
-    if notice_id is not None or floor_ids or marks_waiting:
+    if notice_id is not None or floor_ids or marks_waiting or info.wake_pending:
         return "one"
     if action == "schedule":
         return "schedule"

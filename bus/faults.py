@@ -5,7 +5,8 @@ Points: ``drain:after_claim`` (the floor file is claimed, nothing read), ``drain
 (the lines are in log.jsonl, the claim not yet deleted), ``drain:after_unlink`` (the claim
 is deleted, the marks not yet recorded), ``notice:after_append`` (the worker wrote a
 notice to the floor file and has not recorded it), ``kick:after_pop`` (a worker's delivery
-loop popped a kick off the host's kick list, nothing delivered; bus/kick.py).
+loop popped a kick off the host's kick list, nothing delivered; bus/kick.py),
+``wake:before_cmd`` (a wake set the session running, its wake command not yet run).
 """
 
 from __future__ import annotations

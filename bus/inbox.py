@@ -252,6 +252,8 @@ class Inbox:
         if info is None:
             return
         changed = self._recover_notice(sid, None if snap is None else snap.notice_id)
+        if info.wake_pending and report.still_held():
+            self._finish_wake(sid, info.wake_pending, info)
         if (self.floor.session_dir(sid) / PENDING_MARKS).exists():
             self.on_drain(sid, [])  # marks a drain made while Redis was down
             changed = True
@@ -281,6 +283,18 @@ class Inbox:
             self._wake_for_floor(sid, plan.reason, info)
         elif plan.action == "raw" and view.pending:
             self._pending_raw(sid, report)
+
+    def _finish_wake(self, sid: str, nid: str, info: SessionInfo) -> None:
+        """A wake whose worker died between the session's change to running and its wake
+        command (we hold the lock, so that delivery is over): run the command now if the
+        notice still waits on the floor (its harness was never told), then record it."""
+        lines = [x for x in self.floor.peek(sid) if x.get("id") == nid]
+        if lines:
+            self._run_wake_cmd(sid, lines[-1], info)
+            log.warning(
+                "wake of %s for %s: its worker died before the command ran; ran it", sid, nid
+            )
+        self.store.wake_done(sid, nid, "recovered" if lines else "drained")
 
     def _wake_for_floor(self, sid: str, reason: str, info: SessionInfo) -> None:
         """Wake an idle session for notices on its file floor that no drain took: written
@@ -352,6 +366,10 @@ class Inbox:
             heard=via == "socket",
             running=wake,
             wake=None if not wake or run_cmd else {"notice": nid, "reason": reason},
+            # A worker killed before the command ran leaves it: the next delivery runs
+            # the command (after_delivery), so the harness is not left unwoken while the
+            # session counts as running.
+            wake_pending=nid if run_cmd else None,
         )
         self.metrics.incr("notices")
         oldest = min(int(r.get("at") or now) for r in records)
@@ -360,8 +378,9 @@ class Inbox:
         if wake:
             self.metrics.incr("wakes" if reason != "flush" else "flushes")
         if run_cmd:
+            faults.point("wake:before_cmd")
             self._run_wake_cmd(sid, line, info)
-            store.record(sid, "wake", notice=nid, reason=reason)
+            store.wake_done(sid, nid, reason)
         return {"notice": nid, "via": via, "messages": len(records), "wake": wake, "reason": reason}
 
     def _summary_input(self, rec: dict[str, Any]) -> dict[str, Any]:

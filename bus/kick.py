@@ -161,7 +161,7 @@ class KickLoop:
                 continue
             if sids:
                 faults.point("kick:after_pop")
-                undone = [] if self._deliver(sids) else sids
+                undone = [] if self._deliver(sids, self._beater(store, loop)) else sids
                 if not undone:
                     self._done(store, loop)
         if not undone:
@@ -176,11 +176,28 @@ class KickLoop:
         except OUTAGE_ERRORS as exc:  # left taken: put back once this loop's beat lapses
             self._outage.failed(exc)
 
-    def _deliver(self, sids: list[str]) -> bool:
+    def _beater(self, store: Store, loop: str) -> Callable[[], None]:
+        """Progress within a batch: the loop's beat (at most every BEAT_S), so a batch
+        longer than STALE_MS (a loaded machine, many one-session recoveries) does not
+        have its kicks put back and delivered again by another loop; then ``on_done``."""
+        beat_at = time.monotonic()
+
+        def progress() -> None:
+            nonlocal beat_at
+            if time.monotonic() - beat_at >= BEAT_S:
+                beat_at = time.monotonic()
+                with contextlib.suppress(*OUTAGE_ERRORS):
+                    store.kick_beat(self.host, loop, ALIVE_MS)
+            if self.on_done is not None:
+                self.on_done()
+
+        return progress
+
+    def _deliver(self, sids: list[str], progress: Callable[[], None] | None = None) -> bool:
         """Deliver ``sids`` as one batch; False when Redis went away first (the loop tries
         them again)."""
         try:
-            deliver_many(self.bus, sids, progress=self.on_done)
+            deliver_many(self.bus, sids, progress=progress or self.on_done)
         except OUTAGE_ERRORS as exc:
             self._outage.failed(exc)
             return False

@@ -216,6 +216,9 @@ class SessionInfo(BaseModel):
     delegator: str | None = None
     turns: int = 0
     wake_cmd: str | None = None
+    # The notice a wake is running the wake command for (set with the state, cleared
+    # with the wake record): left behind, the worker died in between (bus.inbox).
+    wake_pending: str | None = None
     prompt_waiting: bool = False
     agent_inbox: bool | None = None
     workspace: str | None = None

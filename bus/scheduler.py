@@ -95,6 +95,8 @@ def sweep_backlogs(bus: Bus, *, clock: Clock = SYSTEM) -> int:
         # Notices on the floor not yet confirmed: the delivery looks whether a dead
         # drainer took one (bus.confirm), so its messages are carried again in time.
         stuck = stuck or confirm.any_needs_look(floor_records, now_ms())
+        # A wake whose worker died before its command ran (bus.inbox: wake_pending).
+        stuck = stuck or bool(info.wake_pending)
         # New messages with nothing scheduled: a due entry taken by a scheduler whose
         # dispatch then failed. The delivery plans (and schedules) again.
         orphaned = (

@@ -81,6 +81,7 @@ def _session_from_hash(data: dict[str, str]) -> SessionInfo:
         delegator=opt("delegator"),
         turns=int(data.get("turns", "0") or 0),
         wake_cmd=opt("wake_cmd"),
+        wake_pending=opt("wake_pending"),
         prompt_waiting=data.get("prompt_waiting") == "1",
         agent_inbox=None if not agent_inbox else agent_inbox == "1",
         workspace=opt("workspace"),

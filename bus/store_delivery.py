@@ -200,6 +200,7 @@ class DeliveryStore:
         heard: bool,
         running: bool = False,
         wake: dict[str, str] | None = None,
+        wake_pending: str | None = None,
         pipe: Any = None,
     ) -> None:
         """What follows a notice's write, in this order, one round trip (``pipe``: queued
@@ -208,7 +209,8 @@ class DeliveryStore:
         else it is recorded written (``notice_done.lua``); the session's ``retry_at`` is
         dropped (:meth:`~bus.store_inbox.InboxStore.clear_retry`); ``running`` sets its
         state so (:meth:`~bus.store.Store.update_session`); ``wake`` appends a ``wake``
-        record with those fields (:meth:`~bus.store.Store.record`)."""
+        record with those fields (:meth:`~bus.store.Store.record`); ``wake_pending``: the
+        notice whose wake command is about to run (:meth:`wake_done` clears it)."""
         k = self.k
         own = pipe is None
         if own:
@@ -227,12 +229,24 @@ class DeliveryStore:
         # The record's and the session's own times are the system clock's, as ever.
         stamp = str(now_ms())
         if running:
-            pipe.hset(k.s(sid, "session"), mapping={"updated_at": stamp, "state": "running"})
+            state = {"updated_at": stamp, "state": "running"}
+            if wake_pending is not None:
+                state["wake_pending"] = wake_pending
+            pipe.hset(k.s(sid, "session"), mapping=state)
         if wake is not None:
             record = {"kind": "wake", "at": stamp, **wake}
             pipe.xadd(k.s(sid, "events"), record, maxlen=10000, approximate=True)
         if own:
             pipe.execute()
+
+    def wake_done(self, sid: str, nid: str, reason: str) -> None:
+        """The wake command for notice ``nid`` ran: its ``wake`` record and the session's
+        ``wake_pending`` cleared, one round trip."""
+        pipe = self.pipeline()
+        record = {"kind": "wake", "at": str(now_ms()), "notice": nid, "reason": reason}
+        pipe.xadd(self.k.s(sid, "events"), record, maxlen=10000, approximate=True)
+        pipe.hdel(self.k.s(sid, "session"), "wake_pending")
+        pipe.execute()
 
     def unlock_and_take_again(self, sid: str, token: str) -> bool:
         """:meth:`~bus.store.Store.unlock`, then :meth:`~bus.store_inbox.InboxStore.take_again`,

@@ -137,3 +137,25 @@ def test_the_kick_loop_carries_on_after_a_redis_restart(
         assert worker.proc.poll() is None
     finally:
         server.stop()
+
+
+def test_a_loop_beats_while_it_delivers_a_long_batch(
+    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch longer than the beat's staleness (a loaded machine) must not look dead:
+    # another loop would put its kicks back and deliver them again.
+    from bus import kick
+    from tests.test_batch import idle_with_blockers
+
+    b = make_bus()
+    sids = [f"lb{i}" for i in range(70)]  # two chunks
+    idle_with_blockers(b, sids)
+    monkeypatch.setattr(kick, "BEAT_S", 0.0)  # every progress call beats
+    beats: list[str] = []
+    real = b.store.kick_beat
+    monkeypatch.setattr(
+        b.store, "kick_beat", lambda host, loop, ms: (beats.append(loop), real(host, loop, ms))
+    )
+    loop = kick.KickLoop(b)
+    assert loop._deliver(sids, loop._beater(b.store, "l1"))
+    assert len(beats) >= 2 and set(beats) == {"l1"}  # during the batch, not only between

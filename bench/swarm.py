@@ -473,20 +473,28 @@ def idle_pass(
         return None
     r = observer.store.r
     k = observer.store.k
+    prefix = observer.settings.key_prefix
+
+    def queued() -> dict[str, int]:
+        # Celery's queues and unacked tasks, the kick lists: their lengths.
+        out = {}
+        for pattern in (f"{prefix}:*celery*", f"{prefix}:*kick*:list"):
+            for name in r.scan_iter(match=pattern, count=1000):
+                kind = r.type(name)
+                if kind in ("list", "hash"):
+                    out[name] = r.llen(name) if kind == "list" else r.hlen(name)
+        return out
+
+    baseline = queued()
     for sid in sids:
         observer.turn(sid, "end", answer=IDLE_ANSWER)
-    prefix = observer.settings.key_prefix
 
     def settled() -> bool:
         # The turn's end kicks a delivery (nothing to deliver): its task or kick queued,
-        # unacked or running (its lock) would count as the session's.
-        for name in r.scan_iter(match=f"{prefix}:*celery*", count=1000):
-            kind = r.type(name)
-            if (kind == "list" and r.llen(name)) or (kind == "hash" and r.hlen(name)):
-                return False
-        for name in r.scan_iter(match=f"{prefix}:*kick*:list", count=1000):
-            if r.llen(name):
-                return False
+        # unacked or running (its lock) would count as the session's; what other rows
+        # left queued is not waited for.
+        if any(n > baseline.get(name, 0) for name, n in queued().items()):
+            return False
         return not any(r.exists(k.s(sid, "lock"), k.s(sid, "pending")) for sid in sids)
 
     wait_until(settled, 120, "no delivery queued or in flight after the turns ended", 0.1)

@@ -468,6 +468,47 @@ def node_max_bytes(r: Any) -> int | None:
         return None  # CONFIG may be disabled (a managed Redis)
 
 
+IDLE_ANSWER = "ok"
+
+
+def idle_pass(
+    observer: Bus, sids: list[str], compact_sessions: Callable[[], None] | None
+) -> bool | None:
+    """End every session's turn (the Stop hook's ``turn end``), wait until no delivery is
+    in flight, then run the compaction pass again; ``None`` without a pass to run."""
+    if compact_sessions is None:
+        return None
+    r = observer.store.r
+    k = observer.store.k
+    prefix = observer.settings.key_prefix
+
+    def queued() -> dict[str, int]:
+        # Celery's queues and unacked tasks, the kick lists: their lengths.
+        out = {}
+        for pattern in (f"{prefix}:*celery*", f"{prefix}:*kick*:list"):
+            for name in r.scan_iter(match=pattern, count=1000):
+                kind = r.type(name)
+                if kind in ("list", "hash"):
+                    out[name] = r.llen(name) if kind == "list" else r.hlen(name)
+        return out
+
+    baseline = queued()
+    for sid in sids:
+        observer.turn(sid, "end", answer=IDLE_ANSWER)
+
+    def settled() -> bool:
+        # The turn's end kicks a delivery (nothing to deliver): its task or kick queued,
+        # unacked or running (its lock) would count as the session's; what other rows
+        # left queued is not waited for.
+        if any(n > baseline.get(name, 0) for name, n in queued().items()):
+            return False
+        return not any(r.exists(k.s(sid, "lock"), k.s(sid, "pending")) for sid in sids)
+
+    wait_until(settled, 120, "no delivery queued or in flight after the turns ended", 0.1)
+    compact_sessions()
+    return True
+
+
 def scenario_memory(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]:
     """Sessions registered, one message each delivered and noticed (drained).
 
@@ -516,11 +557,13 @@ def scenario_memory(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]
     # sessions' streams only: what a quiet session settles at (its events dropped as
     # once quiet for QUIET_MS; here at once).
     store = observer.store
+    compact_sessions: Callable[[], None] | None = None
     try:
         from bus import compact
 
         if hasattr(compact, "compact_sessions"):
             compact.compact_sessions(store, sids, 0)
+            compact_sessions = lambda: compact.compact_sessions(store, sids, 0)  # noqa: E731
         else:  # an older tree
             keys = store.session_streams(sids)
             store.compact_streams(
@@ -530,8 +573,32 @@ def scenario_memory(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]
         kinds_compacted = prefix_kinds(r, s.key_prefix)
     except (ImportError, redis.ResponseError):  # an older tree, or a server refusing it
         compacted, kinds_compacted, clients_compacted = after, kinds_after, clients()
+    # Then each session's turn ends, as its harness's Stop hook ends it (SPEC: the session
+    # is then ``idle``; its ``carried`` set is answered and goes), with a short answer
+    # (IDLE_ANSWER: the answer is kept in each carried message's send answer, so a longer
+    # one costs its length), and the compaction pass again (the turn's records go).
+    idle = idle_pass(observer, sids, compact_sessions)
+    if idle is None:
+        idle_info, kinds_idle, clients_idle = compacted, kinds_compacted, clients_compacted
+    else:
+        idle_info, kinds_idle, clients_idle = used(), prefix_kinds(r, s.key_prefix), clients()
     return {
         "sessions": sessions,
+        "idle_info_bytes_per_session": round((idle_info - before) / sessions),
+        "idle_info_less_clients_per_session": round(
+            (idle_info - before - (clients_idle - clients_before)) / sessions
+        ),
+        "idle_usage_bytes_per_session": round(
+            (sum(b for _, b in kinds_idle.values()) - usage_before) / sessions
+        ),
+        "idle_keys_per_session": round(
+            (sum(n for n, _ in kinds_idle.values()) - keys_before) / sessions, 1
+        ),
+        "idle_by_kind": {
+            kind: round((size - kinds_before.get(kind, [0, 0])[1]) / sessions)
+            for kind, (_n, size) in sorted(kinds_idle.items())
+            if size != kinds_before.get(kind, [0, 0])[1]
+        },
         "compacted_info_bytes_per_session": round((compacted - before) / sessions),
         "compacted_info_less_clients_per_session": round(
             (compacted - before - (clients_compacted - clients_before)) / sessions
@@ -611,12 +678,19 @@ def report(console: Console, out: dict[str, Any]) -> None:
     console.print(lt)
     m = out["memory"]
     console.print(
-        f"memory per idle session over {m['sessions']} sessions: INFO memory "
+        f"memory per session (running, noticed) over {m['sessions']} sessions: INFO memory "
         f"{m['info_bytes_per_session']} B, MEMORY USAGE {m['usage_bytes_per_session']} B, "
         f"{m['keys_per_session']} keys; after the compaction pass: INFO memory "
         f"{m['compacted_info_bytes_per_session']} B, MEMORY USAGE "
         f"{m['compacted_usage_bytes_per_session']} B"
     )
+    if "idle_usage_bytes_per_session" in m:
+        console.print(
+            f"  after each turn ended and the pass again (idle): INFO memory "
+            f"{m['idle_info_bytes_per_session']} B ({m['idle_info_less_clients_per_session']} B"
+            f" less the connections' buffers), MEMORY USAGE "
+            f"{m['idle_usage_bytes_per_session']} B, {m['idle_keys_per_session']} keys"
+        )
     console.print("ratios: " + json.dumps(out["ratios"]))
 
 

@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from . import rcptindex
+from . import kept, rcptindex
 from .auth import SCOPE_WRITE, Claims
 from .conversation import _list as json_list
 from .dispatch import deliver_many
@@ -313,22 +313,20 @@ def _template(standing: Standing) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=4096)
-def _answer_parts(standing: Standing) -> tuple[str, str, str]:
-    """The send answer JSON ``json.dumps({**template, "id": <id>, "thread": <thread>})``
-    split around the id and the thread: ``append_many.lua`` joins the parts with each
-    message's id and thread (neither needs JSON escaping: :data:`~bus.ids.MESSAGE_ID_PATTERN`,
-    :data:`~bus.models.THREAD_ID_PATTERN`). One per receiver's standing, whatever the
-    threads: a batch to many sessions encodes no JSON per receiver and thread."""
-    answer = {**_answer(standing), "id": _ID_MARK, "thread": _THREAD_MARK}
-    head, mark, rest = json.dumps(answer).partition(_ID_MARK_JSON)
-    mid, mark2, tail = rest.partition(_THREAD_MARK_JSON)
-    if not (mark and mark2):  # never: the template's id and thread are the marks
-        raise RuntimeError("the send answer template lost its id or thread")
-    return head, mid, tail
+def _answer_parts(standing: Standing) -> tuple[str, str]:
+    """The send answer as ``ids`` keeps it (:func:`bus.kept.keep`: no id, the id's field
+    says it) split around the thread: ``append_many.lua`` joins the parts with each
+    message's thread (no JSON escaping needed: :data:`~bus.models.THREAD_ID_PATTERN`).
+    One per receiver's standing, whatever the threads: a batch to many sessions encodes
+    no JSON per receiver and thread."""
+    answer = {**_answer(standing), "thread": _THREAD_MARK}
+    head, mark, tail = kept.keep(answer, standing[0], "").partition(_THREAD_MARK_JSON)
+    if not mark:  # never: the template's thread is the mark
+        raise RuntimeError("the send answer template lost its thread")
+    return head, tail
 
 
-_ID_MARK, _THREAD_MARK = "\x01", "\x02"
-_ID_MARK_JSON = json.dumps(_ID_MARK)[1:-1]
+_THREAD_MARK = "\x02"
 _THREAD_MARK_JSON = json.dumps(_THREAD_MARK)[1:-1]
 
 # A sender's messages to one session share a thread: the id is a hash of the two
@@ -405,7 +403,7 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
                 answers[i] = {**inbox_full(sid, cap).to_json(), "id": msgs[i].id}
                 refused.append((msgs[i], sid))
             elif prior:
-                answers[i] = {**json.loads(prior), "duplicate": True}
+                answers[i] = {**kept.restore(prior, sid, msgs[i].id), "duplicate": True}
         found = infos[sid]
         if int(dispatch) and found is not None:
             due.setdefault(found[0], []).append(sid)

@@ -11,7 +11,7 @@ buses, or several tests, share one server.
 | ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | deleted with ``cursor`` once the delivery took every entry (queue_trim.lua); else trimmed by MINID below ``trim`` |
 | ``P:{sid}:trim`` | string: stream id below which entries may be trimmed | delivery | - |
 | ``P:{sid}:cursor`` | string: last stream id the delivery has taken (none: read from ``0-0``) | delivery | deleted with the emptied queue (queue_trim.lua) |
-| ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency) | send, delivery, withdraw, turn end | pruned with ``idsage`` |
+| ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency; kept without what the key says, bus/kept.py) | send, delivery, withdraw, turn end | pruned with ``idsage`` |
 | ``P:{sid}:idsage`` | zset: message id → first-seen ms | send | oldest pruned past 100k |
 | ``P:{sid}:pending`` | string: a delivery has been dispatched and not started | send; cleared by delivery | TTL (lock_ttl) |
 | ``P:{sid}:lock`` | string: token of the delivery running for the session | delivery | TTL (lock_ttl) |

@@ -9,10 +9,10 @@ then runs :func:`bus.handoff.deliver` → :mod:`bus.delivery` → :class:`bus.in
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from . import kept
 from .clock import SYSTEM, Clock
 from .errors import BadInput, RateLimited
 from .models import Message, Recipient, SendAnswer, SessionInfo
@@ -112,7 +112,7 @@ class Router:
                 sid,
                 msg.id,
                 msg.line(),
-                json.dumps(answer.to_json()),
+                kept.keep(answer.to_json(), sid, msg.id),
                 thread,
                 also=lambda pipe: self.receipts.open(pipe, msg, sid, thread),
                 max_held=self.settings.max_unread,
@@ -121,7 +121,7 @@ class Router:
             self.receipts.unlist_refused([(msg, sid)])
             raise
         if not new:
-            prior = json.loads(first)
+            prior = kept.restore(first, sid, msg.id)
             prior["duplicate"] = True
             if wait and prior.get("state") == "stored":
                 return self.inbox.wait_answer(sid, msg.id, prior, timeout)

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import redis
 
-from . import rcptindex
+from . import kept, rcptindex
 from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .errors import RateLimited, Unavailable
 from .keys import Keys
@@ -302,14 +302,15 @@ class Store(
     def first_answer(self, sid: str, msg_id: str) -> dict[str, Any] | None:
         """The answer kept by the first append of ``msg_id``; ``None`` if never appended."""
         raw = self.r.hget(self.k.s(sid, "ids"), msg_id)
-        return json.loads(cast(str, raw)) if raw else None
+        return kept.restore(cast(str, raw), sid, msg_id) if raw else None
 
     def first_answers(self, sid: str, msg_ids: list[str]) -> list[dict[str, Any] | None]:
         """The send answers of several ids, one round trip."""
         if not msg_ids:
             return []
         raws = self.r.hmget(self.k.s(sid, "ids"), msg_ids)
-        return [json.loads(raw) if raw else None for raw in raws]
+        pairs = zip(raws, msg_ids, strict=True)
+        return [kept.restore(raw, sid, i) if raw else None for raw, i in pairs]
 
     def recipient_of(self, msg_id: str) -> str | None:
         """The session ``msg_id`` was appended to (kept 7 days); ``None`` if unknown."""

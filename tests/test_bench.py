@@ -34,7 +34,13 @@ def test_swarm_bench_runs_tiny_and_reports_every_figure(redis_url: str) -> None:
     for side in ("bus", "naive"):
         assert summary["latency"][side]["n"] == 10 and summary["latency"][side]["p99"] >= 0
     assert summary["wake"]["late_ms"]["n"] == summary["sessions"]
-    assert summary["memory"]["keys_per_session"] > 0
+    memory = summary["memory"]
+    assert memory["keys_per_session"] > 0
+    # Running and noticed, then idle (each turn ended, as a Stop hook ends it): the turn's
+    # carried set goes at its end, so the idle figure has fewer keys.
+    assert memory["by_kind"]["sid:carried"][0] == 1
+    assert "sid:carried" not in memory["idle_by_kind"]
+    assert 0 < memory["idle_keys_per_session"] < memory["keys_per_session"]
     assert {"ingest_over_raw_xadd", "e2e_over_naive", "latency_p99_bus_over_naive"} <= set(
         summary["ratios"]
     )

@@ -100,8 +100,10 @@ def test_append_stores_an_id_once_and_dispatches_once(store: Store) -> None:
     )
     # Another id while the dispatch flag is up: stored, no dispatch.
     assert store.append("s1", "m-2", json.dumps({"id": "m-2"}), '{"n": 3}')[0::2] == (True, False)
-    assert store.first_answer("s1", "m-1") == {"n": 1}
-    assert store.first_answers("s1", ["m-2", "nope"]) == [{"n": 3}, None]
+    # Restored whole (bus/kept.py): what the key says (the id, ok, duplicate) comes back.
+    whole = {"ok": True, "id": "m-1", "n": 1, "duplicate": False}
+    assert store.first_answer("s1", "m-1") == whole
+    assert store.first_answers("s1", ["m-2", "nope"]) == [{**whole, "id": "m-2", "n": 3}, None]
     assert store.recipient_of("m-1") == "s1"
     rows = store.read_after("s1", "0-0")
     assert [f["id"] for _e, f in rows] == ["m-1", "m-2"]

@@ -16,8 +16,8 @@
 -- ARGV[4] receipt TTL ms, ARGV[5] to (the receiver session),
 -- ARGV[6] the groups: three fields each, thread id, from handle, from session ('' = none),
 -- ARGV[7] the messages: three fields each, message id, its group (1-based) and wire JSON,
--- ARGV[8], ARGV[9], ARGV[10] the send answer JSON around the message id and the thread id:
--- answer = ARGV[8] .. id .. ARGV[9] .. thread .. ARGV[10] (the receiver's, once per call).
+-- ARGV[8], ARGV[9] the send answer JSON, as ids keeps it (bus/kept.py: no message id),
+-- around the thread id: answer = ARGV[8] .. thread .. ARGV[9] (the receiver's, once per call).
 -- Every field of ARGV[6] and ARGV[7] is ended by a newline (none occurs in an id, a
 -- handle, a session or in JSON): one argument each however large the batch.
 -- Returns {dispatch, i, prior_i, j, prior_j, ...}: dispatch is 1 when the caller should
@@ -27,7 +27,7 @@
 -- append.lua refuses it, and gets no receipt). A new message is not listed.
 local floor = redis.call('GET', KEYS[5]) or '0-0'
 local now, cap, ttl, to = ARGV[1], tonumber(ARGV[3]) or 0, ARGV[4], ARGV[5]
-local head, mid, tail = ARGV[8], ARGV[9], ARGV[10]
+local head, tail = ARGV[8], ARGV[9]
 local group = {} -- the fields of ARGV[6], in order: group g's are group[3g - 2 .. 3g]
 for field in string.gmatch(ARGV[6], '([^\n]*)\n') do
   group[#group + 1] = field
@@ -82,7 +82,7 @@ for n = 1, #mids do
       -- MINID trimming never drops an entry the delivery has not taken yet.
       redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', id, 'm',
         string.sub(blob, mfrom[n], mto[n]))
-      local answer = head .. id .. mid .. thread .. tail
+      local answer = head .. thread .. tail
       fresh[id] = answer
       answers[#answers + 1] = id
       answers[#answers + 1] = answer

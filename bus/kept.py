@@ -1,0 +1,52 @@
+"""A send answer as the ``ids`` hash keeps it (issue 13, memory), and back.
+
+Every stored message's answer is kept for 7 days for its resends, so it is kept without
+what its place says already: the message id (the hash field), the recipient's session
+(the key's), ``"ok": true`` and ``"duplicate": false`` (every stored answer's), with no
+spaces. :func:`restore` puts them back in :class:`~bus.models.SendAnswer`'s field order,
+so a resend gets the answer the first send got. An answer kept whole (written before)
+restores to itself. The Lua readers (``withdraw.lua``, ``answer_turn.lua``,
+``receipt_open.lua``, the delivery) read only ``state`` and keep what they do not know.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# SendAnswer's and Recipient's fields, in their order (a test holds them equal).
+ANSWER_FIELDS = ("ok", "id", "thread", "state", "recipient", "reason", "answer", "error")
+RECIPIENT_FIELDS = ("session", "host", "state", "listening", "last_seen")
+
+
+def keep(answer: dict[str, Any], sid: str, msg_id: str) -> str:
+    """``answer`` (of ``msg_id`` to ``sid``) as the ``ids`` hash keeps it."""
+    out = dict(answer)
+    if out.get("ok") is True:
+        del out["ok"]
+    if out.get("id") == msg_id:
+        del out["id"]
+    if out.get("duplicate") is False:
+        del out["duplicate"]
+    rcpt = out.get("recipient")
+    if isinstance(rcpt, dict) and rcpt.get("session") == sid:
+        out["recipient"] = {f: v for f, v in rcpt.items() if f != "session"}
+    return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+
+
+def restore(raw: str | bytes, sid: str, msg_id: str) -> dict[str, Any]:
+    """The answer :func:`keep` kept, whole again, in SendAnswer's field order."""
+    kept = json.loads(raw)
+    full: dict[str, Any] = {"ok": kept.get("ok", True), "id": kept.get("id", msg_id)}
+    for name in ANSWER_FIELDS[2:]:
+        if name in kept:
+            full[name] = kept[name]
+    rcpt = full.get("recipient")
+    if isinstance(rcpt, dict):
+        whole = {"session": rcpt.get("session", sid)}
+        whole.update((f, rcpt[f]) for f in RECIPIENT_FIELDS[1:] if f in rcpt)
+        whole.update((f, v) for f, v in rcpt.items() if f not in whole)
+        full["recipient"] = whole
+    full.update((f, v) for f, v in kept.items() if f not in full and f != "duplicate")
+    full["duplicate"] = kept.get("duplicate", False)
+    return full

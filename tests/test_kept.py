@@ -1,0 +1,84 @@
+"""A send answer kept compact in ``ids`` (bus/kept.py): smaller, and every resend still
+gets the first answer, the same bytes in the same order (issue 13, memory)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from bus import kept
+from bus.api import Bus
+from bus.models import Recipient, SendAnswer
+
+RCPT = {"session": "s1", "host": "h", "state": "running", "listening": False, "last_seen": 17}
+KEEP_TABLE: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "stored",
+        {"ok": True, "id": "m1", "thread": "thr_a", "state": "stored", "recipient": RCPT,
+         "duplicate": False},
+        '{"thread":"thr_a","state":"stored","recipient":{"host":"h","state":"running",'
+        '"listening":false,"last_seen":17}}',
+    ),
+    (
+        "answered",
+        {"ok": True, "id": "m1", "thread": "thr_a", "state": "answered", "recipient": RCPT,
+         "answer": "done", "duplicate": False},
+        '{"thread":"thr_a","state":"answered","recipient":{"host":"h","state":"running",'
+        '"listening":false,"last_seen":17},"answer":"done"}',
+    ),
+    (
+        "another id and session stay",
+        {"ok": False, "id": "m2", "state": "bounced", "recipient": {**RCPT, "session": "s9"},
+         "reason": "r", "duplicate": True},
+        '{"ok":false,"id":"m2","state":"bounced","recipient":{"session":"s9","host":"h",'
+        '"state":"running","listening":false,"last_seen":17},"reason":"r","duplicate":true}',
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "answer", "stored"), KEEP_TABLE, ids=[r[0] for r in KEEP_TABLE])
+def test_an_answer_is_kept_without_what_its_place_says_and_restored_whole(
+    name: str, answer: dict[str, Any], stored: str
+) -> None:
+    assert kept.keep(answer, "s1", "m1") == stored
+    back = kept.restore(stored, "s1", "m1")
+    assert json.dumps(back) == json.dumps(answer)  # the same fields, in the same order
+    # An answer kept whole (before) or re-encoded in another order (cjson) restores too.
+    assert json.dumps(kept.restore(json.dumps(answer), "s1", "m1")) == json.dumps(answer)
+    shuffled = json.dumps(dict(reversed(list(json.loads(stored).items()))))
+    assert json.dumps(kept.restore(shuffled, "s1", "m1")) == json.dumps(answer)
+
+
+def test_the_field_order_is_send_answers() -> None:
+    assert (*kept.ANSWER_FIELDS, "duplicate") == tuple(SendAnswer.model_fields)
+    assert tuple(Recipient.model_fields) == kept.RECIPIENT_FIELDS
+
+
+def test_a_resend_gets_the_first_answer_byte_for_byte_from_the_compact_form(bus: Bus) -> None:
+    bus.open_session("s1")
+    bus.turn("s1", "start")
+    ids = bus.store.k.s("s1", "ids")
+    one = bus.send({"id": "one", "from": "neo:a", "to_id": "s1", "text": "hi"})
+    [many] = bus.send_many([{"id": "many", "from": "neo:b", "to_id": "s1", "text": "yo"}])
+    for first in (one, many):
+        raw = bus.store.r.hget(ids, first["id"])
+        # Kept without the id, the session, ok and duplicate, and without spaces.
+        assert '"id"' not in raw and '"session"' not in raw and " " not in raw
+        assert len(raw) < len(json.dumps(first)) - 60
+        again = {**first, "duplicate": True}
+        single = bus.send({"id": first["id"], "from": "neo:a", "to_id": "s1", "text": "hi"})
+        [batch] = bus.send_many([{"id": first["id"], "from": "neo:b", "to_id": "s1", "text": "y"}])
+        assert json.dumps(single) == json.dumps(batch) == json.dumps(again)
+        assert bus.store.first_answer("s1", first["id"]) == first
+    assert bus.store.first_answers("s1", ["one", "nope", "many"]) == [one, None, many]
+    # The turn's end writes the answer (answer_turn.lua re-encodes the kept form): a resend
+    # gets it, in SendAnswer's order.
+    bus.deliver_session("s1")
+    bus.drain("s1")
+    bus.turn("s1", "end", answer="done")
+    resent = bus.send({"id": "one", "from": "neo:a", "to_id": "s1", "text": "hi"})
+    before_dup = {f: v for f, v in one.items() if f != "duplicate"}
+    expected = {**before_dup, "state": "answered", "answer": "done", "duplicate": True}
+    assert json.dumps(resent) == json.dumps(expected)

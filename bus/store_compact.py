@@ -6,22 +6,12 @@ A mixin of :class:`~bus.store.Store` like :mod:`bus.store_many`.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .keys import is_thread_id
+from .store_part import StorePart
 
 
-class CompactStore:
+class CompactStore(StorePart):
     """Short streams rewritten to the memory their entries need."""
-
-    r: Any
-    k: Any
-
-    def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
-        raise NotImplementedError
-
-    def pipeline(self, transaction: bool = False) -> Any:  # Store defines it
-        raise NotImplementedError
 
     def compact_streams(
         self, keys: list[str], max_entries: int, slack: int, node_bytes: int

@@ -19,6 +19,7 @@ from typing import Any
 
 from .models import SessionInfo, now_ms
 from .store_inbox import view_of_replies
+from .store_part import StorePart
 
 
 @dataclass
@@ -102,18 +103,10 @@ def _snapshot_of(reply: list[Any], sent_at: float) -> DeliverySnapshot:
     )
 
 
-class DeliveryStore:
+class DeliveryStore(StorePart):
     """A delivery's grouped round trips on a :class:`~bus.store.Store`."""
 
-    r: Any
-    k: Any
     lock_ttl_ms: int
-
-    def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
-        raise NotImplementedError
-
-    def pipeline(self, transaction: bool = False) -> Any:  # Store defines it
-        raise NotImplementedError
 
     def begin_delivery(self, sid: str, count: int) -> DeliveryStart | None:
         """Take the session's delivery lock (as :meth:`~bus.store.Store.lock`) and, in the

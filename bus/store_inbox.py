@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from .policy import floor_times
+from .store_part import StorePart
 
 # Send answers (what a resend of an id gets) outlive the messages themselves.
 IDS_KEEP_MS = 7 * 86400 * 1000
@@ -49,17 +50,8 @@ def view_of_replies(
     }
 
 
-class InboxStore:
+class InboxStore(StorePart):
     """Inbox and thread records of a :class:`~bus.store.Store`."""
-
-    r: Any
-    k: Any
-
-    def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
-        raise NotImplementedError
-
-    def pipeline(self, transaction: bool = False) -> Any:  # Store defines it
-        raise NotImplementedError
 
     # -- the session record's small fields -----------------------------------------------
 

@@ -9,15 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .store_part import StorePart
 
-class ItemStore:
+
+class ItemStore(StorePart):
     """Items (SPEC section 8) and typed request threads (section 7)."""
-
-    r: Any
-    k: Any
-
-    def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
-        raise NotImplementedError
 
     # -- items --------------------------------------------------------------------------------
 

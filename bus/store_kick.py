@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .store_part import StorePart
+
 # A kick list this long takes no more kicks (its loops are stuck or gone): they go to
 # Celery, and the scheduler's sweep covers whatever the list holds.
 KICK_CAP = 10_000
@@ -17,17 +19,8 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-class KickStore:
+class KickStore(StorePart):
     """Push, pop and liveness of a host's kick list."""
-
-    r: Any
-    k: Any
-
-    def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
-        raise NotImplementedError
-
-    def pipeline(self, transaction: bool = False) -> Any:  # Store defines it
-        raise NotImplementedError
 
     def push_kicks(self, host: str, sids: list[str]) -> bool:
         """Put ``sids`` on ``host``'s kick list when a delivery loop of it is alive

@@ -13,6 +13,7 @@ from typing import Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from . import rcptindex
+from .store_part import StorePart
 
 
 def pack_commands(commands: list[tuple[Any, ...]]) -> bytes:
@@ -58,17 +59,12 @@ def _pack_bytes(args: tuple[Any, ...]) -> bytes:
 _APPEND_KEYS = ("stream", "ids", "idsage", "pending", "trim", "events", "msgs")
 
 
-class ManyStore:
+class ManyStore(StorePart):
     """Several sessions' or threads' keys at once."""
 
-    r: Any
-    k: Any
     lock_ttl_ms: int
     cluster: bool
     _sources: dict[str, str]
-
-    def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
-        raise NotImplementedError
 
     def session_hosts(self, sids: list[str]) -> list[str | None]:
         """Each session's host, in order; ``None`` for a session that does not exist."""

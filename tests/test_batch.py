@@ -65,6 +65,8 @@ def info(wake_cmd: str | None = None) -> SessionInfo:
         (info(), None, [], False, "nothing", "none"),
         (info(), None, [], False, "raw", "one"),
         (info(), None, [], False, "wake_floor", "one"),
+        # A wake whose worker died before its command ran: the one-session recovery.
+        (info().model_copy(update={"wake_pending": "ntc-1"}), None, [], False, "schedule", "one"),
     ],
 )
 def test_what_the_batch_does_after_a_snapshot(

@@ -2,6 +2,9 @@
 # make test : install into .venv and run the whole test suite
 # make chaos: the chaos soak (bench/chaos.py: 2 hosts, 20,000 messages, processes killed)
 VENV ?= .venv
+# Test processes for `make test` (pytest-xdist): most tests wait on real processes and
+# sockets, so two share 2 cores well; TEST_WORKERS=0 runs them in this one process.
+TEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 
 .PHONY: install up test lint schemas bench chaos
@@ -19,7 +22,7 @@ up: install
 	$(VENV)/bin/inbox up
 
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 lint: install
 	$(VENV)/bin/ruff check bus workers tests bench

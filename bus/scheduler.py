@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 SWEEP_EVERY_S = 5.0
 # Sessions the sweep reads per round trip (due entries are taken between chunks).
 SWEEP_CHUNK = 200
+# Within a tick, due entries are taken again (between the sweep's chunks, after each
+# pass) once the last take is this old.
+DUE_AGAIN_MS = 20
 
 
 def tick(bus: Bus, *, sweep: bool | None = None, clock: Clock = SYSTEM) -> dict[str, Any]:
@@ -43,14 +46,19 @@ def tick(bus: Bus, *, sweep: bool | None = None, clock: Clock = SYSTEM) -> dict[
     sessions a sweep takes seconds, and a wake due meanwhile must not wait for its end.
     """
     store = bus.store
-    counts = {"taken": 0, "dispatched": 0}
+    counts = {"taken": 0, "dispatched": 0, "at": 0}
 
-    def due() -> None:
+    def due(*, always: bool = False) -> None:
+        # Again only once the last take is DUE_AGAIN_MS old: a pass that found nothing
+        # to do costs no more round trips than it did.
+        if not always and clock.now_ms() - counts["at"] < DUE_AGAIN_MS:
+            return
+        counts["at"] = clock.now_ms()
         taken, dispatched = dispatch_due(bus, clock=clock)
         counts["taken"] += taken
         counts["dispatched"] += dispatched
 
-    due()
+    due(always=True)
     swept = 0
     if sweep or (sweep is None and store.claim_sweep(int(SWEEP_EVERY_S * 1000))):
         swept = sweep_backlogs(bus, clock=clock, between=due)
@@ -60,6 +68,7 @@ def tick(bus: Bus, *, sweep: bool | None = None, clock: Clock = SYSTEM) -> dict[
     # Quiet sessions' short streams shrunk to their entries (at most once a minute).
     compacted = compact_all(store, force=bool(sweep))
     due()
+    del counts["at"]
     return {**counts, "swept": swept, "expired": expired, "compacted": compacted}
 
 

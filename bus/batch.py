@@ -359,7 +359,7 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         )
     if not sent:
         return
-    store.execute_loaded(done)
+    done.execute()  # not packed: the records' order (a lost script would run last)
     metrics = inbox.metrics
     for run, notice in sent:
         metrics.incr("notices")

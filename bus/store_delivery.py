@@ -108,9 +108,10 @@ class DeliveryStore(StorePart):
     """A delivery's grouped round trips on a :class:`~bus.store.Store`."""
 
     lock_ttl_ms: int
-    # A pipeline of scripts sent packed, its replies raw (bus.store_many): the batch's
-    # steps over 64 sessions pack ~600 commands, and redis-py's packing was a quarter of
-    # a due wake's Python time.
+    # A pipeline of scripts only, sent packed, its replies raw (bus.store_many): the
+    # batch's steps over 64 sessions pack ~600 commands, and redis-py's packing was a
+    # quarter of a due wake's Python time. (A lost script runs again after the rest: a
+    # pipeline whose order matters across scripts and plain commands is not packed.)
     execute_loaded: Callable[[Any], list[Any]]
 
     def begin_delivery(self, sid: str, count: int) -> DeliveryStart | None:
@@ -260,7 +261,9 @@ class DeliveryStore(StorePart):
         for sid, token in held:
             self.script("unlock")(keys=[self.k.s(sid, "lock")], args=[token], client=pipe)
             pipe.getdel(self.k.s(sid, "again"))
-        replies = self.execute_loaded(pipe)
+        # Not packed: a lost script is run again after the rest (execute_loaded), and
+        # the flag must be taken after the unlock.
+        replies = pipe.execute()
         return [bool(replies[2 * i + 1]) for i in range(len(held))]
 
     def extend_many(self, held: list[tuple[str, str]]) -> list[bool]:

@@ -398,15 +398,19 @@ def scenario_wake(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]:
     k = observer.store.k
 
     woke: dict[str, int] = {}
+    read_to: dict[str, str] = {}  # each session's last event read: a poll reads what is new
 
     def all_woke() -> bool:
-        # The sessions not seen woken yet, their events read in one pipeline per poll (one
-        # round trip, not one per session: the poll shares the 2 cores with the workers).
+        # The sessions not seen woken yet, their new events read in one pipeline per poll
+        # (one round trip, not one per session, and only the entries since the last poll:
+        # the poll shares the 2 cores with the workers and the scheduler).
         left = [sid for sid in sids if sid not in woke]
         pipe = observer.store.r.pipeline(transaction=False)
         for sid in left:
-            pipe.xrange(k.s(sid, "events"))
+            pipe.xrange(k.s(sid, "events"), min=f"({read_to[sid]}" if sid in read_to else "-")
         for sid, rows in zip(left, pipe.execute(), strict=True):
+            if rows:
+                read_to[sid] = str(rows[-1][0])
             at = next((int(f["at"]) for _e, f in rows if f["kind"] == "wake"), None)
             if at is not None:
                 woke[sid] = at

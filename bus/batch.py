@@ -208,7 +208,7 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
         bus.inbox.ingest(run.sid, batch, run.start.info, run.report, pipe=pipe, handles=handles)
         queued = True
     if queued:
-        pipe.execute()
+        store.execute_loaded(pipe)
     # A lost lease took nothing: the cursor stays, the holder delivers.
     live = []
     for run in runs:
@@ -296,7 +296,7 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
             [nid, clock.now_ms()],
             client=pipe,
         )
-    taken_all = pipe.execute()
+    taken_all = store.execute_loaded(pipe)
     done = store.pipeline()
     sent: list[tuple[_Run, dict[str, Any]]] = []
     for i, (run, nid, taken) in enumerate(zip(runs, nids, taken_all, strict=True)):
@@ -359,7 +359,7 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         )
     if not sent:
         return
-    done.execute()
+    done.execute()  # not packed: the records' order (a lost script would run last)
     metrics = inbox.metrics
     for run, notice in sent:
         metrics.incr("notices")

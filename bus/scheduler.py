@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import confirm
@@ -19,8 +20,9 @@ from .clock import SYSTEM, Clock
 from .compact import compact_all
 from .dispatch import deliver_many
 from .liveness import SCHEDULER, Heartbeat
-from .models import now_ms
+from .models import SessionInfo, now_ms
 from .outage import OUTAGE_ERRORS, Outage
+from .store_many import SweepView
 
 if TYPE_CHECKING:
     from .api import Bus
@@ -28,35 +30,58 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SWEEP_EVERY_S = 5.0
+# Sessions the sweep reads per round trip (due entries are taken between chunks).
+SWEEP_CHUNK = 200
+# Within a tick, due entries are taken again (between the sweep's chunks, after each
+# pass) once the last take is this old.
+DUE_AGAIN_MS = 20
 
 
 def tick(bus: Bus, *, sweep: bool | None = None, clock: Clock = SYSTEM) -> dict[str, Any]:
     """Dispatch deliveries for due entries; every few seconds also sweep for backlogs.
 
     The sweep's interval is kept in Redis (:meth:`Store.claim_sweep`), so however many
-    schedulers and worker pool children tick, one of them sweeps per interval.
+    schedulers and worker pool children tick, one of them sweeps per interval. Due entries
+    are taken again between the sweep's chunks and after each pass: over thousands of
+    sessions a sweep takes seconds, and a wake due meanwhile must not wait for its end.
     """
     store = bus.store
-    taken = store.take_due(clock.now_ms())
+    counts = {"taken": 0, "dispatched": 0, "at": 0}
+
+    def due(*, always: bool = False) -> None:
+        # Again only once the last take is DUE_AGAIN_MS old: a pass that found nothing
+        # to do costs no more round trips than it did.
+        if not always and clock.now_ms() - counts["at"] < DUE_AGAIN_MS:
+            return
+        counts["at"] = clock.now_ms()
+        taken, dispatched = dispatch_due(bus, clock=clock)
+        counts["taken"] += taken
+        counts["dispatched"] += dispatched
+
+    due(always=True)
+    swept = 0
+    if sweep or (sweep is None and store.claim_sweep(int(SWEEP_EVERY_S * 1000))):
+        swept = sweep_backlogs(bus, clock=clock, between=due)
+    # Messages no notice got in for INBOX_EXPIRE_S end expired (at most once a minute).
+    expired = bus.receipts.expire_all(force=bool(sweep))
+    due()
+    # Quiet sessions' short streams shrunk to their entries (at most once a minute).
+    compacted = compact_all(store, force=bool(sweep))
+    due()
+    del counts["at"]
+    return {**counts, "swept": swept, "expired": expired, "compacted": compacted}
+
+
+def dispatch_due(bus: Bus, *, clock: Clock = SYSTEM) -> tuple[int, int]:
+    """Take the entries due now and dispatch their sessions' deliveries, a host's at once:
+    ``(taken, dispatched)``."""
+    taken = bus.store.take_due(clock.now_ms())
     dispatched = 0
     for host, sids in _by_host(bus, [sid for _what, sid in taken]).items():
         log.debug("due on %s: %s", host, sids)
         deliver_many(bus.dispatcher, host, sids)
         dispatched += len(sids)
-    swept = 0
-    if sweep or (sweep is None and store.claim_sweep(int(SWEEP_EVERY_S * 1000))):
-        swept = sweep_backlogs(bus, clock=clock)
-    # Messages no notice got in for INBOX_EXPIRE_S end expired (at most once a minute).
-    expired = bus.receipts.expire_all(force=bool(sweep))
-    # Quiet sessions' short streams shrunk to their entries (at most once a minute).
-    compacted = compact_all(store, force=bool(sweep))
-    return {
-        "taken": len(taken),
-        "dispatched": dispatched,
-        "swept": swept,
-        "expired": expired,
-        "compacted": compacted,
-    }
+    return len(taken), dispatched
 
 
 def _by_host(bus: Bus, sids: list[str]) -> dict[str, list[str]]:
@@ -77,38 +102,58 @@ def _by_host(bus: Bus, sids: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def sweep_backlogs(bus: Bus, *, clock: Clock = SYSTEM) -> int:
+def needs_delivery(info: SessionInfo, view: SweepView, stale_before: int, now: int) -> bool:
+    """Whether the sweep dispatches a delivery for a session: work no delivery took."""
+    stuck = view.flight_at is not None and view.flight_at < stale_before
+    # Notices on the floor not yet confirmed: the delivery looks whether a dead drainer
+    # took one (bus.confirm), so its messages are carried again in time.
+    stuck = stuck or confirm.any_needs_look(view.floor_records, now)
+    # A wake whose worker died before its command ran (bus.inbox: wake_pending).
+    stuck = stuck or bool(info.wake_pending)
+    # New messages with nothing scheduled: a due entry taken by a scheduler whose dispatch
+    # then failed. The delivery plans (and schedules) again.
+    orphaned = (
+        view.has_new
+        and view.due_at is None
+        and view.retry_at is None
+        and not view.flight_at
+        and not info.prompt_waiting  # waits for its prompt's turn on purpose
+    )
+    return view.backlog or stuck or orphaned
+
+
+def sweep_backlogs(
+    bus: Bus, *, clock: Clock = SYSTEM, between: Callable[[], object] | None = None
+) -> int:
     """Dispatch a delivery for every session with work no delivery took.
 
     The safety net under the dispatch flag: a queue entry whose delivery was lost with its
     broker message (or sent with no dispatcher), or a notice left in flight by a worker
-    that died, is still delivered.
+    that died, is still delivered. A chunk of sessions is read in one round trip, their
+    flags set in one more and their deliveries dispatched a host's at once; ``between``
+    runs after each chunk (the scheduler takes due entries there).
     """
     store = bus.store
     stale_before = clock.now_ms() - int(bus.settings.lock_ttl_s * 1000)
+    ids = store.session_ids()
     kicked = 0
-    for info in store.sessions():
-        sid = info.session
-        backlog = bool(store.read_after(sid, store.cursor(sid), 1))
-        flight_at, has_new, due_at, retry_at, floor_records = store.sweep_view(sid)
-        stuck = flight_at is not None and flight_at < stale_before
-        # Notices on the floor not yet confirmed: the delivery looks whether a dead
-        # drainer took one (bus.confirm), so its messages are carried again in time.
-        stuck = stuck or confirm.any_needs_look(floor_records, now_ms())
-        # A wake whose worker died before its command ran (bus.inbox: wake_pending).
-        stuck = stuck or bool(info.wake_pending)
-        # New messages with nothing scheduled: a due entry taken by a scheduler whose
-        # dispatch then failed. The delivery plans (and schedules) again.
-        orphaned = (
-            bool(has_new)
-            and due_at is None
-            and retry_at is None
-            and not flight_at
-            and not info.prompt_waiting  # waits for its prompt's turn on purpose
-        )
-        if (backlog or stuck or orphaned) and store.mark_pending(sid):
-            bus.dispatcher.deliver(info.host, sid)
-            kicked += 1
+    for i in range(0, len(ids), SWEEP_CHUNK):
+        now = now_ms()
+        found = [
+            info
+            for info, view in store.sweep_views(ids[i : i + SWEEP_CHUNK])
+            if needs_delivery(info, view, stale_before, now)
+        ]
+        marked = store.mark_pending_many([info.session for info in found]) if found else []
+        by_host: dict[str, list[str]] = {}
+        for info, ok in zip(found, marked, strict=True):
+            if ok:
+                by_host.setdefault(info.host, []).append(info.session)
+        for host, sids in by_host.items():
+            deliver_many(bus.dispatcher, host, sids)
+            kicked += len(sids)
+        if between is not None:
+            between()
     return kicked
 
 

@@ -30,7 +30,7 @@ from .store_delivery import DeliveryStore
 from .store_inbox import InboxStore
 from .store_items import ItemStore
 from .store_kick import KickStore
-from .store_many import ManyStore
+from .store_many import ManyStore, SweepView, stream_id_after
 from .store_metrics import MetricsStore
 from .store_receipts import ReceiptStore
 
@@ -460,6 +460,38 @@ class Store(
             None if retry_at is None else int(retry_at),
             [str(r) for r in floor_records],
         )
+
+    def sweep_views(self, sids: list[str]) -> list[tuple[SessionInfo, SweepView]]:
+        """:meth:`get_session` and :meth:`sweep_view` of many sessions, with whether each
+        has queue entries no delivery took (its stream's last id past its cursor), in one
+        round trip per node; sessions that do not exist are left out. The backlog sweep
+        reads a chunk of sessions this way (it was three round trips a session)."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hgetall(self.k.s(sid, "session"))
+            pipe.get(self.k.s(sid, "cursor"))
+            pipe.xrevrange(self.k.s(sid, "stream"), count=1)
+            pipe.hget(self.k.s(sid, "notice"), "at")
+            pipe.exists(self.k.s(sid, "new"))
+            for what in ("due", "retry"):
+                pipe.zscore(self.k.due, f"{what}|{sid}")
+            pipe.hvals(self.k.s(sid, "floor"))
+        got = pipe.execute()
+        out = []
+        for n in range(len(sids)):
+            data, cursor, last, flight_at, has_new, due_at, retry_at, floor = got[8 * n : 8 * n + 8]
+            if not data:
+                continue
+            view = SweepView(
+                backlog=bool(last) and stream_id_after(str(last[0][0]), cursor),
+                flight_at=None if flight_at is None else int(flight_at),
+                has_new=bool(has_new),
+                due_at=None if due_at is None else int(due_at),
+                retry_at=None if retry_at is None else int(retry_at),
+                floor_records=[str(r) for r in floor],
+            )
+            out.append((_session_from_hash(data), view))
+        return out
 
     # -- heartbeats ---------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ answers in its callers' order, one round trip per node, and a missing thing read
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -56,6 +56,29 @@ def _pack_bytes(args: tuple[Any, ...]) -> bytes:
     return b"".join(out)
 
 
+class SweepView(NamedTuple):
+    """What the backlog sweep (bus.scheduler) reads of one session: queue entries past
+    its cursor, the notice in flight's start (ms), whether messages are new, its due and
+    retry times on the schedule, the floor's unconfirmed notice records (JSON)."""
+
+    backlog: bool
+    flight_at: int | None
+    has_new: bool
+    due_at: int | None
+    retry_at: int | None
+    floor_records: list[str]
+
+
+def stream_id_after(last: str, cursor: str | None) -> bool:
+    """Whether stream id ``last`` comes after ``cursor`` (``None``: none taken yet), as
+    Redis orders them (``ms-seq``, each part a number)."""
+    if not cursor:
+        return True
+    a, _, b = last.partition("-")
+    c, _, d = cursor.partition("-")
+    return (int(a), int(b or 0)) > (int(c), int(d or 0))
+
+
 _APPEND_KEYS = ("stream", "ids", "idsage", "pending", "trim", "events", "msgs")
 
 
@@ -98,6 +121,14 @@ class ManyStore(StorePart):
         for sid in sids:
             pipe.set(self.k.s(sid, "pending"), "1", px=self.lock_ttl_ms)
         pipe.execute()
+
+    def mark_pending_many(self, sids: list[str]) -> list[bool]:
+        """:meth:`~bus.store.Store.mark_pending` for each of ``sids`` in one round trip:
+        True for each whose dispatch flag this set (the caller dispatches it)."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.set(self.k.s(sid, "pending"), "1", nx=True, px=self.lock_ttl_ms)
+        return [bool(x) for x in pipe.execute()]
 
     def thread_parties_many(self, threads: list[str]) -> list[tuple[Any, bool]]:
         """Each named thread's raw ``parties`` field (``None`` if unset) and whether the

@@ -1,0 +1,138 @@
+"""CPU and round trips a due wake costs, arrivals and wakes apart (issue 13's wake lateness).
+
+    python bench/wake_cpu.py [--sessions 500] [--rounds 3] [--profile FILE]
+
+One thread, its own embedded redis-server: ``--sessions`` idle sessions each get one
+blocker (``send_many``, the dispatches recorded), then their arrivals are delivered as
+kick loops would (``bus.batch.deliver_many``, 64 at a time), the plan's clock is moved past
+the debounce, the due entries taken (as the scheduler does) and delivered the same way.
+Per session and step: this process's CPU, the redis-server's CPU (``/proc``) and the round
+trips (writes to the socket: a pipeline is one). Median round. ``--profile`` writes a
+cProfile of the last round's two steps. Run two trees interleaved to compare them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import redis.connection  # noqa: E402
+
+from bench.ingest_cpu import cpu_s  # noqa: E402
+from bus.api import Bus  # noqa: E402
+from bus.batch import deliver_many  # noqa: E402
+from bus.clock import ManualClock  # noqa: E402
+from bus.dispatch import RecordingDispatcher  # noqa: E402
+from bus.embedded import EmbeddedRedis  # noqa: E402
+from bus.settings import Settings  # noqa: E402
+
+LOOP_BATCH = 64  # kicks a loop takes at once (bus.kick.POP_MAX)
+_trips = [0]
+
+
+def _counting(real: Any) -> Any:
+    def send_packed_command(self: Any, command: Any, check_health: bool = True) -> Any:
+        _trips[0] += 1
+        return real(self, command, check_health)
+
+    return send_packed_command
+
+
+def step(b: Bus, sids: list[str], prof: cProfile.Profile | None) -> tuple[float, float, int]:
+    rpid = int(b.store.r.info("server")["process_id"])
+    c0, r0, t0 = time.process_time(), cpu_s(rpid), _trips[0]
+    if prof is not None:
+        prof.enable()
+    for i in range(0, len(sids), LOOP_BATCH):
+        deliver_many(b, sids[i : i + LOOP_BATCH])
+    if prof is not None:
+        prof.disable()
+    n = len(sids)
+    return (
+        (time.process_time() - c0) / n * 1e3,
+        (cpu_s(rpid) - r0) / n * 1e3,
+        _trips[0] - t0,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--sessions", type=int, default=500)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--profile", default=None)
+    args = p.parse_args(argv)
+    conn = redis.connection.AbstractConnection
+    conn.send_packed_command = _counting(conn.send_packed_command)  # type: ignore[method-assign]
+    tmp = Path(tempfile.mkdtemp(prefix="inbox-wakecpu-"))
+    server = EmbeddedRedis(tmp / "r.sock", tmp / "data", persist=False).start()
+    rows: dict[str, list[tuple[float, float, float]]] = {"arrival": [], "wake": []}
+    try:
+        for rnd in range(args.rounds):
+            home = tmp / f"home{rnd}"
+            home.mkdir()
+            s = Settings(
+                home=home,
+                host="bench",
+                redis_url=server.url,
+                key_prefix=f"p{rnd}",
+                send_rate=0.0,
+                max_unread=0,
+                wake_debounce_s=0.5,
+            )
+            b = Bus(s, dispatcher=RecordingDispatcher())
+            sids = [f"wk{i}" for i in range(args.sessions)]
+            for sid in sids:
+                b.open_session(sid, host="bench")
+                b.turn(sid, "start")
+                b.turn(sid, "end")
+            prof = cProfile.Profile() if args.profile and rnd == args.rounds - 1 else None
+            b.send_many(
+                [
+                    {
+                        "id": f"m{i}",
+                        "from": "bench:x",
+                        "to_id": sid,
+                        "text": "go",
+                        "class": "blocker",
+                    }
+                    for i, sid in enumerate(sids)
+                ]
+            )
+            clock = ManualClock(int(time.time() * 1000))  # the plans' now: no wake due yet
+            b.inbox.clock = clock
+            rows["arrival"].append(step(b, sids, prof))
+            last = b.store.r.zrange(b.store.k.due, -1, -1, withscores=True)
+            clock.advance(int(last[0][1]) + 1 - clock.now_ms() if last else 0)
+            due = [sid for _what, sid in b.store.take_due(clock.now_ms(), limit=10**6)]
+            if len(due) != len(sids):
+                print(f"round {rnd}: {len(due)} due of {len(sids)}")
+            rows["wake"].append(step(b, due, prof))
+            woke = sum(1 for sid in sids if (b.session(sid).state == "running"))
+            if woke != len(sids):
+                print(f"round {rnd}: {woke} woken of {len(sids)}")
+            if prof is not None:
+                prof.dump_stats(args.profile)
+        for name, got in rows.items():
+            py, rd, trips = zip(*got, strict=True)
+            print(
+                f"{name}: ms a session, median of {args.rounds}: python "
+                f"{statistics.median(py):.3f}, redis {statistics.median(rd):.3f}; round trips "
+                f"{statistics.median(trips) / args.sessions:.2f} a session"
+            )
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import confirm, faults, items, notices, policy
+from . import confirm, faults, items, kept, notices, policy
 from .clock import SYSTEM, Clock
 from .models import SessionInfo
 from .quickdrain import PENDING_MARKS, notice_ids, pending_ids, record_drained
@@ -170,7 +170,8 @@ class Inbox:
                 ("meta", "log", "seen"),
                 [
                     msg["id"],
-                    json.dumps(msg),
+                    # No spaces: a one-message thread keeps it in its record (issue 13).
+                    json.dumps(msg, separators=(",", ":"), ensure_ascii=False),
                     at,
                     key,
                     thread_label(key),
@@ -202,7 +203,7 @@ class Inbox:
                 ("msgs", "new", "wakeq", "threads", "events"),
                 [
                     msg["id"],
-                    json.dumps(record),
+                    kept.keep_record(record),  # kept without what its message says
                     # Debounce and flush count from when the bus stored it (the stream
                     # entry's Redis clock), not the sender's own clock.
                     arrived,
@@ -329,7 +330,7 @@ class Inbox:
         if not taken:
             return None
         # The ids and their records in one round trip (the msgs key given).
-        records = [json.loads(r) for r in taken[1] if r]
+        records = [kept.restore_record(r) for r in taken[1] if r]
         summaries = notices.summarize([self._summary_input(r) for r in records])
         line = notices.notice_line(
             nid,

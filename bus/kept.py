@@ -50,3 +50,51 @@ def restore(raw: str | bytes, sid: str, msg_id: str) -> dict[str, Any]:
     full.update((f, v) for f, v in kept.items() if f not in full and f != "duplicate")
     full["duplicate"] = kept.get("duplicate", False)
     return full
+
+
+# An inbox record's fields in the order ``Inbox.ingest`` writes them.
+RECORD_FIELDS = (
+    "id", "thread", "class", "kind", "from", "from_session", "at", "mark", "wakes", "why",
+    "key", "m",
+)  # fmt: skip
+# Fields a record repeats from its message ``m`` (kept only when they differ from it).
+_FROM_MESSAGE = ("class", "kind", "from")
+# Fields left out at their usual value, put back by :func:`restore_record`.
+_DEFAULTS: dict[str, Any] = {"from_session": None, "wakes": False}
+
+
+def keep_record(rec: dict[str, Any]) -> str:
+    """An inbox record as the ``msgs`` hash keeps it (issue 13, memory): without what its
+    message ``m`` says already (``class``, ``kind``, ``from``), without ``from_session``
+    when none and ``wakes`` when false, with no spaces. The Lua scripts that mark records
+    read only ``mark``, ``at`` and ``wakes`` (missing: false), and keep the rest."""
+    out = dict(rec)
+    msg = out.get("m")
+    if isinstance(msg, dict):
+        for name in _FROM_MESSAGE:
+            if name in out and name in msg and out[name] == msg[name]:
+                del out[name]
+    for name, usual in _DEFAULTS.items():
+        if name in out and out[name] is usual:
+            del out[name]
+    return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+
+
+def restore_record(raw: str | bytes) -> dict[str, Any]:
+    """The record :func:`keep_record` kept, whole again, in ``RECORD_FIELDS`` order then
+    any other field (marks' times); a record kept whole (written before) restores to
+    itself."""
+    kept = json.loads(raw)
+    msg = kept.get("m")
+    if not isinstance(msg, dict):
+        return dict(kept)
+    full: dict[str, Any] = {}
+    for name in RECORD_FIELDS:
+        if name in kept:
+            full[name] = kept[name]
+        elif name in _FROM_MESSAGE and name in msg:
+            full[name] = msg[name]
+        elif name in _DEFAULTS:
+            full[name] = _DEFAULTS[name]
+    full.update((f, v) for f, v in kept.items() if f not in full)
+    return full

@@ -18,6 +18,12 @@ from .store_part import StorePart
 # Send answers (what a resend of an id gets) outlive the messages themselves.
 IDS_KEEP_MS = 7 * 86400 * 1000
 GONE_MARKS = ("answered", "read", "removed", "retracted", "expired")
+# A send answer's age lives in the session's ``threads`` zset (issue 13, memory: one key
+# fewer than a zset of its own): member ``#<message id>`` (no thread id nor message id
+# has a ``#``), score minus the ms it was first seen, so every age sorts below 0 and
+# every thread (scored by its newest ms) at or above it.
+AGE_MARK = "#"
+AGE_SCORE_BELOW = 0
 
 
 def json_records(raws: list[Any]) -> list[dict[str, Any]]:
@@ -186,9 +192,17 @@ class InboxStore(StorePart):
         """Drop send answers older than ``IDS_KEEP_MS`` and the oldest done records past
         ``keep``; never an unread one. Returns how many records were dropped."""
         r, k = self.r, self.k
-        old_ids = r.zrangebyscore(k.s(sid, "idsage"), "-inf", now - IDS_KEEP_MS)
+        cutoff = now - IDS_KEEP_MS
+        # Each stored id's age is in ``threads`` as ``#<id>`` at minus its first-seen ms
+        # (append.lua); ids stored before are in the old ``idsage`` zset.
+        aged = r.zrangebyscore(k.s(sid, "threads"), -cutoff, f"({AGE_SCORE_BELOW}")
+        old_ids = r.zrangebyscore(k.s(sid, "idsage"), "-inf", cutoff)
+        gone = [str(a)[len(AGE_MARK) :] for a in aged if str(a).startswith(AGE_MARK)]
+        if gone or old_ids:
+            r.hdel(k.s(sid, "ids"), *gone, *old_ids)
+        if aged:
+            r.zrem(k.s(sid, "threads"), *aged)
         if old_ids:
-            r.hdel(k.s(sid, "ids"), *old_ids)
             r.zrem(k.s(sid, "idsage"), *old_ids)
         if r.hlen(k.s(sid, "msgs")) <= keep:
             return 0
@@ -275,7 +289,9 @@ class InboxStore(StorePart):
 
     def threads_of(self, sid: str) -> list[str]:
         """The session's thread ids, newest activity first."""
-        return [str(t) for t in self.r.zrevrange(self.k.s(sid, "threads"), 0, -1)]
+        key = self.k.s(sid, "threads")
+        # Positive scores only: the ids' ages share the key (negative, see prune).
+        return [str(t) for t in self.r.zrevrangebyscore(key, "+inf", AGE_SCORE_BELOW)]
 
     def last_event_id(self, sid: str) -> str:
         """The id of the session's newest durability record, ``0-0`` when it has none."""

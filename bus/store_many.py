@@ -56,7 +56,8 @@ def _pack_bytes(args: tuple[Any, ...]) -> bytes:
     return b"".join(out)
 
 
-_APPEND_KEYS = ("stream", "ids", "idsage", "pending", "trim", "events", "msgs")
+# KEYS[3]: the send answers' ages are kept in ``threads`` (no ``idsage`` key: issue 13).
+_APPEND_KEYS = ("stream", "ids", "threads", "pending", "trim", "events", "msgs")
 
 
 class ManyStore(StorePart):

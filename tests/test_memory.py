@@ -271,3 +271,33 @@ def test_a_handles_sessions_are_a_small_hash_and_those_in_the_old_set_still_foun
     store.r.hdel(k.handle_map("ha:one"), "h0")
     store.r.sadd(k.handle("ha:one"), "h0")
     assert [s.session for s in store.sessions_by_handle("ha:one")] == ["h0", "h1"]
+
+
+def test_a_send_answers_age_is_kept_in_the_threads_zset_not_a_key_of_its_own(
+    bus: Bus,
+) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.turn("coord", "start")
+    one = send(bus, "coord", "one")
+    [many] = bus.send_many([{"from": "ha:b", "to_id": "coord", "text": "two"}])
+    threads = k.s("coord", "threads")
+    assert store.r.exists(k.s("coord", "idsage")) == 0
+    # Before the delivery: only the ages (negative scores), no thread listed yet.
+    ages = dict(store.r.zrange(threads, 0, -1, withscores=True))
+    assert set(ages) == {f"#{one['id']}", f"#{many['id']}"} and max(ages.values()) < 0
+    assert store.threads_of("coord") == []
+    bus.deliver_session("coord")
+    listed = store.threads_of("coord")
+    assert len(listed) == 2 and all(t.startswith("thr_") for t in listed)
+    streams = [k.s("coord", "events"), *(k.t(t, "log") for t in listed)]
+    assert sorted(store.session_streams(["coord"])) == sorted(streams)
+    # An answer past its 7 days goes with its age; the threads and the other answer stay.
+    store.r.zadd(threads, {f"#{one['id']}": -1})
+    bus.inbox.prune("coord")
+    assert store.first_answer("coord", one["id"]) is None
+    assert store.first_answer("coord", many["id"]) == many
+    assert store.threads_of("coord") == listed
+    assert f"#{one['id']}" not in dict(store.r.zrange(threads, 0, -1, withscores=True))
+    again = bus.send({"id": one["id"], "from": "ha:lane", "to_id": "coord", "text": "one"})
+    assert again["duplicate"] is False

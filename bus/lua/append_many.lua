@@ -6,7 +6,8 @@
 -- All keys are in the receiver's slot {<sid>}.
 -- KEYS[1] stream   P:{sid}:stream   the session's queue
 -- KEYS[2] ids      P:{sid}:ids      message id -> send answer JSON (idempotency)
--- KEYS[3] idsage   P:{sid}:idsage   message id -> first-seen ms
+-- KEYS[3] threads  P:{sid}:threads  also each stored id's age: '#' .. id -> -first-seen ms
+--                                    (the thread ids have positive scores; issue 13, memory)
 -- KEYS[4] pending  P:{sid}:pending  set when a delivery is dispatched, cleared when it starts
 -- KEYS[5] trim     P:{sid}:trim     stream id below which entries are delivered and may go
 -- KEYS[6] events   P:{sid}:events   durability records (inbox_received)
@@ -86,8 +87,8 @@ for n = 1, #mids do
       fresh[id] = answer
       answers[#answers + 1] = id
       answers[#answers + 1] = answer
-      ages[#ages + 1] = now
-      ages[#ages + 1] = id
+      ages[#ages + 1] = '-' .. now
+      ages[#ages + 1] = '#' .. id
       redis.call('XADD', KEYS[6], 'MAXLEN', '~', 10000, '*', 'kind', 'inbox_received', 'id', id,
         'thread', thread, 'at', now)
       if held then held = held + 1 end

@@ -171,7 +171,7 @@ class Inbox:
                 [
                     msg["id"],
                     # No spaces: a one-message thread keeps it in its record (issue 13).
-                    json.dumps(msg, separators=(",", ":"), ensure_ascii=False),
+                    json.dumps(msg, separators=(",", ":")),
                     at,
                     key,
                     thread_label(key),
@@ -203,7 +203,7 @@ class Inbox:
                 ("msgs", "new", "wakeq", "threads", "events"),
                 [
                     msg["id"],
-                    kept.keep_record(record),  # kept without what its message says
+                    kept.keep_record(record, sid),  # without what its message says
                     # Debounce and flush count from when the bus stored it (the stream
                     # entry's Redis clock), not the sender's own clock.
                     arrived,
@@ -330,7 +330,7 @@ class Inbox:
         if not taken:
             return None
         # The ids and their records in one round trip (the msgs key given).
-        records = [kept.restore_record(r) for r in taken[1] if r]
+        records = [kept.restore_record(r, sid) for r in taken[1] if r]
         summaries = notices.summarize([self._summary_input(r) for r in records])
         line = notices.notice_line(
             nid,

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .threads import thread_of
+
 # SendAnswer's and Recipient's fields, in their order (a test holds them equal).
 ANSWER_FIELDS = ("ok", "id", "thread", "state", "recipient", "reason", "answer", "error")
 RECIPIENT_FIELDS = ("session", "host", "state", "listening", "last_seen")
@@ -58,42 +60,70 @@ RECORD_FIELDS = (
     "key", "m",
 )  # fmt: skip
 # Fields a record repeats from its message ``m`` (kept only when they differ from it).
+# Not ``id``: what reads the hash whole (the chaos soak, tests) finds each record's id.
 _FROM_MESSAGE = ("class", "kind", "from")
+# The thread's key and id, computed from the message and the session (bus.threads).
+_FROM_THREAD = ("key", "thread")
+# cjson (the scripts that mark records re-encode them) keeps 14 significant digits.
+CJSON_EXACT = 10**14
 # Fields left out at their usual value, put back by :func:`restore_record`.
 _DEFAULTS: dict[str, Any] = {"from_session": None, "wakes": False}
 
 
-def keep_record(rec: dict[str, Any]) -> str:
-    """An inbox record as the ``msgs`` hash keeps it (issue 13, memory): without what its
-    message ``m`` says already (``class``, ``kind``, ``from``), without ``from_session``
-    when none and ``wakes`` when false, with no spaces. The Lua scripts that mark records
-    read only ``mark``, ``at`` and ``wakes`` (missing: false), and keep the rest."""
+def _thread_of(sid: str, msg: dict[str, Any]) -> dict[str, str] | None:
+    pr = msg.get("pr")
+    if pr is not None and not (isinstance(pr, int) and abs(pr) < CJSON_EXACT):
+        return None  # a script's re-encoding could change it, and so the thread's key
+    try:
+        key, thread = thread_of(sid, msg)
+    except (KeyError, TypeError):
+        return None
+    return {"key": key, "thread": thread}
+
+
+def keep_record(rec: dict[str, Any], sid: str) -> str:
+    """An inbox record of session ``sid`` as the ``msgs`` hash keeps it (issue 13,
+    memory): without what its message ``m`` says already (``class``, ``kind``, ``from``;
+    the thread's ``key`` and id, :func:`bus.threads.thread_of`), without
+    ``from_session`` when none and ``wakes`` when false, with no spaces. The Lua scripts
+    that mark records read only ``mark``, ``at`` and ``wakes`` (missing: false), and keep
+    the rest."""
     out = dict(rec)
     msg = out.get("m")
     if isinstance(msg, dict):
         for name in _FROM_MESSAGE:
             if name in out and name in msg and out[name] == msg[name]:
                 del out[name]
+        derived = _thread_of(sid, msg) or {}
+        for name in _FROM_THREAD:
+            if name in out and out[name] == derived.get(name):
+                del out[name]
     for name, usual in _DEFAULTS.items():
         if name in out and out[name] is usual:
             del out[name]
-    return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+    # ASCII escapes kept: a message's text may hold what UTF-8 cannot (a lone surrogate).
+    return json.dumps(out, separators=(",", ":"))
 
 
-def restore_record(raw: str | bytes) -> dict[str, Any]:
-    """The record :func:`keep_record` kept, whole again, in ``RECORD_FIELDS`` order then
-    any other field (marks' times); a record kept whole (written before) restores to
-    itself."""
+def restore_record(raw: str | bytes, sid: str) -> dict[str, Any]:
+    """The record :func:`keep_record` kept for ``sid``, whole again, in ``RECORD_FIELDS``
+    order then any other field (marks' times); a record kept whole (written before)
+    restores to itself."""
     kept = json.loads(raw)
     msg = kept.get("m")
     if not isinstance(msg, dict):
         return dict(kept)
+    derived: dict[str, str] | None = None
     full: dict[str, Any] = {}
     for name in RECORD_FIELDS:
         if name in kept:
             full[name] = kept[name]
         elif name in _FROM_MESSAGE and name in msg:
             full[name] = msg[name]
+        elif name in _FROM_THREAD:
+            derived = derived or _thread_of(sid, msg)
+            if derived:
+                full[name] = derived[name]
         elif name in _DEFAULTS:
             full[name] = _DEFAULTS[name]
     full.update((f, v) for f, v in kept.items() if f not in full)

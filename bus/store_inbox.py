@@ -113,11 +113,11 @@ class InboxStore(StorePart):
         if not ids:
             return []
         raws = self.r.hmget(self.k.s(sid, "msgs"), ids)
-        return [kept.restore_record(r) for r in raws if r]
+        return [kept.restore_record(r, sid) for r in raws if r]
 
     def all_records(self, sid: str) -> list[dict[str, Any]]:
         """Every inbox record of the session, in no order."""
-        return [kept.restore_record(v) for v in self.r.hvals(self.k.s(sid, "msgs"))]
+        return [kept.restore_record(v, sid) for v in self.r.hvals(self.k.s(sid, "msgs"))]
 
     def marks_and_last_arrival(self, sids: list[str]) -> list[tuple[list[str], int]]:
         """For each session, one round trip per node: the marks of its inbox records and
@@ -169,7 +169,7 @@ class InboxStore(StorePart):
         off the new and wake queues (nothing left to notice), one ``inbox_read`` record."""
         for rec in recs:
             rec["mark"] = "read"
-            pipe.hset(self.k.s(sid, "msgs"), rec["id"], kept.keep_record(rec))
+            pipe.hset(self.k.s(sid, "msgs"), rec["id"], kept.keep_record(rec, sid))
             pipe.zrem(self.k.s(sid, "new"), rec["id"])
             pipe.zrem(self.k.s(sid, "wakeq"), rec["id"])
         pipe.xadd(

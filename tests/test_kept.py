@@ -11,6 +11,7 @@ import pytest
 from bus import kept
 from bus.api import Bus
 from bus.models import Recipient, SendAnswer
+from bus.threads import thread_of
 
 RCPT = {"session": "s1", "host": "h", "state": "running", "listening": False, "last_seen": 17}
 KEEP_TABLE: list[tuple[str, dict[str, Any], str]] = [
@@ -86,18 +87,26 @@ def test_a_resend_gets_the_first_answer_byte_for_byte_from_the_compact_form(bus:
 
 MSG = {"v": 1, "id": "m1", "ts": 5, "from": "ha:lane", "to_id": "s1", "text": "hi",
        "kind": "message", "class": "action"}  # fmt: skip
-RECORD = {"id": "m1", "thread": "thr_a", "class": "action", "kind": "message",
+KEY, THREAD = thread_of("s1", MSG)
+RECORD = {"id": "m1", "thread": THREAD, "class": "action", "kind": "message",
           "from": "ha:lane", "from_session": None, "at": 5, "mark": "new", "wakes": False,
-          "why": "not_from_parent", "key": "from:ha:lane", "m": MSG}  # fmt: skip
+          "why": "not_from_parent", "key": KEY, "m": MSG}  # fmt: skip
+SAID = {"thread", "class", "kind", "from", "key"}  # what the message and session say
 RECORD_TABLE: list[tuple[str, dict[str, Any], set[str]]] = [
-    ("what the message says goes", RECORD, {"class", "kind", "from", "from_session", "wakes"}),
-    ("a sender session and a wake stay",
-     {**RECORD, "from_session": "lane", "wakes": True}, {"class", "kind", "from"}),
+    ("what the message says goes", RECORD, SAID | {"from_session", "wakes"}),
+    ("a sender session and a wake stay", {**RECORD, "from_session": "lane", "wakes": True}, SAID),
     ("a class the message lacks stays", {**RECORD, "m": {**MSG, "class": None}},
-     {"kind", "from", "from_session", "wakes"}),
+     SAID - {"class"} | {"from_session", "wakes"}),
+    ("another thread stays", {**RECORD, "thread": "thr_other", "key": "topic:x"},
+     SAID - {"thread", "key"} | {"from_session", "wakes"}),
+    ("a PR past what a script keeps exact keeps its thread",
+     {**RECORD, "m": {**MSG, "pr": 10**15}, **dict(zip(("key", "thread"),
+                                                   thread_of("s1", {**MSG, "pr": 10**15}),
+                                                   strict=True))},
+     SAID - {"thread", "key"} | {"from_session", "wakes"}),
     ("marks' times stay, after the others",
      {**RECORD, "mark": "answered", "noticed_at": 7, "answered_at": 9},
-     {"class", "kind", "from", "from_session", "wakes"}),
+     SAID | {"from_session", "wakes"}),
 ]  # fmt: skip
 
 
@@ -107,14 +116,14 @@ RECORD_TABLE: list[tuple[str, dict[str, Any], set[str]]] = [
 def test_an_inbox_record_is_kept_without_what_its_message_says_and_restored_whole(
     name: str, record: dict[str, Any], dropped: set[str]
 ) -> None:
-    stored = kept.keep_record(record)
+    stored = kept.keep_record(record, "s1")
     assert " " not in stored.replace('"hi"', "")
     assert set(record) - set(json.loads(stored)) == dropped
-    assert json.dumps(kept.restore_record(stored)) == json.dumps(record)
+    assert json.dumps(kept.restore_record(stored, "s1")) == json.dumps(record)
     # A record kept whole (before), or re-encoded in another order (cjson), restores too.
-    assert json.dumps(kept.restore_record(json.dumps(record))) == json.dumps(record)
+    assert json.dumps(kept.restore_record(json.dumps(record), "s1")) == json.dumps(record)
     shuffled = json.dumps(dict(reversed(list(json.loads(stored).items()))))
-    assert kept.restore_record(shuffled) == record
+    assert kept.restore_record(shuffled, "s1") == record
 
 
 def test_every_reader_of_an_inbox_record_reads_the_compact_one_as_the_whole_one(bus: Bus) -> None:
@@ -130,7 +139,7 @@ def test_every_reader_of_an_inbox_record_reads_the_compact_one_as_the_whole_one(
     msgs = bus.store.k.s("s1", "msgs")
     raw = bus.store.r.hget(msgs, sent["id"])
     assert " " not in raw.replace('"hey"', "")
-    assert {"class", "kind", "from"}.isdisjoint(json.loads(raw))
+    assert {"thread", "key", "class", "kind", "from"}.isdisjoint(json.loads(raw))
     [thread] = bus.store.threads_of("s1")
 
     def views() -> list[Any]:
@@ -151,7 +160,7 @@ def test_every_reader_of_an_inbox_record_reads_the_compact_one_as_the_whole_one(
     # The notice summarises the thread from the record's restored sender and class.
     [summary] = notice["notice"]["threads"]
     assert summary["senders"] == ["ha:lane"] and summary["blocker"] is (cls == "blocker")
-    bus.store.r.hset(msgs, sent["id"], json.dumps(kept.restore_record(raw)))
+    bus.store.r.hset(msgs, sent["id"], json.dumps(kept.restore_record(raw, "s1")))
     assert views() == compact_views
     # Marked read through the views (re-kept compact), then the turn's answer (Lua).
     bus.read("s1", thread, mark_read=True)

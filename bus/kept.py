@@ -67,7 +67,8 @@ _FROM_THREAD = ("key", "thread")
 # cjson (the scripts that mark records re-encode them) keeps 14 significant digits.
 CJSON_EXACT = 10**14
 # Fields left out at their usual value, put back by :func:`restore_record`.
-_DEFAULTS: dict[str, Any] = {"from_session": None, "wakes": False}
+# (``why``: bus.policy.may_wake's reason for an ``action`` that may not wake, the usual.)
+_DEFAULTS: dict[str, Any] = {"from_session": None, "wakes": False, "why": "not_from_parent"}
 
 
 def _thread_of(sid: str, msg: dict[str, Any]) -> dict[str, str] | None:
@@ -85,7 +86,8 @@ def keep_record(rec: dict[str, Any], sid: str) -> str:
     """An inbox record of session ``sid`` as the ``msgs`` hash keeps it (issue 13,
     memory): without what its message ``m`` says already (``class``, ``kind``, ``from``;
     the thread's ``key`` and id, :func:`bus.threads.thread_of`), without
-    ``from_session`` when none and ``wakes`` when false, with no spaces. The Lua scripts
+    ``from_session`` when none, ``wakes`` when false and ``why`` when ``not_from_parent``,
+    with no spaces. The Lua scripts
     that mark records read only ``mark``, ``at`` and ``wakes`` (missing: false), and keep
     the rest."""
     out = dict(rec)
@@ -99,7 +101,7 @@ def keep_record(rec: dict[str, Any], sid: str) -> str:
             if name in out and out[name] == derived.get(name):
                 del out[name]
     for name, usual in _DEFAULTS.items():
-        if name in out and out[name] is usual:
+        if name in out and type(out[name]) is type(usual) and out[name] == usual:
             del out[name]
     # ASCII escapes kept: a message's text may hold what UTF-8 cannot (a lone surrogate).
     return json.dumps(out, separators=(",", ":"))

@@ -54,7 +54,7 @@ buses, or several tests, share one server.
 | ``P:{thr}:meta`` (typed requests) | hash fields origin, recipient (session ids), offered_by (sender or recipient, only in OFFERED), windows (JSON list) | request, decide.lua | - |
 | ``P:{sid}:items`` | hash: item key → item JSON (title, text, status, answer, revision, ...) | item post/settle, item_update.lua | - |
 | ``P:{sid}:item:<key>:thread`` | list: the item's thread entries JSON (member or agent, text, files), oldest first | item write, reply_inbox (item_update.lua) | - |
-| ``P:{sid}:rc:<id>`` | hash: the sender's receipt of a message addressed to ``sid``: to, from, from_session, thread, reason, and the ms of each state reached (stored, noticed, read, answered, withdrawn, retracted, bounced, expired) | send (receipt_open.lua; a batch: append_many.lua), every transition (receipt_mark.lua) | TTL 7 days from its last transition (longer when ``INBOX_EXPIRE_S`` is) |
+| ``P:{sid}:rc:<id>`` | hash: the sender's receipt of a message addressed to ``sid``: from, from_session, thread, reason (the id and ``to`` are the key's; receipts opened before issue 13's sixth round also hold them), and the ms of each state reached (stored, noticed, read, answered, withdrawn, retracted, bounced, expired) | send (receipt_open.lua; a batch: append_many.lua), every transition (receipt_mark.lua) | TTL 7 days from its last transition (longer when ``INBOX_EXPIRE_S`` is) |
 | ``P:{sid}:outbox`` | zset: ``<recipient>|<id>`` → sent µs, the messages ``sid`` sent | send | newest 10,000, none past 7 days |
 | ``P:{ws:<workspace>}:members`` | hash: member name → ``active`` or ``removed`` (a tombstone: the account is gone) | member add/remove | - |
 """

@@ -93,20 +93,21 @@ RECORD = {"id": "m1", "thread": THREAD, "class": "action", "kind": "message",
           "why": "not_from_parent", "key": KEY, "m": MSG}  # fmt: skip
 SAID = {"thread", "class", "kind", "from", "key"}  # what the message and session say
 RECORD_TABLE: list[tuple[str, dict[str, Any], set[str]]] = [
-    ("what the message says goes", RECORD, SAID | {"from_session", "wakes"}),
-    ("a sender session and a wake stay", {**RECORD, "from_session": "lane", "wakes": True}, SAID),
+    ("what the message says goes", RECORD, SAID | {"from_session", "wakes", "why"}),
+    ("a sender session, a wake and its reason stay",
+     {**RECORD, "from_session": "lane", "wakes": True, "why": "parent"}, SAID),
     ("a class the message lacks stays", {**RECORD, "m": {**MSG, "class": None}},
-     SAID - {"class"} | {"from_session", "wakes"}),
+     SAID - {"class"} | {"from_session", "wakes", "why"}),
     ("another thread stays", {**RECORD, "thread": "thr_other", "key": "topic:x"},
-     SAID - {"thread", "key"} | {"from_session", "wakes"}),
+     SAID - {"thread", "key"} | {"from_session", "wakes", "why"}),
     ("a PR past what a script keeps exact keeps its thread",
      {**RECORD, "m": {**MSG, "pr": 10**15}, **dict(zip(("key", "thread"),
                                                    thread_of("s1", {**MSG, "pr": 10**15}),
                                                    strict=True))},
-     SAID - {"thread", "key"} | {"from_session", "wakes"}),
+     SAID - {"thread", "key"} | {"from_session", "wakes", "why"}),
     ("marks' times stay, after the others",
      {**RECORD, "mark": "answered", "noticed_at": 7, "answered_at": 9},
-     SAID | {"from_session", "wakes"}),
+     SAID | {"from_session", "wakes", "why"}),
 ]  # fmt: skip
 
 

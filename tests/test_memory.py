@@ -5,6 +5,7 @@ An idle session here is one that was registered and had one message delivered an
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -301,3 +302,32 @@ def test_a_send_answers_age_is_kept_in_the_threads_zset_not_a_key_of_its_own(
     assert f"#{one['id']}" not in dict(store.r.zrange(threads, 0, -1, withscores=True))
     again = bus.send({"id": one["id"], "from": "ha:lane", "to_id": "coord", "text": "one"})
     assert again["duplicate"] is False
+
+
+def test_a_receipt_keeps_no_id_nor_recipient_its_key_says_and_still_moves(bus: Bus) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.open_session("lane")
+    bus.turn("coord", "start")
+    one = bus.send({"from": "ha:lane", "from_session": "lane", "to_id": "coord", "text": "a"})
+    [many] = bus.send_many([{"from": "ha:lane", "from_session": "lane", "to_id": "coord",
+                             "text": "b"}])  # fmt: skip
+    for sent in (one, many):
+        fields = store.r.hgetall(k.receipt("coord", sent["id"]))
+        assert "stored" in fields and not {"id", "to"} & set(fields)
+    bus.deliver_session("coord")
+    bus.drain("coord")
+    for thread in store.threads_of("coord"):
+        bus.read("coord", thread, mark_read=True)  # receipt_mark.lua stamps "read"
+    # The 'receipt' record (what `receipt --wait-for` wakes on) names the ids moved.
+    moved = [
+        mid
+        for _e, f in store.r.xrange(k.s("coord", "events"))
+        if f.get("kind") == "receipt" and f.get("state") == "read"
+        for mid in json.loads(f["ids"])
+    ]
+    assert sorted(moved) == sorted([one["id"], many["id"]])
+    for sent in (one, many):
+        assert "read" in store.r.hgetall(k.receipt("coord", sent["id"]))
+        got = bus.receipt(sent["id"], by="lane")
+        assert (got["state"], got["to"], got["id"]) == ("read", "coord", sent["id"])

@@ -71,6 +71,39 @@ CJSON_EXACT = 10**14
 _DEFAULTS: dict[str, Any] = {"from_session": None, "wakes": False, "why": "not_from_parent"}
 
 
+# A message's fields at their usual value (bus.models.Message's defaults; ``verified``
+# as the bus sets it for an unauthenticated sender; ``to_id``: the record's session),
+# each with the letter the record's ``md`` lists it by once left out of its ``m``.
+_M_USUAL: dict[str, tuple[str, Any]] = {
+    "v": ("v", 1), "urgency": ("u", "queue"), "kind": ("k", "message"),
+    "class": ("c", "action"), "verified": ("f", False),
+}  # fmt: skip
+_M_TO = ("to_id", "t")
+
+
+def _keep_message(msg: dict[str, Any], sid: str) -> tuple[dict[str, Any], str]:
+    """``msg`` without its usual fields, and the letters of those left out."""
+    out, letters = dict(msg), ""
+    for name, (letter, usual) in _M_USUAL.items():
+        if name in out and type(out[name]) is type(usual) and out[name] == usual:
+            del out[name]
+            letters += letter
+    if out.get(_M_TO[0]) == sid:
+        del out[_M_TO[0]]
+        letters += _M_TO[1]
+    return out, letters
+
+
+def _restore_message(msg: dict[str, Any], letters: str, sid: str) -> dict[str, Any]:
+    full = dict(msg)
+    for name, (letter, usual) in _M_USUAL.items():
+        if letter in letters:
+            full.setdefault(name, usual)
+    if _M_TO[1] in letters:
+        full.setdefault(_M_TO[0], sid)
+    return full
+
+
 def _thread_of(sid: str, msg: dict[str, Any]) -> dict[str, str] | None:
     pr = msg.get("pr")
     if pr is not None and not (isinstance(pr, int) and abs(pr) < CJSON_EXACT):
@@ -87,7 +120,7 @@ def keep_record(rec: dict[str, Any], sid: str) -> str:
     memory): without what its message ``m`` says already (``class``, ``kind``, ``from``;
     the thread's ``key`` and id, :func:`bus.threads.thread_of`), without
     ``from_session`` when none, ``wakes`` when false and ``why`` when ``not_from_parent``,
-    with no spaces. The Lua scripts
+    its message without its usual fields (listed in ``md``), with no spaces. The Lua scripts
     that mark records read only ``mark``, ``at`` and ``wakes`` (missing: false), and keep
     the rest."""
     out = dict(rec)
@@ -103,6 +136,10 @@ def keep_record(rec: dict[str, Any], sid: str) -> str:
     for name, usual in _DEFAULTS.items():
         if name in out and type(out[name]) is type(usual) and out[name] == usual:
             del out[name]
+    if isinstance(msg, dict) and "md" not in out:
+        out["m"], letters = _keep_message(msg, sid)
+        if letters:
+            out["md"] = letters
     # ASCII escapes kept: a message's text may hold what UTF-8 cannot (a lone surrogate).
     return json.dumps(out, separators=(",", ":"))
 
@@ -115,6 +152,9 @@ def restore_record(raw: str | bytes, sid: str) -> dict[str, Any]:
     msg = kept.get("m")
     if not isinstance(msg, dict):
         return dict(kept)
+    letters = kept.pop("md", "")
+    if isinstance(letters, str) and letters:
+        msg = kept["m"] = _restore_message(msg, letters, sid)
     derived: dict[str, str] | None = None
     full: dict[str, Any] = {}
     for name in RECORD_FIELDS:

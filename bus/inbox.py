@@ -27,7 +27,7 @@ from .quickdrain import PENDING_MARKS, notice_ids, pending_ids, record_drained
 from .rawline import RawLines
 from .stamp import render_stamp
 from .text import one_line
-from .threads import thread_label, thread_of
+from .threads import thread_of
 from .trust import wake_argv, wake_env
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ class Inbox:
                     json.dumps(msg, separators=(",", ":")),
                     at,
                     key,
-                    thread_label(key),
+                    "",  # the label: its key's (store_inbox.thread_meta), not stored
                     json.dumps(parties),
                     msg["from"],
                     one_line(str(msg.get("text") or ""), 120),

@@ -14,6 +14,7 @@ from typing import Any
 from . import kept
 from .policy import floor_times
 from .store_part import StorePart
+from .threads import thread_label
 
 # Send answers (what a resend of an id gets) outlive the messages themselves.
 IDS_KEEP_MS = 7 * 86400 * 1000
@@ -55,6 +56,15 @@ def view_of_replies(
         "floor_wake_at": floor_wake_at,
         "floor_first_at": floor_first_at,
     }
+
+
+def meta_of(raw: dict[str, str]) -> dict[str, str]:
+    """A thread's record as read: its ``label`` is its key's when not stored
+    (``thread_append.lua`` keeps none then; issue 13, memory)."""
+    meta = dict(raw)
+    if "label" not in meta and meta.get("key"):
+        meta["label"] = thread_label(meta["key"])
+    return meta
 
 
 class InboxStore(StorePart):
@@ -260,14 +270,14 @@ class InboxStore(StorePart):
 
     def thread_meta(self, thread: str) -> dict[str, str]:
         """The thread's record (key, label, parties, senders, counts...); ``{}`` if none."""
-        return dict(self.r.hgetall(self.k.t(thread, "meta")))
+        return meta_of(self.r.hgetall(self.k.t(thread, "meta")))
 
     def thread_metas(self, threads: list[str]) -> list[dict[str, str]]:
         """The records of several threads, one round trip, in order."""
         pipe = self.r.pipeline(transaction=False)
         for thr in threads:
             pipe.hgetall(self.k.t(thr, "meta"))
-        return [dict(m) for m in pipe.execute()]
+        return [meta_of(m) for m in pipe.execute()]
 
     def thread_field(self, thread: str, name: str) -> str | None:
         """One field of the thread's record; ``None`` if unset."""

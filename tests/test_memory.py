@@ -331,3 +331,28 @@ def test_a_receipt_keeps_no_id_nor_recipient_its_key_says_and_still_moves(bus: B
         assert "read" in store.r.hgetall(k.receipt("coord", sent["id"]))
         got = bus.receipt(sent["id"], by="lane")
         assert (got["state"], got["to"], got["id"]) == ("read", "coord", sent["id"])
+
+
+def test_a_threads_record_keeps_no_label_its_key_gives_no_usual_class_and_no_created(
+    bus: Bus,
+) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.turn("coord", "start")
+    send(bus, "coord", "plain")
+    bus.send({"from": "ha:other", "to_id": "coord", "text": "stuck", "class": "blocker"})
+    bus.deliver_session("coord")
+    rows = {r["label"]: r for r in bus.threads("coord")["threads"]}
+    assert set(rows) == {"ha:lane", "ha:other"}  # the labels, from the keys
+    assert (rows["ha:lane"]["class"], rows["ha:other"]["class"]) == ("action", "blocker")
+    for row in rows.values():
+        raw = store.r.hgetall(k.t(row["threadId"], "meta"))
+        assert not {"label", "created"} & set(raw)
+        assert raw.get("class") == (None if row["label"] == "ha:lane" else "blocker")
+        assert store.thread_meta(row["threadId"])["label"] == row["label"]
+        assert bus.read("coord", row["threadId"])["label"] == row["label"]
+    # A later action after a blocker takes the thread back to the usual class.
+    bus.send({"from": "ha:other", "to_id": "coord", "text": "unstuck", "class": "action"})
+    bus.deliver_session("coord")
+    [other] = [t for t in rows.values() if t["label"] == "ha:other"]
+    assert store.r.hget(k.t(other["threadId"], "meta"), "class") is None

@@ -31,7 +31,7 @@ from typing import Any
 
 import redis
 
-from . import faults, notices, policy
+from . import faults, kept, notices, policy
 from .delivery import BATCH, DeliveryHost, continue_delivery, raw_mode
 from .handoff import add_report
 from .handoff import deliver as deliver_one
@@ -305,7 +305,7 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         plan = run.plan
         assert plan is not None
         wake = plan.action == "wake"
-        records = [json.loads(r) for r in taken[1] if r]
+        records = [kept.restore_record(r, run.sid) for r in taken[1] if r]
         summaries = notices.summarize([inbox._summary_input(r) for r in records])
         line = notices.notice_line(
             nid,

@@ -237,5 +237,7 @@ class Conversation:
         # withdrawn before its delivery has no record: its receipt still names its sender.
         receipt = self.store.receipt_rows([(sid, msg_id)])[0][0]
         if receipt and receipt.get("from"):
-            return {f: receipt[f] for f in ("id", "from", "from_session", "thread") if f in receipt}
+            # (The id is the receipt key's: its hash no longer holds it.)
+            kept = {f: receipt[f] for f in ("from", "from_session", "thread") if f in receipt}
+            return {"id": msg_id, **kept}
         return None

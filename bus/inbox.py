@@ -20,14 +20,14 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import confirm, faults, items, notices, policy
+from . import confirm, faults, items, kept, notices, policy
 from .clock import SYSTEM, Clock
 from .models import SessionInfo
 from .quickdrain import PENDING_MARKS, notice_ids, pending_ids, record_drained
 from .rawline import RawLines
 from .stamp import render_stamp
 from .text import one_line
-from .threads import thread_label, thread_of
+from .threads import thread_of
 from .trust import wake_argv, wake_env
 
 if TYPE_CHECKING:
@@ -170,10 +170,11 @@ class Inbox:
                 ("meta", "log", "seen"),
                 [
                     msg["id"],
-                    json.dumps(msg),
+                    # No spaces: a one-message thread keeps it in its record (issue 13).
+                    json.dumps(msg, separators=(",", ":")),
                     at,
                     key,
-                    thread_label(key),
+                    "",  # the label: its key's (store_inbox.thread_meta), not stored
                     json.dumps(parties),
                     msg["from"],
                     one_line(str(msg.get("text") or ""), 120),
@@ -202,7 +203,7 @@ class Inbox:
                 ("msgs", "new", "wakeq", "threads", "events"),
                 [
                     msg["id"],
-                    json.dumps(record),
+                    kept.keep_record(record, sid),  # without what its message says
                     # Debounce and flush count from when the bus stored it (the stream
                     # entry's Redis clock), not the sender's own clock.
                     arrived,
@@ -329,7 +330,7 @@ class Inbox:
         if not taken:
             return None
         # The ids and their records in one round trip (the msgs key given).
-        records = [json.loads(r) for r in taken[1] if r]
+        records = [kept.restore_record(r, sid) for r in taken[1] if r]
         summaries = notices.summarize([self._summary_input(r) for r in records])
         line = notices.notice_line(
             nid,

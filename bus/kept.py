@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .threads import thread_of
+
 # SendAnswer's and Recipient's fields, in their order (a test holds them equal).
 ANSWER_FIELDS = ("ok", "id", "thread", "state", "recipient", "reason", "answer", "error")
 RECIPIENT_FIELDS = ("session", "host", "state", "listening", "last_seen")
@@ -49,4 +51,122 @@ def restore(raw: str | bytes, sid: str, msg_id: str) -> dict[str, Any]:
         full["recipient"] = whole
     full.update((f, v) for f, v in kept.items() if f not in full and f != "duplicate")
     full["duplicate"] = kept.get("duplicate", False)
+    return full
+
+
+# An inbox record's fields in the order ``Inbox.ingest`` writes them.
+RECORD_FIELDS = (
+    "id", "thread", "class", "kind", "from", "from_session", "at", "mark", "wakes", "why",
+    "key", "m",
+)  # fmt: skip
+# Fields a record repeats from its message ``m`` (kept only when they differ from it).
+# Not ``id``: what reads the hash whole (the chaos soak, tests) finds each record's id.
+_FROM_MESSAGE = ("class", "kind", "from")
+# The thread's key and id, computed from the message and the session (bus.threads).
+_FROM_THREAD = ("key", "thread")
+# cjson (the scripts that mark records re-encode them) keeps 14 significant digits.
+CJSON_EXACT = 10**14
+# Fields left out at their usual value, put back by :func:`restore_record`.
+# (``why``: bus.policy.may_wake's reason for an ``action`` that may not wake, the usual.)
+_DEFAULTS: dict[str, Any] = {"from_session": None, "wakes": False, "why": "not_from_parent"}
+
+
+# A message's fields at their usual value (bus.models.Message's defaults; ``verified``
+# as the bus sets it for an unauthenticated sender; ``to_id``: the record's session),
+# each with the letter the record's ``md`` lists it by once left out of its ``m``.
+_M_USUAL: dict[str, tuple[str, Any]] = {
+    "v": ("v", 1), "urgency": ("u", "queue"), "kind": ("k", "message"),
+    "class": ("c", "action"), "verified": ("f", False),
+}  # fmt: skip
+_M_TO = ("to_id", "t")
+
+
+def _keep_message(msg: dict[str, Any], sid: str) -> tuple[dict[str, Any], str]:
+    """``msg`` without its usual fields, and the letters of those left out."""
+    out, letters = dict(msg), ""
+    for name, (letter, usual) in _M_USUAL.items():
+        if name in out and type(out[name]) is type(usual) and out[name] == usual:
+            del out[name]
+            letters += letter
+    if out.get(_M_TO[0]) == sid:
+        del out[_M_TO[0]]
+        letters += _M_TO[1]
+    return out, letters
+
+
+def _restore_message(msg: dict[str, Any], letters: str, sid: str) -> dict[str, Any]:
+    full = dict(msg)
+    for name, (letter, usual) in _M_USUAL.items():
+        if letter in letters:
+            full.setdefault(name, usual)
+    if _M_TO[1] in letters:
+        full.setdefault(_M_TO[0], sid)
+    return full
+
+
+def _thread_of(sid: str, msg: dict[str, Any]) -> dict[str, str] | None:
+    pr = msg.get("pr")
+    if pr is not None and not (isinstance(pr, int) and abs(pr) < CJSON_EXACT):
+        return None  # a script's re-encoding could change it, and so the thread's key
+    try:
+        key, thread = thread_of(sid, msg)
+    except (KeyError, TypeError):
+        return None
+    return {"key": key, "thread": thread}
+
+
+def keep_record(rec: dict[str, Any], sid: str) -> str:
+    """An inbox record of session ``sid`` as the ``msgs`` hash keeps it (issue 13,
+    memory): without what its message ``m`` says already (``class``, ``kind``, ``from``;
+    the thread's ``key`` and id, :func:`bus.threads.thread_of`), without
+    ``from_session`` when none, ``wakes`` when false and ``why`` when ``not_from_parent``,
+    its message without its usual fields (listed in ``md``), with no spaces. The Lua scripts
+    that mark records read only ``mark``, ``at`` and ``wakes`` (missing: false), and keep
+    the rest."""
+    out = dict(rec)
+    msg = out.get("m")
+    if isinstance(msg, dict):
+        for name in _FROM_MESSAGE:
+            if name in out and name in msg and out[name] == msg[name]:
+                del out[name]
+        derived = _thread_of(sid, msg) or {}
+        for name in _FROM_THREAD:
+            if name in out and out[name] == derived.get(name):
+                del out[name]
+    for name, usual in _DEFAULTS.items():
+        if name in out and type(out[name]) is type(usual) and out[name] == usual:
+            del out[name]
+    if isinstance(msg, dict) and "md" not in out:
+        out["m"], letters = _keep_message(msg, sid)
+        if letters:
+            out["md"] = letters
+    # ASCII escapes kept: a message's text may hold what UTF-8 cannot (a lone surrogate).
+    return json.dumps(out, separators=(",", ":"))
+
+
+def restore_record(raw: str | bytes, sid: str) -> dict[str, Any]:
+    """The record :func:`keep_record` kept for ``sid``, whole again, in ``RECORD_FIELDS``
+    order then any other field (marks' times); a record kept whole (written before)
+    restores to itself."""
+    kept = json.loads(raw)
+    msg = kept.get("m")
+    if not isinstance(msg, dict):
+        return dict(kept)
+    letters = kept.pop("md", "")
+    if isinstance(letters, str) and letters:
+        msg = kept["m"] = _restore_message(msg, letters, sid)
+    derived: dict[str, str] | None = None
+    full: dict[str, Any] = {}
+    for name in RECORD_FIELDS:
+        if name in kept:
+            full[name] = kept[name]
+        elif name in _FROM_MESSAGE and name in msg:
+            full[name] = msg[name]
+        elif name in _FROM_THREAD:
+            derived = derived or _thread_of(sid, msg)
+            if derived:
+                full[name] = derived[name]
+        elif name in _DEFAULTS:
+            full[name] = _DEFAULTS[name]
+    full.update((f, v) for f, v in kept.items() if f not in full)
     return full

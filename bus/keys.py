@@ -11,13 +11,13 @@ buses, or several tests, share one server.
 | ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | deleted with ``cursor`` once the delivery took every entry (queue_trim.lua); else trimmed by MINID below ``trim`` |
 | ``P:{sid}:trim`` | string: stream id below which entries may be trimmed | delivery | - |
 | ``P:{sid}:cursor`` | string: last stream id the delivery has taken (none: read from ``0-0``) | delivery | deleted with the emptied queue (queue_trim.lua) |
-| ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency; kept without what the key says, bus/kept.py) | send, delivery, withdraw, turn end | pruned with ``idsage`` |
-| ``P:{sid}:idsage`` | zset: message id → first-seen ms | send | oldest pruned past 100k |
+| ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency; kept without what the key says, bus/kept.py) | send, delivery, withdraw, turn end | pruned 7 days after first seen (its age in ``threads``) |
+| ``P:{sid}:idsage`` | zset: message id → first-seen ms; no longer written (the ages are in ``threads``), still read and pruned | - | pruned after 7 days |
 | ``P:{sid}:pending`` | string: a delivery has been dispatched and not started | send; cleared by delivery | TTL (lock_ttl) |
 | ``P:{sid}:lock`` | string: token of the delivery running for the session | delivery | TTL (lock_ttl) |
 | ``P:{sid}:again`` | string: a delivery found the lock held and handed its work to the holder | delivery (bus/handoff.py) | taken by the holder; TTL (lock_ttl) |
 | ``P:{sid}:rawflight`` | string: JSON of the raw line being written | delivery | cleared after write |
-| ``P:{sid}:msgs`` | hash: message id → inbox record JSON (thread, class, mark, wakes) | delivery | answered+read pruned past retain |
+| ``P:{sid}:msgs`` | hash: message id → inbox record JSON (thread, class, mark, wakes; kept without what its message ``m`` says, bus/kept.py) | delivery | answered+read pruned past retain |
 | ``P:{sid}:new`` | zset: message id → arrival ms, messages not yet in a notice | delivery | - |
 | ``P:{sid}:wakeq`` | zset: wake-worthy subset of ``new`` | delivery | - |
 | ``P:{sid}:notice`` | hash: the notice being written (id, ids, status) | delivery | - |
@@ -25,7 +25,7 @@ buses, or several tests, share one server.
 | ``P:{sid}:carried`` | set: ids noticed during the current turn (answered at turn end) | marks | cleared at turn end |
 | ``P:{sid}:waiters`` | set: ids whose senders wait for an answer | send --wait | - |
 | ``P:{sid}:ans:{id}`` | list: one answer JSON pushed for a waiting sender | turn end, close | TTL 1 day |
-| ``P:{sid}:threads`` | zset: thread id → newest ms, the session's inbox | delivery, reply | - |
+| ``P:{sid}:threads`` | zset: thread id → newest ms, the session's inbox; also ``#<message id>`` → minus its first-seen ms (a send answer's age: below 0, where no thread sorts) | delivery, reply; send | ages pruned after 7 days with the answer |
 | ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000; compacted when short, dropped once its newest record is 10 min old (bus/compact.py) |
 | ``P:{sid}:gave`` | set: sessions this session gave work to | delivery | - |
 | ``P:{thr}:meta`` | hash: key, label, class, parties, state, type; ``one_id``, ``one_m``: the thread's only message (no log yet) | delivery, decide | - |
@@ -54,7 +54,7 @@ buses, or several tests, share one server.
 | ``P:{thr}:meta`` (typed requests) | hash fields origin, recipient (session ids), offered_by (sender or recipient, only in OFFERED), windows (JSON list) | request, decide.lua | - |
 | ``P:{sid}:items`` | hash: item key → item JSON (title, text, status, answer, revision, ...) | item post/settle, item_update.lua | - |
 | ``P:{sid}:item:<key>:thread`` | list: the item's thread entries JSON (member or agent, text, files), oldest first | item write, reply_inbox (item_update.lua) | - |
-| ``P:{sid}:rc:<id>`` | hash: the sender's receipt of a message addressed to ``sid``: to, from, from_session, thread, reason, and the ms of each state reached (stored, noticed, read, answered, withdrawn, retracted, bounced, expired) | send (receipt_open.lua; a batch: append_many.lua), every transition (receipt_mark.lua) | TTL 7 days from its last transition (longer when ``INBOX_EXPIRE_S`` is) |
+| ``P:{sid}:rc:<id>`` | hash: the sender's receipt of a message addressed to ``sid``: from, from_session, thread, reason (the id and ``to`` are the key's; receipts opened before issue 13's sixth round also hold them), and the ms of each state reached (stored, noticed, read, answered, withdrawn, retracted, bounced, expired) | send (receipt_open.lua; a batch: append_many.lua), every transition (receipt_mark.lua) | TTL 7 days from its last transition (longer when ``INBOX_EXPIRE_S`` is) |
 | ``P:{sid}:outbox`` | zset: ``<recipient>|<id>`` → sent µs, the messages ``sid`` sent | send | newest 10,000, none past 7 days |
 | ``P:{ws:<workspace>}:members`` | hash: member name → ``active`` or ``removed`` (a tombstone: the account is gone) | member add/remove | - |
 """

@@ -278,7 +278,7 @@ class Store(
         self.run(
             "append",
             sid,
-            ("stream", "ids", "idsage", "pending", "trim", "events", "msgs"),
+            ("stream", "ids", "threads", "pending", "trim", "events", "msgs"),
             [msg_id, wire_json, answer_json, now, self.lock_ttl_ms, thread, max_held],
             client=pipe,
         )

@@ -54,7 +54,7 @@ class CompactStore(StorePart):
         ``log``s (a thread shared by two sessions once), one round trip per node."""
         pipe = self.r.pipeline(transaction=False)
         for sid in sids:
-            pipe.zrange(self.k.s(sid, "threads"), 0, -1)
+            pipe.zrangebyscore(self.k.s(sid, "threads"), 0, "+inf")  # not the ids' ages
         keys = [self.k.s(sid, "events") for sid in sids]
         seen: set[str] = set()
         for threads in pipe.execute():

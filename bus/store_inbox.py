@@ -11,12 +11,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from . import kept
 from .policy import floor_times
 from .store_part import StorePart
+from .threads import thread_label
 
 # Send answers (what a resend of an id gets) outlive the messages themselves.
 IDS_KEEP_MS = 7 * 86400 * 1000
 GONE_MARKS = ("answered", "read", "removed", "retracted", "expired")
+# A send answer's age lives in the session's ``threads`` zset (issue 13, memory: one key
+# fewer than a zset of its own): member ``#<message id>`` (no thread id nor message id
+# has a ``#``), score minus the ms it was first seen, so every age sorts below 0 and
+# every thread (scored by its newest ms) at or above it.
+AGE_MARK = "#"
+AGE_SCORE_BELOW = 0
 
 
 def json_records(raws: list[Any]) -> list[dict[str, Any]]:
@@ -48,6 +56,15 @@ def view_of_replies(
         "floor_wake_at": floor_wake_at,
         "floor_first_at": floor_first_at,
     }
+
+
+def meta_of(raw: dict[str, str]) -> dict[str, str]:
+    """A thread's record as read: its ``label`` is its key's when not stored
+    (``thread_append.lua`` keeps none then; issue 13, memory)."""
+    meta = dict(raw)
+    if "label" not in meta and meta.get("key"):
+        meta["label"] = thread_label(meta["key"])
+    return meta
 
 
 class InboxStore(StorePart):
@@ -106,11 +123,11 @@ class InboxStore(StorePart):
         if not ids:
             return []
         raws = self.r.hmget(self.k.s(sid, "msgs"), ids)
-        return [json.loads(r) for r in raws if r]
+        return [kept.restore_record(r, sid) for r in raws if r]
 
     def all_records(self, sid: str) -> list[dict[str, Any]]:
         """Every inbox record of the session, in no order."""
-        return [json.loads(v) for v in self.r.hvals(self.k.s(sid, "msgs"))]
+        return [kept.restore_record(v, sid) for v in self.r.hvals(self.k.s(sid, "msgs"))]
 
     def marks_and_last_arrival(self, sids: list[str]) -> list[tuple[list[str], int]]:
         """For each session, one round trip per node: the marks of its inbox records and
@@ -162,7 +179,7 @@ class InboxStore(StorePart):
         off the new and wake queues (nothing left to notice), one ``inbox_read`` record."""
         for rec in recs:
             rec["mark"] = "read"
-            pipe.hset(self.k.s(sid, "msgs"), rec["id"], json.dumps(rec))
+            pipe.hset(self.k.s(sid, "msgs"), rec["id"], kept.keep_record(rec, sid))
             pipe.zrem(self.k.s(sid, "new"), rec["id"])
             pipe.zrem(self.k.s(sid, "wakeq"), rec["id"])
         pipe.xadd(
@@ -185,9 +202,17 @@ class InboxStore(StorePart):
         """Drop send answers older than ``IDS_KEEP_MS`` and the oldest done records past
         ``keep``; never an unread one. Returns how many records were dropped."""
         r, k = self.r, self.k
-        old_ids = r.zrangebyscore(k.s(sid, "idsage"), "-inf", now - IDS_KEEP_MS)
+        cutoff = now - IDS_KEEP_MS
+        # Each stored id's age is in ``threads`` as ``#<id>`` at minus its first-seen ms
+        # (append.lua); ids stored before are in the old ``idsage`` zset.
+        aged = r.zrangebyscore(k.s(sid, "threads"), -cutoff, f"({AGE_SCORE_BELOW}")
+        old_ids = r.zrangebyscore(k.s(sid, "idsage"), "-inf", cutoff)
+        gone = [str(a)[len(AGE_MARK) :] for a in aged if str(a).startswith(AGE_MARK)]
+        if gone or old_ids:
+            r.hdel(k.s(sid, "ids"), *gone, *old_ids)
+        if aged:
+            r.zrem(k.s(sid, "threads"), *aged)
         if old_ids:
-            r.hdel(k.s(sid, "ids"), *old_ids)
             r.zrem(k.s(sid, "idsage"), *old_ids)
         if r.hlen(k.s(sid, "msgs")) <= keep:
             return 0
@@ -245,14 +270,14 @@ class InboxStore(StorePart):
 
     def thread_meta(self, thread: str) -> dict[str, str]:
         """The thread's record (key, label, parties, senders, counts...); ``{}`` if none."""
-        return dict(self.r.hgetall(self.k.t(thread, "meta")))
+        return meta_of(self.r.hgetall(self.k.t(thread, "meta")))
 
     def thread_metas(self, threads: list[str]) -> list[dict[str, str]]:
         """The records of several threads, one round trip, in order."""
         pipe = self.r.pipeline(transaction=False)
         for thr in threads:
             pipe.hgetall(self.k.t(thr, "meta"))
-        return [dict(m) for m in pipe.execute()]
+        return [meta_of(m) for m in pipe.execute()]
 
     def thread_field(self, thread: str, name: str) -> str | None:
         """One field of the thread's record; ``None`` if unset."""
@@ -274,7 +299,9 @@ class InboxStore(StorePart):
 
     def threads_of(self, sid: str) -> list[str]:
         """The session's thread ids, newest activity first."""
-        return [str(t) for t in self.r.zrevrange(self.k.s(sid, "threads"), 0, -1)]
+        key = self.k.s(sid, "threads")
+        # Positive scores only: the ids' ages share the key (negative, see prune).
+        return [str(t) for t in self.r.zrevrangebyscore(key, "+inf", AGE_SCORE_BELOW)]
 
     def last_event_id(self, sid: str) -> str:
         """The id of the session's newest durability record, ``0-0`` when it has none."""

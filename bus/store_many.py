@@ -79,7 +79,8 @@ def stream_id_after(last: str, cursor: str | None) -> bool:
     return (int(a), int(b or 0)) > (int(c), int(d or 0))
 
 
-_APPEND_KEYS = ("stream", "ids", "idsage", "pending", "trim", "events", "msgs")
+# KEYS[3]: the send answers' ages are kept in ``threads`` (no ``idsage`` key: issue 13).
+_APPEND_KEYS = ("stream", "ids", "threads", "pending", "trim", "events", "msgs")
 
 
 class ManyStore(StorePart):

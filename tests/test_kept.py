@@ -11,6 +11,7 @@ import pytest
 from bus import kept
 from bus.api import Bus
 from bus.models import Recipient, SendAnswer
+from bus.threads import thread_of
 
 RCPT = {"session": "s1", "host": "h", "state": "running", "listening": False, "last_seen": 17}
 KEEP_TABLE: list[tuple[str, dict[str, Any], str]] = [
@@ -82,3 +83,111 @@ def test_a_resend_gets_the_first_answer_byte_for_byte_from_the_compact_form(bus:
     before_dup = {f: v for f, v in one.items() if f != "duplicate"}
     expected = {**before_dup, "state": "answered", "answer": "done", "duplicate": True}
     assert json.dumps(resent) == json.dumps(expected)
+
+
+MSG = {"v": 1, "id": "m1", "ts": 5, "from": "ha:lane", "to_id": "s1", "text": "hi",
+       "urgency": "queue", "kind": "message", "class": "action", "verified": False}  # fmt: skip
+USUAL = {"v", "urgency", "kind", "class", "verified", "to_id"}
+KEY, THREAD = thread_of("s1", MSG)
+RECORD = {"id": "m1", "thread": THREAD, "class": "action", "kind": "message",
+          "from": "ha:lane", "from_session": None, "at": 5, "mark": "new", "wakes": False,
+          "why": "not_from_parent", "key": KEY, "m": MSG}  # fmt: skip
+SAID = {"thread", "class", "kind", "from", "key"}  # what the message and session say
+RECORD_TABLE: list[tuple[str, dict[str, Any], set[str]]] = [
+    ("what the message says goes", RECORD, SAID | {"from_session", "wakes", "why"}),
+    ("a sender session, a wake and its reason stay",
+     {**RECORD, "from_session": "lane", "wakes": True, "why": "parent"}, SAID),
+    ("a class the message lacks stays", {**RECORD, "m": {**MSG, "class": None}},
+     SAID - {"class"} | {"from_session", "wakes", "why"}),
+    ("another thread stays", {**RECORD, "thread": "thr_other", "key": "topic:x"},
+     SAID - {"thread", "key"} | {"from_session", "wakes", "why"}),
+    ("a PR past what a script keeps exact keeps its thread",
+     {**RECORD, "m": {**MSG, "pr": 10**15}, **dict(zip(("key", "thread"),
+                                                   thread_of("s1", {**MSG, "pr": 10**15}),
+                                                   strict=True))},
+     SAID - {"thread", "key"} | {"from_session", "wakes", "why"}),
+    ("marks' times stay, after the others",
+     {**RECORD, "mark": "answered", "noticed_at": 7, "answered_at": 9},
+     SAID | {"from_session", "wakes", "why"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "record", "dropped"), RECORD_TABLE, ids=[r[0] for r in RECORD_TABLE]
+)
+def test_an_inbox_record_is_kept_without_what_its_message_says_and_restored_whole(
+    name: str, record: dict[str, Any], dropped: set[str]
+) -> None:
+    stored = kept.keep_record(record, "s1")
+    assert " " not in stored.replace('"hi"', "")
+    assert set(record) - set(json.loads(stored)) == dropped
+    back = kept.restore_record(stored, "s1")
+    assert list(back) == list(record) and back == record  # the message's order may differ
+    # A record kept whole (before), or re-encoded in another order (cjson), restores too.
+    assert json.dumps(kept.restore_record(json.dumps(record), "s1")) == json.dumps(record)
+    shuffled = json.dumps(dict(reversed(list(json.loads(stored).items()))))
+    assert kept.restore_record(shuffled, "s1") == record
+
+
+def test_every_reader_of_an_inbox_record_reads_the_compact_one_as_the_whole_one(bus: Bus) -> None:
+    """The compact record, then the same record kept whole (as before): the inbox, the
+    thread views, the notice and the receipt read the same."""
+    bus.open_session("s1")
+    bus.open_session("lane")
+    bus.turn("s1", "start")
+    sent = bus.send({"from": "ha:lane", "from_session": "lane", "to_id": "s1", "text": "hey",
+                     "class": "question"})  # fmt: skip
+    bus.deliver_session("s1")
+    [notice] = bus.drain("s1")  # type: ignore[misc]
+    msgs = bus.store.k.s("s1", "msgs")
+    raw = bus.store.r.hget(msgs, sent["id"])
+    assert " " not in raw.replace('"hey"', "")
+    assert {"thread", "key", "class", "kind", "from"}.isdisjoint(json.loads(raw))
+    [thread] = bus.store.threads_of("s1")
+
+    def views() -> list[Any]:
+        return [
+            bus.threads("s1"),
+            bus.read("s1", thread),
+            bus.store.records("s1", [sent["id"]]),
+            bus.store.all_records("s1"),
+            bus.receipt(sent["id"], by="lane"),
+        ]
+
+    compact_views = views()
+    rec = compact_views[2][0]
+    cls = rec["m"]["class"]
+    assert (rec["class"], rec["kind"], rec["from"], rec["from_session"]) == (
+        cls, "message", "ha:lane", "lane",
+    )  # fmt: skip
+    # The notice summarises the thread from the record's restored sender and class.
+    [summary] = notice["notice"]["threads"]
+    assert summary["senders"] == ["ha:lane"] and summary["blocker"] is (cls == "blocker")
+    bus.store.r.hset(msgs, sent["id"], json.dumps(kept.restore_record(raw, "s1")))
+    assert views() == compact_views
+    # Marked read through the views (re-kept compact), then the turn's answer (Lua).
+    bus.read("s1", thread, mark_read=True)
+    assert {"class", "kind", "from"}.isdisjoint(json.loads(bus.store.r.hget(msgs, sent["id"])))
+    bus.turn("s1", "end", answer="done")
+    [after] = bus.store.records("s1", [sent["id"]])
+    assert after["class"] == cls and after["from"] == "ha:lane"
+    assert bus.receipt(sent["id"], by="lane")["state"] in ("read", "answered")
+
+
+M_TABLE: list[tuple[str, dict[str, Any], set[str]]] = [
+    ("usual fields go", MSG, USUAL),
+    ("unusual ones stay", {**MSG, "urgency": "urgent", "verified": True, "to_id": "s2"},
+     USUAL - {"urgency", "verified", "to_id"}),
+    ("a field it lacks is not made up", {f: v for f, v in MSG.items() if f != "verified"},
+     USUAL - {"verified"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "msg", "dropped"), M_TABLE, ids=[r[0] for r in M_TABLE])
+def test_a_records_message_is_kept_without_its_usual_fields_and_restored_whole(
+    name: str, msg: dict[str, Any], dropped: set[str]
+) -> None:
+    record = {**RECORD, "m": msg, "class": msg["class"]}
+    stored = json.loads(kept.keep_record(record, "s1"))
+    assert set(msg) - set(stored["m"]) == dropped
+    assert kept.restore_record(json.dumps(stored), "s1") == record

@@ -5,6 +5,7 @@ An idle session here is one that was registered and had one message delivered an
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -271,3 +272,87 @@ def test_a_handles_sessions_are_a_small_hash_and_those_in_the_old_set_still_foun
     store.r.hdel(k.handle_map("ha:one"), "h0")
     store.r.sadd(k.handle("ha:one"), "h0")
     assert [s.session for s in store.sessions_by_handle("ha:one")] == ["h0", "h1"]
+
+
+def test_a_send_answers_age_is_kept_in_the_threads_zset_not_a_key_of_its_own(
+    bus: Bus,
+) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.turn("coord", "start")
+    one = send(bus, "coord", "one")
+    [many] = bus.send_many([{"from": "ha:b", "to_id": "coord", "text": "two"}])
+    threads = k.s("coord", "threads")
+    assert store.r.exists(k.s("coord", "idsage")) == 0
+    # Before the delivery: only the ages (negative scores), no thread listed yet.
+    ages = dict(store.r.zrange(threads, 0, -1, withscores=True))
+    assert set(ages) == {f"#{one['id']}", f"#{many['id']}"} and max(ages.values()) < 0
+    assert store.threads_of("coord") == []
+    bus.deliver_session("coord")
+    listed = store.threads_of("coord")
+    assert len(listed) == 2 and all(t.startswith("thr_") for t in listed)
+    streams = [k.s("coord", "events"), *(k.t(t, "log") for t in listed)]
+    assert sorted(store.session_streams(["coord"])) == sorted(streams)
+    # An answer past its 7 days goes with its age; the threads and the other answer stay.
+    store.r.zadd(threads, {f"#{one['id']}": -1})
+    bus.inbox.prune("coord")
+    assert store.first_answer("coord", one["id"]) is None
+    assert store.first_answer("coord", many["id"]) == many
+    assert store.threads_of("coord") == listed
+    assert f"#{one['id']}" not in dict(store.r.zrange(threads, 0, -1, withscores=True))
+    again = bus.send({"id": one["id"], "from": "ha:lane", "to_id": "coord", "text": "one"})
+    assert again["duplicate"] is False
+
+
+def test_a_receipt_keeps_no_id_nor_recipient_its_key_says_and_still_moves(bus: Bus) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.open_session("lane")
+    bus.turn("coord", "start")
+    one = bus.send({"from": "ha:lane", "from_session": "lane", "to_id": "coord", "text": "a"})
+    [many] = bus.send_many([{"from": "ha:lane", "from_session": "lane", "to_id": "coord",
+                             "text": "b"}])  # fmt: skip
+    for sent in (one, many):
+        fields = store.r.hgetall(k.receipt("coord", sent["id"]))
+        assert "stored" in fields and not {"id", "to"} & set(fields)
+    bus.deliver_session("coord")
+    bus.drain("coord")
+    for thread in store.threads_of("coord"):
+        bus.read("coord", thread, mark_read=True)  # receipt_mark.lua stamps "read"
+    # The 'receipt' record (what `receipt --wait-for` wakes on) names the ids moved.
+    moved = [
+        mid
+        for _e, f in store.r.xrange(k.s("coord", "events"))
+        if f.get("kind") == "receipt" and f.get("state") == "read"
+        for mid in json.loads(f["ids"])
+    ]
+    assert sorted(moved) == sorted([one["id"], many["id"]])
+    for sent in (one, many):
+        assert "read" in store.r.hgetall(k.receipt("coord", sent["id"]))
+        got = bus.receipt(sent["id"], by="lane")
+        assert (got["state"], got["to"], got["id"]) == ("read", "coord", sent["id"])
+
+
+def test_a_threads_record_keeps_no_label_its_key_gives_no_usual_class_and_no_created(
+    bus: Bus,
+) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.turn("coord", "start")
+    send(bus, "coord", "plain")
+    bus.send({"from": "ha:other", "to_id": "coord", "text": "stuck", "class": "blocker"})
+    bus.deliver_session("coord")
+    rows = {r["label"]: r for r in bus.threads("coord")["threads"]}
+    assert set(rows) == {"ha:lane", "ha:other"}  # the labels, from the keys
+    assert (rows["ha:lane"]["class"], rows["ha:other"]["class"]) == ("action", "blocker")
+    for row in rows.values():
+        raw = store.r.hgetall(k.t(row["threadId"], "meta"))
+        assert not {"label", "created"} & set(raw)
+        assert raw.get("class") == (None if row["label"] == "ha:lane" else "blocker")
+        assert store.thread_meta(row["threadId"])["label"] == row["label"]
+        assert bus.read("coord", row["threadId"])["label"] == row["label"]
+    # A later action after a blocker takes the thread back to the usual class.
+    bus.send({"from": "ha:other", "to_id": "coord", "text": "unstuck", "class": "action"})
+    bus.deliver_session("coord")
+    [other] = [t for t in rows.values() if t["label"] == "ha:other"]
+    assert store.r.hget(k.t(other["threadId"], "meta"), "class") is None

@@ -87,7 +87,7 @@ def test_meeting_negotiated_to_confirmed(pair: Bus) -> None:
     assert env["decision"] == "counter" and env["new_state"] == "OFFERED"
     assert env["windows"][1]["tz_hint"] == "UTC"
     # The notice reached alice's inbox under the envelope's id, and a decision wakes.
-    rec = json.loads(b.store.r.hget(b.store.k.s("alice", "msgs"), out["envelope_id"]))
+    [rec] = b.store.records("alice", [out["envelope_id"]])  # kept compact (bus/kept.py)
     assert rec["kind"] == "decision" and rec["wakes"] is True
     assert "decided counter" in rec["m"]["text"]
 

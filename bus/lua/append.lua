@@ -2,7 +2,8 @@
 -- All keys are in the receiver's slot {<sid>}.
 -- KEYS[1] stream   P:{sid}:stream   the session's queue
 -- KEYS[2] ids      P:{sid}:ids      message id -> send answer JSON (idempotency)
--- KEYS[3] idsage   P:{sid}:idsage   message id -> first-seen ms
+-- KEYS[3] threads  P:{sid}:threads  also each stored id's age: '#' .. id -> -first-seen ms
+--                                    (the thread ids have positive scores; issue 13, memory)
 -- KEYS[4] pending  P:{sid}:pending  set when a delivery is dispatched, cleared when it starts
 -- KEYS[5] trim     P:{sid}:trim     stream id below which entries are delivered and may go
 -- KEYS[6] events   P:{sid}:events   durability records (inbox_received)
@@ -27,7 +28,7 @@ local floor = redis.call('GET', KEYS[5]) or '0-0'
 -- MINID trimming never drops an entry the delivery has not taken yet.
 redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', ARGV[1], 'm', ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+redis.call('ZADD', KEYS[3], '-' .. ARGV[4], '#' .. ARGV[1])
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', 10000, '*', 'kind', 'inbox_received', 'id', ARGV[1],
   'thread', ARGV[6], 'at', ARGV[4])
 local dispatch = redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[5])

@@ -6,7 +6,8 @@
 -- All keys are in the receiver's slot {<sid>}.
 -- KEYS[1] stream   P:{sid}:stream   the session's queue
 -- KEYS[2] ids      P:{sid}:ids      message id -> send answer JSON (idempotency)
--- KEYS[3] idsage   P:{sid}:idsage   message id -> first-seen ms
+-- KEYS[3] threads  P:{sid}:threads  also each stored id's age: '#' .. id -> -first-seen ms
+--                                    (the thread ids have positive scores; issue 13, memory)
 -- KEYS[4] pending  P:{sid}:pending  set when a delivery is dispatched, cleared when it starts
 -- KEYS[5] trim     P:{sid}:trim     stream id below which entries are delivered and may go
 -- KEYS[6] events   P:{sid}:events   durability records (inbox_received)
@@ -26,7 +27,8 @@
 -- when the session already held the cap (that message is not stored: inbox_full, as
 -- append.lua refuses it, and gets no receipt). A new message is not listed.
 local floor = redis.call('GET', KEYS[5]) or '0-0'
-local now, cap, ttl, to = ARGV[1], tonumber(ARGV[3]) or 0, ARGV[4], ARGV[5]
+-- ARGV[5] (the receiver) is no longer written into receipts: it is their key's.
+local now, cap, ttl = ARGV[1], tonumber(ARGV[3]) or 0, ARGV[4]
 local head, tail = ARGV[8], ARGV[9]
 local group = {} -- the fields of ARGV[6], in order: group g's are group[3g - 2 .. 3g]
 for field in string.gmatch(ARGV[6], '([^\n]*)\n') do
@@ -86,8 +88,8 @@ for n = 1, #mids do
       fresh[id] = answer
       answers[#answers + 1] = id
       answers[#answers + 1] = answer
-      ages[#ages + 1] = now
-      ages[#ages + 1] = id
+      ages[#ages + 1] = '-' .. now
+      ages[#ages + 1] = '#' .. id
       redis.call('XADD', KEYS[6], 'MAXLEN', '~', 10000, '*', 'kind', 'inbox_received', 'id', id,
         'thread', thread, 'at', now)
       if held then held = held + 1 end
@@ -100,7 +102,7 @@ for n = 1, #mids do
     local exists = redis.call('EXISTS', key) == 1
     if not (exists and redis.call('HEXISTS', key, 'stored') == 1) then
       if exists then redis.call('DEL', key) end
-      local fields = {'id', id, 'to', to, 'from', group[g + 2], 'stored', now}
+      local fields = {'from', group[g + 2], 'stored', now}  -- id and to: the key's
       if group[g + 3] ~= '' then
         fields[#fields + 1] = 'from_session'
         fields[#fields + 1] = group[g + 3]

@@ -12,7 +12,8 @@ if ARGV[1] ~= '' then
   for i = 3, #KEYS do
     if redis.call('EXISTS', KEYS[i]) == 1 and redis.call('HSETNX', KEYS[i], ARGV[1], ARGV[2]) == 1 then
       redis.call('PEXPIRE', KEYS[i], ARGV[3])
-      table.insert(moved, redis.call('HGET', KEYS[i], 'id'))
+      -- The id is the key's (P:{sid}:rc:<id>); a receipt opened before also holds it.
+      table.insert(moved, redis.call('HGET', KEYS[i], 'id') or string.match(KEYS[i], '.*}:rc:(.+)$'))
     end
   end
 end

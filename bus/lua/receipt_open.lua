@@ -5,9 +5,11 @@
 -- here.
 -- All keys are in the recipient's slot {<sid>}.
 -- KEYS[1] ids      P:{sid}:ids      message id -> send answer JSON (present once stored)
--- KEYS[1 + i] receipt  P:{sid}:rc:<id_i>  hash: id, to, from, from_session, thread, reason,
---                                         and the ms of each state reached
--- ARGV[1] now ms, ARGV[2] TTL ms, ARGV[3] to (recipient session), then six per message
+-- KEYS[1 + i] receipt  P:{sid}:rc:<id_i>  hash: from, from_session, thread, reason, and the
+--                                         ms of each state reached (the id and the
+--                                         recipient are the key's: issue 13, memory)
+-- ARGV[1] now ms, ARGV[2] TTL ms, ARGV[3] to (recipient session: the key's, not written),
+-- then six per message
 -- from ARGV[4]: message id, state (stored | bounced), from handle, from session ('' =
 -- none), thread ('' = none), reason ('' = none)
 -- Returns how many were opened (not: already open for a stored message, or not stored).
@@ -23,7 +25,7 @@ for i = 4, #ARGV, 6 do
   if not skip then
     -- A bounced receipt gives way when the same id is later stored (the session was opened).
     redis.call('DEL', key)
-    local fields = {'id', id, 'to', ARGV[3], 'from', ARGV[i + 2], state, ARGV[1]}
+    local fields = {'from', ARGV[i + 2], state, ARGV[1]}
     for f, name in ipairs({'from_session', 'thread', 'reason'}) do
       if ARGV[i + 2 + f] ~= '' then
         fields[#fields + 1] = name

@@ -1,11 +1,14 @@
 -- thread_append.lua: add one message to a thread's log, once.
 -- All keys are in the thread's slot {<thr>}.
 -- KEYS[1] meta  P:{thr}:meta  hash: key, label, parties (JSON list), senders (JSON list),
---                             count, newest_at, newest_preview, class, created; one_id,
---                             one_m: the first message while it is the only one
+--                             count, newest_at, newest_preview, class; one_id,
+--                             one_m: the first message while it is the only one.
+--                             Not written (issue 13, memory): label when ARGV[5] is ''
+--                             (the readers take bus.threads.thread_label of key), class
+--                             when 'action' (the readers' default), created (unread)
 -- KEYS[2] log   P:{thr}:log   stream of the thread's messages (field m = wire JSON)
 -- KEYS[3] seen  P:{thr}:seen  ids already in the log
--- ARGV[1] message id, ARGV[2] wire JSON, ARGV[3] at ms, ARGV[4] key, ARGV[5] label,
+-- ARGV[1] message id, ARGV[2] wire JSON, ARGV[3] at ms, ARGV[4] key, ARGV[5] label ('' = its key's),
 -- ARGV[6] parties JSON list (taken only when the thread is made), ARGV[7] sender label, ARGV[8] preview, ARGV[9] class,
 -- ARGV[10] log MAXLEN
 -- Returns 1 if appended, 0 if already there.
@@ -32,7 +35,8 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
 end
 local created = redis.call('HSETNX', KEYS[1], 'key', ARGV[4]) == 1
 if created then
-  redis.call('HSET', KEYS[1], 'label', ARGV[5], 'created', ARGV[3], 'parties', '[]', 'senders', '[]')
+  redis.call('HSET', KEYS[1], 'parties', '[]', 'senders', '[]')
+  if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'label', ARGV[5]) end
 end
 local function add_all(field, values)
   local list = cjson.decode(redis.call('HGET', KEYS[1], field) or '[]')
@@ -55,6 +59,11 @@ if ARGV[7] ~= '' then add_all('senders', {ARGV[7]}) end
 redis.call('HINCRBY', KEYS[1], 'count', 1)
 local newest = tonumber(redis.call('HGET', KEYS[1], 'newest_at') or '0')
 if tonumber(ARGV[3]) >= newest then
-  redis.call('HSET', KEYS[1], 'newest_at', ARGV[3], 'newest_preview', ARGV[8], 'class', ARGV[9])
+  redis.call('HSET', KEYS[1], 'newest_at', ARGV[3], 'newest_preview', ARGV[8])
+  if ARGV[9] == 'action' then
+    redis.call('HDEL', KEYS[1], 'class')
+  else
+    redis.call('HSET', KEYS[1], 'class', ARGV[9])
+  end
 end
 return 1

@@ -140,6 +140,7 @@ class KickLoop:
         fails = 0
         beat_at = float("-inf")
         undone: list[str] = []  # taken, not delivered (Redis went away): again first
+        waited = False  # the last take found nothing: block for the next kick at once
         while not self.stop_event.is_set():
             try:
                 if client is None:
@@ -148,7 +149,8 @@ class KickLoop:
                     store.kick_beat(self.host, loop, ALIVE_MS)
                     beat_at = time.monotonic()
                     self._reclaim(store)
-                sids = undone or store.pop_kicks(client, self.host, loop, BLOCK_S, POP_MAX)
+                sids = undone or self._take(store, client, loop, waited)
+                waited = not sids
                 self._outage.ok()
                 fails = 0
             except OUTAGE_ERRORS as exc:
@@ -169,6 +171,16 @@ class KickLoop:
                 store.kick_gone(self.host, loop)
         if pool is not None:
             pool.disconnect()
+
+    def _take(self, store: Store, client: Any, loop: str, waited: bool) -> list[str]:
+        """The next kicks: those waiting, up to ``POP_MAX`` at once (a burst delivered as
+        one batch); when none waits (or none did last time), block for one and deliver it
+        alone, at once: a lone send's kick does not pay the look for more behind it."""
+        if not waited:
+            sids = store.take_kicks(self.host, loop, POP_MAX)
+            if sids:
+                return sids
+        return store.pop_kicks(client, self.host, loop, BLOCK_S, 1)
 
     def _done(self, store: Store, loop: str) -> None:
         try:

@@ -55,6 +55,15 @@ class KickStore(StorePart):
             rest = self.script("kick_take")(keys=[k.kick_list(host), taken], args=[count - 1])
         return [_text(first), *(_text(r) for r in rest)]
 
+    def take_kicks(self, host: str, loop: str, count: int) -> list[str]:
+        """Up to ``count`` kicks waiting on ``host``'s list into loop ``loop``'s taken list,
+        without waiting (``kick_take.lua``); ``[]`` when none waits."""
+        k = self.k
+        got = self.script("kick_take")(
+            keys=[k.kick_list(host), k.kick_taken(host, loop)], args=[count]
+        )
+        return [_text(r) for r in got]
+
     def done_kicks(self, host: str, loop: str) -> None:
         """Loop ``loop``'s taken kicks were delivered: its taken list goes."""
         self.r.delete(self.k.kick_taken(host, loop))

@@ -4,9 +4,9 @@ With Celery, a kick is a task: kombu publishes it, the worker's consumer reads i
 prefork pool pipes it to a child, 3-8 ms before the delivery starts (bench/README.md).
 With the kick list, the dispatcher pushes the session id onto the host's list
 (``P:{kick:<host>}:list``, one round trip) and a delivery loop in each worker process,
-blocked on BLPOP, takes the kicks waiting (up to ``POP_MAX``) and delivers their sessions
-as one batch (bus.batch: the same steps as the ``inbox.deliver`` task, a few round trips
-for the lot).
+takes the kicks waiting (up to ``POP_MAX``) and delivers their sessions as one batch
+(bus.batch: the same steps as the ``inbox.deliver`` task, a few round trips for the lot);
+with none waiting it blocks (BLMOVE) for the next and delivers that one at once.
 
 Celery stays the fallback. A push is refused when no loop of the host has said it is
 alive in the last few seconds (``P:{kick:<host>}:alive``) or the list is full; the kick
@@ -53,8 +53,10 @@ ALIVE_MS = 3000
 # decides from the stored state, under the session's lock).
 BEAT_S = 0.5
 STALE_MS = 2500
-# Kicks one loop takes at once and delivers as one batch (bus.batch): a burst of wakes or
-# arrivals costs a few round trips per batch, not a few per session.
+# Kicks waiting that one loop takes at once and delivers as one batch (bus.batch): a burst
+# of wakes or arrivals costs a few round trips per batch, not a few per session. A kick
+# the loop blocked for goes alone (the greedy look behind it was a round trip before
+# every lone send's notice); those that came meanwhile are the next take.
 POP_MAX = 64
 # Waits between tries while Redis is away (growing to the last).
 RETRY_S = (0.1, 0.2, 0.5, 1.0)

@@ -44,7 +44,9 @@ class KickStore(StorePart):
         oldest waited for up to ``block_s`` on ``client`` (from :meth:`kick_client`;
         BLMOVE), then those behind it without waiting (``kick_take.lua``), so a loop
         delivers a burst's sessions as one batch (bus.batch). A loop that dies leaves them
-        in its taken list (:meth:`reclaim_kicks`); :meth:`done_kicks` when delivered."""
+        in its taken list (:meth:`reclaim_kicks`); :meth:`done_kicks` when delivered.
+        The kick loop asks for one (BLMOVE only) and takes the waiting ones with
+        :meth:`take_kicks`."""
         k = self.k
         taken = k.kick_taken(host, loop)
         first = client.blmove(k.kick_list(host), taken, block_s, "LEFT", "RIGHT")

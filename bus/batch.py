@@ -145,7 +145,10 @@ def _chunk(bus: DeliveryHost, sids: list[str], tick: Callable[[], object]) -> li
                 run.lease.release()
                 run.done = True
     for run in runs:
-        if run.rerun:
+        # A lease lost on the way (lapsed on a starved box, or taken) took nothing past its
+        # begin, which cleared the dispatch flag: the one-session way takes the lock again
+        # or hands off to its holder, so those messages do not wait for the sweep.
+        if run.rerun or run.report.busy:
             later.append(run.sid)
     for sid in later:
         more = deliver_one(bus, sid)
@@ -175,7 +178,7 @@ class _Renewer:
             return
         with self.lock:
             self.batches[id(runs)] = runs
-            if self.thread is None:
+            if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="batch-leases", daemon=True)
                 self.thread.start()
 
@@ -200,7 +203,10 @@ class _Renewer:
                     self.thread = None  # the next batch starts another
                     return
             if live:
-                _renew_once(self.store, live)
+                try:
+                    _renew_once(self.store, live)
+                except Exception:  # broad: the thread must outlive one bad renewal
+                    log.exception("batch lease renewal failed")
 
 
 def _renew_once(store: Any, live: list[_Run]) -> None:

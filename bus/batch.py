@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,8 +45,6 @@ log = logging.getLogger(__name__)
 
 # Sessions per step: a step's pipeline stays short, and its fences fresh (bus.lease).
 CHUNK = 64
-# The batches' lease renewer stops after this many intervals with no batch running.
-QUIET_TICKS = 5
 
 
 def takes_batch(start: DeliveryStart, raw: bool) -> bool:
@@ -134,21 +130,21 @@ def _chunk(bus: DeliveryHost, sids: list[str], tick: Callable[[], object]) -> li
         again = report.again if report.again is not None else store.take_again(sid)
         if again:
             later.append(sid)
-    renewals = _renewer(store)
-    renewals.add(runs)
+    stop = threading.Event()
+    renewer = threading.Thread(
+        target=_renew, args=(store, runs, stop), name="batch-leases", daemon=True
+    )
+    renewer.start()
     try:
         _run_batch(bus, runs)
     finally:
-        renewals.remove(runs)
+        stop.set()
         for run in runs:
             if not run.done:  # an error on the way: each lock freed on its own
                 run.lease.release()
                 run.done = True
     for run in runs:
-        # A lease lost on the way (lapsed on a starved box, or taken) took nothing past its
-        # begin, which cleared the dispatch flag: the one-session way takes the lock again
-        # or hands off to its holder, so those messages do not wait for the sweep.
-        if run.rerun or run.report.busy:
+        if run.rerun:
             later.append(run.sid)
     for sid in later:
         more = deliver_one(bus, sid)
@@ -158,89 +154,25 @@ def _chunk(bus: DeliveryHost, sids: list[str], tick: Callable[[], object]) -> li
     return [reports[sid] for sid in sids]
 
 
-class _Renewer:
-    """Extends the leases of every batch of one store running in this process, every
-    third of their TTL, in one round trip for all (as each :class:`~bus.lease.Lease`
-    renews its own); a lease found held by another is lost (its run writes nothing more);
-    a Redis blip is retried, the fences before each write decide. One thread, started by
-    the first batch and gone after a quiet interval: a batch does not pay a thread's start
-    (a GIL hand-off, milliseconds on a loaded box) before its first write."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.interval = max(0.05, store.lock_ttl_ms / 3000)
-        self.lock = threading.Lock()
-        self.batches: dict[int, list[_Run]] = {}
-        self.thread: threading.Thread | None = None
-
-    def add(self, runs: list[_Run]) -> None:
-        if not runs:
+def _renew(store: Any, runs: list[_Run], stop: threading.Event) -> None:
+    """Extend the batch's leases every third of their TTL while it runs, in one round
+    trip for all (as each :class:`~bus.lease.Lease` renews its own); a lease found held
+    by another is lost (its run writes nothing more); a Redis blip is retried, the
+    fences before each write decide."""
+    interval = max(0.05, store.lock_ttl_ms / 3000)
+    while not stop.wait(interval):
+        live = [r for r in runs if not r.done and not r.lease.lost]
+        if not live:
             return
-        with self.lock:
-            self.batches[id(runs)] = runs
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._run, name="batch-leases", daemon=True)
-                self.thread.start()
-
-    def remove(self, runs: list[_Run]) -> None:
-        with self.lock:
-            self.batches.pop(id(runs), None)
-
-    def _run(self) -> None:
-        tick = threading.Event()  # never set: a wait that cannot be cut short
-        quiet = 0
-        while True:
-            tick.wait(self.interval)
-            with self.lock:
-                live = [
-                    r
-                    for runs in self.batches.values()
-                    for r in runs
-                    if not r.done and not r.lease.lost
-                ]
-                quiet = 0 if self.batches else quiet + 1
-                if quiet >= QUIET_TICKS:
-                    self.thread = None  # the next batch starts another
-                    return
-            if live:
-                try:
-                    _renew_once(self.store, live)
-                except Exception:  # broad: the thread must outlive one bad renewal
-                    log.exception("batch lease renewal failed")
-
-
-def _renew_once(store: Any, live: list[_Run]) -> None:
-    sent_at = time.monotonic()
-    try:
-        answers = store.extend_many([(r.sid, r.lease.token) for r in live])
-    except redis.RedisError as exc:
-        log.info("batch lease renewal failed (%s); trying again", exc)
-        return
-    for run, ok in zip(live, answers, strict=True):
-        if not run.done:
-            run.lease.confirmed(ok, sent_at)
-
-
-_renewers: weakref.WeakKeyDictionary[Any, _Renewer] = weakref.WeakKeyDictionary()
-_renewers_lock = threading.Lock()
-
-
-def _forked() -> None:
-    # A forked child (a prefork pool) has none of its parent's threads: renewers anew.
-    global _renewers_lock
-    _renewers.clear()
-    _renewers_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forked)
-
-
-def _renewer(store: Any) -> _Renewer:
-    with _renewers_lock:
-        renewer = _renewers.get(store)
-        if renewer is None:
-            renewer = _renewers[store] = _Renewer(store)
-        return renewer
+        sent_at = time.monotonic()
+        try:
+            answers = store.extend_many([(r.sid, r.lease.token) for r in live])
+        except redis.RedisError as exc:
+            log.info("batch lease renewal failed (%s); trying again", exc)
+            continue
+        for run, ok in zip(live, answers, strict=True):
+            if not run.done:
+                run.lease.confirmed(ok, sent_at)
 
 
 def _fence(bus: DeliveryHost, runs: list[_Run]) -> list[_Run]:

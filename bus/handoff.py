@@ -22,12 +22,6 @@ from .models import now_ms
 MAX_RUNS = 20
 # After the holder's lease would have run out: a little past it, so the kick finds it free.
 LEASE_SLACK_MS = 100
-# How long the ``again`` flag waits for the holder's unlock. A live holder renews its lease
-# and may run for many TTLs (a batch of hundreds on a loaded box): a flag that lapsed with
-# the TTL was gone at its unlock, and the work waited for the ``lease`` kick and the
-# scheduler (seconds; forever with no scheduler running). A flag left with no holder
-# costs the next unlock one more (empty) run.
-AGAIN_TTL_MS = 60_000
 
 
 def deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
@@ -44,7 +38,7 @@ def _deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
         report = deliver_session(bus, sid)
         add_report(total, report)
         if report.busy:
-            store.ask_again(sid, max(AGAIN_TTL_MS, store.lock_ttl_ms))
+            store.ask_again(sid, store.lock_ttl_ms)
             report = deliver_session(bus, sid)
             add_report(total, report)
             if report.busy:

@@ -4,9 +4,9 @@ With Celery, a kick is a task: kombu publishes it, the worker's consumer reads i
 prefork pool pipes it to a child, 3-8 ms before the delivery starts (bench/README.md).
 With the kick list, the dispatcher pushes the session id onto the host's list
 (``P:{kick:<host>}:list``, one round trip) and a delivery loop in each worker process,
-takes the kicks waiting (up to ``POP_MAX``) and delivers their sessions as one batch
-(bus.batch: the same steps as the ``inbox.deliver`` task, a few round trips for the lot);
-with none waiting it blocks (BLMOVE) for the next and delivers that one at once.
+blocked on BLPOP, takes the kicks waiting (up to ``POP_MAX``) and delivers their sessions
+as one batch (bus.batch: the same steps as the ``inbox.deliver`` task, a few round trips
+for the lot).
 
 Celery stays the fallback. A push is refused when no loop of the host has said it is
 alive in the last few seconds (``P:{kick:<host>}:alive``) or the list is full; the kick
@@ -53,10 +53,8 @@ ALIVE_MS = 3000
 # decides from the stored state, under the session's lock).
 BEAT_S = 0.5
 STALE_MS = 2500
-# Kicks waiting that one loop takes at once and delivers as one batch (bus.batch): a burst
-# of wakes or arrivals costs a few round trips per batch, not a few per session. A kick
-# the loop blocked for goes alone (the greedy look behind it was a round trip before
-# every lone send's notice); those that came meanwhile are the next take.
+# Kicks one loop takes at once and delivers as one batch (bus.batch): a burst of wakes or
+# arrivals costs a few round trips per batch, not a few per session.
 POP_MAX = 64
 # Waits between tries while Redis is away (growing to the last).
 RETRY_S = (0.1, 0.2, 0.5, 1.0)
@@ -142,7 +140,6 @@ class KickLoop:
         fails = 0
         beat_at = float("-inf")
         undone: list[str] = []  # taken, not delivered (Redis went away): again first
-        waited = False  # the last take found nothing: block for the next kick at once
         while not self.stop_event.is_set():
             try:
                 if client is None:
@@ -151,8 +148,7 @@ class KickLoop:
                     store.kick_beat(self.host, loop, ALIVE_MS)
                     beat_at = time.monotonic()
                     self._reclaim(store)
-                sids = undone or self._take(store, client, loop, waited)
-                waited = not sids
+                sids = undone or store.pop_kicks(client, self.host, loop, BLOCK_S, POP_MAX)
                 self._outage.ok()
                 fails = 0
             except OUTAGE_ERRORS as exc:
@@ -173,16 +169,6 @@ class KickLoop:
                 store.kick_gone(self.host, loop)
         if pool is not None:
             pool.disconnect()
-
-    def _take(self, store: Store, client: Any, loop: str, waited: bool) -> list[str]:
-        """The next kicks: those waiting, up to ``POP_MAX`` at once (a burst delivered as
-        one batch); when none waits (or none did last time), block for one and deliver it
-        alone, at once: a lone send's kick does not pay the look for more behind it."""
-        if not waited:
-            sids = store.take_kicks(self.host, loop, POP_MAX)
-            if sids:
-                return sids
-        return store.pop_kicks(client, self.host, loop, BLOCK_S, 1)
 
     def _done(self, store: Store, loop: str) -> None:
         try:

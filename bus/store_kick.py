@@ -44,9 +44,7 @@ class KickStore(StorePart):
         oldest waited for up to ``block_s`` on ``client`` (from :meth:`kick_client`;
         BLMOVE), then those behind it without waiting (``kick_take.lua``), so a loop
         delivers a burst's sessions as one batch (bus.batch). A loop that dies leaves them
-        in its taken list (:meth:`reclaim_kicks`); :meth:`done_kicks` when delivered.
-        The kick loop asks for one (BLMOVE only) and takes the waiting ones with
-        :meth:`take_kicks`."""
+        in its taken list (:meth:`reclaim_kicks`); :meth:`done_kicks` when delivered."""
         k = self.k
         taken = k.kick_taken(host, loop)
         first = client.blmove(k.kick_list(host), taken, block_s, "LEFT", "RIGHT")
@@ -56,15 +54,6 @@ class KickStore(StorePart):
         if count > 1:
             rest = self.script("kick_take")(keys=[k.kick_list(host), taken], args=[count - 1])
         return [_text(first), *(_text(r) for r in rest)]
-
-    def take_kicks(self, host: str, loop: str, count: int) -> list[str]:
-        """Up to ``count`` kicks waiting on ``host``'s list into loop ``loop``'s taken list,
-        without waiting (``kick_take.lua``); ``[]`` when none waits."""
-        k = self.k
-        got = self.script("kick_take")(
-            keys=[k.kick_list(host), k.kick_taken(host, loop)], args=[count]
-        )
-        return [_text(r) for r in got]
 
     def done_kicks(self, host: str, loop: str) -> None:
         """Loop ``loop``'s taken kicks were delivered: its taken list goes."""

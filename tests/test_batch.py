@@ -3,7 +3,6 @@ summed, due wakes each delivered once in process and through a worker's kick loo
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -240,61 +239,3 @@ def test_a_dead_loops_taken_kicks_go_back_to_the_head_of_the_list(
             pool.disconnect()
     store.done_kicks(host, "l2")
     assert not store.r.exists(store.k.kick_taken(host, "l2"))
-
-
-def test_a_lone_kick_is_taken_alone_and_kicks_already_waiting_together(
-    make_bus: Callable[..., Bus],
-) -> None:
-    from bus.kick import KickLoop
-
-    b = make_bus()
-    store, host = b.store, b.settings.host
-    loop = KickLoop(b)
-    store.r.rpush(store.k.kick_list(host), "a", "b", "c")
-    client, pool = store.kick_client(0.1, "test-kick")
-    try:
-        # After a delivery the loop takes what waits, as one batch (no wait).
-        assert loop._take(store, client, "l1", waited=False) == ["a", "b", "c"]
-        store.r.rpush(store.k.kick_list(host), "d", "e")
-        # After a wait that found nothing it blocks for one and delivers it at once, with
-        # no look for more behind it (one round trip fewer before the notice).
-        assert loop._take(store, client, "l1", waited=True) == ["d"]
-        assert store.r.lrange(store.k.kick_taken(host, "l1"), 0, -1) == ["a", "b", "c", "d"]
-        assert store.take_kicks(host, "l1", 64) == ["e"]
-        assert store.take_kicks(host, "l1", 64) == []
-    finally:
-        if pool is not None:
-            pool.disconnect()
-
-
-def test_a_batch_keeps_its_leases_through_a_write_longer_than_their_ttl(
-    make_bus: Callable[..., Bus],
-) -> None:
-    from bus.listen import Listener
-
-    b = make_bus(lock_ttl_s=0.3)
-    sid = "slowsock"
-    b.open_session(sid)
-    b.turn(sid, "start")
-    b.send({"from": "hx:peer", "to_id": sid, "text": "slow"})
-    lock = b.store.k.s(sid, "lock")
-    held: list[bool] = []
-
-    def on_line(obj: dict[str, object]) -> bool:
-        # A slow listener: the write outlasts the lease's TTL twice (the ack waits 1 s).
-        deadline = time.monotonic() + 0.65
-        while time.monotonic() < deadline:
-            held.append(bool(b.store.r.exists(lock)))
-            time.sleep(0.05)
-        return True
-
-    with Listener.for_session(b.floor, sid, on_line):
-        (report,) = deliver_many(b, [sid])
-    assert held and all(held)  # renewed all along: no other delivery could take it
-    assert [n["via"] for n in report.notices] == ["socket"]
-    assert not b.store.r.exists(lock)  # released after the batch
-    # The renewer stops once no batch runs (a thread only while batches do).
-    wait_for(
-        lambda: not any(t.name == "batch-leases" for t in threading.enumerate()),
-        what="the renewer gone",
-    )

@@ -557,6 +557,7 @@ class Soak:
         faulty: list[float] = []
         unheard = 0
         unheard_ids: list[dict[str, Any]] = []
+        by_kind: dict[str, list[float]] = {}
         for mid, (sid, t) in sent.items():
             h = self.heard.get(mid)
             if h is None:
@@ -564,7 +565,10 @@ class Soak:
                 if len(unheard_ids) < 10:
                     unheard_ids.append({"id": mid, "sid": sid, "sent": t})
                 continue
-            (faulty if any(lo <= t <= hi for lo, hi in windows) else calm).append(h - t)
+            under = any(lo <= t <= hi for lo, hi in windows)
+            (faulty if under else calm).append(h - t)
+            if not under:  # by kind: a socket's notice, a drained floor, a debounced wake
+                by_kind.setdefault(self.sessions.get(sid, ("", "?"))[1], []).append(h - t)
         per = [self.notices[s] for s in self.sessions if not s.startswith("probe")]
         recov = [f["recovery_s"] for f in self.faults]
         return {
@@ -586,6 +590,10 @@ class Soak:
             },
             "heard_p50_calm_s": _pct(calm, 50),
             "heard_p99_calm_s": _pct(calm, 99),
+            "heard_calm_by_kind_s": {
+                kind: {"p50": _pct(xs, 50), "p99": _pct(xs, 99), "n": len(xs)}
+                for kind, xs in sorted(by_kind.items())
+            },
             "heard_p50_faults_s": _pct(faulty, 50),
             "heard_p99_faults_s": _pct(faulty, 99),
             "faults": [{k2: v for k2, v in f.items() if k2 != "t"} for f in self.faults],
@@ -625,6 +633,11 @@ def report(res: dict[str, Any]) -> str:
         f"notices per session {res['notices_per_session']}",
         f"send -> heard calm p50 {res['heard_p50_calm_s']} s p99 {res['heard_p99_calm_s']} s;"
         f" under faults p50 {res['heard_p50_faults_s']} s p99 {res['heard_p99_faults_s']} s",
+        "  calm by kind: "
+        + ", ".join(
+            f"{kind} p50 {v['p50']} s p99 {v['p99']} s (n {v['n']})"
+            for kind, v in res.get("heard_calm_by_kind_s", {}).items()
+        ),
     ]
     for what in res["incidents"]:
         lines.append(f"INCIDENT: {what}")

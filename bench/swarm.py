@@ -349,7 +349,7 @@ def scenario_latency(s: Settings, observer: Bus, count: int, rate: float) -> dic
     sender = celery_bus(s)
     app = make_app(s)
     queue = host_queue(s.host)
-    out: dict[str, Any] = {"rate_per_s": rate, "messages": count}
+    out: dict[str, Any] = {"rate_per_s": rate, "messages": count, "kick": s.kick}
     try:
         for name, send in (
             ("bus", lambda m: sender.send(m)),
@@ -671,7 +671,11 @@ def report(console: Console, out: dict[str, Any]) -> None:
     lt = Table(title="latency and lateness (ms)")
     for col in ("", "p50", "p90", "p99", "max", "n"):
         lt.add_column(col, justify="left" if not col else "right")
-    for name, key in (("send → notice, bus", "bus"), ("send → line, naive", "naive")):
+    kick = out["latency"].get("kick", "?")
+    for name, key in (
+        (f"send → notice, bus ({kick} kick)", "bus"),
+        ("send → line, naive", "naive"),
+    ):
         p = out["latency"][key]
         lt.add_row(name, *(str(p[x]) for x in ("p50", "p90", "p99", "max", "n")))
     w = out["wake"]["late_ms"]

@@ -7,6 +7,7 @@ another worker or another host files a message in the same thread without coordi
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import re
 from typing import Any
@@ -52,6 +53,9 @@ def thread_key(
     return f"from:{sender}"
 
 
+# Cached: a stored record is kept without its thread's id (bus.kept), so every reader
+# computes it again, three times a message on the delivery path; the inputs are short.
+@functools.lru_cache(maxsize=4096)
 def thread_id(receiver: str, key: str) -> str:
     """``thr_`` + base32 of sha256(receiver, key)[:10]; a ``thread:`` key keeps its id
     (a reply stays in the thread it answers)."""

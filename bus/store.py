@@ -442,28 +442,11 @@ class Store(
         rows = self.r.zrange(self.k.due, 0, 0, withscores=True)
         return int(rows[0][1]) if rows else None
 
-    def sweep_view(self, sid: str) -> tuple[int | None, bool, int | None, int | None, list[str]]:
-        """What the backlog sweep looks at for one session, one round trip: the notice in
-        flight's start (ms), whether messages are new, the due and retry times on the
-        schedule, and the floor's unconfirmed notice records (JSON)."""
-        pipe = self.r.pipeline(transaction=False)
-        pipe.hget(self.k.s(sid, "notice"), "at")
-        pipe.exists(self.k.s(sid, "new"))
-        for what in ("due", "retry"):
-            pipe.zscore(self.k.due, f"{what}|{sid}")
-        pipe.hvals(self.k.s(sid, "floor"))
-        flight_at, has_new, due_at, retry_at, floor_records = pipe.execute()
-        return (
-            int(flight_at) if flight_at is not None else None,
-            bool(has_new),
-            None if due_at is None else int(due_at),
-            None if retry_at is None else int(retry_at),
-            [str(r) for r in floor_records],
-        )
-
     def sweep_views(self, sids: list[str]) -> list[tuple[SessionInfo, SweepView]]:
-        """:meth:`get_session` and :meth:`sweep_view` of many sessions, with whether each
-        has queue entries no delivery took (its stream's last id past its cursor), in one
+        """:meth:`get_session` and what the backlog sweep looks at (the notice in flight's
+        start, whether messages are new, the due and retry times on the schedule, the
+        floor's unconfirmed notice records) of many sessions, with whether each has queue
+        entries no delivery took (its stream's last id past its cursor), in one
         round trip per node; sessions that do not exist are left out. The backlog sweep
         reads a chunk of sessions this way (it was three round trips a session)."""
         pipe = self.r.pipeline(transaction=False)

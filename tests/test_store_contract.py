@@ -21,6 +21,7 @@ from bus.errors import Unavailable
 from bus.keys import Keys
 from bus.models import SessionInfo
 from bus.store import Store
+from bus.store_many import SweepView
 
 SIDS = [f"s{i}" for i in range(12)]
 
@@ -334,9 +335,12 @@ def test_heartbeats_and_the_sweep_view(store: Store) -> None:
         ("hosta", {"beat": "5", "pid": "42", "progress": "6", "done": "1"}, 0),
         ("scheduler", {"beat": "7"}, 0),
     ]
-    assert store.sweep_view("nobody") == (None, False, None, None, [])
+    assert store.sweep_views(["nobody"]) == []
+    store.put_session(info("s1"))
     store.schedule("due", "s1", 1000)
-    assert store.sweep_view("s1") == (None, False, 1000, None, [])
+    [(got, view)] = store.sweep_views(["s1"])
+    assert got.session == "s1"
+    assert view == SweepView(False, None, False, 1000, None, [])
 
 
 def test_counters_add_in_one_batch_and_read_back(store: Store) -> None:

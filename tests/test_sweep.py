@@ -88,9 +88,16 @@ def test_the_chunked_reads_match_the_one_session_reads(make_bus: Callable[..., B
         sid = inf.session
         assert inf == store.get_session(sid)
         assert v.backlog is bool(store.read_after(sid, store.cursor(sid), 1))
-        assert (v.flight_at, v.has_new, v.due_at, v.retry_at, v.floor_records) == (
-            store.sweep_view(sid)
+        r, k = store.r, store.k
+        at = r.hget(k.s(sid, "notice"), "at")
+        assert v.flight_at == (None if at is None else int(at))
+        assert v.has_new is bool(r.exists(k.s(sid, "new")))
+        due, retry = (r.zscore(k.due, f"{what}|{sid}") for what in ("due", "retry"))
+        assert (v.due_at, v.retry_at) == (
+            None if due is None else int(due),
+            None if retry is None else int(retry),
         )
+        assert v.floor_records == list(r.hvals(k.s(sid, "floor")))
     backlog = {i.session: v.backlog for i, v in got}
     assert backlog == {"fresh": False, "queued": True, "taken": False, "due": False}
 

@@ -128,7 +128,7 @@ def _chunk(bus: DeliveryHost, sids: list[str], tick: Callable[[], object]) -> li
         tick()
         reports[sid] = report
         again = report.again if report.again is not None else store.take_again(sid)
-        if again:
+        if again or report.busy:  # busy: its lease lost, its begin cleared the flag
             later.append(sid)
     stop = threading.Event()
     renewer = threading.Thread(
@@ -209,13 +209,15 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
         queued = True
     if queued:
         store.execute_loaded(pipe)
-    # A lost lease took nothing: the cursor stays, the holder delivers.
+    # A lost lease took nothing: the cursor stays. Its begin cleared the dispatch flag and
+    # the lock may have lapsed with nobody taking it: the session runs again after the
+    # batch (bus.handoff: delivered, or handed to a holder), not left to the sweep.
     live = []
     for run in runs:
         if run.lease.lost:
             run.report.busy = True
             run.lease.release()
-            run.done = True
+            run.done = run.rerun = True
         else:
             live.append(run)
     # The fence, the cursor's move, the plan's reads and what came since, in one trip.
@@ -227,7 +229,7 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
         if not run.lease.confirmed(snap.held, snap.sent_at):
             run.report.busy = True
             run.lease.release()
-            run.done = True
+            run.done = run.rerun = True  # as above: runs again after the batch
             continue
         run.rerun = bool(snap.rows)  # sent while this ran: a run of its own after
         if run.report.inbox:
@@ -244,7 +246,8 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
     agains = store.unlock_many([(r.sid, r.lease.token) for r in ending])
     for run, again in zip(ending, agains, strict=True):
         run.done = True
-        run.rerun = run.rerun or again
+        # Lost on the way (a notice left in flight): as above, it runs again.
+        run.rerun = run.rerun or again or run.lease.lost
 
 
 def _plan_and_notice(bus: DeliveryHost, runs: list[_Run]) -> None:

@@ -398,8 +398,9 @@ class Store(
         return token if ok else None
 
     def extend_lock(self, sid: str, token: str) -> bool:
-        """Keep holding the lock through a long delivery; False if it was lost."""
-        return bool(self.run("extend_lock", sid, ("lock",), [token, self.lock_ttl_ms]))
+        """Keep holding the lock through a long delivery (and a hand-off flag set for it,
+        bus.handoff); False if it was lost."""
+        return bool(self.run("extend_lock", sid, ("lock", "again"), [token, self.lock_ttl_ms]))
 
     def unlock(self, sid: str, token: str) -> None:
         """Release the lock if ``token`` still holds it; another holder's lock stays."""

@@ -187,7 +187,7 @@ class DeliveryStore(StorePart):
 
     def _snapshot_keys(self, sid: str) -> list[str]:
         names = ("lock", "session", "notice", "floor", "new", "wakeq", "stream", "cursor")
-        return [self.k.s(sid, n) for n in (*names, "rawflight")]
+        return [self.k.s(sid, n) for n in (*names, "rawflight", "again")]
 
     def finish_notice(
         self,
@@ -272,7 +272,9 @@ class DeliveryStore(StorePart):
         pipe = self.pipeline()
         for sid, token in held:
             self.script("extend_lock")(
-                keys=[self.k.s(sid, "lock")], args=[token, self.lock_ttl_ms], client=pipe
+                keys=[self.k.s(sid, "lock"), self.k.s(sid, "again")],
+                args=[token, self.lock_ttl_ms],
+                client=pipe,
             )
         return [bool(int(r)) for r in self.execute_loaded(pipe)]
 

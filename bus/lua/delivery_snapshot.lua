@@ -10,6 +10,7 @@
 -- KEYS[7] stream    P:{sid}:stream
 -- KEYS[8] cursor    P:{sid}:cursor
 -- KEYS[9] rawflight P:{sid}:rawflight
+-- KEYS[10] again    P:{sid}:again (the hand-off flag: extended with the lease, extend_lock.lua)
 -- ARGV[1] our lock token, ARGV[2] lock TTL ms
 -- ARGV[3] advance_to: move the cursor there first (and drop the raw line in flight); '' not
 -- ARGV[4] read_after: also read up to ARGV[5] entries after this stream id; '' not
@@ -23,6 +24,7 @@ end
 local held = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   held = redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[10], ARGV[2])
 end
 local session = redis.call('HGETALL', KEYS[2])
 local nid = redis.call('HGET', KEYS[3], 'id') or ''

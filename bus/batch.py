@@ -191,10 +191,11 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
     if not runs:
         return
     store = bus.store
-    # The messages into the inboxes, every session's in one pipeline, behind the fence.
+    # The messages into the inboxes, every session's in one pipeline, behind the fence;
+    # then the fence again, the cursor's move, the plan's reads and what came since, in
+    # the same round trip (the snapshots read what the writes left).
     taking = [r for r in runs if r.start.rows]
     pipe = store.pipeline()
-    queued = False
     handles: dict[str, str | None] = {}
     for run in _fence(bus, taking):
         rows = run.start.rows or []
@@ -206,12 +207,10 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
             else:
                 batch.append((msg, int(eid.split("-")[0])))
         bus.inbox.ingest(run.sid, batch, run.start.info, run.report, pipe=pipe, handles=handles)
-        queued = True
-    if queued:
-        store.execute_loaded(pipe)
-    # A lost lease took nothing: the cursor stays. Its begin cleared the dispatch flag and
-    # the lock may have lapsed with nobody taking it: the session runs again after the
-    # batch (bus.handoff: delivered, or handed to a holder), not left to the sweep.
+    # A lease lost at the fence took nothing: the cursor stays. Its begin cleared the
+    # dispatch flag and the lock may have lapsed with nobody taking it: the session runs
+    # again after the batch (bus.handoff: delivered, or handed to a holder), not left to
+    # the sweep. (One lost after the fence: its snapshot says so, below.)
     live = []
     for run in runs:
         if run.lease.lost:
@@ -220,9 +219,8 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
             run.done = run.rerun = True
         else:
             live.append(run)
-    # The fence, the cursor's move, the plan's reads and what came since, in one trip.
     items = [(r.sid, r.lease.token, r.start.rows[-1][0] if r.start.rows else None) for r in live]
-    snaps = store.snapshot_many(items, BATCH)
+    snaps = store.snapshot_many_after(pipe, items, BATCH)
     planned = []
     for run, snap in zip(live, snaps, strict=True):
         run.snap = snap

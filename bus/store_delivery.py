@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from .models import SessionInfo, now_ms
 from .store_inbox import view_of_replies
 from .store_part import StorePart
@@ -184,6 +186,38 @@ class DeliveryStore(StorePart):
             )
         sent_at = time.monotonic()
         return [_snapshot_of(reply, sent_at) for reply in self.execute_loaded(pipe)]
+
+    def snapshot_many_after(
+        self, pipe: Any, items: list[tuple[str, str, str | None]], count: int = 200
+    ) -> list[DeliverySnapshot]:
+        """:meth:`snapshot_many` queued behind the writes already on ``pipe`` (a batch's
+        messages taken into the inboxes), all sent in one round trip: the snapshots read
+        what those writes left. The writes are idempotent: when a script was lost (a
+        ``NOSCRIPT``: the server restarted or flushed them) the scripts are loaded and
+        the whole pipeline runs again, in its order. A cluster sends the two apart."""
+        if self.cluster:
+            self.execute_loaded(pipe)
+            return self.snapshot_many(items, count)
+        for sid, token, advance_to in items:
+            self.script("delivery_snapshot")(
+                keys=self._snapshot_keys(sid),
+                args=[token, self.lock_ttl_ms, advance_to or "", advance_to or "", count],
+                client=pipe,
+            )
+        stack = [args for args, _options in pipe.command_stack]
+        pipe.reset()
+        sent_at = time.monotonic()
+        replies = self.run_packed(stack)
+        if any(isinstance(reply, NoScriptError) for reply in replies):
+            shas = list(dict.fromkeys(c[1] for c in stack if c[0] == "EVALSHA"))
+            loads = [("SCRIPT", "LOAD", self._sources[sha]) for sha in shas]
+            sent_at = time.monotonic()
+            replies = self.run_packed(loads + stack)[len(loads) :]
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        tail = replies[len(replies) - len(items) :] if items else []
+        return [_snapshot_of(reply, sent_at) for reply in tail]
 
     def _snapshot_keys(self, sid: str) -> list[str]:
         names = ("lock", "session", "notice", "floor", "new", "wakeq", "stream", "cursor")

@@ -40,20 +40,20 @@ class KickStore(StorePart):
         return own_client(self.r, socket_timeout=block_s + 10, name=name)
 
     def pop_kicks(self, client: Any, host: str, loop: str, block_s: float, count: int) -> list[str]:
-        """Up to ``count`` kicks off ``host``'s list into loop ``loop``'s taken list: the
-        oldest waited for up to ``block_s`` on ``client`` (from :meth:`kick_client`;
-        BLMOVE), then those behind it without waiting (``kick_take.lua``), so a loop
-        delivers a burst's sessions as one batch (bus.batch). A loop that dies leaves them
-        in its taken list (:meth:`reclaim_kicks`); :meth:`done_kicks` when delivered."""
+        """Up to ``count`` kicks off ``host``'s list into loop ``loop``'s taken list: those
+        already waiting without blocking (``kick_take.lua``), so a loop delivers a burst's
+        sessions as one batch (bus.batch); when none waits, the next one waited for up
+        to ``block_s`` on ``client`` (from :meth:`kick_client`; BLMOVE) and returned at
+        once, alone: a lone send's notice does not wait for a look behind its kick (the
+        look comes after its delivery, on the loop's next pop). A loop that dies leaves
+        them in its taken list (:meth:`reclaim_kicks`); :meth:`done_kicks` when delivered."""
         k = self.k
         taken = k.kick_taken(host, loop)
+        got = self.script("kick_take")(keys=[k.kick_list(host), taken], args=[count])
+        if got:
+            return [_text(r) for r in got]
         first = client.blmove(k.kick_list(host), taken, block_s, "LEFT", "RIGHT")
-        if first is None:
-            return []
-        rest = []
-        if count > 1:
-            rest = self.script("kick_take")(keys=[k.kick_list(host), taken], args=[count - 1])
-        return [_text(first), *(_text(r) for r in rest)]
+        return [] if first is None else [_text(first)]
 
     def done_kicks(self, host: str, loop: str) -> None:
         """Loop ``loop``'s taken kicks were delivered: its taken list goes."""

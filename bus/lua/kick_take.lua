@@ -1,6 +1,6 @@
--- kick_take.lua: a delivery loop takes more kicks off its host's list, behind the one it
--- waited for (BLMOVE), into its own taken list, so a loop that dies leaves them there
--- (bus/kick.py) and not lost. It takes up to ARGV[1] (greedy: a share of the list per
+-- kick_take.lua: a delivery loop takes the kicks waiting on its host's list, without
+-- blocking (it waits with BLMOVE only when none is there), into its own taken list, so a
+-- loop that dies leaves them there (bus/kick.py) and not lost. It takes up to ARGV[1] (greedy: a share of the list per
 -- live loop made more, smaller batches running at once, and the wakes of a burst later).
 -- All keys are in the host's slot {kick:<host>}.
 -- KEYS[1] list    P:{kick:<host>}:list           session ids waiting for a delivery loop

@@ -1,0 +1,82 @@
+"""A lone send's path (issue 13's latency): a kick the loop waited for is delivered at once,
+alone; the kicks already waiting go greedily as one batch (bus.store_kick)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bus.api import Bus
+
+
+def test_a_kick_waited_for_comes_alone_and_those_waiting_come_together(
+    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = make_bus()
+    store, host = b.store, b.settings.host
+    kicks, taken = store.k.kick_list(host), store.k.kick_taken(host, "l1")
+    client, pool = store.kick_client(0.5, "test-kick")
+    real = client.blmove
+    blocked: list[str] = []
+
+    def blmove(*args: Any, **kw: Any) -> Any:
+        # Two kicks land just as the loop starts waiting: it wakes with the first.
+        blocked.append("x")
+        store.r.rpush(kicks, "a", "b")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(client, "blmove", blmove)
+    try:
+        # None waiting: the loop waits, and the one it woke for is delivered at once
+        # (no look behind it on the path of a lone send's notice).
+        assert store.pop_kicks(client, host, "l1", 0.5, 64) == ["a"]
+        assert blocked == ["x"] and store.r.lrange(kicks, 0, -1) == ["b"]
+        store.r.rpush(kicks, "c", "d")
+        # Kicks waiting: taken together, without waiting.
+        assert store.pop_kicks(client, host, "l1", 0.5, 2) == ["b", "c"]
+        assert blocked == ["x"]
+        assert store.r.lrange(taken, 0, -1) == ["a", "b", "c"]
+        assert store.r.lrange(kicks, 0, -1) == ["d"]
+    finally:
+        if pool is not None:
+            pool.disconnect()
+
+
+def test_a_batch_whose_ingest_script_was_lost_still_notices_what_it_took(
+    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redis.exceptions import NoScriptError
+
+    from bus.batch import deliver_many
+
+    b = make_bus()
+    if b.store.cluster:
+        pytest.skip("a standalone server's packed pipeline (a cluster sends them apart)")
+    b.open_session("s")
+    b.turn("s", "start")
+    sent = b.send({"from": "hosta:me", "to_id": "s", "text": "x"})
+    store = b.store
+    real = store.run_packed
+    lost: list[int] = []
+
+    def forget_the_ingest(commands: list[tuple[Any, ...]]) -> list[Any]:
+        # The server lost the ingest script just before it ran (a flush between two
+        # commands of one pipeline): that call answers NOSCRIPT and does nothing, the
+        # snapshot behind it runs.
+        ingest = store.script("ingest").sha
+        at = [n for n, c in enumerate(commands) if c[:2] == ("EVALSHA", ingest)]
+        if lost or not at or len(commands) < 2:
+            return real(commands)
+        lost.append(at[0])
+        replies = real([c for n, c in enumerate(commands) if n != at[0]])
+        replies.insert(at[0], NoScriptError("NOSCRIPT"))
+        return replies
+
+    monkeypatch.setattr(store, "run_packed", forget_the_ingest)
+    [report] = deliver_many(b, ["s"])
+    assert lost  # the fault ran
+    assert [n["messages"] for n in report.notices] == [1]
+    assert [n["notice"]["messages"] for n in b.floor.peek("s")] == [[sent["id"]]]
+    assert store.backlog("s") == 0

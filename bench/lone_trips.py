@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--redis-url", default=None)
+    parser.add_argument(
+        "--from-session",
+        action="store_true",
+        help="the sender names its session (an agent's send), not a bare handle",
+    )
     args = parser.parse_args(argv)
     trips = Trips()
     with ExitStack() as stack:
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         loop = KickLoop(worker_bus, threads=KICK_THREADS).start()
         stack.callback(loop.stop)
         observer = Bus(s)
-        open_running(observer, ["lat"])
+        open_running(observer, ["lat", "snd"] if args.from_session else ["lat"])
         ears = Ears(observer, ["lat"])
         stack.callback(ears.stop)
         sender = celery_bus(s)
@@ -104,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         t_next = time.perf_counter()
         for i in range(args.count):
             m = wire(i, 1, "lat", "lone")
+            if args.from_session:
+                m["from_session"] = "snd"
             t_next += 1 / args.rate
             sent_at[m["id"]] = time.perf_counter()
             order.append(m["id"])

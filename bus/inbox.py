@@ -74,8 +74,7 @@ class _SenderFacts:
         """Whether this session gave ``sender_sid`` work (its first work, or as parent)."""
         if sender_sid not in self._gave:
             store, info = self.ib.store, self.info
-            gave = store.gave(self.sid, sender_sid)
-            sender = store.get_session(sender_sid)
+            gave, sender = store.gave_and_session(self.sid, sender_sid)
             if sender is not None and info is not None and sender.parent in (self.sid, info.handle):
                 gave = True
             self._gave[sender_sid] = gave

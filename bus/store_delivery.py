@@ -115,6 +115,10 @@ class DeliveryStore(StorePart):
     # quarter of a due wake's Python time. (A lost script runs again after the rest: a
     # pipeline whose order matters across scripts and plain commands is not packed.)
     execute_loaded: Callable[[Any], list[Any]]
+    # The packed send itself and the scripts' sources (bus.store_many, bus.store).
+    run_packed: Callable[[list[tuple[Any, ...]]], list[Any]]
+    cluster: bool
+    _sources: dict[str, str]
 
     def begin_delivery(self, sid: str, count: int) -> DeliveryStart | None:
         """Take the session's delivery lock (as :meth:`~bus.store.Store.lock`) and, in the

@@ -102,6 +102,18 @@ class InboxStore(StorePart):
         """Whether :meth:`add_gave` recorded ``giver`` giving ``to`` work."""
         return bool(self.r.sismember(self.k.s(giver, "gave"), to))
 
+    def gave_and_session(self, giver: str, to: str) -> tuple[bool, Any]:
+        """:meth:`gave` and ``to``'s session record (as :meth:`~bus.store.Store.get_session`:
+        a ``SessionInfo`` or ``None``) in one round trip: a delivery's wake rules for a
+        sender that names its session (bus.inbox), one trip on a lone send's path."""
+        from .store import _session_from_hash
+
+        pipe = self.pipeline()
+        pipe.sismember(self.k.s(giver, "gave"), to)
+        pipe.hgetall(self.k.s(to, "session"))
+        gave, data = pipe.execute()
+        return bool(gave), (_session_from_hash(data) if data else None)
+
     # -- the inbox ------------------------------------------------------------------------
 
     def inbox_view(self, sid: str) -> dict[str, int | None]:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
+from tests.test_delivery_trips import Trips, trips  # noqa: F401 (the fixture)
 
 
 def test_a_kick_waited_for_comes_alone_and_those_waiting_come_together(
@@ -80,3 +81,34 @@ def test_a_batch_whose_ingest_script_was_lost_still_notices_what_it_took(
     assert [n["messages"] for n in report.notices] == [1]
     assert [n["notice"]["messages"] for n in b.floor.peek("s")] == [[sent["id"]]]
     assert store.backlog("s") == 0
+
+
+def test_a_lone_message_from_a_session_is_delivered_in_few_round_trips(
+    make_bus: Callable[..., Bus],
+    trips: Trips,  # noqa: F811 (the fixture imported above)
+) -> None:
+    from bus.batch import deliver_many
+    from bus.listen import Listener
+    from tests.conftest import collect
+
+    b = make_bus()
+    if b.store.cluster:
+        pytest.skip("counts round trips of a standalone server (a cluster splits them)")
+    for sid in ("s", "snd"):
+        b.open_session(sid)
+        b.turn(sid, "start")
+    got: list[dict[str, Any]] = []
+    listener = Listener.for_session(b.floor, "s", collect(got)).start()
+    try:
+        for n in range(2):  # the first warms the connections and scripts
+            sent = b.send({"from": "hosta:me", "from_session": "snd", "to_id": "s", "text": "x"})
+            trips.count, trips.commands = 0, []
+            [report] = deliver_many(b, ["s"])
+            assert [n["messages"] for n in report.notices] == [1]
+    finally:
+        listener.stop()
+    assert got[-1]["notice"]["messages"] == [sent["id"]]
+    # begin; the wake rules' facts of the sender (the gave set and its session, one trip,
+    # two before); the ingest with the snapshot behind it (one, two before); notice_take;
+    # the notice's records; the trim floor; the unlocks with their hand-off flags; the counters.
+    assert trips.count <= 7, trips.commands  # 9 before

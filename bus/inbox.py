@@ -180,6 +180,7 @@ class Inbox:
                     one_line(str(msg.get("text") or ""), 120),
                     msg.get("class", "action"),
                     THREAD_LOG_MAX,
+                    kept.keep_thread_message(msg),  # its one_m while it is the only one
                 ],
                 client=pipe,
             )

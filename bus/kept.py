@@ -170,3 +170,34 @@ def restore_record(raw: str | bytes, sid: str) -> dict[str, Any]:
             full[name] = _DEFAULTS[name]
     full.update((f, v) for f, v in kept.items() if f not in full)
     return full
+
+
+# A one-message thread's message (the thread record's ``one_m``; issue 13, memory) is kept
+# without its usual fields, listed by letter in its own ``md`` (a wire message has no such
+# field: bus.models.Message forbids extras). Its ``to_id`` stays: a thread has no session.
+THREAD_LETTERS = "md"
+
+
+def keep_thread_message(msg: dict[str, Any]) -> str:
+    """``msg`` as a one-message thread's record keeps it, with no spaces."""
+    out, letters = _keep_message(msg, "")
+    if letters:
+        out[THREAD_LETTERS] = letters
+    return json.dumps(out, separators=(",", ":"))
+
+
+def restore_thread_message(raw: str) -> str:
+    """A thread's message as wire JSON: :func:`keep_thread_message`'s form whole again (its
+    usual fields after the others); any other (a message kept whole) as it was."""
+    if f'"{THREAD_LETTERS}":' not in raw:  # cheap: most log entries are kept whole
+        return raw
+    msg = json.loads(raw)
+    letters = msg.pop(THREAD_LETTERS, None) if isinstance(msg, dict) else None
+    if not isinstance(letters, str):
+        return raw
+    return json.dumps(_restore_message(msg, letters, ""), separators=(",", ":"))
+
+
+def thread_message_id(raw: str) -> str:
+    """The id of a thread's one message as kept (``one_m``; the record keeps no ``one_id``)."""
+    return str(json.loads(raw)["id"])

@@ -191,3 +191,34 @@ def test_a_records_message_is_kept_without_its_usual_fields_and_restored_whole(
     stored = json.loads(kept.keep_record(record, "s1"))
     assert set(msg) - set(stored["m"]) == dropped
     assert kept.restore_record(json.dumps(stored), "s1") == record
+
+
+THREAD_TABLE: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "usual fields",
+        {"v": 1, "id": "m1", "ts": 5, "from": "a:b", "to_id": "s1", "text": "hi",
+         "urgency": "queue", "kind": "message", "class": "action", "verified": False},
+        '{"id":"m1","ts":5,"from":"a:b","to_id":"s1","text":"hi","md":"vukcf"}',
+    ),
+    (
+        "unusual fields kept",
+        {"id": "m1", "from": "a:b", "to_id": "s1", "text": '"md": no', "urgency": "now",
+         "class": "blocker", "verified": True},
+        '{"id":"m1","from":"a:b","to_id":"s1","text":"\\"md\\": no","urgency":"now",'
+        '"class":"blocker","verified":true}',
+    ),
+    ("nothing usual", {"id": "m1", "from": "a:b", "text": "x"}, '{"id":"m1","from":"a:b","text":"x"}'),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("msg", "kept_form"), [t[1:] for t in THREAD_TABLE], ids=[t[0] for t in THREAD_TABLE]
+)
+def test_a_one_message_threads_message_is_kept_compact_and_restored_whole(
+    msg: dict[str, Any], kept_form: str
+) -> None:
+    assert kept.keep_thread_message(msg) == kept_form
+    assert json.loads(kept.restore_thread_message(kept_form)) == msg
+    assert kept.thread_message_id(kept_form) == "m1"
+    whole = json.dumps(msg)  # kept whole before: read as it is
+    assert kept.restore_thread_message(whole) == whole

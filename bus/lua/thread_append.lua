@@ -1,8 +1,11 @@
 -- thread_append.lua: add one message to a thread's log, once.
 -- All keys are in the thread's slot {<thr>}.
 -- KEYS[1] meta  P:{thr}:meta  hash: key, label, parties (JSON list), senders (JSON list),
---                             count, newest_at, newest_preview, class; one_id,
---                             one_m: the first message while it is the only one.
+--                             count, newest_at, newest_preview, class; one_m: the
+--                             first message while it is the only one, kept without its
+--                             usual fields (bus.kept.keep_thread_message: its own "md"
+--                             lists them), with no one_id (its id is one_m's); a record
+--                             written before keeps one_id and a whole one_m (read too)
 --                             Not written (issue 13, memory): label when ARGV[5] is ''
 --                             (the readers take bus.threads.thread_label of key), class
 --                             when 'action' (the readers' default), created (unread)
@@ -10,20 +13,22 @@
 -- KEYS[3] seen  P:{thr}:seen  ids already in the log
 -- ARGV[1] message id, ARGV[2] wire JSON, ARGV[3] at ms, ARGV[4] key, ARGV[5] label ('' = its key's),
 -- ARGV[6] parties JSON list (taken only when the thread is made), ARGV[7] sender label, ARGV[8] preview, ARGV[9] class,
--- ARGV[10] log MAXLEN
+-- ARGV[10] log MAXLEN, ARGV[11] the message as a one-message thread keeps it
 -- Returns 1 if appended, 0 if already there.
 -- A thread's first message stays in meta (fields one_id, one_m) with no log and no seen
 -- set: a stream and a set cost ~1.1 KB however short (issue 13, memory). The second
--- message moves it to the log, first, then follows it there.
+-- message moves it to the log (as kept: bus.store_inbox.thread_log restores it), first,
+-- then follows it there.
 if redis.call('EXISTS', KEYS[2]) == 0 then
   local one = redis.call('HMGET', KEYS[1], 'one_id', 'one_m')
-  if not one[1] then
-    redis.call('HSET', KEYS[1], 'one_id', ARGV[1], 'one_m', ARGV[2])
-  elseif one[1] == ARGV[1] then
+  local one_id = one[1] or (one[2] and cjson.decode(one[2]).id)
+  if not one[2] then
+    redis.call('HSET', KEYS[1], 'one_m', ARGV[11])
+  elseif one_id == ARGV[1] then
     return 0
   else
-    redis.call('XADD', KEYS[2], '*', 'id', one[1], 'm', one[2])
-    redis.call('SADD', KEYS[3], one[1])
+    redis.call('XADD', KEYS[2], '*', 'id', one_id, 'm', one[2])
+    redis.call('SADD', KEYS[3], one_id)
     redis.call('HDEL', KEYS[1], 'one_id', 'one_m')
   end
 end

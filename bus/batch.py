@@ -198,14 +198,16 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
     handles: dict[str, str | None] = {}
     for run in _fence(bus, taking):
         rows = run.start.rows or []
-        batch = []
+        batch, raws = [], []
         for (eid, fields), answer in zip(rows, run.start.answers, strict=True):
-            msg = json.loads(fields["m"])
             if (answer or {}).get("state") == "withdrawn":
                 run.report.skipped += 1
             else:
-                batch.append((msg, int(eid.split("-")[0])))
-        bus.inbox.ingest(run.sid, batch, run.start.info, run.report, pipe=pipe, handles=handles)
+                batch.append((json.loads(fields["m"]), int(eid.split("-")[0])))
+                raws.append(fields["m"])
+        bus.inbox.ingest(
+            run.sid, batch, run.start.info, run.report, pipe=pipe, handles=handles, raws=raws
+        )
         queued = True
     if queued:
         store.execute_loaded(pipe)

@@ -222,3 +222,39 @@ def test_a_one_message_threads_message_is_kept_compact_and_restored_whole(
     assert kept.thread_message_id(kept_form) == "m1"
     whole = json.dumps(msg)  # kept whole before: read as it is
     assert kept.restore_thread_message(whole) == whole
+
+
+INGESTED: list[tuple[str, dict[str, Any], str | None, bool, str]] = [
+    ("usual", {"v": 1, "id": "m1", "ts": 5, "from": "a:b", "to_id": "s1", "text": "hi",
+               "urgency": "queue", "kind": "message", "class": "action"}, None, False,
+     "not_from_parent"),
+    ("from a session, waking", {"id": "m1", "from": "a:b", "to_id": "s1", "text": "PR #4 x",
+                                "class": "blocker", "verified": True}, "s2", True, "blocker"),
+    ("no class nor kind, another to", {"id": "m1", "from": "a:b", "to_id": "s9", "text": "x"},
+     None, False, "not_from_parent"),
+    ("a pr past cjson", {"id": "m1", "from": "a:b", "to_id": "s1", "pr": 10**15, "text": "x"},
+     None, False, "not_from_parent"),
+    ("to nobody", {"id": "m1", "from": "a:b", "to_id": "", "topic": "t", "text": "x"}, None,
+     False, "not_from_parent"),
+    ("wakes as a number", {"id": "m1", "from": "a:b", "to_id": "s1", "thread": "thr_x"}, "s1",
+     0, "other"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("msg", "sender", "wakes", "why"), [t[1:] for t in INGESTED], ids=[t[0] for t in INGESTED]
+)
+def test_an_ingested_message_is_kept_in_one_pass_as_record_and_thread_keep_it(
+    msg: dict[str, Any], sender: str | None, wakes: bool, why: str
+) -> None:
+    key, thread = thread_of("s1", msg)
+    record = {
+        "id": msg["id"], "thread": thread, "class": msg.get("class", "action"),
+        "kind": msg.get("kind", "message"), "from": msg["from"], "from_session": sender,
+        "at": 7, "mark": "new", "wakes": wakes, "why": why, "key": key, "m": msg,
+    }  # fmt: skip
+    got = kept.keep_ingested(
+        msg, "s1", key=key, thread=thread, sender_sid=sender, at=7, wakes=wakes, why=why
+    )
+    assert got == (kept.keep_record(record, "s1"), kept.keep_thread_message(msg))
+    assert kept.restore_record(got[0], "s1") == record

@@ -167,6 +167,10 @@ class Inbox:
         own = pipe is None
         if own:
             pipe = store.pipeline()
+        # One call per thread and one for the inbox (the scripts take many messages, in
+        # order): a batch of thousands costs Redis and the client per call (issue 13).
+        appends: dict[str, list[Any]] = {}
+        takes: list[Any] = []
         for n, (msg, arrived) in enumerate(batch):
             key, thread = thread_of(sid, msg)
             sender_sid = msg.get("from_session") or senders.session_of(str(msg["from"]))
@@ -177,11 +181,8 @@ class Inbox:
                 msg, sid, key=key, thread=thread, sender_sid=sender_sid, at=at, wakes=wakes,
                 why=reason,
             )  # fmt: skip
-            store.run_thread(
-                "thread_append",
-                thread,
-                ("meta", "log", "seen"),
-                [
+            appends.setdefault(thread, []).extend(
+                (
                     msg["id"],
                     # The queue's wire JSON when the caller has it (no spaces either).
                     raws[n] if raws else json.dumps(msg, separators=(",", ":")),
@@ -194,14 +195,10 @@ class Inbox:
                     msg.get("class", "action"),
                     THREAD_LOG_MAX,
                     one_m,  # the thread's one_m while it is the only one
-                ],
-                client=pipe,
+                )
             )
-            store.run(
-                "ingest",
-                sid,
-                ("msgs", "new", "wakeq", "threads", "events"),
-                [
+            takes.extend(
+                (
                     msg["id"],
                     record,  # kept without what its message says (bus.kept)
                     # Debounce and flush count from when the bus stored it (the stream
@@ -210,10 +207,15 @@ class Inbox:
                     "1" if wakes else "0",
                     thread,
                     "0" if sender_sid == sid else "1",
-                ],
-                client=pipe,
+                )
             )
             report.inbox += 1
+        for thread, args in appends.items():
+            store.run_thread("thread_append", thread, ("meta", "log", "seen"), args, client=pipe)
+        if takes:
+            store.run(
+                "ingest", sid, ("msgs", "new", "wakeq", "threads", "events"), takes, client=pipe
+            )
         if own:
             pipe.execute()
 

@@ -154,6 +154,7 @@ class Inbox:
         pipe: Any = None,
         handles: dict[str, str | None] | None = None,
         raws: list[str] | None = None,
+        wholes: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         """Take a batch of ``(message, arrival ms)`` into their threads and the session's
         inbox. Doing it twice is harmless (a redone delivery), so the caller moves the
@@ -161,7 +162,9 @@ class Inbox:
         idempotent scripts a message) go to Redis in one pipeline (``pipe``: queued on
         that one, which the caller sends; ``handles``: the senders' sessions by handle
         as found for other sessions of the caller's batch, bus.batch; ``raws``: each
-        message's wire JSON as the queue holds it, logged as it is)."""
+        message's wire JSON as the queue holds it, logged as it is; ``wholes``: filled
+        with each record as kept -> the record whole, what bus.kept.restore_record would
+        give, for the notice that follows)."""
         store = self.store
         senders = _SenderFacts(self, sid, info, handles)
         own = pipe is None
@@ -181,6 +184,13 @@ class Inbox:
                 msg, sid, key=key, thread=thread, sender_sid=sender_sid, at=at, wakes=wakes,
                 why=reason,
             )  # fmt: skip
+            if wholes is not None:
+                wholes[record] = {
+                    "id": msg["id"], "thread": thread, "class": msg.get("class", "action"),
+                    "kind": msg.get("kind", "message"), "from": msg["from"],
+                    "from_session": sender_sid, "at": at, "mark": "new", "wakes": wakes,
+                    "why": reason, "key": key, "m": msg,
+                }  # fmt: skip
             appends.setdefault(thread, []).extend(
                 (
                     msg["id"],

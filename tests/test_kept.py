@@ -11,6 +11,7 @@ import pytest
 from bus import kept
 from bus.api import Bus
 from bus.models import Recipient, SendAnswer
+from bus.report import DeliveryReport
 from bus.threads import thread_of
 
 RCPT = {"session": "s1", "host": "h", "state": "running", "listening": False, "last_seen": 17}
@@ -258,3 +259,25 @@ def test_an_ingested_message_is_kept_in_one_pass_as_record_and_thread_keep_it(
     )
     assert got == (kept.keep_record(record, "s1"), kept.keep_thread_message(msg))
     assert kept.restore_record(got[0], "s1") == record
+
+
+def test_the_records_the_batch_keeps_whole_are_what_their_readers_restore(bus: Bus) -> None:
+    # bus.batch's notice reads the records it ingested from ``wholes``, not restored: they
+    # must be what restore_record gives for the stored bytes.
+    bus.open_session("s1")
+    bus.open_session("s2")
+    msgs = [
+        {"v": 1, "id": "a1", "from": "h:x", "to_id": "s1", "text": "PR #3 hi", "ts": 5},
+        {"id": "a2", "from": "h:s2", "from_session": "s2", "to_id": "s1", "text": "x",
+         "class": "blocker", "urgency": "now", "verified": True},
+        {"id": "a3", "from": "h:x", "to_id": "s1", "pr": 10**15, "text": "y", "ts": 6},
+    ]  # fmt: skip
+    wholes: dict[str, dict[str, Any]] = {}
+    bus.inbox.ingest(
+        "s1", [(m, 9) for m in msgs], bus.store.get_session("s1"), DeliveryReport("s1"),
+        wholes=wholes,
+    )  # fmt: skip
+    stored = bus.store.r.hvals(bus.store.k.s("s1", "msgs"))
+    assert sorted(stored) == sorted(wholes)
+    for raw in stored:
+        assert kept.restore_record(raw, "s1") == wholes[raw]

@@ -16,6 +16,7 @@ trees interleaved to compare them (issue 13: the end to end goal's worker side).
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -4,8 +4,9 @@
 
 Runs in one process against its own embedded redis-server (so ``INFO commandstats`` counts
 only this run): ingest (``Bus.send`` per message, then ``Bus.send_many``) and the worker's
-job (``Bus.deliver_session`` for each session, every session running with a listener on
-its socket that acks), each under cProfile, with the Redis commands and round trips per
+job (``Bus.deliver_session`` for each session, then ``bus.batch.deliver_many`` over them
+all, as a worker's kick list runs it; every session running with a listener on its socket
+that acks), each under cProfile, with the Redis commands and round trips per
 message. No Celery: dispatches are recorded, and the Celery cost per kick is measured
 apart (``send_task`` per call). The findings are written up in bench/README.md.
 """
@@ -30,6 +31,7 @@ if str(REPO) not in sys.path:
 import redis  # noqa: E402
 import redis.connection  # noqa: E402
 
+from bus import batch as batch_mod  # noqa: E402
 from bus.api import Bus  # noqa: E402
 from bus.dispatch import RecordingDispatcher  # noqa: E402
 from bus.embedded import EmbeddedRedis  # noqa: E402
@@ -143,6 +145,21 @@ def main(argv: list[str] | None = None) -> int:
                 n,
                 lambda: [b.deliver_session(sid) for sid in sids],
                 args.top,
+            )
+        if hasattr(batch_mod, "deliver_many"):
+            burst = items("d")
+            b.send_many(burst)
+            cpu = time.process_time()
+            measure(
+                "delivery, bus.batch.deliver_many over every session (a worker's kick list)",
+                r,
+                n,
+                lambda: batch_mod.deliver_many(b, sids),
+                args.top,
+            )
+            # Profiled, so inflated; bench/README.md's CPU per message runs it unprofiled.
+            print(
+                f"process CPU per message (profiled): {(time.process_time() - cpu) / n * 1e6:.0f} us"
             )
         # One kick: what the delivery costs with nothing or one message queued.
         kicks = 200

@@ -88,6 +88,8 @@ class _Run:
     done: bool = False  # its lease released (or handed to the one-session code)
     rerun: bool = False
     took: list[Any] = field(default_factory=list)
+    # Its records as kept -> whole, as ingested (the notice reads them back unrestored).
+    wholes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def deliver_many(
@@ -199,14 +201,23 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
     handles: dict[str, str | None] = {}
     for run in _fence(bus, taking):
         rows = run.start.rows or []
-        batch = []
+        batch, raws = [], []
         for (eid, fields), answer in zip(rows, run.start.answers, strict=True):
-            msg = json.loads(fields["m"])
             if (answer or {}).get("state") == "withdrawn":
                 run.report.skipped += 1
             else:
-                batch.append((msg, int(eid.split("-")[0])))
-        bus.inbox.ingest(run.sid, batch, run.start.info, run.report, pipe=pipe, handles=handles)
+                batch.append((json.loads(fields["m"]), int(eid.split("-")[0])))
+                raws.append(fields["m"])
+        bus.inbox.ingest(
+            run.sid,
+            batch,
+            run.start.info,
+            run.report,
+            pipe=pipe,
+            handles=handles,
+            raws=raws,
+            wholes=run.wholes,
+        )
     # A lease lost at the fence took nothing: the cursor stays. Its begin cleared the
     # dispatch flag and the lock may have lapsed with nobody taking it: the session runs
     # again after the batch (bus.handoff: delivered, or handed to a holder), not left to
@@ -306,7 +317,8 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         plan = run.plan
         assert plan is not None
         wake = plan.action == "wake"
-        records = [kept.restore_record(r, run.sid) for r in taken[1] if r]
+        # A record as this run kept it is the record it ingested: not restored again.
+        records = [run.wholes.get(r) or kept.restore_record(r, run.sid) for r in taken[1] if r]
         summaries = notices.summarize([inbox._summary_input(r) for r in records])
         line = notices.notice_line(
             nid,

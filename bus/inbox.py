@@ -12,6 +12,7 @@ session's slot and leaves a durability record in ``P:{sid}:events``.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -42,6 +43,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 THREAD_LOG_MAX = 5000
+
+
+@functools.lru_cache(maxsize=4096)
+def _parties_json(sid: str, sender_sid: str | None) -> str:
+    """A new thread's parties (thread_append.lua): the receiver, and its sender's session."""
+    return json.dumps([sid] + ([sender_sid] if sender_sid else []))
 
 
 class _SenderFacts:
@@ -145,74 +152,79 @@ class Inbox:
         report: DeliveryReport,
         pipe: Any = None,
         handles: dict[str, str | None] | None = None,
+        raws: list[str] | None = None,
+        wholes: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         """Take a batch of ``(message, arrival ms)`` into their threads and the session's
         inbox. Doing it twice is harmless (a redone delivery), so the caller moves the
         cursor after the batch. Lookups are made once per sender; the writes (two
         idempotent scripts a message) go to Redis in one pipeline (``pipe``: queued on
         that one, which the caller sends; ``handles``: the senders' sessions by handle
-        as found for other sessions of the caller's batch, bus.batch)."""
+        as found for other sessions of the caller's batch, bus.batch; ``raws``: each
+        message's wire JSON as the queue holds it, logged as it is; ``wholes``: filled
+        with each record as kept -> the record whole, what bus.kept.restore_record would
+        give, for the notice that follows)."""
         store = self.store
         senders = _SenderFacts(self, sid, info, handles)
         own = pipe is None
         if own:
             pipe = store.pipeline()
-        for msg, arrived in batch:
+        # One call per thread and one for the inbox (the scripts take many messages, in
+        # order): a batch of thousands costs Redis and the client per call (issue 13).
+        appends: dict[str, list[Any]] = {}
+        takes: list[Any] = []
+        for n, (msg, arrived) in enumerate(batch):
             key, thread = thread_of(sid, msg)
             sender_sid = msg.get("from_session") or senders.session_of(str(msg["from"]))
             at = int(msg.get("ts") or self.clock.now_ms())
             wakes, reason = senders.may_wake(msg, sender_sid)
-            parties = [sid] + ([sender_sid] if sender_sid else [])
-            store.run_thread(
-                "thread_append",
-                thread,
-                ("meta", "log", "seen"),
-                [
+            # Both kept forms in one pass (the batch's delivery pays this per message).
+            record, one_m = kept.keep_ingested(
+                msg, sid, key=key, thread=thread, sender_sid=sender_sid, at=at, wakes=wakes,
+                why=reason,
+            )  # fmt: skip
+            if wholes is not None:
+                wholes[record] = {
+                    "id": msg["id"], "thread": thread, "class": msg.get("class", "action"),
+                    "kind": msg.get("kind", "message"), "from": msg["from"],
+                    "from_session": sender_sid, "at": at, "mark": "new", "wakes": wakes,
+                    "why": reason, "key": key, "m": msg,
+                }  # fmt: skip
+            appends.setdefault(thread, []).extend(
+                (
                     msg["id"],
-                    # No spaces: a one-message thread keeps it in its record (issue 13).
-                    json.dumps(msg, separators=(",", ":")),
+                    # The queue's wire JSON when the caller has it (no spaces either).
+                    raws[n] if raws else json.dumps(msg, separators=(",", ":")),
                     at,
                     key,
                     "",  # the label: its key's (store_inbox.thread_meta), not stored
-                    json.dumps(parties),
+                    _parties_json(sid, sender_sid),
                     msg["from"],
                     one_line(str(msg.get("text") or ""), 120),
                     msg.get("class", "action"),
                     THREAD_LOG_MAX,
-                ],
-                client=pipe,
+                    one_m,  # the thread's one_m while it is the only one
+                )
             )
-            record = {
-                "id": msg["id"],
-                "thread": thread,
-                "class": msg.get("class", "action"),
-                "kind": msg.get("kind", "message"),
-                "from": msg["from"],
-                "from_session": sender_sid,
-                "at": at,
-                "mark": "new",
-                "wakes": wakes,
-                "why": reason,
-                "key": key,
-                "m": msg,
-            }
-            store.run(
-                "ingest",
-                sid,
-                ("msgs", "new", "wakeq", "threads", "events"),
-                [
+            takes.extend(
+                (
                     msg["id"],
-                    kept.keep_record(record, sid),  # without what its message says
+                    record,  # kept without what its message says (bus.kept)
                     # Debounce and flush count from when the bus stored it (the stream
                     # entry's Redis clock), not the sender's own clock.
                     arrived,
                     "1" if wakes else "0",
                     thread,
                     "0" if sender_sid == sid else "1",
-                ],
-                client=pipe,
+                )
             )
             report.inbox += 1
+        for thread, args in appends.items():
+            store.run_thread("thread_append", thread, ("meta", "log", "seen"), args, client=pipe)
+        if takes:
+            store.run(
+                "ingest", sid, ("msgs", "new", "wakeq", "threads", "events"), takes, client=pipe
+            )
         if own:
             pipe.execute()
 

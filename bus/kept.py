@@ -104,9 +104,15 @@ def _restore_message(msg: dict[str, Any], letters: str, sid: str) -> dict[str, A
     return full
 
 
-def _thread_of(sid: str, msg: dict[str, Any]) -> dict[str, str] | None:
+def _pr_exact(msg: dict[str, Any]) -> bool:
+    """Whether the scripts that re-encode a record keep its message's ``pr`` exactly
+    (else its thread's key could change, so the record keeps its key and id)."""
     pr = msg.get("pr")
-    if pr is not None and not (isinstance(pr, int) and abs(pr) < CJSON_EXACT):
+    return pr is None or (isinstance(pr, int) and abs(pr) < CJSON_EXACT)
+
+
+def _thread_of(sid: str, msg: dict[str, Any]) -> dict[str, str] | None:
+    if not _pr_exact(msg):
         return None  # a script's re-encoding could change it, and so the thread's key
     try:
         key, thread = thread_of(sid, msg)
@@ -170,3 +176,89 @@ def restore_record(raw: str | bytes, sid: str) -> dict[str, Any]:
             full[name] = _DEFAULTS[name]
     full.update((f, v) for f, v in kept.items() if f not in full)
     return full
+
+
+# A one-message thread's message (the thread record's ``one_m``; issue 13, memory) is kept
+# without its usual fields, listed by letter in its own ``md`` (a wire message has no such
+# field: bus.models.Message forbids extras). Its ``to_id`` stays: a thread has no session.
+THREAD_LETTERS = "md"
+
+
+def keep_thread_message(msg: dict[str, Any]) -> str:
+    """``msg`` as a one-message thread's record keeps it, with no spaces."""
+    out, letters = _keep_message(msg, "")
+    if letters:
+        out[THREAD_LETTERS] = letters
+    return json.dumps(out, separators=(",", ":"))
+
+
+def restore_thread_message(raw: str) -> str:
+    """A thread's message as wire JSON: :func:`keep_thread_message`'s form whole again (its
+    usual fields after the others); any other (a message kept whole) as it was."""
+    if f'"{THREAD_LETTERS}":' not in raw:  # cheap: most log entries are kept whole
+        return raw
+    msg = json.loads(raw)
+    letters = msg.pop(THREAD_LETTERS, None) if isinstance(msg, dict) else None
+    if not isinstance(letters, str):
+        return raw
+    return json.dumps(_restore_message(msg, letters, ""), separators=(",", ":"))
+
+
+def thread_message_id(raw: str) -> str:
+    """The id of a thread's one message as kept (``one_m``; the record keeps no ``one_id``)."""
+    return str(json.loads(raw)["id"])
+
+
+def keep_ingested(
+    msg: dict[str, Any],
+    sid: str,
+    *,
+    key: str,
+    thread: str,
+    sender_sid: str | None,
+    at: int,
+    wakes: bool,
+    why: str,
+) -> tuple[str, str]:
+    """``(record, thread message)`` for a message the inbox takes in (bus.inbox.ingest):
+    the strings :func:`keep_record` and :func:`keep_thread_message` give for its record
+    (``key``, ``thread``: :func:`bus.threads.thread_of` of ``msg`` and ``sid``; ``mark``
+    new) and its message, made in one pass (the batch's delivery does it per message)."""
+    out_m, letters = _keep_message(msg, "")
+    thread_form = dict(out_m)
+    if letters:
+        thread_form[THREAD_LETTERS] = letters
+    thread_json = json.dumps(thread_form, separators=(",", ":"))
+    if "t" in letters or not sid:  # a message to "": the slow way keeps it exactly
+        record = {
+            "id": msg["id"], "thread": thread, "class": msg.get("class", "action"),
+            "kind": msg.get("kind", "message"), "from": msg["from"],
+            "from_session": sender_sid, "at": at, "mark": "new", "wakes": wakes, "why": why,
+            "key": key, "m": msg,
+        }  # fmt: skip
+        return keep_record(record, sid), thread_json
+    rec: dict[str, Any] = {"id": msg["id"]}
+    exact = _pr_exact(msg)
+    if not exact:
+        rec["thread"] = thread
+    if "class" not in msg:
+        rec["class"] = "action"
+    if "kind" not in msg:
+        rec["kind"] = "message"
+    if sender_sid is not None:
+        rec["from_session"] = sender_sid
+    rec["at"] = at
+    rec["mark"] = "new"
+    if wakes is not False:
+        rec["wakes"] = wakes
+    if why != _DEFAULTS["why"]:
+        rec["why"] = why
+    if not exact:
+        rec["key"] = key
+    if out_m.get(_M_TO[0]) == sid:
+        out_m = {f: v for f, v in out_m.items() if f != _M_TO[0]}
+        letters += _M_TO[1]
+    rec["m"] = out_m
+    if letters:
+        rec["md"] = letters
+    return json.dumps(rec, separators=(",", ":")), thread_json

@@ -66,6 +66,8 @@ def _start_of(reply: Any, token: str, sent_at: float) -> DeliveryStart | None:
     _ok, flight, cursor, read, rows, session, answers = reply
     if not int(read):
         return DeliveryStart(token, sent_at, json.loads(flight), str(cursor), None)
+    if isinstance(rows, str):  # JSON-encoded by the script when it read any
+        rows, answers = json.loads(rows), json.loads(answers)
     entries = [(str(eid), _flat_hash(fields)) for eid, fields in rows]
     data = _flat_hash(session)
     from .store import _session_from_hash

@@ -305,9 +305,17 @@ class InboxStore(StorePart):
         pipe.hmget(self.k.t(thread, "meta"), ["one_id", "one_m"])
         pipe.xrange(self.k.t(thread, "log"))
         (one_id, one_m), rows = pipe.execute()
-        if not rows and one_id and one_m:
-            return [{"id": str(one_id), "m": str(one_m)}]
-        return [dict(f) for _eid, f in rows]
+        # The one message is kept compact (bus.kept.keep_thread_message), so is the log's
+        # first entry once a second message moved it there; a record written before kept
+        # one_id and a whole one_m.
+        if not rows and one_m:
+            m = str(one_m)
+            first = str(one_id or kept.thread_message_id(m))
+            return [{"id": first, "m": kept.restore_thread_message(m)}]
+        return [
+            {**f, "m": kept.restore_thread_message(f["m"])} if "m" in f else dict(f)
+            for _eid, f in rows
+        ]
 
     def threads_of(self, sid: str) -> list[str]:
         """The session's thread ids, newest activity first."""

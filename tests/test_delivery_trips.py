@@ -360,3 +360,36 @@ def test_a_message_sent_while_a_batch_is_taken_in_goes_in_the_same_notice(
     assert report.inbox == 2 and len(report.notices) == 1
     assert got[-1]["notice"]["messages"] == [first["id"], sent[0]]
     assert bus.store.backlog("late") == 0
+
+
+def test_a_batch_of_a_senders_messages_is_two_script_calls_and_lands_in_order(
+    bus: Bus, trips: Trips
+) -> None:
+    # thread_append.lua and ingest.lua take many messages a call (issue 13): a session's
+    # 30 messages from two senders are one call per thread and one for the inbox, not two
+    # calls a message, each message logged and taken once, in order.
+    store = standalone(bus).store
+    bus.open_session("s")
+    bus.turn("s", "start")
+    texts = [f"t{i}" for i in range(30)]
+    bus.send_many(
+        [
+            {"id": f"m{i}", "from": f"hosta:p{i % 2}", "to_id": "s", "text": text}
+            for i, text in enumerate(texts)
+        ]
+    )
+    trips.count, trips.commands = 0, []
+    report = bus.deliver_session("s")
+    assert report.inbox == 30
+    assert trips.commands.count("EVALSHA") + trips.commands.count("EVAL") < 12, trips.commands
+    assert sorted(r["id"] for r in store.all_records("s")) == sorted(f"m{i}" for i in range(30))
+    threads = store.threads_of("s")
+    assert len(threads) == 2
+    for thread in threads:
+        rows = store.thread_log(thread)
+        got = [json.loads(r["m"])["text"] for r in rows]
+        sender = json.loads(rows[0]["m"])["from"]
+        assert got == [t for i, t in enumerate(texts) if f"hosta:p{i % 2}" == sender]
+        assert int(store.thread_field(thread, "count") or 0) == 15
+    bus.deliver_session("s")  # a redone delivery takes nothing twice
+    assert len(store.all_records("s")) == 30

@@ -11,6 +11,7 @@ import pytest
 from bus import kept
 from bus.api import Bus
 from bus.models import Recipient, SendAnswer
+from bus.report import DeliveryReport
 from bus.threads import thread_of
 
 RCPT = {"session": "s1", "host": "h", "state": "running", "listening": False, "last_seen": 17}
@@ -191,3 +192,92 @@ def test_a_records_message_is_kept_without_its_usual_fields_and_restored_whole(
     stored = json.loads(kept.keep_record(record, "s1"))
     assert set(msg) - set(stored["m"]) == dropped
     assert kept.restore_record(json.dumps(stored), "s1") == record
+
+
+THREAD_TABLE: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "usual fields",
+        {"v": 1, "id": "m1", "ts": 5, "from": "a:b", "to_id": "s1", "text": "hi",
+         "urgency": "queue", "kind": "message", "class": "action", "verified": False},
+        '{"id":"m1","ts":5,"from":"a:b","to_id":"s1","text":"hi","md":"vukcf"}',
+    ),
+    (
+        "unusual fields kept",
+        {"id": "m1", "from": "a:b", "to_id": "s1", "text": '"md": no', "urgency": "now",
+         "class": "blocker", "verified": True},
+        '{"id":"m1","from":"a:b","to_id":"s1","text":"\\"md\\": no","urgency":"now",'
+        '"class":"blocker","verified":true}',
+    ),
+    ("nothing usual", {"id": "m1", "from": "a:b", "text": "x"}, '{"id":"m1","from":"a:b","text":"x"}'),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("msg", "kept_form"), [t[1:] for t in THREAD_TABLE], ids=[t[0] for t in THREAD_TABLE]
+)
+def test_a_one_message_threads_message_is_kept_compact_and_restored_whole(
+    msg: dict[str, Any], kept_form: str
+) -> None:
+    assert kept.keep_thread_message(msg) == kept_form
+    assert json.loads(kept.restore_thread_message(kept_form)) == msg
+    assert kept.thread_message_id(kept_form) == "m1"
+    whole = json.dumps(msg)  # kept whole before: read as it is
+    assert kept.restore_thread_message(whole) == whole
+
+
+INGESTED: list[tuple[str, dict[str, Any], str | None, bool, str]] = [
+    ("usual", {"v": 1, "id": "m1", "ts": 5, "from": "a:b", "to_id": "s1", "text": "hi",
+               "urgency": "queue", "kind": "message", "class": "action"}, None, False,
+     "not_from_parent"),
+    ("from a session, waking", {"id": "m1", "from": "a:b", "to_id": "s1", "text": "PR #4 x",
+                                "class": "blocker", "verified": True}, "s2", True, "blocker"),
+    ("no class nor kind, another to", {"id": "m1", "from": "a:b", "to_id": "s9", "text": "x"},
+     None, False, "not_from_parent"),
+    ("a pr past cjson", {"id": "m1", "from": "a:b", "to_id": "s1", "pr": 10**15, "text": "x"},
+     None, False, "not_from_parent"),
+    ("to nobody", {"id": "m1", "from": "a:b", "to_id": "", "topic": "t", "text": "x"}, None,
+     False, "not_from_parent"),
+    ("wakes as a number", {"id": "m1", "from": "a:b", "to_id": "s1", "thread": "thr_x"}, "s1",
+     0, "other"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("msg", "sender", "wakes", "why"), [t[1:] for t in INGESTED], ids=[t[0] for t in INGESTED]
+)
+def test_an_ingested_message_is_kept_in_one_pass_as_record_and_thread_keep_it(
+    msg: dict[str, Any], sender: str | None, wakes: bool, why: str
+) -> None:
+    key, thread = thread_of("s1", msg)
+    record = {
+        "id": msg["id"], "thread": thread, "class": msg.get("class", "action"),
+        "kind": msg.get("kind", "message"), "from": msg["from"], "from_session": sender,
+        "at": 7, "mark": "new", "wakes": wakes, "why": why, "key": key, "m": msg,
+    }  # fmt: skip
+    got = kept.keep_ingested(
+        msg, "s1", key=key, thread=thread, sender_sid=sender, at=7, wakes=wakes, why=why
+    )
+    assert got == (kept.keep_record(record, "s1"), kept.keep_thread_message(msg))
+    assert kept.restore_record(got[0], "s1") == record
+
+
+def test_the_records_the_batch_keeps_whole_are_what_their_readers_restore(bus: Bus) -> None:
+    # bus.batch's notice reads the records it ingested from ``wholes``, not restored: they
+    # must be what restore_record gives for the stored bytes.
+    bus.open_session("s1")
+    bus.open_session("s2")
+    msgs = [
+        {"v": 1, "id": "a1", "from": "h:x", "to_id": "s1", "text": "PR #3 hi", "ts": 5},
+        {"id": "a2", "from": "h:s2", "from_session": "s2", "to_id": "s1", "text": "x",
+         "class": "blocker", "urgency": "now", "verified": True},
+        {"id": "a3", "from": "h:x", "to_id": "s1", "pr": 10**15, "text": "y", "ts": 6},
+    ]  # fmt: skip
+    wholes: dict[str, dict[str, Any]] = {}
+    bus.inbox.ingest(
+        "s1", [(m, 9) for m in msgs], bus.store.get_session("s1"), DeliveryReport("s1"),
+        wholes=wholes,
+    )  # fmt: skip
+    stored = bus.store.r.hvals(bus.store.k.s("s1", "msgs"))
+    assert sorted(stored) == sorted(wholes)
+    for raw in stored:
+        assert kept.restore_record(raw, "s1") == wholes[raw]

@@ -207,7 +207,14 @@ def test_a_one_message_thread_keeps_its_message_in_its_record_until_a_second(bus
     [thread] = store.threads_of("coord")
     # No log and no seen set for one message: it is in the thread's record.
     assert store.r.exists(k.t(thread, "log"), k.t(thread, "seen")) == 0
-    assert store.r.hget(k.t(thread, "meta"), "one_id") == sent["id"]
+    # Kept compact: no one_id (its id is one_m's), no field at its usual value; the
+    # history reads it whole, as the recipient's record has it.
+    one = json.loads(store.r.hget(k.t(thread, "meta"), "one_m"))
+    assert store.r.hget(k.t(thread, "meta"), "one_id") is None
+    assert one["id"] == sent["id"] and "urgency" not in one and "v" not in one
+    [record] = store.all_records("coord")
+    [entry] = store.thread_log(thread)
+    assert entry["id"] == sent["id"] and json.loads(entry["m"]) == record["m"]
     history = bus.read("coord", thread)["messages"]
     assert [(m["id"], m["text"]) for m in history] == [(sent["id"], "hello")]
     assert int(store.thread_field(thread, "count") or 0) == 1
@@ -217,9 +224,31 @@ def test_a_one_message_thread_keeps_its_message_in_its_record_until_a_second(bus
     bus.deliver_session("coord")
     ids = [f["id"] for _e, f in store.r.xrange(k.t(thread, "log"))]
     assert ids[0] == sent["id"] and len(ids) == len(set(ids)) == 2
-    assert store.r.hget(k.t(thread, "meta"), "one_id") is None
+    assert store.r.hget(k.t(thread, "meta"), "one_m") is None
+    assert json.loads(store.thread_log(thread)[0]["m"]) == record["m"]
     assert [m["text"] for m in bus.read("coord", thread)["messages"]] == ["hello", "hi back"]
     assert reply["ok"] is True
+
+
+def test_a_one_message_thread_written_before_reads_and_moves_whole(bus: Bus) -> None:
+    # The layout before the seventh round: one_id beside a whole one_m.
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.open_session("lane")
+    bus.turn("coord", "start")
+    sent = bus.send({"from": "ha:lane", "from_session": "lane", "to_id": "coord", "text": "hello"})
+    bus.deliver_session("coord")
+    [thread] = store.threads_of("coord")
+    [record] = store.all_records("coord")
+    whole = json.dumps(record["m"], separators=(",", ":"))
+    store.r.hset(k.t(thread, "meta"), mapping={"one_id": sent["id"], "one_m": whole})
+    assert store.thread_log(thread) == [{"id": sent["id"], "m": whole}]
+    bus.reply("coord", thread, "hi back")
+    bus.deliver_session("lane")
+    rows = store.thread_log(thread)
+    assert rows[0]["id"] == sent["id"] and len(rows) == 2
+    assert rows[0]["m"] == whole
+    assert store.r.hmget(k.t(thread, "meta"), ["one_id", "one_m"]) == [None, None]
 
 
 def test_a_quiet_sessions_events_are_dropped_and_a_waited_receipt_still_ends(bus: Bus) -> None:

@@ -3,7 +3,8 @@
 -- writes it only if the thread is still in that state, so two parties deciding at once
 -- cannot both win. All keys are in the thread's slot {<thr>}.
 -- KEYS[1] meta  P:{thr}:meta  hash: state, offered_by, windows, count, newest_at, ...;
---                             one_id, one_m: a one-message thread's message
+--                             one_m: a one-message thread's message as kept (one_id:
+--                             its id, in a record written before; else one_m's)
 -- KEYS[2] log   P:{thr}:log   stream of the thread's messages (fields id, m = JSON)
 -- KEYS[3] seen  P:{thr}:seen  ids already in the log (the notice of the decision reuses
 --                             the envelope id, so its delivery does not log it twice)
@@ -30,9 +31,10 @@ if ARGV[5] ~= '' then
 end
 -- A one-message thread keeps its message in meta (thread_append.lua): to the log first.
 local one = redis.call('HMGET', KEYS[1], 'one_id', 'one_m')
-if one[1] and one[2] and redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('XADD', KEYS[2], '*', 'id', one[1], 'm', one[2])
-  redis.call('SADD', KEYS[3], one[1])
+if one[2] and redis.call('EXISTS', KEYS[2]) == 0 then
+  local one_id = one[1] or cjson.decode(one[2]).id
+  redis.call('XADD', KEYS[2], '*', 'id', one_id, 'm', one[2])
+  redis.call('SADD', KEYS[3], one_id)
 end
 redis.call('HDEL', KEYS[1], 'one_id', 'one_m')
 redis.call('SADD', KEYS[3], ARGV[6])

@@ -12,7 +12,9 @@
 -- returns {1, rawflight or '', cursor, read, entries, session hash (flat), send answers}:
 -- with a raw line in flight nothing is read (read = 0: the caller recovers it first);
 -- else the entries after the cursor (XRANGE, up to ARGV[3]) and, when there are any, the
--- session record and the send answers of their message ids, in entry order.
+-- session record and the send answers of their message ids, in entry order (entries
+-- and answers JSON-encoded when there are any: [[id, [field, value, ...]], ...] and
+-- [answer or '', ...]).
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0}
 end
@@ -44,4 +46,7 @@ for i = 1, #answers do
     answers[i] = ''
   end
 end
-return {1, '', cursor, 1, rows, redis.call('HGETALL', KEYS[6]), answers}
+-- The entries and their answers as one JSON string each: a batch's thousands of nested
+-- replies cost the client's parser more than the encoding costs here (issue 13).
+return {1, '', cursor, 1, cjson.encode(rows), redis.call('HGETALL', KEYS[6]),
+  cjson.encode(answers)}

@@ -1,4 +1,4 @@
--- ingest.lua: take one message into a session's inbox, once.
+-- ingest.lua: take messages into a session's inbox, each once.
 -- All keys are in the receiver's slot {<sid>}.
 -- KEYS[1] msgs     P:{sid}:msgs     message id -> inbox record JSON
 -- KEYS[2] new      P:{sid}:new      ids not yet carried by a notice -> arrival ms
@@ -7,17 +7,26 @@
 -- KEYS[5] events   P:{sid}:events   durability records
 -- ARGV[1] message id, ARGV[2] record JSON, ARGV[3] arrival ms, ARGV[4] "1" if it may wake,
 -- ARGV[5] thread id, ARGV[6] "1" if it counts as new (not the session's own message)
--- Returns 1 if taken, 0 if it was already there (a redone delivery).
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
-  return 0
-end
-if ARGV[6] == '1' then
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-  if ARGV[4] == '1' then
-    redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+-- ARGV[7..12], ...: more messages, six arguments each, taken in order (a batch's
+-- delivery takes a session's messages in one call: issue 13).
+-- Returns how many were taken (0 for one already there: a redone delivery).
+local function take(A)
+  if redis.call('HSETNX', KEYS[1], A[1], A[2]) == 0 then
+    return 0
   end
+  if A[6] == '1' then
+    redis.call('ZADD', KEYS[2], A[3], A[1])
+    if A[4] == '1' then
+      redis.call('ZADD', KEYS[3], A[3], A[1])
+    end
+  end
+  redis.call('ZADD', KEYS[4], 'GT', A[3], A[5])
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', 10000, '*', 'kind', 'inbox', 'id', A[1],
+    'thread', A[5], 'at', A[3], 'wakes', A[4])
+  return 1
 end
-redis.call('ZADD', KEYS[4], 'GT', ARGV[3], ARGV[5])
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', 10000, '*', 'kind', 'inbox', 'id', ARGV[1],
-  'thread', ARGV[5], 'at', ARGV[3], 'wakes', ARGV[4])
-return 1
+local taken = 0
+for i = 0, #ARGV - 1, 6 do
+  taken = taken + take({unpack(ARGV, i + 1, i + 6)})
+end
+return taken

@@ -1,8 +1,11 @@
--- thread_append.lua: add one message to a thread's log, once.
+-- thread_append.lua: add messages to a thread's log, each once.
 -- All keys are in the thread's slot {<thr>}.
 -- KEYS[1] meta  P:{thr}:meta  hash: key, label, parties (JSON list), senders (JSON list),
---                             count, newest_at, newest_preview, class; one_id,
---                             one_m: the first message while it is the only one.
+--                             count, newest_at, newest_preview, class; one_m: the
+--                             first message while it is the only one, kept without its
+--                             usual fields (bus.kept.keep_thread_message: its own "md"
+--                             lists them), with no one_id (its id is one_m's); a record
+--                             written before keeps one_id and a whole one_m (read too)
 --                             Not written (issue 13, memory): label when ARGV[5] is ''
 --                             (the readers take bus.threads.thread_label of key), class
 --                             when 'action' (the readers' default), created (unread)
@@ -10,60 +13,71 @@
 -- KEYS[3] seen  P:{thr}:seen  ids already in the log
 -- ARGV[1] message id, ARGV[2] wire JSON, ARGV[3] at ms, ARGV[4] key, ARGV[5] label ('' = its key's),
 -- ARGV[6] parties JSON list (taken only when the thread is made), ARGV[7] sender label, ARGV[8] preview, ARGV[9] class,
--- ARGV[10] log MAXLEN
--- Returns 1 if appended, 0 if already there.
--- A thread's first message stays in meta (fields one_id, one_m) with no log and no seen
+-- ARGV[10] log MAXLEN, ARGV[11] the message as a one-message thread keeps it
+-- ARGV[12..22], ...: more messages to the thread, eleven arguments each, appended in order
+-- (a batch's delivery appends a thread's messages in one call: issue 13).
+-- Returns how many were appended (0 for one already there).
+-- A thread's first message stays in meta (field one_m) with no log and no seen
 -- set: a stream and a set cost ~1.1 KB however short (issue 13, memory). The second
--- message moves it to the log, first, then follows it there.
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  local one = redis.call('HMGET', KEYS[1], 'one_id', 'one_m')
-  if not one[1] then
-    redis.call('HSET', KEYS[1], 'one_id', ARGV[1], 'one_m', ARGV[2])
-  elseif one[1] == ARGV[1] then
-    return 0
-  else
-    redis.call('XADD', KEYS[2], '*', 'id', one[1], 'm', one[2])
-    redis.call('SADD', KEYS[3], one[1])
-    redis.call('HDEL', KEYS[1], 'one_id', 'one_m')
-  end
-end
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
-    return 0
-  end
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(ARGV[10]), '*', 'id', ARGV[1], 'm', ARGV[2])
-end
-local created = redis.call('HSETNX', KEYS[1], 'key', ARGV[4]) == 1
-if created then
-  redis.call('HSET', KEYS[1], 'parties', '[]', 'senders', '[]')
-  if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'label', ARGV[5]) end
-end
-local function add_all(field, values)
-  local list = cjson.decode(redis.call('HGET', KEYS[1], field) or '[]')
-  local seen = {}
-  for _, v in ipairs(list) do seen[v] = true end
-  for _, v in ipairs(values) do
-    if v ~= '' and not seen[v] then
-      table.insert(list, v)
-      seen[v] = true
+-- message moves it to the log (as kept: bus.store_inbox.thread_log restores it), first,
+-- then follows it there.
+local function append(A)
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    local one = redis.call('HMGET', KEYS[1], 'one_id', 'one_m')
+    local one_id = one[1] or (one[2] and cjson.decode(one[2]).id)
+    if not one[2] then
+      redis.call('HSET', KEYS[1], 'one_m', A[11])
+    elseif one_id == A[1] then
+      return 0
+    else
+      redis.call('XADD', KEYS[2], '*', 'id', one_id, 'm', one[2])
+      redis.call('SADD', KEYS[3], one_id)
+      redis.call('HDEL', KEYS[1], 'one_id', 'one_m')
     end
   end
-  redis.call('HSET', KEYS[1], field, cjson.encode(list))
-end
--- Parties are fixed when the thread is made (or by the request that made it): a later
--- message never adds its sender, so naming or computing a thread id is no invitation.
-if created or redis.call('HGET', KEYS[1], 'parties') == '[]' then
-  add_all('parties', cjson.decode(ARGV[6]))
-end
-if ARGV[7] ~= '' then add_all('senders', {ARGV[7]}) end
-redis.call('HINCRBY', KEYS[1], 'count', 1)
-local newest = tonumber(redis.call('HGET', KEYS[1], 'newest_at') or '0')
-if tonumber(ARGV[3]) >= newest then
-  redis.call('HSET', KEYS[1], 'newest_at', ARGV[3], 'newest_preview', ARGV[8])
-  if ARGV[9] == 'action' then
-    redis.call('HDEL', KEYS[1], 'class')
-  else
-    redis.call('HSET', KEYS[1], 'class', ARGV[9])
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    if redis.call('SADD', KEYS[3], A[1]) == 0 then
+      return 0
+    end
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(A[10]), '*', 'id', A[1], 'm', A[2])
   end
+  local created = redis.call('HSETNX', KEYS[1], 'key', A[4]) == 1
+  if created then
+    redis.call('HSET', KEYS[1], 'parties', '[]', 'senders', '[]')
+    if A[5] ~= '' then redis.call('HSET', KEYS[1], 'label', A[5]) end
+  end
+  local function add_all(field, values)
+    local list = cjson.decode(redis.call('HGET', KEYS[1], field) or '[]')
+    local seen = {}
+    for _, v in ipairs(list) do seen[v] = true end
+    for _, v in ipairs(values) do
+      if v ~= '' and not seen[v] then
+        table.insert(list, v)
+        seen[v] = true
+      end
+    end
+    redis.call('HSET', KEYS[1], field, cjson.encode(list))
+  end
+  -- Parties are fixed when the thread is made (or by the request that made it): a later
+  -- message never adds its sender, so naming or computing a thread id is no invitation.
+  if created or redis.call('HGET', KEYS[1], 'parties') == '[]' then
+    add_all('parties', cjson.decode(A[6]))
+  end
+  if A[7] ~= '' then add_all('senders', {A[7]}) end
+  redis.call('HINCRBY', KEYS[1], 'count', 1)
+  local newest = tonumber(redis.call('HGET', KEYS[1], 'newest_at') or '0')
+  if tonumber(A[3]) >= newest then
+    redis.call('HSET', KEYS[1], 'newest_at', A[3], 'newest_preview', A[8])
+    if A[9] == 'action' then
+      redis.call('HDEL', KEYS[1], 'class')
+    else
+      redis.call('HSET', KEYS[1], 'class', A[9])
+    end
+  end
+  return 1
 end
-return 1
+local appended = 0
+for i = 0, #ARGV - 1, 11 do
+  appended = appended + append({unpack(ARGV, i + 1, i + 11)})
+end
+return appended

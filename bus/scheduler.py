@@ -176,17 +176,37 @@ def run(
             nxt = bus.store.next_due()
             beat.progress()
             outage.ok()
+            ok = True
         except OUTAGE_ERRORS as exc:  # Redis restarting: one line per outage, not per tick
             outage.failed(exc)
             nxt = None
+            ok = False
         # Broad on purpose: the dispatcher's transport error (kombu's, which bus/ does not
         # import) must not end the loop; the log says what it was.
         except Exception:
             log.exception("scheduler tick failed")
             nxt = None
+            ok = False
         delay = (
             max_sleep_s
             if nxt is None
             else min(max_sleep_s, max(0.0, (nxt - clock.now_ms()) / 1000))
         )
-        stop.wait(delay if delay > 0 else 0.01)
+        if delay > 0 and ok:
+            _sleep(bus, stop, delay)
+        else:
+            stop.wait(delay if delay > 0 else 0.01)
+
+
+def _sleep(bus: Bus, stop: threading.Event, delay: float) -> None:
+    """Until ``delay`` has passed or an entry due soon is scheduled
+    (:meth:`~bus.store_delivery.DeliveryStore.poke_scheduler`): without the poke, an entry
+    scheduled less than ``max_sleep_s`` ahead while the loop sleeps is up to that late.
+    ``stop`` is seen at the end of the wait (at most ``max_sleep_s``)."""
+    if stop.is_set():
+        return
+    try:
+        bus.store.wait_poked(delay)
+    except OUTAGE_ERRORS as exc:  # the next tick says so, once per outage
+        log.debug("scheduler wait failed (%s)", exc)
+        stop.wait(delay)

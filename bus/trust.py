@@ -27,6 +27,8 @@ def is_format_char(ch: str) -> bool:
 
 def strip_format(text: str) -> str:
     """``text`` without format characters, so a label cannot hide or reorder what it shows."""
+    if text.isascii():  # no format character is ASCII: the common case, without a loop
+        return text
     return "".join(ch for ch in text if not is_format_char(ch))
 
 

@@ -4,14 +4,31 @@ queued, before the commands after it, as the pipeline itself runs it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 import redis
 
 from bus.api import Bus
+from bus.dispatch import RecordingDispatcher
+from bus.embedded import EmbeddedRedis
+from bus.settings import Settings
 
 
-def test_a_lost_script_runs_in_its_place_and_the_replies_are_raw(bus: Bus) -> None:
-    store = bus.store
+@pytest.fixture(scope="module")
+def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    """A private server: the test flushes its scripts (the shared one's are others')."""
+    tmp = tmp_path_factory.mktemp("packed")
+    with EmbeddedRedis(tmp / "r.sock", tmp / "data", persist=False) as server:
+        yield server
+
+
+def test_a_lost_script_runs_in_its_place_and_the_replies_are_raw(
+    own_redis: EmbeddedRedis, tmp_path: Path
+) -> None:
+    s = Settings(home=tmp_path, host="hosta", redis_url=own_redis.url, key_prefix="o")
+    store = Bus(s, dispatcher=RecordingDispatcher()).store
     lock = store.k.s("s1", "lock")
     store.r.set(lock, "tok")
     store.script("unlock")  # registered: its SHA is what the pipeline sends

@@ -269,7 +269,6 @@ def _plan_and_notice(bus: DeliveryHost, runs: list[_Run]) -> None:
         run.plan = plan
         if step == "schedule" and plan is not None and plan.at is not None:
             due.append((run.sid, plan.at))
-            _prepare_floor(bus, run.sid)
         elif step == "notice":
             noticing.append(run)
         elif step == "one":
@@ -278,16 +277,6 @@ def _plan_and_notice(bus: DeliveryHost, runs: list[_Run]) -> None:
             run.report.lease = None
     bus.store.schedule_many("due", due)
     _notices(bus, _fence(bus, noticing))
-
-
-def _prepare_floor(bus: DeliveryHost, sid: str) -> None:
-    """The queue file the planned notice will go to, made now (:meth:`bus.floor.Floor.prepare`):
-    the due step then only takes, writes and records. Best effort: the notice's own write
-    makes what is missing."""
-    try:
-        bus.floor.prepare(sid)
-    except OSError as exc:
-        log.debug("floor of %s not prepared (%s)", sid, exc)
 
 
 def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:

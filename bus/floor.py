@@ -232,24 +232,6 @@ class Floor:
         finally:
             sock.close()
 
-    def prepare(self, sid: str) -> bool:
-        """Make the queue file (empty) ahead of a notice planned for later, when neither it
-        nor a listener's socket is there: the notice then appends to a file that exists. A
-        new file's ``open`` is the dearest part of a notice's write, and the most variable
-        on a busy disk; a due wake (issue 13) should not pay it. An empty queue is an empty
-        floor to every reader (``floor_is_empty`` reads its size). Whether it made it."""
-        d = self.session_dir(sid)
-        path = d / MESSAGES
-        if os.path.lexists(d / SOCKET) or os.path.lexists(path):
-            return False
-        try:
-            fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
-        except FileNotFoundError:
-            self.session_dir(sid, create=True)
-            fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
-        os.close(fd)
-        return True
-
     def _append_bytes(self, sid: str, data: bytes) -> Path:
         path = self.session_dir(sid) / MESSAGES
         for _ in range(_APPEND_TRIES):

@@ -239,27 +239,3 @@ def test_a_dead_loops_taken_kicks_go_back_to_the_head_of_the_list(
             pool.disconnect()
     store.done_kicks(host, "l2")
     assert not store.r.exists(store.k.kick_taken(host, "l2"))
-
-
-def test_an_arrival_that_plans_a_wake_makes_its_floor_file_ahead(
-    make_bus: Callable[..., Bus],
-) -> None:
-    """The arrival's batch makes the (empty) queue file the planned wake will append to,
-    so the due step opens a file that exists; a session with a listener's socket gets
-    none; the wake's notice then lands in it."""
-    clock = ManualClock(int(time.time() * 1000))
-    b = make_bus(clock=clock, wake_debounce_s=60.0)
-    sids = ["pf0", "pf1"]
-    b.floor.session_dir("pf1", create=True)
-    (b.floor.session_dir("pf1") / "inbox.sock").touch()  # a listener's path (dead: file)
-    idle_with_blockers(b, sids)
-    clock.set(int(time.time() * 1000))
-    deliver_many(b, sids)
-    queue = b.floor.session_dir("pf0") / "messages.jsonl"
-    assert queue.read_bytes() == b""  # made, nothing in it yet
-    assert not (b.floor.session_dir("pf1") / "messages.jsonl").exists()
-    clock.advance(61_000)
-    reports = deliver_many(b, sids)
-    assert [[n["wake"] for n in r.notices] for r in reports] == [[True], [True]]
-    assert [line["kind"] for line in b.floor.peek("pf0")] == ["notice"]
-    assert [line["kind"] for line in b.floor.peek("pf1")] == ["notice"]  # made by its write

@@ -371,27 +371,3 @@ def test_contains_id_everywhere(fl: Floor) -> None:
     assert not fl.contains_id(SID, "nope")
     assert not fl.contains_id(SID, "log")  # a prefix of an id is not the id
     assert not fl.contains_id("other", "logged")
-
-
-def test_prepare_makes_an_empty_queue_that_reads_as_an_empty_floor(tmp_path: Path) -> None:
-    from bus.entry import floor_is_empty
-
-    fl = Floor(tmp_path)
-    assert fl.prepare(SID) is True  # the directory made too
-    path = fl.session_dir(SID) / "messages.jsonl"
-    assert path.read_bytes() == b""
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert fl.peek(SID) == [] and floor_is_empty(str(fl.session_dir(SID))) is True
-    assert fl.drain(SID).lines == []
-    fl.prepare(SID)
-    fl.append(SID, msg("m1"))
-    assert fl.prepare(SID) is False  # there: left as it is
-    assert [m["id"] for m in fl.peek(SID)] == ["m1"]
-
-
-def test_prepare_makes_no_queue_beside_a_listeners_socket(tmp_path: Path) -> None:
-    fl = Floor(tmp_path)
-    d = fl.session_dir(SID, create=True)
-    (d / "inbox.sock").touch()  # a socket's path: the notice goes there first
-    assert fl.prepare(SID) is False
-    assert not (d / "messages.jsonl").exists()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import shutil
 import statistics
 import sys
 import tempfile
@@ -158,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     finally:
         server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -1,23 +1,28 @@
 """CPU and round trips a due wake costs, arrivals and wakes apart (issue 13's wake lateness).
 
-    python bench/wake_cpu.py [--sessions 500] [--rounds 3] [--profile FILE]
+    python bench/wake_cpu.py [--sessions 500] [--rounds 3] [--threads 1] [--profile FILE]
 
 One thread, its own embedded redis-server: ``--sessions`` idle sessions each get one
 blocker (``send_many``, the dispatches recorded), then their arrivals are delivered as
 kick loops would (``bus.batch.deliver_many``, 64 at a time), the plan's clock is moved past
 the debounce, the due entries taken (as the scheduler does) and delivered the same way.
 Per session and step: this process's CPU, the redis-server's CPU (``/proc``) and the round
-trips (writes to the socket: a pipeline is one). Median round. ``--profile`` writes a
-cProfile of the last round's two steps. Run two trees interleaved to compare them.
+trips (writes to the socket: a pipeline is one), and the step's wall time. Median round.
+``--threads N`` delivers the chunks from N threads at once, as a worker process's N kick
+loops do (each takes the next chunk); the wall time then shows what the GIL between them
+costs. ``--profile`` writes a cProfile of the last round's two steps (one thread only).
+Run two trees interleaved to compare them.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -48,13 +53,32 @@ def _counting(real: Any) -> Any:
     return send_packed_command
 
 
-def step(b: Bus, sids: list[str], prof: cProfile.Profile | None) -> tuple[float, float, int]:
+def step(
+    b: Bus, sids: list[str], prof: cProfile.Profile | None, threads: int = 1
+) -> tuple[float, float, int, float]:
     rpid = int(b.store.r.info("server")["process_id"])
-    c0, r0, t0 = time.process_time(), cpu_s(rpid), _trips[0]
+    chunks = [sids[i : i + LOOP_BATCH] for i in range(0, len(sids), LOOP_BATCH)]
+    lock = threading.Lock()
+
+    def loop() -> None:
+        while True:
+            with lock:
+                if not chunks:
+                    return
+                chunk = chunks.pop(0)
+            deliver_many(b, chunk)
+
+    c0, r0, t0, w0 = time.process_time(), cpu_s(rpid), _trips[0], time.perf_counter()
     if prof is not None:
         prof.enable()
-    for i in range(0, len(sids), LOOP_BATCH):
-        deliver_many(b, sids[i : i + LOOP_BATCH])
+    if threads <= 1:
+        loop()
+    else:
+        running = [threading.Thread(target=loop) for _ in range(threads)]
+        for t in running:
+            t.start()
+        for t in running:
+            t.join()
     if prof is not None:
         prof.disable()
     n = len(sids)
@@ -62,6 +86,7 @@ def step(b: Bus, sids: list[str], prof: cProfile.Profile | None) -> tuple[float,
         (time.process_time() - c0) / n * 1e3,
         (cpu_s(rpid) - r0) / n * 1e3,
         _trips[0] - t0,
+        (time.perf_counter() - w0) * 1e3,
     )
 
 
@@ -69,13 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--sessions", type=int, default=500)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1, help="kick loops delivering at once")
     p.add_argument("--profile", default=None)
     args = p.parse_args(argv)
     conn = redis.connection.AbstractConnection
     conn.send_packed_command = _counting(conn.send_packed_command)  # type: ignore[method-assign]
     tmp = Path(tempfile.mkdtemp(prefix="inbox-wakecpu-"))
     server = EmbeddedRedis(tmp / "r.sock", tmp / "data", persist=False).start()
-    rows: dict[str, list[tuple[float, float, float]]] = {"arrival": [], "wake": []}
+    rows: dict[str, list[tuple[float, float, float, float]]] = {"arrival": [], "wake": []}
     try:
         for rnd in range(args.rounds):
             home = tmp / f"home{rnd}"
@@ -95,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                 b.open_session(sid, host="bench")
                 b.turn(sid, "start")
                 b.turn(sid, "end")
-            prof = cProfile.Profile() if args.profile and rnd == args.rounds - 1 else None
+            profiled = args.profile and args.threads <= 1 and rnd == args.rounds - 1
+            prof = cProfile.Profile() if profiled else None
             b.send_many(
                 [
                     {
@@ -110,27 +137,29 @@ def main(argv: list[str] | None = None) -> int:
             )
             clock = ManualClock(int(time.time() * 1000))  # the plans' now: no wake due yet
             b.inbox.clock = clock
-            rows["arrival"].append(step(b, sids, prof))
+            rows["arrival"].append(step(b, sids, prof, args.threads))
             last = b.store.r.zrange(b.store.k.due, -1, -1, withscores=True)
             clock.advance(int(last[0][1]) + 1 - clock.now_ms() if last else 0)
             due = [sid for _what, sid in b.store.take_due(clock.now_ms(), limit=10**6)]
             if len(due) != len(sids):
                 print(f"round {rnd}: {len(due)} due of {len(sids)}")
-            rows["wake"].append(step(b, due, prof))
+            rows["wake"].append(step(b, due, prof, args.threads))
             woke = sum(1 for sid in sids if (b.session(sid).state == "running"))
             if woke != len(sids):
                 print(f"round {rnd}: {woke} woken of {len(sids)}")
             if prof is not None:
                 prof.dump_stats(args.profile)
         for name, got in rows.items():
-            py, rd, trips = zip(*got, strict=True)
+            py, rd, trips, wall = zip(*got, strict=True)
             print(
                 f"{name}: ms a session, median of {args.rounds}: python "
                 f"{statistics.median(py):.3f}, redis {statistics.median(rd):.3f}; round trips "
-                f"{statistics.median(trips) / args.sessions:.2f} a session"
+                f"{statistics.median(trips) / args.sessions:.2f} a session; wall "
+                f"{statistics.median(wall):.0f} ms ({args.threads} thread(s))"
             )
     finally:
         server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

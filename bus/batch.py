@@ -372,7 +372,9 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         )
     if not sent:
         return
-    done.execute()  # not packed: the records' order (a lost script would run last)
+    # Packed, its scripts loaded at its head: the records' order (not execute_loaded's,
+    # which runs a lost script last).
+    store.execute_in_order(done)
     metrics = inbox.metrics
     for run, notice in sent:
         metrics.incr("notices")

@@ -233,9 +233,15 @@ class Floor:
             sock.close()
 
     def _append_bytes(self, sid: str, data: bytes) -> Path:
-        path = self.session_dir(sid, create=True) / MESSAGES
+        path = self.session_dir(sid) / MESSAGES
         for _ in range(_APPEND_TRIES):
-            fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
+            try:
+                fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
+            except FileNotFoundError:
+                # The session's directory made only when missing: its mkdirs are five
+                # system calls a notice, each a GIL hand-off in a busy worker (a wake burst).
+                self.session_dir(sid, create=True)
+                fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH)
                 # A drainer may have claimed the file between our open and our lock;

@@ -41,6 +41,7 @@ buses, or several tests, share one server.
 | ``P:metrics`` | hash: counter name (with labels) → count | send, delivery, scheduler | - |
 | ``P:latency`` | hash: histogram bucket → count, plus ``sum`` and ``count`` | delivery | - |
 | ``P:due`` | zset: ``<what>|<sid>`` → due ms (wakes, flushes, retries) | delivery; scheduler | taken atomically |
+| ``P:due:soon`` | list: at most one ``1``: an entry due within a second was scheduled; a sleeping scheduler wakes (BLPOP) | delivery (schedule) | cut to one; popped by the scheduler |
 | ``P:sweep`` | string: a scheduler claimed the backlog sweep (SET NX PX) | scheduler | TTL (sweep interval) |
 | ``P:sweep:expiry`` | string: a scheduler claimed the receipts' expiry pass (SET NX PX) | scheduler | TTL (a minute) |
 | ``P:sweep:compact`` | string: a scheduler claimed the short streams' compaction pass (SET NX PX) | scheduler (bus/compact.py) | TTL (a minute) |
@@ -186,6 +187,10 @@ class Keys:
     @property
     def due(self) -> str:
         return f"{self.prefix}:due"
+
+    @property
+    def due_soon(self) -> str:
+        return f"{self.prefix}:due:soon"
 
     @property
     def sweep(self) -> str:

@@ -7,7 +7,7 @@ carries other parties' words is indented and sanitized, so no message can forge 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .text import one_line, sanitize_label
@@ -35,7 +35,20 @@ class ThreadSummary:
     unverified: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # As dataclasses.asdict, without its deep copy of every field (a notice a session
+        # in a wake burst): the lists are copied, the rest is immutable.
+        return {
+            "thread": self.thread,
+            "label": self.label,
+            "count": self.count,
+            "senders": list(self.senders),
+            "newest_at": self.newest_at,
+            "newest_preview": self.newest_preview,
+            "blocker": self.blocker,
+            "key": self.key,
+            "verified": self.verified,
+            "unverified": list(self.unverified),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ThreadSummary:

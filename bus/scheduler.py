@@ -10,6 +10,7 @@ trigger cannot wake a session twice.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -35,6 +36,8 @@ SWEEP_CHUNK = 200
 # Within a tick, due entries are taken again (between the sweep's chunks, after each
 # pass) once the last take is this old.
 DUE_AGAIN_MS = 20
+# The poke thread's BLPOP waits this long at most, then looks at its stop event.
+POKE_WAIT_S = 1.0
 
 
 def tick(bus: Bus, *, sweep: bool | None = None, clock: Clock = SYSTEM) -> dict[str, Any]:
@@ -164,29 +167,72 @@ def run(
     max_sleep_s: float = 0.5,
     clock: Clock = SYSTEM,
 ) -> None:
-    """The ``inbox scheduler`` loop: tick, then sleep until the next due time (capped)."""
+    """The ``inbox scheduler`` loop: tick, then sleep until the next due time (capped), or
+    until an entry due sooner is scheduled (:class:`Pokes`)."""
     stop = stop or threading.Event()
     log.info("scheduler running (prefix %s)", bus.settings.key_prefix)
     outage = Outage("scheduler", log)
     beat = Heartbeat(bus, SCHEDULER)
     beat.beat(started=True)
-    while not stop.is_set():
-        try:
-            tick(bus, clock=clock)
-            nxt = bus.store.next_due()
-            beat.progress()
-            outage.ok()
-        except OUTAGE_ERRORS as exc:  # Redis restarting: one line per outage, not per tick
-            outage.failed(exc)
-            nxt = None
-        # Broad on purpose: the dispatcher's transport error (kombu's, which bus/ does not
-        # import) must not end the loop; the log says what it was.
-        except Exception:
-            log.exception("scheduler tick failed")
-            nxt = None
-        delay = (
-            max_sleep_s
-            if nxt is None
-            else min(max_sleep_s, max(0.0, (nxt - clock.now_ms()) / 1000))
-        )
-        stop.wait(delay if delay > 0 else 0.01)
+    pokes = Pokes(bus, stop).start()
+    try:
+        while not stop.is_set():
+            pokes.poked.clear()  # before the tick: a poke during it makes the sleep short
+            try:
+                tick(bus, clock=clock)
+                nxt = bus.store.next_due()
+                beat.progress()
+                outage.ok()
+            except OUTAGE_ERRORS as exc:  # Redis restarting: one line per outage, not per tick
+                outage.failed(exc)
+                nxt = None
+            # Broad on purpose: the dispatcher's transport error (kombu's, which bus/ does
+            # not import) must not end the loop; the log says what it was.
+            except Exception:
+                log.exception("scheduler tick failed")
+                nxt = None
+            delay = (
+                max_sleep_s
+                if nxt is None
+                else min(max_sleep_s, max(0.0, (nxt - clock.now_ms()) / 1000))
+            )
+            pokes.poked.wait(delay if delay > 0 else 0.01)
+    finally:
+        pokes.stop()
+
+
+class Pokes:
+    """A thread blocked on the poke list (:meth:`~bus.store_delivery.DeliveryStore.wait_poked`,
+    ``POKE_WAIT_S`` at a time) that sets ``poked`` for the loop's sleep: without it an entry
+    scheduled less than ``max_sleep_s`` ahead while the loop sleeps is up to that late. The
+    sleep keeps its own timeout: a blocked client's timeout fires on the server's clock
+    tick (up to 100 ms late at Redis's default ``hz`` of 10)."""
+
+    def __init__(self, bus: Bus, stop: threading.Event) -> None:
+        self.bus = bus
+        self.poked = threading.Event()
+        self._stop = stop
+        self._thread = threading.Thread(target=self._run, name="scheduler-pokes", daemon=True)
+
+    def start(self) -> Pokes:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.bus.store.wait_poked(POKE_WAIT_S):
+                    self.poked.set()
+            except OUTAGE_ERRORS:  # the loop's tick says so, once per outage
+                self._stop.wait(POKE_WAIT_S)
+            # Broad on purpose, as the loop's: the sleep then only waits out its time.
+            except Exception:
+                log.exception("scheduler poke wait failed")
+                self._stop.wait(POKE_WAIT_S)
+
+    def stop(self) -> None:
+        """End the thread: its wait ended by a poke of its own (another scheduler, if
+        any, ticks once more for it)."""
+        with contextlib.suppress(*OUTAGE_ERRORS):
+            self.bus.store.poke_scheduler(0)
+        self._thread.join(POKE_WAIT_S + 1)

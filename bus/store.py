@@ -423,6 +423,7 @@ class Store(
             self.r.zadd(self.k.due, {member: at_ms}, lt=True)
         else:
             self.r.zadd(self.k.due, {member: at_ms})
+        self.poke_scheduler(at_ms)  # due soon: a sleeping scheduler wakes for it
 
     def unschedule(self, what: str, sid: str) -> None:
         """Take ``what`` for ``sid`` off the schedule (nothing if it is not there)."""

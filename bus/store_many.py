@@ -183,6 +183,23 @@ class ManyStore(StorePart):
                 raise reply
         return replies
 
+    def execute_in_order(self, pipe: Any) -> list[Any]:
+        """Run a :meth:`~bus.store.Store.pipeline` packed (:func:`pack_commands`, not
+        redis-py's packing nor its reply callbacks: raw replies) and in its order: its
+        scripts loaded at its head in the same round trip, as the pipeline itself does
+        (``inline_script_loads``), so no script runs out of order after a restart (as
+        :meth:`execute_loaded` would run it). The first error raised, as ``execute()``."""
+        if self.cluster:
+            return list(pipe.execute())
+        head = [("SCRIPT", "LOAD", script.script) for script in pipe.scripts]
+        stack = [args for args, _options in pipe.command_stack]
+        pipe.reset()
+        replies = self.run_packed(head + stack)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies[len(head) :]
+
     def run_packed(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Send ``commands`` (argument tuples) in one round trip, packed by
         :func:`pack_commands`; the raw replies in order, an error reply as its exception.

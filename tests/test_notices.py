@@ -247,3 +247,28 @@ def test_render_drained_merges_notices_first():
 )
 def test_render_drained_edges(lines, expected):
     assert render_drained(lines, fake_stamp) == expected
+
+
+def test_a_summary_as_json_is_every_field_as_asdict_gives_it() -> None:
+    """``to_json`` spells the fields out (no deep copy a notice); a field added later and
+    left out of it fails here."""
+    import dataclasses
+
+    from bus.notices import ThreadSummary
+
+    s = ThreadSummary(
+        thread="t1",
+        label="L",
+        count=2,
+        senders=["a", "b"],
+        newest_at=5,
+        newest_preview="p",
+        blocker=True,
+        key="k",
+        verified=False,
+        unverified=["b"],
+    )
+    got = s.to_json()
+    assert got == dataclasses.asdict(s)
+    got["senders"].append("c")  # a copy: the summary keeps its own list
+    assert s.senders == ["a", "b"]

@@ -1,0 +1,69 @@
+"""A sleeping scheduler wakes for an entry due soon (bus.scheduler, issue 13's wake
+lateness): it sleeps up to ``max_sleep_s`` between ticks, so without the poke an entry
+scheduled less than that ahead of its time waited for the end of the sleep."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from bus import scheduler
+from bus.api import Bus
+from bus.models import now_ms
+from bus.store_delivery import POKE_WITHIN_MS
+from tests.conftest import wait_for
+
+
+def test_an_entry_due_soon_pokes_once_and_one_due_later_does_not(bus: Bus) -> None:
+    store, k = bus.store, bus.store.k
+    store.schedule("flush", "far", now_ms() + POKE_WITHIN_MS + 60_000)
+    store.schedule_many("due", [("far2", now_ms() + POKE_WITHIN_MS + 60_000)])
+    assert store.r.llen(k.due_soon) == 0
+    assert store.wait_poked(0.01) is False
+    store.schedule("retry", "soon", now_ms() + 100)
+    store.schedule_many("due", [("a", now_ms() + 60_000), ("b", now_ms() + 50)])
+    store.schedule("due", "c", now_ms() - 5)  # already due
+    assert store.r.llen(k.due_soon) == 1  # a burst of pokes wakes the scheduler once
+    assert store.wait_poked(0.01) is True
+    assert store.wait_poked(0.01) is False
+    # The entries themselves are scheduled as before.
+    assert store.r.zscore(k.due, "due|b") is not None
+    assert store.r.zscore(k.due, "retry|soon") is not None
+
+
+def test_a_sleeping_scheduler_takes_an_entry_scheduled_due_soon(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus.open_session("s1", host="h1")
+    ticked = threading.Event()
+    real = bus.store.next_due
+
+    def spy() -> int | None:  # the end of a tick: the loop goes to sleep next
+        got = real()
+        ticked.set()
+        return got
+
+    monkeypatch.setattr(bus.store, "next_due", spy)
+
+    def pokers() -> int:
+        return sum(1 for t in threading.enumerate() if t.name == "scheduler-pokes")
+
+    before = pokers()
+    stop = threading.Event()
+    # A cap far longer than the wait below: the entry is taken only if the poke wakes it.
+    loop = threading.Thread(
+        target=scheduler.run, args=(bus, stop), kwargs={"max_sleep_s": 60.0}, daemon=True
+    )
+    loop.start()
+    try:
+        assert ticked.wait(15), "the scheduler never ticked"
+        bus.store.schedule("retry", "s1", now_ms() + 50)
+        wait_for(lambda: ("h1", "s1") in bus.dispatcher.calls, 10, "the entry dispatched")
+        assert bus.store.r.zscore(bus.store.k.due, "retry|s1") is None  # taken
+    finally:
+        stop.set()
+        bus.store.poke_scheduler(0)  # ends the sleep now
+        loop.join(5)
+    assert not loop.is_alive()
+    assert pokers() == before  # its poke thread ended with it

@@ -469,8 +469,9 @@ def test_naming_a_thread_one_is_no_party_to_refuses_the_batch(bus: Bus) -> None:
         bus.send_many([ok, intruder])
     [bad] = err.value.to_json()["errors"]
     assert bad == {"index": 1, "error": "not_a_party", "message": str(single.value)}
-    # One message ever stored (its send answer; the delivered queue was emptied).
-    assert bus.store.r.hlen(bus.store.k.s("bob", "ids")) == 1
+    # One message ever stored (its send answer and receipt; the delivered queue was emptied).
+    assert len(bus.store.r.hkeys(bus.store.k.s("bob", "ids"))) == 2
+    assert bus.store.r.hget(bus.store.k.s("bob", "ids"), first["id"])
     checked = check_each(bus, [ok, intruder])
     assert isinstance(checked[1], Refused) and checked[1].code == "not_a_party"
     # A party naming its own thread goes in, batched as sent.

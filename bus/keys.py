@@ -25,7 +25,7 @@ buses, or several tests, share one server.
 | ``P:{sid}:carried`` | set: ids noticed during the current turn (answered at turn end) | marks | cleared at turn end |
 | ``P:{sid}:waiters`` | set: ids whose senders wait for an answer | send --wait | - |
 | ``P:{sid}:ans:{id}`` | list: one answer JSON pushed for a waiting sender | turn end, close | TTL 1 day |
-| ``P:{sid}:threads`` | zset: thread id → newest ms, the session's inbox; also ``#<message id>`` → minus its first-seen ms (a send answer's age: below 0, where no thread sorts) | delivery, reply; send | ages pruned after 7 days with the answer |
+| ``P:{sid}:threads`` | zset: thread id → newest ms, the session's inbox; also ``#<message id>`` → minus its first-seen ms (a send answer's age: below 0, where no thread sorts) | delivery, reply; send | ages pruned after 7 days with the answer (or moved on while its receipt lives: see ``ids``) |
 | ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000; compacted when short, dropped once its newest record is 10 min old (bus/compact.py) |
 | ``P:{sid}:gave`` | set: sessions this session gave work to | delivery | - |
 | ``P:{thr}:meta`` | hash: key, label, class, parties, state, type; ``one_m``: the thread's only message (no log yet), kept without its usual fields (bus.kept.keep_thread_message; ``one_id`` beside a whole one in a record written before) | delivery, decide | - |

@@ -377,7 +377,7 @@ def test_a_full_inbox_refuses_what_does_not_fit_as_sends_do(
         assert [m["id"] for m in stored(b, "s1")] == ["0", "1", "2"]
         assert b.store.recipient_of("al-3") is None
         # Refused: no receipt, and nothing in the sender's outbox.
-        assert not b.store.r.exists(b.store.k.receipt("s1", "al-3"))
+        assert b.store.receipts_exist([("s1", "al-3"), ("s1", "al-2")]) == [False, True]
         assert b.store.r.zcard(b.store.k.outbox("alice")) == 4
     assert outbox(many, "alice") == outbox(one, "alice")
 

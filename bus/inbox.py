@@ -26,6 +26,7 @@ from .clock import SYSTEM, Clock
 from .models import SessionInfo
 from .quickdrain import PENDING_MARKS, notice_ids, pending_ids, record_drained
 from .rawline import RawLines
+from .receipts import receipt_ttl_ms
 from .stamp import render_stamp
 from .text import one_line
 from .threads import thread_of
@@ -588,4 +589,9 @@ class Inbox:
         Send answers (what a resend of an id gets) are kept for
         :data:`bus.store_inbox.IDS_KEEP_MS`, longer than the messages themselves.
         """
-        return self.store.prune(sid, self.settings.retain_messages, self.clock.now_ms())
+        return self.store.prune(
+            sid,
+            self.settings.retain_messages,
+            self.clock.now_ms(),
+            receipt_ttl_ms(self.settings.expire_s),  # a receipt beside its answer waits
+        )

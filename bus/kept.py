@@ -6,7 +6,9 @@ what its place says already: the message id (the hash field), the recipient's se
 spaces. :func:`restore` puts them back in :class:`~bus.models.SendAnswer`'s field order,
 so a resend gets the answer the first send got. An answer kept whole (written before)
 restores to itself. The Lua readers (``withdraw.lua``, ``answer_turn.lua``,
-``receipt_open.lua``, the delivery) read only ``state`` and keep what they do not know.
+``receipt_open.lua``, the delivery) read only ``state`` (``receipt_open.lua`` and
+``append_many.lua`` also ``thread``: a receipt beside its answer leaves it there) and keep
+what they do not know.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ buses, or several tests, share one server.
 | ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | deleted with ``cursor`` once the delivery took every entry (queue_trim.lua); else trimmed by MINID below ``trim`` |
 | ``P:{sid}:trim`` | string: stream id below which entries may be trimmed | delivery | - |
 | ``P:{sid}:cursor`` | string: last stream id the delivery has taken (none: read from ``0-0``) | delivery | deleted with the emptied queue (queue_trim.lua) |
-| ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency; kept without what the key says, bus/kept.py) | send, delivery, withdraw, turn end | pruned 7 days after first seen (its age in ``threads``) |
+| ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency; kept without what the key says, bus/kept.py); ``~<id>`` → the sender's receipt of a stored message, JSON: from, from_session, thread (only when not its answer's), reason, and the ms of each state reached (the ``rc:<id>`` hash's fields; issue 13, memory: one key and its expiry entry fewer a message) | send (append.lua, append_many.lua; receipts: receipt_open.lua, append_many.lua), delivery, withdraw, turn end; receipts: every transition (receipt_mark.lua) | an answer and its receipt are pruned together (at turn end, bus.store_inbox.prune) 7 days after the answer was first seen, or, when later, once the receipt TTL (8 days by default, longer when ``INBOX_EXPIRE_S`` is) has passed since the receipt's last transition (its age in ``threads`` moved on) |
 | ``P:{sid}:idsage`` | zset: message id → first-seen ms; no longer written (the ages are in ``threads``), still read and pruned | - | pruned after 7 days |
 | ``P:{sid}:pending`` | string: a delivery has been dispatched and not started | send; cleared by delivery | TTL (lock_ttl) |
 | ``P:{sid}:lock`` | string: token of the delivery running for the session | delivery | TTL (lock_ttl) |
@@ -25,7 +25,7 @@ buses, or several tests, share one server.
 | ``P:{sid}:carried`` | set: ids noticed during the current turn (answered at turn end) | marks | cleared at turn end |
 | ``P:{sid}:waiters`` | set: ids whose senders wait for an answer | send --wait | - |
 | ``P:{sid}:ans:{id}`` | list: one answer JSON pushed for a waiting sender | turn end, close | TTL 1 day |
-| ``P:{sid}:threads`` | zset: thread id → newest ms, the session's inbox; also ``#<message id>`` → minus its first-seen ms (a send answer's age: below 0, where no thread sorts) | delivery, reply; send | ages pruned after 7 days with the answer |
+| ``P:{sid}:threads`` | zset: thread id → newest ms, the session's inbox; also ``#<message id>`` → minus its first-seen ms (a send answer's age: below 0, where no thread sorts) | delivery, reply; send | ages pruned after 7 days with the answer (or moved on while its receipt lives: see ``ids``) |
 | ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000; compacted when short, dropped once its newest record is 10 min old (bus/compact.py) |
 | ``P:{sid}:gave`` | set: sessions this session gave work to | delivery | - |
 | ``P:{thr}:meta`` | hash: key, label, class, parties, state, type; ``one_m``: the thread's only message (no log yet), kept without its usual fields (bus.kept.keep_thread_message; ``one_id`` beside a whole one in a record written before) | delivery, decide | - |
@@ -55,7 +55,7 @@ buses, or several tests, share one server.
 | ``P:{thr}:meta`` (typed requests) | hash fields origin, recipient (session ids), offered_by (sender or recipient, only in OFFERED), windows (JSON list) | request, decide.lua | - |
 | ``P:{sid}:items`` | hash: item key → item JSON (title, text, status, answer, revision, ...) | item post/settle, item_update.lua | - |
 | ``P:{sid}:item:<key>:thread`` | list: the item's thread entries JSON (member or agent, text, files), oldest first | item write, reply_inbox (item_update.lua) | - |
-| ``P:{sid}:rc:<id>`` | hash: the sender's receipt of a message addressed to ``sid``: from, from_session, thread, reason (the id and ``to`` are the key's; receipts opened before issue 13's sixth round also hold them), and the ms of each state reached (stored, noticed, read, answered, withdrawn, retracted, bounced, expired) | send (receipt_open.lua; a batch: append_many.lua), every transition (receipt_mark.lua) | TTL 7 days from its last transition (longer when ``INBOX_EXPIRE_S`` is) |
+| ``P:{sid}:rc:<id>`` | hash: the sender's receipt of a *bounced* message addressed to ``sid`` (no registered session, so no prune of its ``ids``), or of a stored one opened before receipts moved into ``ids`` (read and stamped until it expires; a resend keeps it): from, from_session, thread, reason (the id and ``to`` are the key's; receipts opened before issue 13's sixth round also hold them), and the ms of each state reached (stored, noticed, read, answered, withdrawn, retracted, bounced, expired) | send (receipt_open.lua), every transition (receipt_mark.lua) | TTL 8 days from its last transition by default (7 days, or ``INBOX_EXPIRE_S`` plus a day when longer) |
 | ``P:{sid}:outbox`` | zset: ``<recipient>|<id>`` → sent µs, the messages ``sid`` sent | send | newest 10,000, none past 7 days |
 | ``P:{ws:<workspace>}:members`` | hash: member name → ``active`` or ``removed`` (a tombstone: the account is gone) | member add/remove | - |
 """
@@ -80,6 +80,16 @@ def check_item_key(key: object) -> str:
     if not isinstance(key, str) or not _ITEM_KEY_RE.fullmatch(key) or key in (".", ".."):
         raise BadInput(f"invalid item key {repr(key)[:60]}: must match {ITEM_KEY_PATTERN}")
     return key
+
+
+RECEIPT_FIELD = "~"  # no message id has it: MESSAGE_ID_PATTERN
+
+
+def receipt_field(msg_id: str) -> str:
+    """The ``ids`` hash field holding a stored message's receipt (beside its answer)."""
+    if not _MESSAGE_ID_RE.fullmatch(msg_id):
+        raise BadInput(f"invalid message id {msg_id[:60]!r}: must match {MESSAGE_ID_PATTERN}")
+    return RECEIPT_FIELD + msg_id
 
 
 def is_thread_id(thread: str) -> bool:

@@ -1,6 +1,7 @@
 """Delivery receipts and the outbox: the sender's side of a message.
 
-A receipt is a small hash per message in its recipient's slot (``P:{sid}:rc:<id>``, see
+A receipt is a small JSON per message beside its send answer, in its recipient's ``ids``
+hash (field ``~<id>``; a bounced one, or one opened before, a hash ``P:{sid}:rc:<id>``: see
 :mod:`bus.keys`), opened in the send's own pipeline (``receipt_open.lua``, no extra round
 trip) and stamped by one call at each transition (``receipt_mark.lua``):
 ``stored → noticed → read → answered``, or a side exit ``withdrawn``, ``retracted``,
@@ -51,6 +52,12 @@ EXPIRE_EVERY_S = 60.0
 _MESSAGE_ID_RE = re.compile(MESSAGE_ID_PATTERN)
 
 # -- pure rules -----------------------------------------------------------------------------
+
+
+def receipt_ttl_ms(expire_s: float) -> int:
+    """How long a receipt lives after its last transition: it must outlive its message's
+    expiry, so the sender can read "expired" (8 days by default)."""
+    return max(KEEP_MS, int(expire_s * 1000) + 86400 * 1000)
 
 
 def receipt_state(reached: dict[str, int | None]) -> str:
@@ -158,8 +165,7 @@ class Receipts:
 
     @property
     def ttl_ms(self) -> int:
-        # A receipt must outlive its message's expiry, so the sender can read "expired".
-        return max(KEEP_MS, int(self.settings.expire_s * 1000) + 86400 * 1000)
+        return receipt_ttl_ms(self.settings.expire_s)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -254,11 +260,10 @@ class Receipts:
         if not ids and not touch:
             return
         store = self.store
-        keys = [store.k.s(sid, "session"), store.k.s(sid, "events")]
-        keys += [store.k.receipt(sid, i) for i in ids]
-        store.script("receipt_mark")(
-            keys=keys, args=[state, now_ms(), self.ttl_ms, "1" if touch else "0"], client=client
-        )
+        keys = [store.k.s(sid, "session"), store.k.s(sid, "events"), store.k.s(sid, "ids")]
+        keys += store.k.receipts(sid, ids)
+        args = [state, now_ms(), self.ttl_ms, "1" if touch else "0", *ids]
+        store.script("receipt_mark")(keys=keys, args=args, client=client)
 
     def seen(self, sid: str) -> None:
         """The session's harness was seen now (``last_seen``)."""

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from . import kept
+from .keys import receipt_field
 from .policy import floor_times
 from .store_part import StorePart
 from .threads import thread_label
@@ -201,6 +202,26 @@ class InboxStore(StorePart):
             approximate=True,
         )
 
+    def _receipts_alive(
+        self, sid: str, msg_ids: list[str], now: int, ttl_ms: int
+    ) -> dict[str, int]:
+        """Of ``msg_ids`` (answers past ``IDS_KEEP_MS``), those whose receipt in ``ids``
+        moved within ``ttl_ms``: id -> the age that makes the prune due when it has not
+        (its last transition plus ``ttl_ms``, less ``IDS_KEEP_MS``)."""
+        raws = self.r.hmget(self.k.s(sid, "ids"), [receipt_field(i) for i in msg_ids])
+        out: dict[str, int] = {}
+        for msg_id, raw in zip(msg_ids, raws, strict=True):
+            if not raw:
+                continue
+            try:
+                rc = json.loads(raw)
+                last = max(v for v in rc.values() if isinstance(v, int | float))
+            except (ValueError, AttributeError):
+                continue  # torn or foreign: pruned with its answer
+            if last + ttl_ms > now:
+                out[msg_id] = int(last) + ttl_ms - IDS_KEEP_MS
+        return out
+
     def notice_in_flight(self, sid: str) -> str | None:
         """The id of the notice being built or written; ``None`` when there is none."""
         nid = self.r.hget(self.k.s(sid, "notice"), "id")
@@ -210,9 +231,10 @@ class InboxStore(StorePart):
         """Notices written to the floor and not yet confirmed heard."""
         return [str(n) for n in self.r.hkeys(self.k.s(sid, "floor"))]
 
-    def prune(self, sid: str, keep: int, now: int) -> int:
-        """Drop send answers older than ``IDS_KEEP_MS`` and the oldest done records past
-        ``keep``; never an unread one. Returns how many records were dropped."""
+    def prune(self, sid: str, keep: int, now: int, receipt_ttl_ms: int = IDS_KEEP_MS) -> int:
+        """Drop send answers older than ``IDS_KEEP_MS`` with their receipts (unless a
+        receipt moved within ``receipt_ttl_ms``: both wait for it) and the oldest done
+        records past ``keep``; never an unread one. Returns how many records were dropped."""
         r, k = self.r, self.k
         cutoff = now - IDS_KEEP_MS
         # Each stored id's age is in ``threads`` as ``#<id>`` at minus its first-seen ms
@@ -220,8 +242,14 @@ class InboxStore(StorePart):
         aged = r.zrangebyscore(k.s(sid, "threads"), -cutoff, f"({AGE_SCORE_BELOW}")
         old_ids = r.zrangebyscore(k.s(sid, "idsage"), "-inf", cutoff)
         gone = [str(a)[len(AGE_MARK) :] for a in aged if str(a).startswith(AGE_MARK)]
+        later = self._receipts_alive(sid, gone, now, receipt_ttl_ms) if gone else {}
+        if later:
+            # Its age moves on to when the receipt's lifetime ends: pruned then.
+            r.zadd(k.s(sid, "threads"), {AGE_MARK + i: -due for i, due in later.items()})
+            gone = [i for i in gone if i not in later]
+            aged = [a for a in aged if str(a)[len(AGE_MARK) :] not in later]
         if gone or old_ids:
-            r.hdel(k.s(sid, "ids"), *gone, *old_ids)
+            r.hdel(k.s(sid, "ids"), *gone, *[receipt_field(i) for i in gone], *old_ids)
         if aged:
             r.zrem(k.s(sid, "threads"), *aged)
         if old_ids:

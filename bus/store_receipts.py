@@ -8,7 +8,21 @@ missing thing reads empty.
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from .keys import receipt_field
+
+
+def receipt_hash(folded: str | bytes, answer: str | bytes | None) -> dict[str, str]:
+    """A receipt kept in ``ids`` (JSON; its thread, when it is its answer's, left to the
+    answer) as the ``rc:<id>`` hash it replaced reads: every value a string."""
+    rc = json.loads(folded)
+    if "thread" not in rc and answer:
+        thread = json.loads(answer).get("thread")
+        if isinstance(thread, str):
+            rc["thread"] = thread
+    return {str(f): str(int(v)) if isinstance(v, float) else str(v) for f, v in rc.items()}
 
 
 class ReceiptStore:
@@ -32,8 +46,10 @@ class ReceiptStore:
         """Whether a receipt exists for each ``(recipient, id)``, in order."""
         pipe = self.r.pipeline(transaction=False)
         for to, msg_id in rows:
+            pipe.hexists(self.k.s(to, "ids"), receipt_field(msg_id))
             pipe.exists(self.k.receipt(to, msg_id))
-        return [bool(n) for n in pipe.execute()]
+        got = pipe.execute()
+        return [bool(got[2 * n] or got[2 * n + 1]) for n in range(len(rows))]
 
     def outbox_remove(self, entries: list[tuple[str, str, str]]) -> None:
         """Drop each ``(sender, recipient, id)`` from its sender's outbox, one round trip
@@ -45,15 +61,21 @@ class ReceiptStore:
 
     def receipt_rows(self, rows: list[tuple[str, str]]) -> list[list[Any]]:
         """For each ``(recipient, id)``: ``[receipt hash ({} if none), stored record,
-        first answer, [recipient state, last_seen, opened_at]]`` (``None`` where unset)."""
+        first answer, [recipient state, last_seen, opened_at]]`` (``None`` where unset).
+        A receipt kept in ``ids`` reads as the hash it was (:func:`receipt_hash`)."""
         pipe = self.r.pipeline(transaction=False)
         for to, msg_id in rows:
+            ids = self.k.s(to, "ids")
+            pipe.hmget(ids, [receipt_field(msg_id), msg_id])
             pipe.hgetall(self.k.receipt(to, msg_id))
             pipe.hget(self.k.s(to, "msgs"), msg_id)
-            pipe.hget(self.k.s(to, "ids"), msg_id)
             pipe.hmget(self.k.s(to, "session"), ["state", "last_seen", "opened_at"])
         got = pipe.execute()
-        return [got[4 * n : 4 * n + 4] for n in range(len(rows))]
+        out = []
+        for n in range(len(rows)):
+            (folded, answer), h, rec, seen = got[4 * n : 4 * n + 4]
+            out.append([receipt_hash(folded, answer) if folded else h, rec, answer, seen])
+        return out
 
     def may_expire(self, sids: list[str], cutoff: int) -> list[bool]:
         """Whether each session holds an unnoticed message older than ``cutoff`` ms or a

@@ -48,8 +48,9 @@ def tok(**kw: Any) -> str:
 
 def stream_len(b: Bus, sid: str) -> int:
     """Messages ever stored for ``sid``: one send answer each (a delivered queue is
-    emptied, so its length counts only what waits)."""
-    return int(b.store.r.hlen(b.store.k.s(sid, "ids")))
+    emptied, so its length counts only what waits); the receipts beside them (``~<id>``)
+    not counted."""
+    return sum(1 for f in b.store.r.hkeys(b.store.k.s(sid, "ids")) if not f.startswith("~"))
 
 
 def keys_of(b: Bus) -> set[str]:

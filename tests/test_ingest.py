@@ -377,7 +377,7 @@ def test_a_full_inbox_refuses_what_does_not_fit_as_sends_do(
         assert [m["id"] for m in stored(b, "s1")] == ["0", "1", "2"]
         assert b.store.recipient_of("al-3") is None
         # Refused: no receipt, and nothing in the sender's outbox.
-        assert not b.store.r.exists(b.store.k.receipt("s1", "al-3"))
+        assert b.store.receipts_exist([("s1", "al-3"), ("s1", "al-2")]) == [False, True]
         assert b.store.r.zcard(b.store.k.outbox("alice")) == 4
     assert outbox(many, "alice") == outbox(one, "alice")
 
@@ -469,8 +469,9 @@ def test_naming_a_thread_one_is_no_party_to_refuses_the_batch(bus: Bus) -> None:
         bus.send_many([ok, intruder])
     [bad] = err.value.to_json()["errors"]
     assert bad == {"index": 1, "error": "not_a_party", "message": str(single.value)}
-    # One message ever stored (its send answer; the delivered queue was emptied).
-    assert bus.store.r.hlen(bus.store.k.s("bob", "ids")) == 1
+    # One message ever stored (its send answer and receipt; the delivered queue was emptied).
+    assert len(bus.store.r.hkeys(bus.store.k.s("bob", "ids"))) == 2
+    assert bus.store.r.hget(bus.store.k.s("bob", "ids"), first["id"])
     checked = check_each(bus, [ok, intruder])
     assert isinstance(checked[1], Refused) and checked[1].code == "not_a_party"
     # A party naming its own thread goes in, batched as sent.

@@ -137,7 +137,7 @@ def test_a_batch_is_one_script_call_per_receiver_and_two_round_trips(
         assert b.receipt(f"m-{n}", by="alice")["state"] == "stored"
 
 
-def test_redis_runs_five_commands_a_stored_message(counted: tuple[Bus, Recording]) -> None:
+def test_redis_runs_three_commands_a_stored_message(counted: tuple[Bus, Recording]) -> None:
     b, client = counted
     b.settings = replace(b.settings, max_unread=1000)  # the cap counted: once per receiver
     before = redis_calls(client)
@@ -145,17 +145,18 @@ def test_redis_runs_five_commands_a_stored_message(counted: tuple[Bus, Recording
     ran = redis_calls(client) - before
     ran.pop("info", None)
     ran.pop("evalsha", None)
-    # Each message: XADD queue, XADD events, EXISTS + HSET + PEXPIRE receipt.
-    # Each receiver: HMGET session, HMGET ids (every message's prior answer at once),
-    # GET trim, XLEN + HLEN (the cap), HSET ids, ZADD idsage, SET pending.
+    # Each message: XADD queue, XADD events, EXISTS (a receipt hash from before, or
+    # bounced). Each receiver: HMGET session, HMGET ids (every message's prior answer at
+    # once), GET trim, XLEN + HLEN (the cap), HSET ids (the answers and the receipts),
+    # ZADD threads (the ages), SET pending.
     # The batch: HSET + EXPIRE per index bucket, the outbox's three, and the kick list's
     # look for a live delivery loop (none here: the dispatches go to the fallback).
     assert ran["xlen"] == ran["hlen"] == 3
-    assert ran["pexpire"] == 90
+    assert "pexpire" not in ran and ran["hset"] == 3 + BUCKETS
     assert "hget" not in ran and ran["hmget"] == 3 + 3
     assert ran["exists"] == 90 + 1  # the receipts', and the kick push's look for a loop
     assert "hexists" not in ran and "del" not in ran
-    assert sum(ran.values()) <= 5 * 90 + 8 * 3 + 2 * BUCKETS + 3 + 1
+    assert sum(ran.values()) <= 3 * 90 + 8 * 3 + 2 * BUCKETS + 3 + 1
 
 
 def test_scripts_lost_by_the_server_are_loaded_and_the_batch_stored_once(

@@ -322,10 +322,13 @@ def test_a_send_answers_age_is_kept_in_the_threads_zset_not_a_key_of_its_own(
     assert len(listed) == 2 and all(t.startswith("thr_") for t in listed)
     streams = [k.s("coord", "events"), *(k.t(t, "log") for t in listed)]
     assert sorted(store.session_streams(["coord"])) == sorted(streams)
-    # An answer past its 7 days goes with its age; the threads and the other answer stay.
+    # An answer past its 7 days goes with its age and its receipt (unstamped since it was
+    # stored, long ago too); the threads and the other answer stay.
     store.r.zadd(threads, {f"#{one['id']}": -1})
+    store.r.hset(k.s("coord", "ids"), f"~{one['id']}", json.dumps({"from": "ha:lane", "stored": 1}))
     bus.inbox.prune("coord")
     assert store.first_answer("coord", one["id"]) is None
+    assert store.r.hexists(k.s("coord", "ids"), f"~{one['id']}") == 0
     assert store.first_answer("coord", many["id"]) == many
     assert store.threads_of("coord") == listed
     assert f"#{one['id']}" not in dict(store.r.zrange(threads, 0, -1, withscores=True))
@@ -333,7 +336,9 @@ def test_a_send_answers_age_is_kept_in_the_threads_zset_not_a_key_of_its_own(
     assert again["duplicate"] is False
 
 
-def test_a_receipt_keeps_no_id_nor_recipient_its_key_says_and_still_moves(bus: Bus) -> None:
+def test_a_receipt_is_kept_beside_its_answer_without_what_they_share_and_still_moves(
+    bus: Bus,
+) -> None:
     store, k = bus.store, bus.store.k
     bus.open_session("coord")
     bus.open_session("lane")
@@ -342,8 +347,10 @@ def test_a_receipt_keeps_no_id_nor_recipient_its_key_says_and_still_moves(bus: B
     [many] = bus.send_many([{"from": "ha:lane", "from_session": "lane", "to_id": "coord",
                              "text": "b"}])  # fmt: skip
     for sent in (one, many):
-        fields = store.r.hgetall(k.receipt("coord", sent["id"]))
-        assert "stored" in fields and not {"id", "to"} & set(fields)
+        # In ids, no key of its own: no id, recipient nor thread (the answer's beside it).
+        assert store.r.exists(k.receipt("coord", sent["id"])) == 0
+        fields = json.loads(store.r.hget(k.s("coord", "ids"), f"~{sent['id']}"))
+        assert set(fields) == {"from", "from_session", "stored"}
     bus.deliver_session("coord")
     bus.drain("coord")
     for thread in store.threads_of("coord"):
@@ -357,9 +364,10 @@ def test_a_receipt_keeps_no_id_nor_recipient_its_key_says_and_still_moves(bus: B
     ]
     assert sorted(moved) == sorted([one["id"], many["id"]])
     for sent in (one, many):
-        assert "read" in store.r.hgetall(k.receipt("coord", sent["id"]))
+        assert "read" in json.loads(store.r.hget(k.s("coord", "ids"), f"~{sent['id']}"))
         got = bus.receipt(sent["id"], by="lane")
         assert (got["state"], got["to"], got["id"]) == ("read", "coord", sent["id"])
+        assert got["thread"] == sent["thread"]
 
 
 def test_a_threads_record_keeps_no_label_its_key_gives_no_usual_class_and_no_created(

@@ -5,14 +5,17 @@
 -- no receipt call at all.
 -- All keys are in the receiver's slot {<sid>}.
 -- KEYS[1] stream   P:{sid}:stream   the session's queue
--- KEYS[2] ids      P:{sid}:ids      message id -> send answer JSON (idempotency)
+-- KEYS[2] ids      P:{sid}:ids      message id -> send answer JSON (idempotency); '~' .. id
+--                                    -> its receipt JSON (receipt_open.lua; issue 13, memory)
 -- KEYS[3] threads  P:{sid}:threads  also each stored id's age: '#' .. id -> -first-seen ms
 --                                    (the thread ids have positive scores; issue 13, memory)
 -- KEYS[4] pending  P:{sid}:pending  set when a delivery is dispatched, cleared when it starts
 -- KEYS[5] trim     P:{sid}:trim     stream id below which entries are delivered and may go
 -- KEYS[6] events   P:{sid}:events   durability records (inbox_received)
 -- KEYS[7] msgs     P:{sid}:msgs     the session's inbox records (counted against the cap)
--- KEYS[7 + j] receipt P:{sid}:rc:<id_j>  the receipt of the j-th message (receipt_open.lua)
+-- KEYS[7 + j] receipt P:{sid}:rc:<id_j>  the j-th message's receipt hash as opened before
+--                                     receipts moved into ids, or a bounced one: kept when
+--                                     it says stored, else it gives way (receipt_open.lua)
 -- ARGV[1] now ms, ARGV[2] pending TTL ms, ARGV[3] cap on held messages (0 = none),
 -- ARGV[4] receipt TTL ms, ARGV[5] to (the receiver session),
 -- ARGV[6] the groups: three fields each, thread id, from handle, from session ('' = none),
@@ -96,32 +99,38 @@ for n = 1, #mids do
     end
   end
   if stored then
-    -- receipt_open.lua for a stored message: kept when it says stored already; a bounced
-    -- one gives way (the session was opened since).
-    local key = KEYS[7 + n]
+    -- receipt_open.lua for a stored message: kept when it says stored already (in ids, or
+    -- a hash opened before); a bounced one gives way (the session was opened since).
+    local key, field = KEYS[7 + n], '~' .. id
     local exists = redis.call('EXISTS', key) == 1
-    if not (exists and redis.call('HEXISTS', key, 'stored') == 1) then
+    -- (a new id has no answer, so no receipt in ids: prune drops both together)
+    if not (fresh[field] or (prior and redis.call('HEXISTS', KEYS[2], field) == 1)
+        or (exists and redis.call('HEXISTS', key, 'stored') == 1)) then
       if exists then redis.call('DEL', key) end
-      local fields = {'from', group[g + 2], 'stored', now}  -- id and to: the key's
-      if group[g + 3] ~= '' then
-        fields[#fields + 1] = 'from_session'
-        fields[#fields + 1] = group[g + 3]
+      local rc = {from = group[g + 2], stored = tonumber(now)}  -- id and to: the key's
+      if group[g + 3] ~= '' then rc.from_session = group[g + 3] end
+      -- The thread is the answer's (beside it) unless they differ (a resend's prior).
+      local said = thread
+      if prior then
+        said = cjson.decode(prior).thread
+        if type(said) ~= 'string' then said = '' end
       end
-      if thread ~= '' then
-        fields[#fields + 1] = 'thread'
-        fields[#fields + 1] = thread
-      end
-      redis.call('HSET', key, unpack(fields))
-      redis.call('PEXPIRE', key, ttl)
+      if said ~= thread then rc.thread = thread end
+      fresh[field] = true
+      answers[#answers + 1] = field
+      answers[#answers + 1] = cjson.encode(rc)
     end
   end
 end
 -- The answers and first-seen times of what was stored, a few hundred per command.
+-- (answers also holds the receipts: two fields a message stored, ages two an answer.)
 for s = 1, #answers, step do
   redis.call('HSET', KEYS[2], unpack(answers, s, math.min(s + step - 1, #answers)))
+end
+for s = 1, #ages, step do
   redis.call('ZADD', KEYS[3], unpack(ages, s, math.min(s + step - 1, #ages)))
 end
-if #answers > 0 and redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[2]) then
+if #ages > 0 and redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[2]) then
   out[1] = 1
 end
 return out

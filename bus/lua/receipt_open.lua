@@ -4,10 +4,13 @@
 -- stored messages open theirs inside append_many.lua (the same rule); its bounced ones
 -- here.
 -- All keys are in the recipient's slot {<sid>}.
--- KEYS[1] ids      P:{sid}:ids      message id -> send answer JSON (present once stored)
--- KEYS[1 + i] receipt  P:{sid}:rc:<id_i>  hash: from, from_session, thread, reason, and the
---                                         ms of each state reached (the id and the
---                                         recipient are the key's: issue 13, memory)
+-- KEYS[1] ids      P:{sid}:ids      message id -> send answer JSON (present once stored);
+--                                   '~' .. id -> a stored message's receipt (JSON: from,
+--                                   from_session, thread when not the answer's, reason,
+--                                   and the ms of each state reached; issue 13, memory)
+-- KEYS[1 + i] receipt  P:{sid}:rc:<id_i>  hash: a bounced message's receipt (its
+--                                         session is not registered, so nothing prunes
+--                                         its ids), or one opened before the fold
 -- ARGV[1] now ms, ARGV[2] TTL ms, ARGV[3] to (recipient session: the key's, not written),
 -- then six per message
 -- from ARGV[4]: message id, state (stored | bounced), from handle, from session ('' =
@@ -19,21 +22,36 @@ for i = 4, #ARGV, 6 do
   n = n + 1
   local key = KEYS[n]
   local id, state = ARGV[i], ARGV[i + 1]
-  local skip = redis.call('HEXISTS', key, 'stored') == 1
+  local field = '~' .. id
+  local folded = redis.call('HEXISTS', KEYS[1], field) == 1
+  local skip = folded or redis.call('HEXISTS', key, 'stored') == 1
     or (state == 'stored' and redis.call('HEXISTS', KEYS[1], id) == 0)
     or (state == 'bounced' and redis.call('EXISTS', key) == 1)
   if not skip then
     -- A bounced receipt gives way when the same id is later stored (the session was opened).
     redis.call('DEL', key)
-    local fields = {'from', ARGV[i + 2], state, ARGV[1]}
-    for f, name in ipairs({'from_session', 'thread', 'reason'}) do
-      if ARGV[i + 2 + f] ~= '' then
-        fields[#fields + 1] = name
-        fields[#fields + 1] = ARGV[i + 2 + f]
+    if state == 'stored' then
+      local rc = {from = ARGV[i + 2], stored = tonumber(ARGV[1])}
+      if ARGV[i + 3] ~= '' then rc.from_session = ARGV[i + 3] end
+      if ARGV[i + 5] ~= '' then rc.reason = ARGV[i + 5] end
+      -- The thread is the answer's (beside it) unless they differ.
+      local ans = cjson.decode(redis.call('HGET', KEYS[1], id))
+      local thread = ARGV[i + 4]
+      local said = ans.thread
+      if type(said) ~= 'string' then said = '' end
+      if said ~= thread then rc.thread = thread end
+      redis.call('HSET', KEYS[1], field, cjson.encode(rc))
+    else
+      local fields = {'from', ARGV[i + 2], state, ARGV[1]}
+      for f, name in ipairs({'from_session', 'thread', 'reason'}) do
+        if ARGV[i + 2 + f] ~= '' then
+          fields[#fields + 1] = name
+          fields[#fields + 1] = ARGV[i + 2 + f]
+        end
       end
+      redis.call('HSET', key, unpack(fields))
+      redis.call('PEXPIRE', key, ARGV[2])
     end
-    redis.call('HSET', key, unpack(fields))
-    redis.call('PEXPIRE', key, ARGV[2])
     opened = opened + 1
   end
 end

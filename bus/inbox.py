@@ -191,6 +191,7 @@ class Inbox:
                     "from_session": sender_sid, "at": at, "mark": "new", "wakes": wakes,
                     "why": reason, "key": key, "m": msg,
                 }  # fmt: skip
+            preview = one_line(str(msg.get("text") or ""), 120)
             appends.setdefault(thread, []).extend(
                 (
                     msg["id"],
@@ -201,10 +202,11 @@ class Inbox:
                     "",  # the label: its key's (store_inbox.thread_meta), not stored
                     _parties_json(sid, sender_sid),
                     msg["from"],
-                    one_line(str(msg.get("text") or ""), 120),
+                    preview,
                     msg.get("class", "action"),
                     THREAD_LOG_MAX,
                     one_m,  # the thread's one_m while it is the only one
+                    "1" if kept.newest_of_message(msg, at, preview) else "",
                 )
             )
             takes.extend(

@@ -206,6 +206,26 @@ def restore_thread_message(raw: str) -> str:
     return json.dumps(_restore_message(msg, letters, ""), separators=(",", ":"))
 
 
+def newest_of_message(msg: dict[str, Any], at: int, preview: str) -> bool:
+    """Whether a one-message thread's ``newest_at`` (``at``) and ``newest_preview``
+    (``preview``) are its message's ``ts`` and ``text``, so its record leaves them to
+    ``one_m`` (``thread_append.lua``; :func:`restore_newest` puts them back)."""
+    ts, text = msg.get("ts"), msg.get("text")
+    return type(ts) is int and ts == at and 0 <= ts < CJSON_EXACT and text == preview
+
+
+def restore_newest(meta: dict[str, str]) -> None:
+    """A thread record's ``newest_at`` / ``newest_preview`` from its ``one_m`` when it
+    keeps neither (:func:`newest_of_message`); a record that keeps them is left as is."""
+    one = meta.get("one_m")
+    if "newest_at" in meta or not one:
+        return
+    msg = json.loads(one)
+    if isinstance(msg, dict) and type(msg.get("ts")) is int:
+        meta["newest_at"] = str(msg["ts"])
+        meta["newest_preview"] = str(msg.get("text", ""))
+
+
 def thread_message_id(raw: str) -> str:
     """The id of a thread's one message as kept (``one_m``; the record keeps no ``one_id``)."""
     return str(json.loads(raw)["id"])

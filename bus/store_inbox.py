@@ -61,8 +61,10 @@ def view_of_replies(
 
 def meta_of(raw: dict[str, str]) -> dict[str, str]:
     """A thread's record as read: its ``label`` is its key's when not stored
-    (``thread_append.lua`` keeps none then; issue 13, memory)."""
+    (``thread_append.lua`` keeps none then; issue 13, memory); a one-message thread's
+    ``newest_at`` / ``newest_preview`` are its message's when not stored (bus.kept)."""
     meta = dict(raw)
+    kept.restore_newest(meta)
     if "label" not in meta and meta.get("key"):
         meta["label"] = thread_label(meta["key"])
     return meta

@@ -393,3 +393,87 @@ def test_a_threads_record_keeps_no_label_its_key_gives_no_usual_class_and_no_cre
     bus.deliver_session("coord")
     [other] = [t for t in rows.values() if t["label"] == "ha:other"]
     assert store.r.hget(k.t(other["threadId"], "meta"), "class") is None
+
+
+NEWEST = ("newest_at", "newest_preview")
+
+
+def _thread_row(b: Bus, sid: str, thread: str) -> tuple[int, str]:
+    [row] = [r for r in b.threads(sid)["threads"] if r["threadId"] == thread]
+    return row["newestAt"], row["newestPreview"]
+
+
+@pytest.mark.parametrize("text", ["hello", "café ☕ \U0001f600 done"])
+def test_a_one_message_threads_newest_is_its_messages_and_written_back_when_it_moves(
+    bus: Bus, text: str
+) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.turn("coord", "start")
+    sent = bus.send({"from": "ha:lane", "to_id": "coord", "text": text, "ts": 5_000})
+    bus.deliver_session("coord")
+    [thread] = store.threads_of("coord")
+    meta = k.t(thread, "meta")
+    # Not stored: its message's ts and text; every reader restores them.
+    assert store.r.hmget(meta, list(NEWEST)) == [None, None]
+    assert (
+        store.thread_meta(thread)["newest_at"],
+        store.thread_meta(thread)["newest_preview"],
+    ) == ("5000", text)
+    assert store.thread_metas([thread])[0]["newest_preview"] == text
+    assert _thread_row(bus, "coord", thread) == (5000, text)
+    # A second message older than the first: the first stays the newest, written back
+    # (from one_m) when it moves to the log.
+    bus.send({"from": "ha:lane", "to_id": "coord", "text": "older", "ts": 4_000})
+    bus.deliver_session("coord")
+    assert store.r.hget(meta, "one_m") is None
+    assert store.r.hmget(meta, list(NEWEST)) == ["5000", text]
+    assert _thread_row(bus, "coord", thread) == (5000, text)
+    assert int(store.thread_field(thread, "count") or 0) == 2
+    assert sent["ok"] is True
+
+
+def test_a_one_message_threads_newest_is_stored_when_its_message_does_not_give_it(
+    bus: Bus,
+) -> None:
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.turn("coord", "start")
+    # Its preview is its text's first line, not its text.
+    bus.send({"from": "ha:lane", "to_id": "coord", "text": "first\nsecond", "ts": 7_000})
+    bus.deliver_session("coord")
+    [thread] = store.threads_of("coord")
+    assert store.r.hmget(k.t(thread, "meta"), list(NEWEST)) == ["7000", "first"]
+    assert _thread_row(bus, "coord", thread) == (7000, "first")
+
+
+def test_a_one_message_thread_written_with_its_newest_reads_it_and_a_newer_one_wins(
+    bus: Bus,
+) -> None:
+    # The layout before: newest_* stored beside one_m (here one the message does not give).
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.turn("coord", "start")
+    bus.send({"from": "ha:lane", "to_id": "coord", "text": "hello", "ts": 5_000})
+    bus.deliver_session("coord")
+    [thread] = store.threads_of("coord")
+    meta = k.t(thread, "meta")
+    store.r.hset(meta, mapping={"newest_at": "6000", "newest_preview": "as stored"})
+    assert _thread_row(bus, "coord", thread) == (6000, "as stored")
+    bus.send({"from": "ha:lane", "to_id": "coord", "text": "newer", "ts": 9_000})
+    bus.deliver_session("coord")
+    assert store.r.hmget(meta, list(NEWEST)) == ["9000", "newer"]
+    assert _thread_row(bus, "coord", thread) == (9000, "newer")
+
+
+def test_a_threads_two_messages_in_one_delivery_keep_the_newests_as_stored(bus: Bus) -> None:
+    # One thread_append call takes both: the first is one_m for a moment, then moves.
+    store, k = bus.store, bus.store.k
+    bus.open_session("coord")
+    bus.turn("coord", "start")
+    bus.send({"from": "ha:lane", "to_id": "coord", "text": "later", "ts": 8_000})
+    bus.send({"from": "ha:lane", "to_id": "coord", "text": "earlier", "ts": 3_000})
+    bus.deliver_session("coord")
+    [thread] = store.threads_of("coord")
+    assert store.r.hmget(k.t(thread, "meta"), list(NEWEST)) == ["8000", "later"]
+    assert [json.loads(e["m"])["text"] for e in store.thread_log(thread)] == ["later", "earlier"]

@@ -13,8 +13,11 @@
 -- KEYS[3] seen  P:{thr}:seen  ids already in the log
 -- ARGV[1] message id, ARGV[2] wire JSON, ARGV[3] at ms, ARGV[4] key, ARGV[5] label ('' = its key's),
 -- ARGV[6] parties JSON list (taken only when the thread is made), ARGV[7] sender label, ARGV[8] preview, ARGV[9] class,
--- ARGV[10] log MAXLEN, ARGV[11] the message as a one-message thread keeps it
--- ARGV[12..22], ...: more messages to the thread, eleven arguments each, appended in order
+-- ARGV[10] log MAXLEN, ARGV[11] the message as a one-message thread keeps it,
+-- ARGV[12] '1' when that message's ts is ARGV[3] and its text is ARGV[8]: a one-message
+-- thread then keeps no newest_at / newest_preview (issue 13, memory; the readers,
+-- bus.store_inbox.meta_of, take them from one_m; the move to the log writes them back)
+-- ARGV[13..24], ...: more messages to the thread, twelve arguments each, appended in order
 -- (a batch's delivery appends a thread's messages in one call: issue 13).
 -- Returns how many were appended (0 for one already there).
 -- A thread's first message stays in meta (field one_m) with no log and no seen
@@ -22,14 +25,24 @@
 -- message moves it to the log (as kept: bus.store_inbox.thread_log restores it), first,
 -- then follows it there.
 local function append(A)
+  local fresh = false
   if redis.call('EXISTS', KEYS[2]) == 0 then
     local one = redis.call('HMGET', KEYS[1], 'one_id', 'one_m')
     local one_id = one[1] or (one[2] and cjson.decode(one[2]).id)
     if not one[2] then
       redis.call('HSET', KEYS[1], 'one_m', A[11])
+      fresh = true
     elseif one_id == A[1] then
       return 0
     else
+      -- newest_* left to one_m (ARGV[12]): written back before one_m goes.
+      if redis.call('HEXISTS', KEYS[1], 'newest_at') == 0 then
+        local m = cjson.decode(one[2])
+        if type(m.ts) == 'number' and type(m.text) == 'string' then
+          redis.call('HSET', KEYS[1], 'newest_at', string.format('%.0f', m.ts),
+            'newest_preview', m.text)
+        end
+      end
       redis.call('XADD', KEYS[2], '*', 'id', one_id, 'm', one[2])
       redis.call('SADD', KEYS[3], one_id)
       redis.call('HDEL', KEYS[1], 'one_id', 'one_m')
@@ -65,9 +78,12 @@ local function append(A)
   end
   if A[7] ~= '' then add_all('senders', {A[7]}) end
   redis.call('HINCRBY', KEYS[1], 'count', 1)
-  local newest = tonumber(redis.call('HGET', KEYS[1], 'newest_at') or '0')
+  local had = redis.call('HGET', KEYS[1], 'newest_at')
+  local newest = tonumber(had or '0')
   if tonumber(A[3]) >= newest then
-    redis.call('HSET', KEYS[1], 'newest_at', A[3], 'newest_preview', A[8])
+    if not (fresh and A[12] == '1' and not had) then
+      redis.call('HSET', KEYS[1], 'newest_at', A[3], 'newest_preview', A[8])
+    end
     if A[9] == 'action' then
       redis.call('HDEL', KEYS[1], 'class')
     else
@@ -77,7 +93,7 @@ local function append(A)
   return 1
 end
 local appended = 0
-for i = 0, #ARGV - 1, 11 do
-  appended = appended + append({unpack(ARGV, i + 1, i + 11)})
+for i = 0, #ARGV - 1, 12 do
+  appended = appended + append({unpack(ARGV, i + 1, i + 12)})
 end
 return appended

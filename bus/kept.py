@@ -113,6 +113,21 @@ def _pr_exact(msg: dict[str, Any]) -> bool:
     return pr is None or (isinstance(pr, int) and abs(pr) < CJSON_EXACT)
 
 
+def _at_is_ts(at: Any, msg: dict[str, Any]) -> bool:
+    """Whether a record's ``at`` is its message's ``ts``, which the scripts that re-encode
+    the record keep exactly (so the record leaves ``at`` to it)."""
+    ts = msg.get("ts")
+    return type(at) is int and type(ts) is int and at == ts and 0 <= ts < CJSON_EXACT
+
+
+def record_at(rec: dict[str, Any]) -> int:
+    """A record's ``at`` as read from its JSON, kept or whole (0 when it has none)."""
+    at = rec.get("at")
+    if at is None and isinstance(rec.get("m"), dict):
+        at = rec["m"].get("ts")
+    return int(at or 0)
+
+
 def _thread_of(sid: str, msg: dict[str, Any]) -> dict[str, str] | None:
     if not _pr_exact(msg):
         return None  # a script's re-encoding could change it, and so the thread's key
@@ -128,9 +143,9 @@ def keep_record(rec: dict[str, Any], sid: str) -> str:
     memory): without what its message ``m`` says already (``class``, ``kind``, ``from``;
     the thread's ``key`` and id, :func:`bus.threads.thread_of`), without
     ``from_session`` when none, ``wakes`` when false and ``why`` when ``not_from_parent``,
-    its message without its usual fields (listed in ``md``), with no spaces. The Lua scripts
-    that mark records read only ``mark``, ``at`` and ``wakes`` (missing: false), and keep
-    the rest."""
+    ``at`` when its message's ``ts``, its message without its usual fields (listed in
+    ``md``), with no spaces. The Lua scripts that mark records read only ``mark``, ``at``
+    (missing: ``m.ts``) and ``wakes`` (missing: false), and keep the rest."""
     out = dict(rec)
     msg = out.get("m")
     if isinstance(msg, dict):
@@ -144,6 +159,8 @@ def keep_record(rec: dict[str, Any], sid: str) -> str:
     for name, usual in _DEFAULTS.items():
         if name in out and type(out[name]) is type(usual) and out[name] == usual:
             del out[name]
+    if isinstance(msg, dict) and "at" in out and _at_is_ts(out["at"], msg):
+        del out["at"]
     if isinstance(msg, dict) and "md" not in out:
         out["m"], letters = _keep_message(msg, sid)
         if letters:
@@ -170,6 +187,8 @@ def restore_record(raw: str | bytes, sid: str) -> dict[str, Any]:
             full[name] = kept[name]
         elif name in _FROM_MESSAGE and name in msg:
             full[name] = msg[name]
+        elif name == "at" and type(msg.get("ts")) is int:
+            full[name] = msg["ts"]  # left out: its message's ts
         elif name in _FROM_THREAD:
             derived = derived or _thread_of(sid, msg)
             if derived:
@@ -269,7 +288,8 @@ def keep_ingested(
         rec["kind"] = "message"
     if sender_sid is not None:
         rec["from_session"] = sender_sid
-    rec["at"] = at
+    if not _at_is_ts(at, msg):
+        rec["at"] = at
     rec["mark"] = "new"
     if wakes is not False:
         rec["wakes"] = wakes

@@ -163,7 +163,7 @@ class InboxStore(StorePart):
             # A stream id is "<ms>-<seq>": its first part is when the message came.
             at = int(newest.split("-")[0])
             if not at:
-                at = max((int(r.get("at") or 0) for r in recs), default=0)
+                at = max((kept.record_at(r) for r in recs), default=0)
             out.append((marks, at))
         return out
 

@@ -93,7 +93,7 @@ KEY, THREAD = thread_of("s1", MSG)
 RECORD = {"id": "m1", "thread": THREAD, "class": "action", "kind": "message",
           "from": "ha:lane", "from_session": None, "at": 5, "mark": "new", "wakes": False,
           "why": "not_from_parent", "key": KEY, "m": MSG}  # fmt: skip
-SAID = {"thread", "class", "kind", "from", "key"}  # what the message and session say
+SAID = {"thread", "class", "kind", "from", "key", "at"}  # what the message and session say
 RECORD_TABLE: list[tuple[str, dict[str, Any], set[str]]] = [
     ("what the message says goes", RECORD, SAID | {"from_session", "wakes", "why"}),
     ("a sender session, a wake and its reason stay",
@@ -107,6 +107,11 @@ RECORD_TABLE: list[tuple[str, dict[str, Any], set[str]]] = [
                                                    thread_of("s1", {**MSG, "pr": 10**15}),
                                                    strict=True))},
      SAID - {"thread", "key"} | {"from_session", "wakes", "why"}),
+    ("an arrival other than the message's ts stays", {**RECORD, "at": 6},
+     SAID - {"at"} | {"from_session", "wakes", "why"}),
+    ("a ts past what a script keeps exact keeps its arrival",
+     {**RECORD, "at": 10**15, "m": {**MSG, "ts": 10**15}},
+     SAID - {"at"} | {"from_session", "wakes", "why"}),
     ("marks' times stay, after the others",
      {**RECORD, "mark": "answered", "noticed_at": 7, "answered_at": 9},
      SAID | {"from_session", "wakes", "why"}),

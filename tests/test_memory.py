@@ -16,6 +16,7 @@ from bus import compact
 from bus.api import Bus
 from bus.compact import MAX_ENTRIES, compact_all
 from bus.errors import Refused
+from bus.models import now_ms
 from bus.watch import top_rows
 from tests.conftest import wait_for
 
@@ -477,3 +478,31 @@ def test_a_threads_two_messages_in_one_delivery_keep_the_newests_as_stored(bus: 
     [thread] = store.threads_of("coord")
     assert store.r.hmget(k.t(thread, "meta"), list(NEWEST)) == ["8000", "later"]
     assert [json.loads(e["m"])["text"] for e in store.thread_log(thread)] == ["later", "earlier"]
+
+
+@pytest.mark.parametrize("age_days", [0, 30])
+def test_a_records_arrival_left_to_its_ts_is_read_by_the_floors_scripts(
+    bus: Bus, age_days: int
+) -> None:
+    # A record keeps no "at" when it is its message's ts (bus.kept.keep_record): the
+    # expiry (expire.lua) and the floor's sweep (floor_sweep.lua) read the ts instead.
+    store, k = bus.store, bus.store.k
+    ts = now_ms() - age_days * 86_400_000
+    bus.open_session("coord")
+    bus.turn("coord", "start")
+    sent = bus.send({"from": "ha:lane", "to_id": "coord", "text": "hi", "ts": ts})
+    bus.deliver_session("coord")  # its notice on the floor, the message still new
+    assert "at" not in json.loads(store.r.hget(k.s("coord", "msgs"), sent["id"]))
+    assert store.records("coord", [sent["id"]])[0]["at"] == ts
+    expired = bus.receipts.expire("coord")  # the floor's messages: by their arrival
+    assert expired == ([sent["id"]] if age_days else [])
+    if age_days:
+        return
+    # A notice gone from the floor unconfirmed, its record without scores: given back at
+    # its message's arrival.
+    bus.floor.drain("coord")  # taken by a drainer that died before recording it
+    [nid] = store.r.hkeys(k.s("coord", "floor"))
+    store.r.hset(k.s("coord", "floor"), nid, json.dumps({"ids": [sent["id"]], "gone": 1}))
+    store.r.zrem(k.s("coord", "new"), sent["id"])
+    assert bus.inbox.sweep_floor("coord", now=now_ms(), nids=[nid]) == 1
+    assert store.r.zscore(k.s("coord", "new"), sent["id"]) == ts

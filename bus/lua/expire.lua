@@ -31,7 +31,10 @@ for i = 2, #floor, 2 do
     local raw = redis.call('HGET', KEYS[3], id)
     if raw then
       local rec = cjson.decode(raw)
-      if rec.mark == 'new' and (tonumber(rec.at) or 0) < cutoff then expire(id, rec) end
+      -- A record leaves out its at when it is its message's ts (bus.kept.keep_record).
+      local at = rec.at
+      if at == nil and type(rec.m) == 'table' then at = rec.m.ts end
+      if rec.mark == 'new' and (tonumber(at) or 0) < cutoff then expire(id, rec) end
     end
   end
 end

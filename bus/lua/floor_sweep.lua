@@ -32,6 +32,8 @@ for i = 3, #ARGV, 2 do
         local raw = redis.call('HGET', KEYS[2], id)
         if raw then
           local msg = cjson.decode(raw)
+          -- A record leaves out its at when it is its message's ts (bus.kept.keep_record).
+          if msg.at == nil and type(msg.m) == 'table' then msg.at = msg.m.ts end
           if msg.mark == 'new' then
             redis.call('ZADD', KEYS[3], score[id] or msg.at or now, id)
             if wakes[id] then

@@ -66,14 +66,32 @@ def inline_script_loads(pipe: Any) -> Any:
     return pipe
 
 
-def _session_from_hash(data: dict[str, str]) -> SessionInfo:
+# Session record fields not stored at their value here (issue 13, memory): ``session`` is
+# its key's, ``prompt_waiting`` absent is "0". :func:`_session_from_hash` puts them back.
+_SESSION_UNSTORED = {"prompt_waiting": "0"}
+
+
+def _session_fields(fields: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """``fields`` for the session record: what to set, and what to delete (the fields at
+    their unstored value; ``session``, always its key's, never set)."""
+    out = {f: v for f, v in fields.items() if f != "session"}
+    drop = [f for f, v in _SESSION_UNSTORED.items() if out.get(f) == v]
+    for f in drop:
+        del out[f]
+    return out, drop
+
+
+def _session_from_hash(data: dict[str, str], sid: str) -> SessionInfo:
+    """A session record read whole: ``sid`` (its key's) when it keeps no ``session``; a
+    record written before keeps it, and a "0" ``prompt_waiting`` (both read the same)."""
+
     def opt(name: str) -> str | None:
         v = data.get(name)
         return v if v else None
 
     agent_inbox = data.get("agent_inbox")
     return SessionInfo(
-        session=data["session"],
+        session=data.get("session") or sid,
         handle=data["handle"],
         host=data["host"],
         state=cast(Any, data.get("state", "idle")),
@@ -184,6 +202,7 @@ class Store(
             else:
                 fields[name] = str(value)
         key = self.k.s(info.session, "session")
+        fields, _drop = _session_fields(fields)
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(key)
         pipe.hset(key, mapping=fields)
@@ -194,7 +213,7 @@ class Store(
     def get_session(self, sid: str) -> SessionInfo | None:
         """The session record as last put or updated; ``None`` if never put."""
         data = cast(dict[str, str], self.r.hgetall(self.k.s(sid, "session")))
-        return _session_from_hash(data) if data else None
+        return _session_from_hash(data, sid) if data else None
 
     def update_session(self, sid: str, **fields: object) -> None:
         """Set some fields of the record (``None`` clears one) and ``updated_at`` to now."""
@@ -204,7 +223,15 @@ class Store(
                 mapping[name] = "1" if value else "0"
             else:
                 mapping[name] = "" if value is None else str(value)
-        self.r.hset(self.k.s(sid, "session"), mapping=mapping)
+        mapping, drop = _session_fields(mapping)
+        key = self.k.s(sid, "session")
+        if not drop:
+            self.r.hset(key, mapping=mapping)
+            return
+        pipe = self.pipeline(transaction=True)
+        pipe.hset(key, mapping=mapping)
+        pipe.hdel(key, *drop)
+        pipe.execute()
 
     def incr_turns(self, sid: str) -> int:
         """Add one to the session's turn count atomically; return the new count."""
@@ -220,7 +247,7 @@ class Store(
         pipe = self.r.pipeline(transaction=False)
         for sid in ids:
             pipe.hgetall(self.k.s(sid, "session"))
-        return [_session_from_hash(d) for d in pipe.execute() if d]
+        return [_session_from_hash(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
 
     def receivers(self, sids: Iterable[str]) -> dict[str, tuple[str, str, int, int] | None]:
         """Each session's ``(host, state, last_seen, opened_at)`` (0 when unset), ``None``
@@ -475,7 +502,7 @@ class Store(
                 retry_at=None if retry_at is None else int(retry_at),
                 floor_records=[str(r) for r in floor],
             )
-            out.append((_session_from_hash(data), view))
+            out.append((_session_from_hash(data, sids[n]), view))
         return out
 
     # -- heartbeats ---------------------------------------------------------------------

@@ -63,7 +63,7 @@ def _flat_hash(flat: list[Any]) -> dict[str, str]:
     return {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
 
 
-def _start_of(reply: Any, token: str, sent_at: float) -> DeliveryStart | None:
+def _start_of(reply: Any, token: str, sent_at: float, sid: str) -> DeliveryStart | None:
     """``delivery_begin.lua``'s reply as a :class:`DeliveryStart` (``None``: busy)."""
     if not int(reply[0]):
         return None
@@ -82,12 +82,12 @@ def _start_of(reply: Any, token: str, sent_at: float) -> DeliveryStart | None:
         None,
         str(cursor),
         entries,
-        _session_from_hash(data) if data else None,
+        _session_from_hash(data, sid) if data else None,
         [json.loads(a) if a else None for a in answers],
     )
 
 
-def _snapshot_of(reply: list[Any], sent_at: float) -> DeliverySnapshot:
+def _snapshot_of(reply: list[Any], sent_at: float, sid: str) -> DeliverySnapshot:
     """``delivery_snapshot.lua``'s reply as a :class:`DeliverySnapshot`."""
     held, session, nid, floor, pending, wake, first, building, retry_at, length, rows = reply
     floor_hash = _flat_hash(floor)
@@ -96,7 +96,7 @@ def _snapshot_of(reply: list[Any], sent_at: float) -> DeliverySnapshot:
     return DeliverySnapshot(
         held=bool(int(held)),
         sent_at=sent_at,
-        info=_session_from_hash(_flat_hash(session)) if session else None,
+        info=_session_from_hash(_flat_hash(session), sid) if session else None,
         notice_id=str(nid) if nid else None,
         floor_ids=list(floor_hash),
         rows=[(str(eid), _flat_hash(fields)) for eid, fields in rows],
@@ -138,7 +138,7 @@ class DeliveryStore(StorePart):
         reply = self.script("delivery_begin")(
             keys=self._begin_keys(sid), args=[token, self.lock_ttl_ms, count]
         )
-        return _start_of(reply, token, sent_at)
+        return _start_of(reply, token, sent_at, sid)
 
     def _begin_keys(self, sid: str) -> list[str]:
         return [
@@ -156,7 +156,9 @@ class DeliveryStore(StorePart):
             )
         sent_at = time.monotonic()
         replies = self.execute_loaded(pipe)
-        return [_start_of(r, t, sent_at) for r, t in zip(replies, tokens, strict=True)]
+        return [
+            _start_of(r, t, sent_at, sid) for r, t, sid in zip(replies, tokens, sids, strict=True)
+        ]
 
     def delivery_snapshot(
         self,
@@ -180,7 +182,7 @@ class DeliveryStore(StorePart):
             keys=self._snapshot_keys(sid),
             args=[token, self.lock_ttl_ms, advance_to or "", read_after or "", count],
         )
-        return _snapshot_of(reply, sent_at)
+        return _snapshot_of(reply, sent_at, sid)
 
     def snapshot_many(
         self, items: list[tuple[str, str, str | None]], count: int = 200
@@ -195,7 +197,11 @@ class DeliveryStore(StorePart):
                 client=pipe,
             )
         sent_at = time.monotonic()
-        return [_snapshot_of(reply, sent_at) for reply in self.execute_loaded(pipe)]
+        replies = self.execute_loaded(pipe)
+        return [
+            _snapshot_of(reply, sent_at, item[0])
+            for reply, item in zip(replies, items, strict=True)
+        ]
 
     def snapshot_many_after(
         self, pipe: Any, items: list[tuple[str, str, str | None]], count: int = 200
@@ -227,7 +233,9 @@ class DeliveryStore(StorePart):
             if isinstance(reply, Exception):
                 raise reply
         tail = replies[len(replies) - len(items) :] if items else []
-        return [_snapshot_of(reply, sent_at) for reply in tail]
+        return [
+            _snapshot_of(reply, sent_at, item[0]) for reply, item in zip(tail, items, strict=True)
+        ]
 
     def _snapshot_keys(self, sid: str) -> list[str]:
         names = ("lock", "session", "notice", "floor", "new", "wakeq", "stream", "cursor")

@@ -115,7 +115,7 @@ class InboxStore(StorePart):
         pipe.sismember(self.k.s(giver, "gave"), to)
         pipe.hgetall(self.k.s(to, "session"))
         gave, data = pipe.execute()
-        return bool(gave), (_session_from_hash(data) if data else None)
+        return bool(gave), (_session_from_hash(data, to) if data else None)
 
     # -- the inbox ------------------------------------------------------------------------
 

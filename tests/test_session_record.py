@@ -1,0 +1,84 @@
+"""A session record keeps no ``session`` (its key's) and no ``prompt_waiting`` "0" (issue
+13, memory): every reader restores both, and a record written before reads the same."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from bus.api import Bus
+from bus.models import SessionInfo
+
+
+def readers(bus: Bus, sid: str) -> list[Callable[[], SessionInfo | None]]:
+    """Every way the store reads a session record whole."""
+    store = bus.store
+
+    def begun() -> SessionInfo | None:
+        start = store.begin_delivery(sid, 10)
+        assert start is not None
+        store.unlock(sid, start.token)
+        return start.info
+
+    def begun_many() -> SessionInfo | None:
+        [start] = store.begin_many([sid], 10)
+        assert start is not None
+        store.unlock(sid, start.token)
+        return start.info
+
+    def snapshot() -> SessionInfo | None:
+        return store.delivery_snapshot(sid, "no-token").info
+
+    def snapshots() -> SessionInfo | None:
+        [snap] = store.snapshot_many([(sid, "no-token", None)])
+        return snap.info
+
+    def snapshots_after() -> SessionInfo | None:
+        [snap] = store.snapshot_many_after(store.pipeline(), [(sid, "no-token", None)])
+        return snap.info
+
+    return [
+        lambda: store.get_session(sid),
+        lambda: next(s for s in store.sessions() if s.session == sid),
+        lambda: next(i for i, _v in store.sweep_views([sid])),
+        lambda: store.gave_and_session("other", sid)[1],
+        begun,
+        begun_many,
+        snapshot,
+        snapshots,
+        snapshots_after,
+    ]
+
+
+@pytest.mark.parametrize("waiting", [False, True])
+def test_a_session_record_is_kept_without_its_key_and_usual_prompt_and_read_whole(
+    bus: Bus, waiting: bool
+) -> None:
+    store, key = bus.store, bus.store.k.s("coord", "session")
+    bus.open_session("coord")
+    bus.turn("coord", "start", prompt_waiting=waiting)
+    # Queued, not delivered: a delivery's start reads it, and the record beside it.
+    bus.send({"from": "ha:lane", "to_id": "coord", "text": "hi"})
+    raw = store.r.hgetall(key)
+    assert "session" not in raw
+    assert raw.get("prompt_waiting") == ("1" if waiting else None)
+    compact = [read() for read in readers(bus, "coord")]
+    assert [i and i.session for i in compact] == ["coord"] * len(compact)
+    assert {i.prompt_waiting for i in compact if i} == {waiting}
+    # The same record as written before (both fields stored) reads the same everywhere.
+    store.r.hset(key, mapping={"session": "coord", "prompt_waiting": "1" if waiting else "0"})
+    whole = [read() for read in readers(bus, "coord")]
+    strip = [i.model_copy(update={"updated_at": 0}) if i else None for i in compact]
+    assert [i.model_copy(update={"updated_at": 0}) if i else None for i in whole] == strip
+
+
+def test_a_prompt_no_longer_waiting_goes_from_the_record(bus: Bus) -> None:
+    store, key = bus.store, bus.store.k.s("coord", "session")
+    bus.open_session("coord")
+    bus.turn("coord", "start", prompt_waiting=True)
+    assert store.r.hget(key, "prompt_waiting") == "1"
+    bus.turn("coord", "end")
+    assert store.r.hget(key, "prompt_waiting") is None
+    info = store.get_session("coord")
+    assert info is not None and info.prompt_waiting is False and info.state == "idle"

@@ -81,6 +81,8 @@ _M_USUAL: dict[str, tuple[str, Any]] = {
     "class": ("c", "action"), "verified": ("f", False),
 }  # fmt: skip
 _M_TO = ("to_id", "t")
+# A record's message leaves out its id when it is the record's (which stays: see above).
+_M_ID = ("id", "i")
 
 
 def _keep_message(msg: dict[str, Any], sid: str) -> tuple[dict[str, Any], str]:
@@ -143,8 +145,8 @@ def keep_record(rec: dict[str, Any], sid: str) -> str:
     memory): without what its message ``m`` says already (``class``, ``kind``, ``from``;
     the thread's ``key`` and id, :func:`bus.threads.thread_of`), without
     ``from_session`` when none, ``wakes`` when false and ``why`` when ``not_from_parent``,
-    ``at`` when its message's ``ts``, its message without its usual fields (listed in
-    ``md``), with no spaces. The Lua scripts that mark records read only ``mark``, ``at``
+    ``at`` when its message's ``ts``, its message without its usual fields nor its id
+    when the record's (listed in ``md``), with no spaces. The Lua scripts that mark records read only ``mark``, ``at``
     (missing: ``m.ts``) and ``wakes`` (missing: false), and keep the rest."""
     out = dict(rec)
     msg = out.get("m")
@@ -163,6 +165,9 @@ def keep_record(rec: dict[str, Any], sid: str) -> str:
         del out["at"]
     if isinstance(msg, dict) and "md" not in out:
         out["m"], letters = _keep_message(msg, sid)
+        if "id" in out and out["m"].get(_M_ID[0]) == out["id"]:
+            del out["m"][_M_ID[0]]
+            letters += _M_ID[1]
         if letters:
             out["md"] = letters
     # ASCII escapes kept: a message's text may hold what UTF-8 cannot (a lone surrogate).
@@ -179,7 +184,10 @@ def restore_record(raw: str | bytes, sid: str) -> dict[str, Any]:
         return dict(kept)
     letters = kept.pop("md", "")
     if isinstance(letters, str) and letters:
-        msg = kept["m"] = _restore_message(msg, letters, sid)
+        msg = _restore_message(msg, letters, sid)
+        if _M_ID[1] in letters and "id" in kept:
+            msg = {_M_ID[0]: kept["id"], **msg}  # first, where the message has it
+        kept["m"] = msg
     derived: dict[str, str] | None = None
     full: dict[str, Any] = {}
     for name in RECORD_FIELDS:
@@ -300,6 +308,9 @@ def keep_ingested(
     if out_m.get(_M_TO[0]) == sid:
         out_m = {f: v for f, v in out_m.items() if f != _M_TO[0]}
         letters += _M_TO[1]
+    if out_m.get(_M_ID[0]) == rec["id"]:
+        out_m = {f: v for f, v in out_m.items() if f != _M_ID[0]}
+        letters += _M_ID[1]
     rec["m"] = out_m
     if letters:
         rec["md"] = letters

@@ -88,7 +88,7 @@ def test_a_resend_gets_the_first_answer_byte_for_byte_from_the_compact_form(bus:
 
 MSG = {"v": 1, "id": "m1", "ts": 5, "from": "ha:lane", "to_id": "s1", "text": "hi",
        "urgency": "queue", "kind": "message", "class": "action", "verified": False}  # fmt: skip
-USUAL = {"v", "urgency", "kind", "class", "verified", "to_id"}
+USUAL = {"v", "urgency", "kind", "class", "verified", "to_id", "id"}  # id: the record's
 KEY, THREAD = thread_of("s1", MSG)
 RECORD = {"id": "m1", "thread": THREAD, "class": "action", "kind": "message",
           "from": "ha:lane", "from_session": None, "at": 5, "mark": "new", "wakes": False,
@@ -186,6 +186,7 @@ M_TABLE: list[tuple[str, dict[str, Any], set[str]]] = [
      USUAL - {"urgency", "verified", "to_id"}),
     ("a field it lacks is not made up", {f: v for f, v in MSG.items() if f != "verified"},
      USUAL - {"verified"}),
+    ("an id other than the record's stays", {**MSG, "id": "m9"}, USUAL - {"id"}),
 ]  # fmt: skip
 
 
@@ -196,7 +197,8 @@ def test_a_records_message_is_kept_without_its_usual_fields_and_restored_whole(
     record = {**RECORD, "m": msg, "class": msg["class"]}
     stored = json.loads(kept.keep_record(record, "s1"))
     assert set(msg) - set(stored["m"]) == dropped
-    assert kept.restore_record(json.dumps(stored), "s1") == record
+    back = kept.restore_record(json.dumps(stored), "s1")
+    assert back == record and next(iter(back["m"])) == "id"
 
 
 THREAD_TABLE: list[tuple[str, dict[str, Any], str]] = [

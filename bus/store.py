@@ -444,13 +444,12 @@ class Store(
     def schedule(self, what: str, sid: str, at_ms: int, *, earliest: bool = True) -> None:
         """Put ``what`` for ``sid`` on the schedule; keep the earlier time if one is there."""
         check_session_id(sid)
-        member = f"{what}|{sid}"
-        if earliest:
-            # LT keeps the earlier of two times and still adds a new member.
-            self.r.zadd(self.k.due, {member: at_ms}, lt=True)
-        else:
-            self.r.zadd(self.k.due, {member: at_ms})
-        self.poke_scheduler(at_ms)  # due soon: a sleeping scheduler wakes for it
+        # LT keeps the earlier of two times and still adds a new member.
+        pipe = self.pipeline()
+        pipe.zadd(self.k.due, {f"{what}|{sid}": at_ms}, lt=earliest)
+        # Due soon: a sleeping scheduler wakes for it (in the same round trip).
+        self.poke_scheduler(at_ms, pipe=pipe)
+        pipe.execute()
 
     def unschedule(self, what: str, sid: str) -> None:
         """Take ``what`` for ``sid`` off the schedule (nothing if it is not there)."""

@@ -329,10 +329,6 @@ def _answer_parts(standing: Standing) -> tuple[str, str]:
 _THREAD_MARK = "\x02"
 _THREAD_MARK_JSON = json.dumps(_THREAD_MARK)[1:-1]
 
-# A sender's messages to one session share a thread: the id is a hash of the two
-# (bus.threads.thread_id), the same in every batch.
-_thread_id = lru_cache(maxsize=65536)(thread_id)
-
 
 def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     store = bus.store
@@ -369,7 +365,7 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
         key = thread_key(
             thread=msg.thread, pr=msg.pr, topic=msg.topic, sender=msg.from_, text=msg.text
         )
-        thread = _thread_id(sid, key)
+        thread = thread_id(sid, key)  # cached: the same in every batch
         answers[i] = {**templates[sid], "id": msg.id, "thread": thread}
         if sid not in per_sid:
             per_sid[sid], groups[sid], args[sid] = [], {}, []

@@ -185,12 +185,10 @@ class Inbox:
                 why=reason,
             )  # fmt: skip
             if wholes is not None:
-                wholes[record] = {
-                    "id": msg["id"], "thread": thread, "class": msg.get("class", "action"),
-                    "kind": msg.get("kind", "message"), "from": msg["from"],
-                    "from_session": sender_sid, "at": at, "mark": "new", "wakes": wakes,
-                    "why": reason, "key": key, "m": msg,
-                }  # fmt: skip
+                wholes[record] = kept.whole_record(
+                    msg, key=key, thread=thread, sender_sid=sender_sid, at=at, wakes=wakes,
+                    why=reason,
+                )  # fmt: skip
             preview = one_line(str(msg.get("text") or ""), 120)
             appends.setdefault(thread, []).extend(
                 (

@@ -258,6 +258,25 @@ def thread_message_id(raw: str) -> str:
     return str(json.loads(raw)["id"])
 
 
+def whole_record(
+    msg: dict[str, Any],
+    *,
+    key: str,
+    thread: str,
+    sender_sid: str | None,
+    at: int,
+    wakes: bool,
+    why: str,
+) -> dict[str, Any]:
+    """A new inbox record whole (``mark`` new), in ``RECORD_FIELDS`` order: what
+    :func:`restore_record` gives back for what :func:`keep_ingested` keeps."""
+    return {
+        "id": msg["id"], "thread": thread, "class": msg.get("class", "action"),
+        "kind": msg.get("kind", "message"), "from": msg["from"], "from_session": sender_sid,
+        "at": at, "mark": "new", "wakes": wakes, "why": why, "key": key, "m": msg,
+    }  # fmt: skip
+
+
 def keep_ingested(
     msg: dict[str, Any],
     sid: str,
@@ -279,12 +298,9 @@ def keep_ingested(
         thread_form[THREAD_LETTERS] = letters
     thread_json = json.dumps(thread_form, separators=(",", ":"))
     if "t" in letters or not sid:  # a message to "": the slow way keeps it exactly
-        record = {
-            "id": msg["id"], "thread": thread, "class": msg.get("class", "action"),
-            "kind": msg.get("kind", "message"), "from": msg["from"],
-            "from_session": sender_sid, "at": at, "mark": "new", "wakes": wakes, "why": why,
-            "key": key, "m": msg,
-        }  # fmt: skip
+        record = whole_record(
+            msg, key=key, thread=thread, sender_sid=sender_sid, at=at, wakes=wakes, why=why
+        )
         return keep_record(record, sid), thread_json
     rec: dict[str, Any] = {"id": msg["id"]}
     exact = _pr_exact(msg)

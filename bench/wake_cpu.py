@@ -10,7 +10,8 @@ Per session and step: this process's CPU, the redis-server's CPU (``/proc``) and
 trips (writes to the socket: a pipeline is one), and the step's wall time. Median round.
 ``--threads N`` delivers the chunks from N threads at once, as a worker process's N kick
 loops do (each takes the next chunk); the wall time then shows what the GIL between them
-costs. ``--profile`` writes a cProfile of the last round's two steps (one thread only).
+costs. ``--profile`` writes a cProfile of the last round's two steps (one thread only;
+``--profile-step`` one of them).
 Run two trees interleaved to compare them.
 """
 
@@ -96,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="kick loops delivering at once")
     p.add_argument("--profile", default=None)
+    p.add_argument(
+        "--profile-step",
+        choices=("both", "arrival", "wake"),
+        default="both",
+        help="which step --profile covers",
+    )
     args = p.parse_args(argv)
     conn = redis.connection.AbstractConnection
     conn.send_packed_command = _counting(conn.send_packed_command)  # type: ignore[method-assign]
@@ -137,13 +144,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             clock = ManualClock(int(time.time() * 1000))  # the plans' now: no wake due yet
             b.inbox.clock = clock
-            rows["arrival"].append(step(b, sids, prof, args.threads))
+            only = args.profile_step
+            rows["arrival"].append(step(b, sids, prof if only != "wake" else None, args.threads))
             last = b.store.r.zrange(b.store.k.due, -1, -1, withscores=True)
             clock.advance(int(last[0][1]) + 1 - clock.now_ms() if last else 0)
             due = [sid for _what, sid in b.store.take_due(clock.now_ms(), limit=10**6)]
             if len(due) != len(sids):
                 print(f"round {rnd}: {len(due)} due of {len(sids)}")
-            rows["wake"].append(step(b, due, prof, args.threads))
+            rows["wake"].append(step(b, due, prof if only != "arrival" else None, args.threads))
             woke = sum(1 for sid in sids if (b.session(sid).state == "running"))
             if woke != len(sids):
                 print(f"round {rnd}: {woke} woken of {len(sids)}")

@@ -330,84 +330,167 @@ _THREAD_MARK = "\x02"
 _THREAD_MARK_JSON = json.dumps(_THREAD_MARK)[1:-1]
 
 
+# A receiver's session record as append_many.lua compares it (host, state, last_seen,
+# opened_at, each ended by a newline) and as read, by its session key: the appends assume
+# the record last seen and the script checks it, so no round trip reads the receivers
+# first. Shared by the process's buses: a wrong or missing guess costs that receiver a
+# second round trip (the script writes nothing of it and says the record), never a wrong
+# answer.
+Found = tuple[str, str, int, int]
+_RECORDS: dict[str, tuple[str, Found | None]] = {}
+_RECORDS_MAX = 65536
+_UNREAD = ("?", None)  # no guess: never a record's form
+MAX_ROUNDS = 8
+
+
+def _record(key: str, raw: list[Any]) -> Found | None:
+    """Remember the record ``append_many.lua`` read (four fields, false when unset);
+    ``(host, state, last_seen, opened_at)``, or ``None`` when it has no host."""
+    host, state, seen, opened = (str(f) if f else "" for f in raw)
+    found = (host, state or "idle", int(seen or 0), int(opened or 0)) if host else None
+    if len(_RECORDS) >= _RECORDS_MAX:
+        _RECORDS.clear()
+    _RECORDS[key] = (f"{host}\n{state}\n{seen}\n{opened}\n", found)
+    return found
+
+
 def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
-    store = bus.store
-    infos = store.receivers_many(m.to_id for m in msgs)
-    now = now_ms()
-    standings = {sid: _standing(bus, sid, f, now) for sid, f in infos.items() if f is not None}
-    templates = {sid: _template(st) for sid, st in standings.items()}
-    answers: list[dict[str, Any] | None] = [None] * len(msgs)
+    """Store ``msgs``: each receiver's appends made from the record it had when last read
+    (:data:`_RECORDS`), all in one round trip; a receiver whose record differs (or this
+    process never read it) is written in a second, from the record the first one read."""
+    store, now = bus.store, now_ms()
     per_sid: dict[str, list[int]] = {}
-    args: dict[str, list[str]] = {}
-    # (sid, thread, from, from_session) -> its group number in sid's call (append_many.lua)
-    groups: dict[str, dict[tuple[str, str, str], int]] = {}
-    receipts: list[tuple[Message, str, str | None, str, str]] = []
-    pipe = store.pipeline()
-    # The id -> receiver index first (the replies after it are the appends'): one HSET per
-    # bucket the batch touches, not one SET per message (bus.rcptindex).
-    queued = rcptindex.index(pipe, store.k, ((m.id, m.to_id) for m in msgs), now)
+    threads: list[str] = []
     for i, msg in enumerate(msgs):
         if msg.verified is None:
-            msg = msg.model_copy(update={"verified": bus.auth.enabled})
-            msgs[i] = msg
-        sid = msg.to_id
-        if infos[sid] is None:
-            reason = f"no session {sid!r} is registered"
-            answers[i] = SendAnswer(
-                ok=False,
-                id=msg.id,
-                state="bounced",
-                recipient=Recipient(session=sid, state="unknown"),
-                reason=reason,
-            ).to_json()
-            receipts.append((msg, sid, None, "bounced", reason))
-            continue
+            msg = msgs[i] = msg.model_copy(update={"verified": bus.auth.enabled})
+        per_sid.setdefault(msg.to_id, []).append(i)
         key = thread_key(
             thread=msg.thread, pr=msg.pr, topic=msg.topic, sender=msg.from_, text=msg.text
         )
-        thread = thread_id(sid, key)  # cached: the same in every batch
-        answers[i] = {**templates[sid], "id": msg.id, "thread": thread}
-        if sid not in per_sid:
-            per_sid[sid], groups[sid], args[sid] = [], {}, []
-        per_sid[sid].append(i)
-        sender = (thread, msg.from_, msg.from_session or "")
-        group = groups[sid].get(sender)
-        if group is None:
-            group = groups[sid][sender] = len(groups[sid]) + 1
-        args[sid].append(f"{msg.id}\n{group}\n{msg.line()}\n")
-        receipts.append((msg, sid, thread, "stored", ""))
-    order = list(per_sid)
-    cap, ttl = bus.settings.max_unread, bus.receipts.ttl_ms
-    for sid in order:
-        fields = "".join(f"{t}\n{f}\n{fs}\n" for t, f, fs in groups[sid])
-        ids = [msgs[i].id for i in per_sid[sid]]
-        batch = [now, store.lock_ttl_ms, cap, ttl, sid, fields]
-        batch.append("".join(args[sid]))
-        batch.extend(_answer_parts(standings[sid]))
-        store.queue_append_many(pipe, sid, ids, batch)
-    # The appends opened the stored messages' receipts; the bounced ones open theirs here
-    # (receipt_open.lua), and every message sent gets its outbox entry.
-    bus.receipts.open_many(pipe, receipts, appended=True)
-    replies = store.execute_loaded(pipe)
+        threads.append(thread_id(msg.to_id, key))  # cached: the same in every batch
+    answers: list[dict[str, Any] | None] = [None] * len(msgs)
+    blobs: dict[str, tuple[str, str]] = {}
     refused: list[tuple[Message, str]] = []
     due: dict[str, list[str]] = {}
-    for sid, result in zip(order, replies[queued : queued + len(order)], strict=True):
-        dispatch, listed = result[0], iter(result[1:])
-        for n, prior in zip(listed, listed, strict=True):  # (n, prior): n-th is not new
-            i = per_sid[sid][int(n) - 1]
-            if prior == -1:
-                answers[i] = {**inbox_full(sid, cap).to_json(), "id": msgs[i].id}
-                refused.append((msgs[i], sid))
-            elif prior:
-                answers[i] = {**kept.restore(prior, sid, msgs[i].id), "duplicate": True}
-        found = infos[sid]
-        if int(dispatch) and found is not None:
-            due.setdefault(found[0], []).append(sid)
+    todo: list[str] = list(per_sid)
+    bounced: list[int] = []
+    head = [now, store.lock_ttl_ms, bus.settings.max_unread]
+    for round_ in range(MAX_ROUNDS):
+        if not todo and not bounced:
+            break
+        pipe = store.pipeline()
+        queued = 0
+        if round_ == 0:
+            # The id -> receiver index first (the replies after it are the appends'): one
+            # HSET per bucket the batch touches, not one SET per message (bus.rcptindex).
+            queued = rcptindex.index(pipe, store.k, ((m.id, m.to_id) for m in msgs), now)
+        standings: dict[str, Standing] = {}
+        receivers: list[tuple[str, list[str], list[str]]] = []
+        for sid in todo:
+            said, found = _RECORDS.get(store.k.s(sid, "session"), _UNREAD)
+            parts = ("", "")
+            if found is not None:
+                standings[sid] = _standing(bus, sid, found, now)
+                parts = _answer_parts(standings[sid])
+            if sid not in blobs:
+                blobs[sid] = _blobs(msgs, threads, per_sid[sid])
+            ids = [msgs[i].id for i in per_sid[sid]]
+            receivers.append((sid, ids, [said, *blobs[sid], *parts]))
+        calls = store.queue_append_many(pipe, head, receivers)
+        # The appends open the stored messages' receipts; the bounced ones open theirs
+        # here (receipt_open.lua), and every message sent gets its outbox entry (ZADD NX:
+        # a message sent again next round keeps the entry of the first).
+        bus.receipts.open_many(pipe, _rows(msgs, threads, set(todo), set(bounced)), appended=True)
+        replies = store.execute_loaded(pipe)
+        todo, bounced = [], []
+        for sids, reply in zip(calls, replies[queued : queued + len(calls)], strict=True):
+            told = _told(reply)
+            for r, sid in enumerate(sids, 1):
+                lines = told.get(r, [])
+                standing = standings.get(sid)
+                if lines and lines[0][0] == "s":  # its record, as read: nothing written
+                    if _record(store.k.s(sid, "session"), json.loads(lines[0][1])) is None:
+                        bounced.extend(per_sid[sid])
+                    else:
+                        todo.append(sid)
+                    continue
+                if standing is None:  # never: the script writes only on a matching record
+                    raise RuntimeError(f"append_many.lua wrote {sid} on no record")
+                template = _template(standing)
+                for i in per_sid[sid]:
+                    answers[i] = {**template, "id": msgs[i].id, "thread": threads[i]}
+                for kind, rest in lines:
+                    if kind == "d":
+                        due.setdefault(standing[1], []).append(sid)
+                        continue
+                    n, _, prior = rest.partition(" ")
+                    i = per_sid[sid][int(n) - 1]
+                    if prior == "-1":
+                        answers[i] = {**inbox_full(sid, head[2]).to_json(), "id": msgs[i].id}
+                        refused.append((msgs[i], sid))
+                    else:
+                        answers[i] = {**kept.restore(prior, sid, msgs[i].id), "duplicate": True}
+        for i in bounced:
+            sid = msgs[i].to_id
+            answers[i] = SendAnswer(
+                ok=False,
+                id=msgs[i].id,
+                state="bounced",
+                recipient=Recipient(session=sid, state="unknown"),
+                reason=_no_session(sid),
+            ).to_json()
+    if todo or bounced:  # a record changed under every one of the rounds
+        raise BusError(f"the receivers' records kept changing; send again: {todo[:3]}")
     for host, sids in due.items():  # a few tasks per host per batch, not one per receiver
         deliver_many(bus.dispatcher, host, sids)
     if refused:
         _unwrite(bus, refused, now)
     return [a for a in answers if a is not None]
+
+
+def _no_session(sid: str) -> str:
+    return f"no session {sid!r} is registered"
+
+
+def _blobs(msgs: list[Message], threads: list[str], idx: list[int]) -> tuple[str, str]:
+    """One receiver's groups and messages as ``append_many.lua`` reads them."""
+    groups: dict[tuple[str, str, str], int] = {}
+    lines = []
+    for i in idx:
+        msg = msgs[i]
+        sender = (threads[i], msg.from_, msg.from_session or "")
+        group = groups.get(sender)
+        if group is None:
+            group = groups[sender] = len(groups) + 1
+        lines.append(f"{msg.id}\n{group}\n{msg.line()}\n")
+    return "".join(f"{t}\n{f}\n{fs}\n" for t, f, fs in groups), "".join(lines)
+
+
+def _rows(
+    msgs: list[Message], threads: list[str], appending: set[str], bounced: set[int]
+) -> list[tuple[Message, str, str | None, str, str]]:
+    """The receipt rows (:meth:`~bus.receipts.Receipts.open_many`) of a round, in the
+    order sent: the messages being appended, and those found bounced."""
+    rows: list[tuple[Message, str, str | None, str, str]] = []
+    for i, msg in enumerate(msgs):
+        sid = msg.to_id
+        if sid in appending:
+            rows.append((msg, sid, threads[i], "stored", ""))
+        elif i in bounced:
+            rows.append((msg, sid, None, "bounced", _no_session(sid)))
+    return rows
+
+
+def _told(reply: str) -> dict[int, list[tuple[str, str]]]:
+    """``append_many.lua``'s reply: each receiver's lines (1-based), kind and the rest."""
+    out: dict[int, list[tuple[str, str]]] = {}
+    for line in reply.split("\n"):
+        if line:
+            r, _, rest = line.partition(" ")
+            kind, _, rest = rest.partition(" ")
+            out.setdefault(int(r), []).append((kind, rest))
+    return out
 
 
 def inbox_full(sid: str, cap: int) -> RateLimited:

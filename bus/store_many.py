@@ -80,7 +80,10 @@ def stream_id_after(last: str, cursor: str | None) -> bool:
 
 
 # KEYS[3]: the send answers' ages are kept in ``threads`` (no ``idsage`` key: issue 13).
-_APPEND_KEYS = ("stream", "ids", "threads", "pending", "trim", "events", "msgs")
+_APPEND_KEYS = ("stream", "ids", "threads", "pending", "trim", "events", "msgs", "session")
+# Messages an append_many.lua call takes on a standalone server before the next call
+# starts (whole receivers): bounds the time one call holds Redis (~2-3 ms).
+CALL_MESSAGES = 128
 
 
 class ManyStore(StorePart):
@@ -96,24 +99,6 @@ class ManyStore(StorePart):
         for sid in sids:
             pipe.hget(self.k.s(sid, "session"), "host")
         return list(pipe.execute())
-
-    def receivers_many(self, sids: Iterable[str]) -> dict[str, tuple[str, str, int, int] | None]:
-        """:meth:`~bus.store.Store.receivers` (each session's ``(host, state, last_seen,
-        opened_at)``, ``None`` if never put) packed by :meth:`run_packed`: a batch to 500
-        sessions reads 500 records, and redis-py's packing and replies cost more than
-        Redis does."""
-        if self.cluster:
-            return self.receivers(sids)  # type: ignore[attr-defined]
-        order = list(dict.fromkeys(sids))
-        fields = ("host", "state", "last_seen", "opened_at")
-        got = self.run_packed([("HMGET", self.k.s(sid, "session"), *fields) for sid in order])
-        out: dict[str, tuple[str, str, int, int] | None] = {}
-        for sid, reply in zip(order, got, strict=True):
-            if isinstance(reply, Exception):
-                raise reply
-            host, state, seen, opened = reply
-            out[sid] = (host, state or "idle", int(seen or 0), int(opened or 0)) if host else None
-        return out
 
     def flag_dispatched(self, sids: Iterable[str]) -> None:
         """Set each session's dispatch flag (``pending``, for the lock TTL) in one round trip,
@@ -150,13 +135,35 @@ class ManyStore(StorePart):
             rcptindex.unindex(pipe, self.k, msg_id, now)
         pipe.execute()
 
-    def queue_append_many(self, pipe: Any, sid: str, msg_ids: list[str], args: list[Any]) -> None:
-        """Queue on ``pipe`` one ``append_many.lua`` call: ``sid``'s messages ``msg_ids``
-        (``args`` as the script reads them), each stored message's receipt opened. A bare
-        ``EVALSHA``: run the pipeline with :meth:`execute_loaded`."""
-        keys = self.k.s_many(sid, _APPEND_KEYS)
-        keys.extend(self.k.receipts(sid, msg_ids))
-        pipe.evalsha(self.script("append_many").sha, len(keys), *keys, *args)
+    def queue_append_many(
+        self, pipe: Any, head: list[Any], receivers: list[tuple[str, list[str], list[str]]]
+    ) -> list[list[str]]:
+        """Queue on ``pipe`` the ``append_many.lua`` calls storing ``receivers`` (each
+        ``(sid, its message ids, its five arguments)``, ``head`` the calls' first three):
+        one call per receiver on a cluster (a call's keys in one slot), else one per
+        :data:`CALL_MESSAGES` messages or so (a swarm's batch has ~2 a receiver: a call each
+        was ~500 script calls a batch, their setup and replies). Bare ``EVALSHA`` calls: run
+        the pipeline with :meth:`execute_loaded`. Answers each call's receivers, in order."""
+        sha = self.script("append_many").sha
+        calls: list[list[str]] = []
+        keys: list[str] = []
+        args: list[Any] = []
+        sids: list[str] = []
+        count = 0
+        for sid, msg_ids, five in receivers:
+            keys.extend(self.k.s_many(sid, _APPEND_KEYS))
+            keys.extend(self.k.receipts(sid, msg_ids))
+            args.extend(five)
+            sids.append(sid)
+            count += len(msg_ids)
+            if self.cluster or count >= CALL_MESSAGES:
+                pipe.evalsha(sha, len(keys), *keys, *head, *args)
+                calls.append(sids)
+                keys, args, sids, count = [], [], [], 0
+        if sids:
+            pipe.evalsha(sha, len(keys), *keys, *head, *args)
+            calls.append(sids)
+        return calls
 
     def execute_loaded(self, pipe: Any) -> list[Any]:
         """Run a pipeline holding bare ``EVALSHA`` calls (:meth:`queue_append_many`)

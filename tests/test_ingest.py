@@ -15,6 +15,7 @@ from bus import kept
 from bus.api import Bus
 from bus.dispatch import RecordingDispatcher
 from bus.errors import BadInput, BusError, Unauthorized
+from bus.models import now_ms
 from bus.settings import Settings
 from tests.conftest import settings_env
 
@@ -494,3 +495,51 @@ def test_the_answer_json_is_encoded_once_per_receiver_whatever_the_threads(two: 
         sid = a["recipient"]["session"]
         held = two.store.r.hget(two.store.k.s(sid, "ids"), a["id"])
         assert json.dumps(kept.restore(held, sid, a["id"])) == json.dumps(a)
+
+
+def test_a_receivers_record_changed_since_the_last_batch_answers_as_it_is_now(
+    two: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The appends assume each receiver's record as last read (bus.ingest._RECORDS) and
+    # append_many.lua checks it: one that changed, or a session gone, writes nothing in
+    # the first round trip and is written (or bounced) from the record as it is now.
+    store, rounds = two.store, []
+    real = store.execute_loaded
+
+    def counted(pipe: Any) -> list[Any]:
+        rounds.append(1)
+        return real(pipe)
+
+    monkeypatch.setattr(store, "execute_loaded", counted)
+
+    def items(tag: str) -> list[dict[str, Any]]:
+        return [
+            {"id": f"{tag}-{i}", "from": "neo:lane0", "to_id": f"s{i % 2 + 1}", "text": "hi"}
+            for i in range(4)
+        ]
+
+    def recipients(answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [a["recipient"] for a in answers]
+
+    two.send_many(items("a"))
+    rounds.clear()
+    same = two.send_many(items("b"))
+    assert len(rounds) == 1  # the records as read: no round trip more
+    two.turn("s1", "start")
+    store.r.hset(store.k.s("s2", "session"), "last_seen", str(now_ms() - 5))
+    rounds.clear()
+    changed = two.send_many(items("c"))
+    assert len(rounds) == 2
+    singles = [two.send(m) for m in items("d")]
+    assert recipients(changed) == recipients(singles) != recipients(same)
+    assert changed[1]["recipient"]["last_seen"] == int(
+        store.r.hget(store.k.s("s2", "session"), "last_seen")
+    )
+    assert [a["state"] for a in changed] == ["stored"] * 4
+    assert all(a["duplicate"] for a in two.send_many(items("c")))
+    store.r.delete(store.k.s("s2", "session"))  # gone: its messages bounce, as a send's
+    gone = two.send_many(items("e"))
+    assert [a["state"] for a in gone] == ["stored", "bounced"] * 2
+    assert without_id(gone[1]) == without_id(two.send(items("f")[1]))
+    assert received(two, "s2").count("e-1") == 0
+    assert sum(1 for i in received(two, "s1") if i.startswith("c-")) == 2

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 
+from bus import ingest, store_many
 from bus.api import Bus
 from bus.dispatch import RecordingDispatcher
 from bus.embedded import EmbeddedRedis
@@ -117,19 +118,21 @@ def redis_calls(r: redis.Redis) -> Counter[str]:
     )
 
 
-def test_a_batch_is_one_script_call_per_receiver_and_two_round_trips(
+def test_a_batch_is_one_script_call_and_one_round_trip_once_its_receivers_were_read(
     counted: tuple[Bus, Recording],
 ) -> None:
     b, client = counted
-    b.send_many(batch(3, "warm"))  # the server has the script (a first batch may load it)
+    b.send_many(batch(3, "warm"))  # the server has the script, this process the records
     client.sent, client.trips = [], 0
     answers = b.send_many(batch(90))
     assert [a["state"] for a in answers] == ["stored"] * 90
-    # The receipts open inside append_many.lua: no receipt_open.lua, one call per receiver.
-    assert scripts_run(b, client.sent) == Counter({"append_many": 3})
-    # No SCRIPT EXISTS before the pipeline: the receivers' read, then the writes.
+    # One append_many.lua call for the 3 receivers (the receipts open inside it too), no
+    # SCRIPT EXISTS, no read of the receivers first: the index, the appends and the
+    # outbox in one round trip.
+    assert scripts_run(b, client.sent) == Counter({"append_many": 1})
     assert not [c for c in client.sent if c.startswith("SCRIPT")]
-    assert client.trips == 2
+    assert "HMGET" not in client.sent
+    assert client.trips == 1
     # The id -> receiver index: one HSET and one EXPIRE per bucket touched, at most 16.
     hsets = [c for c in client.sent if c.startswith("HSET")]
     assert 0 < len(hsets) <= BUCKETS
@@ -137,17 +140,61 @@ def test_a_batch_is_one_script_call_per_receiver_and_two_round_trips(
         assert b.receipt(f"m-{n}", by="alice")["state"] == "stored"
 
 
+def test_receivers_this_process_never_read_take_a_second_round_trip(
+    counted: tuple[Bus, Recording],
+) -> None:
+    b, client = counted
+    b.send_many(batch(3, "warm"))
+    ingest._RECORDS.clear()
+    client.sent, client.trips = [], 0
+    answers = b.send_many(batch(90))
+    assert [a["state"] for a in answers] == ["stored"] * 90
+    assert not any(a["duplicate"] for a in answers)
+    # The first call read the records and wrote nothing; the second stored the batch.
+    assert scripts_run(b, client.sent) == Counter({"append_many": 2})
+    assert client.trips == 2
+    assert sum(b.store.r.xlen(b.store.k.s(s, "stream")) for s in ("s1", "s2", "s3")) == 93
+
+
+def test_a_call_per_few_receivers_or_one_each_stores_the_same(
+    counted: tuple[Bus, Recording], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CALL_MESSAGES 1: one receiver a call, as on a cluster (a call's keys in one slot).
+    b, client = counted
+    b.send_many(batch(3, "warm"))
+    for per_call, calls in ((1, 3), (20, 2), (1000, 1)):
+        monkeypatch.setattr(store_many, "CALL_MESSAGES", per_call)
+        client.sent, client.trips = [], 0
+        tag = f"c{per_call}"
+        items = [*batch(30, tag), batch(1, tag)[0]]  # the same id twice: stored once
+        answers = b.send_many(items)
+        assert scripts_run(b, client.sent) == Counter({"append_many": calls})
+        assert client.trips == 1
+        assert [a["state"] for a in answers] == ["stored"] * 31
+        assert [a["duplicate"] for a in answers] == [False] * 30 + [True]
+        assert answers[30] == {**answers[0], "duplicate": True}
+        assert [a["recipient"]["session"] for a in answers[:3]] == ["s1", "s2", "s3"]
+        again = b.send_many(batch(30, tag))
+        assert [a["duplicate"] for a in again] == [True] * 30
+        assert [{**a, "duplicate": False} for a in again] == answers[:30]
+        assert b.receipt(f"{tag}-29", by="alice")["state"] == "stored"
+    streams = [b.store.r.xlen(b.store.k.s(s, "stream")) for s in ("s1", "s2", "s3")]
+    assert streams == [1 + 30, 1 + 30, 1 + 30]
+
+
 def test_redis_runs_three_commands_a_stored_message(counted: tuple[Bus, Recording]) -> None:
     b, client = counted
     b.settings = replace(b.settings, max_unread=1000)  # the cap counted: once per receiver
+    b.send_many(batch(3, "warm"))  # this process has read the receivers' records
+    client.delete(*(b.store.k.s(sid, "pending") for sid in ("s1", "s2", "s3")))
     before = redis_calls(client)
     b.send_many(batch(90))
     ran = redis_calls(client) - before
     ran.pop("info", None)
     ran.pop("evalsha", None)
     # Each message: XADD queue, XADD events, EXISTS (a receipt hash from before, or
-    # bounced). Each receiver: HMGET session, HMGET ids (every message's prior answer at
-    # once), GET trim, XLEN + HLEN (the cap), HSET ids (the answers and the receipts),
+    # bounced). Each receiver: HMGET session (in the script), HMGET ids (every message's
+    # prior answer at once), GET trim, XLEN + HLEN (the cap), HSET ids (the answers and the receipts),
     # ZADD threads (the ages), SET pending.
     # The batch: HSET + EXPIRE per index bucket, the outbox's three, and the kick list's
     # look for a live delivery loop (none here: the dispatches go to the fallback).
@@ -199,8 +246,9 @@ def test_a_batch_on_the_cluster_opens_its_receipts_as_on_a_server(
         answers = b.send_many(items)
         r.evalsha = real
         assert [a["state"] for a in answers] == ["stored"] * 30 + ["bounced"]
-        # One script per receiver, each in its slot; only the bounce opens its receipt apart.
-        assert scripts_run(b, shas) == Counter({"append_many": 3, "receipt_open": 1})
+        # One script per receiver, each in its slot (the ghost's reads its record, writes
+        # nothing); only the bounce opens its receipt apart, next round trip.
+        assert scripts_run(b, shas) == Counter({"append_many": 4, "receipt_open": 1})
         assert all(a.get("duplicate") for a in b.send_many(batch(30)))
         for n in (0, 1, 2, 29):
             got = b.receipt(f"m-{n}", by="alice")

@@ -182,7 +182,7 @@ def test_a_call_per_few_receivers_or_one_each_stores_the_same(
     assert streams == [1 + 30, 1 + 30, 1 + 30]
 
 
-def test_redis_runs_three_commands_a_stored_message(counted: tuple[Bus, Recording]) -> None:
+def test_redis_runs_two_commands_a_stored_message(counted: tuple[Bus, Recording]) -> None:
     b, client = counted
     b.settings = replace(b.settings, max_unread=1000)  # the cap counted: once per receiver
     b.send_many(batch(3, "warm"))  # this process has read the receivers' records
@@ -192,18 +192,26 @@ def test_redis_runs_three_commands_a_stored_message(counted: tuple[Bus, Recordin
     ran = redis_calls(client) - before
     ran.pop("info", None)
     ran.pop("evalsha", None)
-    # Each message: XADD queue, XADD events, EXISTS (a receipt hash from before, or
-    # bounced). Each receiver: HMGET session (in the script), HMGET ids (every message's
-    # prior answer at once), GET trim, XLEN + HLEN (the cap), HSET ids (the answers and the receipts),
-    # ZADD threads (the ages), SET pending.
+    # Each message: XADD queue, XADD events. Each receiver: HMGET session (the record the
+    # answers were made from), HMGET ids (every message's prior answer at once), XLEN +
+    # HLEN (the cap), HSET ids (the answers and the receipts), ZADD threads (the ages),
+    # SET pending (its flag was unset). The call (its 3 receivers): one MGET of the trims
+    # and dispatch flags, one EXISTS of every receipt hash (from before, or bounced).
     # The batch: HSET + EXPIRE per index bucket, the outbox's three, and the kick list's
     # look for a live delivery loop (none here: the dispatches go to the fallback).
-    assert ran["xlen"] == ran["hlen"] == 3
+    assert ran["xadd"] == 2 * 90
+    assert ran["xlen"] == ran["hlen"] == ran["set"] == 3
     assert "pexpire" not in ran and ran["hset"] == 3 + BUCKETS
-    assert "hget" not in ran and ran["hmget"] == 3 + 3
-    assert ran["exists"] == 90 + 1  # the receipts', and the kick push's look for a loop
+    assert "hget" not in ran and "get" not in ran and ran["hmget"] == 3 + 3
+    assert ran["mget"] == 1
+    assert ran["exists"] == 1 + 1  # the call's receipt hashes, and the kick push's look
     assert "hexists" not in ran and "del" not in ran
-    assert sum(ran.values()) <= 3 * 90 + 8 * 3 + 2 * BUCKETS + 3 + 1
+    assert sum(ran.values()) <= 2 * 90 + 7 * 3 + 2 + 2 * BUCKETS + 3 + 1
+    # Flags set: the next batch's receivers are dispatched already, no SET.
+    before = redis_calls(client)
+    b.send_many(batch(90, "again"))
+    ran = redis_calls(client) - before
+    assert "set" not in ran and ran["mget"] == 1
 
 
 def test_scripts_lost_by_the_server_are_loaded_and_the_batch_stored_once(

@@ -42,11 +42,12 @@ local now, ttl, cap = ARGV[1], ARGV[2], tonumber(ARGV[3]) or 0
 local step = 500
 local out = {}
 
--- Receiver r's messages (keys from base b, arguments from a) appended.
-local function append(r, b, a, mids, mgroups, mfrom, mto)
+-- Receiver r's messages (keys from base b, arguments from a) appended; floor its trim,
+-- flagged whether its delivery is dispatched already, hashes whether any receipt hash of
+-- the call's messages exists (else none is looked up one by one).
+local function append(r, b, a, mids, mgroups, mfrom, mto, floor, flagged, hashes)
   local blob, head, tail = ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
   local stream, ids, events = KEYS[b + 1], KEYS[b + 2], KEYS[b + 6]
-  local floor = redis.call('GET', KEYS[b + 5]) or '0-0'
   local group = {} -- the fields of ARGV[a+2], in order: group g's are group[3g - 2 .. 3g]
   for field in string.gmatch(ARGV[a + 2], '([^\n]*)\n') do
     group[#group + 1] = field
@@ -98,7 +99,7 @@ local function append(r, b, a, mids, mgroups, mfrom, mto)
       -- receipt_open.lua for a stored message: kept when it says stored already (in ids,
       -- or a hash opened before); a bounced one gives way (the session was opened since).
       local key, field = KEYS[b + 8 + n], '~' .. id
-      local exists = redis.call('EXISTS', key) == 1
+      local exists = hashes and redis.call('EXISTS', key) == 1
       -- (a new id has no answer, so no receipt in ids: prune drops both together)
       if not (fresh[field] or (prior and redis.call('HEXISTS', ids, field) == 1)
           or (exists and redis.call('HEXISTS', key, 'stored') == 1)) then
@@ -126,15 +127,16 @@ local function append(r, b, a, mids, mgroups, mfrom, mto)
   for s = 1, #ages, step do
     redis.call('ZADD', KEYS[b + 3], unpack(ages, s, math.min(s + step - 1, #ages)))
   end
-  if #ages > 0 and redis.call('SET', KEYS[b + 4], '1', 'NX', 'PX', ttl) then
+  if #ages > 0 and not flagged and redis.call('SET', KEYS[b + 4], '1', 'NX', 'PX', ttl) then
     out[#out + 1] = r .. ' d\n'
   end
 end
 
-local b, r = 0, 0
+-- Each receiver's messages (id, group, where the wire JSON is; their count places the
+-- next receiver's keys), and the keys read for all receivers at once.
+local parsed, flags, rcpts = {}, {}, {}
+local b = 0
 for a = 3, #ARGV - 5, 5 do
-  r = r + 1
-  -- The messages (id, group, where the wire JSON is): their count places the next keys.
   local blob = ARGV[a + 3]
   local mids, mgroups, mfrom, mto = {}, {}, {}, {}
   local pos = 1
@@ -146,16 +148,39 @@ for a = 3, #ARGV - 5, 5 do
     mgroups[#mgroups + 1] = 3 * (tonumber(string.sub(blob, c1 + 1, c2 - 1)) - 1)
     mfrom[#mfrom + 1] = c2 + 1
     mto[#mto + 1] = c3 - 1
+    rcpts[#rcpts + 1] = KEYS[b + 8 + #mids]
     pos = c3 + 1
   end
+  parsed[#parsed + 1] = {b, a, mids, mgroups, mfrom, mto}
+  flags[#flags + 1] = KEYS[b + 5]
+  flags[#flags + 1] = KEYS[b + 4]
+  b = b + 8 + #mids
+end
+-- The trims and dispatch flags in one MGET, and one EXISTS over every receipt hash key (a
+-- hash is rare: a receipt from before they moved into ids, or a bounce), not a GET and a
+-- SET NX a receiver and an EXISTS a message. (On a cluster a call holds one receiver: its
+-- keys share a slot.)
+local trims, hashes = {}, false
+for s = 1, #flags, step do
+  local got = redis.call('MGET', unpack(flags, s, math.min(s + step - 1, #flags)))
+  for j = 1, #got do
+    trims[s + j - 1] = got[j]
+  end
+end
+for s = 1, #rcpts, step do
+  if redis.call('EXISTS', unpack(rcpts, s, math.min(s + step - 1, #rcpts))) > 0 then
+    hashes = true
+  end
+end
+for r = 1, #parsed do
+  local b, a, mids, mgroups, mfrom, mto = unpack(parsed[r])
   local rec = redis.call('HMGET', KEYS[b + 8], 'host', 'state', 'last_seen', 'opened_at')
   local said = (rec[1] or '') .. '\n' .. (rec[2] or '') .. '\n' .. (rec[3] or '') .. '\n'
     .. (rec[4] or '') .. '\n'
   if rec[1] and rec[1] ~= '' and said == ARGV[a + 1] then
-    append(r, b, a, mids, mgroups, mfrom, mto)
+    append(r, b, a, mids, mgroups, mfrom, mto, trims[2 * r - 1] or '0-0', trims[2 * r], hashes)
   else
     out[#out + 1] = r .. ' s ' .. cjson.encode(rec) .. '\n'
   end
-  b = b + 8 + #mids
 end
 return table.concat(out)

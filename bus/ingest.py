@@ -375,7 +375,8 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
     due: dict[str, list[str]] = {}
     todo: list[str] = list(per_sid)
     bounced: list[int] = []
-    head = [now, store.lock_ttl_ms, bus.settings.max_unread]
+    # As text: the call packs without converting a number (bus.store_many.pack_commands).
+    head = [str(now), str(store.lock_ttl_ms), str(bus.settings.max_unread)]
     for round_ in range(MAX_ROUNDS):
         if not todo and not bounced:
             break
@@ -427,7 +428,10 @@ def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
                     n, _, prior = rest.partition(" ")
                     i = per_sid[sid][int(n) - 1]
                     if prior == "-1":
-                        answers[i] = {**inbox_full(sid, head[2]).to_json(), "id": msgs[i].id}
+                        answers[i] = {
+                            **inbox_full(sid, bus.settings.max_unread).to_json(),
+                            "id": msgs[i].id,
+                        }
                         refused.append((msgs[i], sid))
                     else:
                         answers[i] = {**kept.restore(prior, sid, msgs[i].id), "duplicate": True}

@@ -280,6 +280,8 @@ def test_a_batch_on_the_cluster_opens_its_receipts_as_on_a_server(
         ("ZREMRANGEBYSCORE", "k", "-inf", 1.5),
         ("EVALSHA", "ab" * 20, 2, "k1", "k2", "héllo ✓\nnext\n", ""),
         ("SCRIPT", "LOAD", "return 1"),
+        ("EXPIRE", "n:{rc:1}:rcpt", 691200),
+        ("HSET", "n:{s1}:ids", "m-2", '{"r":"ünï ✓"}', "m-3", "x"),
     ],
 )
 def test_packed_commands_are_the_bytes_redis_py_sends(args: tuple[Any, ...]) -> None:

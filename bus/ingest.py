@@ -4,16 +4,20 @@ A batch is validated whole before anything is written: one bad item refuses the 
 batch (a :class:`~bus.errors.BadInput` naming each bad item by its index), so a caller
 never has to work out which half of a batch went in. Then:
 
-- each receiver (``to`` handle or ``to_id``) is looked up once per batch, all of them in
-  one pipelined round trip;
-- each receiver's messages are appended by one ``append_many.lua`` call (the batched
+- the receivers' messages are appended by ``append_many.lua`` (the batched
   ``append.lua``: same keys, records and answers), which also opens each stored
-  message's receipt; all calls in one pipeline, run without redis-py's ``SCRIPT
+  message's receipt: one call for several receivers on a standalone server, one per
+  receiver on a cluster; all calls in one pipeline, run without redis-py's ``SCRIPT
   EXISTS`` round trip and packed without redis-py's per-argument packing
   (:meth:`~bus.store_many.ManyStore.execute_loaded`). A receiver's messages go as one
   argument, and the send answer JSON is built in the script from three parts kept per
   receiver (joined with each id and thread), so the Python side packs a few arguments
   per message and encodes no JSON per receiver;
+- the answers are made from each receiver's session record as this process last read it
+  (:data:`_RECORDS`); the script reads the record and writes nothing of a receiver whose
+  record differs (or that has none): that receiver is written (or bounced) in a second
+  round trip, from the record read. A batch to receivers whose records stand is one
+  round trip (the receivers were read in one of their own before issue 13's eighth round);
 - one delivery is dispatched per receiver per batch (the script's pending flag).
 
 The answers are what a :meth:`~bus.api.Bus.send` per message would have answered, in

@@ -252,7 +252,7 @@ class Store(
     def receivers(self, sids: Iterable[str]) -> dict[str, tuple[str, str, int, int] | None]:
         """Each session's ``(host, state, last_seen, opened_at)`` (0 when unset), ``None``
         if never put;
-        one round trip, only those fields (a batch's receivers, see :mod:`bus.ingest`)."""
+        one round trip, only those fields."""
         order = list(dict.fromkeys(sids))
         pipe = self.r.pipeline(transaction=False)
         for sid in order:

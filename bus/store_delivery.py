@@ -151,10 +151,9 @@ class DeliveryStore(StorePart):
         return _start_of(reply, token, sent_at, sid)
 
     def _begin_keys(self, sid: str) -> list[str]:
-        return [
-            self.k.s(sid, n)
-            for n in ("lock", "pending", "rawflight", "cursor", "stream", "session", "ids")
-        ]
+        return self.k.s_many(
+            sid, ("lock", "pending", "rawflight", "cursor", "stream", "session", "ids")
+        )
 
     def begin_many(self, sids: list[str], count: int) -> list[DeliveryStart | None]:
         """:meth:`begin_delivery` for each of ``sids``, all in one round trip."""
@@ -249,7 +248,7 @@ class DeliveryStore(StorePart):
 
     def _snapshot_keys(self, sid: str) -> list[str]:
         names = ("lock", "session", "notice", "floor", "new", "wakeq", "stream", "cursor")
-        return [self.k.s(sid, n) for n in (*names, "rawflight", "again")]
+        return self.k.s_many(sid, (*names, "rawflight", "again"))
 
     def finish_notice(
         self,
@@ -285,7 +284,7 @@ class DeliveryStore(StorePart):
             keys = ("notice", "msgs", "carried", "floor", "events")
             args = [nid, now, via]
             name = "notice_done"
-        self.script(name)(keys=[k.s(sid, n) for n in keys], args=args, client=pipe)
+        self.script(name)(keys=k.s_many(sid, keys), args=args, client=pipe)
         pipe.hdel(k.s(sid, "session"), "retry_at")
         # The record's and the session's own times are the system clock's, as ever.
         stamp = str(now_ms())

@@ -298,17 +298,18 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         return
     store, inbox = bus.store, bus.inbox
     clock = inbox.clock
-    pipe = store.pipeline()
     nids = [f"ntc-{uuid.uuid4()}" for _ in runs]
-    for run, nid in zip(runs, nids, strict=True):
-        store.run(
-            "notice_take",
-            run.sid,
-            ("notice", "new", "wakeq", "events", "msgs"),
-            [nid, clock.now_ms()],
-            client=pipe,
-        )
-    taken_all = store.execute_loaded(pipe)
+    now = clock.now_ms()
+    taken_all = store.run_scripts(
+        [
+            store.script_call(
+                "notice_take",
+                store.k.s_many(run.sid, ("notice", "new", "wakeq", "events", "msgs")),
+                [nid, now],
+            )
+            for run, nid in zip(runs, nids, strict=True)
+        ]
+    )
     done = store.pipeline()
     sent: list[tuple[_Run, dict[str, Any]]] = []
     for i, (run, nid, taken) in enumerate(zip(runs, nids, taken_all, strict=True)):

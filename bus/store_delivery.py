@@ -131,6 +131,8 @@ class DeliveryStore(StorePart):
     # quarter of a due wake's Python time. (A lost script runs again after the rest: a
     # pipeline whose order matters across scripts and plain commands is not packed.)
     execute_loaded: Callable[[Any], list[Any]]
+    script_call: Callable[[str, list[str], list[Any]], tuple[Any, ...]]
+    run_scripts: Callable[[list[tuple[Any, ...]]], list[Any]]
     # The packed send itself and the scripts' sources (bus.store_many, bus.store).
     run_packed: Callable[[list[tuple[Any, ...]]], list[Any]]
     cluster: bool
@@ -158,13 +160,14 @@ class DeliveryStore(StorePart):
     def begin_many(self, sids: list[str], count: int) -> list[DeliveryStart | None]:
         """:meth:`begin_delivery` for each of ``sids``, all in one round trip."""
         tokens = [secrets.token_hex(8) for _ in sids]
-        pipe = self.pipeline()
-        for sid, token in zip(sids, tokens, strict=True):
-            self.script("delivery_begin")(
-                keys=self._begin_keys(sid), args=[token, self.lock_ttl_ms, count], client=pipe
+        calls = [
+            self.script_call(
+                "delivery_begin", self._begin_keys(sid), [token, self.lock_ttl_ms, count]
             )
+            for sid, token in zip(sids, tokens, strict=True)
+        ]
         sent_at = time.monotonic()
-        replies = self.execute_loaded(pipe)
+        replies = self.run_scripts(calls)
         return [
             _start_of(r, t, sent_at, sid) for r, t, sid in zip(replies, tokens, sids, strict=True)
         ]
@@ -198,15 +201,9 @@ class DeliveryStore(StorePart):
     ) -> list[DeliverySnapshot]:
         """:meth:`delivery_snapshot` for each ``(sid, token, advance_to)`` of ``items``
         (reading the entries after ``advance_to`` when given), all in one round trip."""
-        pipe = self.pipeline()
-        for sid, token, advance_to in items:
-            self.script("delivery_snapshot")(
-                keys=self._snapshot_keys(sid),
-                args=[token, self.lock_ttl_ms, advance_to or "", advance_to or "", count],
-                client=pipe,
-            )
+        calls = self._snapshot_calls(items, count)
         sent_at = time.monotonic()
-        replies = self.execute_loaded(pipe)
+        replies = self.run_scripts(calls)
         return [
             _snapshot_of(reply, sent_at, item[0])
             for reply, item in zip(replies, items, strict=True)
@@ -223,14 +220,9 @@ class DeliveryStore(StorePart):
         if self.cluster:
             self.execute_loaded(pipe)
             return self.snapshot_many(items, count)
-        for sid, token, advance_to in items:
-            self.script("delivery_snapshot")(
-                keys=self._snapshot_keys(sid),
-                args=[token, self.lock_ttl_ms, advance_to or "", advance_to or "", count],
-                client=pipe,
-            )
         stack = [args for args, _options in pipe.command_stack]
         pipe.reset()
+        stack.extend(self._snapshot_calls(items, count))
         sent_at = time.monotonic()
         replies = self.run_packed(stack)
         if any(isinstance(reply, NoScriptError) for reply in replies):
@@ -244,6 +236,18 @@ class DeliveryStore(StorePart):
         tail = replies[len(replies) - len(items) :] if items else []
         return [
             _snapshot_of(reply, sent_at, item[0]) for reply, item in zip(tail, items, strict=True)
+        ]
+
+    def _snapshot_calls(
+        self, items: list[tuple[str, str, str | None]], count: int
+    ) -> list[tuple[Any, ...]]:
+        return [
+            self.script_call(
+                "delivery_snapshot",
+                self._snapshot_keys(sid),
+                [token, self.lock_ttl_ms, advance_to or "", advance_to or "", count],
+            )
+            for sid, token, advance_to in items
         ]
 
     def _snapshot_keys(self, sid: str) -> list[str]:
@@ -311,33 +315,28 @@ class DeliveryStore(StorePart):
     def unlock_and_take_again(self, sid: str, token: str) -> bool:
         """:meth:`~bus.store.Store.unlock`, then :meth:`~bus.store_inbox.InboxStore.take_again`,
         in that order, one round trip: whether another run was asked for."""
-        pipe = self.pipeline()
-        self.script("unlock")(keys=[self.k.s(sid, "lock")], args=[token], client=pipe)
-        pipe.getdel(self.k.s(sid, "again"))
-        return bool(pipe.execute()[1])
+        keys = self.k.s_many(sid, ("lock", "again"))
+        return bool(int(self.script("unlock")(keys=keys, args=[token])[1]))
 
     def unlock_many(self, held: list[tuple[str, str]]) -> list[bool]:
-        """:meth:`unlock_and_take_again` for each ``(sid, token)``, in one round trip."""
-        pipe = self.pipeline()
-        for sid, token in held:
-            self.script("unlock")(keys=[self.k.s(sid, "lock")], args=[token], client=pipe)
-            pipe.getdel(self.k.s(sid, "again"))
-        # Not packed: a lost script is run again after the rest (execute_loaded), and
-        # the flag must be taken after the unlock.
-        replies = pipe.execute()
-        return [bool(replies[2 * i + 1]) for i in range(len(held))]
+        """:meth:`unlock_and_take_again` for each ``(sid, token)``, in one round trip (the
+        flag taken in the unlock's own call, after it: ``unlock.lua``)."""
+        calls = [
+            self.script_call("unlock", self.k.s_many(sid, ("lock", "again")), [token])
+            for sid, token in held
+        ]
+        return [bool(int(reply[1])) for reply in self.run_scripts(calls)]
 
     def extend_many(self, held: list[tuple[str, str]]) -> list[bool]:
         """:meth:`~bus.store.Store.extend_lock` for each ``(sid, token)``, in one round
         trip: which are still ours (each extended to a full TTL)."""
-        pipe = self.pipeline()
-        for sid, token in held:
-            self.script("extend_lock")(
-                keys=[self.k.s(sid, "lock"), self.k.s(sid, "again")],
-                args=[token, self.lock_ttl_ms],
-                client=pipe,
+        calls = [
+            self.script_call(
+                "extend_lock", self.k.s_many(sid, ("lock", "again")), [token, self.lock_ttl_ms]
             )
-        return [bool(int(r)) for r in self.execute_loaded(pipe)]
+            for sid, token in held
+        ]
+        return [bool(int(r)) for r in self.run_scripts(calls)]
 
     def schedule_many(self, what: str, due: list[tuple[str, int]]) -> None:
         """:meth:`~bus.store.Store.schedule` (earliest) for each ``(sid, at_ms)``, at once;

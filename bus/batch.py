@@ -310,7 +310,7 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
             for run, nid in zip(runs, nids, strict=True)
         ]
     )
-    done = store.pipeline()
+    done: list[tuple[Any, ...]] = []
     sent: list[tuple[_Run, dict[str, Any]]] = []
     for i, (run, nid, taken) in enumerate(zip(runs, nids, taken_all, strict=True)):
         if not taken:
@@ -349,15 +349,16 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         now = clock.now_ms()
         if via != "socket":
             faults.point("notice:after_append")
-        store.finish_notice(
-            run.sid,
-            nid,
-            via,
-            now,
-            heard=via == "socket",
-            running=wake,
-            wake={"notice": nid, "reason": plan.reason} if wake else None,
-            pipe=done,
+        done.extend(
+            store.finish_calls(
+                run.sid,
+                nid,
+                via,
+                now,
+                heard=via == "socket",
+                running=wake,
+                wake={"notice": nid, "reason": plan.reason} if wake else None,
+            )
         )
         oldest = min(int(r.get("at") or now) for r in records)
         sent.append(
@@ -375,9 +376,9 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         )
     if not sent:
         return
-    # Packed, its scripts loaded at its head: the records' order (not execute_loaded's,
-    # which runs a lost script last).
-    store.execute_in_order(done)
+    # Packed, its scripts loaded at its head: the records' order (not run_scripts', which
+    # runs a lost script last).
+    store.run_in_order(done)
     metrics = inbox.metrics
     for run, notice in sent:
         metrics.incr("notices")

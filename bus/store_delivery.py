@@ -133,6 +133,7 @@ class DeliveryStore(StorePart):
     execute_loaded: Callable[[Any], list[Any]]
     script_call: Callable[[str, list[str], list[Any]], tuple[Any, ...]]
     run_scripts: Callable[[list[tuple[Any, ...]]], list[Any]]
+    run_in_order: Callable[[list[tuple[Any, ...]]], list[Any]]
     # The packed send itself and the scripts' sources (bus.store_many, bus.store).
     run_packed: Callable[[list[tuple[Any, ...]]], list[Any]]
     cluster: bool
@@ -265,43 +266,57 @@ class DeliveryStore(StorePart):
         running: bool = False,
         wake: dict[str, str] | None = None,
         wake_pending: str | None = None,
-        pipe: Any = None,
     ) -> None:
-        """What follows a notice's write, in this order, one round trip (``pipe``: queued
-        on that pipeline, which the caller sends): ``heard`` (a
+        """What follows a notice's write, in this order, one round trip: ``heard`` (a
         socket's ack) confirms it (as :meth:`~bus.store_inbox.InboxStore.confirm_notices`),
         else it is recorded written (``notice_done.lua``); the session's ``retry_at`` is
         dropped (:meth:`~bus.store_inbox.InboxStore.clear_retry`); ``running`` sets its
         state so (:meth:`~bus.store.Store.update_session`); ``wake`` appends a ``wake``
         record with those fields (:meth:`~bus.store.Store.record`); ``wake_pending``: the
         notice whose wake command is about to run (:meth:`wake_done` clears it)."""
-        k = self.k
-        own = pipe is None
-        if own:
-            pipe = self.pipeline()
-        keys: tuple[str, ...]
+        self.run_in_order(
+            self.finish_calls(
+                sid,
+                nid,
+                via,
+                now,
+                heard=heard,
+                running=running,
+                wake=wake,
+                wake_pending=wake_pending,
+            )
+        )
+
+    def finish_calls(
+        self,
+        sid: str,
+        nid: str,
+        via: str,
+        now: int,
+        *,
+        heard: bool,
+        running: bool = False,
+        wake: dict[str, str] | None = None,
+        wake_pending: str | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """:meth:`finish_notice`'s two script calls (``notice_done.lua`` or
+        ``floor_drained.lua``, then ``notice_after.lua``), for :meth:`run_in_order` with
+        other sessions' (a batch's notices, bus.batch)."""
+        names: tuple[str, ...]
         if heard:
-            keys = ("floor", "msgs", "carried", "events", "notice", "session")
+            names = ("floor", "msgs", "carried", "events", "notice", "session")
             args: list[Any] = [now, via, nid]
             name = "floor_drained"
         else:
-            keys = ("notice", "msgs", "carried", "floor", "events")
+            names = ("notice", "msgs", "carried", "floor", "events")
             args = [nid, now, via]
             name = "notice_done"
-        self.script(name)(keys=k.s_many(sid, keys), args=args, client=pipe)
-        pipe.hdel(k.s(sid, "session"), "retry_at")
-        # The record's and the session's own times are the system clock's, as ever.
-        stamp = str(now_ms())
-        if running:
-            state = {"updated_at": stamp, "state": "running"}
-            if wake_pending is not None:
-                state["wake_pending"] = wake_pending
-            pipe.hset(k.s(sid, "session"), mapping=state)
-        if wake is not None:
-            record = {"kind": "wake", "at": stamp, **wake}
-            pipe.xadd(k.s(sid, "events"), record, maxlen=10000, approximate=True)
-        if own:
-            pipe.execute()
+        fields = [x for pair in (wake or {}).items() for x in pair]
+        after = [str(now_ms()), "1" if running else "", wake_pending or "", *fields]
+        return [
+            self.script_call(name, self.k.s_many(sid, names), args),
+            self.script_call("notice_after", self.k.s_many(sid, ("session", "events")), after),
+        ]
 
     def wake_done(self, sid: str, nid: str, reason: str) -> None:
         """The wake command for notice ``nid`` ran: its ``wake`` record and the session's

@@ -179,6 +179,18 @@ class Floor:
             _mkdir_private(path)
         return path
 
+    def prepare(self, sid: str) -> Path:
+        """The session's directory, with an empty queue file in it when it has none: a
+        notice then appends to a file that exists. Making a file is the costly part of an
+        append on a disk filesystem (ext4 here: 0.2-0.8 ms of kernel time a file against
+        ~0.01 ms to append), so the session's registration and each drain (the turn
+        boundaries that empty the floor) make it, not the notice of a due wake, whose
+        burst is what a swarm waits on (issue 13). An empty queue file is an empty floor
+        (``bus.entry.floor_is_empty``, :meth:`drain`)."""
+        d = self.session_dir(sid, create=True)
+        os.close(_open_private(d / MESSAGES, os.O_WRONLY | os.O_APPEND))
+        return d
+
     def socket_path(self, sid: str) -> Path:
         """Where a listening harness binds (``<dir>/inbox.sock``)."""
         return self.session_dir(sid) / SOCKET
@@ -281,6 +293,8 @@ class Floor:
             got = self._claim_queue(d)
             if got:
                 claimed.append(got)
+            # The next notice's file, made now (see prepare): a notice appends to it.
+            os.close(_open_private(d / MESSAGES, os.O_WRONLY | os.O_APPEND))
             if claimed:
                 faults.point("drain:after_claim")
             good: list[bytes] = []
@@ -364,6 +378,8 @@ class Floor:
     def _claim_queue(d: Path) -> tuple[Path, int] | None:
         own = d / _draining_name()
         try:
+            if not os.stat(d / MESSAGES).st_size:
+                return None  # nothing in it: a line appended from now on waits for the next
             os.rename(d / MESSAGES, own)  # the claim: later appends land in a fresh file
         except FileNotFoundError:
             return None

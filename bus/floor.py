@@ -21,6 +21,7 @@ prox's guarantees.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import json
@@ -293,8 +294,10 @@ class Floor:
             got = self._claim_queue(d)
             if got:
                 claimed.append(got)
-            # The next notice's file, made now (see prepare): a notice appends to it.
-            os.close(_open_private(d / MESSAGES, os.O_WRONLY | os.O_APPEND))
+            # The next notice's file, made now (see prepare): a notice appends to it. Only
+            # a saving: a failure (the directory removed meanwhile) leaves it to the notice.
+            with contextlib.suppress(OSError):
+                os.close(_open_private(d / MESSAGES, os.O_WRONLY | os.O_APPEND))
             if claimed:
                 faults.point("drain:after_claim")
             good: list[bytes] = []

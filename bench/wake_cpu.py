@@ -7,7 +7,8 @@ blocker (``send_many``, the dispatches recorded), then their arrivals are delive
 kick loops would (``bus.batch.deliver_many``, 64 at a time), the plan's clock is moved past
 the debounce, the due entries taken (as the scheduler does) and delivered the same way.
 Per session and step: this process's CPU, the redis-server's CPU (``/proc``) and the round
-trips (writes to the socket: a pipeline is one), and the step's wall time. Median round.
+trips (writes to the socket: a pipeline is one), and the step's wall time. Median round
+(and the best round's Python: steadier on a shared machine).
 ``--threads N`` delivers the chunks from N threads at once, as a worker process's N kick
 loops do (each takes the next chunk); the wall time then shows what the GIL between them
 costs. ``--profile`` writes a cProfile of the last round's two steps (one thread only;
@@ -161,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             py, rd, trips, wall = zip(*got, strict=True)
             print(
                 f"{name}: ms a session, median of {args.rounds}: python "
-                f"{statistics.median(py):.3f}, redis {statistics.median(rd):.3f}; round trips "
+                f"{statistics.median(py):.3f} (best {min(py):.3f}), redis "
+                f"{statistics.median(rd):.3f}; round trips "
                 f"{statistics.median(trips) / args.sessions:.2f} a session; wall "
                 f"{statistics.median(wall):.0f} ms ({args.threads} thread(s))"
             )

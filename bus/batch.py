@@ -39,7 +39,7 @@ from .lease import Lease
 from .models import SessionInfo, check_session_id
 from .quickdrain import PENDING_MARKS
 from .report import DeliveryReport
-from .store_delivery import DeliverySnapshot, DeliveryStart
+from .store_delivery import DeliverySnapshot, DeliveryStart, taken_records
 
 log = logging.getLogger(__name__)
 
@@ -298,18 +298,19 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         return
     store, inbox = bus.store, bus.inbox
     clock = inbox.clock
-    pipe = store.pipeline()
     nids = [f"ntc-{uuid.uuid4()}" for _ in runs]
-    for run, nid in zip(runs, nids, strict=True):
-        store.run(
-            "notice_take",
-            run.sid,
-            ("notice", "new", "wakeq", "events", "msgs"),
-            [nid, clock.now_ms()],
-            client=pipe,
-        )
-    taken_all = store.execute_loaded(pipe)
-    done = store.pipeline()
+    now = clock.now_ms()
+    taken_all = store.run_scripts(
+        [
+            store.script_call(
+                "notice_take",
+                store.k.s_many(run.sid, ("notice", "new", "wakeq", "events", "msgs")),
+                [nid, now],
+            )
+            for run, nid in zip(runs, nids, strict=True)
+        ]
+    )
+    done: list[tuple[Any, ...]] = []
     sent: list[tuple[_Run, dict[str, Any]]] = []
     for i, (run, nid, taken) in enumerate(zip(runs, nids, taken_all, strict=True)):
         if not taken:
@@ -318,7 +319,9 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         assert plan is not None
         wake = plan.action == "wake"
         # A record as this run kept it is the record it ingested: not restored again.
-        records = [run.wholes.get(r) or kept.restore_record(r, run.sid) for r in taken[1] if r]
+        records = [
+            run.wholes.get(r) or kept.restore_record(r, run.sid) for r in taken_records(taken)
+        ]
         summaries = notices.summarize([inbox._summary_input(r) for r in records])
         line = notices.notice_line(
             nid,
@@ -346,15 +349,16 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         now = clock.now_ms()
         if via != "socket":
             faults.point("notice:after_append")
-        store.finish_notice(
-            run.sid,
-            nid,
-            via,
-            now,
-            heard=via == "socket",
-            running=wake,
-            wake={"notice": nid, "reason": plan.reason} if wake else None,
-            pipe=done,
+        done.extend(
+            store.finish_calls(
+                run.sid,
+                nid,
+                via,
+                now,
+                heard=via == "socket",
+                running=wake,
+                wake={"notice": nid, "reason": plan.reason} if wake else None,
+            )
         )
         oldest = min(int(r.get("at") or now) for r in records)
         sent.append(
@@ -372,9 +376,9 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         )
     if not sent:
         return
-    # Packed, its scripts loaded at its head: the records' order (not execute_loaded's,
-    # which runs a lost script last).
-    store.execute_in_order(done)
+    # Packed, its scripts loaded at its head: the records' order (not run_scripts', which
+    # runs a lost script last).
+    store.run_in_order(done)
     metrics = inbox.metrics
     for run, notice in sent:
         metrics.incr("notices")

@@ -28,6 +28,7 @@ from .quickdrain import PENDING_MARKS, notice_ids, pending_ids, record_drained
 from .rawline import RawLines
 from .receipts import receipt_ttl_ms
 from .stamp import render_stamp
+from .store_delivery import taken_records
 from .text import one_line
 from .threads import thread_of
 from .trust import wake_argv, wake_env
@@ -342,7 +343,7 @@ class Inbox:
         if not taken:
             return None
         # The ids and their records in one round trip (the msgs key given).
-        records = [kept.restore_record(r, sid) for r in taken[1] if r]
+        records = [kept.restore_record(r, sid) for r in taken_records(taken)]
         summaries = notices.summarize([self._summary_input(r) for r in records])
         line = notices.notice_line(
             nid,

@@ -47,13 +47,22 @@ class Lease:
         self.sid = sid
         self.token = token
         self.ttl_s = store.lock_ttl_ms / 1000
-        self._lost = threading.Event()
-        self._done = threading.Event()
+        # A flag, not an Event: set once by whichever thread finds the lease lost, read
+        # by the writer before each write (a bool's assignment is atomic). The Event the
+        # renewals sleep on is made only for a lease that renews itself: a batch's 64
+        # leases made 128 Events (each a Condition and its lock) a chunk (issue 13).
+        self._lost = False
+        self._done: threading.Event | None = None
         self._last_ok = time.monotonic()
         # When the last confirmation was sent (the lock taken or extended).
         self._confirmed_at = float("-inf")
         self._fresh_s = min(FRESH_S, self.ttl_s / 20)
-        self._thread = threading.Thread(target=self._renew, name=f"lease-{sid}", daemon=True)
+
+    def _start_renewing(self) -> None:
+        # The thread made only here: a batch's leases (renewed together, bus.batch) make
+        # none (a Thread object was a tenth of a due wake's Python, issue 13).
+        self._done = threading.Event()
+        threading.Thread(target=self._renew, name=f"lease-{self.sid}", daemon=True).start()
 
     @classmethod
     def acquire(cls, store: Store, sid: str) -> Lease | None:
@@ -62,7 +71,7 @@ class Lease:
         if token is None:
             return None
         lease = cls(store, sid, token)
-        lease._thread.start()
+        lease._start_renewing()
         return lease
 
     @classmethod
@@ -76,13 +85,13 @@ class Lease:
         lease = cls(store, sid, token)
         lease._confirmed_at = sent_at
         if renew:
-            lease._thread.start()
+            lease._start_renewing()
         return lease
 
     def confirmed(self, ok: bool, sent_at: float) -> bool:
         """Take the answer of a fence check made elsewhere (in a pipeline, sent at
         ``sent_at``): ``ok`` extends the lease's freshness, else the lease is lost."""
-        if self._lost.is_set():
+        if self._lost:
             return False
         if not ok:
             self._lose("the fence check failed")
@@ -92,13 +101,13 @@ class Lease:
 
     @property
     def lost(self) -> bool:
-        return self._lost.is_set()
+        return self._lost
 
     def held(self, *, fresh: bool = False) -> bool:
         """The fence before a write: still ours (and extended to a full TTL)? With
         ``fresh``, a confirmation sent within the fresh window answers without a round
         trip (see the module's docstring)."""
-        if self._lost.is_set():
+        if self._lost:
             return False
         sent_at = time.monotonic()
         if fresh and sent_at - self._confirmed_at < self._fresh_s:
@@ -112,18 +121,20 @@ class Lease:
     def fresh(self) -> bool:
         """A confirmation within the fresh window stands (a ``fresh`` :meth:`held` would
         answer without a round trip)."""
-        return not self._lost.is_set() and (time.monotonic() - self._confirmed_at < self._fresh_s)
+        return not self._lost and (time.monotonic() - self._confirmed_at < self._fresh_s)
 
     def stop_renewing(self) -> None:
         """Stop the renewals; the caller unlocks (many leases at once, bus.batch)."""
-        self._done.set()
+        if self._done is not None:
+            self._done.set()
 
     def release(self, *, take_again: bool = False) -> bool | None:
         """Stop renewing and free the lock (if still ours; an error leaves it to lapse).
         With ``take_again``, the hand-off flag is taken right after, in the same round
         trip (:meth:`bus.store.Store.unlock_and_take_again`): its answer, or ``None``
         when that failed (the caller takes it alone)."""
-        self._done.set()
+        if self._done is not None:
+            self._done.set()
         try:
             if take_again:
                 return self.store.unlock_and_take_again(self.sid, self.token)
@@ -133,13 +144,15 @@ class Lease:
         return None
 
     def _lose(self, why: str) -> None:
-        if not self._lost.is_set():
-            self._lost.set()
+        if not self._lost:
+            self._lost = True
             log.warning("delivery for %s lost its lease (%s); it stops writing", self.sid, why)
 
     def _renew(self) -> None:
         interval = max(0.05, self.ttl_s / 3)
-        while not self._done.wait(interval):
+        done = self._done
+        assert done is not None  # made before the thread starts
+        while not done.wait(interval):
             try:
                 sent_at = time.monotonic()
                 if self.store.extend_lock(self.sid, self.token):

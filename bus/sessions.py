@@ -90,7 +90,8 @@ class Sessions:
         self.store.put_session(info)
         self.seen(sid)
         self.store.record(sid, "session_open", handle=handle, host=host)
-        self.floor.session_dir(sid, create=host == self.settings.host)
+        if host == self.settings.host:
+            self.floor.prepare(sid)  # its directory and an empty queue file for its notices
         return {"ok": True, "session": info.model_dump(exclude_none=True)}
 
     def check_handle_free(self, sid: str, handle: str) -> None:

@@ -170,7 +170,7 @@ class Store(
         self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None
     ) -> Any:
         """Run Lua script ``name`` on session ``sid``'s keys (all in the ``{sid}`` slot)."""
-        return self.script(name)(keys=[self.k.s(sid, n) for n in keys], args=args, client=client)
+        return self.script(name)(keys=self.k.s_many(sid, keys), args=args, client=client)
 
     def server_time_ms(self) -> int:
         """The store's own clock (Redis ``TIME``), in ms: stream ids are stamped by it."""

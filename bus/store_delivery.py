@@ -87,9 +87,12 @@ def _start_of(reply: Any, token: str, sent_at: float, sid: str) -> DeliveryStart
     )
 
 
-def _snapshot_of(reply: list[Any], sent_at: float, sid: str) -> DeliverySnapshot:
-    """``delivery_snapshot.lua``'s reply as a :class:`DeliverySnapshot`."""
-    held, session, nid, floor, pending, wake, first, building, retry_at, length, rows = reply
+def _snapshot_of(reply: str, sent_at: float, sid: str) -> DeliverySnapshot:
+    """``delivery_snapshot.lua``'s reply (JSON) as a :class:`DeliverySnapshot`."""
+    fields = json.loads(reply)
+    held, session, nid, floor, pending, wake, first, building, retry_at, length, rows = fields
+    # An empty Lua table encodes as {}: each list read as `or []`.
+    session, floor, rows = session or [], floor or [], rows or []
     floor_hash = _flat_hash(floor)
     from .store import _session_from_hash
 
@@ -112,6 +115,13 @@ def _snapshot_of(reply: list[Any], sent_at: float, sid: str) -> DeliverySnapshot
     )
 
 
+def taken_records(reply: str) -> list[str]:
+    """The records of ``notice_take.lua``'s reply with its ``msgs`` key (JSON: the ids
+    taken and their inbox records), those that exist, in order."""
+    _ids, records = json.loads(reply)
+    return [r for r in records or [] if r]
+
+
 class DeliveryStore(StorePart):
     """A delivery's grouped round trips on a :class:`~bus.store.Store`."""
 
@@ -121,6 +131,9 @@ class DeliveryStore(StorePart):
     # quarter of a due wake's Python time. (A lost script runs again after the rest: a
     # pipeline whose order matters across scripts and plain commands is not packed.)
     execute_loaded: Callable[[Any], list[Any]]
+    script_call: Callable[[str, list[str], list[Any]], tuple[Any, ...]]
+    run_scripts: Callable[[list[tuple[Any, ...]]], list[Any]]
+    run_in_order: Callable[[list[tuple[Any, ...]]], list[Any]]
     # The packed send itself and the scripts' sources (bus.store_many, bus.store).
     run_packed: Callable[[list[tuple[Any, ...]]], list[Any]]
     cluster: bool
@@ -141,21 +154,21 @@ class DeliveryStore(StorePart):
         return _start_of(reply, token, sent_at, sid)
 
     def _begin_keys(self, sid: str) -> list[str]:
-        return [
-            self.k.s(sid, n)
-            for n in ("lock", "pending", "rawflight", "cursor", "stream", "session", "ids")
-        ]
+        return self.k.s_many(
+            sid, ("lock", "pending", "rawflight", "cursor", "stream", "session", "ids")
+        )
 
     def begin_many(self, sids: list[str], count: int) -> list[DeliveryStart | None]:
         """:meth:`begin_delivery` for each of ``sids``, all in one round trip."""
         tokens = [secrets.token_hex(8) for _ in sids]
-        pipe = self.pipeline()
-        for sid, token in zip(sids, tokens, strict=True):
-            self.script("delivery_begin")(
-                keys=self._begin_keys(sid), args=[token, self.lock_ttl_ms, count], client=pipe
+        calls = [
+            self.script_call(
+                "delivery_begin", self._begin_keys(sid), [token, self.lock_ttl_ms, count]
             )
+            for sid, token in zip(sids, tokens, strict=True)
+        ]
         sent_at = time.monotonic()
-        replies = self.execute_loaded(pipe)
+        replies = self.run_scripts(calls)
         return [
             _start_of(r, t, sent_at, sid) for r, t, sid in zip(replies, tokens, sids, strict=True)
         ]
@@ -189,15 +202,9 @@ class DeliveryStore(StorePart):
     ) -> list[DeliverySnapshot]:
         """:meth:`delivery_snapshot` for each ``(sid, token, advance_to)`` of ``items``
         (reading the entries after ``advance_to`` when given), all in one round trip."""
-        pipe = self.pipeline()
-        for sid, token, advance_to in items:
-            self.script("delivery_snapshot")(
-                keys=self._snapshot_keys(sid),
-                args=[token, self.lock_ttl_ms, advance_to or "", advance_to or "", count],
-                client=pipe,
-            )
+        calls = self._snapshot_calls(items, count)
         sent_at = time.monotonic()
-        replies = self.execute_loaded(pipe)
+        replies = self.run_scripts(calls)
         return [
             _snapshot_of(reply, sent_at, item[0])
             for reply, item in zip(replies, items, strict=True)
@@ -214,14 +221,9 @@ class DeliveryStore(StorePart):
         if self.cluster:
             self.execute_loaded(pipe)
             return self.snapshot_many(items, count)
-        for sid, token, advance_to in items:
-            self.script("delivery_snapshot")(
-                keys=self._snapshot_keys(sid),
-                args=[token, self.lock_ttl_ms, advance_to or "", advance_to or "", count],
-                client=pipe,
-            )
         stack = [args for args, _options in pipe.command_stack]
         pipe.reset()
+        stack.extend(self._snapshot_calls(items, count))
         sent_at = time.monotonic()
         replies = self.run_packed(stack)
         if any(isinstance(reply, NoScriptError) for reply in replies):
@@ -237,9 +239,21 @@ class DeliveryStore(StorePart):
             _snapshot_of(reply, sent_at, item[0]) for reply, item in zip(tail, items, strict=True)
         ]
 
+    def _snapshot_calls(
+        self, items: list[tuple[str, str, str | None]], count: int
+    ) -> list[tuple[Any, ...]]:
+        return [
+            self.script_call(
+                "delivery_snapshot",
+                self._snapshot_keys(sid),
+                [token, self.lock_ttl_ms, advance_to or "", advance_to or "", count],
+            )
+            for sid, token, advance_to in items
+        ]
+
     def _snapshot_keys(self, sid: str) -> list[str]:
         names = ("lock", "session", "notice", "floor", "new", "wakeq", "stream", "cursor")
-        return [self.k.s(sid, n) for n in (*names, "rawflight", "again")]
+        return self.k.s_many(sid, (*names, "rawflight", "again"))
 
     def finish_notice(
         self,
@@ -252,43 +266,57 @@ class DeliveryStore(StorePart):
         running: bool = False,
         wake: dict[str, str] | None = None,
         wake_pending: str | None = None,
-        pipe: Any = None,
     ) -> None:
-        """What follows a notice's write, in this order, one round trip (``pipe``: queued
-        on that pipeline, which the caller sends): ``heard`` (a
+        """What follows a notice's write, in this order, one round trip: ``heard`` (a
         socket's ack) confirms it (as :meth:`~bus.store_inbox.InboxStore.confirm_notices`),
         else it is recorded written (``notice_done.lua``); the session's ``retry_at`` is
         dropped (:meth:`~bus.store_inbox.InboxStore.clear_retry`); ``running`` sets its
         state so (:meth:`~bus.store.Store.update_session`); ``wake`` appends a ``wake``
         record with those fields (:meth:`~bus.store.Store.record`); ``wake_pending``: the
         notice whose wake command is about to run (:meth:`wake_done` clears it)."""
-        k = self.k
-        own = pipe is None
-        if own:
-            pipe = self.pipeline()
-        keys: tuple[str, ...]
+        self.run_in_order(
+            self.finish_calls(
+                sid,
+                nid,
+                via,
+                now,
+                heard=heard,
+                running=running,
+                wake=wake,
+                wake_pending=wake_pending,
+            )
+        )
+
+    def finish_calls(
+        self,
+        sid: str,
+        nid: str,
+        via: str,
+        now: int,
+        *,
+        heard: bool,
+        running: bool = False,
+        wake: dict[str, str] | None = None,
+        wake_pending: str | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """:meth:`finish_notice`'s two script calls (``notice_done.lua`` or
+        ``floor_drained.lua``, then ``notice_after.lua``), for :meth:`run_in_order` with
+        other sessions' (a batch's notices, bus.batch)."""
+        names: tuple[str, ...]
         if heard:
-            keys = ("floor", "msgs", "carried", "events", "notice", "session")
+            names = ("floor", "msgs", "carried", "events", "notice", "session")
             args: list[Any] = [now, via, nid]
             name = "floor_drained"
         else:
-            keys = ("notice", "msgs", "carried", "floor", "events")
+            names = ("notice", "msgs", "carried", "floor", "events")
             args = [nid, now, via]
             name = "notice_done"
-        self.script(name)(keys=[k.s(sid, n) for n in keys], args=args, client=pipe)
-        pipe.hdel(k.s(sid, "session"), "retry_at")
-        # The record's and the session's own times are the system clock's, as ever.
-        stamp = str(now_ms())
-        if running:
-            state = {"updated_at": stamp, "state": "running"}
-            if wake_pending is not None:
-                state["wake_pending"] = wake_pending
-            pipe.hset(k.s(sid, "session"), mapping=state)
-        if wake is not None:
-            record = {"kind": "wake", "at": stamp, **wake}
-            pipe.xadd(k.s(sid, "events"), record, maxlen=10000, approximate=True)
-        if own:
-            pipe.execute()
+        fields = [x for pair in (wake or {}).items() for x in pair]
+        after = [str(now_ms()), "1" if running else "", wake_pending or "", *fields]
+        return [
+            self.script_call(name, self.k.s_many(sid, names), args),
+            self.script_call("notice_after", self.k.s_many(sid, ("session", "events")), after),
+        ]
 
     def wake_done(self, sid: str, nid: str, reason: str) -> None:
         """The wake command for notice ``nid`` ran: its ``wake`` record and the session's
@@ -302,33 +330,28 @@ class DeliveryStore(StorePart):
     def unlock_and_take_again(self, sid: str, token: str) -> bool:
         """:meth:`~bus.store.Store.unlock`, then :meth:`~bus.store_inbox.InboxStore.take_again`,
         in that order, one round trip: whether another run was asked for."""
-        pipe = self.pipeline()
-        self.script("unlock")(keys=[self.k.s(sid, "lock")], args=[token], client=pipe)
-        pipe.getdel(self.k.s(sid, "again"))
-        return bool(pipe.execute()[1])
+        keys = self.k.s_many(sid, ("lock", "again"))
+        return bool(int(self.script("unlock")(keys=keys, args=[token])[1]))
 
     def unlock_many(self, held: list[tuple[str, str]]) -> list[bool]:
-        """:meth:`unlock_and_take_again` for each ``(sid, token)``, in one round trip."""
-        pipe = self.pipeline()
-        for sid, token in held:
-            self.script("unlock")(keys=[self.k.s(sid, "lock")], args=[token], client=pipe)
-            pipe.getdel(self.k.s(sid, "again"))
-        # Not packed: a lost script is run again after the rest (execute_loaded), and
-        # the flag must be taken after the unlock.
-        replies = pipe.execute()
-        return [bool(replies[2 * i + 1]) for i in range(len(held))]
+        """:meth:`unlock_and_take_again` for each ``(sid, token)``, in one round trip (the
+        flag taken in the unlock's own call, after it: ``unlock.lua``)."""
+        calls = [
+            self.script_call("unlock", self.k.s_many(sid, ("lock", "again")), [token])
+            for sid, token in held
+        ]
+        return [bool(int(reply[1])) for reply in self.run_scripts(calls)]
 
     def extend_many(self, held: list[tuple[str, str]]) -> list[bool]:
         """:meth:`~bus.store.Store.extend_lock` for each ``(sid, token)``, in one round
         trip: which are still ours (each extended to a full TTL)."""
-        pipe = self.pipeline()
-        for sid, token in held:
-            self.script("extend_lock")(
-                keys=[self.k.s(sid, "lock"), self.k.s(sid, "again")],
-                args=[token, self.lock_ttl_ms],
-                client=pipe,
+        calls = [
+            self.script_call(
+                "extend_lock", self.k.s_many(sid, ("lock", "again")), [token, self.lock_ttl_ms]
             )
-        return [bool(int(r)) for r in self.execute_loaded(pipe)]
+            for sid, token in held
+        ]
+        return [bool(int(r)) for r in self.run_scripts(calls)]
 
     def schedule_many(self, what: str, due: list[tuple[str, int]]) -> None:
         """:meth:`~bus.store.Store.schedule` (earliest) for each ``(sid, at_ms)``, at once;

@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -95,7 +94,7 @@ def test_4_the_gateway_never_lends_its_own_token(
         r = gw.post("/send", json={"to_id": "bob", "text": "hi", "from": "x:y"}, headers=headers)
         assert r.status_code == 401
     assert stream_len(b, "bob") == 0
-    assert not (Path(b.settings.home) / "inbox" / "bob" / "messages.jsonl").exists()
+    assert not b.floor.peek("bob")  # nothing on its floor
     assert b.settings.token  # the caller's bus keeps its own token
 
 
@@ -129,7 +128,7 @@ def test_5_cross_site_and_rebinding_requests_are_refused(
         )
         assert r.status_code == 421 and r.json()["error"] == "host_refused"
     assert stream_len(bus, "s1") == 0
-    assert not (Path(bus.settings.home) / "inbox" / "s1" / "messages.jsonl").exists()
+    assert not bus.floor.peek("s1")  # nothing on its floor
     # The same request from a same-origin page or a plain client goes through.
     same = gw.post(
         "/v1/send",

@@ -15,6 +15,7 @@ from bus.api import Bus
 from bus.lease import Lease
 from bus.listen import Listener
 from bus.store import Store
+from bus.store_delivery import taken_records
 from tests.conftest import collect
 
 
@@ -209,10 +210,14 @@ def test_notice_take_with_the_msgs_key_returns_the_records_too(bus: Bus) -> None
             pipe.hset(k.s("s", "msgs"), f"m{i}", json.dumps({"id": f"m{i}"}))
     pipe.execute()
     keys = ("notice", "new", "wakeq", "events", "msgs")
-    ids, records = store.run("notice_take", "s", keys, ["ntc-1", 1])
+    reply = store.run("notice_take", "s", keys, ["ntc-1", 1])
+    ids, records = json.loads(reply)  # one JSON string, not a nested reply
     assert ids == [f"m{i}" for i in sorted(range(n), key=lambda i: i)]
     assert [json.loads(r)["id"] if r else None for r in records] == [
         None if i == 7 else f"m{i}" for i in range(n)
+    ]
+    assert [json.loads(r)["id"] for r in taken_records(reply)] == [
+        f"m{i}" for i in range(n) if i != 7
     ]
     assert not store.run("notice_take", "s", keys, ["ntc-2", 2])  # one in flight
 

@@ -178,7 +178,9 @@ def test_drain_moves_lines_to_log(fl: Floor) -> None:
     d = fl.session_dir(SID)
     assert [m["id"] for m in r.lines] == ["m0", "m1", "m2"]
     assert [m["id"] for m in file_lines(d / "log.jsonl")] == ["m0", "m1", "m2"]
-    assert sorted(os.listdir(d)) == ["log.jsonl", "log.lock"]
+    # Left: the log, and an empty queue file for the next notice (Floor.prepare).
+    assert sorted(os.listdir(d)) == ["log.jsonl", "log.lock", "messages.jsonl"]
+    assert (d / "messages.jsonl").stat().st_size == 0
     assert fl.drain(SID).lines == []
 
 
@@ -234,7 +236,8 @@ def test_orphaned_draining_files_are_picked_up_first(fl: Floor) -> None:
     assert fl.contains_id(SID, "prox-old")
     r = fl.drain(SID)
     assert [m["id"] for m in r.lines] == ["prox-old", "ours", "new"]
-    assert not [n for n in os.listdir(d) if n.startswith("messages.")]
+    assert [n for n in os.listdir(d) if n.startswith("messages.")] == ["messages.jsonl"]
+    assert (d / "messages.jsonl").stat().st_size == 0  # the next notice's, empty
 
 
 def test_a_live_drainers_claim_is_not_taken(fl: Floor) -> None:
@@ -371,3 +374,34 @@ def test_contains_id_everywhere(fl: Floor) -> None:
     assert not fl.contains_id(SID, "nope")
     assert not fl.contains_id(SID, "log")  # a prefix of an id is not the id
     assert not fl.contains_id("other", "logged")
+
+
+# --- the queue file made at the turn boundaries, not by a notice -------------------------
+
+
+def test_prepare_makes_an_empty_private_queue_file_that_a_notice_appends_to(fl: Floor) -> None:
+    d = fl.prepare(SID)
+    queue = d / "messages.jsonl"
+    assert queue.stat().st_size == 0 and mode(queue) == 0o600 and mode(d) == 0o700
+    made = queue.stat().st_ino
+    fl.append(SID, msg(1))
+    assert queue.stat().st_ino == made  # appended to, not made again
+    assert [m["id"] for m in file_lines(queue)] == ["m1"]
+    fl.prepare(SID)  # again: the file and its line stay
+    assert [m["id"] for m in file_lines(queue)] == ["m1"]
+
+
+def test_a_drain_leaves_the_next_notices_file_and_an_empty_one_is_not_claimed(
+    fl: Floor,
+) -> None:
+    d = fl.prepare(SID)
+    queue = d / "messages.jsonl"
+    made = queue.stat().st_ino
+    assert fl.drain(SID).lines == []
+    assert queue.stat().st_ino == made  # empty: not renamed, read and unlinked for nothing
+    assert sorted(os.listdir(d)) == ["messages.jsonl"]
+    fl.append(SID, msg(1))
+    assert [m["id"] for m in fl.drain(SID).lines] == ["m1"]
+    assert queue.stat().st_size == 0  # made again after the claim, for the next notice
+    fl.append(SID, msg(2))
+    assert [m["id"] for m in fl.drain(SID).lines] == ["m2"]

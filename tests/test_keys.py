@@ -42,9 +42,17 @@ def test_no_script_touches_two_slots(
             calls.append((name, keys))
             return script(keys=keys, args=args, client=client)
 
+        call.sha = script.sha  # type: ignore[attr-defined]
         return call
 
+    real_call = Store.script_call
+
+    def recording_call(self: Store, name: str, keys: list[str], args: list[Any]) -> Any:
+        calls.append((name, keys))  # a bare EVALSHA for a batch (run_scripts, run_in_order)
+        return real_call(self, name, keys, args)
+
     monkeypatch.setattr(Store, "script", recording)
+    monkeypatch.setattr(Store, "script_call", recording_call)
     b = make_bus(wake_debounce_s=0.05)
     for sid in ("alice", "bob"):
         b.open_session(sid)
@@ -73,6 +81,7 @@ def test_no_script_touches_two_slots(
         "thread_append",
         "notice_take",
         "notice_done",
+        "notice_after",
         "floor_drained",
         "floor_sweep",
         "answer_turn",

@@ -1,6 +1,6 @@
-"""A pipeline sent packed in its order (``Store.execute_in_order``, the batch's notice
-records): a script the server lost (a restart, ``SCRIPT FLUSH``) still runs where it was
-queued, before the commands after it, as the pipeline itself runs it."""
+"""Calls sent packed in their order (``Store.run_in_order``, the batch's notice records):
+a script the server lost (a restart, ``SCRIPT FLUSH``) still runs where it was queued,
+before the commands after it, as a redis-py pipeline runs it."""
 
 from __future__ import annotations
 
@@ -31,23 +31,17 @@ def test_a_lost_script_runs_in_its_place_and_the_replies_are_raw(
     store = Bus(s, dispatcher=RecordingDispatcher()).store
     lock = store.k.s("s1", "lock")
     store.r.set(lock, "tok")
-    store.script("unlock")  # registered: its SHA is what the pipeline sends
+    unlock = store.script_call("unlock", [lock], ["tok"])  # registered: its SHA is sent
     store.r.script_flush()
-    pipe = store.pipeline()
-    store.script("unlock")(keys=[lock], args=["tok"], client=pipe)
-    pipe.get(lock)  # after the unlock: gone
-    pipe.hset(store.k.s("s1", "probe"), mapping={"a": "1", "b": "2"})
-    assert store.execute_in_order(pipe) == [1, None, 2]
-    assert pipe.command_stack == [] and not pipe.scripts  # sent, as execute() leaves it
+    calls = [unlock, ("GET", lock), ("HSET", store.k.s("s1", "probe"), "a", "1", "b", "2")]
+    assert store.run_in_order(calls) == [1, None, 2]  # the GET after the unlock: gone
 
 
 def test_an_error_reply_is_raised_after_the_rest_ran(bus: Bus) -> None:
     store = bus.store
     key = store.k.s("s1", "probe")
     store.r.set(key, "text")
-    pipe = store.pipeline()
-    pipe.hset(key, mapping={"a": "1"})  # WRONGTYPE
-    pipe.set(store.k.s("s1", "after"), "1")
+    calls = [("HSET", key, "a", "1"), ("SET", store.k.s("s1", "after"), "1")]  # WRONGTYPE first
     with pytest.raises(redis.ResponseError):
-        store.execute_in_order(pipe)
+        store.run_in_order(calls)
     assert store.r.get(store.k.s("s1", "after")) == "1"

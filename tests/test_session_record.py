@@ -82,3 +82,12 @@ def test_a_prompt_no_longer_waiting_goes_from_the_record(bus: Bus) -> None:
     assert store.r.hget(key, "prompt_waiting") is None
     info = store.get_session("coord")
     assert info is not None and info.prompt_waiting is False and info.state == "idle"
+
+
+def test_opening_a_session_on_this_host_makes_its_empty_queue_file(bus: Bus) -> None:
+    # Its first notice then appends to a file that exists (bus.floor.Floor.prepare).
+    bus.open_session("here", host=bus.settings.host)
+    queue = bus.floor.session_dir("here") / "messages.jsonl"
+    assert queue.exists() and queue.stat().st_size == 0
+    bus.open_session("there", host="elsewhere")  # another host's floor is not here
+    assert not bus.floor.session_dir("there").exists()

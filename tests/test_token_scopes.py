@@ -222,7 +222,7 @@ def test_http_refuses_a_member_token_as_a_session(world: tuple[Bus, str, str]) -
     finally:
         server.stop()
     assert keys_of(b) == before
-    assert not (Path(b.settings.home) / "inbox" / "alice" / "messages.jsonl").exists()
+    assert not b.floor.peek("alice")  # nothing on its floor
 
 
 @pytest.mark.slow

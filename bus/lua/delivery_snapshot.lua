@@ -14,9 +14,11 @@
 -- ARGV[1] our lock token, ARGV[2] lock TTL ms
 -- ARGV[3] advance_to: move the cursor there first (and drop the raw line in flight); '' not
 -- ARGV[4] read_after: also read up to ARGV[5] entries after this stream id; '' not
--- Returns {held, session hash (flat), notice id or '', floor hash (flat), ZCARD new,
+-- Returns, JSON-encoded (one string: a batch's thousands of nested replies cost the
+-- client's parser more than the encoding costs here; an empty list encodes as {}):
+-- [held, session hash (flat), notice id or '', floor hash (flat), ZCARD new,
 -- first wakeq score or '', first new score or '', notice exists, retry_at or '',
--- queue length after the trim (queue_trim.lua's rule), entries read}.
+-- queue length after the trim (queue_trim.lua's rule), entries read].
 if ARGV[3] ~= '' then
   redis.call('SET', KEYS[8], ARGV[3])
   redis.call('DEL', KEYS[9])
@@ -51,5 +53,5 @@ local rows = {}
 if ARGV[4] ~= '' then
   rows = redis.call('XRANGE', KEYS[7], '(' .. ARGV[4], '+', 'COUNT', ARGV[5])
 end
-return {held, session, nid, floor, pending, wake[2] or '', first[2] or '', building, retry_at,
-  len, rows}
+return cjson.encode({held, session, nid, floor, pending, wake[2] or '', first[2] or '', building,
+  retry_at, len, rows})

@@ -6,8 +6,9 @@
 -- KEYS[5] msgs    P:{sid}:msgs (optional)
 -- ARGV[1] notice id, ARGV[2] now ms
 -- Returns the ids taken, or false when a notice is already in flight or nothing is new;
--- with KEYS[5], {ids, their inbox records (HMGET, in order, false where none)}: the
--- records the notice summarises, in the same round trip.
+-- with KEYS[5], JSON-encoded [ids, their inbox records (HMGET, in order, false where
+-- none)]: the records the notice summarises, in the same round trip (one string for the
+-- client to parse, not a nested reply).
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return false
 end
@@ -31,6 +32,6 @@ if KEYS[5] then
       records[#records + 1] = part[j]
     end
   end
-  return {ids, records}
+  return cjson.encode({ids, records})
 end
 return ids

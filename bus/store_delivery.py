@@ -255,37 +255,10 @@ class DeliveryStore(StorePart):
         names = ("lock", "session", "notice", "floor", "new", "wakeq", "stream", "cursor")
         return self.k.s_many(sid, (*names, "rawflight", "again"))
 
-    def finish_notice(
-        self,
-        sid: str,
-        nid: str,
-        via: str,
-        now: int,
-        *,
-        heard: bool,
-        running: bool = False,
-        wake: dict[str, str] | None = None,
-        wake_pending: str | None = None,
-    ) -> None:
-        """What follows a notice's write, in this order, one round trip: ``heard`` (a
-        socket's ack) confirms it (as :meth:`~bus.store_inbox.InboxStore.confirm_notices`),
-        else it is recorded written (``notice_done.lua``); the session's ``retry_at`` is
-        dropped (:meth:`~bus.store_inbox.InboxStore.clear_retry`); ``running`` sets its
-        state so (:meth:`~bus.store.Store.update_session`); ``wake`` appends a ``wake``
-        record with those fields (:meth:`~bus.store.Store.record`); ``wake_pending``: the
-        notice whose wake command is about to run (:meth:`wake_done` clears it)."""
-        self.run_in_order(
-            self.finish_calls(
-                sid,
-                nid,
-                via,
-                now,
-                heard=heard,
-                running=running,
-                wake=wake,
-                wake_pending=wake_pending,
-            )
-        )
+    def finish_notice(self, sid: str, nid: str, via: str, now: int, **options: Any) -> None:
+        """What follows a notice's write (:meth:`finish_calls`, its options), in one round
+        trip."""
+        self.run_in_order(self.finish_calls(sid, nid, via, now, **options))
 
     def finish_calls(
         self,
@@ -299,9 +272,14 @@ class DeliveryStore(StorePart):
         wake: dict[str, str] | None = None,
         wake_pending: str | None = None,
     ) -> list[tuple[Any, ...]]:
-        """:meth:`finish_notice`'s two script calls (``notice_done.lua`` or
-        ``floor_drained.lua``, then ``notice_after.lua``), for :meth:`run_in_order` with
-        other sessions' (a batch's notices, bus.batch)."""
+        """What follows a notice's write, as two script calls for :meth:`run_in_order` (a
+        batch's notices go with other sessions', bus.batch): ``heard`` (a socket's ack)
+        confirms it (``floor_drained.lua``, as
+        :meth:`~bus.store_inbox.InboxStore.confirm_notices`), else it is recorded written
+        (``notice_done.lua``); then ``notice_after.lua``: the session's ``retry_at``
+        dropped, ``running`` sets its state so, ``wake`` appends a ``wake`` record with
+        those fields, ``wake_pending``: the notice whose wake command is about to run
+        (:meth:`wake_done` clears it)."""
         names: tuple[str, ...]
         if heard:
             names = ("floor", "msgs", "carried", "events", "notice", "session")

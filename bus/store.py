@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -248,19 +248,6 @@ class Store(
         for sid in ids:
             pipe.hgetall(self.k.s(sid, "session"))
         return [_session_from_hash(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
-
-    def receivers(self, sids: Iterable[str]) -> dict[str, tuple[str, str, int, int] | None]:
-        """Each session's ``(host, state, last_seen, opened_at)`` (0 when unset), ``None``
-        if never put;
-        one round trip, only those fields."""
-        order = list(dict.fromkeys(sids))
-        pipe = self.r.pipeline(transaction=False)
-        for sid in order:
-            pipe.hmget(self.k.s(sid, "session"), ["host", "state", "last_seen", "opened_at"])
-        out: dict[str, tuple[str, str, int, int] | None] = {}
-        for sid, (host, state, seen, opened) in zip(order, pipe.execute(), strict=True):
-            out[sid] = (host, state or "idle", int(seen or 0), int(opened or 0)) if host else None
-        return out
 
     def sessions_by_handle(self, handle: str) -> list[SessionInfo]:
         """Sessions whose record carries ``handle`` now, sorted by id."""

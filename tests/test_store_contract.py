@@ -317,15 +317,6 @@ def test_revoked_tokens_members_and_the_hand_off_flag(store: Store) -> None:
     assert store.take_again("s3") and not store.take_again("s3")
 
 
-def test_receivers_answer_host_state_and_presence_in_one_read(store: Store) -> None:
-    store.put_session(SessionInfo(session="s1", handle="h:a", host="hosta", opened_at=7))
-    store.touch_seen("s1", 99)
-    assert store.receivers(["s1", "nobody", "s1"]) == {
-        "s1": ("hosta", "idle", 99, 7),
-        "nobody": None,
-    }
-
-
 def test_heartbeats_and_the_sweep_view(store: Store) -> None:
     store.beat("hosta", {"beat": 5, "pid": 42})
     store.beat("hosta", {"progress": 6}, done=True)

@@ -180,16 +180,14 @@ class Inbox:
             sender_sid = msg.get("from_session") or senders.session_of(str(msg["from"]))
             at = int(msg.get("ts") or self.clock.now_ms())
             wakes, reason = senders.may_wake(msg, sender_sid)
-            # Both kept forms in one pass (the batch's delivery pays this per message).
-            record, one_m = kept.keep_ingested(
-                msg, sid, key=key, thread=thread, sender_sid=sender_sid, at=at, wakes=wakes,
+            whole = kept.whole_record(
+                msg, key=key, thread=thread, sender_sid=sender_sid, at=at, wakes=wakes,
                 why=reason,
             )  # fmt: skip
+            # Both kept forms in one pass (the batch's delivery pays this per message).
+            record, one_m = kept.keep_ingested(whole, sid)
             if wholes is not None:
-                wholes[record] = kept.whole_record(
-                    msg, key=key, thread=thread, sender_sid=sender_sid, at=at, wakes=wakes,
-                    why=reason,
-                )  # fmt: skip
+                wholes[record] = whole
             preview = one_line(str(msg.get("text") or ""), 120)
             appends.setdefault(thread, []).extend(
                 (

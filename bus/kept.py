@@ -277,31 +277,20 @@ def whole_record(
     }  # fmt: skip
 
 
-def keep_ingested(
-    msg: dict[str, Any],
-    sid: str,
-    *,
-    key: str,
-    thread: str,
-    sender_sid: str | None,
-    at: int,
-    wakes: bool,
-    why: str,
-) -> tuple[str, str]:
-    """``(record, thread message)`` for a message the inbox takes in (bus.inbox.ingest):
-    the strings :func:`keep_record` and :func:`keep_thread_message` give for its record
-    (``key``, ``thread``: :func:`bus.threads.thread_of` of ``msg`` and ``sid``; ``mark``
-    new) and its message, made in one pass (the batch's delivery does it per message)."""
+def keep_ingested(whole: dict[str, Any], sid: str) -> tuple[str, str]:
+    """``(record, thread message)`` for a message the inbox takes in (bus.inbox.ingest),
+    from its record whole (:func:`whole_record`): the strings :func:`keep_record` and
+    :func:`keep_thread_message` give for that record and its message, made in one pass
+    (the batch's delivery does it per message)."""
+    msg = whole["m"]
+    key, thread, at, wakes, why = (whole[f] for f in ("key", "thread", "at", "wakes", "why"))
     out_m, letters = _keep_message(msg, "")
     thread_form = dict(out_m)
     if letters:
         thread_form[THREAD_LETTERS] = letters
     thread_json = json.dumps(thread_form, separators=(",", ":"))
     if "t" in letters or not sid:  # a message to "": the slow way keeps it exactly
-        record = whole_record(
-            msg, key=key, thread=thread, sender_sid=sender_sid, at=at, wakes=wakes, why=why
-        )
-        return keep_record(record, sid), thread_json
+        return keep_record(whole, sid), thread_json
     rec: dict[str, Any] = {"id": msg["id"]}
     exact = _pr_exact(msg)
     if not exact:
@@ -310,8 +299,8 @@ def keep_ingested(
         rec["class"] = "action"
     if "kind" not in msg:
         rec["kind"] = "message"
-    if sender_sid is not None:
-        rec["from_session"] = sender_sid
+    if whole["from_session"] is not None:
+        rec["from_session"] = whole["from_session"]
     if not _at_is_ts(at, msg):
         rec["at"] = at
     rec["mark"] = "new"

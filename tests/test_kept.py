@@ -261,9 +261,11 @@ def test_an_ingested_message_is_kept_in_one_pass_as_record_and_thread_keep_it(
         "kind": msg.get("kind", "message"), "from": msg["from"], "from_session": sender,
         "at": 7, "mark": "new", "wakes": wakes, "why": why, "key": key, "m": msg,
     }  # fmt: skip
-    got = kept.keep_ingested(
-        msg, "s1", key=key, thread=thread, sender_sid=sender, at=7, wakes=wakes, why=why
+    whole = kept.whole_record(
+        msg, key=key, thread=thread, sender_sid=sender, at=7, wakes=wakes, why=why
     )
+    assert whole == record
+    got = kept.keep_ingested(whole, "s1")
     assert got == (kept.keep_record(record, "s1"), kept.keep_thread_message(msg))
     assert kept.restore_record(got[0], "s1") == record
 

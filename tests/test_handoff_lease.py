@@ -27,17 +27,26 @@ def elapse(b: Bus, keys: list[str], ms: int) -> None:
             r.pexpire(key, left - ms)
 
 
-def test_a_hand_off_outlives_the_ttl_while_its_holder_renews_its_lease(
-    make_bus: Callable[..., Bus],
-) -> None:
+def handed_off(make_bus: Callable[..., Bus], *, send: bool) -> tuple[Bus, str, list[str]]:
+    """Session ``s`` held by a holder in a long run (renewing, not unlocked yet) and a
+    delivery handed to it: the bus, the holder's token and the ``lock`` and ``again``
+    keys."""
     b = make_bus()
     b.open_session("s")
     store = b.store
-    token = store.lock("s")  # a holder in a long run: it renews, it has not unlocked yet
+    token = store.lock("s")
     assert token is not None
-    b.send({"from": "hosta:me", "to_id": "s", "text": "behind a long run"})
+    if send:
+        b.send({"from": "hosta:me", "to_id": "s", "text": "behind a long run"})
     assert b.deliver_session("s").busy  # handed to the holder
-    keys = [store.k.s("s", "lock"), store.k.s("s", "again")]
+    return b, token, [store.k.s("s", "lock"), store.k.s("s", "again")]
+
+
+def test_a_hand_off_outlives_the_ttl_while_its_holder_renews_its_lease(
+    make_bus: Callable[..., Bus],
+) -> None:
+    b, token, keys = handed_off(make_bus, send=True)
+    store = b.store
     ttl = store.lock_ttl_ms
     for _ in range(4):  # four TTLs of a run, renewed every two thirds of a TTL
         elapse(b, keys, ttl * 2 // 3)
@@ -50,13 +59,8 @@ def test_a_hand_off_outlives_the_ttl_while_its_holder_renews_its_lease(
 def test_a_hand_off_outlives_the_ttl_through_the_holders_fences(
     make_bus: Callable[..., Bus],
 ) -> None:
-    b = make_bus()
-    b.open_session("s")
+    b, token, keys = handed_off(make_bus, send=False)
     store = b.store
-    token = store.lock("s")
-    assert token is not None
-    assert b.deliver_session("s").busy
-    keys = [store.k.s("s", "lock"), store.k.s("s", "again")]
     for _ in range(4):  # the fence before each batch's snapshot extends the lease too
         elapse(b, keys, store.lock_ttl_ms * 2 // 3)
         assert store.delivery_snapshot("s", token).held
@@ -66,13 +70,8 @@ def test_a_hand_off_outlives_the_ttl_through_the_holders_fences(
 def test_the_hand_off_flag_lapses_with_a_dead_holders_lease(
     make_bus: Callable[..., Bus],
 ) -> None:
-    b = make_bus()
-    b.open_session("s")
+    b, token, keys = handed_off(make_bus, send=False)
     store = b.store
-    token = store.lock("s")
-    assert token is not None
-    assert b.deliver_session("s").busy
-    keys = [store.k.s("s", "lock"), store.k.s("s", "again")]
     assert store.extend_lock("s", token)
     again_ttl = store.r.pttl(keys[1])
     assert 0 < again_ttl <= store.lock_ttl_ms  # no flag kept forever

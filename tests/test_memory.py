@@ -404,6 +404,18 @@ def _thread_row(b: Bus, sid: str, thread: str) -> tuple[int, str]:
     return row["newestAt"], row["newestPreview"]
 
 
+def _coord_thread(b: Bus, *sends: tuple[str, int]) -> str:
+    """A running session ``coord`` sent each ``(text, ts)`` from one sender and delivered:
+    the one thread they make."""
+    b.open_session("coord")
+    b.turn("coord", "start")
+    for text, ts in sends:
+        b.send({"from": "ha:lane", "to_id": "coord", "text": text, "ts": ts})
+    b.deliver_session("coord")
+    [thread] = b.store.threads_of("coord")
+    return thread
+
+
 @pytest.mark.parametrize("text", ["hello", "café ☕ \U0001f600 done"])
 def test_a_one_message_threads_newest_is_its_messages_and_written_back_when_it_moves(
     bus: Bus, text: str
@@ -438,12 +450,8 @@ def test_a_one_message_threads_newest_is_stored_when_its_message_does_not_give_i
     bus: Bus,
 ) -> None:
     store, k = bus.store, bus.store.k
-    bus.open_session("coord")
-    bus.turn("coord", "start")
     # Its preview is its text's first line, not its text.
-    bus.send({"from": "ha:lane", "to_id": "coord", "text": "first\nsecond", "ts": 7_000})
-    bus.deliver_session("coord")
-    [thread] = store.threads_of("coord")
+    thread = _coord_thread(bus, ("first\nsecond", 7_000))
     assert store.r.hmget(k.t(thread, "meta"), list(NEWEST)) == ["7000", "first"]
     assert _thread_row(bus, "coord", thread) == (7000, "first")
 
@@ -453,11 +461,7 @@ def test_a_one_message_thread_written_with_its_newest_reads_it_and_a_newer_one_w
 ) -> None:
     # The layout before: newest_* stored beside one_m (here one the message does not give).
     store, k = bus.store, bus.store.k
-    bus.open_session("coord")
-    bus.turn("coord", "start")
-    bus.send({"from": "ha:lane", "to_id": "coord", "text": "hello", "ts": 5_000})
-    bus.deliver_session("coord")
-    [thread] = store.threads_of("coord")
+    thread = _coord_thread(bus, ("hello", 5_000))
     meta = k.t(thread, "meta")
     store.r.hset(meta, mapping={"newest_at": "6000", "newest_preview": "as stored"})
     assert _thread_row(bus, "coord", thread) == (6000, "as stored")
@@ -470,12 +474,7 @@ def test_a_one_message_thread_written_with_its_newest_reads_it_and_a_newer_one_w
 def test_a_threads_two_messages_in_one_delivery_keep_the_newests_as_stored(bus: Bus) -> None:
     # One thread_append call takes both: the first is one_m for a moment, then moves.
     store, k = bus.store, bus.store.k
-    bus.open_session("coord")
-    bus.turn("coord", "start")
-    bus.send({"from": "ha:lane", "to_id": "coord", "text": "later", "ts": 8_000})
-    bus.send({"from": "ha:lane", "to_id": "coord", "text": "earlier", "ts": 3_000})
-    bus.deliver_session("coord")
-    [thread] = store.threads_of("coord")
+    thread = _coord_thread(bus, ("later", 8_000), ("earlier", 3_000))
     assert store.r.hmget(k.t(thread, "meta"), list(NEWEST)) == ["8000", "later"]
     assert [json.loads(e["m"])["text"] for e in store.thread_log(thread)] == ["later", "earlier"]
 

@@ -135,3 +135,22 @@ def test_a_sentinel_broker_gets_its_master_name(cluster_settings: Settings) -> N
     app = make_app(Settings.from_env(env))
     assert app.conf.broker_transport_options["master_name"] == "mymaster"
     assert "master_name" not in make_app(cluster_settings).conf.broker_transport_options
+
+
+def test_a_dead_loops_kicks_are_reclaimed_on_the_cluster(cluster_settings: Settings) -> None:
+    # The reclaim read its clock in a pipeline with the beats, which a cluster refuses
+    # (TIME has no key): a dead loop's kicks stayed taken until the sweep.
+    store = Bus(cluster_settings, dispatcher=RecordingDispatcher()).store
+    host = cluster_settings.host
+    store.r.rpush(store.k.kick_list(host), "a", "b")
+    store.kick_beat(host, "l1", 3000)
+    client, pool = store.kick_client(0.1, "test-kick")
+    try:
+        assert store.pop_kicks(client, host, "l1", 0.1, 2) == ["a", "b"]
+    finally:
+        if pool is not None:
+            pool.disconnect()
+    assert store.reclaim_kicks(host, 60_000) == 0  # alive: left alone
+    store.r.hset(store.k.kick_loops(host), "l1", 0)  # its beat long gone
+    assert store.reclaim_kicks(host, 60_000) == 2
+    assert store.r.lrange(store.k.kick_list(host), 0, -1) == ["a", "b"]

@@ -178,8 +178,9 @@ def run(
     try:
         while not stop.is_set():
             pokes.poked.clear()  # before the tick: a poke during it makes the sleep short
+            took = 0
             try:
-                tick(bus, clock=clock)
+                took = tick(bus, clock=clock)["taken"]
                 nxt = bus.store.next_due()
                 beat.progress()
                 outage.ok()
@@ -196,7 +197,13 @@ def run(
                 if nxt is None
                 else min(max_sleep_s, max(0.0, (nxt - clock.now_ms()) / 1000))
             )
-            pokes.poked.wait(delay if delay > 0 else 0.01)
+            if delay > 0:
+                pokes.poked.wait(delay)
+            elif not took:
+                # Due already and none taken (a clock behind the schedule's): no busy loop.
+                pokes.poked.wait(0.01)
+            # Else entries fell due while the tick ran: straight on. A burst of wakes due
+            # over tens of ms is taken as it falls due, not 10 ms a step (issue 13).
     finally:
         pokes.stop()
 

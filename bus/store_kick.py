@@ -50,12 +50,22 @@ class KickStore(StorePart):
         once, alone: a lone send's notice does not wait for a look behind its kick (the
         look comes after its delivery, on the loop's next pop). A loop that dies leaves
         them in its taken list (:meth:`reclaim_kicks`); :meth:`done_kicks` when delivered."""
+        return self.take_kicks(host, loop, count) or self.wait_kick(client, host, loop, block_s)
+
+    def take_kicks(self, host: str, loop: str, count: int) -> list[str]:
+        """Up to ``count`` kicks already waiting on ``host``'s list into loop ``loop``'s
+        taken list (``kick_take.lua``), without blocking; ``[]`` when none waits."""
         k = self.k
-        taken = k.kick_taken(host, loop)
-        got = self.script("kick_take")(keys=[k.kick_list(host), taken], args=[count])
-        if got:
-            return [_text(r) for r in got]
-        first = client.blmove(k.kick_list(host), taken, block_s, "LEFT", "RIGHT")
+        got = self.script("kick_take")(
+            keys=[k.kick_list(host), k.kick_taken(host, loop)], args=[count]
+        )
+        return [_text(r) for r in got or []]
+
+    def wait_kick(self, client: Any, host: str, loop: str, block_s: float) -> list[str]:
+        """The next kick on ``host``'s list into loop ``loop``'s taken list, waited for up
+        to ``block_s`` on ``client`` (BLMOVE): ``[sid]``, or ``[]`` when none came."""
+        k = self.k
+        first = client.blmove(k.kick_list(host), k.kick_taken(host, loop), block_s, "LEFT", "RIGHT")
         return [] if first is None else [_text(first)]
 
     def done_kicks(self, host: str, loop: str) -> None:

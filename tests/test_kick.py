@@ -159,3 +159,70 @@ def test_a_loop_beats_while_it_delivers_a_long_batch(
     loop = kick.KickLoop(b)
     assert loop._deliver(sids, loop._beater(b.store, "l1"))
     assert len(beats) >= 2 and set(beats) == {"l1"}  # during the batch, not only between
+
+
+class _Gate:
+    """A loop's gate, its refused tries counted (another loop held it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.refused = 0
+
+    def acquire(self, timeout: float = -1) -> bool:
+        got = self.lock.acquire(timeout=timeout)
+        if not got:
+            self.refused += 1
+        return got
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def test_a_process_runs_one_batch_at_a_time_and_leaves_the_rest_on_the_list(
+    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its loops share one GIL: two batches interleaved cost more CPU a session than one
+    # after the other, so kicks that come while a batch runs wait for it (or go to the
+    # host's other processes), not to a second batch of this process.
+    from bus import kick
+
+    b = make_bus()
+    store, host = b.store, b.settings.host
+    monkeypatch.setattr(kick, "BEAT_S", 0.02)  # the gate's wait: loops look again often
+    running: list[list[str]] = []
+    batches: list[list[str]] = []
+    hold = threading.Event()
+
+    def deliver_many(_bus: Bus, sids: list[str], progress: object = None) -> list[object]:
+        running.append(sids)
+        batches.append(list(sids))
+        try:
+            assert len(running) == 1, f"two batches at once: {running}"
+            hold.wait(15)
+        finally:
+            running.remove(sids)
+        return []
+
+    monkeypatch.setattr(kick, "deliver_many", deliver_many)
+    loop = kick.KickLoop(b, threads=3)
+    gate = loop._gate = _Gate()  # type: ignore[assignment]
+    store.kick_beat(host, "seed", 3000)  # alive: the pushes go on the list
+    assert store.push_kicks(host, ["a", "b", "c"])
+    loop.start()
+    try:
+        wait_for(lambda: batches == [["a", "b", "c"]], 10, "the first batch")
+        assert store.push_kicks(host, ["d", "e"])
+        refused = gate.refused
+        wait_for(
+            lambda: gate.refused >= refused + 4 or len(batches) > 1,
+            10,
+            "the other loops refused the gate (or took a batch of their own)",
+        )
+        assert len(batches) == 1
+        assert store.r.lrange(store.k.kick_list(host), 0, -1) == ["d", "e"]  # left waiting
+        hold.set()
+        wait_for(lambda: len(batches) == 2, 10, "the second batch")
+        assert batches[1] == ["d", "e"]  # together, as one batch
+    finally:
+        hold.set()
+        loop.stop()

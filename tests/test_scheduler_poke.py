@@ -67,3 +67,50 @@ def test_a_sleeping_scheduler_takes_an_entry_scheduled_due_soon(
         loop.join(5)
     assert not loop.is_alive()
     assert pokers() == before  # its poke thread ended with it
+
+
+class _Waits(threading.Event):
+    """The loop's sleep event, its waits recorded (each in order with the ticks)."""
+
+    def __init__(self, log: list[object]) -> None:
+        super().__init__()
+        self.log = log
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.log.append(("wait", timeout))
+        return super().wait(0)  # the sleep itself not needed: the order is the point
+
+
+@pytest.mark.parametrize(
+    ("taken", "after_first"),
+    [
+        (3, "tick"),  # entries fell due while the tick ran: straight on, no 10 ms step
+        (0, ("wait", 0.01)),  # due already yet none taken: a short wait, no busy loop
+    ],
+)
+def test_a_scheduler_whose_next_entry_is_already_due_ticks_again_at_once_if_it_took_some(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch, taken: int, after_first: object
+) -> None:
+    log: list[object] = []
+    stop = threading.Event()
+
+    def tick(_bus: Bus, **_: object) -> dict[str, int]:
+        log.append("tick")
+        if log.count("tick") >= 2:
+            stop.set()
+        return {"taken": taken}
+
+    monkeypatch.setattr(scheduler, "tick", tick)
+    monkeypatch.setattr(bus.store, "next_due", lambda: now_ms() - 1)  # already due
+
+    class Pokes(scheduler.Pokes):
+        def __init__(self, b: Bus, s: threading.Event) -> None:
+            super().__init__(b, s)
+            self.poked = _Waits(log)
+
+    monkeypatch.setattr(scheduler, "Pokes", Pokes)
+    loop = threading.Thread(target=scheduler.run, args=(bus, stop), daemon=True)
+    loop.start()
+    loop.join(15)
+    assert not loop.is_alive()
+    assert log[0] == "tick" and log[1] == after_first

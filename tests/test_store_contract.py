@@ -348,6 +348,8 @@ def test_counters_add_in_one_batch_and_read_back(store: Store) -> None:
 
 def test_batched_reads_answer_in_order_and_missing_reads_empty(store: Store) -> None:
     assert store.session_hosts(["nobody", "noone"]) == [None, None]
+    store.r.hset(store.k.s("here", "session"), "host", "h1")
+    assert store.session_hosts(["nobody", "here", "noone"]) == [None, "h1", None]
     assert store.thread_parties_many(["thr_a", "thr_b"]) == [(None, False), (None, False)]
     store.flag_dispatched(["s1", "s2"])  # sessions in different slots on a cluster
     assert store.r.get(store.k.s("s1", "pending")) == "1"

@@ -117,7 +117,7 @@ def _chunk(bus: DeliveryHost, sids: list[str], tick: Callable[[], object]) -> li
     reports = {sid: DeliveryReport(session=sid) for sid in sids}
     later: list[str] = []
     runs: list[_Run] = []
-    for sid, start in zip(sids, store.begin_many(sids, BATCH), strict=True):
+    for sid, start in zip(sids, store.begin_many(sids, BATCH, snapshot=True), strict=True):
         if start is None:
             later.append(sid)  # held elsewhere: the hand-off (bus.handoff) does the rest
             continue
@@ -230,10 +230,15 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
             run.done = run.rerun = True
         else:
             live.append(run)
-    items = [(r.sid, r.lease.token, r.start.rows[-1][0] if r.start.rows else None) for r in live]
-    snaps = store.snapshot_many_after(pipe, items, BATCH)
+    # A run that read nothing has its snapshot from its start (a due wake: one call).
+    later = [r for r in live if r.start.snapshot is None]
+    items = [(r.sid, r.lease.token, r.start.rows[-1][0] if r.start.rows else None) for r in later]
+    # (None later: nothing was read, so nothing was queued on the pipeline either.)
+    got = store.snapshot_many_after(pipe, items, BATCH) if later else []
+    snaps = dict(zip((id(r) for r in later), got, strict=True))
     planned = []
-    for run, snap in zip(live, snaps, strict=True):
+    for run in live:
+        snap = run.start.snapshot or snaps[id(run)]
         run.snap = snap
         if not run.lease.confirmed(snap.held, snap.sent_at):
             run.report.busy = True
@@ -244,11 +249,12 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
         if run.report.inbox:
             bus.metrics.incr("messages_in", run.report.inbox)
         planned.append(run)
-    _plan_and_notice(bus, planned)
     for run in planned:
         assert run.snap is not None
         store.set_trim_floor(run.sid, bus.settings.stream_keep, run.snap.stream_len)
-    # The unlocks with the hand-off flags, in one round trip.
+    _plan_and_notice(bus, planned)
+    # The unlocks with the hand-off flags, in one round trip (a run that wrote a notice
+    # was unlocked in its notice's last call: bus.batch._notices).
     ending = [r for r in planned if not r.done]
     for run in ending:
         run.lease.stop_renewing()
@@ -311,6 +317,7 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         ]
     )
     done: list[tuple[Any, ...]] = []
+    ends: list[int] = []  # each sent notice's last call in ``done`` (its unlock's reply)
     sent: list[tuple[_Run, dict[str, Any]]] = []
     for i, (run, nid, taken) in enumerate(zip(runs, nids, taken_all, strict=True)):
         if not taken:
@@ -349,6 +356,8 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         now = clock.now_ms()
         if via != "socket":
             faults.point("notice:after_append")
+        # The lock freed and the hand-off flag taken in the notice's last call.
+        run.lease.stop_renewing()
         done.extend(
             store.finish_calls(
                 run.sid,
@@ -358,8 +367,10 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
                 heard=via == "socket",
                 running=wake,
                 wake={"notice": nid, "reason": plan.reason} if wake else None,
+                unlock=run.lease.token,
             )
         )
+        ends.append(len(done) - 1)
         oldest = min(int(r.get("at") or now) for r in records)
         sent.append(
             (
@@ -378,9 +389,14 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
         return
     # Packed, its scripts loaded at its head: the records' order (not run_scripts', which
     # runs a lost script last).
-    store.run_in_order(done)
+    replies = store.run_in_order(done)
     metrics = inbox.metrics
-    for run, notice in sent:
+    for (run, notice), end in zip(sent, ends, strict=True):
+        freed, again = (int(x) for x in replies[end])
+        run.done = True
+        # Sent more meanwhile, or the lock no longer ours (lost on the way): as after an
+        # unlock (bus.batch._run_batch), it runs again.
+        run.rerun = run.rerun or bool(again) or not freed
         metrics.incr("notices")
         metrics.observe_latency(notice.pop("_wait_s"))
         metrics.incr("deliveries", via=notice["via"])

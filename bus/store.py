@@ -13,6 +13,7 @@ a Redis Cluster, see :mod:`bus.cluster`). Reads of a missing thing answer empty
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -39,9 +40,20 @@ BACKLOG_CAP = 10_000
 _SCRIPTS = ("append", "unlock", "extend_lock", "take_due")
 
 
-def load_script(client: redis.Redis, name: str) -> Any:
+_INCLUDE = re.compile(r"^--@include (\w+)$", re.M)
+
+
+def lua_source(name: str) -> str:
+    """The text of ``bus/lua/<name>.lua`` with each ``--@include <part>`` line replaced by
+    ``bus/lua/parts/<part>.lua`` (a ``local function`` of its own): a step two scripts
+    run (the snapshot in the start and in its own call, the unlock after a notice's
+    records) is written once. Redis sees one plain script."""
     text = (LUA_DIR / f"{name}.lua").read_text()
-    return client.register_script(text)
+    return _INCLUDE.sub(lambda m: (LUA_DIR / "parts" / f"{m[1]}.lua").read_text().rstrip(), text)
+
+
+def load_script(client: redis.Redis, name: str) -> Any:
+    return client.register_script(lua_source(name))
 
 
 def inline_script_loads(pipe: Any) -> Any:

@@ -43,6 +43,9 @@ class DeliveryStart:
     rows: list[tuple[str, dict[str, str]]] | None
     info: SessionInfo | None = None
     answers: list[dict[str, Any] | None] = field(default_factory=list)
+    # With nothing read and the snapshot asked for (begin_many): the plan's reads, taken
+    # in the start's own call.
+    snapshot: DeliverySnapshot | None = None
 
 
 @dataclass
@@ -67,7 +70,7 @@ def _start_of(reply: Any, token: str, sent_at: float, sid: str) -> DeliveryStart
     """``delivery_begin.lua``'s reply as a :class:`DeliveryStart` (``None``: busy)."""
     if not int(reply[0]):
         return None
-    _ok, flight, cursor, read, rows, session, answers = reply
+    _ok, flight, cursor, read, rows, session, answers, *snap = reply
     if not int(read):
         return DeliveryStart(token, sent_at, json.loads(flight), str(cursor), None)
     if isinstance(rows, str):  # JSON-encoded by the script when it read any
@@ -84,6 +87,7 @@ def _start_of(reply: Any, token: str, sent_at: float, sid: str) -> DeliveryStart
         entries,
         _session_from_hash(data, sid) if data else None,
         [json.loads(a) if a else None for a in answers],
+        _snapshot_of(snap[0], sent_at, sid) if snap else None,
     )
 
 
@@ -158,12 +162,18 @@ class DeliveryStore(StorePart):
             sid, ("lock", "pending", "rawflight", "cursor", "stream", "session", "ids")
         )
 
-    def begin_many(self, sids: list[str], count: int) -> list[DeliveryStart | None]:
-        """:meth:`begin_delivery` for each of ``sids``, all in one round trip."""
+    def begin_many(
+        self, sids: list[str], count: int, *, snapshot: bool = False
+    ) -> list[DeliveryStart | None]:
+        """:meth:`begin_delivery` for each of ``sids``, all in one round trip. With
+        ``snapshot``, a session with nothing to read comes with its
+        :meth:`delivery_snapshot` (``DeliveryStart.snapshot``), taken in the same call."""
         tokens = [secrets.token_hex(8) for _ in sids]
         calls = [
             self.script_call(
-                "delivery_begin", self._begin_keys(sid), [token, self.lock_ttl_ms, count]
+                "delivery_begin",
+                self._begin_keys(sid) + (self._snapshot_keys(sid) if snapshot else []),
+                [token, self.lock_ttl_ms, count],
             )
             for sid, token in zip(sids, tokens, strict=True)
         ]
@@ -271,29 +281,41 @@ class DeliveryStore(StorePart):
         running: bool = False,
         wake: dict[str, str] | None = None,
         wake_pending: str | None = None,
+        unlock: str | None = None,
     ) -> list[tuple[Any, ...]]:
-        """What follows a notice's write, as two script calls for :meth:`run_in_order` (a
-        batch's notices go with other sessions', bus.batch): ``heard`` (a socket's ack)
-        confirms it (``floor_drained.lua``, as
-        :meth:`~bus.store_inbox.InboxStore.confirm_notices`), else it is recorded written
-        (``notice_done.lua``); then ``notice_after.lua``: the session's ``retry_at``
-        dropped, ``running`` sets its state so, ``wake`` appends a ``wake`` record with
-        those fields, ``wake_pending``: the notice whose wake command is about to run
-        (:meth:`wake_done` clears it)."""
-        names: tuple[str, ...]
-        if heard:
-            names = ("floor", "msgs", "carried", "events", "notice", "session")
-            args: list[Any] = [now, via, nid]
-            name = "floor_drained"
-        else:
-            names = ("notice", "msgs", "carried", "floor", "events")
-            args = [nid, now, via]
-            name = "notice_done"
+        """What follows a notice's write, as script calls for :meth:`run_in_order` (a
+        batch's notices go with other sessions', bus.batch), the last one's reply
+        ``[freed, again]``: ``heard`` (a socket's ack) confirms it first
+        (``floor_drained.lua``, as :meth:`~bus.store_inbox.InboxStore.confirm_notices`),
+        else ``notice_finish.lua`` records it written (as ``notice_done.lua``); then, in
+        that call, the session's ``retry_at`` dropped, ``running`` sets its state so,
+        ``wake`` appends a ``wake`` record with those fields, ``wake_pending``: the notice
+        whose wake command is about to run (:meth:`wake_done` clears it); ``unlock``: the
+        lock token, the lock freed and the hand-off flag taken last (as
+        :meth:`unlock_and_take_again`). A due wake's notice is one call."""
         fields = [x for pair in (wake or {}).items() for x in pair]
-        after = [str(now_ms()), "1" if running else "", wake_pending or "", *fields]
+        names = ("notice", "msgs", "carried", "floor", "events", "session", "lock", "again")
+        finish = self.script_call(
+            "notice_finish",
+            self.k.s_many(sid, names),
+            [
+                nid,
+                now,
+                via,
+                "" if heard else "1",
+                str(now_ms()),
+                "1" if running else "",
+                wake_pending or "",
+                unlock or "",
+                *fields,
+            ],
+        )
+        if not heard:
+            return [finish]
+        drained = ("floor", "msgs", "carried", "events", "notice", "session")
         return [
-            self.script_call(name, self.k.s_many(sid, names), args),
-            self.script_call("notice_after", self.k.s_many(sid, ("session", "events")), after),
+            self.script_call("floor_drained", self.k.s_many(sid, drained), [now, via, nid]),
+            finish,
         ]
 
     def wake_done(self, sid: str, nid: str, reason: str) -> None:

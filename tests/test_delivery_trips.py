@@ -398,3 +398,84 @@ def test_a_batch_of_a_senders_messages_is_two_script_calls_and_lands_in_order(
         assert int(store.thread_field(thread, "count") or 0) == 15
     bus.deliver_session("s")  # a redone delivery takes nothing twice
     assert len(store.all_records("s")) == 30
+
+
+def test_a_start_asked_for_its_snapshot_brings_it_when_nothing_is_read(bus: Bus) -> None:
+    # A due wake (its messages already in the inbox) starts and plans in one call.
+    store = bus.store
+    bus.open_session("idle")
+    bus.open_session("sent")
+    bus.send({"from": "hosta:me", "to_id": "sent", "text": "x"})
+    idle, sent = store.begin_many(["idle", "sent"], 200, snapshot=True)
+    assert idle is not None and sent is not None
+    assert sent.rows and sent.snapshot is None  # entries read: its snapshot comes after them
+    assert idle.rows == [] and idle.snapshot is not None
+    alone = store.delivery_snapshot("idle", idle.token)
+    got = idle.snapshot
+    assert got.held and alone.held
+    assert (got.info, got.notice_id, got.floor_ids, got.view, got.stream_len, got.rows) == (
+        alone.info,
+        alone.notice_id,
+        alone.floor_ids,
+        alone.view,
+        alone.stream_len,
+        alone.rows,
+    )
+    store.unlock_many([("idle", idle.token), ("sent", sent.token)])
+    [plain] = store.begin_many(["idle"], 200)
+    assert plain is not None and plain.snapshot is None  # not asked for: not taken
+    store.unlock("idle", plain.token)
+
+
+def test_the_notice_s_last_call_frees_the_lock_and_takes_the_hand_off_flag(bus: Bus) -> None:
+    store = bus.store
+    k = store.k
+    bus.open_session("s")
+    bus.send({"from": "hosta:me", "to_id": "s", "text": "x"})
+    bus.deliver_session("s")  # in the inbox, its notice on the floor
+    store.r.delete(k.s("s", "floor"))
+    store.r.zadd(k.s("s", "new"), {"m-again": 1})
+    start = store.begin_delivery("s", 200)
+    assert start is not None
+    keys = ("notice", "new", "wakeq", "events", "msgs")
+    assert store.run("notice_take", "s", keys, ["ntc-1", 1])
+    store.r.set(k.s("s", "again"), "1")  # a send asked for another run meanwhile
+    calls = store.finish_calls("s", "ntc-1", "file", 5, heard=False, unlock=start.token)
+    assert len(calls) == 1  # a notice on the floor: one call for all of it
+    assert [int(x) for x in store.run_in_order(calls)[-1]] == [1, 1]
+    assert not store.r.exists(k.s("s", "lock")) and not store.r.exists(k.s("s", "again"))
+    assert "ntc-1" in store.r.hkeys(k.s("s", "floor"))  # recorded written before the unlock
+    assert not store.r.exists(k.s("s", "notice"))
+    # Not ours any more: the lock stays its holder's; the flag is taken all the same.
+    store.r.set(k.s("s", "lock"), "another")
+    store.r.set(k.s("s", "again"), "1")
+    calls = store.finish_calls("s", "ntc-2", "file", 6, heard=False, unlock=start.token)
+    assert [int(x) for x in store.run_in_order(calls)[-1]] == [0, 1]
+    assert store.r.get(k.s("s", "lock")) == "another"
+
+
+def test_a_batch_of_due_wakes_makes_three_script_calls_a_session(
+    make_bus: Callable[..., Bus], trips: Trips
+) -> None:
+    # The start with its snapshot, the notice taken, the notice's records with the unlock.
+    import time
+
+    from bus.batch import deliver_many
+    from bus.clock import ManualClock
+    from tests.test_batch import idle_with_blockers
+
+    clock = ManualClock(int(time.time() * 1000))
+    b = standalone(make_bus(clock=clock, wake_debounce_s=60.0))
+    sids = [f"tw{i}" for i in range(10)]
+    idle_with_blockers(b, sids)
+    clock.set(int(time.time() * 1000))
+    deliver_many(b, sids)  # the arrivals: each wake planned
+    clock.advance(61_000)
+    due = [sid for _what, sid in b.store.take_due(clock.now_ms() + 1_000, limit=100)]
+    assert sorted(due) == sorted(sids)
+    before = len(trips.commands)
+    reports = deliver_many(b, due)
+    assert all(n["wake"] for r in reports for n in r.notices)
+    assert sum(len(r.notices) for r in reports) == len(sids)
+    evals = trips.commands[before:].count("EVALSHA")
+    assert evals == 3 * len(sids), trips.commands[before:]

@@ -93,8 +93,8 @@ def test_a_batched_run_that_lost_its_lease_leaves_its_session_delivered(
     store = b.store
     real = store.begin_many
 
-    def begin_then_lapse(ids: list[str], count: int) -> list[Any]:
-        starts = real(ids, count)
+    def begin_then_lapse(ids: list[str], count: int, **options: Any) -> list[Any]:
+        starts = real(ids, count, **options)
         # The batch stalls past its first lease's TTL (a loaded box): the lock lapses,
         # nobody else takes it, and the run finds its lease lost at its next fence.
         store.r.delete(store.k.s(ids[0], "lock"))

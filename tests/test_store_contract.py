@@ -367,3 +367,19 @@ def test_receipt_reads_answer_in_order_and_missing_reads_empty(store: Store) -> 
     assert store.r.zrange(store.k.outbox("s1"), 0, -1) == ["s3|m3"]  # only the newest kept
     store.outbox_remove([("s1", "s3", "m3")])
     assert store.r.zcard(store.k.outbox("s1")) == 0
+
+
+def test_every_script_loads_whole_and_every_part_is_included() -> None:
+    # A step two scripts run is written once (bus/lua/parts); Redis gets plain scripts.
+    from bus.store import LUA_DIR, lua_source
+
+    used: set[str] = set()
+    for path in sorted(LUA_DIR.glob("*.lua")):
+        raw = path.read_text()
+        used.update(line.split()[1] for line in raw.splitlines() if line.startswith("--@include"))
+        text = lua_source(path.stem)
+        assert "--@include" not in text, path.name
+        assert text.startswith(f"-- {path.name}:"), path.name  # headed by its own comment
+    parts = {p.stem for p in (LUA_DIR / "parts").glob("*.lua")}
+    assert used == parts
+    assert "local function snapshot(" in lua_source("delivery_begin")

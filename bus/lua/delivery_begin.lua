@@ -6,6 +6,7 @@
 -- KEYS[5] stream    P:{sid}:stream
 -- KEYS[6] session   P:{sid}:session
 -- KEYS[7] ids       P:{sid}:ids
+-- KEYS[8..17] (optional) the snapshot's keys, as delivery_snapshot.lua's KEYS[1..10]
 -- ARGV[1] our lock token, ARGV[2] lock TTL ms, ARGV[3] most entries to read
 -- Takes the lock (SET NX PX); when another holds it, returns {0} and touches nothing.
 -- Else clears the dispatch flag (a send after this dispatches a fresh delivery), and
@@ -14,7 +15,10 @@
 -- else the entries after the cursor (XRANGE, up to ARGV[3]) and, when there are any, the
 -- session record and the send answers of their message ids, in entry order (entries
 -- and answers JSON-encoded when there are any: [[id, [field, value, ...]], ...] and
--- [answer or '', ...]).
+-- [answer or '', ...]). With KEYS[8..17] and no entries to read, an eighth element: the
+-- snapshot (parts/snapshot.lua, as delivery_snapshot.lua returns it), so a due wake, whose
+-- messages an arrival already took, starts and plans in one call, not two (issue 13).
+--@include snapshot
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0}
 end
@@ -26,6 +30,9 @@ if flight ~= '' then
 end
 local rows = redis.call('XRANGE', KEYS[5], '(' .. cursor, '+', 'COUNT', ARGV[3])
 if #rows == 0 then
+  if #KEYS > 7 then
+    return {1, '', cursor, 1, rows, {}, {}, snapshot({unpack(KEYS, 8, 17)}, ARGV[1], ARGV[2], '', '', 0)}
+  end
   return {1, '', cursor, 1, rows, {}, {}}
 end
 local ids = {}

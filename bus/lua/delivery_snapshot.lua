@@ -1,5 +1,6 @@
 -- delivery_snapshot.lua: a delivery's fence and the plan's reads in one call (bus.delivery,
--- bus.batch); the same steps, in the same order, as the pipeline it replaces.
+-- bus.batch); the same steps, in the same order, as the pipeline it replaces. The steps
+-- are parts/snapshot.lua's (delivery_begin.lua runs them too).
 -- All keys are in the session's slot {<sid>}.
 -- KEYS[1] lock      P:{sid}:lock
 -- KEYS[2] session   P:{sid}:session
@@ -19,39 +20,5 @@
 -- [held, session hash (flat), notice id or '', floor hash (flat), ZCARD new,
 -- first wakeq score or '', first new score or '', notice exists, retry_at or '',
 -- queue length after the trim (queue_trim.lua's rule), entries read].
-if ARGV[3] ~= '' then
-  redis.call('SET', KEYS[8], ARGV[3])
-  redis.call('DEL', KEYS[9])
-end
-local held = 0
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  held = redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[10], ARGV[2])
-end
-local session = redis.call('HGETALL', KEYS[2])
-local nid = redis.call('HGET', KEYS[3], 'id') or ''
-local floor = redis.call('HGETALL', KEYS[4])
-local pending = redis.call('ZCARD', KEYS[5])
-local wake = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
-local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
-local building = redis.call('EXISTS', KEYS[3])
-local retry_at = redis.call('HGET', KEYS[2], 'retry_at') or ''
--- The queue emptied of what the cursor covers, as queue_trim.lua does.
-local len = redis.call('XLEN', KEYS[7])
-if len > 0 then
-  local cursor = redis.call('GET', KEYS[8])
-  if cursor then
-    local last = redis.call('XREVRANGE', KEYS[7], '+', '-', 'COUNT', 1)
-    if last[1] ~= nil and last[1][1] == cursor then
-      redis.call('XTRIM', KEYS[7], 'MINID', cursor)
-      redis.call('XDEL', KEYS[7], cursor)
-      len = redis.call('XLEN', KEYS[7])
-    end
-  end
-end
-local rows = {}
-if ARGV[4] ~= '' then
-  rows = redis.call('XRANGE', KEYS[7], '(' .. ARGV[4], '+', 'COUNT', ARGV[5])
-end
-return cjson.encode({held, session, nid, floor, pending, wake[2] or '', first[2] or '', building,
-  retry_at, len, rows})
+--@include snapshot
+return snapshot(KEYS, ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])

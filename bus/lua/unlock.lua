@@ -4,16 +4,10 @@
 -- ARGV[1] our token
 -- Returns 1 when the lock was ours and is freed, else 0; with KEYS[2], {that, 1 when the
 -- hand-off flag was set (and is now taken), else 0}: the unlock and the flag's take in
--- one call, in that order, whoever held the lock.
-local freed = 0
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  freed = redis.call('DEL', KEYS[1])
-end
+-- one call, in that order, whoever held the lock. The steps: parts/unlock.lua.
+--@include unlock
+local freed, again = unlock(KEYS[1], KEYS[2], ARGV[1])
 if KEYS[2] then
-  local again = 0
-  if redis.call('GETDEL', KEYS[2]) then
-    again = 1
-  end
   return {freed, again}
 end
 return freed

@@ -226,3 +226,59 @@ def test_a_process_runs_one_batch_at_a_time_and_leaves_the_rest_on_the_list(
     finally:
         hold.set()
         loop.stop()
+
+
+def test_a_burst_on_a_quiet_list_is_one_lone_kick_and_one_batch_not_a_lone_kick_a_loop(
+    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One loop of a process waits on the list at a time: a burst wakes that one alone
+    # (each lone kick costs several times a batched session), the rest go as a batch.
+    from bus import kick
+
+    b = make_bus()
+    store, host = b.store, b.settings.host
+    monkeypatch.setattr(kick, "BEAT_S", 0.05)
+    batches: list[list[str]] = []
+    waiting: list[int] = [0, 0]  # now, most at once
+    listening = threading.Event()
+    real_wait = store.wait_kick
+
+    def wait_kick(*args: object) -> list[str]:
+        waiting[0] += 1
+        waiting[1] = max(waiting)
+        listening.set()
+        try:
+            return real_wait(*args)  # type: ignore[arg-type]
+        finally:
+            waiting[0] -= 1
+
+    def deliver_many(_bus: Bus, sids: list[str], progress: object = None) -> list[object]:
+        batches.append(list(sids))
+        return []
+
+    beats: list[str] = []
+    real_beat = store.kick_beat
+    monkeypatch.setattr(
+        store, "kick_beat", lambda h, lp, ms: (beats.append(lp), real_beat(h, lp, ms))
+    )
+    monkeypatch.setattr(store, "wait_kick", wait_kick)
+    monkeypatch.setattr(kick, "deliver_many", deliver_many)
+    loop = kick.KickLoop(b, threads=4).start()
+    try:
+        assert listening.wait(10)
+        # Settled: every loop has been round its pop once (beaten twice), or a second's
+        # BLMOVE timed out (where every loop waits on the list, each beats once a BLOCK_S).
+        wait_for(
+            lambda: sum(1 for lp in set(beats) if beats.count(lp) >= 2) >= 3,
+            10,
+            "the loops settled",
+        )
+        burst = [f"k{i}" for i in range(10)]
+        assert store.push_kicks(host, burst)
+        wait_for(lambda: sum(map(len, batches)) >= len(burst), 10, "the burst delivered")
+        assert sum(1 for batch in batches if len(batch) == 1) <= 1, batches
+        assert len(batches) <= 2, batches
+        assert sorted(x for batch in batches for x in batch) == sorted(burst)
+        assert waiting[1] == 1  # never two loops of the process on BLMOVE
+    finally:
+        loop.stop()

@@ -109,9 +109,10 @@ class KickLoop:
         # (bench/wake_cpu.py --threads); the kicks left on the list go to the host's other
         # processes meanwhile. A lone kick (BLMOVE) is delivered outside it.
         self._gate = threading.Lock()
-        # One loop of the process waits on the list (BLMOVE) at a time: a burst pushed onto
-        # a list that every loop waited on was delivered first as one lone kick a loop
-        # (each ~6x a batched session's CPU), then in batches.
+        # One loop of the process waits on the list (BLMOVE) at a time, and delivers what it
+        # heard before another listens: a burst pushed onto a list that every loop waited
+        # on was delivered first as one lone kick a loop (each ~6x a batched session's
+        # CPU), then in batches.
         self._listen = threading.Lock()
 
     def start(self) -> KickLoop:
@@ -157,11 +158,11 @@ class KickLoop:
                     store.kick_beat(self.host, loop, ALIVE_MS)
                     beat_at = time.monotonic()
                     self._reclaim(store)
-                gated = False
+                held: threading.Lock | None = None
                 if undone:
                     sids = undone
                 else:
-                    sids, gated = self._pop(store, client, loop)
+                    sids, held = self._pop(store, client, loop)
                 self._outage.ok()
                 fails = 0
             except OUTAGE_ERRORS as exc:
@@ -177,8 +178,8 @@ class KickLoop:
                     faults.point("kick:after_pop")
                     undone = [] if self._deliver(sids, self._beater(store, loop)) else sids
                 finally:
-                    if gated:
-                        self._gate.release()
+                    if held is not None:
+                        held.release()
                 if not undone:
                     self._done(store, loop)
         if not undone:
@@ -187,33 +188,41 @@ class KickLoop:
         if pool is not None:
             pool.disconnect()
 
-    def _pop(self, store: Store, client: Any, loop: str) -> tuple[list[str], bool]:
-        """``(kicks, gated)``: the kicks waiting (up to ``POP_MAX``), taken under the
-        process's gate and returned with it held (the batch is delivered under it); none
-        waiting, the next one waited for (BLMOVE, by one loop of the process at a time)
-        and delivered alone, not gated (a lone send's notice waits for no batch of this
-        process; the next loop listens meanwhile). ``[]`` when another loop of the process
-        holds the gate or listens: this loop beats and looks again."""
+    def _pop(
+        self, store: Store, client: Any, loop: str
+    ) -> tuple[list[str], threading.Lock | None]:
+        """``(kicks, held)``: the kicks waiting (up to ``POP_MAX``), taken under the
+        process's gate, returned with it ``held`` (the batch is delivered under it); none
+        waiting, the next one waited for (BLMOVE) by the process's one listening loop and
+        returned with the listening lock ``held``: the lone kick is delivered under it, so
+        the process's other loops stay still meanwhile (a loop that woke to look at the
+        list would cost the lone send's notice its CPU). ``[]`` when another loop holds
+        the gate or listens: this loop beats and looks again once that one is done."""
         if not self._gate.acquire(timeout=BEAT_S):
-            return [], False
+            return [], None
         try:
             sids = store.take_kicks(self.host, loop, POP_MAX)
         except BaseException:
             self._gate.release()
             raise
         if sids:
-            return sids, True
+            return sids, self._gate
         self._gate.release()
-        if self._listen.acquire(blocking=False):
-            try:
-                return store.wait_kick(client, self.host, loop, BLOCK_S), False
-            finally:
+        if not self._listen.acquire(blocking=False):
+            # Another loop listens, or delivers what it heard: once it is done, look at
+            # the list again first (a burst behind its kick goes as a batch).
+            if self._listen.acquire(timeout=BEAT_S):
                 self._listen.release()
-        # Another loop listens: once it has heard a kick (or BEAT_S on), look again, the
-        # kicks waiting first (a burst goes as a batch, not as more lone kicks).
-        if self._listen.acquire(timeout=BEAT_S):
+            return [], None
+        try:
+            sids = store.wait_kick(client, self.host, loop, BLOCK_S)
+        except BaseException:
             self._listen.release()
-        return [], False
+            raise
+        if sids:
+            return sids, self._listen
+        self._listen.release()
+        return [], None
 
     def _done(self, store: Store, loop: str) -> None:
         try:

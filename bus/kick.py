@@ -188,9 +188,7 @@ class KickLoop:
         if pool is not None:
             pool.disconnect()
 
-    def _pop(
-        self, store: Store, client: Any, loop: str
-    ) -> tuple[list[str], threading.Lock | None]:
+    def _pop(self, store: Store, client: Any, loop: str) -> tuple[list[str], threading.Lock | None]:
         """``(kicks, held)``: the kicks waiting (up to ``POP_MAX``), taken under the
         process's gate, returned with it ``held`` (the batch is delivered under it); none
         waiting, the next one waited for (BLMOVE) by the process's one listening loop and

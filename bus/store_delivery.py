@@ -68,9 +68,14 @@ def _flat_hash(flat: list[Any]) -> dict[str, str]:
 
 def _start_of(reply: Any, token: str, sent_at: float, sid: str) -> DeliveryStart | None:
     """``delivery_begin.lua``'s reply as a :class:`DeliveryStart` (``None``: busy)."""
+    if isinstance(reply, str):  # nothing read, the snapshot asked for: [cursor, snapshot]
+        cursor, snap = json.loads(reply)
+        return DeliveryStart(
+            token, sent_at, None, str(cursor), [], snapshot=_snapshot_from(snap, sent_at, sid)
+        )
     if not int(reply[0]):
         return None
-    _ok, flight, cursor, read, rows, session, answers, *snap = reply
+    _ok, flight, cursor, read, rows, session, answers = reply
     if not int(read):
         return DeliveryStart(token, sent_at, json.loads(flight), str(cursor), None)
     if isinstance(rows, str):  # JSON-encoded by the script when it read any
@@ -87,13 +92,16 @@ def _start_of(reply: Any, token: str, sent_at: float, sid: str) -> DeliveryStart
         entries,
         _session_from_hash(data, sid) if data else None,
         [json.loads(a) if a else None for a in answers],
-        _snapshot_of(snap[0], sent_at, sid) if snap else None,
     )
 
 
 def _snapshot_of(reply: str, sent_at: float, sid: str) -> DeliverySnapshot:
     """``delivery_snapshot.lua``'s reply (JSON) as a :class:`DeliverySnapshot`."""
-    fields = json.loads(reply)
+    return _snapshot_from(json.loads(reply), sent_at, sid)
+
+
+def _snapshot_from(fields: list[Any], sent_at: float, sid: str) -> DeliverySnapshot:
+    """parts/snapshot.lua's list, decoded, as a :class:`DeliverySnapshot`."""
     held, session, nid, floor, pending, wake, first, building, retry_at, length, rows = fields
     # An empty Lua table encodes as {}: each list read as `or []`.
     session, floor, rows = session or [], floor or [], rows or []

@@ -15,9 +15,10 @@
 -- else the entries after the cursor (XRANGE, up to ARGV[3]) and, when there are any, the
 -- session record and the send answers of their message ids, in entry order (entries
 -- and answers JSON-encoded when there are any: [[id, [field, value, ...]], ...] and
--- [answer or '', ...]). With KEYS[8..17] and no entries to read, an eighth element: the
--- snapshot (parts/snapshot.lua, as delivery_snapshot.lua returns it), so a due wake, whose
--- messages an arrival already took, starts and plans in one call, not two (issue 13).
+-- [answer or '', ...]). With KEYS[8..17] and no entries to read, instead one JSON string:
+-- [cursor, the snapshot (parts/snapshot.lua, as delivery_snapshot.lua returns it)], so a
+-- due wake, whose messages an arrival already took, starts and plans in one call, not
+-- two, and its reply is one string to parse (issue 13).
 --@include snapshot
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0}
@@ -31,7 +32,7 @@ end
 local rows = redis.call('XRANGE', KEYS[5], '(' .. cursor, '+', 'COUNT', ARGV[3])
 if #rows == 0 then
   if #KEYS > 7 then
-    return {1, '', cursor, 1, rows, {}, {}, snapshot({unpack(KEYS, 8, 17)}, ARGV[1], ARGV[2], '', '', 0)}
+    return cjson.encode({cursor, snapshot({unpack(KEYS, 8, 17)}, ARGV[1], ARGV[2], '', '', 0)})
   end
   return {1, '', cursor, 1, rows, {}, {}}
 end

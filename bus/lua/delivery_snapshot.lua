@@ -21,4 +21,4 @@
 -- first wakeq score or '', first new score or '', notice exists, retry_at or '',
 -- queue length after the trim (queue_trim.lua's rule), entries read].
 --@include snapshot
-return snapshot(KEYS, ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+return cjson.encode(snapshot(KEYS, ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]))

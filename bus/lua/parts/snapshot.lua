@@ -2,7 +2,7 @@
 -- delivery_snapshot.lua and delivery_begin.lua). All keys in the session's slot {<sid>}.
 -- snapshot(k, token, ttl, advance_to, read_after, count), k: lock, session, notice, floor,
 -- new, wakeq, stream, cursor, rawflight, again (as delivery_snapshot.lua's KEYS).
--- Returns the JSON string delivery_snapshot.lua describes.
+-- Returns the list delivery_snapshot.lua describes (its callers encode it).
 local function snapshot(k, token, ttl, advance_to, read_after, count)
   if advance_to ~= '' then
     redis.call('SET', k[8], advance_to)
@@ -38,6 +38,6 @@ local function snapshot(k, token, ttl, advance_to, read_after, count)
   if read_after ~= '' then
     rows = redis.call('XRANGE', k[7], '(' .. read_after, '+', 'COUNT', count)
   end
-  return cjson.encode({held, session, nid, floor, pending, wake[2] or '', first[2] or '',
-    building, retry_at, len, rows})
+  return {held, session, nid, floor, pending, wake[2] or '', first[2] or '', building,
+    retry_at, len, rows}
 end

@@ -89,19 +89,17 @@ def dispatch_due(bus: Bus, *, clock: Clock = SYSTEM) -> tuple[int, int]:
 
 def _by_host(bus: Bus, sids: list[str]) -> dict[str, list[str]]:
     """The due sessions that still exist, by host, in due order; each one's dispatch flag
-    set (the trigger must reach the delivery even when a flag is still set). Two round
-    trips for the lot, not two per session: a burst of wakes is dispatched at once."""
+    set (the trigger must reach the delivery even when a flag is still set). One round
+    trip for the lot (:meth:`~bus.store_many.ManyStore.hosts_flagged`), not two per
+    session: a burst of wakes is dispatched at once."""
     store = bus.store
     sids = list(dict.fromkeys(sids))  # a wake and a retry of one session: one delivery
     if not sids:
         return {}
-    hosts = store.session_hosts(sids)
     out: dict[str, list[str]] = {}
-    for sid, host in zip(sids, hosts, strict=True):
-        if host is None:
-            continue
-        out.setdefault(str(host), []).append(sid)
-    store.flag_dispatched(sid for sid, host in zip(sids, hosts, strict=True) if host is not None)
+    for sid, host in zip(sids, store.hosts_flagged(sids), strict=True):
+        if host is not None:
+            out.setdefault(host, []).append(sid)
     return out
 
 

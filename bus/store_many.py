@@ -7,6 +7,7 @@ answers in its callers' order, one round trip per node, and a missing thing read
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -123,6 +124,20 @@ class ManyStore(StorePart):
             return
         ttl = self.lock_ttl_ms
         self._run_plain([("SET", self.k.s(sid, "pending"), "1", "PX", ttl) for sid in sids])
+
+    def hosts_flagged(self, sids: list[str]) -> list[str | None]:
+        """:meth:`session_hosts`, and :meth:`flag_dispatched` for those that exist, in one
+        round trip: one script call for them all on a standalone server
+        (``hosts_flag.lua``), two pipelines on a cluster."""
+        if not sids:
+            return []
+        if self.cluster:
+            hosts = self.session_hosts(sids)
+            self.flag_dispatched(s for s, h in zip(sids, hosts, strict=True) if h is not None)
+            return hosts
+        keys = [key for sid in sids for key in self.k.s_many(sid, ("session", "pending"))]
+        [reply] = self._run_loaded([self.script_call("hosts_flag", keys, [self.lock_ttl_ms])])
+        return [host or None for host in json.loads(reply)]
 
     def _run_plain(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """:meth:`run_packed`, its first error raised."""

@@ -350,6 +350,13 @@ def test_batched_reads_answer_in_order_and_missing_reads_empty(store: Store) -> 
     assert store.session_hosts(["nobody", "noone"]) == [None, None]
     store.r.hset(store.k.s("here", "session"), "host", "h1")
     assert store.session_hosts(["nobody", "here", "noone"]) == [None, "h1", None]
+    store.r.hset(store.k.s("there", "session"), "host", "h2")
+    # Hosts and dispatch flags of a due burst: the flags only where a session exists.
+    assert store.hosts_flagged(["nobody", "there", "here"]) == [None, "h2", "h1"]
+    assert store.r.get(store.k.s("there", "pending")) == "1"
+    assert 0 < store.r.pttl(store.k.s("here", "pending")) <= store.lock_ttl_ms
+    assert not store.r.exists(store.k.s("nobody", "pending"))
+    assert store.hosts_flagged([]) == []
     assert store.thread_parties_many(["thr_a", "thr_b"]) == [(None, False), (None, False)]
     store.flag_dispatched(["s1", "s2"])  # sessions in different slots on a cluster
     assert store.r.get(store.k.s("s1", "pending")) == "1"

@@ -12,7 +12,9 @@ trips (writes to the socket: a pipeline is one), and the step's wall time. Media
 ``--threads N`` delivers the chunks from N threads at once, as a worker process's N kick
 loops do (each takes the next chunk); the wall time then shows what the GIL between them
 costs. ``--profile`` writes a cProfile of the last round's two steps (one thread only;
-``--profile-step`` one of them).
+``--profile-step`` one of them). ``--commands`` prints the last round's Redis commands a
+session, by step (the server's ``INFO commandstats``: script calls and the commands they
+ran).
 Run two trees interleaved to compare them.
 """
 
@@ -92,6 +94,27 @@ def step(
     )
 
 
+def _commands(b: Bus, on: bool) -> Any:
+    """With ``on``, the server's command counters reset now; the returned function prints
+    what a step ran, a session: calls (script calls, and the commands inside them, each
+    counted) and the server's microseconds."""
+    if not on:
+        return lambda _name, _n: None
+    b.store.r.config_resetstat()
+
+    def report(name: str, n: int) -> None:
+        stats = b.store.r.info("commandstats")
+        rows = sorted(stats.items(), key=lambda kv: -kv[1]["usec"])
+        print(f"{name}: commands a session (calls, server us)")
+        for cmd, v in rows:
+            if v["calls"] / n >= 0.05:
+                print(
+                    f"  {cmd.removeprefix('cmdstat_'):12s} {v['calls'] / n:6.2f} {v['usec'] / n:7.1f}"
+                )
+
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--sessions", type=int, default=500)
@@ -103,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=("both", "arrival", "wake"),
         default="both",
         help="which step --profile covers",
+    )
+    p.add_argument(
+        "--commands",
+        action="store_true",
+        help="the last round's Redis commands a session, by step (INFO commandstats)",
     )
     args = p.parse_args(argv)
     conn = redis.connection.AbstractConnection
@@ -146,13 +174,18 @@ def main(argv: list[str] | None = None) -> int:
             clock = ManualClock(int(time.time() * 1000))  # the plans' now: no wake due yet
             b.inbox.clock = clock
             only = args.profile_step
+            last = rnd == args.rounds - 1
+            counts = _commands(b, args.commands and last)
             rows["arrival"].append(step(b, sids, prof if only != "wake" else None, args.threads))
+            counts("arrival", len(sids))
             last = b.store.r.zrange(b.store.k.due, -1, -1, withscores=True)
             clock.advance(int(last[0][1]) + 1 - clock.now_ms() if last else 0)
             due = [sid for _what, sid in b.store.take_due(clock.now_ms(), limit=10**6)]
             if len(due) != len(sids):
                 print(f"round {rnd}: {len(due)} due of {len(sids)}")
+            counts = _commands(b, args.commands and last)
             rows["wake"].append(step(b, due, prof if only != "arrival" else None, args.threads))
+            counts("wake", len(due))
             woke = sum(1 for sid in sids if (b.session(sid).state == "running"))
             if woke != len(sids):
                 print(f"round {rnd}: {woke} woken of {len(sids)}")

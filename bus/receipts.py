@@ -49,6 +49,8 @@ OUTBOX_MAX = 10_000
 SENT_LIMIT_MAX = 1000
 WAIT_CHUNK_S = 60.0  # one blocking read at most this long; the loop re-blocks, never polls
 EXPIRE_EVERY_S = 60.0
+# Sessions an expiry pass reads per round trip (due entries are taken between chunks).
+EXPIRE_CHUNK = 200
 _MESSAGE_ID_RE = re.compile(MESSAGE_ID_PATTERN)
 
 # -- pure rules -----------------------------------------------------------------------------
@@ -466,20 +468,28 @@ class Receipts:
         self.mark(sid, "expired", ids)
         return ids
 
-    def expire_all(self, *, force: bool = False) -> int:
+    def expire_all(
+        self, *, force: bool = False, between: Callable[[], object] | None = None
+    ) -> int:
         """The scheduler's sweep: expire in every session that may hold old unnoticed
-        messages (one round trip to find them). At most once a minute across every
-        process (the interval is claimed in Redis, as the backlog sweep's is) unless
-        ``force``."""
+        messages (one round trip per :data:`EXPIRE_CHUNK` sessions to find them). At most
+        once a minute across every process (the interval is claimed in Redis, as the
+        backlog sweep's is) unless ``force``. ``between`` runs after each chunk (the
+        scheduler takes due entries there: a large registry's pass does not hold up the
+        wakes due meanwhile)."""
         store = self.store
         if not force and not store.claim_sweep(int(EXPIRE_EVERY_S * 1000), what="expiry"):
             return 0
         sids = store.session_ids()
         cutoff = now_ms() - int(self.settings.expire_s * 1000)
         expired = 0
-        for sid, due in zip(sids, store.may_expire(sids, cutoff), strict=True):
-            if due:
-                expired += len(self.expire(sid))
+        for i in range(0, len(sids), EXPIRE_CHUNK):
+            chunk = sids[i : i + EXPIRE_CHUNK]
+            for sid, due in zip(chunk, store.may_expire(chunk, cutoff), strict=True):
+                if due:
+                    expired += len(self.expire(sid))
+            if between is not None:
+                between()
         return expired
 
 

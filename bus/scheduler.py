@@ -66,9 +66,10 @@ def tick(bus: Bus, *, sweep: bool | None = None, clock: Clock = SYSTEM) -> dict[
     if sweep or (sweep is None and store.claim_sweep(int(SWEEP_EVERY_S * 1000))):
         swept = sweep_backlogs(bus, clock=clock, between=due)
     # Messages no notice got in for INBOX_EXPIRE_S end expired (at most once a minute).
-    expired = bus.receipts.expire_all(force=bool(sweep))
+    expired = bus.receipts.expire_all(force=bool(sweep), between=due)
     due()
-    # Quiet sessions' short streams shrunk to their entries (at most once a minute).
+    # Quiet sessions' short streams shrunk to their entries (at most once a minute, a
+    # few chunks a tick: bus.compact.BUDGET_S).
     compacted = compact_all(store, force=bool(sweep))
     due()
     del counts["at"]

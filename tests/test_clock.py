@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from bus.api import Bus
 from bus.clock import ManualClock, SystemClock
 from bus.dispatch import RecordingDispatcher
@@ -81,3 +83,18 @@ def test_one_expiry_pass_of_many_per_interval(make_bus: Callable[..., Bus]) -> N
     assert two.receipts.expire_all() == 0
     one.store.r.delete(one.store.k.expiry_sweep)  # the interval passed
     assert two.receipts.expire_all() == 1
+
+
+def test_an_expiry_pass_hands_back_between_its_chunks(
+    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The scheduler takes due entries between the chunks of a large registry's pass.
+    from bus import receipts
+
+    b = make_bus()
+    for sid in ("e1", "e2", "e3"):
+        b.open_session(sid)
+    monkeypatch.setattr(receipts, "EXPIRE_CHUNK", 2)
+    calls: list[int] = []
+    b.receipts.expire_all(force=True, between=lambda: calls.append(1))
+    assert len(calls) == 2  # after each of the two chunks of three sessions

@@ -181,6 +181,7 @@ def test_a_compaction_pass_goes_a_chunk_of_sessions_a_tick(
     bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(compact, "CHUNK", 1)
+    monkeypatch.setattr(compact, "BUDGET_S", 0.0)  # one chunk a tick
     store = bus.store
     for sid in ("a1", "a2"):
         bus.open_session(sid)
@@ -505,3 +506,23 @@ def test_a_records_arrival_left_to_its_ts_is_read_by_the_floors_scripts(
     store.r.zrem(k.s("coord", "new"), sent["id"])
     assert bus.inbox.sweep_floor("coord", now=now_ms(), nids=[nid]) == 1
     assert store.r.zscore(k.s("coord", "new"), sent["id"]) == ts
+
+
+def test_a_compaction_tick_goes_on_to_the_next_chunk_only_within_its_budget(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pass of hundreds of sessions in one tick held the tick (and the wakes due
+    # meanwhile) for ~300 ms: chunks go on only while the tick's budget lasts.
+    monkeypatch.setattr(compact, "CHUNK", 1)
+    store = bus.store
+    for sid in ("b1", "b2", "b3"):
+        bus.open_session(sid)
+    seen: list[list[str]] = []
+    real = compact.compact_sessions
+    monkeypatch.setattr(
+        compact, "compact_sessions", lambda st, sids, q: (seen.append(sids), real(st, sids, q))[1]
+    )
+    monkeypatch.setattr(compact, "BUDGET_S", 3600.0)
+    compact_all(store)  # within the budget: the whole pass in one tick
+    assert sorted(s for chunk in seen for s in chunk) == ["b1", "b2", "b3"]
+    assert all(len(chunk) == 1 for chunk in seen)

@@ -37,12 +37,16 @@ NODE_BYTES = 400
 # of 500 sessions a tick held a tick for ~300 ms, and due wakes with it (issue 13).
 CHUNK = 50
 BUDGET_S = 0.01
+# A pass's ticks at most this often: the scheduler ticks every few ms while a burst of
+# wakes falls due, and a pass's chunk a tick then took a core's share from those wakes.
+GAP_S = 0.5
 # A session's events stream is dropped once its newest record is this old: nothing
 # replays it, and a live reader (a --wait, a withdrawal) only waits for newer records.
 QUIET_MS = 10 * 60 * 1000
 
 _refused = False
 _left: dict[str, list[str]] = {}  # key prefix -> sessions this process's pass has left
+_next: dict[str, float] = {}  # key prefix -> when its pass may go on (time.monotonic)
 
 
 def compact_sessions(store: Store, sids: list[str], quiet_ms: int) -> int:
@@ -60,12 +64,14 @@ def compact_all(store: Store, *, force: bool = False) -> int:
 
     A pass starts at most once a minute across every process and goes :data:`CHUNK`
     sessions a round trip, as many chunks a call (one scheduler tick) as fit in
-    :data:`BUDGET_S` (one at least), so a large registry never holds up a tick's wakes;
-    ``force`` does every session now."""
+    :data:`BUDGET_S` (one at least), a tick every :data:`GAP_S` at most, so a large
+    registry never holds up a tick's wakes; ``force`` does every session now."""
     global _refused
     if _refused:
         return 0
     prefix = store.k.prefix
+    if not force and time.monotonic() < _next.get(prefix, 0.0):
+        return 0
     left = _left.get(prefix) or []
     if force:
         left = store.session_ids()
@@ -86,4 +92,5 @@ def compact_all(store: Store, *, force: bool = False) -> int:
         left = []
         log.warning("stream compaction off: the server refused it (%s)", exc)
     _left[prefix] = left
+    _next[prefix] = time.monotonic() + GAP_S
     return saved

@@ -182,6 +182,7 @@ def test_a_compaction_pass_goes_a_chunk_of_sessions_a_tick(
 ) -> None:
     monkeypatch.setattr(compact, "CHUNK", 1)
     monkeypatch.setattr(compact, "BUDGET_S", 0.0)  # one chunk a tick
+    monkeypatch.setattr(compact, "GAP_S", 0.0)  # and the ticks back to back
     store = bus.store
     for sid in ("a1", "a2"):
         bus.open_session(sid)
@@ -526,3 +527,26 @@ def test_a_compaction_tick_goes_on_to_the_next_chunk_only_within_its_budget(
     compact_all(store)  # within the budget: the whole pass in one tick
     assert sorted(s for chunk in seen for s in chunk) == ["b1", "b2", "b3"]
     assert all(len(chunk) == 1 for chunk in seen)
+
+
+def test_a_compaction_pass_waits_its_gap_between_ticks(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The scheduler ticks every few ms while wakes fall due: the pass takes a chunk at
+    # most every GAP_S, not one a tick.
+    monkeypatch.setattr(compact, "CHUNK", 1)
+    monkeypatch.setattr(compact, "BUDGET_S", 0.0)
+    monkeypatch.setattr(compact, "GAP_S", 3600.0)
+    for sid in ("g1", "g2"):
+        bus.open_session(sid)
+    seen: list[list[str]] = []
+    real = compact.compact_sessions
+    monkeypatch.setattr(
+        compact, "compact_sessions", lambda st, sids, q: (seen.append(sids), real(st, sids, q))[1]
+    )
+    compact_all(bus.store)
+    compact_all(bus.store)  # the next tick, within the gap: nothing
+    assert len(seen) == 1
+    monkeypatch.setattr(compact, "_next", {})  # the gap over
+    compact_all(bus.store)
+    assert sorted(s for chunk in seen for s in chunk) == ["g1", "g2"]

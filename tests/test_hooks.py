@@ -340,7 +340,12 @@ def test_stop_answers_waiting_senders_with_the_last_assistant_message(
         )
     )
     waiter.start()
-    wait_for(lambda: bus.store.r.scard(bus.store.k.s(sid, "waiters")), what="the waiter")
+    # The waiter is registered before the message is appended: wait for both, or the
+    # delivery below may run before there is anything to deliver.
+    wait_for(
+        lambda: bus.store.r.scard(bus.store.k.s(sid, "waiters")) and bus.store.backlog(sid),
+        what="the waiter and its message stored",
+    )
     bus.deliver_session(sid)
     assert "status?" in hook(bus, sid, "PostToolUse")
     code, _ = run_hook(

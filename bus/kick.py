@@ -198,29 +198,16 @@ class KickLoop:
         the gate or listens: this loop beats and looks again once that one is done."""
         if not self._gate.acquire(timeout=BEAT_S):
             return [], None
-        try:
-            sids = store.take_kicks(self.host, loop, POP_MAX)
-        except BaseException:
-            self._gate.release()
-            raise
-        if sids:
-            return sids, self._gate
-        self._gate.release()
+        got = _kept_if_any(self._gate, lambda: store.take_kicks(self.host, loop, POP_MAX))
+        if got[0]:
+            return got
         if not self._listen.acquire(blocking=False):
             # Another loop listens, or delivers what it heard: once it is done, look at
             # the list again first (a burst behind its kick goes as a batch).
             if self._listen.acquire(timeout=BEAT_S):
                 self._listen.release()
             return [], None
-        try:
-            sids = store.wait_kick(client, self.host, loop, BLOCK_S)
-        except BaseException:
-            self._listen.release()
-            raise
-        if sids:
-            return sids, self._listen
-        self._listen.release()
-        return [], None
+        return _kept_if_any(self._listen, lambda: store.wait_kick(client, self.host, loop, BLOCK_S))
 
     def _done(self, store: Store, loop: str) -> None:
         try:
@@ -259,6 +246,22 @@ class KickLoop:
         if self.on_done is not None:
             self.on_done()
         return True
+
+
+def _kept_if_any(
+    lock: threading.Lock, take: Callable[[], list[str]]
+) -> tuple[list[str], threading.Lock | None]:
+    """``take()`` under ``lock`` (acquired by the caller): its kicks with the lock still
+    held (released after their delivery), or ``[]`` with it released."""
+    try:
+        sids = take()
+    except BaseException:
+        lock.release()
+        raise
+    if sids:
+        return sids, lock
+    lock.release()
+    return [], None
 
 
 __all__ = ["ALIVE_MS", "BLOCK_S", "POP_MAX", "STALE_MS", "KickLoop", "ListDispatcher"]

@@ -100,30 +100,19 @@ class ManyStore(StorePart):
     _sources: dict[str, str]
 
     def session_hosts(self, sids: list[str]) -> list[str | None]:
-        """Each session's host, in order; ``None`` for a session that does not exist.
-        Packed bare (:meth:`run_packed`) on a standalone server: a burst of due wakes asks
-        for hundreds at once, and redis-py's pipeline layer was most of the scheduler's
-        dispatch time (issue 13)."""
-        if self.cluster:
-            pipe = self.r.pipeline(transaction=False)
-            for sid in sids:
-                pipe.hget(self.k.s(sid, "session"), "host")
-            return list(pipe.execute())
-        k = self.k
-        replies = self._run_plain([("HGET", k.s(sid, "session"), "host") for sid in sids])
-        return [None if r is None else str(r) for r in replies]
+        """Each session's host, in order; ``None`` for a session that does not exist."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hget(self.k.s(sid, "session"), "host")
+        return list(pipe.execute())
 
     def flag_dispatched(self, sids: Iterable[str]) -> None:
         """Set each session's dispatch flag (``pending``, for the lock TTL) in one round trip,
         whether or not it was set: the caller is sending the delivery now."""
-        if self.cluster:
-            pipe = self.r.pipeline(transaction=False)
-            for sid in sids:
-                pipe.set(self.k.s(sid, "pending"), "1", px=self.lock_ttl_ms)
-            pipe.execute()
-            return
-        ttl = self.lock_ttl_ms
-        self._run_plain([("SET", self.k.s(sid, "pending"), "1", "PX", ttl) for sid in sids])
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.set(self.k.s(sid, "pending"), "1", px=self.lock_ttl_ms)
+        pipe.execute()
 
     def hosts_flagged(self, sids: list[str]) -> list[str | None]:
         """:meth:`session_hosts`, and :meth:`flag_dispatched` for those that exist, in one
@@ -136,16 +125,8 @@ class ManyStore(StorePart):
             self.flag_dispatched(s for s, h in zip(sids, hosts, strict=True) if h is not None)
             return hosts
         keys = [key for sid in sids for key in self.k.s_many(sid, ("session", "pending"))]
-        [reply] = self._run_loaded([self.script_call("hosts_flag", keys, [self.lock_ttl_ms])])
+        [reply] = self.run_scripts([self.script_call("hosts_flag", keys, [self.lock_ttl_ms])])
         return [host or None for host in json.loads(reply)]
-
-    def _run_plain(self, commands: list[tuple[Any, ...]]) -> list[Any]:
-        """:meth:`run_packed`, its first error raised."""
-        replies = self.run_packed(commands)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
 
     def mark_pending_many(self, sids: list[str]) -> list[bool]:
         """:meth:`~bus.store.Store.mark_pending` for each of ``sids`` in one round trip:

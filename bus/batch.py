@@ -5,7 +5,8 @@ One delivery of an idle session makes ~5-7 round trips (bus.delivery): a wake du
 arrivals that planned those wakes as many again. :func:`deliver_many` runs the same steps
 for many sessions side by side, each step one pipeline for all of them: the starts
 (``delivery_begin.lua`` each), the messages taken into the inboxes, the snapshots with
-their fences, the schedule, the notices taken, the notices' records, the unlocks. The
+their fences (a session with nothing to read: its snapshot in its start's call), the
+schedule, the notices taken, the notices' records with their unlocks, the other unlocks. The
 plan is the same pure :func:`bus.policy.decide` per session; each session keeps its own
 lock and lease, one notice per batch, marks only on confirmation.
 

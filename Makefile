@@ -1,5 +1,6 @@
 # make up   : install into .venv and run the bus here (embedded Redis, worker, scheduler)
-# make test : install into .venv and run the whole test suite
+# make test : install into .venv and run the whole test suite (it starts its own Redis
+#             when none answers on 127.0.0.1:6379)
 # make chaos: the chaos soak (bench/chaos.py: 2 hosts, 20,000 messages, processes killed)
 VENV ?= .venv
 # Test processes for `make test` (pytest-xdist): most tests wait on real processes and

@@ -83,6 +83,14 @@ class EmbeddedRedis:
         auth = f":{self.password}@" if self.password else ""
         return f"redis+socket://{auth}{self.socket_path}"
 
+    @property
+    def tcp_url(self) -> str:
+        """The loopback TCP URL (with the generated password) of a server given a port."""
+        if not self.port:
+            raise ValueError("this server listens on its unix socket only (no port)")
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
         private_dirs(self.data_dir)
         private_dirs(self.socket_path.parent)

@@ -152,7 +152,7 @@ def start_topology(
             lock.release()
             raise
         if redis_port:
-            redis_url = broker_url = f"redis://127.0.0.1:{redis_port}/0"
+            redis_url = broker_url = embedded.tcp_url
         else:
             redis_url, broker_url = embedded.url, embedded.broker_url
     topo = Topology(

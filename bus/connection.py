@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -10,6 +13,56 @@ from redis.retry import Retry
 
 from .cluster import cluster_client
 from .settings import Settings
+
+T = TypeVar("T")
+
+
+class AfterFirstAnswer(Retry):
+    """Retries a failed call only once Redis has answered this client.
+
+    A restarted Redis leaves dead pooled connections, and a call on one is retried on a
+    fresh connection, briefly, to bridge the restart. A client that has never reached
+    Redis (no server there, a wrong password) gains nothing by waiting: it fails at once,
+    so a command run with the bus down says so without a pause. The copies each pooled
+    connection takes (``deepcopy``) share whether Redis has answered.
+    """
+
+    def __init__(self, backoff: Any, retries: int) -> None:
+        super().__init__(backoff, retries)
+        self._answered = [False]  # shared by the copies (see __deepcopy__)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AfterFirstAnswer:
+        other = copy.copy(self)
+        other._backoff = copy.deepcopy(self._backoff, memo)
+        return other
+
+    def call_with_retry(
+        self,
+        do: Callable[[], T],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> T:
+        self._backoff.reset()
+        failures = 0
+        while True:
+            try:
+                result = do()
+            except self._supported_errors as error:
+                if is_retryable and not is_retryable(error):
+                    raise
+                failures += 1
+                if with_failure_count:
+                    fail(error, failures)
+                else:
+                    fail(error)
+                hopeless = not self._answered[0] or isinstance(error, redis.AuthenticationError)
+                if hopeless or failures > self.get_retries():
+                    raise error
+                time.sleep(self._backoff.compute(failures))
+            else:
+                self._answered[0] = True
+                return result
 
 
 def redis_client(settings: Settings) -> Any:
@@ -22,7 +75,6 @@ def redis_client(settings: Settings) -> Any:
         decode_responses=True,
         socket_connect_timeout=5,
         health_check_interval=30,
-        # A restarted Redis leaves dead pooled connections: retry on a fresh one, briefly.
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 4),
+        retry=AfterFirstAnswer(ExponentialBackoff(cap=0.5, base=0.05), 4),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError],
     )

@@ -17,7 +17,6 @@ import typer
 from .errors import BusError
 
 T = TypeVar("T")
-REDIS_HINT = "is `inbox up` running, or INBOX_REDIS_URL set?"
 
 
 def emit(obj: Any) -> None:
@@ -50,14 +49,24 @@ def run(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except BusError as exc:
-        details = {k: v for k, v in exc.to_json().items() if k not in ("ok", "error", "message")}
-        refuse(exc.code, str(exc), exc.exit_code, details=details)
+        _refuse_error(exc)
     except ValueError as exc:
         fail(str(exc), 2)
     except ConnectionError as exc:
-        fail(f"Redis did not answer ({exc})", 3, "unavailable", REDIS_HINT)
+        _refuse_error(_unavailable(exc))
     except OSError as exc:
         fail(str(exc), 1, "os_error")
+
+
+def _refuse_error(exc: BusError) -> NoReturn:
+    details = {k: v for k, v in exc.to_json().items() if k not in ("ok", "error", "message")}
+    refuse(exc.code, str(exc), exc.exit_code, details=details)
+
+
+def _unavailable(exc: BaseException) -> BusError:
+    from .unavailable import unavailable  # imports redis: only when Redis failed
+
+    return unavailable(exc)
 
 
 def _redis_errors() -> tuple[type[BaseException], ...]:
@@ -70,7 +79,7 @@ def bus_call(fn: Callable[[], T]) -> T:
     try:
         return run(fn)
     except _redis_errors() as exc:
-        fail(f"Redis did not answer ({exc})", 3, "unavailable", REDIS_HINT)
+        _refuse_error(_unavailable(exc))
 
 
 def _click_errors() -> tuple[type[Exception], type[Exception]]:

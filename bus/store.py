@@ -23,7 +23,7 @@ import redis
 
 from . import kept, rcptindex
 from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
-from .errors import RateLimited, Unavailable
+from .errors import RateLimited
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
 from .store_compact import CompactStore
@@ -34,6 +34,7 @@ from .store_kick import KickStore
 from .store_many import ManyStore, SweepView, stream_id_after
 from .store_metrics import MetricsStore
 from .store_receipts import ReceiptStore
+from .unavailable import unavailable
 
 LUA_DIR = Path(__file__).parent / "lua"
 BACKLOG_CAP = 10_000
@@ -199,7 +200,7 @@ class Store(
         try:
             self.r.ping()
         except REDIS_ERRORS as exc:
-            raise Unavailable(f"Redis did not answer: {exc}") from exc
+            raise unavailable(exc) from exc
 
     # -- sessions ---------------------------------------------------------------------
 

@@ -2,14 +2,17 @@
 
 :func:`translate_redis_errors` wraps every public method of the facade (:class:`bus.api.Bus`),
 so each surface (CLI, gateway, MCP server, Celery tasks) sees one error family: a refusal
-it maps as usual (``unavailable``, exit 3, HTTP 503). Only "did not answer" errors are
-translated (connection, timeout, a cluster without a reachable node); a Redis that
-answers with an error (``ResponseError``) is a bug and stays what it is.
+it maps as usual (``unavailable``, exit 3, HTTP 503), in words: nothing answered at that
+address, or the server refused the password (``reason``: ``no_answer`` or ``password``).
+Only these errors are translated (connection, timeout, password, a cluster without a
+reachable node); a Redis that answers with an error (``ResponseError``) is a bug and
+stays what it is.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -33,10 +36,54 @@ class RedisUnavailable(Unavailable, redis.ConnectionError):
     Redis's own errors (the metrics scrape, older surfaces) keeps catching it."""
 
 
-def unavailable(exc: BaseException) -> RedisUnavailable:
-    return RedisUnavailable(
-        f"Redis did not answer ({exc}); is `inbox up` running or INBOX_REDIS_URL set?"
-    )
+HINT = "is `inbox up` running, or INBOX_REDIS_URL set?"
+PASSWORD_HINT = (
+    "check the password in INBOX_REDIS_URL (the embedded server's own is kept in "
+    "$INBOX_HOME/redis/password)"
+)
+# redis-py's "Error 111 connecting to 127.0.0.1:1. Connection refused." and its kin.
+_CONNECTING = re.compile(r"^Error (?:\S+ )?connecting to (?P<where>.+?)\.(?: (?P<why>.+?)\.?)?$")
+# What a server's refusal of the password means, by the words its reply starts with.
+_PASSWORD_REPLIES = (
+    ("hello must be called", "it needs a password and none was given"),
+    ("authentication required", "it needs a password and none was given"),
+    ("noauth", "it needs a password and none was given"),
+    ("invalid username-password", "the password is wrong"),
+    ("wrongpass", "the password is wrong"),
+    ("invalid password", "the password is wrong"),
+    ("auth <password> called without", "a password was given but it has none"),
+    ("client sent auth", "a password was given but it has none"),
+)
+
+
+def down_message(exc: BaseException, where: str | None = None) -> tuple[str, str]:
+    """The words for a Redis that cannot be used, and the reason code: ``no_answer``
+    (nothing there, refused, timed out) or ``password`` (it answered, and refused the
+    password). ``where`` names the server when the error does not."""
+    text = (str(exc).strip().splitlines() or [""])[0]
+    if isinstance(exc, redis.AuthenticationError):
+        low = text.lower()
+        why = next((w for start, w in _PASSWORD_REPLIES if low.startswith(start)), None)
+        at = f" at {where}" if where else ""
+        return f"Redis{at} refused the connection: {why or text}; {PASSWORD_HINT}", "password"
+    m = _CONNECTING.match(text)
+    if m:
+        where = m.group("where")
+        why = (m.group("why") or "").rstrip(".").lower() or "no answer"
+    elif isinstance(exc, redis.TimeoutError):
+        why = "no answer in time"
+    else:
+        why = text.rstrip(".") or type(exc).__name__
+    at = f" at {where}" if where else ""
+    return f"Redis did not answer{at} ({why}); {HINT}", "no_answer"
+
+
+def unavailable(exc: BaseException, where: str | None = None) -> RedisUnavailable:
+    """The bus's refusal for a Redis that cannot be used (one message, never wrapped twice)."""
+    if isinstance(exc, RedisUnavailable):
+        return exc
+    message, reason = down_message(exc, where)
+    return RedisUnavailable(message, reason=reason)
 
 
 def translated(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -44,6 +91,8 @@ def translated(fn: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except RedisUnavailable:
+            raise  # a nested facade call already said it
         except NOT_ANSWERING as exc:
             raise unavailable(exc) from exc
 

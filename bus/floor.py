@@ -119,6 +119,15 @@ def _open_private(path: Path, flags: int) -> int:
     return fd
 
 
+def append_private(path: Path, data: bytes) -> None:
+    """Append ``data`` to ``path``, created 0600 whatever the umask."""
+    fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
 def _write_all(fd: int, data: bytes) -> None:
     # One write is the norm; a short write (disk nearly full) is finished rather than lost.
     view = memoryview(data)
@@ -316,7 +325,7 @@ class Floor:
                         result.lines.append(obj)
                         good.append(raw.rstrip(b"\r") + b"\n")
             if bad:
-                self._append_private(d / MALFORMED, b"".join(bad))
+                append_private(d / MALFORMED, b"".join(bad))
             if good:
                 self._append_log(d, good)
                 faults.point("drain:after_log")
@@ -420,14 +429,6 @@ class Floor:
             return None
         return own, fd
 
-    @staticmethod
-    def _append_private(path: Path, data: bytes) -> None:
-        fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
-        try:
-            _write_all(fd, data)
-        finally:
-            os.close(fd)
-
     def _append_log(self, d: Path, lines: list[bytes]) -> None:
         # The cap rewrites the log; the lock keeps two drainers from dropping each other's lines.
         lock_fd = _open_private(d / LOG_LOCK, os.O_RDWR)
@@ -442,7 +443,7 @@ class Floor:
             if len(kept) + len(lines) <= LOG_KEEP:
                 # A torn last line stays a line of its own instead of swallowing ours.
                 prefix = b"\n" if old and not old.endswith(b"\n") else b""
-                self._append_private(log, prefix + b"".join(lines))
+                append_private(log, prefix + b"".join(lines))
                 return
             tail = (kept + lines)[-LOG_KEEP:]
             tmp = d / f".{LOG}.{os.getpid()}.{threading.get_ident()}.tmp"

@@ -12,6 +12,7 @@ drain or delivery, as they do on the library's path, which this module's
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import faults
-from .floor import Floor
+from .floor import Floor, append_private
 from .ids import check_session_id
 from .settings import Settings
 
@@ -41,6 +42,37 @@ def pending_ids(path: Path) -> list[str]:
     return ids
 
 
+# Why a socket to Redis failed, by errno, in a user's words (the fast lane has no redis-py).
+_OUTAGE_ERRNO = {
+    errno.ENOENT: "no server socket there",
+    errno.ECONNREFUSED: "connection refused",
+    errno.ECONNRESET: "connection reset",
+    errno.EPIPE: "connection closed",
+    errno.ETIMEDOUT: "no answer in time",
+    errno.EHOSTUNREACH: "host unreachable",
+    errno.ENETUNREACH: "network unreachable",
+}
+
+
+def outage_words(exc: BaseException) -> str:
+    """What kept Redis from taking the drain's marks, in words (never ``[Errno 2] ...``)."""
+    from .resp import RespError
+
+    if isinstance(exc, RespError):
+        return f"Redis refused ({exc})"
+    if isinstance(exc, TimeoutError):
+        return "Redis did not answer (no answer in time)"
+    if isinstance(exc, OSError) and exc.errno in _OUTAGE_ERRNO:
+        return f"Redis did not answer ({_OUTAGE_ERRNO[exc.errno]})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"Redis did not answer ({exc.strerror.lower()})"
+    if "redis" in type(exc).__module__:  # the library's path: redis-py is imported already
+        from .unavailable import down_message
+
+        return down_message(exc)[0]
+    return f"Redis did not answer ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+
+
 def notice_ids(lines: list[dict[str, Any]]) -> list[str]:
     return [str(ln["id"]) for ln in lines if ln.get("kind") == "notice" and ln.get("id")]
 
@@ -57,12 +89,17 @@ def record_drained(
             mark([*waiting, *nids])
         pending_path.unlink(missing_ok=True)
     except Exception as exc:  # Redis down: the drain still works; marks catch up later
-        sys.stderr.write(f"inbox: drain of {sid}: marks deferred ({exc})\n")
         fresh = [n for n in nids if n not in waiting]
         if fresh:
             floor.session_dir(sid, create=True)
-            with pending_path.open("a") as fh:
-                fh.writelines(json.dumps({"id": n}) + "\n" for n in fresh)
+            append_private(
+                pending_path, "".join(json.dumps({"id": n}) + "\n" for n in fresh).encode()
+            )
+        kept = len(waiting) + len(fresh)
+        sys.stderr.write(
+            f"inbox: drain of {sid} done; {outage_words(exc)}, so {kept} notice mark(s) "
+            f"wait in {PENDING_MARKS} for the next drain or delivery\n"
+        )
 
 
 def _mark_over_resp(settings: Settings, sid: str) -> Callable[[list[str]], object]:
@@ -97,8 +134,9 @@ return 1"""
 
 
 def touch_seen(sid: str) -> None:
-    """Record that the session's harness was seen (``last_seen``), then mark the time in
-    ``$INBOX_HOME/seen/<sid>``. Best effort: Redis down or a cluster URL only skip it."""
+    """Record that the session's harness was seen (``last_seen``), marked by the time of
+    ``$INBOX_HOME/seen/<sid>``. Best effort: with Redis down the marker is taken back, so
+    the next tool step tries again; a cluster URL skips it."""
     from . import resp
     from .keys import Keys
 
@@ -107,6 +145,10 @@ def touch_seen(sid: str) -> None:
     try:
         marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         marker.touch(mode=0o600)  # first, so concurrent hooks do not all go to Redis
+    except OSError as exc:
+        sys.stderr.write(f"inbox: last_seen of {sid} not recorded: {marker}: {exc.strerror}\n")
+        return
+    try:
         conn = resp.connect(settings.store_url())
         if not isinstance(conn, resp.Connection):
             return
@@ -116,7 +158,11 @@ def touch_seen(sid: str) -> None:
         finally:
             conn.close()
     except (OSError, ValueError, resp.RespError) as exc:
-        sys.stderr.write(f"inbox: last_seen of {sid} not recorded ({exc})\n")
+        marker.unlink(missing_ok=True)  # not recorded: due again at the next tool step
+        sys.stderr.write(
+            f"inbox: last_seen of {sid} not recorded ({outage_words(exc)}); "
+            "tried again at the next tool step\n"
+        )
 
 
 def drain(settings: Settings, sid: str, *, stamped: bool) -> list[dict[str, Any]] | str:

@@ -57,15 +57,15 @@ _PASSWORD_REPLIES = (
 
 
 def down_message(exc: BaseException, where: str | None = None) -> tuple[str, str]:
-    """The words for a Redis that cannot be used, and the reason code: ``no_answer``
-    (nothing there, refused, timed out) or ``password`` (it answered, and refused the
-    password). ``where`` names the server when the error does not."""
+    """The words for a Redis that cannot be used (without the hint), and the reason code:
+    ``no_answer`` (nothing there, refused, timed out) or ``password`` (it answered, and
+    refused the password). ``where`` names the server when the error does not."""
     text = (str(exc).strip().splitlines() or [""])[0]
     if isinstance(exc, redis.AuthenticationError):
         low = text.lower()
         why = next((w for start, w in _PASSWORD_REPLIES if low.startswith(start)), None)
         at = f" at {where}" if where else ""
-        return f"Redis{at} refused the connection: {why or text}; {PASSWORD_HINT}", "password"
+        return f"Redis{at} refused the connection: {why or text}", "password"
     m = _CONNECTING.match(text)
     if m:
         where = m.group("where")
@@ -75,15 +75,16 @@ def down_message(exc: BaseException, where: str | None = None) -> tuple[str, str
     else:
         why = text.rstrip(".") or type(exc).__name__
     at = f" at {where}" if where else ""
-    return f"Redis did not answer{at} ({why}); {HINT}", "no_answer"
+    return f"Redis did not answer{at} ({why})", "no_answer"
 
 
 def unavailable(exc: BaseException, where: str | None = None) -> RedisUnavailable:
     """The bus's refusal for a Redis that cannot be used (one message, never wrapped twice)."""
     if isinstance(exc, RedisUnavailable):
         return exc
-    message, reason = down_message(exc, where)
-    return RedisUnavailable(message, reason=reason)
+    words, reason = down_message(exc, where)
+    hint = PASSWORD_HINT if reason == "password" else HINT
+    return RedisUnavailable(f"{words}; {hint}", reason=reason)
 
 
 def translated(fn: Callable[..., Any]) -> Callable[..., Any]:

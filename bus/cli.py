@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from . import cli_people, cli_receipts
+from .cli_help import EVERYDAY, HARNESS, OPERATIONS, arg, order, sid_arg, thread_arg
 from .errors import BadInput, BusError
 from .refusal import bus_call, emit, fail, refuse, run, run_app
 from .settings import Settings
@@ -34,11 +35,11 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    # Help texts show literal brackets (START/END[/TZ]), not rich markup.
-    rich_markup_mode=None,
+    # Panels need rich help; markdown (not rich markup) keeps START/END[/TZ] literal.
+    rich_markup_mode="markdown",
 )
 session_app = typer.Typer(help="Register and close sessions.", no_args_is_help=True)
-app.add_typer(session_app, name="session")
+app.add_typer(session_app, name="session", rich_help_panel=EVERYDAY)
 
 
 def connect(**kw: Any) -> Bus:
@@ -59,7 +60,7 @@ def check_session_id(sid: object, what: str = "session id") -> str:
 
 @session_app.command("open")
 def session_open(
-    sid: str,
+    sid: str = sid_arg("the new session's id (letters, digits, . _ -)"),
     handle: str | None = typer.Option(None, help="host:name (default <host>:<SID>)"),
     host: str | None = typer.Option(None, help="the host whose worker delivers (INBOX_HOST)"),
     parent: str | None = typer.Option(None, help="the session or person that started it"),
@@ -89,16 +90,16 @@ def session_open(
 
 
 @session_app.command("close")
-def session_close(sid: str) -> None:
+def session_close(sid: str = sid_arg()) -> None:
     """Close a session: waiting senders get the closing error; threads stay readable."""
     b = connect()
     emit(bus_call(lambda: b.close_session(sid)))
 
 
-@app.command()
+@app.command(rich_help_panel=HARNESS)
 def turn(
-    sid: str,
-    event: str = typer.Argument(..., help="start or end"),
+    sid: str = sid_arg(),
+    event: str = arg("EVENT", "start or end"),
     answer: str | None = typer.Option(None, help="the turn's answer (end)"),
     prompt_waiting: bool = typer.Option(False, help="a person's prompt waits behind this turn"),
 ) -> None:
@@ -112,7 +113,7 @@ def turn(
 # -- sending -------------------------------------------------------------------------------
 
 
-@app.command()
+@app.command(rich_help_panel=EVERYDAY)
 def send(
     to: str | None = typer.Option(None, "--to", help="recipient handle host:name"),
     to_id: str | None = typer.Option(None, "--to-id", help="recipient session id"),
@@ -252,9 +253,9 @@ def _send_chunk(b: Any, chunk: list[str], first_line: int) -> int:
     return failed
 
 
-@app.command()
+@app.command(rich_help_panel=HARNESS)
 def deliver(
-    sid: str,
+    sid: str = sid_arg("the local session whose floor gets the line"),
     sender: str = typer.Option(..., "--from", help="sender handle host:name"),
     text: str = typer.Option(..., help="message text"),
     urgency: str = typer.Option("queue", help="queue|urgent"),
@@ -265,8 +266,10 @@ def deliver(
     emit(run(lambda: b.deliver_local(sid, sender=sender, text=text, urgency=urgency)))
 
 
-@app.command()
-def peek(sid: str, stamped: bool = typer.Option(False, help="model-facing text")) -> None:
+@app.command(rich_help_panel=HARNESS)
+def peek(
+    sid: str = sid_arg(), stamped: bool = typer.Option(False, help="model-facing text")
+) -> None:
     """Read the floor without consuming it."""
     b = connect()
     _local_session(b, sid)
@@ -277,8 +280,10 @@ def peek(sid: str, stamped: bool = typer.Option(False, help="model-facing text")
         emit(out)
 
 
-@app.command()
-def drain(sid: str, stamped: bool = typer.Option(False, help="model-facing text")) -> None:
+@app.command(rich_help_panel=HARNESS)
+def drain(
+    sid: str = sid_arg(), stamped: bool = typer.Option(False, help="model-facing text")
+) -> None:
     """Claim the floor: lines move to log.jsonl; notices drained here are marked noticed."""
     b = connect()
     _local_session(b, sid)
@@ -300,9 +305,10 @@ def _local_session(b: Bus, sid: str) -> None:
         )
 
 
-@app.command()
+@app.command(rich_help_panel=HARNESS)
 def listen(
-    sid: str, exec_cmd: str | None = typer.Option(None, "--exec", help="pipe each line to CMD")
+    sid: str = sid_arg(),
+    exec_cmd: str | None = typer.Option(None, "--exec", help="pipe each line to CMD"),
 ) -> None:
     """A reference socket listener on inbox.sock that acks each line."""
     from .listen import run_listener
@@ -313,17 +319,17 @@ def listen(
     run_listener(b.floor, sid, exec_cmd)
 
 
-@app.command()
-def threads(sid: str) -> None:
+@app.command(rich_help_panel=EVERYDAY)
+def threads(sid: str = sid_arg()) -> None:
     """The session's threads, newest first."""
     b = connect()
     emit(bus_call(lambda: b.threads(sid)))
 
 
-@app.command()
+@app.command(rich_help_panel=EVERYDAY)
 def read(
-    sid: str,
-    thread: str,
+    sid: str = sid_arg("the reading session (a party of the thread)"),
+    thread: str = thread_arg(),
     mark_read: bool = typer.Option(False, "--mark-read", help="mark its messages read"),
 ) -> None:
     """A whole thread, oldest first (refused for a session that is not a party)."""
@@ -331,23 +337,28 @@ def read(
     emit(bus_call(lambda: b.read(sid, thread, mark_read=mark_read)))
 
 
-@app.command()
-def reply(sid: str, thread: str, text: str = typer.Option(..., help="the answer")) -> None:
+@app.command(rich_help_panel=EVERYDAY)
+def reply(
+    sid: str = sid_arg("the answering session (a party of the thread)"),
+    thread: str = thread_arg(),
+    text: str = typer.Option(..., help="the answer"),
+) -> None:
     """Answer into the other parties' inboxes under THREAD; never a turn for them."""
     b = connect()
     emit(bus_call(lambda: b.reply(sid, thread, text)))
 
 
-@app.command()
+@app.command(rich_help_panel=EVERYDAY)
 def withdraw(
-    message_id: str, by: str = typer.Option(..., "--by", help="the sender session")
+    message_id: str = arg("MESSAGE_ID", "the id the send answered"),
+    by: str = typer.Option(..., "--by", help="the sender session"),
 ) -> None:
     """Unsend a message no notice carried yet, else retract it into its thread."""
     b = connect()
     emit(bus_call(lambda: b.withdraw(message_id, by)))
 
 
-@app.command()
+@app.command(rich_help_panel=EVERYDAY)
 def status() -> None:
     """Sessions, their states and queue backlogs."""
     b = connect()
@@ -355,6 +366,18 @@ def status() -> None:
 
 
 # -- processes -----------------------------------------------------------------------------
+
+
+@app.command(rich_help_panel=OPERATIONS)
+def up(
+    concurrency: int = typer.Option(2, help="worker processes"),
+    redis_port: int = typer.Option(0, help="also listen on this TCP port (0: socket only)"),
+) -> None:
+    """Run the bus here: embedded Redis (unless INBOX_REDIS_URL), a worker, the scheduler."""
+    from .up import run_up
+
+    settings = run(Settings.from_env)
+    raise typer.Exit(run(lambda: run_up(settings, concurrency=concurrency, redis_port=redis_port)))
 
 
 def worker_argv(settings: Settings, concurrency: int, pool: str, loglevel: str) -> list[str]:
@@ -377,13 +400,13 @@ def worker_argv(settings: Settings, concurrency: int, pool: str, loglevel: str) 
     ]
 
 
-@app.command()
+@app.command(rich_help_panel=OPERATIONS)
 def worker(
     concurrency: int = typer.Option(2, help="processes"),
     pool: str = typer.Option("prefork", help="prefork|solo|threads"),
     loglevel: str = typer.Option("info"),
 ) -> None:
-    """A Celery worker for this host (INBOX_HOST): `celery -A workers worker` with that env."""
+    """A Celery worker for this host (INBOX_HOST); `inbox up` runs one for you."""
     settings = run(Settings.from_env)
     run(lambda: check_session_id(settings.host, "host name"))
     from workers.app import app as celery_app
@@ -391,9 +414,9 @@ def worker(
     celery_app.worker_main(worker_argv(settings, concurrency, pool, loglevel))
 
 
-@app.command()
+@app.command(rich_help_panel=OPERATIONS)
 def scheduler() -> None:
-    """The scheduled work (debounced wakes, flushes, retries) for the whole bus."""
+    """The scheduled work (debounced wakes, flushes, retries); `inbox up` runs it for you."""
     run(Settings.from_env)  # a bad setting is refused before anything starts
     from .scheduler import run as run_scheduler
 
@@ -406,19 +429,7 @@ def scheduler() -> None:
         pass
 
 
-@app.command()
-def up(
-    concurrency: int = typer.Option(2, help="worker processes"),
-    redis_port: int = typer.Option(0, help="also listen on this TCP port (0: socket only)"),
-) -> None:
-    """Run the bus here: embedded Redis (unless INBOX_REDIS_URL), a worker, the scheduler."""
-    from .up import run_up
-
-    settings = run(Settings.from_env)
-    raise typer.Exit(run(lambda: run_up(settings, concurrency=concurrency, redis_port=redis_port)))
-
-
-@app.command()
+@app.command(rich_help_panel=OPERATIONS)
 def serve(
     host: str = typer.Option("127.0.0.1", help="bind address (loopback unless told otherwise)"),
     port: int = typer.Option(5252, help="port"),
@@ -432,9 +443,9 @@ def serve(
     serve_http(b, host=host, port=port)
 
 
-@app.command()
+@app.command(rich_help_panel=EVERYDAY)
 def watch(
-    sid: str | None = typer.Argument(None, help="the session to follow"),
+    sid: str | None = typer.Argument(None, metavar="SID", help="the session to follow"),
     all_sessions: bool = typer.Option(False, "--all", help="every session, newcomers included"),
     since: str = typer.Option("$", help="$ (only new), 0-0 (all still kept) or a stream id"),
 ) -> None:
@@ -448,7 +459,7 @@ def watch(
     bus_call(lambda: run_watch(b, sessions, since=since))
 
 
-@app.command()
+@app.command(rich_help_panel=EVERYDAY)
 def top(
     interval: float = typer.Option(1.0, help="seconds between refreshes"),
     once: bool = typer.Option(False, "--once", help="print the table once and exit"),
@@ -469,7 +480,7 @@ def top(
         bus_call(lambda: run_top(b, interval))
 
 
-@app.command()
+@app.command(rich_help_panel=HARNESS)
 def mcp() -> None:
     """The MCP server on stdio (official mcp SDK)."""
     from .mcp_server import run_stdio
@@ -477,7 +488,7 @@ def mcp() -> None:
     run_stdio(connect())
 
 
-@app.command()
+@app.command(rich_help_panel=OPERATIONS)
 def flower(
     address: str = typer.Option("127.0.0.1", help="bind address"),
     port: int = typer.Option(5555),
@@ -505,7 +516,7 @@ cli_people.register(app, connect)  # `member`, `item`, `request`, `decide`, `*-i
 token_app = typer.Typer(
     help="Signed tokens for senders (needs INBOX_SECRET).", no_args_is_help=True
 )
-app.add_typer(token_app, name="token")
+app.add_typer(token_app, name="token", rich_help_panel=OPERATIONS)
 
 
 @token_app.command("issue")
@@ -542,16 +553,16 @@ def token_issue(
 
 
 @token_app.command("revoke")
-def token_revoke(token: str) -> None:
+def token_revoke(token: str = arg("TOKEN", "the token to revoke")) -> None:
     """Revoke a token: every later use is refused."""
     b = connect()
     emit(bus_call(lambda: b.revoke_token(token)))
 
 
 hooks_app = typer.Typer(help="Ready-made hook setups for harnesses.", no_args_is_help=True)
-app.add_typer(hooks_app, name="hooks")
+app.add_typer(hooks_app, name="hooks", rich_help_panel=HARNESS)
 hook_app = typer.Typer(help="Entry points that harness hooks call.", no_args_is_help=True)
-app.add_typer(hook_app, name="hook")
+app.add_typer(hook_app, name="hook", rich_help_panel=HARNESS)
 
 
 @hooks_app.command("claude")
@@ -586,9 +597,7 @@ def hooks_claude(
 
 @hook_app.command("claude")
 def hook_claude(
-    event: str = typer.Argument(
-        ..., help="SessionStart|UserPromptSubmit|PostToolUse|Stop|SessionEnd"
-    ),
+    event: str = arg("EVENT", "SessionStart, UserPromptSubmit, PostToolUse, Stop or SessionEnd"),
 ) -> None:
     """Run one Claude Code hook (its JSON on stdin); exits 0 whatever breaks."""
     from .hooks import hook_entry
@@ -597,6 +606,7 @@ def hook_claude(
 
 
 cli_receipts.register(app, bus_call, emit, fail)  # `receipt` and `sent`
+order(app)  # the help's panels: everyday, harness, people, operations
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from .cli_help import PEOPLE, arg, sid_arg
 from .refusal import bus_call, emit
 
 if TYPE_CHECKING:
@@ -37,13 +38,13 @@ def register(app: typer.Typer, connect: Callable[[], Bus]) -> None:
     """Add the people commands to ``app``; ``connect`` is the CLI's own (a bad setting is
     a refusal)."""
     member_app = typer.Typer(help="Members of a workspace.", no_args_is_help=True)
-    app.add_typer(member_app, name="member")
+    app.add_typer(member_app, name="member", rich_help_panel=PEOPLE)
     item_app = typer.Typer(
         help="Items a session posts for the members of its workspace.", no_args_is_help=True
     )
-    app.add_typer(item_app, name="item")
+    app.add_typer(item_app, name="item", rich_help_panel=PEOPLE)
 
-    @app.command()
+    @app.command(rich_help_panel=PEOPLE)
     def request(
         to_id: str = typer.Option(..., "--to-id", help="the recipient session"),
         type_: str = typer.Option(..., "--type", help="meeting_request or task"),
@@ -54,10 +55,10 @@ def register(app: typer.Typer, connect: Callable[[], Bus]) -> None:
         b = connect()
         emit(bus_call(lambda: b.request(to_id, type_, text, windows=_windows(window))))
 
-    @app.command()
+    @app.command(rich_help_panel=PEOPLE)
     def decide(
-        thread: str,
-        decision: str = typer.Argument(..., help="accept|decline|counter|clarify|withdraw"),
+        thread: str = arg("THREAD", "the typed thread (thr_...)"),
+        decision: str = arg("DECISION", "accept, decline, counter, clarify or withdraw"),
         message: str | None = typer.Option(None, help="a note, at most 2000 characters"),
         window: list[str] | None = typer.Option(None, "--window", help=WINDOW_HELP),
     ) -> None:
@@ -68,20 +69,26 @@ def register(app: typer.Typer, connect: Callable[[], Bus]) -> None:
         )
 
     @member_app.command("add")
-    def member_add(workspace: str, name: str) -> None:
+    def member_add(
+        workspace: str = arg("WORKSPACE", "the workspace"),
+        name: str = arg("NAME", "the member's name"),
+    ) -> None:
         """Add a member (a person) to a workspace."""
         b = connect()
         emit(bus_call(lambda: b.member_add(workspace, name)))
 
     @member_app.command("remove")
-    def member_remove(workspace: str, name: str) -> None:
+    def member_remove(
+        workspace: str = arg("WORKSPACE", "the workspace"),
+        name: str = arg("NAME", "the member's name"),
+    ) -> None:
         """Remove a member: the account is gone ("a former member")."""
         b = connect()
         emit(bus_call(lambda: b.member_remove(workspace, name)))
 
     @member_app.command("link")
     def member_link(
-        member: str = typer.Argument(..., help="WORKSPACE/NAME"),
+        member: str = arg("MEMBER", "WORKSPACE/NAME"),
         ttl: int | None = typer.Option(None, help="seconds the link works (default: 7 days)"),
     ) -> None:
         """A sign-in link to the web inbox for a member (needs INBOX_SECRET; INBOX_UI_URL)."""
@@ -90,7 +97,10 @@ def register(app: typer.Typer, connect: Callable[[], Bus]) -> None:
 
     @item_app.command("post")
     def item_post(
-        sid: str, key: str, title: str = typer.Option(...), text: str | None = typer.Option(None)
+        sid: str = sid_arg("the posting session"),
+        key: str = arg("KEY", "the item's key (its revisions share it)"),
+        title: str = typer.Option(..., help="the item's title"),
+        text: str | None = typer.Option(None, help="the item's text"),
     ) -> None:
         """Post an item for the members (again under the same key: a new revision)."""
         b = connect()
@@ -98,7 +108,10 @@ def register(app: typer.Typer, connect: Callable[[], Bus]) -> None:
 
     @item_app.command("settle")
     def item_settle(
-        sid: str, key: str, member: str = typer.Option(...), answer: str = typer.Option(...)
+        sid: str = sid_arg("the session that posted the item"),
+        key: str = arg("KEY", "the item's key"),
+        member: str = typer.Option(..., help="the settling member (WORKSPACE/NAME or NAME)"),
+        answer: str = typer.Option(..., help="the member's answer"),
     ) -> None:
         """A member settles an item with an answer."""
         b = connect()
@@ -106,10 +119,10 @@ def register(app: typer.Typer, connect: Callable[[], Bus]) -> None:
 
     @item_app.command("write")
     def item_write(
-        sid: str,
-        key: str,
-        member: str = typer.Option(...),
-        text: str | None = typer.Option(None),
+        sid: str = sid_arg("the session that posted the item"),
+        key: str = arg("KEY", "the item's key"),
+        member: str = typer.Option(..., help="the writing member (WORKSPACE/NAME or NAME)"),
+        text: str | None = typer.Option(None, help="the words"),
         image: list[str] | None = typer.Option(None, "--image", help=IMAGE_HELP),
         root: Path | None = typer.Option(None, help=ROOT_HELP),
     ) -> None:
@@ -123,17 +136,17 @@ def register(app: typer.Typer, connect: Callable[[], Bus]) -> None:
             )
         )
 
-    @app.command("read-inbox")
-    def read_inbox(sid: str) -> None:
+    @app.command("read-inbox", rich_help_panel=PEOPLE)
+    def read_inbox(sid: str = sid_arg("the agent's session")) -> None:
         """Every item of the agent with its thread, oldest first."""
         b = connect()
         emit(bus_call(lambda: b.read_inbox(sid)))
 
-    @app.command("reply-inbox")
+    @app.command("reply-inbox", rich_help_panel=PEOPLE)
     def reply_inbox(
-        sid: str,
-        key: str,
-        text: str | None = typer.Option(None),
+        sid: str = sid_arg("the agent's session"),
+        key: str = arg("KEY", "the item's key"),
+        text: str | None = typer.Option(None, help="the words"),
         image: list[str] | None = typer.Option(None, "--image", help=IMAGE_HELP),
         root: Path | None = typer.Option(None, help=ROOT_HELP),
     ) -> None:

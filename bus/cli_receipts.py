@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from .cli_help import EVERYDAY, arg, sid_arg
 from .refusal import refuse
 
 
@@ -21,9 +22,9 @@ def register(
 ) -> None:
     """Add ``receipt`` and ``sent`` to ``app`` with the CLI's own error handling."""
 
-    @app.command()
+    @app.command(rich_help_panel=EVERYDAY)
     def receipt(
-        message_id: str,
+        message_id: str = arg("MESSAGE_ID", "the id the send answered"),
         by: str | None = typer.Option(
             None, "--by", help="the sender session (default INBOX_SESSION)"
         ),
@@ -42,9 +43,9 @@ def register(
             refuse(str(out.get("error")), str(out.get("message")), 1, details=rest)
         emit(out)
 
-    @app.command()
+    @app.command(rich_help_panel=EVERYDAY)
     def sent(
-        sid: str,
+        sid: str = sid_arg("the sending session"),
         state: str | None = typer.Option(None, help="only messages in this state"),
         limit: int = typer.Option(50, help="at most this many, newest first (1-1000)"),
     ) -> None:

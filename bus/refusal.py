@@ -90,6 +90,11 @@ def _click_errors() -> tuple[type[Exception], type[Exception]]:
     return ClickException, UsageError
 
 
+def _sentence(exc: Exception) -> str:
+    """Click's message without its closing period (the hint follows it on the line)."""
+    return str(exc.format_message()).rstrip(".")  # type: ignore[attr-defined]
+
+
 def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
     """Run ``app``; usage mistakes get the refusal shape; returns the exit code."""
     click_exception, usage_error = _click_errors()
@@ -98,14 +103,16 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
         try:
             code = app(args=argv, standalone_mode=False, prog_name="inbox")
         except usage_error as exc:
-            if type(exc).__name__ == "NoArgsIsHelpError":  # bare `inbox` or `inbox session`
-                sys.stdout.write(exc.format_message() + "\n")  # type: ignore[attr-defined]
-                raise typer.Exit(0) from None
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                # Bare `inbox` or `inbox session`: the help, and exit 2, as typer does.
+                text = exc.format_message()  # type: ignore[attr-defined]
+                sys.stdout.write(text + "\n" if text else "")
+                raise typer.Exit(2) from None
             ctx = getattr(exc, "ctx", None)
             where = ctx.command_path if ctx is not None else "inbox"
-            fail(exc.format_message(), 2, "usage", f"see: {where} --help")  # type: ignore[attr-defined]
+            fail(_sentence(exc), 2, "usage", f"see: {where} --help")
         except click_exception as exc:
-            fail(exc.format_message(), 2, "usage")  # type: ignore[attr-defined]
+            fail(_sentence(exc), 2, "usage")
     except typer.Exit as done:
         code = done.exit_code
     except (typer.Abort, KeyboardInterrupt):

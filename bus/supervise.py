@@ -56,7 +56,8 @@ class HomeLock:
     """An exclusive ``flock`` on ``<home>/up.pid`` holding the supervisor's pid.
 
     The kernel drops the lock when the process dies, however it dies, so a stale file
-    never blocks a restart; children do not inherit it (``close_fds``).
+    never blocks a restart; children do not inherit it (``close_fds``). A clean stop
+    removes the file.
     """
 
     def __init__(self, home: Path) -> None:
@@ -65,14 +66,18 @@ class HomeLock:
 
     def acquire(self) -> HomeLock:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = open(self.path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fd.seek(0)
-            text = fd.read().strip()
-            fd.close()
-            raise AlreadyRunning(int(text) if text.isdigit() else None, self.path) from None
+        while True:
+            fd = open(self.path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fd.seek(0)
+                text = fd.read().strip()
+                fd.close()
+                raise AlreadyRunning(int(text) if text.isdigit() else None, self.path) from None
+            if self._still_named(fd):
+                break
+            fd.close()  # a clean stop removed the file between our open and our lock
         fd.seek(0)
         fd.truncate()
         fd.write(f"{os.getpid()}\n")
@@ -80,8 +85,16 @@ class HomeLock:
         self._fd = fd
         return self
 
+    def _still_named(self, fd: IO[str]) -> bool:
+        try:
+            return os.path.samestat(os.fstat(fd.fileno()), os.stat(self.path))
+        except FileNotFoundError:
+            return False
+
     def release(self) -> None:
+        """Unlock, and remove the file (a clean stop leaves no ``up.pid`` behind)."""
         if self._fd is not None:
+            self.path.unlink(missing_ok=True)  # still locked: no one else holds it
             self._fd.close()
             self._fd = None
 

@@ -2,7 +2,8 @@
 
 With no ``INBOX_REDIS_URL``, an embedded Redis (persistent, on a unix socket under
 ``$INBOX_HOME``) is started first; then this host's worker and the scheduler run as
-child processes under :class:`bus.supervise.Supervisor`: a child that exits comes back
+child processes under :class:`bus.supervise.Supervisor`, their output in
+``$INBOX_HOME/logs/`` (the terminal gets the bus's own lines): a child that exits comes back
 (with backoff, one log line each time), a worker that holds work without progress is
 restarted, and Ctrl-C (or SIGTERM) stops the worker and scheduler, then Redis. Once per
 ``INBOX_HOME``: a second ``inbox up`` says "already running (pid N)" and exits 1.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import redis
 
@@ -23,10 +25,12 @@ from .settings import Settings
 from .supervise import AlreadyRunning, Child, HomeLock, Supervisor, spawn_logged
 
 
-def _banner(settings: Settings, url: str) -> str:
+def _banner(settings: Settings, url: str, logs: Path) -> str:
     return "\n".join(
         [
             f"inbox up: host {settings.host}, store {url}, home {settings.home}",
+            f"  worker:     running ({logs / 'worker.log'})",
+            f"  scheduler:  running: wakes, flushes, retries ({logs / 'scheduler.log'})",
             "  register a session:  inbox session open demo",
             f"  send to it:          inbox send --to-id demo --from {settings.host}:me --text hello",
             "  read its floor:      inbox drain demo --stamped",
@@ -71,10 +75,13 @@ def _supervise(
     url = env["INBOX_REDIS_URL"]
     if "@" in url:  # never print the embedded server's password
         url = url.split("://", 1)[0] + "://***@" + url.rsplit("@", 1)[1]
+    logs = private_dirs(settings.home / "logs")
     exe = [sys.executable, "-m", "bus.cli"]
     worker = [*exe, "worker", "--concurrency", str(concurrency)]
-    children.append(Child("worker", spawn_logged(worker, env, None), host=settings.host))
-    children.append(Child("scheduler", spawn_logged([*exe, "scheduler"], env, None)))
+    wlog, slog = logs / "worker.log", logs / "scheduler.log"
+    children.append(Child("worker", spawn_logged(worker, env, wlog), host=settings.host, log=wlog))
+    children.append(Child("scheduler", spawn_logged([*exe, "scheduler"], env, slog), log=slog))
+    print(f"inbox up: starting Redis, the worker and the scheduler for {settings.host}", flush=True)
     client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=2)
     sup = Supervisor(children, store=(client, Keys(settings.key_prefix)))
     try:
@@ -82,7 +89,7 @@ def _supervise(
     except BaseException:
         sup.stop()
         raise
-    print(_banner(settings, url), flush=True)
+    print(_banner(settings, url, logs), flush=True)
     try:
         sup.run(stop)
     finally:

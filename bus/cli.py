@@ -143,6 +143,8 @@ def send(
         fail("send needs --to HANDLE or --to-id SID")
     if text is None:
         fail("send needs --text")
+    if not text.strip():
+        fail("--text must not be blank (1-8000 characters)")
     fields: dict[str, Any] = {"text": text}
     if sender is not None:
         fields["from"] = sender
@@ -163,9 +165,10 @@ def send(
     answer = bus_call(lambda: b.send(fields, wait=wait, timeout=timeout))
     if answer.get("state") == "bounced":
         sid = (answer.get("recipient") or {}).get("session") or to_id or ""
+        why = str(answer.get("reason") or f"no session {sid!r} is registered")
         refuse(
             "not_found",
-            str(answer.get("reason") or f"no session {sid!r} is registered"),
+            f"{why}; the message is kept as bounced (its receipt says so)",
             1,
             hint=f"open it with: inbox session open {sid}",
             details={k: v for k, v in answer.items() if k not in ("ok", "error", "message")},

@@ -140,7 +140,7 @@ def register(app: typer.Typer, connect: Callable[[], Bus]) -> None:
     def read_inbox(sid: str = sid_arg("the agent's session")) -> None:
         """Every item of the agent with its thread, oldest first."""
         b = connect()
-        emit(bus_call(lambda: b.read_inbox(sid)))
+        emit({"ok": True, **bus_call(lambda: b.read_inbox(sid))})
 
     @app.command("reply-inbox", rich_help_panel=PEOPLE)
     def reply_inbox(

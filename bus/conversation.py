@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .clock import SYSTEM, Clock
 from .errors import NotFound, Refused
-from .models import SessionInfo, check_session_id, parse_message
+from .models import SessionInfo, check_session_id, check_text, parse_message
 from .models import now_ms as _now_ms
 
 if TYPE_CHECKING:
@@ -139,6 +139,7 @@ class Conversation:
 
     def reply(self, sid: str, thread: str, text: str) -> dict[str, Any]:
         """Answer into the other parties' inboxes under the same thread; wakes nobody."""
+        check_text(text)  # bad input first, whatever the thread
         info = self.session(sid)
         parties = self.parties(thread)
         if not parties:

@@ -131,6 +131,17 @@ class Message(BaseModel):
         return ""
 
 
+def check_text(text: object) -> str:
+    """A message text as a message would take it (1-8000 characters, not blank)."""
+    if not isinstance(text, str):
+        raise BadInput("text must be a string")
+    if len(text) > MAX_TEXT:
+        raise BadInput(f"text is longer than {MAX_TEXT} characters (refused, not truncated)")
+    if not text.strip():
+        raise BadInput(f"text must not be blank (1-{MAX_TEXT} characters)")
+    return text
+
+
 def parse_message(data: Any) -> Message:
     """Validate a wire object, translating pydantic's errors into one clear BadInput."""
     if isinstance(data, (str, bytes)):
@@ -164,6 +175,10 @@ def describe(exc: ValidationError) -> str:
             parts.append(f"{loc} must be host:name (no spaces), not {shown}")
         elif err["type"] == "string_too_long" and loc == "text":
             parts.append(f"text is longer than {MAX_TEXT} characters (refused, not truncated)")
+        elif err["type"] == "value_error" and "error" in err.get("ctx", {}):
+            # Our own validators' words, without pydantic's "Value error, " before them.
+            words = str(err["ctx"]["error"])
+            parts.append(words if loc == "message" else f"{loc}: {words}")
         else:
             parts.append(f"{loc}: {err['msg']}")
     return "; ".join(parts)

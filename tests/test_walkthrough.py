@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -156,14 +157,23 @@ def test_an_item_answered_with_a_picture(inbox, tmp_path: Path) -> None:  # type
 # -- the README's sh blocks, exactly as written --------------------------------------------
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-WALKTHROUGHS = ("Five minutes", "Typed requests", "Items for members", "Authenticated senders")
+WALKTHROUGHS = (
+    "Five minutes",
+    "Typed requests",
+    "Items for members",
+    "Authenticated senders",
+    "Receipts and the outbox",
+    "The web inbox",
+)
 
 
 def readme_block(heading: str) -> str:
-    """The first ```sh block under the README heading that starts with ``heading``."""
+    """The first ```sh block under the README heading (## or ###) that starts with
+    ``heading``."""
     text = README.read_text(encoding="utf-8")
-    at = text.index("\n## " + heading)
-    start = text.index("```sh\n", at) + len("```sh\n")
+    found = re.search(rf"\n#{{2,3}} {re.escape(heading)}", text)
+    assert found, f"no README heading {heading!r}"
+    start = text.index("```sh\n", found.end()) + len("```sh\n")
     return text[start : text.index("```", start)]
 
 
@@ -277,3 +287,43 @@ def test_authenticated_senders_as_written(shell_env: dict[str, str], tmp_path: P
     assert sent["state"] == "stored"
     assert json.loads(outs[5])["error"] == "token_missing"
     assert json.loads(outs[7])["error"] == "token_revoked"
+
+
+@pytest.mark.slow
+def test_receipts_as_written(
+    settings: Settings,
+    shell_env: dict[str, str],
+    start_worker,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    import threading
+
+    from bus.api import Bus
+    from bus.scheduler import run as run_scheduler
+    from workers.app import make_app
+    from workers.dispatch import CeleryDispatcher
+
+    s = replace(settings, host="neo")
+    start_worker(s)  # `make up`: a worker and the scheduler for this bus
+    bus = Bus(s, dispatcher=CeleryDispatcher(make_app(s)))
+    stop = threading.Event()
+    ticker = threading.Thread(target=run_scheduler, args=(bus, stop), daemon=True)
+    ticker.start()
+    try:
+        outs = run_block("Receipts and the outbox", shell_env, tmp_path)
+    finally:
+        stop.set()
+        ticker.join(10)
+    assert json.loads(outs[5])["state"] == "stored"
+    assert "look at the diff" in outs[7]
+    read = json.loads(outs[9])
+    assert read["ok"] is True and read["state"] == "read"
+    [sent] = json.loads(outs[10])["sent"]
+    assert sent["state"] == "read"
+
+
+def test_the_web_inbox_links_as_written(shell_env: dict[str, str], tmp_path: Path) -> None:
+    outs = run_block("The web inbox", dict(shell_env, INBOX_DISPATCHER="none"), tmp_path)
+    link = json.loads(outs[3])
+    assert link["url"].startswith("https://inbox.example/ui/login?token=")
+    assert json.loads(outs[4])["ok"] is True

@@ -110,6 +110,9 @@ def click_from_another_site(page: Any, base: str, link: str) -> None:
         link,
     )
     page.click("#go")
+    # A cross-site navigation asks the visitor to confirm who signs in (login CSRF).
+    page.wait_for_selector("#signin")
+    page.click("#signin")
     page.wait_for_url(lambda url: url.startswith(base) and "/ui/login" not in url)
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .auth import SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims, verify
-from .errors import BadInput, Unauthorized
-from .items import ACTIVE
-from .models import SessionInfo, check_session_id
+from .auth import SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
+from .errors import BadInput, NotFound, Refused, Unauthorized
+from .items import ACTIVE, RESERVED_WORKSPACES
+from .models import SessionInfo, check_session_id, now_ms
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -32,21 +32,39 @@ class Access:
         self.auth, self.settings = auth, settings
         self._session, self._member_status = session, member_status
 
-    def only_as(self, sid: str, token: str | None) -> None:
+    def only_as(self, sid: str, token: str | None, *, operator_ok: bool = False) -> Claims | None:
         """The harness's own events (open, close, turn) need no token, but one that is
-        presented must be ``sid``'s own session token: a member token, or another
-        session's, never acts as ``sid``."""
+        presented must be ``sid``'s own session token (or, with ``operator_ok``, an
+        operator's): a member token, or another session's, never acts as ``sid``."""
         token = token or self.settings.token
         if not self.auth.enabled or not token:
-            return
-        claims = verify(self.settings.secret or "", token, is_revoked=self.auth.is_revoked)
+            return None
+        claims = self.auth.verify(token)
+        if operator_ok and claims.sub_kind == "operator":
+            return claims
         if claims.sub_kind != "session" or claims.sub != sid:
             raise Unauthorized(
                 f"the token is {claims.actor}'s, not session {sid}'s", code="token_subject"
             )
+        return claims
+
+    def settle(self, data: dict[str, Any], claims: Claims | None) -> dict[str, Any]:
+        """A sent message's fields as the bus stores them, whatever the surface: its
+        sender from the token (:meth:`as_token_subject`), else marked unverified (and
+        from ``INBOX_SESSION`` when set); its ``ts`` the server's time, never the
+        sender's."""
+        if claims is None:
+            data = {**data, "verified": False}
+            if self.settings.session and not data.get("from_session"):
+                data["from_session"] = self.settings.session
+        else:
+            data = self.as_token_subject(data, claims)
+        data["ts"] = now_ms()
+        return data
 
     def as_token_subject(self, data: dict[str, Any], claims: Claims) -> dict[str, Any]:
-        """``data`` with its sender set to the token's subject; a forged sender refused."""
+        """``data`` with its sender set to the token's subject; a forged sender refused,
+        and a member's message to a session outside the member's workspace refused."""
         if claims.sub_kind == "session":
             handle, sender_sid = self._session(claims.sub).handle, claims.sub
         else:
@@ -56,6 +74,7 @@ class Access:
                     f"{claims.actor} is not an active member of {workspace!r}",
                     code="member_inactive",
                 )
+            self._own_workspace(workspace, claims, data.get("to_id"))
             handle, sender_sid = f"{workspace}:{name}", None
         if data.get("from") not in (None, handle) or data.get("from_session") not in (
             None,
@@ -67,6 +86,21 @@ class Access:
                 code="forged_from",
             )
         return {**data, "from": handle, "from_session": sender_sid, "verified": True}
+
+    def _own_workspace(self, workspace: str, claims: Claims, to: object) -> None:
+        """A member sends only to sessions of its own workspace: an unknown session gets
+        the same answer as another workspace's (no existence oracle)."""
+        if not isinstance(to, str):
+            return  # no receiver: the message itself is refused when it is parsed
+        try:
+            found = self._session(to).workspace
+        except NotFound:
+            found = None
+        if found != workspace:
+            raise Refused(
+                f"{claims.actor} may send only to sessions of workspace {workspace!r}",
+                code="not_your_workspace",
+            )
 
     def claims(self, token: str | None, scope: str, *, session: str | None = None) -> Claims | None:
         """The caller's verified token claims, or None when authentication is off.
@@ -84,6 +118,8 @@ class Access:
 
     def member_active(self, workspace: str, name: str) -> bool:
         """Whether ``WORKSPACE/NAME`` is an active member (an invalid name is none)."""
+        if workspace in RESERVED_WORKSPACES:
+            return False
         try:
             check_session_id(name, "member name")
             return self._member_status(check_session_id(workspace, "workspace"), name) == ACTIVE
@@ -104,6 +140,11 @@ class Access:
             )
         return claims
 
+    def bucket_of(self, sid: str) -> str:
+        """Session ``sid``'s rate bucket as its sends name it: the token subject
+        ``session:<sid>`` when authentication is on, else the session id."""
+        return f"session:{sid}" if self.auth.enabled else sid
+
     def actor(self, actor: str | None, token: str | None = None) -> str:
         """The acting session: the token's subject when authentication is on, else the one
         given, else INBOX_SESSION."""
@@ -119,12 +160,13 @@ class Access:
             raise BadInput("no acting session: set INBOX_SESSION to this session's id")
         return sid
 
-    def as_member(self, token: str | None, sid: str, member: str) -> None:
-        """With authentication on, a member's write needs that member's own token."""
+    def as_member(self, token: str | None, sid: str, member: str) -> str:
+        """With authentication on, a member's write needs that member's own token.
+        Answers the writer as its rate bucket names it (``member:WORKSPACE/NAME``)."""
         claims = self.claims(token, SCOPE_WRITE)
-        if claims is None:
-            return
         expected = f"{self._session(sid).workspace}/{member}"
+        if claims is None:
+            return f"member:{expected}"
         workspace, _, name = expected.partition("/")
         if (
             claims.sub_kind != "member"
@@ -134,3 +176,4 @@ class Access:
             raise Unauthorized(
                 f"the token is {claims.actor}'s, not member {expected}'s", code="token_subject"
             )
+        return claims.actor

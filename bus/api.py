@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from . import auth, faults, handoff, ingest, items, liveness, watch
+from . import auth, door, faults, handoff, idowner, ingest, items, liveness, watch
 from . import requests as typed_requests
 from .access import Access
 from .auth import SCOPE_READ, SCOPE_WRITE, Authenticator, Claims
@@ -23,7 +23,7 @@ from .conversation import Conversation
 from .delivery import DeliveryReport
 from .dispatch import Dispatcher, default_dispatcher
 from .errors import BadInput, RateLimited
-from .floor import Floor
+from .floor import Floor, Via
 from .inbox import Inbox
 from .keys import Keys
 from .kick import ListDispatcher
@@ -64,7 +64,9 @@ class Bus:
         # metrics, blocking client and dispatcher are providers: made on first use, so a
         # drain or a hook that never reaches Redis (or Celery) never connects.
         store, s, clk = (lambda: self.store), self.settings, self.clock
-        self.auth = Authenticator(s.secret, is_revoked=self.is_revoked)
+        self.auth = Authenticator(
+            s.secret, is_revoked=self.is_revoked, is_current=self.token_current
+        )
         self.floor = Floor(s.home, clock=clk)
         self.receipts = Receipts(store, s, self.claims)
         self.inbox = Inbox(
@@ -160,6 +162,17 @@ class Bus:
     def is_revoked(self, jti: str) -> bool:
         return self.store.is_revoked(jti)
 
+    def token_current(self, claims: Claims) -> bool:
+        """Whether a member token is of its member's current generation (removing a
+        member kills every token issued before); other tokens always are."""
+        if claims.sub_kind != "member":
+            return True
+        workspace, _, name = claims.sub.partition("/")
+        try:
+            return claims.gen >= self.store.member_generation(workspace, name)
+        except (BadInput, ValueError):
+            return False
+
     def issue_token(
         self,
         *,
@@ -172,6 +185,11 @@ class Bus:
         """A signed token for a session, a member or an operator (``INBOX_SECRET`` must be set)."""
         if not self.settings.secret:
             raise BadInput("no INBOX_SECRET is configured: tokens need a server secret")
+        gen = 0
+        if member is not None and isinstance(member, str) and member.count("/") == 1:
+            workspace, _, name = member.partition("/")
+            with contextlib.suppress(BadInput, ValueError):  # auth.issue refuses a bad name
+                gen = self.store.member_generation(workspace, name)
         token = auth.issue(
             self.settings.secret,
             session=session,
@@ -179,6 +197,7 @@ class Bus:
             scopes=list(scopes),
             ttl_s=ttl_s,
             operator=operator,
+            gen=gen,
         )
         claims = auth.verify(self.settings.secret, token)
         return {
@@ -213,9 +232,10 @@ class Bus:
         agent_inbox: bool | None = None,
         token: str | None = None,
     ) -> dict[str, Any]:
-        """Register a session (or re-register it after a harness restart)."""
+        """Register a session (or re-register it after a harness restart). Its workspace
+        is fixed once set: only an operator's token may move it to another."""
         check_session_id(sid)
-        self.access.only_as(sid, token)
+        claims = self.access.only_as(sid, token, operator_ok=True)
         return self.sessions.open(
             sid,
             handle=handle,
@@ -225,6 +245,7 @@ class Bus:
             workspace=workspace,
             starter=starter,
             agent_inbox=agent_inbox,
+            may_move=claims is not None and claims.sub_kind == "operator",
         )
 
     def seen(self, sid: str) -> None:
@@ -276,15 +297,13 @@ class Bus:
         if "to_id" not in data and data.get("to"):
             data["to_id"] = self.resolve(str(data["to"])).session
         claims = self.claims(token, SCOPE_WRITE)
-        if claims is None:
-            if self.settings.session and not data.get("from_session"):
-                data["from_session"] = self.settings.session
-            data["verified"] = False
-        else:
-            data = self.access.as_token_subject(data, claims)
-        msg = parse_message(data)
+        msg = parse_message(self.access.settle(data, claims))
         self._check_party(msg)
-        self.limit_sender(claims.actor if claims else msg.from_session or msg.from_)
+        if "id" in data:  # a caller's id: its own, or refused (bus.idowner)
+            refusal = idowner.id_refusal(msg, idowner.owners(self.store, [msg.id]).get(msg.id))
+            if refusal is not None:
+                raise refusal
+        self.limit_sender(ingest.sender_of(msg, claims))
         return self.post(msg, wait=wait, timeout=timeout)
 
     def _check_party(self, msg: Message) -> None:
@@ -315,8 +334,9 @@ class Bus:
         (see :meth:`bus.access.Access.claims`)."""
         return self.access.claims(token, scope, session=session)
 
-    def _as_token_subject(self, data: dict[str, Any], claims: Claims) -> dict[str, Any]:
-        return self.access.as_token_subject(data, claims)
+    def settle_sender(self, data: dict[str, Any], claims: Claims | None) -> dict[str, Any]:
+        """A sent message's sender and time as stored (:meth:`bus.access.Access.settle`)."""
+        return self.access.settle(data, claims)
 
     def send_many(
         self, items: Sequence[dict[str, Any] | Message], *, token: str | None = None
@@ -326,12 +346,9 @@ class Bus:
         Answers as ``send`` would, one per item, in order. See :mod:`bus.ingest`."""
         return ingest.send_many(self, items, token=token)
 
-    def as_sender(self, data: dict[str, Any], token: str | None) -> dict[str, Any]:
-        """``data`` with its sender set from ``token`` (authentication on), or refused."""
-        claims = self.claims(token, SCOPE_WRITE)
-        if claims is None:
-            return {**data, "verified": False}
-        return self.access.as_token_subject(data, claims)
+    def send_local(self, data: dict[str, Any], *, token: str | None = None) -> tuple[Via, str]:
+        """prox's ``POST /send``: deliver on this host, ``(via, id)`` (see :mod:`bus.door`)."""
+        return door.send_local(self, data, token)
 
     def post(
         self, msg: Message, *, wait: bool = False, timeout: float | None = None
@@ -407,10 +424,13 @@ class Bus:
         windows: list[dict[str, Any]] | None = None,
         token: str | None = None,
     ) -> dict[str, Any]:
-        """Open a typed request thread (``REQUESTED``) from ``actor`` to ``to_id``."""
+        """Open a typed request thread (``REQUESTED``) from ``actor`` to ``to_id``; it
+        spends from the actor's send bucket."""
+        sid = self.access.actor(actor, token)
+        self.limit_sender(self.access.bucket_of(sid))
         return typed_requests.open_request(
             self,
-            actor=self.access.actor(actor, token),
+            actor=sid,
             to_id=to_id,
             type=type,
             text=text,
@@ -456,8 +476,10 @@ class Bus:
         text: str | None = None,
         token: str | None = None,
     ) -> dict[str, Any]:
-        """Post (or re-post: a new revision) an item for the members of ``sid``'s workspace."""
-        self.claims(token, SCOPE_WRITE, session=sid)
+        """Post (or re-post: a new revision) an item for the members of ``sid``'s workspace;
+        it spends from the session's send bucket."""
+        claims = self.claims(token, SCOPE_WRITE, session=sid)
+        self.limit_sender(claims.actor if claims else sid)
         return items.item_post(self, sid, key, title=title, text=text)
 
     def item_settle(
@@ -478,8 +500,9 @@ class Bus:
         root: Path | None = None,
         token: str | None = None,
     ) -> dict[str, Any]:
-        """A member writes on an item; it reaches the agent as a notice and wakes it."""
-        self.access.as_member(token, sid, member)
+        """A member writes on an item; it reaches the agent as a notice and wakes it. It
+        spends from the member's send bucket."""
+        self.limit_sender(self.access.as_member(token, sid, member))
         return items.item_write(
             self, sid, key, member=member, text=text, image_paths=image_paths, root=root
         )
@@ -499,7 +522,9 @@ class Bus:
         root: Path | None = None,
         token: str | None = None,
     ) -> dict[str, Any]:
-        """Luke's ``reply_inbox``: words and/or up to 4 pictures on one of the agent's items."""
+        """Luke's ``reply_inbox``: words and/or up to 4 pictures on one of the agent's items
+        (the session's own answer: no send bucket; its pictures count against the
+        session's ``INBOX_MAX_PICTURE_BYTES``)."""
         self.claims(token, SCOPE_WRITE, session=sid)
         return items.reply_inbox(self, sid, key, text=text, image_paths=image_paths, root=root)
 

@@ -51,6 +51,10 @@ def _never_revoked(jti: str) -> bool:
     return False
 
 
+def _always_current(claims: Claims) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Claims:
     """What a verified token says: its subject, scopes, times and id."""
@@ -61,6 +65,9 @@ class Claims:
     iat: int
     exp: int | None
     jti: str
+    # A member token's generation: the member's removals when it was issued (see
+    # bus.items.member_remove); 0 for every other token.
+    gen: int = 0
 
     @property
     def actor(self) -> str:
@@ -106,6 +113,7 @@ def issue(
     ttl_s: int | None = None,
     now: int | None = None,
     operator: str | None = None,
+    gen: int = 0,
 ) -> str:
     """Return a token for exactly one of ``session``, ``member`` or ``operator``.
 
@@ -113,6 +121,7 @@ def issue(
     pages) and no other token may.
 
     ``ttl_s`` (seconds) sets an expiry; without it the token lasts until revoked.
+    ``gen`` is a member token's generation (the member's removals so far).
     Raises :class:`BadInput` for an empty secret, an unknown scope or a bad subject.
     """
     _check_secret(secret)
@@ -150,8 +159,10 @@ def issue(
         raise BadInput(
             f"ttl_s must be a positive number of seconds, got {ttl_s!r}", code="token_ttl"
         )
+    if isinstance(gen, bool) or not isinstance(gen, int) or gen < 0:
+        raise BadInput(f"gen must be a count of 0 or more, got {gen!r}", code="token_gen")
     iat = int(time.time()) if now is None else int(now)
-    payload = {
+    payload: dict[str, Any] = {
         "k": kind,
         "sub": sub,
         "scp": sorted(scope_set),
@@ -159,6 +170,8 @@ def issue(
         "exp": None if ttl_s is None else iat + ttl_s,
         "jti": secrets.token_urlsafe(16),
     }
+    if gen:
+        payload["g"] = gen
     payload_b64 = _b64encode(
         json.dumps(payload, separators=(",", ":"), sort_keys=True).encode("utf-8")
     )
@@ -184,8 +197,11 @@ def _claims_from(payload: Any) -> Claims:
         raise _malformed("bad expiry")
     if not isinstance(jti, str) or not jti:
         raise _malformed("bad token id")
+    gen = payload.get("g", 0)
+    if not isinstance(gen, int) or isinstance(gen, bool) or gen < 0:
+        raise _malformed("bad generation")
     assert isinstance(sub, str)  # checked by _valid_subject; narrows the type
-    return Claims(sub_kind=kind, sub=sub, scopes=frozenset(scp), iat=iat, exp=exp, jti=jti)
+    return Claims(sub_kind=kind, sub=sub, scopes=frozenset(scp), iat=iat, exp=exp, jti=jti, gen=gen)
 
 
 def verify(
@@ -194,11 +210,13 @@ def verify(
     *,
     now: int | None = None,
     is_revoked: Callable[[str], bool] = _never_revoked,
+    is_current: Callable[[Claims], bool] = _always_current,
 ) -> Claims:
     """Check ``token``'s signature, expiry and revocation and return its claims.
 
-    Raises :class:`Unauthorized` with code ``token_malformed``, ``token_bad_signature``,
-    ``token_expired`` or ``token_revoked``.
+    ``is_current`` says whether the claims' subject still stands behind them (a member
+    token of an older generation does not). Raises :class:`Unauthorized` with code
+    ``token_malformed``, ``token_bad_signature``, ``token_expired`` or ``token_revoked``.
     """
     _check_secret(secret)
     if not isinstance(token, str) or not token:
@@ -225,6 +243,11 @@ def verify(
         raise Unauthorized("token has expired", code="token_expired", exp=claims.exp)
     if is_revoked(claims.jti):
         raise Unauthorized("token has been revoked", code="token_revoked")
+    if not is_current(claims):
+        raise Unauthorized(
+            f"token has been revoked: {claims.actor} was removed after it was issued",
+            code="token_revoked",
+        )
     return claims
 
 
@@ -255,6 +278,7 @@ class Authenticator:
 
     secret: str | None = None
     is_revoked: Callable[[str], bool] = field(default=_never_revoked)
+    is_current: Callable[[Claims], bool] = field(default=_always_current)
 
     def __post_init__(self) -> None:
         # Settings turn an empty INBOX_SECRET into None; an empty string reaching here is a
@@ -279,6 +303,12 @@ class Authenticator:
             return None
         if not token:
             raise Unauthorized("a token is required for this write", code="token_missing")
-        claims = verify(self.secret, token, is_revoked=self.is_revoked)
+        claims = self.verify(token)
         require(claims, scope, session=session)
         return claims
+
+    def verify(self, token: str) -> Claims:
+        """:func:`verify` under this authenticator's secret, revocations and generations."""
+        if self.secret is None:
+            raise BadInput("tokens need INBOX_SECRET on the server", code="no_secret")
+        return verify(self.secret, token, is_revoked=self.is_revoked, is_current=self.is_current)

@@ -351,6 +351,14 @@ class Floor:
                     out.append(obj)
         return out
 
+    def pending_count(self, sid: str) -> int:
+        """How many lines wait on the floor (the queue and every claim), not parsed."""
+        d = self.session_dir(sid)
+        if not d.is_dir():
+            return 0
+        paths = [*(d / n for n in self._draining_names(d)), d / MESSAGES]
+        return sum(len(self._read_lines(p)) for p in paths)
+
     def pending_ids(self, sid: str) -> set[str]:
         """Ids of the lines still on the floor (the queue and every claim), not the log."""
         return {str(obj["id"]) for obj in self.peek(sid) if "id" in obj}

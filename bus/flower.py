@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from .errors import BadInput
+from .procs import die_with_parent
 from .settings import Settings
 
 AUTH_FILE = "flower.auth"
@@ -96,11 +98,21 @@ def run_flower(
     port: int = 5555,
     basic_auth: str | None = None,
 ) -> int:
-    """Run Flower in a child process until it exits; returns its exit code."""
+    """Run Flower in a child process until it exits; returns its exit code.
+
+    Stopping this process stops the child: SIGTERM and Ctrl-C are passed on (then a kill
+    after 10 s), and on Linux the child gets SIGTERM if this process dies outright."""
     auth = resolve_auth(settings, basic_auth)
     proc = subprocess.Popen(
-        flower_argv(settings, address, port), env=flower_env(settings, auth=auth)
+        flower_argv(settings, address, port),
+        env=flower_env(settings, auth=auth),
+        preexec_fn=die_with_parent,  # only a prctl call: nothing imported or locked
     )
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         return proc.wait()
     except KeyboardInterrupt:
@@ -110,6 +122,8 @@ def run_flower(
         except subprocess.TimeoutExpired:
             proc.kill()
             return proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 __all__ = ["check_auth", "flower_argv", "flower_env", "resolve_auth", "run_flower"]

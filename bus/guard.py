@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +46,21 @@ class Rule:
     json_only: bool = True
     # A browser's cross-site request (Origin or Sec-Fetch-Site says so) is refused.
     same_origin: bool = True
+    # With authentication on, the bearer token is checked before the body is read: a
+    # caller without a valid one never gets its body read, let alone parsed.
+    token: bool = False
+
+
+# What the middleware asks of a token before a body is read: None when it is good, else
+# the refusal as (status, code, message).
+Authenticate = Callable[[str | None], Awaitable[tuple[int, str, str] | None]]
+
+# Requests served at once, and by one client address; beyond either the answer is 503
+# ``busy``, except for these paths (a health check must answer under load). Idle
+# connections hold no request slot (HeaderDeadlineH11 bounds them).
+MAX_IN_FLIGHT = 64
+MAX_IN_FLIGHT_PER_CLIENT = 16
+ALWAYS_SERVED = frozenset({"/health"})
 
 
 def rule_for(path: str, rules: tuple[Rule, ...]) -> Rule:
@@ -101,16 +118,40 @@ class GuardMiddleware:
         hosts: frozenset[str],
         rules: tuple[Rule, ...] = (),
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        authenticate: Authenticate | None = None,
     ) -> None:
         self.app = app
         self.hosts = hosts
         self.rules = rules
         self.read_timeout_s = read_timeout_s
+        self.authenticate = authenticate
+        self.in_flight = 0
+        self.per_client: dict[str, int] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        client = (scope.get("client") or ("?", 0))[0]
+        if scope.get("path") not in ALWAYS_SERVED and (
+            self.in_flight >= MAX_IN_FLIGHT
+            or self.per_client.get(client, 0) >= MAX_IN_FLIGHT_PER_CLIENT
+        ):
+            await _answer(send, 503, "busy", "too many requests at once; try again shortly")
+            return
+        self.in_flight += 1
+        self.per_client[client] = self.per_client.get(client, 0) + 1
+        try:
+            await self._guarded(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+            left = self.per_client[client] - 1
+            if left:
+                self.per_client[client] = left
+            else:
+                del self.per_client[client]
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not host_allowed(_header(scope, b"host"), self.hosts):
             host = _header(scope, b"host")
             await _answer(
@@ -127,6 +168,11 @@ class GuardMiddleware:
         if scope.get("method", "GET") not in _BODY_METHODS:
             await self.app(scope, receive, send)
             return
+        if rule.token and self.authenticate is not None:
+            why = await self.authenticate(bearer(scope))
+            if why is not None:  # answered without reading a byte of the body
+                await _answer(send, *why)
+                return
         chunks: list[bytes] = []
         size = 0
         more = True
@@ -175,6 +221,12 @@ class GuardMiddleware:
             return
 
 
+def bearer(scope: Scope) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, else None."""
+    scheme, _, token = (_header(scope, b"authorization") or "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
 async def _answer(send: Send, status: int, code: str, message: str) -> None:
     body = json.dumps({"ok": False, "error": code, "message": message}).encode()
     await send(
@@ -191,9 +243,33 @@ async def _answer(send: Send, status: int, code: str, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+# -- the access log: sign-in tokens never written down --------------------------------------
+
+_TOKEN_QUERY = re.compile(r"((?:^|[?&;])(?:token|access_token)=)[^&;\s\"]*", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with the values of ``token=`` query parameters replaced by ``***``."""
+    return _TOKEN_QUERY.sub(r"\1***", text) if "token=" in text.lower() else text
+
+
+class RedactTokens(logging.Filter):
+    """A logging filter: every string argument of a record (the access log's path with
+    its query) has its ``token=`` values redacted."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        return True
+
+
 # -- the connection: a request's headers must arrive in time ----------------------------------
 
 HEADER_TIMEOUT_S = 10.0
+# Open connections one client address may hold; more are closed as they are accepted.
+MAX_CONNECTIONS_PER_CLIENT = 256
 
 
 class HeaderDeadlineH11(H11Protocol):
@@ -206,9 +282,19 @@ class HeaderDeadlineH11(H11Protocol):
     """
 
     _deadline: asyncio.TimerHandle | None = None
+    _counted: str | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        # Per server (uvicorn's server state is one per server): address -> connections.
+        counts: dict[str, int] = self.server_state.__dict__.setdefault("per_client", {})
+        if counts.get(address, 0) >= MAX_CONNECTIONS_PER_CLIENT:
+            transport.close()
+            return
+        counts[address] = counts.get(address, 0) + 1
+        self._counted = address
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -223,6 +309,12 @@ class HeaderDeadlineH11(H11Protocol):
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
+        if self._counted is not None:
+            counts: dict[str, int] = self.server_state.__dict__["per_client"]
+            counts[self._counted] -= 1
+            if counts[self._counted] <= 0:
+                del counts[self._counted]
+            self._counted = None
         super().connection_lost(exc)
 
     def _arm(self) -> None:

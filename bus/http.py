@@ -16,6 +16,7 @@ unauthenticated and ``from`` is self-reported.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -42,9 +43,15 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
-from .guard import DEFAULT_READ_TIMEOUT_S, GuardMiddleware, HeaderDeadlineH11, Rule
+from .guard import (
+    DEFAULT_READ_TIMEOUT_S,
+    GuardMiddleware,
+    HeaderDeadlineH11,
+    RedactTokens,
+    Rule,
+)
 from .metrics import RedisCollector
-from .models import Message, Receipt, SendAnswer, parse_message
+from .models import Message, Receipt, SendAnswer
 from .trust import allowed_hosts, is_loopback
 from .web.app import mount_ui
 from .web.guard import MAX_FORM_BYTES
@@ -61,10 +68,12 @@ def _bearer(request: Request) -> str | None:
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5252
 
-# The gateway's own bounds (issue 9): a stalled keep-alive connection is closed after this
-# many seconds, and at most this many connections are served at once (503 beyond).
+# The gateway's own bounds: a stalled keep-alive connection is closed after this many
+# seconds, and uvicorn holds at most this many connections and tasks (503 beyond). Requests
+# in flight have their own, smaller bounds, overall and per client address, that idle
+# connections do not count against (bus.guard.MAX_IN_FLIGHT).
 KEEPALIVE_TIMEOUT_S = 5
-MAX_CONCURRENCY = 64
+MAX_CONCURRENCY = 1024
 
 _STATUS: list[tuple[type[BusError], int]] = [
     (RateLimited, 429),
@@ -205,14 +214,30 @@ def create_app(
     rules = (
         Rule("/ui/", max_body=MAX_FORM_BYTES, json_only=False, same_origin=False),
         # A batch holds up to MAX_BATCH messages of 8,000 characters: a larger bound.
-        Rule("/v1/send/batch", max_body=MAX_BATCH_BYTES),
+        Rule("/v1/send/batch", max_body=MAX_BATCH_BYTES, token=True),
+        Rule("/v1/send", token=True),
+        Rule("/send", token=True),
         *rules,
     )
+
+    async def authenticate(token: str | None) -> tuple[int, str, str] | None:
+        """The bearer token's refusal, checked before a body is read (secret set only)."""
+        if not token:
+            return 401, "token_missing", "a token is required for this write"
+        try:
+            await run_in_threadpool(bus.auth.verify, token)
+        except Unauthorized as err:
+            return 401, err.code, _one_line(str(err))
+        except (Unavailable, redis.RedisError) as err:
+            return 503, "unavailable", _one_line(f"Redis did not answer: {err}")
+        return None
+
     app.add_middleware(
         GuardMiddleware,
         hosts=allowed_hosts(bind, configured),
         rules=rules,
         read_timeout_s=read_timeout_s,
+        authenticate=authenticate if bus.auth.enabled else None,
     )
     registry = CollectorRegistry()
     registry.register(RedisCollector(bus))
@@ -233,13 +258,6 @@ def create_app(
         requests.labels(route=route, status=str(response.status_code)).inc()
         return response
 
-    def _limit_local(msg: Message) -> None:
-        # prox's door works without Redis; when Redis answers, its senders are bounded too.
-        try:
-            bus.limit_sender(msg.from_session or msg.from_)
-        except redis.RedisError:
-            pass
-
     @app.post(
         "/send",
         response_model=DeliverOk,
@@ -252,21 +270,16 @@ def create_app(
         raw = await request.body()
         try:
             data = _json_body(raw)
-            if bus.auth.enabled:
-                # With a secret, prox's door is authenticated too; the token names the sender.
-                data = await run_in_threadpool(bus.as_sender, data, _bearer(request))
-            else:
-                data["verified"] = False
-            msg = parse_message(data)
-            await run_in_threadpool(_limit_local, msg)
-            # Parsed before anything is written; a bad to_id never becomes a path.
-            via, _path = await run_in_threadpool(bus.floor.deliver, msg.to_id, msg.wire())
+            # Parsed and checked before anything is written; a bad to_id never becomes a path.
+            via, msg_id = await run_in_threadpool(
+                lambda: bus.send_local(data, token=_bearer(request))
+            )
         except Unauthorized as err:
             return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), 401)
         except Unavailable as err:  # the token's revocation check found no Redis
             return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), 503)
         except BusError as err:
-            status = 429 if isinstance(err, RateLimited) else 400
+            status = 400 if isinstance(err, BadInput) else _status_of(err)
             return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), status)
         except redis.RedisError as err:
             return JSONResponse(
@@ -276,7 +289,7 @@ def create_app(
             return JSONResponse(
                 DeliverError(error=_one_line(f"write failed: {err}")).model_dump(), 500
             )
-        return JSONResponse(DeliverOk(via=via, id=msg.id).model_dump())
+        return JSONResponse(DeliverOk(via=via, id=msg_id).model_dump())
 
     @app.post(
         "/v1/send",
@@ -382,19 +395,35 @@ def check_bind(bus: Bus, host: str) -> None:
         )
 
 
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging configuration with sign-in tokens redacted from every line
+    (``GET /ui/login?token=...`` is logged as ``token=***``)."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config.setdefault("filters", {})["redact_tokens"] = {"()": RedactTokens}
+    for name in ("uvicorn.access", "uvicorn.error"):
+        config["loggers"].setdefault(name, {})["filters"] = ["redact_tokens"]
+    return config
+
+
+def serve_options(bus: Bus, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> dict[str, Any]:
+    """What :func:`serve` runs uvicorn with (besides the app)."""
+    del bus
+    return {
+        "host": host,
+        "port": port,
+        "log_level": "info",
+        "log_config": log_config(),
+        "timeout_keep_alive": KEEPALIVE_TIMEOUT_S,
+        "limit_concurrency": MAX_CONCURRENCY,
+        "h11_max_incomplete_event_size": 16 * 1024,
+        "http": HeaderDeadlineH11,  # headers in time; connections bounded per address
+    }
+
+
 def serve(bus: Bus, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
     """Run the gateway with uvicorn until interrupted (loopback unless ``host`` says otherwise)."""
     check_bind(bus, host)
-    uvicorn.run(
-        create_app(bus, bind=host),
-        host=host,
-        port=port,
-        log_level="info",
-        timeout_keep_alive=KEEPALIVE_TIMEOUT_S,
-        limit_concurrency=MAX_CONCURRENCY,
-        h11_max_incomplete_event_size=16 * 1024,
-        http=HeaderDeadlineH11,  # a request's headers must arrive in time
-    )
+    uvicorn.run(create_app(bus, bind=host), **serve_options(bus, host, port))
 
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "check_bind", "create_app", "serve"]

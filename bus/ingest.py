@@ -53,7 +53,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from . import kept, rcptindex
+from . import idowner, kept, rcptindex
 from .auth import SCOPE_WRITE, Claims
 from .conversation import _list as json_list
 from .dispatch import deliver_many
@@ -84,13 +84,7 @@ def _sender_data(
         if to not in handles:
             handles[to] = bus.resolve(to).session
         data["to_id"] = handles[to]
-    if claims is None:
-        if bus.settings.session and not data.get("from_session"):
-            data["from_session"] = bus.settings.session
-        data["verified"] = False
-    else:
-        data = bus._as_token_subject(data, claims)
-    return data
+    return bus.settle_sender(data, claims)
 
 
 def party_refusal(msg: Message, parties: list[str], exists: bool) -> Refused | None:
@@ -120,15 +114,34 @@ def _check_parties(bus: Sender, checked: list[Message | BusError]) -> None:
                 checked[i] = refusal
 
 
+def _check_ids(bus: Sender, checked: list[Message | BusError], given: list[bool]) -> None:
+    """Replace each message whose caller-given id is another sender's by ``id_taken``
+    (:mod:`bus.idowner`); every given id looked up in one round trip."""
+    ids = [c.id for c, g in zip(checked, given, strict=True) if g and isinstance(c, Message)]
+    if not ids:
+        return
+    found = idowner.owners(bus.store, ids)
+    if not found:
+        return
+    for i, c in enumerate(checked):
+        if given[i] and isinstance(c, Message):
+            refusal = idowner.id_refusal(c, found.get(c.id))
+            if refusal is not None:
+                checked[i] = refusal
+
+
 def _check(bus: Sender, items: Sequence[Any], claims: Claims | None) -> list[Message | BusError]:
     handles: dict[str, str] = {}
     out: list[Message | BusError] = []
+    given: list[bool] = []
     for item in items:
+        given.append(isinstance(item, Message) or (isinstance(item, dict) and "id" in item))
         try:
             out.append(parse_message(_sender_data(bus, item, claims, handles)))
         except BusError as exc:
             out.append(exc)
     _check_parties(bus, out)
+    _check_ids(bus, out, given)
     return out
 
 

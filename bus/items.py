@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import BadInput, NotFound, Refused
+from .errors import BadInput, NotFound, RateLimited, Refused
 from .keys import check_item_key
 from .models import MAX_TEXT, SessionInfo, check_session_id, now_ms, parse_message
 from .pictures import Picture, read_pictures, safe_name, store_picture
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 ACTIVE, REMOVED = "active", "removed"
 OPEN, SETTLED = "open", "settled"
 FORMER_MEMBER = "a former member"
+# Workspace names no member may have: ``operator:<name>`` is the web operator's handle.
+RESERVED_WORKSPACES = frozenset({"operator"})
 YOU = "you"
 MAX_TITLE = 200
 MAX_TOPIC = 200
@@ -96,21 +98,36 @@ def member_status(b: HasStore, workspace: str, name: str) -> str | None:
 
 
 def member_add(b: Poster, workspace: str, name: str) -> dict[str, Any]:
+    """Add (or re-add) a member. A reserved workspace name, or a member whose handle
+    ``workspace:name`` a live session already holds, is refused: two senders never
+    share one name."""
     check_session_id(name, "member name")
-    b.store.set_member(check_session_id(workspace, "workspace"), name, ACTIVE)
+    check_session_id(workspace, "workspace")
+    if workspace in RESERVED_WORKSPACES:
+        raise BadInput(f"workspace {workspace!r} is reserved", code="reserved_name")
+    handle = f"{workspace}:{name}"
+    if any(s.state != "closed" for s in b.store.sessions_by_handle(handle)):
+        raise Refused(
+            f"the handle {handle!r} is held by a session; close it before adding the member",
+            code="handle_taken",
+        )
+    b.store.set_member(workspace, name, ACTIVE)
     return {"ok": True, "workspace": workspace, "member": name, "status": ACTIVE}
 
 
 def member_remove(b: Poster, workspace: str, name: str) -> dict[str, Any]:
-    """The account is gone: a tombstone stays so past messages read "a former member"."""
+    """The account is gone: a tombstone stays so past messages read "a former member",
+    and every token issued to the member so far is dead for good (its generation moves
+    on: re-adding the member does not revive them)."""
     if member_status(b, workspace, name) is None:
         raise NotFound(f"{name!r} is not a member of {workspace!r}", code="unknown_member")
     b.store.set_member(workspace, name, REMOVED)
+    b.store.bump_member_generation(workspace, name)
     return {"ok": True, "workspace": workspace, "member": name, "status": REMOVED}
 
 
 def is_member(b: HasStore, workspace: str, name: str) -> bool:
-    return member_status(b, workspace, name) == ACTIVE
+    return workspace not in RESERVED_WORKSPACES and member_status(b, workspace, name) == ACTIVE
 
 
 def from_member(
@@ -173,11 +190,25 @@ def _update(
 
 def _keep(b: Poster, sid: str, key: str, pictures: list[Picture]) -> list[str]:
     target = files_dir(b, sid, key)
-    if pictures:
+    if not pictures:
+        return []
+    size = sum(p.size for p in pictures)
+    cap = b.settings.max_picture_bytes
+    if not b.store.take_picture_bytes(sid, size, cap):
+        raise RateLimited(
+            f"session {sid}'s items keep {cap} bytes of pictures at most; these {size} "
+            "bytes would pass it, nothing was stored",
+            code="picture_quota",
+            session=sid,
+        )
+    try:
         # items/, items/<sid>/, items/<sid>/<key>/ and files/ are all 0700.
         for d in (target.parent.parent.parent, target.parent.parent, target.parent):
             private_dirs(d)
-    return [store_picture(target, pic).name for pic in pictures]
+        return [store_picture(target, pic).name for pic in pictures]
+    except BaseException:
+        b.store.give_picture_bytes(sid, size)
+        raise
 
 
 def _pictures(image_paths: Sequence[str | os.PathLike[str]], root: Path | str | None) -> list[Any]:

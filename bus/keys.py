@@ -265,3 +265,9 @@ class Keys:
         """A workspace's members: hash name → active|removed."""
         check_session_id(workspace, "workspace")
         return f"{self.prefix}:{{ws:{workspace}}}:members"
+
+    def member_gens(self, workspace: str) -> str:
+        """A workspace's member token generations: hash name → count of removals (a
+        member token issued under an older generation is refused)."""
+        check_session_id(workspace, "workspace")
+        return f"{self.prefix}:{{ws:{workspace}}}:gens"

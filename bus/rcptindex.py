@@ -73,3 +73,27 @@ def lookup(r: Any, k: Keys, msg_id: str, now_ms: int) -> str | None:
         if found:
             return str(found)
     return None
+
+
+def lookup_many(r: Any, k: Keys, msg_ids: Iterable[str], now_ms: int) -> dict[str, str]:
+    """The session each of ``msg_ids`` was appended to, for those indexed within the
+    retention: one pipeline of one HMGET per bucket and day the ids fall in (at most
+    :data:`BUCKETS` times the days kept, however many ids), newest day first."""
+    by_bucket: dict[int, list[str]] = {}
+    for msg_id in dict.fromkeys(msg_ids):
+        by_bucket.setdefault(bucket_of(msg_id), []).append(msg_id)
+    if not by_bucket:
+        return {}
+    day = day_of(now_ms)
+    pipe = r.pipeline(transaction=False)
+    asked: list[list[str]] = []
+    for back in range(KEEP_DAYS + 1):
+        for b, ids in by_bucket.items():
+            pipe.hmget(k.rcpt_bucket(day - back, b), ids)
+            asked.append(ids)
+    found: dict[str, str] = {}
+    for ids, values in zip(asked, pipe.execute(), strict=True):
+        for msg_id, sid in zip(ids, values, strict=True):
+            if sid and msg_id not in found:
+                found[msg_id] = str(sid)
+    return found

@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING, Any
 from .clock import SYSTEM, Clock
 from .errors import Ambiguous, BadInput, NotFound, Refused
 from .models import SessionInfo, check_session_id
-from .trust import handle_problem
+from .trust import handle_problem, reserved_handle
+
+# A holder's handle is free once its harness is silent this long at the least, whatever
+# INBOX_STALE_S the taker's environment says (a longer setting still counts).
+MIN_HANDLE_STALE_S = 3600.0
 
 if TYPE_CHECKING:
     from .floor import Floor
@@ -59,8 +63,13 @@ class Sessions:
         workspace: str | None = None,
         starter: str | None = None,
         agent_inbox: bool | None = None,
+        may_move: bool = False,
     ) -> dict[str, Any]:
-        """Register a session (or re-register it after a harness restart)."""
+        """Register a session (or re-register it after a harness restart).
+
+        A session's workspace is fixed once set: re-registering without one keeps it,
+        naming another is refused ``workspace_fixed`` unless ``may_move`` (an operator's
+        call)."""
         host = check_host(host or self.settings.host)
         handle = handle or f"{host}:{sid}"
         if ":" not in handle or any(c.isspace() for c in handle):
@@ -68,8 +77,18 @@ class Sessions:
         problem = handle_problem(handle)
         if problem:
             raise BadInput(f"handle {handle!r}: {problem}", code="handle_confusable")
+        self.check_handle_reserved(handle)
         self.check_handle_free(sid, handle)
         prior = self.store.get_session(sid)
+        if prior is not None and prior.workspace:
+            if workspace is None:
+                workspace, starter = prior.workspace, starter or prior.starter
+            elif workspace != prior.workspace and not may_move:
+                raise Refused(
+                    f"session {sid} belongs to workspace {prior.workspace!r}; moving it to "
+                    f"{workspace!r} needs an operator token",
+                    code="workspace_fixed",
+                )
         now = self.clock.now_ms()
         info = SessionInfo(
             session=sid,
@@ -94,18 +113,37 @@ class Sessions:
             self.floor.prepare(sid)  # its directory and an empty queue file for its notices
         return {"ok": True, "session": info.model_dump(exclude_none=True)}
 
+    def check_handle_reserved(self, handle: str) -> None:
+        """``operator:<name>`` is the web operator's, and ``<workspace>:<name>`` a
+        member's (active or former): no session takes them (``reserved_handle``)."""
+        why = reserved_handle(handle)
+        if why is None:
+            first, _, name = handle.partition(":")
+            try:
+                check_session_id(first, "workspace")
+                check_session_id(name, "member name")
+            except BadInput:
+                return  # no workspace or member is named so
+            if self.store.member_status(first, name) is not None:
+                why = f"it is the name of member {first}/{name}"
+        if why is not None:
+            raise BadInput(f"handle {handle!r} is reserved: {why}", code="reserved_handle")
+
     def check_handle_free(self, sid: str, handle: str) -> None:
         """A handle belongs to one open session: another open, fresh holder refuses it.
 
         A holder is stale when its harness has not been seen (open, turn, drain) for
-        ``INBOX_STALE_S``; a closed or stale holder's handle may be taken.
+        ``INBOX_STALE_S``, and never sooner than :data:`MIN_HANDLE_STALE_S` (the taker's
+        environment cannot shorten it); a holder listening on its socket on this host is
+        live. A closed or stale holder's handle may be taken.
         """
         now = self.clock.now_ms()
+        stale_ms = max(self.settings.stale_s, MIN_HANDLE_STALE_S) * 1000
         for other in self.store.sessions_by_handle(handle):
             if other.session == sid or other.state == "closed":
                 continue
             last = self.store.last_seen(other.session) or other.updated_at
-            if now - last <= self.settings.stale_s * 1000:
+            if now - last <= stale_ms or self.router.floor_listening(other):
                 raise Refused(
                     f"handle {handle!r} is held by open session {other.session}",
                     code="handle_taken",

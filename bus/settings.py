@@ -74,6 +74,9 @@ class Settings:
     send_rate: float = 50.0
     send_burst: float = 500.0
     max_unread: int = 10000
+    # The bytes of pictures one session's items may keep in all (its agent's replies and
+    # its members' writes together); past it a write with pictures is refused.
+    max_picture_bytes: int = 512 * 1024 * 1024
     # How a delivery is kicked (issue 13): ``celery`` (a task on the host's queue) or
     # ``list`` (the host's kick list, popped by a loop in each worker process; bus.kick).
     kick: str = "list"
@@ -107,6 +110,7 @@ class Settings:
             send_rate=_float(env, "INBOX_SEND_RATE", 50.0),
             send_burst=_float(env, "INBOX_SEND_BURST", 500.0),
             max_unread=int(_float(env, "INBOX_MAX_UNREAD", 10000)),
+            max_picture_bytes=int(_float(env, "INBOX_MAX_PICTURE_BYTES", 512 * 1024 * 1024)),
             kick="celery" if (env.get("INBOX_KICK") or "").strip().lower() == "celery" else "list",
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
@@ -129,6 +133,7 @@ class Settings:
             "INBOX_SEND_RATE": str(self.send_rate),
             "INBOX_SEND_BURST": str(self.send_burst),
             "INBOX_MAX_UNREAD": str(self.max_unread),
+            "INBOX_MAX_PICTURE_BYTES": str(self.max_picture_bytes),
             "INBOX_KICK": self.kick,
         }
         if self.redis_cluster:

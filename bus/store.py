@@ -343,6 +343,10 @@ class Store(
         """The session ``msg_id`` was appended to (kept 7 days); ``None`` if unknown."""
         return rcptindex.lookup(self.r, self.k, msg_id, now_ms())
 
+    def recipients_of(self, msg_ids: list[str]) -> dict[str, str]:
+        """The session each of ``msg_ids`` was appended to, those found (one round trip)."""
+        return rcptindex.lookup_many(self.r, self.k, msg_ids, now_ms())
+
     def mark_pending(self, sid: str) -> bool:
         """Set the dispatch flag; True when the caller should dispatch a delivery."""
         return bool(self.r.set(self.k.s(sid, "pending"), "1", nx=True, px=self.lock_ttl_ms))

@@ -385,6 +385,27 @@ class InboxStore(StorePart):
         """Record member ``name``'s status in ``workspace``."""
         self.r.hset(self.k.members(workspace), name, status)
 
+    def take_picture_bytes(self, sid: str, size: int, cap: int) -> bool:
+        """Count ``size`` more bytes of pictures kept for ``sid``'s items, unless that
+        would pass ``cap`` (then nothing is counted and the answer is False)."""
+        key = self.k.s(sid, "picture_bytes")
+        if int(self.r.incrby(key, size)) <= cap:
+            return True
+        self.r.decrby(key, size)
+        return False
+
+    def give_picture_bytes(self, sid: str, size: int) -> None:
+        """Uncount bytes :meth:`take_picture_bytes` counted for a write that failed."""
+        self.r.decrby(self.k.s(sid, "picture_bytes"), size)
+
+    def member_generation(self, workspace: str, name: str) -> int:
+        """How many times ``name`` was removed from ``workspace`` (0: never)."""
+        return int(self.r.hget(self.k.member_gens(workspace), name) or 0)
+
+    def bump_member_generation(self, workspace: str, name: str) -> int:
+        """Move ``name``'s token generation on: tokens issued before are dead."""
+        return int(self.r.hincrby(self.k.member_gens(workspace), name, 1))
+
     def members(self, workspace: str) -> dict[str, str]:
         """Every member of ``workspace`` with its status."""
         return dict(self.r.hgetall(self.k.members(workspace)))

@@ -45,20 +45,46 @@ def scripts_of(text: str) -> set[str]:
     return {s for s in (_script(ch) for ch in text) if s}
 
 
+# Characters that print as nothing (or as a space) but are letters or symbols to Unicode,
+# so the category checks below would let them through: the Braille blank, Hangul and
+# half-width fillers, Khmer inherent vowels, the Mongolian vowel separator.
+_INVISIBLE = frozenset("\u2800\u3164\u115f\u1160\uffa0\u17b4\u17b5\u180e")
+
+# First parts of a handle no session may take: the web operator writes as operator:<name>.
+RESERVED_HANDLE_PARTS = frozenset({"operator"})
+
+
 def handle_problem(handle: str) -> str | None:
     """Why ``handle`` may not be registered, or None.
 
-    Refused: control or format characters (invisible in a stamp), and letters from more
-    than one script in one part (``hа:alice`` with a Cyrillic ``а`` looks like ``ha:alice``).
+    Refused: control, format, space-like or invisible characters (invisible in a stamp);
+    characters that compatibility normalisation (NFKC) changes, so full-width letters,
+    mathematical alphabets, ligatures and superscripts never pass for the plain letters
+    they look like; and letters from more than one script in one part (``hа:alice``
+    with a Cyrillic ``а`` looks like ``ha:alice``).
     """
     if any(
-        unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") or is_format_char(ch) for ch in handle
+        unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Zs")
+        or is_format_char(ch)
+        or ch in _INVISIBLE
+        for ch in handle
     ):
-        return "contains control or format characters"
+        return "contains control, format, space or invisible characters"
+    if not handle.isascii() and unicodedata.normalize("NFKC", handle) != handle:
+        return "contains look-alike characters (not in NFKC form)"
     for part in handle.split(":"):
         found = scripts_of(part)
         if len(found) > 1:
             return f"mixes scripts ({', '.join(sorted(found))}) in {part!r}"
+    return None
+
+
+def reserved_handle(handle: str) -> str | None:
+    """Why ``handle`` is reserved for someone other than a session, or None (the pure
+    part: a member's own ``workspace:name`` is checked against the store)."""
+    first = handle.partition(":")[0]
+    if first.lower() in RESERVED_HANDLE_PARTS:
+        return f"{first}:<name> is the web operator's"
     return None
 
 

@@ -431,6 +431,7 @@ def test_12_prox_door_is_bounded_too(
     make_bus: Callable[..., Bus], serve: Callable[..., Server]
 ) -> None:
     b = make_bus(send_rate=0.001, send_burst=2)
+    b.open_session("s1")
     gw = serve(b).client
     codes = [
         gw.post("/send", json={"from": "h:flood", "to_id": "s1", "text": f"m{i}"}).status_code

@@ -63,6 +63,7 @@ def gateway() -> Iterator[Callable[[Bus], Gateway]]:
 
 @pytest.fixture
 def gw(bus: Bus, gateway: Callable[[Bus], Gateway]) -> httpx.Client:
+    bus.open_session("s1")  # prox's door delivers to sessions this host knows
     return gateway(bus).client
 
 
@@ -102,7 +103,7 @@ def test_send_reaches_a_listening_socket(bus: Bus, gw: httpx.Client) -> None:
         r = gw.post("/send", json=wire(text="now"))
     assert r.json()["via"] == "socket"
     assert [g["text"] for g in got] == ["now"]
-    assert not (Path(bus.settings.home) / "inbox" / "s1" / "messages.jsonl").exists()
+    assert floor_lines(bus, "s1") == []  # nothing on the file
 
 
 @pytest.mark.parametrize(
@@ -127,7 +128,7 @@ def test_send_refuses_bad_input_and_writes_nothing(
     assert answer["ok"] is False and needle in answer["error"]
     assert "\n" not in answer["error"]
     inbox = Path(bus.settings.home) / "inbox"
-    assert not inbox.exists() or list(inbox.iterdir()) == []
+    assert [p.name for p in inbox.iterdir()] == ["s1"] and not bus.floor.peek("s1")
 
 
 def test_v1_send_stores_in_redis(bus: Bus, gw: httpx.Client) -> None:
@@ -162,6 +163,7 @@ def test_health_and_local_send_with_redis_down(
 ) -> None:
     dead = make_bus(redis_url="redis://127.0.0.1:1/0")
     client = gateway(dead).client
+    dead.floor.prepare("s1")  # opened on this host: its floor folder is there
     r = client.get("/health")
     assert r.status_code == 200
     assert r.json() == {"ok": True, "redis": False, "host": "hosta"}
@@ -250,6 +252,7 @@ def test_prox_send_needs_a_token_once_a_secret_is_configured(
     refused = client.post("/send", json=wire())
     assert refused.status_code == 401 and refused.json()["ok"] is False
     assert not (Path(b.settings.home) / "inbox" / "s1").exists()
+    b.open_session("s1")
     token = issue(secret, session="alice", scopes=[SCOPE_WRITE])
     ok = client.post(
         "/send", json=wire(**{"from": "neo:alice"}), headers={"Authorization": f"Bearer {token}"}

@@ -34,7 +34,15 @@ from ..keys import check_item_key
 from ..models import check_session_id, parse_message
 from ..pictures import MAX_PICTURE_BYTES, MAX_PICTURES, safe_name, sniff
 from ..watch import top_rows
-from .guard import COOKIE, CSRF_FIELD, Gate, TooLarge, security_headers
+from .guard import (
+    COOKIE,
+    CSRF_FIELD,
+    LOGIN_COOKIE,
+    LOGIN_COOKIE_TTL_S,
+    Gate,
+    TooLarge,
+    security_headers,
+)
 from .permission import Need, Viewer, check
 
 if TYPE_CHECKING:
@@ -158,20 +166,9 @@ def create_ui(bus: Bus) -> FastAPI:
 
     # -- signing in and out -----------------------------------------------------------
 
-    @ui.get("/login")
-    async def login(request: Request, token: str = "") -> Response:
-        """Swap a sign-in token for the session cookie, then leave the address bar.
-
-        The way on to ``/ui/`` is the page's own refresh, not a 303: a link opened from
-        a chat or a mail page is a cross-site navigation, and a browser withholds a
-        SameSite=Strict cookie from every redirect of that chain, but sends it on a
-        navigation this page starts.
-        """
-        if not bus.settings.secret and not token:
-            return back(f"{PREFIX}/")
-        viewer = await run_in_threadpool(gate.viewer_for, token)  # refuses a bad token
+    def signed_in(request: Request, viewer: Viewer, token: str) -> Response:
         response = page(request, "signing_in.html", viewer)
-        # The address still holds the token: it goes nowhere else, not even as a Referer.
+        # The address may still hold the token: it goes nowhere else, not even as a Referer.
         response.headers["Referrer-Policy"] = "no-referrer"
         response.set_cookie(
             COOKIE,
@@ -181,7 +178,56 @@ def create_ui(bus: Bus) -> FastAPI:
             secure=request.url.scheme == "https",
             path=PREFIX,
         )
+        response.delete_cookie(LOGIN_COOKIE, path=PREFIX)
         return response
+
+    @ui.get("/login")
+    async def login(request: Request, token: str = "") -> Response:
+        """Sign in with a link's token: at once when the visitor opened the link
+        themselves (``Sec-Fetch-Site: none``, or from this site), else after they confirm
+        on a same-origin form, so a cross-site page cannot sign a visitor in as someone
+        else (login CSRF).
+
+        The way on to ``/ui/`` is the page's own refresh, not a 303: a link opened from
+        a chat or a mail page is a cross-site navigation, and a browser withholds a
+        SameSite=Strict cookie from every redirect of that chain, but sends it on a
+        navigation this page starts.
+        """
+        if not bus.settings.secret and not token:
+            return back(f"{PREFIX}/")
+        viewer = await run_in_threadpool(gate.viewer_for, token)  # refuses a bad token
+        if request.headers.get("sec-fetch-site") in ("none", "same-origin"):
+            return signed_in(request, viewer, token)
+        nonce = secrets.token_urlsafe(24)
+        response = page(
+            request,
+            "confirm_login.html",
+            None,
+            signing_in=viewer,
+            login_token=token,
+            login_csrf=gate.login_csrf(nonce),
+        )
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.set_cookie(
+            LOGIN_COOKIE,
+            nonce,
+            max_age=LOGIN_COOKIE_TTL_S,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path=PREFIX,
+        )
+        return response
+
+    @ui.post("/login")
+    async def login_confirmed(request: Request) -> Response:
+        """The confirmation form: same origin, the pre-sign-in cookie's token, a good
+        sign-in token; then the cookie is set."""
+        form = await gate.form(request)
+        gate.check_login_post(request, form)
+        token = _field(form, "token")
+        viewer = await run_in_threadpool(gate.viewer_for, token)
+        return signed_in(request, viewer, token)
 
     @ui.post("/logout")
     async def logout(request: Request) -> Response:

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from ..api import Bus
 
 COOKIE = "inbox_ui"
+# The pre-sign-in cookie: a random value the sign-in confirmation form must echo (as an
+# HMAC of it), so a cross-site page can neither post the form nor read its value.
+LOGIN_COOKIE = "inbox_login"
+LOGIN_COOKIE_TTL_S = 600
 CSRF_FIELD = "csrf"
 # Every picture at its bound plus room for the words and the multipart framing.
 MAX_FORM_BYTES = MAX_PICTURES * MAX_PICTURE_BYTES + 256 * 1024
@@ -71,10 +75,9 @@ class Gate:
 
     def viewer_for(self, token: str) -> Viewer:
         """The viewer a sign-in token names; raises ``Unauthorized`` for a bad one."""
-        secret = self.bus.settings.secret
-        if not secret:
+        if not self.bus.settings.secret:
             raise BadInput("sign-in tokens need INBOX_SECRET on the server", code="no_secret")
-        claims = auth.verify(secret, token, is_revoked=self.bus.is_revoked)
+        claims = self.bus.auth.verify(token)
         if claims.sub_kind == "member" and auth.SCOPE_READ in claims.scopes:
             workspace, _, name = claims.sub.partition("/")
             return Viewer("member", name, workspace, token=token, jti=claims.jti)
@@ -94,6 +97,22 @@ class Gate:
             return ""
         bound = viewer.jti or f"local:{viewer.name}"
         return hmac.new(self._csrf_key, bound.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def login_csrf(self, nonce: str) -> str:
+        """The sign-in form's token for the pre-sign-in cookie's ``nonce``."""
+        return hmac.new(self._csrf_key, f"login:{nonce}".encode(), hashlib.sha256).hexdigest()
+
+    def check_login_post(self, request: Request, form: FormData) -> None:
+        """Refuse a sign-in post from another site, or without the pre-sign-in cookie
+        (SameSite=Strict: never sent on a cross-site post) and its form token."""
+        if not self.same_origin(request):
+            raise Refused("the form was posted from another site", code="cross_origin")
+        nonce = request.cookies.get(LOGIN_COOKIE) or ""
+        sent = form.get(CSRF_FIELD)
+        if not nonce or not isinstance(sent, str) or not sent:
+            raise Refused("the sign-in form carries no valid CSRF token", code="csrf")
+        if not hmac.compare_digest(sent.encode(), self.login_csrf(nonce).encode()):
+            raise Refused("the sign-in form carries no valid CSRF token", code="csrf")
 
     def check_post(self, request: Request, viewer: Viewer | None, form: FormData) -> None:
         """Refuse a form post from another origin or without this viewer's CSRF token."""

@@ -404,7 +404,7 @@ def print_or_install(
 ) -> int:
     """Print the hooks settings; with ``path``, install them into that settings file
     (replacing this tool's earlier entries), or with ``uninstall`` remove exactly those.
-    ``harness``: ``claude`` (a settings.json) or ``codex`` (a hooks.json).
+    ``harness``: ``claude`` (a settings.json).
 
     A Redis URL with a password is kept out of the file (bus.hooks_env): installing
     writes it to ``$INBOX_HOME/hooks.env.json`` (0600) instead. Asks before writing
@@ -413,12 +413,9 @@ def print_or_install(
     """
     source = dict(os.environ) if env is None else env
     shown, kept = hooks_env.split_env(source)
-    if harness == "codex":
-        from .hooks_codex import codex_hooks
-
-        hooks, events = codex_hooks(inbox_cmd or inbox_program(), shown), list(codex_hooks_events())
-    else:
-        hooks, events = claude_settings(inbox_cmd or inbox_program(), shown), list(EVENTS)
+    if harness != "claude":
+        raise BadInput(f"no ready-made hooks for {harness!r}; there are: claude")
+    hooks, events = claude_settings(inbox_cmd or inbox_program(), shown), list(EVENTS)
     if path is None:
         if uninstall:
             raise BadInput("--uninstall needs the settings file: --uninstall PATH")
@@ -459,12 +456,6 @@ def print_or_install(
     done = "removed the inbox hooks from" if uninstall else "wrote the inbox hooks into"
     sys.stdout.write(f"{done} {path}\n")
     return 0
-
-
-def codex_hooks_events() -> tuple[str, ...]:
-    from .hooks_codex import CODEX_EVENTS
-
-    return CODEX_EVENTS
 
 
 def _ask(question: str) -> bool:

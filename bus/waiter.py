@@ -57,8 +57,25 @@ SUPERSEDE_S = 3.0
 _READ_S = 1.0  # the bus's sender waits 1 s for the ack
 
 
+LOG = "waiter.log"
+_LOG_MAX = 64 * 1024
+
+
 def _warn(message: str) -> None:
     sys.stderr.write(f"inbox wait: {message}\n")
+
+
+def note(session_dir: Path, message: str) -> None:
+    """One line in the session's ``waiter.log`` (what a person reads when no wake came)."""
+    path = session_dir / LOG
+    try:
+        if path.exists() and path.stat().st_size > _LOG_MAX:
+            path.write_text("")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} {message}\n")
+    except OSError:
+        pass
 
 
 def _holder(lock_fd: int) -> bool:
@@ -195,12 +212,13 @@ class Waiter:
         self.parent_pid = parent_pid
         self.out = out if out is not None else sys.stderr
         self.dir = bus.floor.session_dir(sid, create=True)
+        self.why = "not started"
 
     def run(self) -> int:
         """2 with the notice written to ``out``; 0 when it ends without one."""
         lock = _take_lock(self.dir)
         if lock is None:
-            _warn("the session's earlier waiter did not stop; not waiting")
+            note(self.dir, "the earlier waiter did not stop; not waiting")
             return 0
         (self.dir / PID).write_text(f"{os.getpid()}\n")
         sig_r, sig_w = os.pipe()
@@ -213,9 +231,13 @@ class Waiter:
         server = _bind(path)
         pidfd = _pidfd(self.parent_pid)
         inode = os.stat(path).st_ino if server is not None else None
+        note(self.dir, "listening" if server is not None else "not listening")
+        code = 0
         try:
-            return 0 if server is None else self._wait(server, sig_r, pidfd)
+            code = 0 if server is None else self._wait(server, sig_r, pidfd)
+            return code
         finally:
+            note(self.dir, f"exit {code}: {self.why}")
             if server is not None:
                 server.close()
                 with contextlib.suppress(OSError):
@@ -238,10 +260,15 @@ class Waiter:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
+                self.why = "bound reached"
                 return 0
             ready, _, _ = select.select(watched, [], [], left)
-            if sig_r in ready or (pidfd is not None and pidfd in ready):
-                return 0  # superseded, turn started, session ended, or Claude Code gone
+            if sig_r in ready:
+                self.why = "stopped (a newer waiter, a turn start, the session's end)"
+                return 0
+            if pidfd is not None and pidfd in ready:
+                self.why = "the harness exited"
+                return 0
             if server not in ready:
                 continue
             try:
@@ -251,6 +278,7 @@ class Waiter:
             with conn:
                 text = self._take(conn)
             if text:
+                self.why = "handed a notice over"
                 return 2
 
     def _take(self, conn: socket.socket) -> str | None:

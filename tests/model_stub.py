@@ -152,6 +152,7 @@ class ModelStub:
                 kind, arg = stub.plan_responses(body)
                 n = next(_ids)
                 rid = f"resp_{n}"
+                item: dict[str, Any]
                 if kind == "tool":
                     item = {
                         "type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}",

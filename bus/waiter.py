@@ -329,6 +329,10 @@ def wait_entry(sid: str, bus: Bus, env: dict[str, str] | None = None) -> int:
     env = dict(os.environ) if env is None else env
     if not claude_supports_rewake(env.get("AI_AGENT")):
         return 0
+    if (env.get("CLAUDE_CODE_ENTRYPOINT") or "").startswith("sdk"):
+        # Headless (``claude -p``, the SDKs): the process ends with its turn, and it
+        # waits for background hooks before it does, so a waiter would only hold it.
+        return 0
     try:
         parent = int(env.get("CLAUDE_PID") or os.getppid())
     except ValueError:

@@ -610,10 +610,9 @@ class Bus:
 
 
 def _redact(url: str) -> str:
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
+    from .hooks_env import redact
+
+    return redact(url)
 
 
 def connect(

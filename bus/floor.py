@@ -227,6 +227,11 @@ class Floor:
             return "socket", sock
         return "file", self._append_bytes(sid, data)
 
+    def offer(self, sid: str, obj: dict[str, Any], *, ack_timeout: float = 1.0) -> bool:
+        """Hand ``obj`` to the session's socket listener only (never the file): True when
+        it acked ``{"ok": true}``. For a line the file already holds."""
+        return self._send_socket(self.socket_path(sid), encode_line(obj), 0.2, ack_timeout)
+
     def append(self, sid: str, obj: dict[str, Any]) -> Path:
         """Append one line to ``messages.jsonl``, skipping the socket on purpose."""
         return self._append_bytes(sid, encode_line(obj))

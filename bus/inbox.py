@@ -322,7 +322,12 @@ class Inbox:
         # As a wake with a fresh notice (bus.inbox.notice): running first, the command,
         # then the wake record.
         self.store.update_session(sid, state="running")
-        self._run_wake_cmd(sid, lines[-1], info)
+        if info.wake_cmd:
+            self._run_wake_cmd(sid, lines[-1], info)
+        else:
+            # A harness's waiter on the socket is woken by the line itself; it drains the
+            # floor, which confirms the notice (bus.waiter).
+            self.floor.offer(sid, lines[-1])
         self.store.record(sid, "wake", notice=str(lines[-1]["id"]), reason=reason)
 
     def notice(

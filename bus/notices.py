@@ -150,13 +150,14 @@ def _senders(senders: list[str], unverified: list[str] | None = None) -> str:
     return ", ".join(shown) + (f" +{rest} more" if rest > 0 else "")
 
 
-def render_notice(threads: list[ThreadSummary], session_id: str) -> str:
-    """The model-facing text of one notice: a header and one line per thread."""
+def render_notice(threads: list[ThreadSummary], session_id: str, *, word: str = "new") -> str:
+    """The model-facing text of one notice: a header and one line per thread (``word``:
+    what the header calls the messages counted)."""
     ordered = order(threads)
     total = sum(s.count for s in ordered)
     sid = sanitize_label(session_id)
     lines = [
-        f"[inbox · {total} new in {_plural(len(ordered), 'thread')}"
+        f"[inbox · {total} {word} in {_plural(len(ordered), 'thread')}"
         f" · read: inbox read {sid} <thread>]"
     ]
     for s in ordered[:MAX_THREAD_LINES]:

@@ -26,6 +26,7 @@ from bus.hooks import (
     print_or_install,
     run_hook,
 )
+from bus.hooks_env import load_hook_env, redact
 from tests.conftest import wait_for
 
 
@@ -52,8 +53,8 @@ def payload(sid: str, event: str, **extra: Any) -> dict[str, Any]:
     return {**base, **per_event[event], **extra}
 
 
-def hook(bus: Bus, sid: str, event: str) -> str:
-    code, out = run_hook(event, payload(sid, event), bus)
+def hook(bus: Bus, sid: str, event: str, **extra: Any) -> str:
+    code, out = run_hook(event, payload(sid, event, **extra), bus)
     assert code == 0
     return out
 
@@ -79,9 +80,14 @@ def test_settings_cover_every_event() -> None:
     for event, entries in hooks.items():
         for entry in entries:
             assert isinstance(entry["matcher"], str)
-            for h in entry["hooks"]:
-                assert h["type"] == "command"
-                assert h["command"] == f"inbox hook claude {event}"
+            first, *rest = entry["hooks"]
+            assert first["type"] == "command"
+            assert first["command"] == f"inbox hook claude {event}"
+            # Stop also arms the background waiter, which Claude Code runs detached.
+            assert [h["command"] for h in rest] == (
+                ["inbox hook claude wait"] if event == "Stop" else []
+            )
+            assert all(h["asyncRewake"] is True for h in rest)
     assert claude_settings("/opt/bin/inbox")["Stop"][0]["hooks"][0]["command"] == (
         "/opt/bin/inbox hook claude Stop"
     )
@@ -221,7 +227,7 @@ def test_install_replaces_its_own_entries_keeps_the_users_and_uninstall_removes_
         commands = [h["command"] for e in data["hooks"][event] for h in e["hooks"]]
         assert [c for c in commands if is_own_command(c)] == [
             f"INBOX_HOME=/h /v/inbox hook claude {event}"
-        ]
+        ] + (["INBOX_HOME=/h /v/inbox hook claude wait"] if event == "Stop" else [])
     before = path.read_text()
     assert print_or_install(path, True, inbox_cmd="/v/inbox", env={"INBOX_HOME": "/h"}) == 0
     assert path.read_text() == before  # the same file twice
@@ -355,3 +361,49 @@ def test_stop_answers_waiting_senders_with_the_last_assistant_message(
     )
     waiter.join(20)
     assert code == 0 and result["state"] == "answered" and result["answer"] == "tests pass"
+
+
+def test_a_redis_password_never_goes_into_the_settings_file(tmp_path: Path) -> None:
+    path = tmp_path / ".claude" / "settings.json"
+    home = tmp_path / "inboxhome"
+    env = {
+        "INBOX_HOME": str(home),
+        "INBOX_REDIS_URL": "redis://:s3cret@10.0.0.5:6379/0",
+        "INBOX_BROKER_URL": "redis://10.0.0.5:6379/1?password=s3cret",
+        "INBOX_HOST": "hosta",
+    }
+    assert print_or_install(path, True, inbox_cmd="/v/inbox", env=env) == 0
+    written = path.read_text()
+    assert "s3cret" not in written and f"INBOX_HOME={home}" in written
+    kept = home / "hooks.env.json"
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert json.loads(kept.read_text()) == {
+        "INBOX_REDIS_URL": env["INBOX_REDIS_URL"],
+        "INBOX_BROKER_URL": env["INBOX_BROKER_URL"],
+    }
+    # The hook finds them again from the bare environment Claude Code gives it.
+    bare = {"INBOX_HOME": str(home)}
+    assert load_hook_env(bare) == {k: env[k] for k in ("INBOX_REDIS_URL", "INBOX_BROKER_URL")}
+    kept.chmod(0o644)  # a file others could have written is not trusted with a password
+    assert load_hook_env({"INBOX_HOME": str(home)}) == {}
+
+
+def test_status_redacts_passwords_in_urls() -> None:
+    assert redact("redis://:pw@h:6379/0") == "redis://***@h:6379/0"
+    assert redact("redis://u:pw@h/0?db=1&password=pw") == "redis://***@h/0?db=1&password=***"
+    assert redact("unix://:pw@/run/redis.sock") == "unix://***@/run/redis.sock"
+    assert redact("redis://h:6379/0") == "redis://h:6379/0"
+
+
+def test_compaction_puts_the_unread_threads_back_blockers_first(bus: Bus, sid: str) -> None:
+    hook(bus, sid, "SessionStart")
+    bus.send({"from": "hostb:a", "to_id": sid, "text": "just so you know", "class": "fyi"})
+    bus.send({"from": "hostb:b", "to_id": sid, "text": "I am blocked on you", "class": "blocker"})
+    bus.deliver_session(sid)  # taken into the inbox; the wake waits for its debounce
+    for source in ("compact", "resume", "clear"):
+        text = hook(bus, sid, "SessionStart", source=source)
+        lines = text.splitlines()
+        assert lines[0].startswith("[inbox · 2 unread in 2 threads"), source
+        assert lines[1].startswith("  ! ") and "I am blocked on you" in lines[1]
+        assert "just so you know" in lines[2]
+    assert hook(bus, sid, "SessionStart", source="startup") == ""  # nothing new: nothing said

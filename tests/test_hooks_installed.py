@@ -46,7 +46,8 @@ def test_installed_hooks_run_a_session_from_a_bare_environment(
     commands: dict[str, str] = {}
     for event in EVENTS:
         [group] = installed[event]
-        [entry] = group["hooks"]
+        entry = group["hooks"][0]  # Stop's second entry is the background waiter
+        assert len(group["hooks"]) == (2 if event == "Stop" else 1)
         commands[event] = entry["command"]
         assert f"INBOX_HOME={settings.home}" in entry["command"]
     user_home = tmp_path / "user"

@@ -1,0 +1,128 @@
+"""What the real-harness tests share: finding the CLIs npm installed, a bare environment,
+the bus (a real worker and scheduler), and a tmux pane to drive an interactive session.
+
+The CLIs come from npm (``.ci/run`` installs ``@anthropic-ai/claude-code`` and
+``@openai/codex`` under ``INBOX_TEST_CLI_DIR``, default ``~/.cache/inbox-harness-clis``).
+A CLI that is not there skips its tests, and says so loudly on the terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bus.api import Bus
+from bus.settings import Settings
+
+INBOX = Path(sys.executable).parent / "inbox"
+
+
+def cli_dir() -> Path:
+    return Path(os.environ.get("INBOX_TEST_CLI_DIR") or "~/.cache/inbox-harness-clis").expanduser()
+
+
+def find_cli(name: str, package: str) -> Path:
+    """The npm-installed binary ``name``; skips the test LOUDLY when it is missing."""
+    for candidate in (cli_dir() / "node_modules" / ".bin" / name, shutil.which(name)):
+        if candidate and Path(candidate).exists():
+            return Path(candidate)
+    message = (
+        f"REAL-CLI TEST SKIPPED: {name} is not installed. Install it with "
+        f"`npm install --prefix {cli_dir()} {package}` (what .ci/run does) "
+        "or set INBOX_TEST_CLI_DIR."
+    )
+    warnings.warn(message, stacklevel=2)
+    sys.stderr.write(f"\n!!! {message}\n")
+    pytest.skip(message)
+
+
+def bare_env(home: Path, **extra: str) -> dict[str, str]:
+    """A person's environment: no venv on PATH, no INBOX_* (the hooks carry those)."""
+    return {
+        "HOME": str(home),
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "TERM": "xterm-256color",
+        "LANG": "C.UTF-8",
+        **extra,
+    }
+
+
+def install_hooks(
+    harness: str, path: Path, settings: Settings, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``inbox hooks <harness> --install PATH --yes`` as a person runs it."""
+    done = subprocess.run(
+        [str(INBOX), "hooks", harness, "--install", str(path), "--yes", *args],
+        env={**settings.child_env(), "PATH": "/usr/bin:/bin", "HOME": str(path.parent)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def only_session(bus: Bus, timeout: float = 60.0) -> str:
+    """The one session the harness opened (its id is the harness's own)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ids = bus.store.session_ids()
+        if ids:
+            assert len(ids) == 1, ids
+            return str(ids[0])
+        time.sleep(0.1)
+    raise AssertionError("the harness opened no session")
+
+
+class Tmux:
+    """One detached tmux session running a command; keys in, screen out."""
+
+    def __init__(self, command: list[str], cwd: Path, env: dict[str, str]) -> None:
+        if shutil.which("tmux") is None:
+            pytest.skip("tmux is not installed")
+        self.name = f"inbox-{uuid.uuid4().hex[:8]}"
+        # The command runs under `env -i`: tmux would otherwise hand it the server's own.
+        argv = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *command]
+        subprocess.run(
+            ["tmux", "new-session", "-d", "-s", self.name, "-x", "200", "-y", "50",
+             "-c", str(cwd), *argv],
+            check=True,
+            timeout=30,
+        )  # fmt: skip
+
+    def type(self, text: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, "-l", text], check=True, timeout=10)
+        # Enter only once the prompt shows the text (a TUI takes it in as it draws).
+        self.wait_screen(lambda s: text[:30] in s, 20, f"{text[:30]!r} typed")
+        subprocess.run(["tmux", "send-keys", "-t", self.name, "Enter"], check=True, timeout=10)
+
+    def screen(self) -> str:
+        done = subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", self.name],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return done.stdout
+
+    def wait_screen(self, predicate: Callable[[str], bool], timeout: float, what: str) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if predicate(screen):
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; the screen:\n{screen}")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], timeout=10, check=False)

@@ -1,0 +1,133 @@
+"""The background waiter (``inbox hook claude wait``) as installed, against a real worker and
+scheduler: run the way Claude Code runs an ``asyncRewake`` hook, from a bare environment."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bus.api import Bus
+from bus.procs import WorkerProcess
+from bus.settings import Settings
+from tests.conftest import wait_for
+from tests.harness_support import install_hooks
+from tests.test_inbox_live import Scheduler, celery_bus, marks
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+AGENT = "claude-code_2-1-332_harness"
+
+
+@pytest.fixture
+def live(
+    settings: Settings, start_worker: Callable[..., WorkerProcess], tmp_path: Path
+) -> Iterator[tuple[Bus, dict[str, str]]]:
+    s = replace(settings, wake_debounce_s=0.5, fyi_flush_s=600.0)
+    path = tmp_path / "project" / ".claude" / "settings.json"
+    path.parent.mkdir(parents=True)
+    install_hooks("claude", path, s)
+    hooks = json.loads(path.read_text())["hooks"]
+    commands = {e: g[0]["hooks"][0]["command"] for e, g in hooks.items()}
+    commands["wait"] = hooks["Stop"][0]["hooks"][1]["command"]
+    start_worker(s)
+    scheduler = Scheduler(s)
+    yield celery_bus(s), commands
+    scheduler.stop()
+
+
+def run(command: str, sid: str, event: str, **extra: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["env", "-i", "PATH=/usr/bin:/bin", f"AI_AGENT={AGENT}", "sh", "-c", command],
+        input=json.dumps({"session_id": sid, "hook_event_name": event, **extra}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def arm(command: str, sid: str) -> subprocess.Popen[str]:
+    """The waiter started the way Claude Code starts it at a turn's end, in the background."""
+    with tempfile.TemporaryFile("w+") as payload:
+        payload.write(json.dumps({"session_id": sid, "hook_event_name": "Stop"}))
+        payload.seek(0)
+        return subprocess.Popen(
+            ["env", "-i", "PATH=/usr/bin:/bin", f"AI_AGENT={AGENT}", "sh", "-c", command],
+            stdin=payload,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+def listening(bus: Bus, sid: str) -> bool:
+    log = bus.floor.session_dir(sid) / "waiter.log"
+    return (bus.floor.session_dir(sid) / "inbox.sock").exists() and log.exists()
+
+
+def test_a_blocker_wakes_the_waiter_an_fyi_does_not(live: tuple[Bus, dict[str, str]]) -> None:
+    bus, commands = live
+    sid = str(uuid.uuid4())
+    assert run(commands["SessionStart"], sid, "SessionStart", source="startup").returncode == 0
+    waiter = arm(commands["wait"], sid)
+    try:
+        wait_for(lambda: listening(bus, sid), 60, what="the waiter listening")
+        bus.send({"from": "hostb:peer", "to_id": sid, "text": "fyi only", "class": "fyi"})
+        with pytest.raises(subprocess.TimeoutExpired):
+            waiter.wait(timeout=3)  # well past the debounce: the FYI waits for the flush
+        sent = bus.send({"from": "hostb:lead", "to_id": sid, "text": "blocked", "class": "blocker"})
+        _out, err = waiter.communicate(timeout=60)
+        assert waiter.returncode == 2
+        assert err.startswith("[inbox · 2 new in 2 threads") and "blocked" in err
+        # Handed over by exit 2: heard, as a socket ack.
+        assert marks(bus, sid)[sent["id"]] == "noticed"
+        assert bus.session(sid).state == "running"
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+
+
+def test_a_newer_waiter_or_a_turn_start_stops_it_quietly_and_a_killed_one_loses_nothing(
+    live: tuple[Bus, dict[str, str]],
+) -> None:
+    bus, commands = live
+    sid = str(uuid.uuid4())
+    assert run(commands["SessionStart"], sid, "SessionStart", source="startup").returncode == 0
+    first = arm(commands["wait"], sid)
+    wait_for(lambda: listening(bus, sid), 60, what="the first waiter listening")
+    second = arm(commands["wait"], sid)
+    _out, err = first.communicate(timeout=60)
+    assert first.returncode == 0 and err == ""  # superseded, quietly
+    wait_for(lambda: _log(bus, sid).count(" listening") == 2, 60, what="the second")
+    done = run(commands["UserPromptSubmit"], sid, "UserPromptSubmit", prompt="hi")
+    assert done.returncode == 0
+    second.communicate(timeout=60)
+    assert second.returncode == 0  # a turn started
+    assert run(commands["Stop"], sid, "Stop", last_assistant_message="ok").returncode == 0
+
+    third = arm(commands["wait"], sid)
+    wait_for(lambda: _log(bus, sid).count(" listening") == 3, 60, what="the third")
+    third.send_signal(signal.SIGKILL)  # killed before any hand-over
+    third.communicate(timeout=60)
+    sent = bus.send(
+        {"from": "hostb:lead", "to_id": sid, "text": "still there?", "class": "blocker"}
+    )
+    wait_for(
+        lambda: any(x.get("kind") == "notice" for x in bus.floor.peek(sid)),
+        60,
+        what="the notice on the file floor",
+    )
+    assert marks(bus, sid)[sent["id"]] == "new"  # not heard: nothing marked
+    start = run(commands["UserPromptSubmit"], sid, "UserPromptSubmit", prompt="next")
+    assert "still there?" in start.stdout  # the next turn hears it
+
+
+def _log(bus: Bus, sid: str) -> str:
+    path = bus.floor.session_dir(sid) / "waiter.log"
+    return path.read_text() if path.exists() else ""

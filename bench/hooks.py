@@ -1,4 +1,5 @@
-"""Hook benchmark: what a harness pays at every tool step, beside a bare interpreter.
+"""Hook and start-up benchmark: what a harness pays at every tool step, and what an
+everyday read command costs to answer, beside a bare interpreter.
 
     python bench/hooks.py [--runs N] [--redis-url URL]
 
@@ -9,12 +10,16 @@ so a drift of the machine's speed hits both alike:
 - ``inbox hook claude PostToolUse`` with nothing waiting (the fast path: a look at the
   floor, the standard library only) and with one notice waiting (the full path: drain by
   rename, log, marks recorded in Redis, the notice printed as ``additionalContext``);
-- ``inbox drain SID`` with nothing waiting and with one notice waiting.
+- ``inbox drain SID`` with nothing waiting and with one notice waiting;
+- the everyday read commands (``status``, ``threads``, ``read``, ``sent``, ``receipt``,
+  ``read-inbox``, ``status --help``) on a session with one thread: their start-up (the
+  imports of the command line and the library) is most of what they cost.
 
 A notice is put on the floor before each run of a "waiting" case (not timed): a real
 notice, built by the bus from a real message (``deliver_session``), so the drain records
-real marks. Prints median and p95 wall per case and the ratio of the medians to the bare
-interpreter's. Redis: ``--redis-url``, else ``INBOX_BENCH_REDIS_URL``, else
+real marks. Prints median and p95 wall per case, the median CPU (user + system of the
+child, from ``getrusage``: on a loaded machine CPU says more than wall) and the ratio of
+the wall medians to the bare interpreter's. Redis: ``--redis-url``, else ``INBOX_BENCH_REDIS_URL``, else
 127.0.0.1:6379; keys live under a fresh prefix, deleted at the end, as is the temp home.
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -43,13 +49,20 @@ from bus.dispatch import NullDispatcher  # noqa: E402
 from bus.settings import Settings  # noqa: E402
 
 SID = "bench-hooks"
+PEER = "bench-peer"
 INBOX = Path(sys.executable).parent / "inbox"
 
 
-def wall(argv: list[str], env: dict[str, str], stdin: str) -> float:
-    start = time.perf_counter()
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def timed(argv: list[str], env: dict[str, str], stdin: str) -> tuple[float, float]:
+    """One whole-process run: (wall seconds, CPU seconds of the child)."""
+    cpu, start = _children_cpu(), time.perf_counter()
     subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True, check=False)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, _children_cpu() - cpu
 
 
 def p95(values: list[float]) -> float:
@@ -73,6 +86,10 @@ def main() -> int:
     try:
         bus.open_session(SID)
         bus.turn(SID, "start")
+        bus.open_session(PEER)
+        first = bus.send(
+            {"from": f"bench:{PEER}", "from_session": PEER, "to_id": SID, "text": "a thread"}
+        )
 
         def notice() -> None:
             bus.send({"from": "bench:peer", "to_id": SID, "text": "CI is red on main"})
@@ -90,6 +107,16 @@ def main() -> int:
                 "tool_response": {"stdout": "", "stderr": "", "interrupted": False},
             }
         )
+        bus.deliver_session(SID)  # the thread is in SID's threads
+        reads = [
+            ("status", ["status"]),
+            ("threads SID", ["threads", SID]),
+            ("read SID THREAD", ["read", SID, str(first["thread"])]),
+            ("sent SID", ["sent", PEER]),
+            ("receipt ID", ["receipt", str(first["id"]), "--by", PEER]),
+            ("read-inbox SID", ["read-inbox", SID]),
+            ("status --help", ["status", "--help"]),
+        ]
         hook = [str(INBOX), "hook", "claude", "PostToolUse"]
         drain = [str(INBOX), "drain", SID]
         cases: list[tuple[str, list[str], str, Callable[[], None] | None]] = [
@@ -97,24 +124,27 @@ def main() -> int:
             ("hook PostToolUse, one notice", hook, payload, notice),
             ("drain, nothing waiting", drain, "", None),
             ("drain, one notice", drain, "", notice),
+            *((name, [str(INBOX), *argv], "", None) for name, argv in reads),
         ]
         bare = [sys.executable, "-S", "-c", "pass"]
-        print(f"{args.runs} runs each, alternating with `python -S -c pass`; wall seconds")
-        print(f"{'case':36} {'median':>8} {'p95':>8} {'bare med':>9} {'ratio':>7}")
+        print(f"{args.runs} runs each, alternating with `python -S -c pass`; seconds")
+        print(f"{'case':36} {'median':>8} {'p95':>8} {'cpu med':>8} {'bare med':>9} {'ratio':>7}")
         for name, argv, stdin, prepare in cases:
             if prepare is None:
                 bus.drain(SID)  # nothing waits
             a: list[float] = []
             b: list[float] = []
+            cpu: list[float] = []
             for i in range(args.runs + 1):  # the first pair warms the caches, not counted
                 if prepare is not None:
                     prepare()
-                ta, tb = wall(argv, env, stdin), wall(bare, env, "")
+                (ta, ca), (tb, _) = timed(argv, env, stdin), timed(bare, env, "")
                 if i:
                     a.append(ta)
                     b.append(tb)
-            ma, mb = statistics.median(a), statistics.median(b)
-            print(f"{name:36} {ma:8.4f} {p95(a):8.4f} {mb:9.4f} {ma / mb:7.2f}")
+                    cpu.append(ca)
+            ma, mb, mc = statistics.median(a), statistics.median(b), statistics.median(cpu)
+            print(f"{name:36} {ma:8.4f} {p95(a):8.4f} {mc:8.4f} {mb:9.4f} {ma / mb:7.2f}")
     finally:
         client = redis.Redis.from_url(url)
         for key in client.scan_iter(match=f"{prefix}:*", count=1000):

@@ -2,7 +2,8 @@
 
 Every picture is checked before any is returned, so a caller that writes only after
 :func:`read_pictures` succeeds writes nothing when one picture is refused. A picture's
-type comes from its bytes, never its name.
+type comes from its bytes, never its name. Pillow and filetype are imported when a
+picture is checked, so the commands that carry none never load them.
 """
 
 from __future__ import annotations
@@ -18,9 +19,6 @@ import unicodedata
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-
-import filetype
-from PIL import Image
 
 from .errors import BadInput, Refused
 from .models import FileRef
@@ -86,6 +84,8 @@ def _refuse(path: str, code: str, why: str) -> BadInput:
 
 
 def _sniff(data: bytes) -> str | None:
+    import filetype
+
     kind = filetype.guess(data)
     if kind is None:
         return None
@@ -136,6 +136,8 @@ def _open_beneath(root_real: str, rel: str) -> int:
 def _check_image(path: str, data: bytes) -> None:
     """Decode the header and verify the file with Pillow: a PNG signature over a script
     is refused, and so are declared dimensions past Pillow's decompression-bomb bound."""
+    from PIL import Image
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)

@@ -1,0 +1,115 @@
+"""What the everyday read commands import: never the serving, picture or worker stacks.
+
+Each command runs as a real ``inbox`` process against a real Redis, under
+``python -X importtime``, whose report on stderr names every module the process imported.
+The timing goals themselves live in bench/hooks.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bus.api import Bus
+from bus.settings import Settings
+from tests.conftest import settings_env
+
+INBOX = Path(sys.executable).parent / "inbox"
+# Pictures (Pillow, filetype), the HTTP gateway and web pages, the MCP server, Celery.
+NEVER = (
+    "PIL",
+    "filetype",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "jinja2",
+    "mcp",
+    "celery",
+    "kombu",
+    "workers",
+    "bus.http",
+    "bus.mcp_server",
+    "bus.web",
+)
+_MODULE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.M)
+
+
+def imported(env: dict[str, str], *argv: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run ``inbox ARGV``; its result and the modules it imported."""
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", str(INBOX), *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return out, set(_MODULE.findall(out.stderr))
+
+
+def heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in NEVER))
+
+
+@pytest.fixture
+def env(settings: Settings) -> dict[str, str]:
+    return settings_env(settings)
+
+
+@pytest.fixture
+def thread(bus: Bus) -> tuple[str, str]:
+    """A message from ``bob`` to ``alice``, read into alice's threads: (thread, message id)."""
+    for sid in ("alice", "bob"):
+        bus.open_session(sid)
+    sent = bus.send(
+        {
+            "from": f"{bus.settings.host}:bob",
+            "from_session": "bob",
+            "to_id": "alice",
+            "text": "CI is red on main",
+        }
+    )
+    bus.deliver_session("alice")
+    return str(sent["thread"]), str(sent["id"])
+
+
+def test_the_importtime_report_is_read() -> None:
+    # The parse above must see a module every command imports, or the checks prove nothing.
+    _, modules = imported({}, "--help")
+    assert {"bus.entry", "bus.cli", "typer"} <= modules
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("status",),
+        ("threads", "alice"),
+        ("read", "alice", "{thread}"),
+        ("sent", "bob"),
+        ("receipt", "{msg}", "--by", "bob"),
+        ("read-inbox", "alice"),
+        ("status", "--help"),
+        ("threads", "--help"),
+    ],
+)
+def test_a_read_command_imports_no_serving_picture_or_worker_module(
+    env: dict[str, str], thread: tuple[str, str], argv: tuple[str, ...]
+) -> None:
+    thr, msg = thread
+    args = [a.format(thread=thr, msg=msg) for a in argv]
+    out, modules = imported(env, *args)
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    if "--help" not in args:
+        assert json.loads(out.stdout)["ok"] is True
+    assert "bus.cli" in modules  # the full command line answered, not a fast lane
+    assert heavy(modules) == []
+
+
+def test_a_refusal_imports_none_of_them_either(env: dict[str, str]) -> None:
+    out, modules = imported(env, "threads", "nosuch")
+    assert out.returncode == 1 and json.loads(out.stdout)["error"] == "not_found"
+    assert heavy(modules) == []

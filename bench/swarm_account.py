@@ -48,6 +48,9 @@ def account_extra(
     res["heard_p99_faults_s"] = _pct(every_faulty, 99)
     res["heard_calm_by_kind_s"] = {k: _spread(v) for k, v in sorted(calm.items())}
     res["heard_faults_by_kind_s"] = {k: _spread(v) for k, v in sorted(faulty.items())}
+    # A harness shows what its socket took at its next tool step (every --step seconds).
+    per_step = Counter((sid, int(t / soak.args.step)) for sid, t in soak.sock_lines)
+    steps = {**soak.steps, "sock": list(per_step.values())}
     res["notices_per_tool_step"] = {
         kind: {
             "steps": len(ns),
@@ -55,7 +58,7 @@ def account_extra(
             "mean": round(sum(ns) / len(ns), 3) if ns else None,
             "over_one": sum(1 for n in ns if n > 1),
         }
-        for kind, ns in sorted(soak.steps.items())
+        for kind, ns in sorted(steps.items())
     }
     # The removed host: its messages not heard before it went, and the senders' learning.
     learned = _learned(soak)

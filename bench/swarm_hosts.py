@@ -74,6 +74,7 @@ class HostsSoak(Soak):
         self.removed: dict[str, float] = {}  # host -> when
         self.gone_sent: dict[str, tuple[str, float]] = {}
         self.steps: dict[str, list[int]] = {}  # kind -> notice lines per tool step
+        self.sock_lines: list[tuple[str, float]] = []  # (sid, heard at) per socket line
         self.buses: dict[str, Bus] = {}
         self.bus_lock = threading.Lock()
         self.t_send: tuple[float, float] = (0.0, 0.0)
@@ -136,7 +137,7 @@ class HostsSoak(Soak):
         for host in self.hosts:
             (self.base / "hosts" / host).mkdir(parents=True, mode=0o700)
             self.start_up(host)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         for host in self.hosts:
             log = self.base / f"up-{host}.log"
             _wait(f"{host}'s worker ready", deadline, lambda p=log: " ready." in p.read_text())
@@ -161,7 +162,7 @@ class HostsSoak(Soak):
             }
             (self.base / f"spec-{host}.json").write_text(json.dumps(spec))
             self.start_harness(host)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300
         for sid, (_host, kind) in self.sessions.items():
             if kind == "sock":
                 sock = self.bus(_host).floor.session_dir(sid) / "inbox.sock"
@@ -231,8 +232,10 @@ class HostsSoak(Soak):
                     self.incidents.append(f"{path.name}: {rec}")
                     continue
                 self.hear(rec["sid"], rec["ids"], rec["t"])
-                if "n" in rec:
-                    with self.lock:
+                with self.lock:
+                    if rec.get("k") == "sock":  # a socket's lines, counted per tool step below
+                        self.sock_lines.append((rec["sid"], rec["t"]))
+                    elif "n" in rec:
                         self.steps.setdefault(rec["k"], []).append(int(rec["n"]))
 
     def restart_dead(self) -> None:

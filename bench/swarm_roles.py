@@ -216,9 +216,12 @@ def role_sender(args: argparse.Namespace) -> int:
             "text": f"swarm {mid}",
             "class": "blocker" if kind == "wake" else "action",
         }
-        if prefix == "rq":  # a thread of its own, whose parties are the two sessions
-            fields["from_session"] = froms[rnd.randrange(len(froms))]
+        others = [f for f in froms if f != sid]  # a session is never noticed of its own
+        if prefix == "rq" and others:  # a thread of its own, whose parties are the two
+            fields["from_session"] = others[rnd.randrange(len(others))]
             fields["topic"] = mid
+        elif prefix == "rq":
+            fields["id"] = mid = f"cx-{args.index}-{n}"
         t = _now()
         if prefix == "wt":
             waits.submit(waited, fields, t)

@@ -24,6 +24,7 @@ from typing import Any
 import redis
 
 from bus.embedded import MEMORY_ARGS, free_cluster_ports, server_binary
+from bus.procs import die_with_parent
 
 SLOTS = 16384
 
@@ -55,6 +56,7 @@ class Node:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=die_with_parent,  # a killed bench leaves no Redis behind
         )
 
     def alive(self) -> bool:

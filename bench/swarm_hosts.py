@@ -428,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     args.stale_s = args.stale_s or 2 * args.partition_s
     args.deadline = args.deadline or args.duration + 400.0
     faulthandler.dump_traceback_later(
-        args.deadline + args.settle + args.memory_wait + 300.0, exit=True
+        args.deadline + args.settle + args.memory_wait + 900.0, exit=True
     )
     base = Path(tempfile.mkdtemp(prefix="isw-"))
     soak = HostsSoak(args, base)

@@ -215,7 +215,6 @@ class Inbox:
                     arrived,
                     "1" if wakes else "0",
                     thread,
-                    "0" if sender_sid == sid else "1",
                 )
             )
             report.inbox += 1

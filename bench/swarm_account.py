@@ -76,6 +76,7 @@ def account_extra(
     res["max_recovery_s"] = max((x for x in recov if x is not None), default=None)
     res["recoveries_failed"] = sum(1 for x in recov if x is None)
     res["failover_detection_s"] = [f["failover_s"] for f in real if "failover_s" in f]
+    res.update(_heard_again(soak))
     res["not_heard_state"] = _why_unheard(soak, res.get("not_heard_ids") or [])
     res["supervised"] = True  # each host's worker runs under its own `inbox up`
     res.update(_sent_extras(soak))
@@ -84,6 +85,36 @@ def account_extra(
     res["hosts"], res["sessions"] = len(soak.hosts), len(soak.sessions)
     res["stale_s"] = soak.args.stale_s
     return res
+
+
+KILLS = ("worker_kill", "workers_kill", "master_kill")
+
+
+def _heard_again(soak: HostsSoak) -> dict[str, Any]:
+    """Which repeated hearings a kill explains. A notice a listener acked just before its
+    worker (or the master holding its marks) was killed is carried again, once: allowed
+    when the message was first heard from ``FAULT_WINDOW_S`` before such a kill on its
+    session's host (a master's: any host) to the kill's end; anything else is not."""
+    counts = Counter(mid for mid, _sid, _t in soak.again)
+    explained, unexplained = 0, []
+    for mid, sid, t in soak.again:
+        first, host = soak.heard[mid], soak.host_of(sid)
+        after_kill = counts[mid] == 1 and any(
+            f["t"] - FAULT_WINDOW_S <= first <= f["until"] + 1.0
+            and (f["fault"] == "master_kill" or host in f["host"].split(","))
+            for f in soak.faults
+            if f["fault"] in KILLS
+        )
+        if after_kill:
+            explained += 1
+        else:
+            unexplained.append({"id": mid, "sid": sid, "first": first, "again": t})
+    return {
+        "heard_twice_after_kill": explained,
+        "heard_again_unexplained": len(unexplained),
+        "heard_again_unexplained_ids": unexplained[:10],
+        "heard_most_times": 1 + max(counts.values(), default=0) if soak.heard else 0,
+    }
 
 
 def _why_unheard(soak: HostsSoak, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -138,7 +169,18 @@ def _sent_extras(soak: HostsSoak) -> dict[str, Any]:
                 waited[parts[2]] += 1
                 wait_s.append(float(parts[3]))
     replies = sum(len(p.read_text().splitlines()) for p in soak.base.glob("sent-reply-*.txt"))
-    return {"waited": dict(waited), "waited_s": _spread(wait_s), "replies": replies}
+    notes = sum(
+        1
+        for path in soak.base.glob("sent-[0-9]*.txt")
+        for line in path.read_text().splitlines()
+        if line.startswith("ns-")
+    )
+    return {
+        "waited": dict(waited),
+        "waited_s": _spread(wait_s),
+        "replies": replies,
+        "notes_to_self": notes,
+    }
 
 
 def idle_memory(soak: HostsSoak) -> dict[str, Any]:
@@ -181,7 +223,10 @@ def idle_memory(soak: HostsSoak) -> dict[str, Any]:
 def report_extra(res: dict[str, Any]) -> str:
     lines = [
         f"hosts {res['hosts']}, sessions {res['sessions']}, send rate {res['send_rate_per_s']}/s,"
-        f" replies {res['replies']}, waited sends {res['waited']} (took {res['waited_s']})",
+        f" replies {res['replies']}, waited sends {res['waited']} (took {res['waited_s']}),"
+        f" notes to self {res['notes_to_self']}",
+        f"heard again: {res['heard_twice_after_kill']} once after a kill,"
+        f" {res['heard_again_unexplained']} otherwise {res['heard_again_unexplained_ids']}",
         "  calm by kind: " + _kinds(res["heard_calm_by_kind_s"]),
         "  under faults by kind: " + _kinds(res["heard_faults_by_kind_s"]),
         f"notice lines per tool step {res['notices_per_tool_step']}",

@@ -14,8 +14,8 @@ Setup (all started by this script as root, all stopped and removed at the end):
   drained at tool steps in running turns, idle sessions woken by their wake command;
 - ``--senders`` senders on the first hosts (inside their namespaces) sending
   ``--messages`` traced messages over ``--duration`` seconds, with resends (same id),
-  reply requests (the receiver's harness replies; replies are traced too) and waited
-  sends (``wait``, answered by the woken session's turn).
+  reply requests (the receiver's harness replies; replies are traced too), waited
+  sends (``wait``, answered by the woken session's turn) and notes a session sends itself.
 
 Faults, spread over the run: a worker SIGKILL, the workers of several hosts SIGKILLed at
 once, a cluster master SIGKILLed (its replica takes over; the old node rejoins), a host's
@@ -75,6 +75,9 @@ class HostsSoak(Soak):
         self.gone_sent: dict[str, tuple[str, float]] = {}
         self.steps: dict[str, list[int]] = {}  # kind -> notice lines per tool step
         self.sock_lines: list[tuple[str, float]] = []  # (sid, heard at) per socket line
+        self.again: list[
+            tuple[str, str, float]
+        ] = []  # (id, sid, t) of each hearing after the first
         self.buses: dict[str, Bus] = {}
         self.bus_lock = threading.Lock()
         self.t_send: tuple[float, float] = (0.0, 0.0)
@@ -207,10 +210,14 @@ class HostsSoak(Soak):
         for i in range(a.senders):
             host = hosts[i % len(hosts)]
             froms = [s for s, (h, k) in self.sessions.items() if h == host and k == "sock"]
+            selves = [
+                f"{s}={k}" for s, (h, k) in self.sessions.items() if h == host and "probe" not in s
+            ]
             argv = [
                 *(sys.executable, __file__, "--role", "sender", "--index", str(i)),
                 *("--count", str(per), "--rate", str(rate), "--targets", targets),
                 *("--froms", ",".join(froms), "--resend", str(a.resend)),
+                *("--selves", ",".join(selves)),
                 *("--out", str(self.base / f"sent-{i}.txt")),
             ]
             procs.append(self.child(host, argv, self.base / f"sender-{i}.log"))
@@ -237,6 +244,11 @@ class HostsSoak(Soak):
                         self.sock_lines.append((rec["sid"], rec["t"]))
                     elif "n" in rec:
                         self.steps.setdefault(rec["k"], []).append(int(rec["n"]))
+
+    def hear(self, sid: str, ids: list[str], t: float) -> None:
+        with self.lock:
+            self.again.extend((mid, sid, t) for mid in ids if mid in self.heard)
+        super().hear(sid, ids, t)
 
     def restart_dead(self) -> None:
         if self.closing:
@@ -446,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     print(report_extra(res))
     print(json.dumps(res), flush=True)
     ok = res["lost"] == 0 and res["stored_twice"] == 0 and res["marks_new"] == 0
-    return 0 if ok else 1
+    return 0 if ok and res["heard_again_unexplained"] == 0 else 1
 
 
 def measure_memory(soak: HostsSoak) -> dict[str, Any]:

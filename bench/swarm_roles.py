@@ -12,7 +12,8 @@ everything they do reaches the store over the host's own link.
   ``--out`` as ``{"sid", "t", "ids", "n", "k"}`` (``n``: notice lines at that step);
   its replies to ``sent-reply-<host>.txt`` beside it, as a sender logs.
 - :func:`role_sender` sends ``--count`` traced messages at ``--rate``: resends (the same
-  id again), reply requests, waited sends (``wait``, in a thread of their own) and, once
+  id again), reply requests, waited sends (``wait``, in a thread of their own), notes a
+  session of the sender's host sends itself (``ns-``, ``from_session`` its recipient) and, once
   a send's answer shows its recipient ``stale``, no more to that session (logged to
   ``learn-<index>.txt``).
 """
@@ -174,6 +175,7 @@ def role_sender(args: argparse.Namespace) -> int:
     sessions of this host that reply requests come from."""
     targets = [tuple(t.split("=", 1)) for t in args.targets.split(",")]
     froms = args.froms.split(",")
+    selves = [tuple(t.split("=", 1)) for t in args.selves.split(",") if t]
     settings = Settings.from_env()
     bus = Bus(settings)
     rnd = random.Random(args.index)
@@ -204,7 +206,10 @@ def role_sender(args: argparse.Namespace) -> int:
         sid, kind = live[rnd.randrange(len(live))]
         roll = rnd.random()
         prefix = "cx"
-        if kind == "wake" and roll < args.wait_share:
+        if selves and rnd.random() < args.self_share:  # a note a session sends itself
+            sid, kind = selves[rnd.randrange(len(selves))]
+            prefix = "ns"
+        elif kind == "wake" and roll < args.wait_share:
             prefix = "wt"
         elif kind != "wake" and roll < args.reply_share:
             prefix = "rq"
@@ -216,12 +221,14 @@ def role_sender(args: argparse.Namespace) -> int:
             "text": f"swarm {mid}",
             "class": "blocker" if kind == "wake" else "action",
         }
-        others = [f for f in froms if f != sid]  # a session is never noticed of its own
+        others = [f for f in froms if f != sid]  # a reply needs another party
         if prefix == "rq" and others:  # a thread of its own, whose parties are the two
             fields["from_session"] = others[rnd.randrange(len(others))]
             fields["topic"] = mid
         elif prefix == "rq":
             fields["id"] = mid = f"cx-{args.index}-{n}"
+        elif prefix == "ns":  # heard once like any other; nobody to reply to
+            fields["from_session"] = sid
         t = _now()
         if prefix == "wt":
             waits.submit(waited, fields, t)
@@ -248,6 +255,8 @@ def add_role_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=1.0, help=hide)
     p.add_argument("--targets", default="", help=hide)
     p.add_argument("--froms", default="", help=hide)
+    p.add_argument("--selves", default="", help=hide)
+    p.add_argument("--self-share", type=float, default=0.01, help=hide)
     p.add_argument("--out", default="", help=hide)
     p.add_argument("--wakes", default="", help=hide)
     p.add_argument("--step", type=float, default=0.5, help=hide)

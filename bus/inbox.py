@@ -58,6 +58,16 @@ def _parties_json(sid: str, sender_sid: str | None) -> str:
     return json.dumps([sid] + ([sender_sid] if sender_sid else []))
 
 
+def _no_answer(stored: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    return {
+        **stored,
+        "ok": False,
+        "state": "error",
+        "error": "timeout",
+        "reason": f"no answer within {timeout}s; the message stays stored",
+    }
+
+
 class _SenderFacts:
     """What the wake rules need to know about each sender, looked up once per batch."""
 
@@ -531,8 +541,9 @@ class Inbox:
         self, sid: str, msg_id: str, stored: dict[str, Any], timeout: float | None
     ) -> dict[str, Any]:
         """Block (BLPOP) until the turn that carried ``msg_id`` answers, or the timeout.
-        A store that stops answering meanwhile (a failover, a restart) is waited out, within
-        the timeout: the answer is kept in the store (the list and the first answer)."""
+        A store that stops answering meanwhile (a failover, a restart, a read timing out)
+        is waited out, within the timeout: the answer is kept in the store (the list and
+        the first answer), and the message stays stored either way."""
         deadline = time.monotonic() + timeout if timeout else None
         pause = WAIT_RETRY_FIRST_S
         while True:
@@ -540,7 +551,7 @@ class Inbox:
                 return self._wait_answer_once(sid, msg_id, stored, deadline, timeout)
             except NOT_ANSWERING:
                 if deadline is not None and time.monotonic() + pause >= deadline:
-                    raise
+                    return _no_answer(stored, timeout)
                 time.sleep(pause)  # nothing to block on while the store is away
                 pause = min(pause * 2, WAIT_RETRY_MAX_S)
 
@@ -561,13 +572,7 @@ class Inbox:
             # The blocking client: BLPOP's own timeout bounds the wait, not the socket's.
             got = self._blocking().blpop([self.store.answer_key(sid, msg_id)], timeout=left)
         if got is None:
-            return {
-                **stored,
-                "ok": False,
-                "state": "error",
-                "error": "timeout",
-                "reason": f"no answer within {timeout}s; the message stays stored",
-            }
+            return _no_answer(stored, timeout)
         answer = json.loads(got[1])
         return {**stored, **answer}
 

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -199,3 +200,15 @@ def test_inbox_up_restarts_a_stalled_worker_when_its_store_is_the_cluster(
         except subprocess.TimeoutExpired:
             os.killpg(up.pid, signal.SIGKILL)
             up.wait(10)
+
+
+def test_a_waited_send_outlasting_a_read_timeout_ends_with_its_own_timeout(
+    cluster_settings: Settings,
+) -> None:
+    # A cluster client's reads time out after 5 s: a longer wait ended RedisUnavailable.
+    b = Bus(cluster_settings, dispatcher=RecordingDispatcher())
+    b.open_session("quiet")
+    started = time.monotonic()
+    got = b.send({"from": "hosta:me", "to_id": "quiet", "text": "q?"}, wait=True, timeout=7)
+    assert got["state"] == "error" and got["error"] == "timeout", got
+    assert time.monotonic() - started >= 7

@@ -41,3 +41,8 @@ bench: install
 
 chaos: install
 	$(PY) bench/chaos.py
+
+# make swarm-hosts: 10 hosts in network namespaces on a Redis Cluster under faults (needs root)
+.PHONY: swarm-hosts
+swarm-hosts: install
+	$(PY) bench/swarm_hosts.py

@@ -1,4 +1,5 @@
-"""The store's Redis client, made from the settings (no bus needed: the fast drain uses it)."""
+"""The store's Redis client, made from the settings (no bus needed: the fast drain uses it),
+and a plain client on the Celery broker (where the host queues are)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,30 @@ def redis_client(settings: Settings) -> Any:
         retry=AfterFirstAnswer(ExponentialBackoff(cap=0.5, base=0.05), 4),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError],
     )
+
+
+def broker_client(url: str) -> redis.Redis | None:
+    """A client on the Celery broker at ``url`` (kombu's form: ``redis+socket://`` is a
+    unix socket), to read its queues' lengths; ``None`` for a ``sentinel://`` broker."""
+    if url.startswith("sentinel://"):
+        return None
+    if url.startswith("redis+socket://"):
+        url = "unix://" + url[len("redis+socket://") :]
+    return redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=2)
+
+
+class Lazy:
+    """A client made on first use and made again after a failed try: a cluster client
+    connects when made, and a supervisor must start while its store is away."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make, self._client = make, None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._client is None:
+            self._client = self._make()
+        return getattr(self._client, name)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()

@@ -100,8 +100,6 @@ class Conversation:
         for m in msgs:
             rec = recs.get(m["id"])
             mark = rec["mark"] if rec else "read"
-            if rec and rec.get("from_session") == sid:
-                mark = "read"
             item: dict[str, Any] = {
                 "id": m["id"],
                 "from": m["from"],

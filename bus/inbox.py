@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from .store_delivery import taken_records
 from .text import one_line
 from .threads import thread_of
 from .trust import wake_argv, wake_env
+from .unavailable import NOT_ANSWERING
 
 if TYPE_CHECKING:
     from .floor import Floor
@@ -45,12 +47,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 THREAD_LOG_MAX = 5000
+# A waited send whose store stopped answering tries again after these pauses (doubling).
+WAIT_RETRY_FIRST_S = 0.1
+WAIT_RETRY_MAX_S = 1.0
 
 
 @functools.lru_cache(maxsize=4096)
 def _parties_json(sid: str, sender_sid: str | None) -> str:
     """A new thread's parties (thread_append.lua): the receiver, and its sender's session."""
     return json.dumps([sid] + ([sender_sid] if sender_sid else []))
+
+
+def _no_answer(stored: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    return {
+        **stored,
+        "ok": False,
+        "state": "error",
+        "error": "timeout",
+        "reason": f"no answer within {timeout}s; the message stays stored",
+    }
 
 
 class _SenderFacts:
@@ -215,7 +230,6 @@ class Inbox:
                     arrived,
                     "1" if wakes else "0",
                     thread,
-                    "0" if sender_sid == sid else "1",
                 )
             )
             report.inbox += 1
@@ -531,20 +545,39 @@ class Inbox:
     def wait_answer(
         self, sid: str, msg_id: str, stored: dict[str, Any], timeout: float | None
     ) -> dict[str, Any]:
-        """Block (BLPOP) until the turn that carried ``msg_id`` answers, or the timeout."""
+        """Block (BLPOP) until the turn that carried ``msg_id`` answers, or the timeout.
+        A store that stops answering meanwhile (a failover, a restart, a read timing out)
+        is waited out, within the timeout: the answer is kept in the store (the list and
+        the first answer), and the message stays stored either way."""
+        deadline = time.monotonic() + timeout if timeout else None
+        pause = WAIT_RETRY_FIRST_S
+        while True:
+            try:
+                return self._wait_answer_once(sid, msg_id, stored, deadline, timeout)
+            except NOT_ANSWERING:
+                if deadline is not None and time.monotonic() + pause >= deadline:
+                    return _no_answer(stored, timeout)
+                time.sleep(pause)  # nothing to block on while the store is away
+                pause = min(pause * 2, WAIT_RETRY_MAX_S)
+
+    def _wait_answer_once(
+        self,
+        sid: str,
+        msg_id: str,
+        stored: dict[str, Any],
+        deadline: float | None,
+        timeout: float | None,
+    ) -> dict[str, Any]:
         prior = self.store.first_answer(sid, msg_id) or {}
         if prior.get("state") in ("answered", "withdrawn", "retracted"):
             return {**stored, **prior}
-        # The blocking client: BLPOP's own timeout bounds the wait, not the socket's.
-        got = self._blocking().blpop([self.store.answer_key(sid, msg_id)], timeout=timeout or 0)
+        left = 0.0 if deadline is None else deadline - time.monotonic()
+        got = None
+        if deadline is None or left > 0:
+            # The blocking client: BLPOP's own timeout bounds the wait, not the socket's.
+            got = self._blocking().blpop([self.store.answer_key(sid, msg_id)], timeout=left)
         if got is None:
-            return {
-                **stored,
-                "ok": False,
-                "state": "error",
-                "error": "timeout",
-                "reason": f"no answer within {timeout}s; the message stays stored",
-            }
+            return _no_answer(stored, timeout)
         answer = json.loads(got[1])
         return {**stored, **answer}
 

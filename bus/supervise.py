@@ -26,6 +26,7 @@ from typing import IO, Any
 
 import redis
 
+from .cluster import REDIS_ERRORS
 from .keys import Keys
 from .liveness import host_queue, stalled
 from .models import now_ms
@@ -146,13 +147,16 @@ class Supervisor:
         children: list[Child],
         *,
         name: str = "inbox up",
-        store: tuple[redis.Redis, Keys] | None = None,
+        store: tuple[Any, Keys] | None = None,
+        broker: redis.Redis | None = None,
         stall_s: float | None = None,
         log: Callable[[str], None] = _log,
     ) -> None:
         self.children = children
         self.name = name
         self.store = store
+        # The host queues are the broker's; the store's server when none is given.
+        self.broker = broker
         self.stall_s = stall_s if stall_s is not None else _stall_from_env()
         self.log = log
         self.stopping = threading.Event()
@@ -204,11 +208,9 @@ class Supervisor:
             if child.host is None or child.restart_at is not None:
                 continue
             try:
-                pipe = client.pipeline(transaction=False)
-                pipe.llen(keys.celery_queue(host_queue(child.host)))
-                pipe.hmget(keys.beat(child.host), "progress", "started")
-                queued, (progress, ready) = pipe.execute()
-            except redis.RedisError:
+                queued = (self.broker or client).llen(keys.celery_queue(host_queue(child.host)))
+                progress, ready = client.hmget(keys.beat(child.host), "progress", "started")
+            except REDIS_ERRORS:
                 return  # Redis away: nothing to judge progress by
             progress_ms = int(progress) if progress else None
             if stalled(

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import redis
 
+from .cluster import cluster_client
+from .connection import Lazy, broker_client
 from .embedded import EmbeddedRedis
 from .keys import Keys
 from .private import private_dirs
@@ -72,7 +74,7 @@ def _supervise(
             return proc
 
         children.append(Child("redis", spawn_redis, stage=1))  # type: ignore[arg-type]
-    url = env["INBOX_REDIS_URL"]
+    url = store_url = env["INBOX_REDIS_URL"]
     if "@" in url:  # never print the embedded server's password
         url = url.split("://", 1)[0] + "://***@" + url.rsplit("@", 1)[1]
     logs = private_dirs(settings.home / "logs")
@@ -82,8 +84,15 @@ def _supervise(
     children.append(Child("worker", spawn_logged(worker, env, wlog), host=settings.host, log=wlog))
     children.append(Child("scheduler", spawn_logged([*exe, "scheduler"], env, slog), log=slog))
     print(f"inbox up: starting Redis, the worker and the scheduler for {settings.host}", flush=True)
-    client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=2)
-    sup = Supervisor(children, store=(client, Keys(settings.key_prefix)))
+    # Progress is judged by the worker's beat in the store and its queue on the broker.
+    client = (
+        Lazy(lambda: cluster_client(store_url))
+        if settings.redis_cluster
+        else redis.Redis.from_url(store_url, decode_responses=True, socket_connect_timeout=2)
+    )
+    broker = broker_client(env.get("INBOX_BROKER_URL") or store_url)
+    store = (client, Keys(settings.key_prefix)) if broker is not None else None
+    sup = Supervisor(children, store=store, broker=broker)
     try:
         sup.start()
     except BaseException:
@@ -94,5 +103,7 @@ def _supervise(
         sup.run(stop)
     finally:
         client.close()
+        if broker is not None:
+            broker.close()
         print("inbox up: stopped", flush=True)
     return 0

@@ -6,8 +6,14 @@ node); the Celery broker stays the suite's standalone Redis, as in production.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,3 +160,55 @@ def test_a_dead_loops_kicks_are_reclaimed_on_the_cluster(cluster_settings: Setti
     store.r.hset(store.k.kick_loops(host), "l1", 0)  # its beat long gone
     assert store.reclaim_kicks(host, 60_000) == 2
     assert store.r.lrange(store.k.kick_list(host), 0, -1) == ["a", "b"]
+
+
+@pytest.mark.timeout(240)  # a worker's boot on a busy machine, then the stall bound
+def test_inbox_up_restarts_a_stalled_worker_when_its_store_is_the_cluster(
+    cluster_settings: Settings, tmp_path: Path
+) -> None:
+    # The supervisor read the host queue and the beat with a plain client on the store's
+    # URL: on a cluster the queue is the broker's and the beat answered MOVED, so a hung
+    # worker was never restarted.
+    env = {**cluster_settings.child_env(), "INBOX_WORKER_STALL_S": "2"}
+    log = tmp_path / "up.log"
+    with open(log, "wb") as out:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "bus.cli", "up", "--concurrency", "1"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    store = Bus(cluster_settings, dispatcher=RecordingDispatcher()).store
+    beat, host = store.k.beat(cluster_settings.host), cluster_settings.host
+    try:
+        got = wait_for(lambda: store.r.hmget(beat, "started", "pid")[0], 120, "the worker ready")
+        assert got
+        pid = int(store.r.hget(beat, "pid"))
+        os.killpg(os.getpgid(pid), signal.SIGSTOP)  # alive, and no progress
+        CeleryDispatcher(make_app(cluster_settings)).deliver(host, "nobody")  # on the broker
+        wait_for(
+            lambda: int(store.r.hget(beat, "pid") or pid) != pid,
+            60,
+            "the stalled worker's restart",
+        )
+        assert "made no progress" in log.read_text()
+    finally:
+        os.killpg(up.pid, signal.SIGINT)
+        try:
+            up.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait(10)
+
+
+def test_a_waited_send_outlasting_a_read_timeout_ends_with_its_own_timeout(
+    cluster_settings: Settings,
+) -> None:
+    # A cluster client's reads time out after 5 s: a longer wait ended RedisUnavailable.
+    b = Bus(cluster_settings, dispatcher=RecordingDispatcher())
+    b.open_session("quiet")
+    started = time.monotonic()
+    got = b.send({"from": "hosta:me", "to_id": "quiet", "text": "q?"}, wait=True, timeout=7)
+    assert got["state"] == "error" and got["error"] == "timeout", got
+    assert time.monotonic() - started >= 7

@@ -575,3 +575,22 @@ def test_an_fyi_left_on_an_idle_sessions_floor_waits_for_the_flush(
     clock.advance(int(bus.settings.fyi_flush_s * 1000) + 1000)
     run_due(bus, sid)
     assert [w["reason"] for w in events(bus, sid, "wake")] == ["flush"]
+
+
+def test_a_message_a_session_sends_itself_is_noticed_like_any_other(bus: Bus, running: str) -> None:
+    """A note to self (``from_session`` is its recipient) is new, noticed once, read."""
+    note = "remember the migration"
+    sent = send(bus, running, note, sender="hosta:coord", from_session=running)
+    bus.deliver_session(running)
+    assert marks(bus, running) == {sent["id"]: "new"}
+    text = bus.drain(running, stamped=True)
+    assert isinstance(text, str) and note in text
+    assert marks(bus, running) == {sent["id"]: "noticed"}
+    assert bus.receipt(sent["id"], by=running)["state"] == "noticed"
+    [row] = bus.threads(running)["threads"]
+    assert row["unread"] == 1 and row["new"] == 0
+    whole = bus.read(running, row["threadId"], mark_read=True)
+    assert [m["read"] for m in whole["messages"]] == [True]
+    assert marks(bus, running) == {sent["id"]: "read"}
+    bus.deliver_session(running)
+    assert notices_on_floor(bus, running) == []  # carried once

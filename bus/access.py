@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .auth import SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims, verify
 from .errors import BadInput, Unauthorized
-from .items import ACTIVE
-from .models import SessionInfo, check_session_id
+from .models import ACTIVE, SessionInfo, check_session_id
 
 if TYPE_CHECKING:
     from .settings import Settings

@@ -31,6 +31,9 @@ HANDLE_PATTERN = r"^[^\s:]{1,100}:[^\s]{1,180}$"
 MAX_TEXT = 8000
 MAX_FILES = 4
 
+# A member's status in a workspace (``P:{ws:<w>}:members``).
+ACTIVE, REMOVED = "active", "removed"
+
 
 def _not_dots(value: str) -> str:
     # "." and ".." match the pattern but would name a directory outside the session's own.

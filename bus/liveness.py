@@ -16,14 +16,13 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 
 from .models import now_ms
 
 if TYPE_CHECKING:
-    from .ports import HasStore
     from .store import Store
 
 log = logging.getLogger(__name__)
@@ -31,6 +30,13 @@ log = logging.getLogger(__name__)
 BEAT_EVERY_S = 2.0
 PROGRESS_EVERY_S = 1.0  # progress is written at most this often per process
 SCHEDULER = "scheduler"
+
+
+class HasStore(Protocol):
+    """Anything with the store (heartbeats, the metrics collector, the services)."""
+
+    @property
+    def store(self) -> Store: ...
 
 
 def host_queue(host: str) -> str:

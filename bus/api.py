@@ -153,8 +153,9 @@ class Bus:
     def metrics(self) -> Metrics:
         """Counters shared by every process through Redis (``/metrics`` reads them)."""
         if self._metrics is None:
-            # prometheus_client is imported there: not for a drain or a hook
-            self._metrics = self.store.metrics()
+            from .metrics import Metrics  # prometheus_client: not for a drain or a hook
+
+            self._metrics = Metrics(self.store)
         return self._metrics
 
     def is_revoked(self, jti: str) -> bool:

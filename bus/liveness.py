@@ -39,8 +39,12 @@ class HasStore(Protocol):
     def store(self) -> Store: ...
 
 
+# The Celery queues (workers.app uses these names): the shared one, and each host's own.
+SHARED_QUEUE = "inbox"
+
+
 def host_queue(host: str) -> str:
-    """Host ``host``'s own Celery queue (the same name ``workers.app.host_queue`` gives)."""
+    """Host ``host``'s own Celery queue (deliveries to its sessions)."""
     return f"host.{host}"
 
 

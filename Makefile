@@ -28,6 +28,7 @@ lint: install
 	$(VENV)/bin/ruff check bus workers tests bench
 	$(VENV)/bin/ruff format --check bus workers tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(PY) -m bus.schemas --check
 
 schemas: install

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from . import kept
+from .kept import session_from_hash
 from .keys import receipt_field
 from .policy import floor_times
 from .store_part import StorePart
@@ -109,13 +110,11 @@ class InboxStore(StorePart):
         """:meth:`gave` and ``to``'s session record (as :meth:`~bus.store.Store.get_session`:
         a ``SessionInfo`` or ``None``) in one round trip: a delivery's wake rules for a
         sender that names its session (bus.inbox), one trip on a lone send's path."""
-        from .store import _session_from_hash
-
         pipe = self.pipeline()
         pipe.sismember(self.k.s(giver, "gave"), to)
         pipe.hgetall(self.k.s(to, "session"))
         gave, data = pipe.execute()
-        return bool(gave), (_session_from_hash(data, to) if data else None)
+        return bool(gave), (session_from_hash(data, to) if data else None)
 
     # -- the inbox ------------------------------------------------------------------------
 

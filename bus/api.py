@@ -267,7 +267,7 @@ class Bus:
         timeout: float | None = None,
         token: str | None = None,
     ) -> dict[str, Any]:
-        """Validate, store and route one message; answers SPEC section 4's JSON.
+        """Validate, store and route one message; returns the send answer.
 
         With ``INBOX_SECRET`` set the sender comes from the token (``INBOX_TOKEN`` or
         ``token``), never from the body: a ``from`` or ``from_session`` naming someone else
@@ -396,7 +396,7 @@ class Bus:
         """The session's outbox: its sent messages, newest first, each with its receipt."""
         return self.receipts.sent(sid, state=state, limit=limit, token=token)
 
-    # -- typed requests and items (SPEC sections 7 and 8) --------------------------------
+    # -- typed requests and items --------------------------------
 
     def request(
         self,

@@ -172,7 +172,7 @@ class Inbox:
         if own:
             pipe = store.pipeline()
         # One call per thread and one for the inbox (the scripts take many messages, in
-        # order): a batch of thousands costs Redis and the client per call (issue 13).
+        # order): a batch of thousands costs Redis and the client per call.
         appends: dict[str, list[Any]] = {}
         takes: list[Any] = []
         for n, (msg, arrived) in enumerate(batch):

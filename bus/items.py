@@ -1,4 +1,4 @@
-"""Items for members, with pictures (SPEC section 8, Luke's read_inbox / reply_inbox).
+"""Items for members, with pictures (Luke's read_inbox / reply_inbox).
 
 An agent session posts items under keys it chooses; members of its workspace settle them
 and write on them; the agent replies. An item and its thread live in the owning session's
@@ -30,7 +30,7 @@ FORMER_MEMBER = "a former member"
 YOU = "you"
 MAX_TITLE = 200
 MAX_TOPIC = 200
-# The fields read_inbox shows for each item (SPEC section 8), in this order.
+# The fields read_inbox shows for each item, in this order.
 VIEW_FIELDS = ("key", "title", "status", "answer", "revision", "settledAt", "updatedAt")
 
 

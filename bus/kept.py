@@ -1,4 +1,4 @@
-"""A send answer as the ``ids`` hash keeps it (issue 13, memory), and back.
+"""A send answer as the ``ids`` hash keeps it, and back.
 
 Every stored message's answer is kept for 7 days for its resends, so it is kept without
 what its place says already: the message id (the hash field), the recipient's session
@@ -142,8 +142,7 @@ def _thread_of(sid: str, msg: dict[str, Any]) -> dict[str, str] | None:
 
 
 def keep_record(rec: dict[str, Any], sid: str) -> str:
-    """An inbox record of session ``sid`` as the ``msgs`` hash keeps it (issue 13,
-    memory): without what its message ``m`` says already (``class``, ``kind``, ``from``;
+    """An inbox record of session ``sid`` as the ``msgs`` hash keeps it: without what its message ``m`` says already (``class``, ``kind``, ``from``;
     the thread's ``key`` and id, :func:`bus.threads.thread_of`), without
     ``from_session`` when none, ``wakes`` when false and ``why`` when ``not_from_parent``,
     ``at`` when its message's ``ts``, its message without its usual fields nor its id
@@ -208,7 +207,7 @@ def restore_record(raw: str | bytes, sid: str) -> dict[str, Any]:
     return full
 
 
-# A one-message thread's message (the thread record's ``one_m``; issue 13, memory) is kept
+# A one-message thread's message (the thread record's ``one_m``) is kept
 # without its usual fields, listed by letter in its own ``md`` (a wire message has no such
 # field: bus.models.Message forbids extras). Its ``to_id`` stays: a thread has no session.
 THREAD_LETTERS = "md"

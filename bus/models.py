@@ -82,7 +82,7 @@ class FileRef(BaseModel):
 
 
 class Message(BaseModel):
-    """One message, addressed to one session, in exactly one thread (SPEC section 3)."""
+    """One message, addressed to one session, in exactly one thread."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -181,7 +181,7 @@ class Recipient(BaseModel):
 
 
 class SendAnswer(BaseModel):
-    """What ``send`` answers (SPEC section 4); never a bare ok."""
+    """What ``send`` answers; never a bare ok."""
 
     ok: bool = True
     id: str
@@ -207,7 +207,7 @@ class DeliverAnswer(BaseModel):
 
 
 class SessionInfo(BaseModel):
-    """A registered session (SPEC section 2)."""
+    """A registered session."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -272,9 +272,9 @@ class NoticeLine(_Strict):
 
 
 class ThreadRow(_Strict):
-    """One row of ``inbox threads`` (SPEC section 7)."""
+    """One row of ``inbox threads``."""
 
-    threadId: str  # the wire names are camelCase (SPEC section 7)
+    threadId: str  # the wire names are camelCase
     key: str
     label: str
     from_: list[str] = Field(alias="from")
@@ -303,7 +303,7 @@ class ThreadMessage(_Strict):
 
 
 class ThreadView(_Strict):
-    """``inbox read``: a whole thread, oldest first (SPEC section 7)."""
+    """``inbox read``: a whole thread, oldest first."""
 
     ok: bool = True
     threadId: str

@@ -1,4 +1,4 @@
-"""Who may wake an idle session, and what the host worker does next (SPEC section 5).
+"""Who may wake an idle session, and what the host worker does next.
 
 Pure: every fact, including the time, is passed in, so the rules are table-tested and
 the worker, the scheduler and the tests all read the same code.
@@ -134,7 +134,7 @@ _STATES = frozenset({"idle", "running", "closing", "closed"})
 
 
 def decide(view: InboxView, now_ms: int, debounce_ms: int, flush_ms: int) -> Plan:
-    """The next step for one session's pending messages (the SPEC section 5 table)."""
+    """The next step for one session's pending messages."""
     if view.state not in _STATES:
         raise ValueError(f"unknown session state {view.state!r}")
     if view.state in ("closing", "closed"):

@@ -219,7 +219,7 @@ def run(
                 # Due already and none taken (a clock behind the schedule's): no busy loop.
                 pokes.poked.wait(0.01)
             # Else entries fell due while the tick ran: straight on. A burst of wakes due
-            # over tens of ms is taken as it falls due, not 10 ms a step (issue 13).
+            # over tens of ms is taken as it falls due, not 10 ms a step.
     finally:
         pokes.stop()
 

@@ -432,7 +432,7 @@ class Store(
         floor's unconfirmed notice records) of many sessions, with whether each has queue
         entries no delivery took (its stream's last id past its cursor), in one
         round trip per node; sessions that do not exist are left out. The backlog sweep
-        reads a chunk of sessions this way (it was three round trips a session)."""
+        reads a chunk of sessions this way."""
         pipe = self.r.pipeline(transaction=False)
         for sid in sids:
             pipe.hgetall(self.k.s(sid, "session"))

@@ -1,9 +1,9 @@
 """The store's delivery side: a delivery's fixed reads and writes in few round trips.
 
-A mixin of :class:`~bus.store.Store` like :mod:`bus.store_inbox`. A delivery kick used
-to make ~30 round trips, most of them fixed: the lock, the dispatch flag, the in-flight
-raw line, the cursor, the entries, the session record (twice), the send answers, the
-plan's reads, the unlock and the hand-off flag. Here they are grouped: one script to
+A mixin of :class:`~bus.store.Store` like :mod:`bus.store_inbox`. A delivery's fixed
+reads and writes (the lock, the dispatch flag, the in-flight raw line, the cursor, the
+entries, the session record, the send answers, the plan's reads, the unlock and the
+hand-off flag) are grouped: one script to
 start (:meth:`begin_delivery`), one pipeline for the plan with its fence
 (:meth:`delivery_snapshot`), one after the notice's write (:meth:`finish_notice`) and one
 to end (:meth:`unlock_and_take_again`). Every step stays in the ``{sid}`` slot.

@@ -1,4 +1,4 @@
-"""Injection-safe text helpers shared by stamps and notices (SPEC section 6)."""
+"""Injection-safe text helpers shared by stamps and notices."""
 
 from __future__ import annotations
 

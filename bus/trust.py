@@ -1,4 +1,4 @@
-"""Pure trust rules (issue 9): label hygiene, handle confusables, wake-command hygiene,
+"""Pure trust rules: label hygiene, handle confusables, wake-command hygiene,
 the gateway's Host/Origin rules, and who a token may act as.
 
 Everything here is a pure function with table-driven tests (tests/test_trust.py); the

@@ -1,6 +1,7 @@
 # make up   : install into .venv and run the bus here (embedded Redis, worker, scheduler)
 # make test : install into .venv and run the whole test suite (it starts its own Redis
 #             when none answers on 127.0.0.1:6379)
+# make docs : the documentation site (mkdocs-material) into site/
 # make chaos: the chaos soak (bench/chaos.py: 2 hosts, 20,000 messages, processes killed)
 VENV ?= .venv
 # Test processes for `make test` (pytest-xdist): most tests wait on real processes and
@@ -8,7 +9,7 @@ VENV ?= .venv
 TEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 
-.PHONY: install up test lint schemas bench chaos
+.PHONY: install up test lint schemas docs bench chaos
 
 install: $(VENV)/.installed
 
@@ -16,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# compat: a plain path entry, not an import hook run at every start of `inbox` (hooks)
-	$(PY) -m pip install -q -e '.[serve,test]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[serve,test,docs]' --config-settings editable_mode=compat
 	touch $@
 
 up: install
@@ -26,13 +27,21 @@ test: install
 	$(PY) -m pytest -n $(TEST_WORKERS)
 
 lint: install
-	$(VENV)/bin/ruff check bus workers tests bench
-	$(VENV)/bin/ruff format --check bus workers tests bench
+	$(VENV)/bin/ruff check bus workers tests bench docs
+	$(VENV)/bin/ruff format --check bus workers tests bench docs
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(PY) -m bus.schemas --check
+	$(PY) docs/gen_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
 
 schemas: install
 	$(PY) -m bus.schemas
+
+# docs: the reference pages regenerated from the code, then the site (site/index.html)
+docs: install
+	$(PY) docs/gen_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 bench: install
 	$(PY) bench/burst.py

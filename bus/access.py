@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .auth import SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
 from .errors import BadInput, NotFound, Refused, Unauthorized
-from .items import ACTIVE, RESERVED_WORKSPACES
-from .models import SessionInfo, check_session_id, now_ms
+from .models import ACTIVE, RESERVED_WORKSPACES, SessionInfo, check_session_id, now_ms
 
 if TYPE_CHECKING:
     from .settings import Settings

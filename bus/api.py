@@ -155,8 +155,9 @@ class Bus:
     def metrics(self) -> Metrics:
         """Counters shared by every process through Redis (``/metrics`` reads them)."""
         if self._metrics is None:
-            # prometheus_client is imported there: not for a drain or a hook
-            self._metrics = self.store.metrics()
+            from .metrics import Metrics  # prometheus_client: not for a drain or a hook
+
+            self._metrics = Metrics(self.store)
         return self._metrics
 
     def is_revoked(self, jti: str) -> bool:
@@ -287,7 +288,7 @@ class Bus:
         timeout: float | None = None,
         token: str | None = None,
     ) -> dict[str, Any]:
-        """Validate, store and route one message; answers SPEC section 4's JSON.
+        """Validate, store and route one message; returns the send answer.
 
         With ``INBOX_SECRET`` set the sender comes from the token (``INBOX_TOKEN`` or
         ``token``), never from the body: a ``from`` or ``from_session`` naming someone else
@@ -412,7 +413,7 @@ class Bus:
         """The session's outbox: its sent messages, newest first, each with its receipt."""
         return self.receipts.sent(sid, state=state, limit=limit, token=token)
 
-    # -- typed requests and items (SPEC sections 7 and 8) --------------------------------
+    # -- typed requests and items --------------------------------
 
     def request(
         self,

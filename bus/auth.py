@@ -1,4 +1,4 @@
-"""Signed tokens: who is writing, and what they may do (SPEC section 9).
+"""Signed tokens: who is writing, and what they may do.
 
 A token is ``inb1.<payload>.<signature>``: the payload is base64url JSON naming a subject
 (a session or a member), its scopes, an issue time, an optional expiry and a random id

@@ -1,4 +1,4 @@
-"""Many sessions' deliveries at once, in a few round trips for the lot (issue 13's wakes).
+"""Many sessions' deliveries at once, in a few round trips for the lot (due wakes).
 
 One delivery of an idle session makes ~5-7 round trips (bus.delivery): a wake due for
 500 sessions was 2,500-3,500 round trips, each a context switch on a small box, and the

@@ -384,7 +384,7 @@ def up(
 
 
 def worker_argv(settings: Settings, concurrency: int, pool: str, loglevel: str) -> list[str]:
-    from workers.app import SHARED_QUEUE, host_queue
+    from .liveness import SHARED_QUEUE, host_queue
 
     return [
         "worker",
@@ -412,9 +412,9 @@ def worker(
     """A Celery worker for this host (INBOX_HOST); `inbox up` runs one for you."""
     settings = run(Settings.from_env)
     run(lambda: check_session_id(settings.host, "host name"))
-    from workers.app import app as celery_app
-
-    celery_app.worker_main(worker_argv(settings, concurrency, pool, loglevel))
+    # Celery runs in its own program (bus/ never imports Celery): this process becomes it.
+    argv = [sys.executable, "-m", "celery", "-A", "workers"]
+    os.execv(sys.executable, [*argv, *worker_argv(settings, concurrency, pool, loglevel)])
 
 
 @app.command(rich_help_panel=OPERATIONS)

@@ -1,4 +1,4 @@
-"""Short streams rewritten to the memory their entries need (issue 13, memory).
+"""Short streams rewritten to the memory their entries need.
 
 Redis 7 allocates each new stream node at ``stream-node-max-bytes`` (4096 by default)
 however short its entries, so a quiet session's ``events`` and a one-message thread's
@@ -33,8 +33,8 @@ COMPACT_EVERY_S = 60.0
 MAX_ENTRIES = 64
 SLACK_BYTES = 500
 NODE_BYTES = 400
-# Sessions per round trip. A tick goes on to the next chunk only within BUDGET_S: a pass
-# of 500 sessions a tick held a tick for ~300 ms, and due wakes with it (issue 13).
+# Sessions per round trip. A tick goes on to the next chunk only within BUDGET_S, so the
+# pass never holds up a tick's due wakes.
 CHUNK = 50
 BUDGET_S = 0.01
 # A pass's ticks at most this often: the scheduler ticks every few ms while a burst of

@@ -1,4 +1,4 @@
-"""Reading and answering a session's threads: list, read, reply, withdraw (SPEC 7).
+"""Reading and answering a session's threads: list, read, reply, withdraw.
 
 Built on :class:`bus.inbox.Inbox`'s records: a thread's messages live in its own slot
 (``P:{thr}:log``), each party's marks in the party's slot (``P:{sid}:msgs``).
@@ -53,7 +53,7 @@ class Conversation:
     # -- reading, replying, withdrawing ---------------------------------------------------
 
     def threads(self, sid: str) -> list[dict[str, Any]]:
-        """The session's threads, newest first (SPEC section 7's fields)."""
+        """The session's threads, newest first (the thread row's fields)."""
         check_session_id(sid)
         store = self.store
         thread_ids = store.threads_of(sid)

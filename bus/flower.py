@@ -1,4 +1,4 @@
-"""Flower for the workers (``inbox flower``), always with authentication (SPEC section 9).
+"""Flower for the workers (``inbox flower``), always with authentication.
 
 Credentials, in order: the ``basic_auth`` argument (``user:password``), the
 ``INBOX_FLOWER_AUTH`` environment variable, else a generated ``inbox:<token>`` written

@@ -1,4 +1,4 @@
-"""The gateway's front door (issue 9): Host allow-list, JSON-only and same-origin rules,
+"""The gateway's front door: Host allow-list, JSON-only and same-origin rules,
 a body cap and a body read timeout, as one ASGI middleware with per-path-prefix rules.
 
 Refusals use the bus's one shape, ``{"ok": false, "error": code, "message": ...}``, and

@@ -1,9 +1,9 @@
 """A busy delivery hands its work to the one running, instead of retrying after a sleep.
 
 Deliveries of one session are serialised by its lock. A delivery dispatched while another
-holds the lock (a send arrived after the holder cleared the dispatch flag) used to retry
-0.2 s later, so a message could wait 0.2 s behind a delivery that had already finished.
-Now it sets ``P:{sid}:again`` and tries the lock once more; if that fails too it returns
+holds the lock (a send arrived after the holder cleared the dispatch flag) does not sleep
+and retry, which would keep a message waiting behind a delivery that had already
+finished: it sets ``P:{sid}:again`` and tries the lock once more; if that fails too it returns
 at once. Every delivery, after it unlocks, takes the flag (GETDEL) and runs again if it
 was set. No hand-off is lost: the flag is set before the second try, so a holder that
 unlocks after that try fails sees the flag. A holder that dies with the flag set would

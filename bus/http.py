@@ -3,14 +3,14 @@
 | route | what |
 |---|---|
 | ``POST /send`` | prox's remote delivery: the local precedence (socket, else file) on this host, no Redis |
-| ``POST /v1/send`` | the bus proper: store in Redis and route to the owning host (SPEC section 4) |
+| ``POST /v1/send`` | the bus proper: store in Redis and route to the owning host |
 | ``GET /v1/messages/{id}`` | the sender's receipt of one message (its token, or ``?by=SID`` without a secret) |
 | ``POST /v1/send/batch`` | a batch of messages through ``Bus.send_many``: refused whole or stored whole |
 | ``GET /health`` | ``{"ok": true, "redis": bool, "host"}``; 200 even when Redis is down |
 | ``GET /metrics`` | Prometheus text: the shared counters plus this process's HTTP requests |
 | ``GET /openapi.json`` | FastAPI's OpenAPI document, with the wire ``Message`` schema |
 
-Binds to loopback unless told otherwise (SPEC section 9): prox's ``/send`` is
+Binds to loopback unless told otherwise: prox's ``/send`` is
 unauthenticated and ``from`` is self-reported.
 """
 
@@ -300,7 +300,7 @@ def create_app(
         summary="Send through the bus (Redis, routed to the owning host)",
     )
     async def send_bus(request: Request) -> JSONResponse:
-        """Validate, store and route one message; answers SPEC section 4's JSON."""
+        """Validate, store and route one message; returns the send answer."""
         raw = await request.body()
         return await _answer(lambda: bus.send(_json_body(raw), token=_bearer(request)))
 

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import confirm, faults, items, kept, notices, policy
+from . import confirm, faults, kept, notices, policy
 from .clock import SYSTEM, Clock
 from .models import SessionInfo
 from .quickdrain import PENDING_MARKS, notice_ids, pending_ids, record_drained
@@ -117,7 +117,7 @@ class _SenderFacts:
             receiver_delegator=info.delegator,
             receiver_turns=info.turns,
             receiver_gave_work_to_sender=sender_sid is not None and self.gave_work_to(sender_sid),
-            from_member=items.from_member(info, msg, self.ib.store.member_status),
+            from_member=policy.from_member(info, msg, self.ib.store.member_status),
         )
         giver = sender_sid or str(msg["from"])
         if policy.is_first_work(facts) and giver not in self._first_work_recorded:
@@ -187,7 +187,7 @@ class Inbox:
         if own:
             pipe = store.pipeline()
         # One call per thread and one for the inbox (the scripts take many messages, in
-        # order): a batch of thousands costs Redis and the client per call (issue 13).
+        # order): a batch of thousands costs Redis and the client per call.
         appends: dict[str, list[Any]] = {}
         takes: list[Any] = []
         for n, (msg, arrived) in enumerate(batch):

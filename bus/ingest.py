@@ -17,7 +17,7 @@ never has to work out which half of a batch went in. Then:
   (:data:`_RECORDS`); the script reads the record and writes nothing of a receiver whose
   record differs (or that has none): that receiver is written (or bounced) in a second
   round trip, from the record read. A batch to receivers whose records stand is one
-  round trip (the receivers were read in one of their own before issue 13's eighth round);
+  round trip;
 - one delivery is dispatched per receiver per batch (the script's pending flag).
 
 The answers are what a :meth:`~bus.api.Bus.send` per message would have answered, in

@@ -1,4 +1,4 @@
-"""Items for members, with pictures (SPEC section 8, Luke's read_inbox / reply_inbox).
+"""Items for members, with pictures (Luke's read_inbox / reply_inbox).
 
 An agent session posts items under keys it chooses; members of its workspace settle them
 and write on them; the agent replies. An item and its thread live in the owning session's
@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import BadInput, NotFound, RateLimited, Refused
 from .keys import check_item_key
-from .models import MAX_TEXT, SessionInfo, check_session_id, now_ms, parse_message
+from .models import (
+    ACTIVE,
+    MAX_TEXT,
+    REMOVED,
+    RESERVED_WORKSPACES,
+    SessionInfo,
+    check_session_id,
+    now_ms,
+    parse_message,
+)
 from .pictures import Picture, read_pictures, safe_name, store_picture
 from .private import private_dirs
 from .threads import thread_id
@@ -25,15 +34,13 @@ from .threads import thread_id
 if TYPE_CHECKING:
     from .ports import HasStore, Poster
 
-ACTIVE, REMOVED = "active", "removed"
 OPEN, SETTLED = "open", "settled"
 FORMER_MEMBER = "a former member"
 # Workspace names no member may have: ``operator:<name>`` is the web operator's handle.
-RESERVED_WORKSPACES = frozenset({"operator"})
 YOU = "you"
 MAX_TITLE = 200
 MAX_TOPIC = 200
-# The fields read_inbox shows for each item (SPEC section 8), in this order.
+# The fields read_inbox shows for each item, in this order.
 VIEW_FIELDS = ("key", "title", "status", "answer", "revision", "settledAt", "updatedAt")
 
 
@@ -128,23 +135,6 @@ def member_remove(b: Poster, workspace: str, name: str) -> dict[str, Any]:
 
 def is_member(b: HasStore, workspace: str, name: str) -> bool:
     return workspace not in RESERVED_WORKSPACES and member_status(b, workspace, name) == ACTIVE
-
-
-def from_member(
-    info: SessionInfo | None, msg: dict[str, Any], status: Callable[[str, str], str | None]
-) -> bool:
-    """Whether an ``item`` message comes from an active member of the receiver's
-    workspace (its ``from`` is ``<workspace>:<member>``); the inbox wakes on those."""
-    if info is None or not info.workspace or msg.get("kind") != "item":
-        return False
-    workspace, _, name = str(msg.get("from", "")).partition(":")
-    if workspace != info.workspace:
-        return False
-    try:
-        check_session_id(name, "member name")
-        return status(check_session_id(workspace, "workspace"), name) == ACTIVE
-    except BadInput:
-        return False
 
 
 def _require_starter(b: Poster, info: SessionInfo, workspace: str | None) -> None:

@@ -1,4 +1,4 @@
-"""A send answer as the ``ids`` hash keeps it (issue 13, memory), and back.
+"""A send answer as the ``ids`` hash keeps it, and back.
 
 Every stored message's answer is kept for 7 days for its resends, so it is kept without
 what its place says already: the message id (the hash field), the recipient's session
@@ -14,8 +14,9 @@ what they do not know.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
+from .models import SessionInfo
 from .threads import thread_of
 
 # SendAnswer's and Recipient's fields, in their order (a test holds them equal).
@@ -141,8 +142,7 @@ def _thread_of(sid: str, msg: dict[str, Any]) -> dict[str, str] | None:
 
 
 def keep_record(rec: dict[str, Any], sid: str) -> str:
-    """An inbox record of session ``sid`` as the ``msgs`` hash keeps it (issue 13,
-    memory): without what its message ``m`` says already (``class``, ``kind``, ``from``;
+    """An inbox record of session ``sid`` as the ``msgs`` hash keeps it: without what its message ``m`` says already (``class``, ``kind``, ``from``;
     the thread's ``key`` and id, :func:`bus.threads.thread_of`), without
     ``from_session`` when none, ``wakes`` when false and ``why`` when ``not_from_parent``,
     ``at`` when its message's ``ts``, its message without its usual fields nor its id
@@ -207,7 +207,7 @@ def restore_record(raw: str | bytes, sid: str) -> dict[str, Any]:
     return full
 
 
-# A one-message thread's message (the thread record's ``one_m``; issue 13, memory) is kept
+# A one-message thread's message (the thread record's ``one_m``) is kept
 # without its usual fields, listed by letter in its own ``md`` (a wire message has no such
 # field: bus.models.Message forbids extras). Its ``to_id`` stays: a thread has no session.
 THREAD_LETTERS = "md"
@@ -320,3 +320,47 @@ def keep_ingested(whole: dict[str, Any], sid: str) -> tuple[str, str]:
     if letters:
         rec["md"] = letters
     return json.dumps(rec, separators=(",", ":")), thread_json
+
+
+# Session record fields not stored at their value here (memory): ``session`` is
+# its key's, ``prompt_waiting`` absent is "0". :func:`session_from_hash` puts them back.
+_SESSION_UNSTORED = {"prompt_waiting": "0"}
+
+
+def session_fields(fields: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """``fields`` for the session record: what to set, and what to delete (the fields at
+    their unstored value; ``session``, always its key's, never set)."""
+    out = {f: v for f, v in fields.items() if f != "session"}
+    drop = [f for f, v in _SESSION_UNSTORED.items() if out.get(f) == v]
+    for f in drop:
+        del out[f]
+    return out, drop
+
+
+def session_from_hash(data: dict[str, str], sid: str) -> SessionInfo:
+    """A session record read whole: ``sid`` (its key's) when it keeps no ``session``; a
+    record written before keeps it, and a "0" ``prompt_waiting`` (both read the same)."""
+
+    def opt(name: str) -> str | None:
+        v = data.get(name)
+        return v if v else None
+
+    agent_inbox = data.get("agent_inbox")
+    return SessionInfo(
+        session=data.get("session") or sid,
+        handle=data["handle"],
+        host=data["host"],
+        state=cast(Any, data.get("state", "idle")),
+        parent=opt("parent"),
+        delegator=opt("delegator"),
+        turns=int(data.get("turns", "0") or 0),
+        wake_cmd=opt("wake_cmd"),
+        wake_pending=opt("wake_pending"),
+        prompt_waiting=data.get("prompt_waiting") == "1",
+        agent_inbox=None if not agent_inbox else agent_inbox == "1",
+        workspace=opt("workspace"),
+        starter=opt("starter"),
+        opened_at=int(data.get("opened_at", "0") or 0),
+        updated_at=int(data.get("updated_at", "0") or 0),
+        last_seen=int(data.get("last_seen", "0") or 0),
+    )

@@ -11,7 +11,7 @@ buses, or several tests, share one server.
 | ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | deleted with ``cursor`` once the delivery took every entry (queue_trim.lua); else trimmed by MINID below ``trim`` |
 | ``P:{sid}:trim`` | string: stream id below which entries may be trimmed | delivery | - |
 | ``P:{sid}:cursor`` | string: last stream id the delivery has taken (none: read from ``0-0``) | delivery | deleted with the emptied queue (queue_trim.lua) |
-| ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency; kept without what the key says, bus/kept.py); ``~<id>`` → the sender's receipt of a stored message, JSON: from, from_session, thread (only when not its answer's), reason, and the ms of each state reached (the ``rc:<id>`` hash's fields; issue 13, memory: one key and its expiry entry fewer a message) | send (append.lua, append_many.lua; receipts: receipt_open.lua, append_many.lua), delivery, withdraw, turn end; receipts: every transition (receipt_mark.lua) | an answer and its receipt are pruned together (at turn end, bus.store_inbox.prune) 7 days after the answer was first seen, or, when later, once the receipt TTL (8 days by default, longer when ``INBOX_EXPIRE_S`` is) has passed since the receipt's last transition (its age in ``threads`` moved on) |
+| ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency; kept without what the key says, bus/kept.py); ``~<id>`` → the sender's receipt of a stored message, JSON: from, from_session, thread (only when not its answer's), reason, and the ms of each state reached (the ``rc:<id>`` hash's fields; one key and its expiry entry fewer a message) | send (append.lua, append_many.lua; receipts: receipt_open.lua, append_many.lua), delivery, withdraw, turn end; receipts: every transition (receipt_mark.lua) | an answer and its receipt are pruned together (at turn end, bus.store_inbox.prune) 7 days after the answer was first seen, or, when later, once the receipt TTL (8 days by default, longer when ``INBOX_EXPIRE_S`` is) has passed since the receipt's last transition (its age in ``threads`` moved on) |
 | ``P:{sid}:idsage`` | zset: message id → first-seen ms; no longer written (the ages are in ``threads``), still read and pruned | - | pruned after 7 days |
 | ``P:{sid}:pending`` | string: a delivery has been dispatched and not started | send; cleared by delivery | TTL (lock_ttl) |
 | ``P:{sid}:lock`` | string: token of the delivery running for the session | delivery | TTL (lock_ttl) |
@@ -55,7 +55,7 @@ buses, or several tests, share one server.
 | ``P:{thr}:meta`` (typed requests) | hash fields origin, recipient (session ids), offered_by (sender or recipient, only in OFFERED), windows (JSON list) | request, decide.lua | - |
 | ``P:{sid}:items`` | hash: item key → item JSON (title, text, status, answer, revision, ...) | item post/settle, item_update.lua | - |
 | ``P:{sid}:item:<key>:thread`` | list: the item's thread entries JSON (member or agent, text, files), oldest first | item write, reply_inbox (item_update.lua) | - |
-| ``P:{sid}:rc:<id>`` | hash: the sender's receipt of a *bounced* message addressed to ``sid`` (no registered session, so no prune of its ``ids``), or of a stored one opened before receipts moved into ``ids`` (read and stamped until it expires; a resend keeps it): from, from_session, thread, reason (the id and ``to`` are the key's; receipts opened before issue 13's sixth round also hold them), and the ms of each state reached (stored, noticed, read, answered, withdrawn, retracted, bounced, expired) | send (receipt_open.lua), every transition (receipt_mark.lua) | TTL 8 days from its last transition by default (7 days, or ``INBOX_EXPIRE_S`` plus a day when longer) |
+| ``P:{sid}:rc:<id>`` | hash: the sender's receipt of a *bounced* message addressed to ``sid`` (no registered session, so no prune of its ``ids``), or of a stored one opened before receipts moved into ``ids`` (read and stamped until it expires; a resend keeps it): from, from_session, thread, reason (the id and ``to`` are the key's; an older receipt may hold them too), and the ms of each state reached (stored, noticed, read, answered, withdrawn, retracted, bounced, expired) | send (receipt_open.lua), every transition (receipt_mark.lua) | TTL 8 days from its last transition by default (7 days, or ``INBOX_EXPIRE_S`` plus a day when longer) |
 | ``P:{sid}:outbox`` | zset: ``<recipient>|<id>`` → sent µs, the messages ``sid`` sent | send | newest 10,000, none past 7 days |
 | ``P:{ws:<workspace>}:members`` | hash: member name → ``active`` or ``removed`` (a tombstone: the account is gone) | member add/remove | - |
 """
@@ -251,7 +251,7 @@ class Keys:
         """A SCAN pattern matching every key of this prefix (tests, ``inbox status``)."""
         return f"{self.prefix}:*"
 
-    # -- items and members (SPEC section 8) ---------------------------------------------
+    # -- items and members ---------------------------------------------
 
     def items(self, sid: str) -> str:
         """The session's items: hash key → item JSON."""

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 from . import faults
 from .batch import deliver_many
+from .delivery import DeliveryHost
 from .dispatch import Dispatcher
 from .dispatch import deliver_many as dispatch_many
 from .outage import OUTAGE_ERRORS, Outage
 
 if TYPE_CHECKING:
-    from .api import Bus
     from .store import Store
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class KickLoop:
     """Delivery loops of one worker process: each pops a kick and delivers its session."""
 
     def __init__(
-        self, bus: Bus, *, threads: int = 1, on_done: Callable[[], Any] | None = None
+        self, bus: DeliveryHost, *, threads: int = 1, on_done: Callable[[], Any] | None = None
     ) -> None:
         self.bus = bus
         self.host = bus.settings.host

@@ -1,8 +1,8 @@
 """A session's delivery lock as a short lease, renewed in the background while it runs.
 
-The lock (``P:{sid}:lock``, a token with a TTL) used to be held for a 30 s TTL, so a
-worker killed mid-delivery stalled its sessions for 30 s. Now the TTL is short
-(``INBOX_LOCK_TTL_S``, default 3 s) and a renewal thread extends it every third of the
+The lock (``P:{sid}:lock``, a token with a TTL) has a short TTL (``INBOX_LOCK_TTL_S``,
+default 3 s), so a worker killed mid-delivery stalls its sessions for one TTL at most; a
+renewal thread extends it every third of the
 TTL while the delivery runs; a dead worker's lease lapses within one TTL and the next
 delivery takes over.
 
@@ -50,7 +50,7 @@ class Lease:
         # A flag, not an Event: set once by whichever thread finds the lease lost, read
         # by the writer before each write (a bool's assignment is atomic). The Event the
         # renewals sleep on is made only for a lease that renews itself: a batch's 64
-        # leases made 128 Events (each a Condition and its lock) a chunk (issue 13).
+        # leases made 128 Events (each a Condition and its lock) a chunk.
         self._lost = False
         self._done: threading.Event | None = None
         self._last_ok = time.monotonic()
@@ -60,7 +60,7 @@ class Lease:
 
     def _start_renewing(self) -> None:
         # The thread made only here: a batch's leases (renewed together, bus.batch) make
-        # none (a Thread object was a tenth of a due wake's Python, issue 13).
+        # none (a Thread object was a tenth of a due wake's Python).
         self._done = threading.Event()
         threading.Thread(target=self._renew, name=f"lease-{self.sid}", daemon=True).start()
 

@@ -1,4 +1,4 @@
-"""A reference listener on a session's ``inbox.sock`` (SPEC section 6, ``inbox listen``).
+"""A reference listener on a session's ``inbox.sock`` (``inbox listen``).
 
 Harness authors copy this. The protocol is prox's: a sender connects, writes one JSON
 line and ``\\n``, and waits up to 1 s for a one-line ack. Only ``{"ok": true}`` counts as

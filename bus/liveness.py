@@ -16,14 +16,13 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 
 from .models import now_ms
 
 if TYPE_CHECKING:
-    from .ports import HasStore
     from .store import Store
 
 log = logging.getLogger(__name__)
@@ -33,8 +32,19 @@ PROGRESS_EVERY_S = 1.0  # progress is written at most this often per process
 SCHEDULER = "scheduler"
 
 
+class HasStore(Protocol):
+    """Anything with the store (heartbeats, the metrics collector, the services)."""
+
+    @property
+    def store(self) -> Store: ...
+
+
+# The Celery queues (workers.app uses these names): the shared one, and each host's own.
+SHARED_QUEUE = "inbox"
+
+
 def host_queue(host: str) -> str:
-    """Host ``host``'s own Celery queue (the same name ``workers.app.host_queue`` gives)."""
+    """Host ``host``'s own Celery queue (deliveries to its sessions)."""
     return f"host.{host}"
 
 

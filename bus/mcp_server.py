@@ -1,6 +1,6 @@
 """``inbox mcp``: the bus as MCP tools over stdio (official ``mcp`` SDK, 2.x ``MCPServer``).
 
-Tools (SPEC section 10): ``send``, ``inbox``, ``threads``, ``read``, ``reply``,
+Tools: ``send``, ``inbox``, ``threads``, ``read``, ``reply``,
 ``withdraw``, ``receipt``, ``sent``, and, when the bus has them, ``decide``, ``read_inbox``, ``reply_inbox``.
 Each returns the same JSON the CLI prints, as ``structuredContent`` and as one JSON text
 block. A refusal (:class:`bus.errors.BusError`) is a tool error (``isError``) whose text

@@ -41,7 +41,7 @@ from prometheus_client.utils import floatToGoString
 from . import liveness
 
 if TYPE_CHECKING:
-    from .ports import HasStore
+    from .liveness import HasStore
     from .store_metrics import MetricsStore
 
 BUCKETS: tuple[float, ...] = (

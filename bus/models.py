@@ -31,6 +31,11 @@ HANDLE_PATTERN = r"^[^\s:]{1,100}:[^\s]{1,180}$"
 MAX_TEXT = 8000
 MAX_FILES = 4
 
+# A member's status in a workspace (``P:{ws:<w>}:members``).
+ACTIVE, REMOVED = "active", "removed"
+# Workspace names no member may be added under (the operator's handles live there).
+RESERVED_WORKSPACES = frozenset({"operator"})
+
 
 def _not_dots(value: str) -> str:
     # "." and ".." match the pattern but would name a directory outside the session's own.
@@ -79,7 +84,7 @@ class FileRef(BaseModel):
 
 
 class Message(BaseModel):
-    """One message, addressed to one session, in exactly one thread (SPEC section 3)."""
+    """One message, addressed to one session, in exactly one thread."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -193,7 +198,7 @@ class Recipient(BaseModel):
 
 
 class SendAnswer(BaseModel):
-    """What ``send`` answers (SPEC section 4); never a bare ok."""
+    """What ``send`` answers; never a bare ok."""
 
     ok: bool = True
     id: str
@@ -219,7 +224,7 @@ class DeliverAnswer(BaseModel):
 
 
 class SessionInfo(BaseModel):
-    """A registered session (SPEC section 2)."""
+    """A registered session."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -284,9 +289,9 @@ class NoticeLine(_Strict):
 
 
 class ThreadRow(_Strict):
-    """One row of ``inbox threads`` (SPEC section 7)."""
+    """One row of ``inbox threads``."""
 
-    threadId: str  # the wire names are camelCase (SPEC section 7)
+    threadId: str  # the wire names are camelCase
     key: str
     label: str
     from_: list[str] = Field(alias="from")
@@ -315,7 +320,7 @@ class ThreadMessage(_Strict):
 
 
 class ThreadView(_Strict):
-    """``inbox read``: a whole thread, oldest first (SPEC section 7)."""
+    """``inbox read``: a whole thread, oldest first."""
 
     ok: bool = True
     threadId: str

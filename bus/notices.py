@@ -1,4 +1,4 @@
-"""One notice: the batch of new messages a session hears about (SPEC section 6).
+"""One notice: the batch of new messages a session hears about.
 
 A notice is one ``[inbox ...]`` header plus one indented line per thread. Every line that
 carries other parties' words is indented and sanitized, so no message can forge a header.

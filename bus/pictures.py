@@ -1,4 +1,4 @@
-"""Pictures a reply carries, read from an agent's sandbox root (SPEC section 8).
+"""Pictures a reply carries, read from an agent's sandbox root.
 
 Every picture is checked before any is returned, so a caller that writes only after
 :func:`read_pictures` succeeds writes nothing when one picture is refused. A picture's

@@ -1,4 +1,4 @@
-"""Who may wake an idle session, and what the host worker does next (SPEC section 5).
+"""Who may wake an idle session, and what the host worker does next.
 
 Pure: every fact, including the time, is passed in, so the rules are table-tested and
 the worker, the scheduler and the tests all read the same code.
@@ -6,11 +6,12 @@ the worker, the scheduler and the tests all read the same code.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .models import CLASS_ALIASES
+from .errors import BadInput
+from .models import ACTIVE, CLASS_ALIASES, SessionInfo, check_session_id
 
 # Kinds that are answers or bookkeeping inside a thread: they never start a turn.
 _NEVER_WAKE_KINDS = frozenset({"reply", "retraction", "notice"})
@@ -133,7 +134,7 @@ _STATES = frozenset({"idle", "running", "closing", "closed"})
 
 
 def decide(view: InboxView, now_ms: int, debounce_ms: int, flush_ms: int) -> Plan:
-    """The next step for one session's pending messages (the SPEC section 5 table)."""
+    """The next step for one session's pending messages."""
     if view.state not in _STATES:
         raise ValueError(f"unknown session state {view.state!r}")
     if view.state in ("closing", "closed"):
@@ -183,3 +184,20 @@ def _idle(
     if now_ms >= due:
         return Plan(wake, None, "flush")
     return Plan("schedule", due, "flush")
+
+
+def from_member(
+    info: SessionInfo | None, msg: dict[str, Any], status: Callable[[str, str], str | None]
+) -> bool:
+    """Whether an ``item`` message comes from an active member of the receiver's
+    workspace (its ``from`` is ``<workspace>:<member>``); the inbox wakes on those."""
+    if info is None or not info.workspace or msg.get("kind") != "item":
+        return False
+    workspace, _, name = str(msg.get("from", "")).partition(":")
+    if workspace != info.workspace:
+        return False
+    try:
+        check_session_id(name, "member name")
+        return status(check_session_id(workspace, "workspace"), name) == ACTIVE
+    except BadInput:
+        return False

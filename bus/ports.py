@@ -9,20 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .liveness import HasStore
+
 if TYPE_CHECKING:
     from .auth import Authenticator, Claims
     from .dispatch import Dispatcher
     from .models import Message, SessionInfo
     from .receipts import Receipts
     from .settings import Settings
-    from .store import Store
-
-
-class HasStore(Protocol):
-    """Anything with the store (heartbeats, the metrics collector)."""
-
-    @property
-    def store(self) -> Store: ...
 
 
 class Streams(HasStore, Protocol):

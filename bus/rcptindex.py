@@ -1,18 +1,12 @@
 """Which session a message id was appended to, for 7 days: receipts and replies look it up.
 
-It was one ``SET P:{m:<id>}:rcpt <sid> EX 7d`` per message: at batched ingest that SET was
-most of the commands sent (one per message next to one script call per receiver) and
-~90 bytes of Redis per message. Now the ids stored on one UTC day are fields of
+The ids stored on one UTC day are fields of
 :data:`BUCKETS` hashes (``P:{rc:<day>:<b>}:rcpt``, the bucket from the id's CRC32, so the
 hashes spread over a cluster's slots); a batch writes one HSET per bucket it touches, and
 each hash expires a day after the retention of its last day. A lookup reads the id's bucket
-of each day in the retention (one pipeline), newest first, and the old per-id key as a
-fallback, so ids indexed before this change are still found.
-
-There were 64 buckets a day: a batch of a few hundred messages touched all 64, 128 of its
-~230 commands (HSET and EXPIRE each). Now 16; a lookup also reads the id's bucket in the
-64 layout (:data:`OLD_BUCKETS`, the same key names), so ids indexed before are found for
-their whole retention.
+of each day in the retention (one pipeline), newest first; it also reads the per-id key
+and the id's bucket in a 64-bucket layout (:data:`OLD_BUCKETS`, the same key names).
+16 buckets keep a batch of a few hundred messages to a few HSETs (docs/decisions).
 """
 
 from __future__ import annotations

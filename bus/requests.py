@@ -1,4 +1,4 @@
-"""Typed request threads (SPEC section 7): ``inbox request`` and ``inbox decide``.
+"""Typed request threads: ``inbox request`` and ``inbox decide``.
 
 The rules are :mod:`bus.decisions` (pure); this module is the I/O around them. A
 decision is computed in Python from the state read, then written by ``decide.lua`` only

@@ -72,7 +72,7 @@ class Router:
     def post(
         self, msg: Message, *, wait: bool = False, timeout: float | None = None
     ) -> dict[str, Any]:
-        """Store and route a message whose sender is already settled; SPEC section 4's
+        """Store and route a message whose sender is already settled; the send
         answer (``bounced`` for an unknown receiver, ``duplicate`` for a resent id)."""
         if msg.verified is None:
             msg = msg.model_copy(update={"verified": self.verified})

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import confirm
 from .clock import SYSTEM, Clock
@@ -26,9 +26,26 @@ from .outage import OUTAGE_ERRORS, Outage
 from .store_many import SweepView
 
 if TYPE_CHECKING:
-    from .api import Bus
+    from .dispatch import Dispatcher
+    from .receipts import Receipts
+    from .settings import Settings
+    from .store import Store
 
 log = logging.getLogger(__name__)
+
+
+class Scheduled(Protocol):
+    """What the scheduled work uses: the settings, the store, receipts and the dispatcher."""
+
+    settings: Settings
+    receipts: Receipts
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+
 
 SWEEP_EVERY_S = 5.0
 # Sessions the sweep reads per round trip (due entries are taken between chunks).
@@ -40,7 +57,7 @@ DUE_AGAIN_MS = 20
 POKE_WAIT_S = 1.0
 
 
-def tick(bus: Bus, *, sweep: bool | None = None, clock: Clock = SYSTEM) -> dict[str, Any]:
+def tick(bus: Scheduled, *, sweep: bool | None = None, clock: Clock = SYSTEM) -> dict[str, Any]:
     """Dispatch deliveries for due entries; every few seconds also sweep for backlogs.
 
     The sweep's interval is kept in Redis (:meth:`Store.claim_sweep`), so however many
@@ -76,7 +93,7 @@ def tick(bus: Bus, *, sweep: bool | None = None, clock: Clock = SYSTEM) -> dict[
     return {**counts, "swept": swept, "expired": expired, "compacted": compacted}
 
 
-def dispatch_due(bus: Bus, *, clock: Clock = SYSTEM) -> tuple[int, int]:
+def dispatch_due(bus: Scheduled, *, clock: Clock = SYSTEM) -> tuple[int, int]:
     """Take the entries due now and dispatch their sessions' deliveries, a host's at once:
     ``(taken, dispatched)``."""
     taken = bus.store.take_due(clock.now_ms())
@@ -88,7 +105,7 @@ def dispatch_due(bus: Bus, *, clock: Clock = SYSTEM) -> tuple[int, int]:
     return len(taken), dispatched
 
 
-def _by_host(bus: Bus, sids: list[str]) -> dict[str, list[str]]:
+def _by_host(bus: Scheduled, sids: list[str]) -> dict[str, list[str]]:
     """The due sessions that still exist, by host, in due order; each one's dispatch flag
     set (the trigger must reach the delivery even when a flag is still set). One round
     trip for the lot (:meth:`~bus.store_many.ManyStore.hosts_flagged`), not two per
@@ -125,7 +142,7 @@ def needs_delivery(info: SessionInfo, view: SweepView, stale_before: int, now: i
 
 
 def sweep_backlogs(
-    bus: Bus, *, clock: Clock = SYSTEM, between: Callable[[], object] | None = None
+    bus: Scheduled, *, clock: Clock = SYSTEM, between: Callable[[], object] | None = None
 ) -> int:
     """Dispatch a delivery for every session with work no delivery took.
 
@@ -160,7 +177,7 @@ def sweep_backlogs(
 
 
 def run(
-    bus: Bus,
+    bus: Scheduled,
     stop: threading.Event | None = None,
     *,
     max_sleep_s: float = 0.5,
@@ -202,7 +219,7 @@ def run(
                 # Due already and none taken (a clock behind the schedule's): no busy loop.
                 pokes.poked.wait(0.01)
             # Else entries fell due while the tick ran: straight on. A burst of wakes due
-            # over tens of ms is taken as it falls due, not 10 ms a step (issue 13).
+            # over tens of ms is taken as it falls due, not 10 ms a step.
     finally:
         pokes.stop()
 
@@ -214,7 +231,7 @@ class Pokes:
     sleep keeps its own timeout: a blocked client's timeout fires on the server's clock
     tick (up to 100 ms late at Redis's default ``hz`` of 10)."""
 
-    def __init__(self, bus: Bus, stop: threading.Event) -> None:
+    def __init__(self, bus: Scheduled, stop: threading.Event) -> None:
         self.bus = bus
         self.poked = threading.Event()
         self._stop = stop

@@ -1,4 +1,4 @@
-"""Settings, read from the environment (SPEC section 12 names them)."""
+"""Settings, read from the environment (``INBOX_*``; the names are stable)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def default_host() -> str:
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything the bus reads from the environment, with the SPEC's defaults."""
+    """Everything the bus reads from the environment, with their defaults."""
 
     home: Path = field(default_factory=default_home)
     host: str = field(default_factory=default_host)
@@ -67,7 +67,7 @@ class Settings:
     expire_s: float = 604800.0
     # Where people open the web inbox (``inbox member link`` prints links under it).
     ui_url: str = "http://127.0.0.1:5252"
-    # Trust bounds (issue 9): Host names the gateway answers (empty: loopback names),
+    # Trust bounds: Host names the gateway answers (empty: loopback names),
     # a per-sender token bucket, a cap on a session's unread messages, and when an open
     # session's harness counts as gone (its handle may then be taken).
     allowed_hosts: tuple[str, ...] = ()
@@ -77,7 +77,7 @@ class Settings:
     # The bytes of pictures one session's items may keep in all (its agent's replies and
     # its members' writes together); past it a write with pictures is refused.
     max_picture_bytes: int = 512 * 1024 * 1024
-    # How a delivery is kicked (issue 13): ``celery`` (a task on the host's queue) or
+    # How a delivery is kicked: ``celery`` (a task on the host's queue) or
     # ``list`` (the host's kick list, popped by a loop in each worker process; bus.kick).
     kick: str = "list"
 

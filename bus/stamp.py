@@ -1,4 +1,4 @@
-"""The stamp: what the model sees for one raw message (SPEC section 6, as prox renders it).
+"""The stamp: what the model sees for one raw message (as prox renders it).
 
 ::
 

@@ -24,6 +24,7 @@ import redis
 from . import kept, rcptindex
 from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .errors import RateLimited
+from .kept import session_fields, session_from_hash
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
 from .store_compact import CompactStore
@@ -77,50 +78,6 @@ def inline_script_loads(pipe: Any) -> Any:
 
     pipe.execute = execute
     return pipe
-
-
-# Session record fields not stored at their value here (issue 13, memory): ``session`` is
-# its key's, ``prompt_waiting`` absent is "0". :func:`_session_from_hash` puts them back.
-_SESSION_UNSTORED = {"prompt_waiting": "0"}
-
-
-def _session_fields(fields: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """``fields`` for the session record: what to set, and what to delete (the fields at
-    their unstored value; ``session``, always its key's, never set)."""
-    out = {f: v for f, v in fields.items() if f != "session"}
-    drop = [f for f, v in _SESSION_UNSTORED.items() if out.get(f) == v]
-    for f in drop:
-        del out[f]
-    return out, drop
-
-
-def _session_from_hash(data: dict[str, str], sid: str) -> SessionInfo:
-    """A session record read whole: ``sid`` (its key's) when it keeps no ``session``; a
-    record written before keeps it, and a "0" ``prompt_waiting`` (both read the same)."""
-
-    def opt(name: str) -> str | None:
-        v = data.get(name)
-        return v if v else None
-
-    agent_inbox = data.get("agent_inbox")
-    return SessionInfo(
-        session=data.get("session") or sid,
-        handle=data["handle"],
-        host=data["host"],
-        state=cast(Any, data.get("state", "idle")),
-        parent=opt("parent"),
-        delegator=opt("delegator"),
-        turns=int(data.get("turns", "0") or 0),
-        wake_cmd=opt("wake_cmd"),
-        wake_pending=opt("wake_pending"),
-        prompt_waiting=data.get("prompt_waiting") == "1",
-        agent_inbox=None if not agent_inbox else agent_inbox == "1",
-        workspace=opt("workspace"),
-        starter=opt("starter"),
-        opened_at=int(data.get("opened_at", "0") or 0),
-        updated_at=int(data.get("updated_at", "0") or 0),
-        last_seen=int(data.get("last_seen", "0") or 0),
-    )
 
 
 class Store(
@@ -215,7 +172,7 @@ class Store(
             else:
                 fields[name] = str(value)
         key = self.k.s(info.session, "session")
-        fields, _drop = _session_fields(fields)
+        fields, _drop = session_fields(fields)
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(key)
         pipe.hset(key, mapping=fields)
@@ -226,7 +183,7 @@ class Store(
     def get_session(self, sid: str) -> SessionInfo | None:
         """The session record as last put or updated; ``None`` if never put."""
         data = cast(dict[str, str], self.r.hgetall(self.k.s(sid, "session")))
-        return _session_from_hash(data, sid) if data else None
+        return session_from_hash(data, sid) if data else None
 
     def update_session(self, sid: str, **fields: object) -> None:
         """Set some fields of the record (``None`` clears one) and ``updated_at`` to now."""
@@ -236,7 +193,7 @@ class Store(
                 mapping[name] = "1" if value else "0"
             else:
                 mapping[name] = "" if value is None else str(value)
-        mapping, drop = _session_fields(mapping)
+        mapping, drop = session_fields(mapping)
         key = self.k.s(sid, "session")
         if not drop:
             self.r.hset(key, mapping=mapping)
@@ -260,7 +217,7 @@ class Store(
         pipe = self.r.pipeline(transaction=False)
         for sid in ids:
             pipe.hgetall(self.k.s(sid, "session"))
-        return [_session_from_hash(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
+        return [session_from_hash(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
 
     def sessions_by_handle(self, handle: str) -> list[SessionInfo]:
         """Sessions whose record carries ``handle`` now, sorted by id."""
@@ -480,7 +437,7 @@ class Store(
         floor's unconfirmed notice records) of many sessions, with whether each has queue
         entries no delivery took (its stream's last id past its cursor), in one
         round trip per node; sessions that do not exist are left out. The backlog sweep
-        reads a chunk of sessions this way (it was three round trips a session)."""
+        reads a chunk of sessions this way."""
         pipe = self.r.pipeline(transaction=False)
         for sid in sids:
             pipe.hgetall(self.k.s(sid, "session"))
@@ -505,7 +462,7 @@ class Store(
                 retry_at=None if retry_at is None else int(retry_at),
                 floor_records=[str(r) for r in floor],
             )
-            out.append((_session_from_hash(data, sids[n]), view))
+            out.append((session_from_hash(data, sids[n]), view))
         return out
 
     # -- heartbeats ---------------------------------------------------------------------

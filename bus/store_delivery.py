@@ -1,9 +1,9 @@
 """The store's delivery side: a delivery's fixed reads and writes in few round trips.
 
-A mixin of :class:`~bus.store.Store` like :mod:`bus.store_inbox`. A delivery kick used
-to make ~30 round trips, most of them fixed: the lock, the dispatch flag, the in-flight
-raw line, the cursor, the entries, the session record (twice), the send answers, the
-plan's reads, the unlock and the hand-off flag. Here they are grouped: one script to
+A mixin of :class:`~bus.store.Store` like :mod:`bus.store_inbox`. A delivery's fixed
+reads and writes (the lock, the dispatch flag, the in-flight raw line, the cursor, the
+entries, the session record, the send answers, the plan's reads, the unlock and the
+hand-off flag) are grouped: one script to
 start (:meth:`begin_delivery`), one pipeline for the plan with its fence
 (:meth:`delivery_snapshot`), one after the notice's write (:meth:`finish_notice`) and one
 to end (:meth:`unlock_and_take_again`). Every step stays in the ``{sid}`` slot.
@@ -20,6 +20,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from .kept import session_from_hash
 from .models import SessionInfo, now_ms
 from .store_inbox import view_of_replies
 from .store_part import StorePart
@@ -82,15 +83,13 @@ def _start_of(reply: Any, token: str, sent_at: float, sid: str) -> DeliveryStart
         rows, answers = json.loads(rows), json.loads(answers)
     entries = [(str(eid), _flat_hash(fields)) for eid, fields in rows]
     data = _flat_hash(session)
-    from .store import _session_from_hash
-
     return DeliveryStart(
         token,
         sent_at,
         None,
         str(cursor),
         entries,
-        _session_from_hash(data, sid) if data else None,
+        session_from_hash(data, sid) if data else None,
         [json.loads(a) if a else None for a in answers],
     )
 
@@ -106,12 +105,10 @@ def _snapshot_from(fields: list[Any], sent_at: float, sid: str) -> DeliverySnaps
     # An empty Lua table encodes as {}: each list read as `or []`.
     session, floor, rows = session or [], floor or [], rows or []
     floor_hash = _flat_hash(floor)
-    from .store import _session_from_hash
-
     return DeliverySnapshot(
         held=bool(int(held)),
         sent_at=sent_at,
-        info=_session_from_hash(_flat_hash(session), sid) if session else None,
+        info=session_from_hash(_flat_hash(session), sid) if session else None,
         notice_id=str(nid) if nid else None,
         floor_ids=list(floor_hash),
         rows=[(str(eid), _flat_hash(fields)) for eid, fields in rows],

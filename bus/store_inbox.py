@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from . import kept
+from .kept import session_from_hash
 from .keys import receipt_field
 from .policy import floor_times
 from .store_part import StorePart
@@ -20,7 +21,7 @@ from .threads import thread_label
 # Send answers (what a resend of an id gets) outlive the messages themselves.
 IDS_KEEP_MS = 7 * 86400 * 1000
 GONE_MARKS = ("answered", "read", "removed", "retracted", "expired")
-# A send answer's age lives in the session's ``threads`` zset (issue 13, memory: one key
+# A send answer's age lives in the session's ``threads`` zset (one key
 # fewer than a zset of its own): member ``#<message id>`` (no thread id nor message id
 # has a ``#``), score minus the ms it was first seen, so every age sorts below 0 and
 # every thread (scored by its newest ms) at or above it.
@@ -61,7 +62,7 @@ def view_of_replies(
 
 def meta_of(raw: dict[str, str]) -> dict[str, str]:
     """A thread's record as read: its ``label`` is its key's when not stored
-    (``thread_append.lua`` keeps none then; issue 13, memory); a one-message thread's
+    (``thread_append.lua`` keeps none then); a one-message thread's
     ``newest_at`` / ``newest_preview`` are its message's when not stored (bus.kept)."""
     meta = dict(raw)
     kept.restore_newest(meta)
@@ -109,13 +110,11 @@ class InboxStore(StorePart):
         """:meth:`gave` and ``to``'s session record (as :meth:`~bus.store.Store.get_session`:
         a ``SessionInfo`` or ``None``) in one round trip: a delivery's wake rules for a
         sender that names its session (bus.inbox), one trip on a lone send's path."""
-        from .store import _session_from_hash
-
         pipe = self.pipeline()
         pipe.sismember(self.k.s(giver, "gave"), to)
         pipe.hgetall(self.k.s(to, "session"))
         gave, data = pipe.execute()
-        return bool(gave), (_session_from_hash(data, to) if data else None)
+        return bool(gave), (session_from_hash(data, to) if data else None)
 
     # -- the inbox ------------------------------------------------------------------------
 

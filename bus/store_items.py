@@ -13,7 +13,7 @@ from .store_part import StorePart
 
 
 class ItemStore(StorePart):
-    """Items (SPEC section 8) and typed request threads (section 7)."""
+    """Items and typed request threads."""
 
     # -- items --------------------------------------------------------------------------------
 

@@ -85,7 +85,7 @@ def stream_id_after(last: str, cursor: str | None) -> bool:
     return (int(a), int(b or 0)) > (int(c), int(d or 0))
 
 
-# KEYS[3]: the send answers' ages are kept in ``threads`` (no ``idsage`` key: issue 13).
+# KEYS[3]: the send answers' ages are kept in ``threads`` .
 _APPEND_KEYS = ("stream", "ids", "threads", "pending", "trim", "events", "msgs", "session")
 # Messages an append_many.lua call takes on a standalone server before the next call
 # starts (whole receivers): bounds the time one call holds Redis (~2-3 ms).

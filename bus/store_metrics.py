@@ -58,9 +58,3 @@ class MetricsStore:
         pipe.hgetall(self.k.latency)
         counters, latency = pipe.execute()
         return counters, latency
-
-    def metrics(self) -> Any:
-        """A :class:`bus.metrics.Metrics` writing this store's counters."""
-        from .metrics import Metrics  # prometheus_client: only when counters are wanted
-
-        return Metrics(self)

@@ -1,10 +1,25 @@
-"""Injection-safe text helpers shared by stamps and notices (SPEC section 6)."""
+"""Injection-safe text helpers shared by stamps and notices."""
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
-from .trust import strip_format
+# Bidi controls that are not category Cf in every Unicode version, named explicitly.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def is_format_char(ch: str) -> bool:
+    """Format characters (Cf: zero-width, bidi overrides, tag characters U+E0000..E007F)."""
+    return unicodedata.category(ch) == "Cf" or ch in _BIDI or 0xE0000 <= ord(ch) <= 0xE007F
+
+
+def strip_format(text: str) -> str:
+    """``text`` without format characters, so a label cannot hide or reorder what it shows."""
+    if text.isascii():  # no ASCII character is one (every notice line strips its labels)
+        return text
+    return "".join(ch for ch in text if not is_format_char(ch))
+
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _LABEL_DROP = re.compile(r"[\"'`\[\]{}<>()]")

@@ -1,4 +1,4 @@
-"""Thread keying (SPEC section 4): which thread a message belongs to, and its stable id.
+"""Thread keying: which thread a message belongs to, and its stable id.
 
 Pure functions: the same receiver and key always give the same ``thr_`` id, so a restart,
 another worker or another host files a message in the same thread without coordination.
@@ -39,7 +39,7 @@ def pr_in_first_line(text: str) -> int | None:
 def thread_key(
     *, thread: str | None, pr: int | None, topic: str | None, sender: str, text: str
 ) -> str:
-    """The thread key, in SPEC order: explicit thread, pr, topic, sender + PR named in
+    """The thread key, in this order: explicit thread, pr, topic, sender + PR named in
     the first line, sender alone."""
     if thread:
         return f"thread:{thread}"

@@ -1,4 +1,4 @@
-"""Pure trust rules (issue 9): label hygiene, handle confusables, wake-command hygiene,
+"""Pure trust rules: label hygiene, handle confusables, wake-command hygiene,
 the gateway's Host/Origin rules, and who a token may act as.
 
 Everything here is a pure function with table-driven tests (tests/test_trust.py); the
@@ -14,22 +14,9 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
+from .text import is_format_char
+
 # -- labels ------------------------------------------------------------------------------
-
-# Bidi controls that are not category Cf in every Unicode version, named explicitly.
-_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def is_format_char(ch: str) -> bool:
-    """Format characters (Cf: zero-width, bidi overrides, tag characters U+E0000..E007F)."""
-    return unicodedata.category(ch) == "Cf" or ch in _BIDI or 0xE0000 <= ord(ch) <= 0xE007F
-
-
-def strip_format(text: str) -> str:
-    """``text`` without format characters, so a label cannot hide or reorder what it shows."""
-    if text.isascii():  # no ASCII character is one (every notice line strips its labels)
-        return text
-    return "".join(ch for ch in text if not is_format_char(ch))
 
 
 def _script(ch: str) -> str | None:

@@ -12,7 +12,6 @@ from bus.api import Bus
 from bus.errors import BadInput, BusError, NotFound, Refused
 from bus.items import (
     FORMER_MEMBER,
-    from_member,
     is_member,
     item_file,
     item_post,
@@ -23,6 +22,7 @@ from bus.items import (
     read_inbox,
     reply_inbox,
 )
+from bus.policy import from_member
 from tests.test_pictures import png_bytes
 
 WS = "acme"

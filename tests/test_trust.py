@@ -11,15 +11,13 @@ from hypothesis import strategies as st
 from bus.guard import Rule, refusal, rule_for
 from bus.notices import ThreadSummary, render_notice
 from bus.stamp import render_stamp
-from bus.text import one_line, sanitize_label
+from bus.text import is_format_char, one_line, sanitize_label, strip_format
 from bus.trust import (
     allowed_hosts,
     handle_problem,
     host_allowed,
-    is_format_char,
     is_loopback,
     origin_allowed,
-    strip_format,
     wake_argv,
     wake_env,
 )

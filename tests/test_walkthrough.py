@@ -156,7 +156,10 @@ def test_an_item_answered_with_a_picture(inbox, tmp_path: Path) -> None:  # type
 
 # -- the README's sh blocks, exactly as written --------------------------------------------
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+# The README first, then the documentation site's pages: a walkthrough may live in either.
+PAGES = (README, *sorted((ROOT / "docs").rglob("*.md")))
 WALKTHROUGHS = (
     "Five minutes",
     "Typed requests",
@@ -168,13 +171,15 @@ WALKTHROUGHS = (
 
 
 def readme_block(heading: str) -> str:
-    """The first ```sh block under the README heading (## or ###) that starts with
-    ``heading``."""
-    text = README.read_text(encoding="utf-8")
-    found = re.search(rf"\n#{{2,3}} {re.escape(heading)}", text)
-    assert found, f"no README heading {heading!r}"
-    start = text.index("```sh\n", found.end()) + len("```sh\n")
-    return text[start : text.index("```", start)]
+    """The first ```sh block under the heading (## or ###) that starts with ``heading``, in
+    the README or else in the first page of docs/ that has it."""
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        found = re.search(rf"\n#{{2,3}} {re.escape(heading)}", text)
+        if found:
+            start = text.index("```sh\n", found.end()) + len("```sh\n")
+            return text[start : text.index("```", start)]
+    raise AssertionError(f"no heading {heading!r} in the README or docs/")
 
 
 def commands(block: str) -> list[tuple[str, int]]:

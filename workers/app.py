@@ -15,13 +15,10 @@ from celery import Celery
 from celery.worker.consumer import Consumer
 from kombu.transport import redis as kombu_redis
 
+from bus.liveness import SHARED_QUEUE, host_queue
 from bus.settings import Settings
 
-SHARED_QUEUE = "inbox"
-
-
-def host_queue(host: str) -> str:
-    return f"host.{host}"
+__all__ = ["SHARED_QUEUE", "app", "host_queue", "make_app"]
 
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 -- KEYS[1] stream   P:{sid}:stream   the session's queue
 -- KEYS[2] ids      P:{sid}:ids      message id -> send answer JSON (idempotency)
 -- KEYS[3] threads  P:{sid}:threads  also each stored id's age: '#' .. id -> -first-seen ms
---                                    (the thread ids have positive scores; issue 13, memory)
+--                                    (the thread ids have positive scores)
 -- KEYS[4] pending  P:{sid}:pending  set when a delivery is dispatched, cleared when it starts
 -- KEYS[5] trim     P:{sid}:trim     stream id below which entries are delivered and may go
 -- KEYS[6] events   P:{sid}:events   durability records (inbox_received)

@@ -7,9 +7,9 @@
 -- first, then b + 8 + the previous receiver's message count); all in its slot {<sid>}:
 -- KEYS[b+1] stream   P:{sid}:stream   the session's queue
 -- KEYS[b+2] ids      P:{sid}:ids      message id -> send answer JSON (idempotency); '~' .. id
---                                      -> its receipt JSON (receipt_open.lua; issue 13, memory)
+--                                      -> its receipt JSON (receipt_open.lua)
 -- KEYS[b+3] threads  P:{sid}:threads  also each stored id's age: '#' .. id -> -first-seen ms
---                                      (the thread ids have positive scores; issue 13, memory)
+--                                      (the thread ids have positive scores)
 -- KEYS[b+4] pending  P:{sid}:pending  set when a delivery is dispatched, cleared when it starts
 -- KEYS[b+5] trim     P:{sid}:trim     stream id below which entries are delivered and may go
 -- KEYS[b+6] events   P:{sid}:events   durability records (inbox_received)

@@ -18,7 +18,7 @@
 -- [answer or '', ...]). With KEYS[8..17] and no entries to read, instead one JSON string:
 -- [cursor, the snapshot (parts/snapshot.lua, as delivery_snapshot.lua returns it)], so a
 -- due wake, whose messages an arrival already took, starts and plans in one call, not
--- two, and its reply is one string to parse (issue 13).
+-- two, and its reply is one string to parse.
 --@include snapshot
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0}
@@ -55,6 +55,6 @@ for i = 1, #answers do
   end
 end
 -- The entries and their answers as one JSON string each: a batch's thousands of nested
--- replies cost the client's parser more than the encoding costs here (issue 13).
+-- replies cost the client's parser more than the encoding costs here.
 return {1, '', cursor, 1, cjson.encode(rows), redis.call('HGETALL', KEYS[6]),
   cjson.encode(answers)}

@@ -1,4 +1,4 @@
--- events_quiet.lua: drop a quiet session's events stream (issue 13, memory: a stream costs
+-- events_quiet.lua: drop a quiet session's events stream (a stream costs
 -- ~1-1.6 KB however few its records). Its records are an audit trail nothing replays;
 -- live readers (a --wait, a withdrawal) block for records after the newest, and a stream
 -- made again by the next record has ids after it (the server's clock), so they miss

@@ -8,7 +8,7 @@
 -- ARGV[1] message id, ARGV[2] record JSON, ARGV[3] arrival ms, ARGV[4] "1" if it may wake,
 -- ARGV[5] thread id (a message the session sent itself is new like any other)
 -- ARGV[6..10], ...: more messages, five arguments each, taken in order (a batch's
--- delivery takes a session's messages in one call: issue 13).
+-- delivery takes a session's messages in one call).
 -- Returns how many were taken (0 for one already there: a redone delivery).
 local function take(A)
   if redis.call('HSETNX', KEYS[1], A[1], A[2]) == 0 then

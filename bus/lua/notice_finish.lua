@@ -1,5 +1,5 @@
 -- notice_finish.lua: what follows a notice's write, in one call (bus.store_delivery's
--- finish_calls; issue 13: a due wake's calls to pack and replies to parse). All keys are
+-- finish_calls; a due wake's calls to pack and replies to parse). All keys are
 -- in the session's slot {<sid>}.
 -- KEYS[1] notice  P:{sid}:notice
 -- KEYS[2] msgs    P:{sid}:msgs

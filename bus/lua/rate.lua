@@ -1,4 +1,4 @@
--- rate.lua: take tokens from a sender's bucket (issue 9: bounded floods).
+-- rate.lua: take tokens from a sender's bucket (bounded floods).
 -- KEYS[1] bucket  P:{snd:<sender>}:bucket  hash: tokens (float), at (ms of last refill)
 -- ARGV[1] sustained rate (tokens per second), ARGV[2] burst (bucket size),
 -- ARGV[3] (optional, default 1) tokens wanted: a batch takes one per message in one call;

@@ -7,7 +7,7 @@
 -- KEYS[1] ids      P:{sid}:ids      message id -> send answer JSON (present once stored);
 --                                   '~' .. id -> a stored message's receipt (JSON: from,
 --                                   from_session, thread when not the answer's, reason,
---                                   and the ms of each state reached; issue 13, memory)
+--                                   and the ms of each state reached)
 -- KEYS[1 + i] receipt  P:{sid}:rc:<id_i>  hash: a bounced message's receipt (its
 --                                         session is not registered, so nothing prunes
 --                                         its ids), or one opened before the fold

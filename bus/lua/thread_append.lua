@@ -6,7 +6,7 @@
 --                             usual fields (bus.kept.keep_thread_message: its own "md"
 --                             lists them), with no one_id (its id is one_m's); a record
 --                             written before keeps one_id and a whole one_m (read too)
---                             Not written (issue 13, memory): label when ARGV[5] is ''
+--                             Not written: label when ARGV[5] is ''
 --                             (the readers take bus.threads.thread_label of key), class
 --                             when 'action' (the readers' default), created (unread)
 -- KEYS[2] log   P:{thr}:log   stream of the thread's messages (field m = wire JSON)
@@ -15,13 +15,13 @@
 -- ARGV[6] parties JSON list (taken only when the thread is made), ARGV[7] sender label, ARGV[8] preview, ARGV[9] class,
 -- ARGV[10] log MAXLEN, ARGV[11] the message as a one-message thread keeps it,
 -- ARGV[12] '1' when that message's ts is ARGV[3] and its text is ARGV[8]: a one-message
--- thread then keeps no newest_at / newest_preview (issue 13, memory; the readers,
+-- thread then keeps no newest_at / newest_preview (the readers,
 -- bus.store_inbox.meta_of, take them from one_m; the move to the log writes them back)
 -- ARGV[13..24], ...: more messages to the thread, twelve arguments each, appended in order
--- (a batch's delivery appends a thread's messages in one call: issue 13).
+-- (a batch's delivery appends a thread's messages in one call).
 -- Returns how many were appended (0 for one already there).
 -- A thread's first message stays in meta (field one_m) with no log and no seen
--- set: a stream and a set cost ~1.1 KB however short (issue 13, memory). The second
+-- set: a stream and a set cost ~1.1 KB however short. The second
 -- message moves it to the log (as kept: bus.store_inbox.thread_log restores it), first,
 -- then follows it there.
 local function append(A)

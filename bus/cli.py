@@ -383,12 +383,20 @@ def worker(
     pool: str = typer.Option("prefork", help="prefork|solo|threads"),
     loglevel: str = typer.Option("info"),
 ) -> None:
-    """A Celery worker for this host (INBOX_HOST): `celery -A workers worker` with that env."""
+    """A Celery worker for this host (INBOX_HOST): `celery -A workers worker` with that env.
+
+    Refused (exit 5) while a worker with another INBOX_HOME or machine serves the host;
+    stops (exit 6) once its INBOX_HOME is gone."""
     settings = run(Settings.from_env)
     run(lambda: check_session_id(settings.host, "host name"))
     from workers.app import app as celery_app
 
-    celery_app.worker_main(worker_argv(settings, concurrency, pool, loglevel))
+    from .hostfloor import serve_host
+
+    argv = worker_argv(settings, concurrency, pool, loglevel)
+    b = connect()
+    start = lambda: celery_app.worker_main(argv)  # noqa: E731
+    raise typer.Exit(run(lambda: serve_host(b.store, settings.host, settings.home, start)))
 
 
 @app.command()

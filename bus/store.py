@@ -28,6 +28,7 @@ from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
 from .store_compact import CompactStore
 from .store_delivery import DeliveryStore
+from .store_hostclaim import HostClaimStore
 from .store_inbox import InboxStore
 from .store_items import ItemStore
 from .store_kick import KickStore
@@ -131,6 +132,7 @@ class Store(
     CompactStore,
     DeliveryStore,
     KickStore,
+    HostClaimStore,
 ):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 

@@ -4,7 +4,8 @@ With no ``INBOX_REDIS_URL``, an embedded Redis (persistent, on a unix socket und
 ``$INBOX_HOME``) is started first; then this host's worker and the scheduler run as
 child processes under :class:`bus.supervise.Supervisor`: a child that exits comes back
 (with backoff, one log line each time), a worker that holds work without progress is
-restarted, and Ctrl-C (or SIGTERM) stops the worker and scheduler, then Redis. Once per
+restarted, a worker refused its host (another floor serves it) or whose home is gone
+stops everything with its exit code (5 or 6, :mod:`bus.hostfloor`), and Ctrl-C (or SIGTERM) stops the worker and scheduler, then Redis. Once per
 ``INBOX_HOME``: a second ``inbox up`` says "already running (pid N)" and exits 1.
 """
 
@@ -17,6 +18,7 @@ import threading
 import redis
 
 from .embedded import EmbeddedRedis
+from .hostfloor import EXIT_HOME_GONE, EXIT_HOST_TAKEN
 from .keys import Keys
 from .private import private_dirs
 from .settings import Settings
@@ -73,7 +75,13 @@ def _supervise(
         url = url.split("://", 1)[0] + "://***@" + url.rsplit("@", 1)[1]
     exe = [sys.executable, "-m", "bus.cli"]
     worker = [*exe, "worker", "--concurrency", str(concurrency)]
-    children.append(Child("worker", spawn_logged(worker, env, None), host=settings.host))
+    fatal = {
+        EXIT_HOST_TAKEN: f"another floor serves host {settings.host}; stopping",
+        EXIT_HOME_GONE: f"its INBOX_HOME {settings.home} is gone; stopping",
+    }
+    children.append(
+        Child("worker", spawn_logged(worker, env, None), host=settings.host, fatal=fatal)
+    )
     children.append(Child("scheduler", spawn_logged([*exe, "scheduler"], env, None)))
     client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=2)
     sup = Supervisor(children, store=(client, Keys(settings.key_prefix)))
@@ -88,4 +96,4 @@ def _supervise(
     finally:
         client.close()
         print("inbox up: stopped", flush=True)
-    return 0
+    return sup.failed or 0

@@ -573,6 +573,8 @@ def bench_settings(home: Path, url: str, prefix: str) -> Settings:
         # The kick list (bus.kick), as a deployment runs by default (Settings.kick);
         # INBOX_KICK=celery measures a delivery kicked by a Celery task instead.
         kick="celery" if os.environ.get("INBOX_KICK", "").strip().lower() == "celery" else "list",
+        # The benches count what was stored by the sessions' events: kept for the run.
+        events_keep_s=3600.0,
     )
 
 

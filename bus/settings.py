@@ -77,6 +77,10 @@ class Settings:
     # How a delivery is kicked (issue 13): ``celery`` (a task on the host's queue) or
     # ``list`` (the host's kick list, popped by a loop in each worker process; bus.kick).
     kick: str = "list"
+    # The scheduler sets the server's memory settings where it allows (bus.memory).
+    memory_settings: bool = True
+    # A quiet session's events (its audit trail) are dropped once this old (bus.compact).
+    events_keep_s: float = 30.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -108,6 +112,8 @@ class Settings:
             send_burst=_float(env, "INBOX_SEND_BURST", 500.0),
             max_unread=int(_float(env, "INBOX_MAX_UNREAD", 10000)),
             kick="celery" if (env.get("INBOX_KICK") or "").strip().lower() == "celery" else "list",
+            memory_settings=_bool(env.get("INBOX_MEMORY_SETTINGS"), True),
+            events_keep_s=_float(env, "INBOX_EVENTS_KEEP_S", 30.0),
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 
@@ -130,7 +136,10 @@ class Settings:
             "INBOX_SEND_BURST": str(self.send_burst),
             "INBOX_MAX_UNREAD": str(self.max_unread),
             "INBOX_KICK": self.kick,
+            "INBOX_EVENTS_KEEP_S": str(self.events_keep_s),
         }
+        if not self.memory_settings:
+            env["INBOX_MEMORY_SETTINGS"] = "0"
         if self.redis_cluster:
             env["INBOX_REDIS_CLUSTER"] = "1"
         if self.allowed_hosts:

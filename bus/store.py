@@ -27,6 +27,7 @@ from .errors import RateLimited, Unavailable
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
 from .store_compact import CompactStore
+from .store_config import ConfigStore
 from .store_delivery import DeliveryStore
 from .store_hostclaim import HostClaimStore
 from .store_inbox import InboxStore
@@ -133,6 +134,7 @@ class Store(
     DeliveryStore,
     KickStore,
     HostClaimStore,
+    ConfigStore,
 ):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 

@@ -105,6 +105,27 @@ def used(ns: list[redis.Redis]) -> int:
     return total
 
 
+INFO_FIELDS = (
+    "used_memory_dataset",
+    "used_memory_overhead",
+    "used_memory_scripts",
+    "used_memory_vm_eval",
+    "mem_clients_normal",
+    "used_memory_lua",
+)
+
+
+def info_fields(ns: list[redis.Redis]) -> dict[str, int]:
+    """A few ``INFO memory`` fields and the key count, summed over the masters."""
+    out: dict[str, int] = {}
+    for n in ns:
+        mem = n.info("memory")
+        for name in INFO_FIELDS:
+            out[name] = out.get(name, 0) + int(mem.get(name, 0) or 0)
+        out["dbsize"] = out.get("dbsize", 0) + int(n.dbsize())
+    return out
+
+
 def kinds(ns: list[redis.Redis], prefix: str) -> dict[str, dict[str, Any]]:
     """kind -> keys, bytes (MEMORY USAGE), encodings, over the run's keys."""
     out: dict[str, dict[str, Any]] = {}
@@ -161,6 +182,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         )
         base = kinds(ns, prefix)
         before_used = used(ns)
+        before_info = info_fields(ns)
         sids = [f"idle{i}" for i in range(args.sessions)]
         open_running(observer, sids)
         send_all(observer, [wire(i, 1, sid, "mem") for i, sid in enumerate(sids)])
@@ -170,6 +192,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             observer.turn(sid, "end", answer="ok")
         time.sleep(args.settle)  # the scheduler's housekeeping runs meanwhile
         after_used = used(ns)
+        after_info = info_fields(ns)
         after = kinds(ns, prefix)
         status = observer.status()
         n = args.sessions
@@ -202,6 +225,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 2,
             ),
             "by_kind": by_kind,
+            # Per session: what INFO's used_memory moved by, field by field.
+            "info_per_session": {
+                name: round((after_info[name] - before_info.get(name, 0)) / n, 1)
+                for name in after_info
+            },
             "memory_settings": status.get("memory_settings"),
         }
 

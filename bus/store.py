@@ -36,6 +36,7 @@ from .store_kick import KickStore
 from .store_many import ManyStore, SweepView, stream_id_after
 from .store_metrics import MetricsStore
 from .store_receipts import ReceiptStore
+from .store_subs import SubsStore
 
 LUA_DIR = Path(__file__).parent / "lua"
 BACKLOG_CAP = 10_000
@@ -135,6 +136,7 @@ class Store(
     KickStore,
     HostClaimStore,
     ConfigStore,
+    SubsStore,
 ):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 

@@ -22,13 +22,14 @@ looked up again every ``refresh_s`` so new lanes are followed as they come.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .cluster import read_streams
-from .errors import NotFound, Refused
+from .errors import BadInput, NotFound, Refused
 from .models import check_session_id, now_ms
 from .store_many import stream_id_after
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from .store import Store
 
 MESSAGE_KIND = "inbox_received"
+STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 
 
 class CursorExpired(Refused):
@@ -138,6 +140,22 @@ class Durable:
             self.sid_of[key] = sid
         self.store.sub_commit(self.name, started)
 
+    def commit(self, cursors: dict[str, str]) -> None:
+        """Move the cursors of sessions this subscription follows (``poll``'s second
+        value); a session it does not follow is refused, nothing moved."""
+        for sid, cursor in cursors.items():
+            if self.store.k.s(check_session_id(sid), "events") not in self.pos:
+                raise Refused(f"subscription {self.name!r} does not follow {sid!r}")
+            if not isinstance(cursor, str) or not STREAM_ID.fullmatch(cursor):
+                raise BadInput(f"cursor {str(cursor)[:40]!r} of {sid!r} is not a stream id")
+        self.store.sub_commit(self.name, {sid: str(c) for sid, c in cursors.items()})
+        for sid, c in cursors.items():
+            self.pos[self.store.k.s(sid, "events")] = str(c)
+
+    def lanes_of_selection(self) -> bool:
+        """Whether the selection grows (lanes or all): looked up again before a read."""
+        return bool(self.selection[1] or self.selection[2])
+
     def ack(self, event: dict[str, Any]) -> None:
         """The caller has done with ``event`` (printed it, stored it): its cursor moves
         now. Without it the cursor moves when the next event is asked for; an event
@@ -210,3 +228,123 @@ class Durable:
                     if self.stop.is_set():
                         return
             self.store.sub_commit(self.name, moved)
+
+
+# -- the reader's trust (MCP, the gateway) ---------------------------------------------
+
+
+def reader_of(bus: Any, token: str | None, by: str | None) -> str:
+    """Who reads: the token's session (authentication on; read scope), else ``by``."""
+    from .auth import SCOPE_READ
+    from .errors import Unauthorized
+
+    claims = bus.claims(token, SCOPE_READ)
+    if claims is not None:
+        if claims.sub_kind != "session":
+            raise Unauthorized(
+                f"the token is {claims.actor}'s, not a session's", code="token_subject"
+            )
+        return str(claims.sub)
+    if not by:
+        raise BadInput("name the reading session: by=SID", code="no_session")
+    return check_session_id(by)
+
+
+def check_readable(store: Store, reader: str, sessions: list[str], lanes_of: list[str]) -> None:
+    """A reader follows itself and its own lanes only (the sessions it started or gave
+    work to): anything else is refused, nothing is read."""
+    for owner in lanes_of:
+        if owner != reader:
+            raise Refused(
+                f"{reader!r} may follow its own lanes, not those of {owner!r}",
+                code="not_your_lane",
+            )
+    allowed = {reader, *lanes(store, reader)}
+    for sid in sessions:
+        if check_session_id(sid) not in allowed:
+            raise Refused(
+                f"{sid!r} is not {reader!r} nor one of its lanes (the sessions it started "
+                "or gave work to)",
+                code="not_your_lane",
+            )
+
+
+def poll(
+    sub: Durable, *, max_events: int, wait_ms: int
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """One read of ``sub``: up to ``max_events`` messages that came (waiting up to
+    ``wait_ms`` for the first), and the cursors past them (and past the other records
+    read up to them) for the caller to commit once it took them (:meth:`commit`); a
+    call that does not commit gets the same messages again next time."""
+    if sub.lanes_of_selection():
+        sub.follow(resolve(sub.store, *sub.selection))
+    rows = read_streams(
+        sub.bus.blocking, dict(sub.pos), count=max_events, block_ms=max(1, wait_ms), stop=sub.stop
+    )
+    out: list[dict[str, Any]] = []
+    last: dict[str, str] = {}
+    for key, entries in rows:
+        sid = sub.sid_of[key]
+        for eid, fields in entries:
+            if len(out) >= max_events:
+                return out, last
+            last[sid] = str(eid)
+            if fields.get("kind") == MESSAGE_KIND:
+                out.append(
+                    {
+                        "session": sid,
+                        "stream_id": str(eid),
+                        "message": sub._message(sid, fields),
+                        "subscription": sub.name,
+                    }
+                )
+    return out, last
+
+
+def reader_subscription(
+    bus: Streams,
+    reader: str,
+    name: str,
+    *,
+    sessions: list[str] | None,
+    lanes: bool,
+    reset: bool = False,
+    block_ms: int = 1000,
+    stop: threading.Event | None = None,
+) -> Durable:
+    """A reader's own durable subscription (MCP, the gateway): its name is kept under the
+    reader's (``<reader>.<name>``), it follows only what the reader may read (itself and
+    its lanes, :func:`check_readable`), and ``lanes`` adds the reader's lanes as they come."""
+    check_session_id(name, "subscription name")
+    owners = [reader] if lanes else []
+    check_readable(bus.store, reader, sessions or [], owners)
+    if not sessions and not owners:
+        raise BadInput("follow sessions, your lanes, or both")
+    return Durable(
+        bus,
+        f"{reader}.{name}",
+        sessions=sessions or [],
+        lanes_of=owners,
+        reset=reset,
+        block_ms=block_ms,
+        stop=stop,
+    )
+
+
+def open_for_reader(
+    bus: Any,
+    token: str | None,
+    by: str | None,
+    name: str,
+    *,
+    sessions: list[str] | None,
+    lanes: bool,
+    reset: bool = False,
+    stop: threading.Event | None = None,
+) -> Durable:
+    """The gateway's ``GET /v1/watch``: the reader (token, else ``by``) and its own
+    durable subscription (:func:`reader_subscription`)."""
+    reader = reader_of(bus, token, by)
+    return reader_subscription(
+        bus, reader, name, sessions=sessions, lanes=lanes, reset=reset, stop=stop
+    )

@@ -210,3 +210,130 @@ def test_inbox_watch_refuses_a_mixed_selection(settings: Settings) -> None:
     proc = _watch(settings, "a", "--all")
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "watch needs SID..., --lanes SID or --all" in err
+
+
+def test_a_reader_follows_itself_and_its_lanes_only(bus: Bus) -> None:
+    from bus.durable import reader_subscription
+    from bus.errors import Refused
+
+    bus.open_session("coord")
+    bus.open_session("mine", parent="coord")
+    bus.open_session("theirs")
+    with pytest.raises(Refused) as err:
+        reader_subscription(bus, "coord", "s", sessions=["theirs"], lanes=True)
+    assert err.value.code == "not_your_lane"
+    sub = reader_subscription(bus, "coord", "s", sessions=["coord"], lanes=True)
+    assert sub.name == "coord.s"
+    assert sorted(sub.sid_of.values()) == ["coord", "mine"]
+
+
+@pytest.mark.anyio
+async def test_the_mcp_watch_tool_resumes_from_what_was_acknowledged(
+    settings: Settings, bus: Bus
+) -> None:
+    from tests.test_mcp import call, error_text, mcp_client, ok
+
+    bus.open_session("coord")
+    bus.open_session("lane", parent="coord")
+    bus.open_session("theirs")
+    async with mcp_client(settings, "coord") as client:
+        first = ok(await call(client, "watch", wait_s=0.1))  # made: from now on
+        assert first["events"] == []
+        a = send(bus, "lane", "a")
+        got = ok(await call(client, "watch", wait_s=5))
+        assert [e["message"]["id"] for e in got["events"]] == [a["id"]]
+        # Not acknowledged: the same again; acknowledged: the next one only.
+        again = ok(await call(client, "watch", wait_s=5))
+        assert [e["message"]["id"] for e in again["events"]] == [a["id"]]
+        b = send(bus, "lane", "b")
+        nxt = ok(await call(client, "watch", ack=again["ack"], wait_s=5))
+        assert [e["message"]["id"] for e in nxt["events"]] == [b["id"]]
+        refused = await call(client, "watch", name="x", sessions=["theirs"], wait_s=0.1)
+    assert "not_your_lane" in error_text(refused)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def test_the_gateway_streams_a_durable_subscription_as_server_sent_events(
+    bus: Bus, settings: Settings
+) -> None:
+    import http.client
+
+    from bus.embedded import free_port
+
+    bus.open_session("coord")
+    bus.open_session("lane", parent="coord")
+    port = free_port()
+    env = settings_env(settings)
+    env["INBOX_DISPATCHER"] = "none"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bus.cli", "serve", "--port", str(port)],
+        env=env,
+        cwd=str(SOURCE_ROOT),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    conns: list[http.client.HTTPConnection] = []
+
+    def stream() -> tuple[http.client.HTTPConnection, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+        conns.append(conn)
+        conn.request("GET", "/v1/watch?by=coord&name=sse")
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.read()
+        assert resp.getheader("content-type", "").startswith("text/event-stream")
+        assert resp.readline() == b": subscribed\n"
+        resp.readline()
+        return conn, resp
+
+    def event(resp: Any) -> dict[str, Any]:
+        lines = [resp.readline() for _ in range(4)]
+        assert lines[1] == b"event: message\n" and lines[3] == b"\n"
+        data = json.loads(lines[2].removeprefix(b"data: "))
+        assert lines[0] == f"id: {data['session']}/{data['stream_id']}\n".encode()
+        return data
+
+    try:
+
+        def up() -> bool:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                c.request("GET", "/health")
+                return c.getresponse().status == 200
+            except OSError:
+                return False
+
+        wait_for(up, 60, "the gateway")
+        conn, resp = stream()
+        a = send(bus, "lane", "a")
+        assert event(resp)["message"]["id"] == a["id"]
+        wait_for(
+            lambda: (
+                bus.store.sub_cursors("coord.sse", ["lane"])["lane"] is not None
+                and bus.store.sub_cursors("coord.sse", ["lane"])["lane"] != "0-0"
+            ),
+            what="the event acknowledged",
+        )
+        conn.close()
+        b = send(bus, "lane", "b")  # while disconnected
+        conn, resp = stream()
+        assert event(resp)["message"]["id"] == b["id"]  # resumed: a not again
+        conn.close()
+        bad = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+        bad.request("GET", "/v1/watch?name=sse")
+        refused = bad.getresponse()
+        assert refused.status == 400 and json.loads(refused.read())["error"] == "no_session"
+    finally:
+        for c in conns:
+            c.close()
+        server.terminate()
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(10)
+            raise

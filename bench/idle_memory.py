@@ -152,7 +152,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         prefix = f"mem{uuid.uuid4().hex[:8]}"
         s = bench_settings(tmp / "home", broker, prefix)
         # What a user's bus keeps (the benches keep the sessions' events for their counts).
-        s = replace(s, events_keep_s=Settings().events_keep_s)
+        s = replace(s, events_keep_s=Settings().events_keep_s, memory_settings=not args.keep_config)
         if args.cluster:
             cluster = EmbeddedCluster(tmp / "cluster", free_cluster_ports(3), memory_args=False)
             cluster.start()

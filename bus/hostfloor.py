@@ -110,8 +110,9 @@ def refusal_text(host: str, mine: str, holder: dict[str, str]) -> str:
     return (
         f"host {host} is already served by a worker (pid {pid}, {where}); this worker "
         f"(INBOX_HOME {my_home} on machine {my_machine}) would deliver part of its messages "
-        "to a floor no harness drains, so it does not serve it: stop the other worker, or "
-        "give this one its own INBOX_HOST"
+        "to a floor no harness drains, so it does not serve it: stop the other worker (a "
+        f"stopped worker's claim lapses within {CLAIM_TTL_S:.0f} s), or give this one its "
+        "own INBOX_HOST"
     )
 
 

@@ -573,6 +573,11 @@ def bench_settings(home: Path, url: str, prefix: str) -> Settings:
         # The kick list (bus.kick), as a deployment runs by default (Settings.kick);
         # INBOX_KICK=celery measures a delivery kicked by a Celery task instead.
         kick="celery" if os.environ.get("INBOX_KICK", "").strip().lower() == "celery" else "list",
+        # The benches count what was stored by the sessions' events: kept for the run.
+        events_keep_s=3600.0,
+        # A Redis already running here is shared (other benches, other users' figures):
+        # the scheduler leaves its settings alone; a server of the bench's own gets them.
+        memory_settings=url != DEFAULT_URL,
     )
 
 

@@ -275,6 +275,8 @@ class Soak:
             "INBOX_WAKE_DEBOUNCE_S": "0.5",
             "INBOX_FYI_FLUSH_S": "5",
             "INBOX_RETRY_S": "2",
+            # The accounting counts what was stored by the sessions' events: kept.
+            "INBOX_EVENTS_KEEP_S": "3600",
             "INBOX_DISPATCHER": "workers.dispatch:CeleryDispatcher",
         }
         if os.environ.get("INBOX_KICK"):  # the soak with the kick list (bus.kick)

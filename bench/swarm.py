@@ -18,6 +18,9 @@ headline figures are ratios against baselines measured the same way:
   the naive task's send → line for comparison;
 - **wake lateness**: idle sessions each get a blocker at once; how late each debounced
   wake fires (wake record time − arrival − debounce);
+- **the user's paths**: ``inbox send --jsonl`` and ``POST /v1/send/batch`` of 50,000
+  messages as a user runs them (a process of their own, ``bench/userpath.py``), ingest
+  beside raw XADD of as many, and end to end (``--user-messages``);
 - **memory**: 1,000 sessions registered, one message each delivered and noticed: bytes
   per session from ``INFO memory`` (server-wide, so noisy on a shared Redis) and from
   ``MEMORY USAGE`` summed over this run's keys, and keys per session (``by_kind``: the
@@ -659,6 +662,51 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else round(a / b, 3)
 
 
+def scenario_user_ingest(
+    s: Settings, observer: Bus, n: int, sessions: int, k: int, tmp: Path
+) -> dict[str, Any]:
+    """``inbox send --jsonl`` and ``POST /v1/send/batch`` of ``n`` messages (ingest
+    alone: sessions whose host has no worker), beside raw XADD of as many, in this run."""
+    from bench import userpath
+
+    sids = [f"usr{i}" for i in range(sessions)]
+    for sid in sids:
+        observer.open_session(sid, host=SINK_HOST)
+        observer.turn(sid, "start")
+    out: dict[str, Any] = {"raw": scenario_raw(s, n, sessions, k)}
+    for how in ("cli", "http"):
+        items = [wire(i, k, sids[i % sessions], f"usr{how}") for i in range(n)]
+        out[how] = userpath.ingest(s, observer, how, items, tmp)
+    return out
+
+
+def scenario_user_e2e(
+    s: Settings, observer: Bus, n: int, sessions: int, k: int, tmp: Path
+) -> dict[str, Any]:
+    """End to end through ``inbox send --jsonl`` and ``POST /v1/send/batch``: running
+    sessions of the bench host, a listener on each; until every message is noticed."""
+    from bench import userpath
+
+    sids = [f"ue2e{i}" for i in range(sessions)]
+    open_running(observer, sids)
+    ears = Ears(observer, sids)
+    out: dict[str, Any] = {}
+    try:
+        ears.reset(sessions)  # warm: one message per session, each noticed
+        userpath.cli_send(s, [wire(i, k, sid, "uwarm") for i, sid in enumerate(sids)], tmp)
+        if not ears.done.wait(120):
+            raise BenchError("the user path's warm-up notices did not all arrive")
+        for how in ("cli", "http"):
+            items = [wire(i, k, sids[i % sessions], f"ue2e{how}") for i in range(n)]
+            ears.reset(n)
+            row = userpath.e2e(s, how, items, tmp, ears.done.wait)
+            row["notices_per_session"] = round(sum(ears.notices.values()) / sessions, 1)
+            out[how] = row
+    finally:
+        ears.stop()
+    return out
+
+
 def report(console: Console, out: dict[str, Any]) -> None:
     t = Table(title=f"swarm: {out['messages']} messages to {out['sessions']} sessions")
     for col in ("", "messages/s", "vs naive", "vs raw XADD", "notes"):
@@ -687,6 +735,35 @@ def report(console: Console, out: dict[str, Any]) -> None:
             f"{row['per_s'] / raw:.2f}x",
             f"{row['notices_per_session']} notices/session, {row['turns']} turns",
         )
+    user = out.get("user")
+    if user:
+        ur = user["ingest"]["raw"]["per_s"]
+        t.add_row(
+            f"raw pipelined XADD, {user['ingest']['raw']['messages']} messages",
+            f"{ur:.0f}",
+            "",
+            "1.00x",
+            "beside the user's paths",
+        )
+        for how, name in (("cli", "inbox send --jsonl"), ("http", "POST /v1/send/batch")):
+            row = user["ingest"][how]
+            t.add_row(
+                f"ingest, {name}",
+                f"{row['per_s']:.0f}",
+                f"{row['per_s'] / naive:.2f}x",
+                f"{row['per_s'] / ur:.2f}x",
+                f"{row['messages']} messages, one process",
+            )
+        for how, name in (("cli", "inbox send --jsonl"), ("http", "POST /v1/send/batch")):
+            row = user.get("e2e", {}).get(how)
+            if row:
+                t.add_row(
+                    f"end to end, {name}",
+                    f"{row['per_s']:.0f}",
+                    f"{row['per_s'] / naive:.2f}x",
+                    f"{row['per_s'] / ur:.2f}x",
+                    f"{row['notices_per_session']} notices/session",
+                )
     console.print(t)
     lt = Table(title="latency and lateness (ms)")
     for col in ("", "p50", "p90", "p99", "max", "n"):
@@ -728,7 +805,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default=None, help="worker processes, e.g. 1,2,4")
     parser.add_argument("--redis-url", default=None, help="default: as bench/burst.py")
     parser.add_argument(
-        "--skip", default="", help="comma list: memory,wake,latency,naive,raw,ingest,e2e"
+        "--skip", default="", help="comma list: memory,wake,latency,naive,raw,ingest,e2e,user"
+    )
+    parser.add_argument(
+        "--user-messages",
+        type=int,
+        default=None,
+        help="messages through inbox send --jsonl and POST /v1/send/batch (default 50,000)",
     )
     args = parser.parse_args(argv)
     size = SIZES[args.size]
@@ -772,6 +855,10 @@ def main(argv: list[str] | None = None) -> int:
             if "ingest" not in skip:
                 console.print("ingest...")
                 out["ingest"] = scenario_ingest(s, observer, n, sessions, k)
+            un = args.user_messages or (600 if args.size == "tiny" else 50_000)
+            if "user" not in skip:
+                console.print(f"the user's paths, {un} messages: ingest...")
+                out["user"] = {"ingest": scenario_user_ingest(s, observer, un, sessions, k, tmp)}
             out["e2e"] = []
             for c in workers:
                 with worker(s, c):
@@ -789,6 +876,12 @@ def main(argv: list[str] | None = None) -> int:
                         if "memory" not in skip:
                             console.print("memory...")
                             out["memory"] = scenario_memory(s, observer, size["memory"])
+                        if "user" not in skip:
+                            console.print(f"the user's paths, {un} messages: end to end...")
+                            out["user"]["e2e"] = scenario_user_e2e(
+                                s, observer, un, sessions, k, tmp
+                            )
+                            out["user"]["e2e"]["workers"] = c
                     if "e2e" not in skip:
                         console.print(f"end to end, {c} worker process(es)...")
                         out["e2e"].append(scenario_e2e(s, observer, n, sessions, k, c, str(c)))
@@ -808,6 +901,17 @@ def main(argv: list[str] | None = None) -> int:
                 out["ratios"]["latency_p99_bus_over_naive"] = ratio(
                     out["latency"]["bus"]["p99"], out["latency"]["naive"]["p99"]
                 )
+            if "user" in out:
+                u = out["user"]
+                ur = u["ingest"]["raw"]["per_s"]
+                for how in ("cli", "http"):
+                    out["ratios"][f"user_{how}_ingest_over_raw_xadd"] = ratio(
+                        u["ingest"][how]["per_s"], ur
+                    )
+                    if how in u.get("e2e", {}):
+                        out["ratios"][f"user_{how}_e2e_over_naive"] = ratio(
+                            u["e2e"][how]["per_s"], naive
+                        )
             out["total_s"] = round(time.perf_counter() - started, 1)
             if not skip:
                 report(console, out)

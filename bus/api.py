@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from . import auth, door, faults, handoff, idowner, ingest, items, liveness, watch
+from . import auth, door, faults, handoff, idowner, ingest, items, liveness, memory, watch
 from . import requests as typed_requests
 from .access import Access
 from .auth import SCOPE_READ, SCOPE_WRITE, Authenticator, Claims
@@ -607,6 +607,8 @@ class Bus:
             "sessions": sessions,
             # Each host's worker (and the scheduler): heartbeat ages and queue depth.
             "workers": liveness.workers(self.store),
+            # The server memory settings the scheduler keeps, and where it could not.
+            "memory_settings": memory.report(self.store),
         }
 
 

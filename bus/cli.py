@@ -189,7 +189,8 @@ def _default_sender(b: Bus) -> str:
     return f"{b.settings.host}:inbox"
 
 
-JSONL_READ = 1 << 16  # bytes per read: a batch is what one read brings, a few hundred lines
+JSONL_READ = 1 << 20  # bytes per read: a batch is what one read brings, up to BATCH_LINES
+BATCH_LINES = 1000  # lines per batch: one ingest's round trips carry this many messages
 
 
 def _line_chunks(fd: int) -> Iterator[list[str]]:
@@ -199,8 +200,8 @@ def _line_chunks(fd: int) -> Iterator[list[str]]:
     rest = b""
     while data := os.read(fd, JSONL_READ):
         *lines, rest = (rest + data).split(b"\n")
-        if lines:
-            yield [ln.decode("utf-8", "replace") for ln in lines]
+        for at in range(0, len(lines), BATCH_LINES):
+            yield [ln.decode("utf-8", "replace") for ln in lines[at : at + BATCH_LINES]]
     if rest:
         yield [rest.decode("utf-8", "replace")]
 
@@ -243,16 +244,21 @@ def _send_chunk(b: Any, chunk: list[str], first_line: int) -> int:
     parsed = [item for _n, item in numbered if not isinstance(item, BusError)]
     answers = iter(bus_call(lambda: send_each(b, parsed)))
     failed = 0
+    out: list[str] = []  # the chunk's answers in one write: a flush a line was a tenth of it
+    dumps = json.JSONEncoder(ensure_ascii=False).encode
     for n, item in numbered:
         r = item if isinstance(item, BusError) else next(answers)
         if isinstance(r, BusError):
             failed += 1
-            emit({**r.to_json(), "line": n})
+            out.append(dumps({**r.to_json(), "line": n}))
         elif r.get("error"):  # inbox_full: refused, nothing stored
             failed += 1
-            emit({**r, "line": n})
+            out.append(dumps({**r, "line": n}))
         else:
-            emit(r)
+            out.append(dumps(r))
+    if out:
+        sys.stdout.write("\n".join(out) + "\n")
+        sys.stdout.flush()
     return failed
 
 
@@ -409,7 +415,10 @@ def worker(
     pool: str = typer.Option("prefork", help="prefork|solo|threads"),
     loglevel: str = typer.Option("info"),
 ) -> None:
-    """A Celery worker for this host (INBOX_HOST); `inbox up` runs one for you."""
+    """A Celery worker for this host (INBOX_HOST); `inbox up` runs one for you.
+
+    Refused (exit 5) while a worker with another INBOX_HOME or machine serves the host;
+    stops (exit 6) once its INBOX_HOME is gone."""
     settings = run(Settings.from_env)
     run(lambda: check_session_id(settings.host, "host name"))
     # Celery runs in its own program (bus/ never imports Celery): this process becomes it.
@@ -448,18 +457,30 @@ def serve(
 
 @app.command(rich_help_panel=EVERYDAY)
 def watch(
-    sid: str | None = typer.Argument(None, metavar="SID", help="the session to follow"),
+    sids: list[str] | None = typer.Argument(None, help="the sessions to follow"),
     all_sessions: bool = typer.Option(False, "--all", help="every session, newcomers included"),
     since: str = typer.Option("$", help="$ (only new), 0-0 (all still kept) or a stream id"),
+    lanes: list[str] | None = typer.Option(
+        None, "--lanes", help="also the sessions SID started or gave work to (repeatable)"
+    ),
+    name: str | None = typer.Option(
+        None, "--name", help="a durable subscription: resumes after a restart, nothing missed"
+    ),
+    reset: bool = typer.Option(False, "--reset", help="with --name: start it again from now"),
 ) -> None:
     """Follow messages live: one JSON line per message, until Ctrl-C."""
     from .watch import run_watch
 
-    if all_sessions == (sid is not None):
-        fail("watch needs SID or --all (one of them)")
+    if all_sessions == bool(sids or lanes):
+        fail("watch needs SID..., --lanes SID or --all (--all alone)")
+    if name is None and reset:
+        fail("--reset needs --name")
+    if name is not None and since != "$":
+        fail("--since does not go with --name: a durable subscription resumes at its cursor")
     b = connect()
-    sessions = None if sid is None else [run(lambda: check_session_id(sid))]
-    bus_call(lambda: run_watch(b, sessions, since=since))
+    sessions = None if all_sessions else run(lambda: [check_session_id(s) for s in sids or []])
+    owners = run(lambda: [check_session_id(s) for s in lanes or []])
+    bus_call(lambda: run_watch(b, sessions, since=since, lanes_of=owners, name=name, reset=reset))
 
 
 @app.command(rich_help_panel=EVERYDAY)

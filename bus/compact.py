@@ -2,7 +2,7 @@
 
 Redis 7 allocates each new stream node at ``stream-node-max-bytes`` (4096 by default)
 however short its entries, so a quiet session's ``events`` and a one-message thread's
-``log`` take ~4.7 KB each on a default server. Once a minute (claimed in Redis, as the
+``log`` take ~4.7 KB each on a default server. Every 30 s (claimed in Redis, as the
 receipts' expiry pass is; a few :data:`CHUNK` sessions a tick) the scheduler rewrites each such stream of at most
 :data:`MAX_ENTRIES` entries whose memory exceeds its entries' bytes by more than
 :data:`SLACK_BYTES` plus :data:`NODE_BYTES` a node (``stream_compact.lua``: DUMP + RESTORE REPLACE in one script, the
@@ -10,7 +10,8 @@ same entries, last id and TTL in nodes sized to fit). A stream already compact, 
 long (its nodes then full but the last), is left alone. A server that refuses DUMP,
 RESTORE or MEMORY (some managed services) turns the pass off for the process, once logged.
 
-The same pass drops the ``events`` of a session quiet for :data:`QUIET_MS`
+The same pass drops the ``events`` of a session quiet for ``INBOX_EVENTS_KEEP_S``
+(:data:`QUIET_MS` by default)
 (``events_quiet.lua``): an audit trail of ~1-1.6 KB an idle session would keep for good;
 and a queue the delivery took whole with its cursor (``queue_trim.lua``, which the
 delivery runs too, keeps them when it ran within the cursor's millisecond).
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-COMPACT_EVERY_S = 60.0
+COMPACT_EVERY_S = 30.0
 MAX_ENTRIES = 64
 SLACK_BYTES = 500
 NODE_BYTES = 400
@@ -40,9 +41,11 @@ BUDGET_S = 0.01
 # A pass's ticks at most this often: the scheduler ticks every few ms while a burst of
 # wakes falls due, and a pass's chunk a tick then took a core's share from those wakes.
 GAP_S = 0.5
-# A session's events stream is dropped once its newest record is this old: nothing
-# replays it, and a live reader (a --wait, a withdrawal) only waits for newer records.
-QUIET_MS = 10 * 60 * 1000
+# A session's events stream is dropped once its newest record is this old (the default
+# of INBOX_EVENTS_KEEP_S): nothing replays it, and a live reader (a --wait, a
+# withdrawal) only waits for newer records. An idle session's ~1.7 KB, the most of its
+# memory, is then gone within a minute of its turn's end.
+QUIET_MS = 30 * 1000
 
 _refused = False
 _left: dict[str, list[str]] = {}  # key prefix -> sessions this process's pass has left
@@ -59,13 +62,14 @@ def compact_sessions(store: Store, sids: list[str], quiet_ms: int) -> int:
     return saved + store.compact_streams(keys, MAX_ENTRIES, SLACK_BYTES, NODE_BYTES)
 
 
-def compact_all(store: Store, *, force: bool = False) -> int:
+def compact_all(store: Store, *, force: bool = False, quiet_ms: int = QUIET_MS) -> int:
     """Compact the sessions' short streams; the bytes saved (MEMORY USAGE).
 
-    A pass starts at most once a minute across every process and goes :data:`CHUNK`
+    A pass starts at most every COMPACT_EVERY_S across every process and goes :data:`CHUNK`
     sessions a round trip, as many chunks a call (one scheduler tick) as fit in
     :data:`BUDGET_S` (one at least), a tick every :data:`GAP_S` at most, so a large
-    registry never holds up a tick's wakes; ``force`` does every session now."""
+    registry never holds up a tick's wakes; ``force`` does every session now. Events
+    quiet for ``quiet_ms`` are dropped."""
     global _refused
     if _refused:
         return 0
@@ -84,7 +88,7 @@ def compact_all(store: Store, *, force: bool = False) -> int:
     try:
         while left:
             chunk, left = left[:CHUNK], left[CHUNK:]
-            saved += compact_sessions(store, chunk, QUIET_MS)
+            saved += compact_sessions(store, chunk, quiet_ms)
             if not force and time.monotonic() - started >= BUDGET_S:
                 break
     except redis.ResponseError as exc:

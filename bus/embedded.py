@@ -251,11 +251,13 @@ class EmbeddedCluster:
 
     SLOTS = 16384
 
-    def __init__(self, data_dir: Path, ports: list[int]) -> None:
+    def __init__(self, data_dir: Path, ports: list[int], *, memory_args: bool = True) -> None:
+        """``memory_args`` False: the nodes keep the server's default memory settings."""
         if not ports:
             raise ValueError("a cluster needs at least one port")
         self.data_dir = data_dir
         self.ports = ports
+        self.memory_args = memory_args
         self.procs: list[subprocess.Popen[bytes]] = []
 
     @property
@@ -284,7 +286,7 @@ class EmbeddedCluster:
                 "--daemonize", "no",
                 "--loglevel", "warning",
                 "--logfile", str(node_dir / "redis.log"),
-                *MEMORY_ARGS,
+                *(MEMORY_ARGS if self.memory_args else ()),
             ]  # fmt: skip
             self.procs.append(
                 subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

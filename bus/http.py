@@ -6,6 +6,7 @@
 | ``POST /v1/send`` | the bus proper: store in Redis and route to the owning host |
 | ``GET /v1/messages/{id}`` | the sender's receipt of one message (its token, or ``?by=SID`` without a secret) |
 | ``POST /v1/send/batch`` | a batch of messages through ``Bus.send_many``: refused whole or stored whole |
+| ``GET /v1/watch`` | server-sent events: the reader's durable subscription to its lanes (bus.durable; its token, or ``?by=SID`` without a secret) |
 | ``GET /health`` | ``{"ok": true, "redis": bool, "host"}``; 200 even when Redis is down |
 | ``GET /metrics`` | Prometheus text: the shared counters plus this process's HTTP requests |
 | ``GET /openapi.json`` | FastAPI's OpenAPI document, with the wire ``Message`` schema |
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -26,7 +28,7 @@ import redis
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
@@ -122,6 +124,37 @@ _MESSAGE_BODY = {
     "required": True,
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Message"}}},
 }
+
+
+async def _sse(sub: Any, stop: threading.Event) -> AsyncIterator[bytes]:
+    """A durable subscription as server-sent events, read a second at a time (so a
+    closed connection ends it within one); each read's cursors move once its events were
+    handed to the connection, a comment line every :data:`SSE_KEEPALIVE_S` when quiet."""
+    from .durable import poll
+
+    quiet = 0.0
+    try:
+        yield b": subscribed\n\n"
+        while not stop.is_set():
+            events, cursors = await run_in_threadpool(
+                lambda: poll(sub, max_events=SSE_BATCH, wait_ms=1000)
+            )
+            for event in events:
+                data = json.dumps(event, ensure_ascii=False)
+                head = f"id: {event['session']}/{event['stream_id']}\nevent: message\n"
+                yield f"{head}data: {data}\n\n".encode()
+            if cursors:
+                await run_in_threadpool(sub.commit, cursors)
+            quiet = 0.0 if events else quiet + 1.0
+            if quiet >= SSE_KEEPALIVE_S:
+                quiet = 0.0
+                yield b": quiet\n\n"
+    finally:
+        stop.set()
+
+
+SSE_BATCH = 100
+SSE_KEEPALIVE_S = 15.0
 
 
 def _one_line(text: str) -> str:
@@ -338,6 +371,51 @@ def create_app(
         raw = await request.body()
         return await _answer(
             lambda: {"ok": True, "answers": bus.send_many(_batch_body(raw), token=_bearer(request))}
+        )
+
+    @app.get(
+        "/v1/watch",
+        responses={
+            200: {"content": {"text/event-stream": {}}},
+            **{s: {"model": BusErrorAnswer} for s in (400, 401, 403, 404, 409, 503)},
+        },
+        summary="Server-sent events: your durable subscription to your lanes' messages",
+    )
+    async def watch_events(
+        request: Request,
+        name: str = "lanes",
+        sessions: str | None = None,
+        lanes: bool = True,
+        by: str | None = None,
+        reset: bool = False,
+    ) -> Response:
+        """One ``message`` event per message (``id`` ``<session>/<stream id>``, ``data``
+        as ``inbox watch`` prints it), resumed after a reconnect by the subscription's
+        ``name``; events are acknowledged once handed to the connection (a batch cut off
+        by a disconnect comes again, never lost)."""
+        from .durable import open_for_reader
+
+        stop = threading.Event()
+        names = [s for s in (sessions or "").split(",") if s] or None
+        try:
+            sub = await run_in_threadpool(
+                lambda: open_for_reader(
+                    bus,
+                    _bearer(request),
+                    by,
+                    name,
+                    sessions=names,
+                    lanes=lanes,
+                    reset=reset,
+                    stop=stop,
+                )
+            )
+        except BusError as err:
+            return JSONResponse(err.to_json(), _status_of(err))
+        except redis.RedisError as err:
+            return JSONResponse(Unavailable(f"Redis did not answer: {err}").to_json(), 503)
+        return StreamingResponse(
+            _sse(sub, stop), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
         )
 
     @app.get("/health", response_model=Health, response_model_exclude_none=True)

@@ -47,6 +47,11 @@ buses, or several tests, share one server.
 | ``P:sweep:compact`` | string: a scheduler claimed the short streams' compaction pass (SET NX PX) | scheduler (bus/compact.py) | TTL (a minute) |
 | ``P:workers`` | set: names that keep a heartbeat (hosts' workers, ``scheduler``) | worker, scheduler | - |
 | ``P:beat:<name>`` | hash: pid, started, beat (ms), progress (ms), done: a worker's or the scheduler's heartbeat | worker, scheduler | - |
+| ``P:hostclaim:<host>`` | hash: floor (``<machine>\t<home>``), pid, since, beat (ms): the floor that serves the host; a worker of another floor is refused (bus/hostfloor.py, host_claim.lua) | the serving worker, every beat | TTL 10 s, renewed every beat; deleted at a clean stop |
+| ``P:{sid}:subs`` | hash: durable subscription name → the last ``events`` id it took of the session (bus/durable.py); while it exists the session's events are kept | a durable subscriber | deleted with ``--reset`` |
+| ``P:sub:<name>`` | hash: created (ms): a durable subscription (bus/durable.py) | a durable subscriber | deleted with ``--reset`` |
+| ``P:memory`` | hash: server setting → JSON of the scheduler's last outcome (want, found, state, why, at; bus/memory.py) | scheduler, once a minute | - |
+| ``P:hostclaim:<host>:refused`` | hash: floor, pid, at (ms), holder, holder_pid: the last worker refused the host | a refused worker | TTL 1 hour |
 | ``P:{kick:<host>}:list`` | list: session ids whose delivery a loop of the host's workers runs (``INBOX_KICK=list``, bus/kick.py) | dispatch (kick_push.lua) | popped by the loops; no more pushes past 10,000 |
 | ``P:{kick:<host>}:alive`` | string: a delivery loop of the host is running | each loop, every second | TTL 3 s |
 | ``P:{kick:<host>}:taken:<loop>`` | list: the kicks one delivery loop took and is delivering | the loop's pop (BLMOVE, kick_take.lua) | emptied after its batch; a dead loop's put back (kick_reclaim.lua) |
@@ -223,6 +228,25 @@ class Keys:
         """The heartbeat of host ``name``'s worker (or of the ``scheduler``)."""
         check_session_id(name, "host name")
         return f"{self.prefix}:beat:{name}"
+
+    def sub(self, name: str) -> str:
+        """A durable subscription's own record (bus.durable)."""
+        check_session_id(name, "subscription name")
+        return f"{self.prefix}:sub:{name}"
+
+    @property
+    def memory(self) -> str:
+        """The scheduler's outcome of the server memory settings (bus.memory)."""
+        return f"{self.prefix}:memory"
+
+    def host_claim(self, host: str) -> str:
+        """Which floor (machine and home) serves host ``host`` (bus.hostfloor)."""
+        check_session_id(host, "host name")
+        return f"{self.prefix}:hostclaim:{host}"
+
+    def host_refused(self, host: str) -> str:
+        """The last worker refused host ``host`` because another floor serves it."""
+        return f"{self.host_claim(host)}:refused"
 
     def kick_list(self, host: str) -> str:
         """The host's kick list (bus.kick): session ids for its delivery loops."""

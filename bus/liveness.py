@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 
+from . import hostfloor
 from .models import now_ms
 
 if TYPE_CHECKING:
@@ -127,7 +128,8 @@ class Heartbeat:
 
 
 def workers(store: Store) -> list[dict[str, Any]]:
-    """Each heartbeat's ages (seconds) and, for a host, its queue's depth."""
+    """Each heartbeat's ages (seconds) and, for a host, its queue's depth, the floor that
+    serves it (``floor``: machine, home, pid) and the last worker refused it (``refused``)."""
     beats = store.beats(lambda name: None if name == SCHEDULER else host_queue(name))
     now = now_ms()
     rows = []
@@ -143,4 +145,9 @@ def workers(store: Store) -> list[dict[str, Any]]:
         if name != SCHEDULER:
             row["queue"] = depth
         rows.append(row)
+    # Who serves each host (its floor) and the last worker refused it (bus.hostfloor).
+    hosts = [row["name"] for row in rows if row["role"] == "worker"]
+    floors = hostfloor.floor_rows(store, hosts)
+    for row in rows:
+        row.update(floors.get(row["name"], {}) if row["role"] == "worker" else {})
     return rows

@@ -1,6 +1,6 @@
 """``inbox mcp``: the bus as MCP tools over stdio (official ``mcp`` SDK, 2.x ``MCPServer``).
 
-Tools: ``send``, ``inbox``, ``threads``, ``read``, ``reply``,
+Tools: ``send``, ``inbox``, ``threads``, ``read``, ``reply``, ``watch``,
 ``withdraw``, ``receipt``, ``sent``, and, when the bus has them, ``decide``, ``read_inbox``, ``reply_inbox``.
 Each returns the same JSON the CLI prints, as ``structuredContent`` and as one JSON text
 block. A refusal (:class:`bus.errors.BusError`) is a tool error (``isError``) whose text
@@ -245,6 +245,42 @@ def build_server(bus: Bus) -> MCPServer:
     def sent(state: str | None = None, limit: int = 50) -> CallToolResult:
         """Your outbox: the messages you sent, newest first, each with its receipt."""
         return _call(lambda: bus.sent(caller(bus), state=state, limit=limit))
+
+    @server.tool()
+    def watch(
+        name: Annotated[str, Field(description="your subscription's name (yours alone)")] = "lanes",
+        sessions: Annotated[
+            list[str] | None, Field(description="sessions to follow: you or your lanes")
+        ] = None,
+        lanes: Annotated[
+            bool, Field(description="follow your lanes (sessions you started or gave work)")
+        ] = True,
+        ack: Annotated[
+            dict[str, str] | None,
+            Field(description="the `ack` of your previous call: those events are taken"),
+        ] = None,
+        wait_s: Annotated[float, Field(description="seconds to wait for a first event")] = 10.0,
+        max_events: int = 100,
+        reset: Annotated[bool, Field(description="start the subscription again from now")] = False,
+    ) -> CallToolResult:
+        """A durable subscription to your lanes' (and your own) messages: each call returns
+        what came since the events you acknowledged (pass back `ack`), nothing missed and
+        nothing repeated across restarts; `cursor_expired` if it fell out of retention."""
+        from . import durable
+
+        def run() -> dict[str, Any]:
+            sub = durable.reader_subscription(
+                bus, caller(bus), name, sessions=sessions, lanes=lanes, reset=reset
+            )
+            if ack:
+                sub.commit(ack)
+            wait_ms = int(max(0.0, min(wait_s, DEFAULT_WAIT_S)) * 1000)
+            events, cursors = durable.poll(
+                sub, max_events=max(1, min(max_events, 1000)), wait_ms=wait_ms
+            )
+            return {"ok": True, "subscription": name, "events": events, "ack": cursors}
+
+        return _call(run)
 
     _optional_tools(server, bus)
     return server

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,6 +22,7 @@ from .clock import SYSTEM, Clock
 from .compact import compact_all
 from .dispatch import deliver_many
 from .liveness import SCHEDULER, Heartbeat
+from .memory import Keeper
 from .models import SessionInfo, now_ms
 from .outage import OUTAGE_ERRORS, Outage
 from .store_many import SweepView
@@ -87,7 +89,8 @@ def tick(bus: Scheduled, *, sweep: bool | None = None, clock: Clock = SYSTEM) ->
     due()
     # Quiet sessions' short streams shrunk to their entries (at most once a minute, a
     # few chunks a tick: bus.compact.BUDGET_S).
-    compacted = compact_all(store, force=bool(sweep))
+    keep_ms = int(bus.settings.events_keep_s * 1000)
+    compacted = compact_all(store, force=bool(sweep), quiet_ms=keep_ms)
     due()
     del counts["at"]
     return {**counts, "swept": swept, "expired": expired, "compacted": compacted}
@@ -191,8 +194,10 @@ def run(
     beat = Heartbeat(bus, SCHEDULER)
     beat.beat(started=True)
     pokes = Pokes(bus, stop).start()
+    memory = Keeper(bus.store, enabled=bus.settings.memory_settings)
     try:
         while not stop.is_set():
+            memory(time.monotonic())  # the server's memory settings, once a minute
             pokes.poked.clear()  # before the tick: a poke during it makes the sleep short
             took = 0
             try:

@@ -80,6 +80,10 @@ class Settings:
     # How a delivery is kicked: ``celery`` (a task on the host's queue) or
     # ``list`` (the host's kick list, popped by a loop in each worker process; bus.kick).
     kick: str = "list"
+    # The scheduler sets the server's memory settings where it allows (bus.memory).
+    memory_settings: bool = True
+    # A quiet session's events (its audit trail) are dropped once this old (bus.compact).
+    events_keep_s: float = 30.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -112,6 +116,8 @@ class Settings:
             max_unread=int(_float(env, "INBOX_MAX_UNREAD", 10000)),
             max_picture_bytes=int(_float(env, "INBOX_MAX_PICTURE_BYTES", 512 * 1024 * 1024)),
             kick="celery" if (env.get("INBOX_KICK") or "").strip().lower() == "celery" else "list",
+            memory_settings=_bool(env.get("INBOX_MEMORY_SETTINGS"), True),
+            events_keep_s=_float(env, "INBOX_EVENTS_KEEP_S", 30.0),
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 
@@ -135,7 +141,10 @@ class Settings:
             "INBOX_MAX_UNREAD": str(self.max_unread),
             "INBOX_MAX_PICTURE_BYTES": str(self.max_picture_bytes),
             "INBOX_KICK": self.kick,
+            "INBOX_EVENTS_KEEP_S": str(self.events_keep_s),
         }
+        if not self.memory_settings:
+            env["INBOX_MEMORY_SETTINGS"] = "0"
         if self.redis_cluster:
             env["INBOX_REDIS_CLUSTER"] = "1"
         if self.allowed_hosts:

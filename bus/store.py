@@ -28,13 +28,16 @@ from .kept import session_fields, session_from_hash
 from .keys import Keys
 from .models import SessionInfo, check_session_id, now_ms
 from .store_compact import CompactStore
+from .store_config import ConfigStore
 from .store_delivery import DeliveryStore
+from .store_hostclaim import HostClaimStore
 from .store_inbox import InboxStore
 from .store_items import ItemStore
 from .store_kick import KickStore
 from .store_many import ManyStore, SweepView, stream_id_after
 from .store_metrics import MetricsStore
 from .store_receipts import ReceiptStore
+from .store_subs import SubsStore
 from .unavailable import unavailable
 
 LUA_DIR = Path(__file__).parent / "lua"
@@ -89,6 +92,9 @@ class Store(
     CompactStore,
     DeliveryStore,
     KickStore,
+    HostClaimStore,
+    ConfigStore,
+    SubsStore,
 ):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 

@@ -35,7 +35,8 @@ class CompactStore(StorePart):
         script = self.script("events_quiet")
         pipe = self.pipeline()
         for sid in sids:
-            script(keys=[self.k.s(sid, "events")], args=[int(quiet_ms)], client=pipe)
+            keys = self.k.s_many(sid, ("events", "subs"))
+            script(keys=keys, args=[int(quiet_ms)], client=pipe)
         return sum(int(x or 0) for x in pipe.execute())
 
     def drop_taken_queues(self, sids: list[str]) -> None:

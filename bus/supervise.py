@@ -6,7 +6,8 @@ workers and scheduler first, Redis last (its append-only file flushed), each sta
 bounded, then SIGKILL. A child that exits is started again after a backoff (0.2 s,
 doubling to 10 s; reset once it ran 10 s), with one log line each time. A worker whose
 host queue holds work while it made no progress for ``INBOX_WORKER_STALL_S`` (default
-10 s, :func:`bus.liveness.stalled`) is killed and restarted. One supervisor per home:
+10 s, :func:`bus.liveness.stalled`) is killed and restarted. A child exiting with one of its ``fatal`` codes (a worker refused its host)
+stops everything; :attr:`Supervisor.failed` holds the code. One supervisor per home:
 :class:`HomeLock` (``fcntl.flock`` on ``<home>/up.pid``).
 """
 
@@ -108,6 +109,9 @@ class Child:
     spawn: Callable[[], subprocess.Popen[bytes]]
     stage: int = 0  # stopped in ascending stage order: 0 workers/scheduler, 1 Redis
     host: str | None = None  # a worker's host: checked for progress
+    # Exit codes that are no crash but a refusal (a worker's host served by another
+    # floor, its home gone): not restarted; the supervisor stops with that code.
+    fatal: dict[int, str] = field(default_factory=dict)
     log: Path | None = None
     proc: subprocess.Popen[bytes] = field(init=False)
     started: float = 0.0
@@ -163,6 +167,7 @@ class Supervisor:
         self._next_liveness = 0.0
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.failed: int | None = None  # a child's fatal exit code: everything stops
 
     def start(self) -> Supervisor:
         for child in sorted(self.children, key=lambda c: -c.stage):
@@ -180,6 +185,11 @@ class Supervisor:
             now = time.monotonic()
             for child in self.children:
                 code = child.proc.poll()
+                if code is not None and code in child.fatal and self.failed is None:
+                    self.failed = code
+                    self.log(f"{self.name}: {child.name} exited (code {code}): {child.fatal[code]}")
+                    self.stopping.set()
+                    return
                 if code is not None and child.restart_at is None:
                     ran = now - child.started
                     child.failures = 0 if ran >= HEALTHY_AFTER_S else child.failures + 1
@@ -231,7 +241,7 @@ class Supervisor:
     def run(self, stop: threading.Event, every_s: float = 0.2) -> None:
         """Supervise in this thread until ``stop`` is set, then stop every child."""
         try:
-            while not stop.wait(every_s):
+            while not stop.wait(every_s) and self.failed is None:
                 self.poll()
         finally:
             self.stop()

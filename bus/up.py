@@ -5,7 +5,8 @@ With no ``INBOX_REDIS_URL``, an embedded Redis (persistent, on a unix socket und
 child processes under :class:`bus.supervise.Supervisor`, their output in
 ``$INBOX_HOME/logs/`` (the terminal gets the bus's own lines): a child that exits comes back
 (with backoff, one log line each time), a worker that holds work without progress is
-restarted, and Ctrl-C (or SIGTERM) stops the worker and scheduler, then Redis. Once per
+restarted, a worker refused its host (another floor serves it) or whose home is gone
+stops everything with its exit code (5 or 6, :mod:`bus.hostfloor`), and Ctrl-C (or SIGTERM) stops the worker and scheduler, then Redis. Once per
 ``INBOX_HOME``: a second ``inbox up`` says "already running (pid N)" and exits 1.
 """
 
@@ -21,6 +22,7 @@ import redis
 from .cluster import cluster_client
 from .connection import Lazy, broker_client
 from .embedded import EmbeddedRedis
+from .hostfloor import EXIT_HOME_GONE, EXIT_HOST_TAKEN
 from .keys import Keys
 from .private import private_dirs
 from .settings import Settings
@@ -81,7 +83,13 @@ def _supervise(
     exe = [sys.executable, "-m", "bus.cli"]
     worker = [*exe, "worker", "--concurrency", str(concurrency)]
     wlog, slog = logs / "worker.log", logs / "scheduler.log"
-    children.append(Child("worker", spawn_logged(worker, env, wlog), host=settings.host, log=wlog))
+    fatal = {
+        EXIT_HOST_TAKEN: f"another floor serves host {settings.host}; stopping",
+        EXIT_HOME_GONE: f"its INBOX_HOME {settings.home} is gone; stopping",
+    }
+    children.append(
+        Child("worker", spawn_logged(worker, env, wlog), host=settings.host, log=wlog, fatal=fatal)
+    )
     children.append(Child("scheduler", spawn_logged([*exe, "scheduler"], env, slog), log=slog))
     print(f"inbox up: starting Redis, the worker and the scheduler for {settings.host}", flush=True)
     # Progress is judged by the worker's beat in the store and its queue on the broker.
@@ -106,4 +114,4 @@ def _supervise(
         if broker is not None:
             broker.close()
         print("inbox up: stopped", flush=True)
-    return 0
+    return sup.failed or 0

@@ -42,11 +42,13 @@ class Subscription:
         stop: threading.Event | None,
         refresh_s: float,
         count: int,
+        lanes_of: list[str] | None = None,
     ) -> None:
         if block_ms <= 0:
             raise ValueError("block_ms must be positive (0 would block forever)")
         self.bus = bus
-        self.follow_all = sessions is None
+        self.follow_all = sessions is None and not lanes_of
+        self.lanes_of = lanes_of or []
         self.block_ms = block_ms
         self.since = since
         self.stop = stop or threading.Event()
@@ -54,8 +56,16 @@ class Subscription:
         self.count = count
         self.pos: dict[str, str] = {}
         self.sid_of: dict[str, str] = {}
-        for sid in bus.store.session_ids() if sessions is None else sessions:
+        named = [] if sessions is None and lanes_of else sessions
+        for sid in self._now(named):
             self.follow(check_session_id(sid), newcomer=False)
+
+    def _now(self, sessions: list[str] | None) -> list[str]:
+        from .durable import resolve
+
+        return resolve(
+            self.bus.store, sessions, self.lanes_of, sessions is None and not self.lanes_of
+        )
 
     def follow(self, sid: str, *, newcomer: bool) -> None:
         key = self.bus.store.k.s(sid, "stream")
@@ -72,8 +82,13 @@ class Subscription:
         r = self.bus.blocking  # no socket timeout: block_ms bounds each read
         next_refresh = time.monotonic() + self.refresh_s
         while not self.stop.is_set():
-            if self.follow_all and time.monotonic() >= next_refresh:
-                for sid in self.bus.store.session_ids():
+            if (self.follow_all or self.lanes_of) and time.monotonic() >= next_refresh:
+                from .durable import lanes
+
+                found = self.bus.store.session_ids() if self.follow_all else []
+                for owner in self.lanes_of:
+                    found += lanes(self.bus.store, owner)
+                for sid in found:
                     self.follow(sid, newcomer=True)
                 next_refresh = time.monotonic() + self.refresh_s
             if not self.pos:
@@ -104,8 +119,11 @@ def subscribe(
     stop: threading.Event | None = None,
     refresh_s: float = 3.0,
     count: int = 500,
+    lanes_of: list[str] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Follow ``sessions`` (``None``: all, newcomers found every ``refresh_s``) live.
+    """Follow ``sessions`` (``None``: all, newcomers found every ``refresh_s``) live, and
+    the lanes of each of ``lanes_of`` (the sessions it started or gave work to; new ones
+    found every ``refresh_s`` too).
 
     Yields ``{"session", "stream_id", "message"}`` in stream order per session. ``since``
     is ``$`` (only what arrives after this call), ``0-0`` (everything still in the
@@ -121,6 +139,7 @@ def subscribe(
         stop=stop,
         refresh_s=refresh_s,
         count=count,
+        lanes_of=lanes_of,
     )
     return iter(sub)
 
@@ -133,11 +152,39 @@ def run_watch(
     since: str = "$",
     stop: threading.Event | None = None,
     block_ms: int = 1000,
+    lanes_of: list[str] | None = None,
+    name: str | None = None,
+    reset: bool = False,
 ) -> None:
-    """Print one JSON line per message until ``stop`` is set or Ctrl-C."""
+    """Print one JSON line per message until ``stop`` is set or Ctrl-C; with ``name``, as
+    the durable subscription of that name (bus.durable: each line acknowledged once
+    written)."""
     out = out or sys.stdout
+    if name is not None:
+        from .durable import Durable
+
+        durable = Durable(
+            bus,
+            name,
+            sessions=sessions,
+            lanes_of=lanes_of,
+            follow_all=sessions is None and not lanes_of,
+            block_ms=block_ms,
+            stop=stop,
+            reset=reset,
+        )
+        try:
+            for event in durable:
+                out.write(json.dumps(event, ensure_ascii=False) + "\n")
+                out.flush()
+                durable.ack(event)
+        except KeyboardInterrupt:
+            pass
+        return
     try:
-        for event in subscribe(bus, sessions, since=since, stop=stop, block_ms=block_ms):
+        for event in subscribe(
+            bus, sessions, since=since, stop=stop, block_ms=block_ms, lanes_of=lanes_of
+        ):
             out.write(json.dumps(event, ensure_ascii=False) + "\n")
             out.flush()
     except KeyboardInterrupt:

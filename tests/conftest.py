@@ -108,6 +108,9 @@ def settings(
         retry_s=0.5,
         lock_ttl_s=3.0,
         visibility_timeout_s=3.0,
+        # The suite's Redis is shared: its schedulers leave the server's settings alone
+        # (tests/test_memory_settings.py sets them on servers of its own).
+        memory_settings=False,
     )
     if not os.environ.get("INBOX_TEST_STORE_CLUSTER"):
         yield s

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import sys
 from typing import Any
 
 from celery import Task
 from celery.signals import (
     task_postrun,
+    worker_init,
     worker_process_init,
     worker_process_shutdown,
     worker_ready,
@@ -17,6 +21,7 @@ from celery.signals import (
 from bus import BusError, connect
 from bus.api import Bus
 from bus.batch import deliver_many as deliver_batch
+from bus.hostfloor import HostFloor, HostTaken, claim_floor
 from bus.kick import KickLoop
 from bus.liveness import Heartbeat
 from bus.outage import OUTAGE_ERRORS, Outage
@@ -50,6 +55,31 @@ def heartbeat() -> Heartbeat:
     if _beat is None:
         _beat = Heartbeat(get_bus(), get_bus().settings.host)
     return _beat
+
+
+_floor: HostFloor | None = None
+
+
+@worker_init.connect
+def _claim_host(**_: Any) -> None:
+    """One host, one floor (bus.hostfloor): the host is claimed before any task is taken;
+    another floor's worker holding it ends this one with exit 5."""
+    global _floor
+    bus = get_bus()
+    try:
+        _floor = claim_floor(bus.store, bus.settings.host, bus.settings.home)
+    except HostTaken as exc:
+        print(f"inbox worker: {exc}", file=sys.stderr, flush=True)
+        os._exit(exc.exit_code)
+    atexit.register(_exit_with_floor_code)
+
+
+def _exit_with_floor_code() -> None:
+    # Celery exits 0 after the warm shutdown the floor asked for (home gone: exit 6).
+    if _floor is not None:
+        _floor.release()
+        if _floor.exit_code:
+            os._exit(_floor.exit_code)
 
 
 @worker_ready.connect

@@ -4,9 +4,14 @@
 -- made again by the next record has ids after it (the server's clock), so they miss
 -- nothing. A reader blocked on the key stays blocked and gets that next record.
 -- KEYS[1] events  P:{sid}:events  the session's durability records
+-- KEYS[2] subs    P:{sid}:subs    durable subscriptions' cursors (bus.durable): while one
+--                                 follows the session, its events are kept
 -- ARGV[1] quiet ms: dropped only when its newest record is older than that (the server's
 --         clock, the one its ids come from)
 -- Returns the bytes freed by MEMORY USAGE (0: kept).
+if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then
+  return 0
+end
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if last[1] == nil then
   return 0

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .auth import SCOPE_THREAD, SCOPE_WRITE, Authenticator, Claims
+from .clock import SYSTEM, Clock
 from .errors import BadInput, NotFound, Refused, Unauthorized
-from .models import ACTIVE, RESERVED_WORKSPACES, SessionInfo, check_session_id, now_ms
+from .models import ACTIVE, RESERVED_WORKSPACES, SessionInfo, check_session_id
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -27,8 +28,9 @@ class Access:
         *,
         session: Callable[[str], SessionInfo],
         member_status: Callable[[str, str], str | None],
+        clock: Clock = SYSTEM,
     ) -> None:
-        self.auth, self.settings = auth, settings
+        self.auth, self.settings, self.clock = auth, settings, clock
         self._session, self._member_status = session, member_status
 
     def only_as(self, sid: str, token: str | None, *, operator_ok: bool = False) -> Claims | None:
@@ -51,14 +53,14 @@ class Access:
         """A sent message's fields as the bus stores them, whatever the surface: its
         sender from the token (:meth:`as_token_subject`), else marked unverified (and
         from ``INBOX_SESSION`` when set); its ``ts`` the server's time, never the
-        sender's."""
+        sender's (the bus's clock)."""
         if claims is None:
             data = {**data, "verified": False}
             if self.settings.session and not data.get("from_session"):
                 data["from_session"] = self.settings.session
         else:
             data = self.as_token_subject(data, claims)
-        data["ts"] = now_ms()
+        data["ts"] = self.clock.now_ms()
         return data
 
     def as_token_subject(self, data: dict[str, Any], claims: Claims) -> dict[str, Any]:

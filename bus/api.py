@@ -96,6 +96,7 @@ class Bus:
             s,
             session=self.sessions.get,
             member_status=lambda ws, name: self.store.member_status(ws, name),
+            clock=clk,
         )
         self.conversation = Conversation(
             store,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ import redis
 
 from bus import compact
 from bus.api import Bus
+from bus.clock import ManualClock
 from bus.compact import MAX_ENTRIES, compact_all
 from bus.errors import Refused
 from bus.models import now_ms
@@ -406,13 +408,32 @@ def _thread_row(b: Bus, sid: str, thread: str) -> tuple[int, str]:
     return row["newestAt"], row["newestPreview"]
 
 
-def _coord_thread(b: Bus, *sends: tuple[str, int]) -> str:
-    """A running session ``coord`` sent each ``(text, ts)`` from one sender and delivered:
+@pytest.fixture
+def clock() -> ManualClock:
+    """The bus's clock: a sent message is stored with its time (the server's, never the
+    sender's ts), so a test sets it per send, near the wall clock."""
+    return ManualClock(now_ms())
+
+
+@pytest.fixture
+def clocked(make_bus: Callable[..., Bus], clock: ManualClock) -> Bus:
+    return make_bus(clock=clock)
+
+
+def send_at(b: Bus, clock: ManualClock, at: int, text: str) -> dict[str, Any]:
+    """Send ``coord`` ``text`` from ha:lane at the bus's time ``at`` (the sender's own ts,
+    1, ignored)."""
+    clock.set(at)
+    return b.send({"from": "ha:lane", "to_id": "coord", "text": text, "ts": 1})
+
+
+def _coord_thread(b: Bus, clock: ManualClock, *sends: tuple[str, int]) -> str:
+    """A running session ``coord`` sent each ``(text, at)`` from one sender and delivered:
     the one thread they make."""
     b.open_session("coord")
     b.turn("coord", "start")
-    for text, ts in sends:
-        b.send({"from": "ha:lane", "to_id": "coord", "text": text, "ts": ts})
+    for text, at in sends:
+        send_at(b, clock, at, text)
     b.deliver_session("coord")
     [thread] = b.store.threads_of("coord")
     return thread
@@ -420,12 +441,13 @@ def _coord_thread(b: Bus, *sends: tuple[str, int]) -> str:
 
 @pytest.mark.parametrize("text", ["hello", "café ☕ \U0001f600 done"])
 def test_a_one_message_threads_newest_is_its_messages_and_written_back_when_it_moves(
-    bus: Bus, text: str
+    clocked: Bus, clock: ManualClock, text: str
 ) -> None:
+    bus, t = clocked, clock.ms
     store, k = bus.store, bus.store.k
     bus.open_session("coord")
     bus.turn("coord", "start")
-    sent = bus.send({"from": "ha:lane", "to_id": "coord", "text": text, "ts": 5_000})
+    sent = send_at(bus, clock, t + 5_000, text)
     bus.deliver_session("coord")
     [thread] = store.threads_of("coord")
     meta = k.t(thread, "meta")
@@ -434,64 +456,70 @@ def test_a_one_message_threads_newest_is_its_messages_and_written_back_when_it_m
     assert (
         store.thread_meta(thread)["newest_at"],
         store.thread_meta(thread)["newest_preview"],
-    ) == ("5000", text)
+    ) == (str(t + 5_000), text)
     assert store.thread_metas([thread])[0]["newest_preview"] == text
-    assert _thread_row(bus, "coord", thread) == (5000, text)
+    assert _thread_row(bus, "coord", thread) == (t + 5_000, text)
     # A second message older than the first: the first stays the newest, written back
     # (from one_m) when it moves to the log.
-    bus.send({"from": "ha:lane", "to_id": "coord", "text": "older", "ts": 4_000})
+    send_at(bus, clock, t + 4_000, "older")  # another host's clock, a second behind
     bus.deliver_session("coord")
     assert store.r.hget(meta, "one_m") is None
-    assert store.r.hmget(meta, list(NEWEST)) == ["5000", text]
-    assert _thread_row(bus, "coord", thread) == (5000, text)
+    assert store.r.hmget(meta, list(NEWEST)) == [str(t + 5_000), text]
+    assert _thread_row(bus, "coord", thread) == (t + 5_000, text)
     assert int(store.thread_field(thread, "count") or 0) == 2
     assert sent["ok"] is True
 
 
 def test_a_one_message_threads_newest_is_stored_when_its_message_does_not_give_it(
-    bus: Bus,
+    clocked: Bus, clock: ManualClock
 ) -> None:
+    bus, t = clocked, clock.ms
     store, k = bus.store, bus.store.k
     # Its preview is its text's first line, not its text.
-    thread = _coord_thread(bus, ("first\nsecond", 7_000))
-    assert store.r.hmget(k.t(thread, "meta"), list(NEWEST)) == ["7000", "first"]
-    assert _thread_row(bus, "coord", thread) == (7000, "first")
+    thread = _coord_thread(bus, clock, ("first\nsecond", t + 7_000))
+    assert store.r.hmget(k.t(thread, "meta"), list(NEWEST)) == [str(t + 7_000), "first"]
+    assert _thread_row(bus, "coord", thread) == (t + 7_000, "first")
 
 
 def test_a_one_message_thread_written_with_its_newest_reads_it_and_a_newer_one_wins(
-    bus: Bus,
+    clocked: Bus, clock: ManualClock
 ) -> None:
     # The layout before: newest_* stored beside one_m (here one the message does not give).
+    bus, t = clocked, clock.ms
     store, k = bus.store, bus.store.k
-    thread = _coord_thread(bus, ("hello", 5_000))
+    thread = _coord_thread(bus, clock, ("hello", t + 5_000))
     meta = k.t(thread, "meta")
-    store.r.hset(meta, mapping={"newest_at": "6000", "newest_preview": "as stored"})
-    assert _thread_row(bus, "coord", thread) == (6000, "as stored")
-    bus.send({"from": "ha:lane", "to_id": "coord", "text": "newer", "ts": 9_000})
+    store.r.hset(meta, mapping={"newest_at": str(t + 6_000), "newest_preview": "as stored"})
+    assert _thread_row(bus, "coord", thread) == (t + 6_000, "as stored")
+    send_at(bus, clock, t + 9_000, "newer")
     bus.deliver_session("coord")
-    assert store.r.hmget(meta, list(NEWEST)) == ["9000", "newer"]
-    assert _thread_row(bus, "coord", thread) == (9000, "newer")
+    assert store.r.hmget(meta, list(NEWEST)) == [str(t + 9_000), "newer"]
+    assert _thread_row(bus, "coord", thread) == (t + 9_000, "newer")
 
 
-def test_a_threads_two_messages_in_one_delivery_keep_the_newests_as_stored(bus: Bus) -> None:
+def test_a_threads_two_messages_in_one_delivery_keep_the_newests_as_stored(
+    clocked: Bus, clock: ManualClock
+) -> None:
     # One thread_append call takes both: the first is one_m for a moment, then moves.
+    bus, t = clocked, clock.ms
     store, k = bus.store, bus.store.k
-    thread = _coord_thread(bus, ("later", 8_000), ("earlier", 3_000))
-    assert store.r.hmget(k.t(thread, "meta"), list(NEWEST)) == ["8000", "later"]
+    thread = _coord_thread(bus, clock, ("later", t + 8_000), ("earlier", t + 3_000))
+    assert store.r.hmget(k.t(thread, "meta"), list(NEWEST)) == [str(t + 8_000), "later"]
     assert [json.loads(e["m"])["text"] for e in store.thread_log(thread)] == ["later", "earlier"]
 
 
 @pytest.mark.parametrize("age_days", [0, 30])
 def test_a_records_arrival_left_to_its_ts_is_read_by_the_floors_scripts(
-    bus: Bus, age_days: int
+    clocked: Bus, clock: ManualClock, age_days: int
 ) -> None:
     # A record keeps no "at" when it is its message's ts (bus.kept.keep_record): the
     # expiry (expire.lua) and the floor's sweep (floor_sweep.lua) read the ts instead.
+    bus = clocked
     store, k = bus.store, bus.store.k
     ts = now_ms() - age_days * 86_400_000
     bus.open_session("coord")
     bus.turn("coord", "start")
-    sent = bus.send({"from": "ha:lane", "to_id": "coord", "text": "hi", "ts": ts})
+    sent = send_at(bus, clock, ts, "hi")
     bus.deliver_session("coord")  # its notice on the floor, the message still new
     assert "at" not in json.loads(store.r.hget(k.s("coord", "msgs"), sent["id"]))
     assert store.records("coord", [sent["id"]])[0]["at"] == ts

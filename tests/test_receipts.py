@@ -15,6 +15,7 @@ import pytest
 from bus import scheduler
 from bus.api import Bus
 from bus.auth import SCOPE_READ, SCOPE_WRITE, issue
+from bus.clock import ManualClock
 from bus.errors import BadInput, NotFound, Refused, Unauthorized
 from bus.models import now_ms
 from bus.receipts import (
@@ -430,11 +431,14 @@ def test_the_cli_wait_times_out_with_one_line(bus: Bus, settings: Settings) -> N
 
 
 def test_messages_unnoticed_past_the_bound_end_expired(make_bus: Callable[..., Bus]) -> None:
-    b = make_bus(expire_s=3600.0)
+    # A message is stored with the bus's time (never its sender's ts): sent from last week.
+    clock = ManualClock(now_ms() - 8 * 24 * HOUR_MS)
+    b = make_bus(expire_s=3600.0, clock=clock)
     pair(b)
     b.turn("bob", "start")
     # A notice written to the floor that no drain ever takes (the harness is gone).
-    old = send(b, text="from last week", ts=now_ms() - 8 * 24 * HOUR_MS)
+    old = send(b, text="from last week")
+    clock.set(now_ms())
     fresh = send(b, text="from today")
     b.deliver_session("bob")
     assert b.floor.peek("bob")

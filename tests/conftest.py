@@ -87,10 +87,13 @@ def prefix(redis_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Path:
-    h = tmp_path / "home"
-    h.mkdir()
-    return h
+def home() -> Iterator[Path]:
+    # A short path under /tmp, not under tmp_path: a session's socket lives at
+    # HOME/inbox/<sid>/inbox.sock, and a unix socket's path is capped at 107 bytes (pytest's
+    # xdist folders alone take ~60). Removed after the test.
+    h = Path(tempfile.mkdtemp(prefix="ih-"))
+    yield h
+    shutil.rmtree(h, ignore_errors=True)
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from bus.api import Bus
+from bus.models import now_ms
 from bus.settings import Settings
 from tests.conftest import settings_env, wait_for
 
@@ -207,10 +209,14 @@ def test_watch_follows_a_session_live(env: dict[str, str]) -> None:
         proc.wait(10)
 
 
-def test_an_ambiguous_handle_lists_the_candidates_and_sends_nothing(env: dict[str, str]) -> None:
+def test_an_ambiguous_handle_lists_the_candidates_and_sends_nothing(
+    env: dict[str, str], bus: Bus
+) -> None:
     inbox(env, "session", "open", "one", "--handle", "hosta:twin")
-    # With INBOX_STALE_S < 0 every holder counts as stale, so "two" may take the handle.
-    inbox({**env, "INBOX_STALE_S": "-1"}, "session", "open", "two", "--handle", "hosta:twin")
+    # "one"'s harness unseen for two hours (stale: never sooner than an hour, whatever
+    # INBOX_STALE_S says), so "two" may take the handle.
+    bus.store.touch_seen("one", now_ms() - 2 * 3600 * 1000)
+    assert inbox(env, "session", "open", "two", "--handle", "hosta:twin").returncode == 0
     out = inbox(env, "send", "--to", "hosta:twin", "--from", "h:me", "--text", "hi")
     assert out.returncode == 1 and "2 live sessions" in out.stderr
     answer = json.loads(out.stdout)

@@ -93,7 +93,8 @@ def home() -> Iterator[Path]:
     # xdist folders alone take ~60). Removed after the test.
     h = Path(tempfile.mkdtemp(prefix="ih-"))
     yield h
-    shutil.rmtree(h, ignore_errors=True)
+    if not os.environ.get("INBOX_TEST_KEEP_HOME"):  # kept to read its logs after a failure
+        shutil.rmtree(h, ignore_errors=True)
 
 
 @pytest.fixture

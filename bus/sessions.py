@@ -106,11 +106,13 @@ class Sessions:
             updated_at=now,
             last_seen=now,
         )
+        if host == self.settings.host:
+            # Its directory and an empty queue file for its notices; first, so a floor
+            # folder refused (another user's, a link) leaves nothing registered.
+            self.floor.prepare(sid)
         self.store.put_session(info)
         self.seen(sid)
         self.store.record(sid, "session_open", handle=handle, host=host)
-        if host == self.settings.host:
-            self.floor.prepare(sid)  # its directory and an empty queue file for its notices
         return {"ok": True, "session": info.model_dump(exclude_none=True)}
 
     def check_handle_reserved(self, handle: str) -> None:

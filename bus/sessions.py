@@ -98,6 +98,11 @@ class Sessions:
                 f"{workspace!r} needs an operator token",
                 code=why,
             )
+        if why == "token_subject":
+            assert opener is not None
+            raise Unauthorized(
+                f"the token is {opener[0]}:{opener[1]}'s, not session {sid}'s", code=why
+            )
         if why == "token_missing":
             raise Unauthorized(
                 f"opening a session in workspace {workspace!r} needs a token: the token of "

@@ -203,14 +203,17 @@ def join_refusal(
     on, joining a workspace or naming a starter in it takes an operator's token or the
     token of that workspace's member who is the starter (``token_missing`` without a
     token, ``not_your_workspace`` otherwise); re-registering as registered takes none.
-    A member's token opens nothing but a session that member starts in its workspace.
+    A member's token serves only such a join, for the sessions its member starts; for
+    anything else it is a token that is not the session's (``token_subject``).
     """
     workspace, starter = wanted
     kind, sub = opener or (None, "")
     if prior is not None and prior[0] and workspace != prior[0] and kind != "operator":
         return "workspace_fixed"
-    if kind == "member":  # a member's token opens only the sessions that member starts
-        return None if workspace and sub == f"{workspace}/{starter}" else "not_your_workspace"
+    if kind == "member":  # a member's token only puts a session its member starts into W
+        if wanted == prior or workspace is None:
+            return "token_subject"  # not a join: it never acts as the session
+        return None if sub == f"{workspace}/{starter}" else "not_your_workspace"
     if not auth or workspace is None or wanted == prior or kind == "operator":
         return None
     return "token_missing" if kind is None else "not_your_workspace"

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from bus.api import Bus
 from bus.settings import Settings
 from tests.conftest import settings_env, wait_for
 
@@ -207,10 +208,16 @@ def test_watch_follows_a_session_live(env: dict[str, str]) -> None:
         proc.wait(10)
 
 
-def test_an_ambiguous_handle_lists_the_candidates_and_sends_nothing(env: dict[str, str]) -> None:
+def test_an_ambiguous_handle_lists_the_candidates_and_sends_nothing(
+    env: dict[str, str], settings: Settings
+) -> None:
     inbox(env, "session", "open", "one", "--handle", "hosta:twin")
-    # With INBOX_STALE_S < 0 every holder counts as stale, so "two" may take the handle.
-    inbox({**env, "INBOX_STALE_S": "-1"}, "session", "open", "two", "--handle", "hosta:twin")
+    # "one" unseen for two hours is stale (past the floor of an hour), so "two" may take
+    # the handle; "one" is then seen again and both are live.
+    store = Bus(settings).store
+    store.r.hset(store.k.s("one", "session"), "last_seen", 1)
+    assert inbox(env, "session", "open", "two", "--handle", "hosta:twin").returncode == 0
+    inbox(env, "turn", "one", "start")
     out = inbox(env, "send", "--to", "hosta:twin", "--from", "h:me", "--text", "hi")
     assert out.returncode == 1 and "2 live sessions" in out.stderr
     answer = json.loads(out.stdout)

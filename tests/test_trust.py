@@ -256,7 +256,8 @@ JOIN_TABLE = [
     ("restart as registered", ACME_DEAN, ACME_DEAN, None, True, None),
     ("another starter", ACME_DEAN, ("acme", "mia"), None, True, "token_missing"),
     ("no workspace asked", None, (None, None), None, True, None),
-    ("a member outside its own", None, (None, None), DEAN, True, "not_your_workspace"),
+    ("a member, no workspace", (None, None), (None, None), DEAN, True, "token_subject"),
+    ("a member, no join", ACME_DEAN, ACME_DEAN, DEAN, True, "token_subject"),
 ]
 
 

@@ -33,15 +33,25 @@ class Access:
         self.auth, self.settings, self.clock = auth, settings, clock
         self._session, self._member_status = session, member_status
 
-    def only_as(self, sid: str, token: str | None, *, operator_ok: bool = False) -> Claims | None:
+    def only_as(
+        self, sid: str, token: str | None, *, operator_ok: bool = False, member_ok: bool = False
+    ) -> Claims | None:
         """The harness's own events (open, close, turn) need no token, but one that is
         presented must be ``sid``'s own session token (or, with ``operator_ok``, an
-        operator's): a member token, or another session's, never acts as ``sid``."""
+        operator's; with ``member_ok``, an active member's, for opening a session the
+        member starts): a member token, or another session's, never acts as ``sid``."""
         token = token or self.settings.token
         if not self.auth.enabled or not token:
             return None
         claims = self.auth.verify(token)
         if operator_ok and claims.sub_kind == "operator":
+            return claims
+        if member_ok and claims.sub_kind == "member":
+            workspace, _, name = claims.sub.partition("/")
+            if not self.member_active(workspace, name):
+                raise Unauthorized(
+                    f"{claims.actor} is not an active member", code="member_inactive"
+                )
             return claims
         if claims.sub_kind != "session" or claims.sub != sid:
             raise Unauthorized(

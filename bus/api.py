@@ -235,9 +235,11 @@ class Bus:
         token: str | None = None,
     ) -> dict[str, Any]:
         """Register a session (or re-register it after a harness restart). Its workspace
-        is fixed once set: only an operator's token may move it to another."""
+        is fixed once set: only an operator's token may move it to another. With
+        ``INBOX_SECRET`` set, joining a workspace takes the token of its starter (an active
+        member of it) or an operator's."""
         check_session_id(sid)
-        claims = self.access.only_as(sid, token, operator_ok=True)
+        claims = self.access.only_as(sid, token, operator_ok=True, member_ok=True)
         return self.sessions.open(
             sid,
             handle=handle,
@@ -247,7 +249,8 @@ class Bus:
             workspace=workspace,
             starter=starter,
             agent_inbox=agent_inbox,
-            may_move=claims is not None and claims.sub_kind == "operator",
+            opener=None if claims is None else (claims.sub_kind, claims.sub),
+            auth=self.access.auth.enabled,
         )
 
     def seen(self, sid: str) -> None:

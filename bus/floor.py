@@ -17,6 +17,14 @@ they hold it, that the path still names the file they opened. A drainer renames 
 opened the old file before the rename. So a line is either in the claimed file when it
 is read, or in a fresh ``messages.jsonl``. prox's own appenders take no lock; they keep
 prox's guarantees.
+
+Ownership: every folder of the tree must be a real folder (never a link below the home)
+owned by this user, and is tightened to 0700 when it is group or world accessible; one
+owned by someone else is refused (:class:`UnsafeFloor`), as is a link or another user's
+file where a floor file should be. Files are opened with ``O_NOFOLLOW`` relative to their
+checked folder and checked again once open; a socket is connected to only when it is
+this user's. So another local user who made ``$INBOX_HOME/inbox/<sid>/`` first can neither
+redirect a delivery through a link nor receive it on a socket of their own.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import functools
 import json
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -38,6 +47,8 @@ from . import faults
 from .clock import SYSTEM, Clock
 from .errors import BadInput
 from .ids import check_session_id
+from .owned import check_parents, make_dirs, open_read
+from .owned import open_private as _open_private
 
 MESSAGES = "messages.jsonl"
 DRAINING_PREFIX = "messages.draining."
@@ -100,25 +111,6 @@ def _draining_key(name: str) -> tuple[int, str]:
     return (value * 1_000_000 if value < 10**14 else value, name)
 
 
-def _mkdir_private(path: Path) -> None:
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        return
-    os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask; make it exact
-
-
-def _open_private(path: Path, flags: int) -> int:
-    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        if os.fstat(fd).st_mode & 0o777 != 0o600:
-            os.fchmod(fd, 0o600)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 def append_private(path: Path, data: bytes) -> None:
     """Append ``data`` to ``path``, created 0600 whatever the umask."""
     fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
@@ -146,7 +138,7 @@ def _read_fd(fd: int) -> bytes:
 
 def _same_file(fd: int, path: Path) -> bool:
     try:
-        st = os.stat(path)
+        st = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
         return False
     mine = os.fstat(fd)
@@ -184,9 +176,7 @@ class Floor:
         """``home/inbox/<sid>``; the id is checked before any path is built."""
         path = _inbox_dir(self.home, sid)
         if create:
-            os.makedirs(self.home, mode=0o700, exist_ok=True)
-            _mkdir_private(path.parent)
-            _mkdir_private(path)
+            make_dirs(self.home, sid)
         return path
 
     def prepare(self, sid: str) -> Path:
@@ -238,7 +228,15 @@ class Floor:
 
     @staticmethod
     def _send_socket(path: Path, data: bytes, connect_timeout: float, ack_timeout: float) -> bool:
-        if not socket_path_fits(path) or not os.path.lexists(path):
+        if not socket_path_fits(path):
+            return False
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return False
+        # Only a socket of this user's: another user's (bound in a folder they made first)
+        # would receive the line; the file floor then refuses their folder in words.
+        if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
             return False
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -270,6 +268,7 @@ class Floor:
         path = self.session_dir(sid) / MESSAGES
         for _ in range(_APPEND_TRIES):
             try:
+                check_parents(self.home)
                 fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
             except FileNotFoundError:
                 # The session's directory made only when missing: its mkdirs are five
@@ -299,6 +298,7 @@ class Floor:
         d = self.session_dir(sid)
         if not d.is_dir():
             return result
+        check_parents(self.home)
         claimed: list[tuple[Path, int]] = []
         try:
             for name in self._draining_names(d):
@@ -394,22 +394,29 @@ class Floor:
     @staticmethod
     def _read_lines(path: Path) -> list[bytes]:
         try:
-            data = path.read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
+            fd = open_read(path)
+        except FileNotFoundError:
             return []
+        try:
+            data = _read_fd(fd)
+        finally:
+            os.close(fd)
         return [raw for raw in data.split(b"\n") if raw.strip()]
 
     @staticmethod
     def _claim_queue(d: Path) -> tuple[Path, int] | None:
         own = d / _draining_name()
         try:
-            if not os.stat(d / MESSAGES).st_size:
+            st = os.stat(d / MESSAGES, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                os.close(open_read(d / MESSAGES))  # raises UnsafeFloor, in words
+            if not st.st_size:
                 return None  # nothing in it: a line appended from now on waits for the next
             os.rename(d / MESSAGES, own)  # the claim: later appends land in a fresh file
         except FileNotFoundError:
             return None
         try:
-            fd = os.open(own, os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_read(own)
         except FileNotFoundError:
             return None  # another drainer took it as an orphan before we locked it
         # Waits for appenders that opened the file before the rename to finish writing.
@@ -422,7 +429,7 @@ class Floor:
     @staticmethod
     def _claim_orphan(d: Path, name: str) -> tuple[Path, int] | None:
         try:
-            fd = os.open(d / name, os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_read(d / name)
         except FileNotFoundError:
             return None
         try:
@@ -449,9 +456,14 @@ class Floor:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             log = d / LOG
             try:
-                old = log.read_bytes()
+                log_fd = open_read(log)
             except FileNotFoundError:
                 old = b""
+            else:
+                try:
+                    old = _read_fd(log_fd)
+                finally:
+                    os.close(log_fd)
             kept = [raw + b"\n" for raw in old.split(b"\n") if raw.strip()]
             if len(kept) + len(lines) <= LOG_KEEP:
                 # A torn last line stays a line of its own instead of swallowing ours.
@@ -460,9 +472,8 @@ class Floor:
                 return
             tail = (kept + lines)[-LOG_KEEP:]
             tmp = d / f".{LOG}.{os.getpid()}.{threading.get_ident()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            fd = _open_private(tmp, os.O_WRONLY | os.O_TRUNC)
             try:
-                os.fchmod(fd, 0o600)
                 _write_all(fd, b"".join(tail))
             finally:
                 os.close(fd)

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .clock import SYSTEM, Clock
-from .errors import Ambiguous, BadInput, NotFound, Refused
+from .errors import Ambiguous, BadInput, NotFound, Refused, Unauthorized
 from .models import SessionInfo, check_session_id
-from .trust import handle_problem, reserved_handle
+from .trust import handle_problem, join_refusal, reserved_handle
 
 # A holder's handle is free once its harness is silent this long at the least, whatever
 # INBOX_STALE_S the taker's environment says (a longer setting still counts).
@@ -63,13 +63,16 @@ class Sessions:
         workspace: str | None = None,
         starter: str | None = None,
         agent_inbox: bool | None = None,
-        may_move: bool = False,
+        opener: tuple[str, str] | None = None,
+        auth: bool = False,
     ) -> dict[str, Any]:
         """Register a session (or re-register it after a harness restart).
 
-        A session's workspace is fixed once set: re-registering without one keeps it,
-        naming another is refused ``workspace_fixed`` unless ``may_move`` (an operator's
-        call)."""
+        ``opener`` is the caller's verified token (kind, subject), ``auth`` whether tokens
+        are checked. A session's workspace is fixed once set: re-registering without one
+        keeps it, naming another is refused ``workspace_fixed`` unless an operator opens
+        it. With ``auth``, joining a workspace takes its starter's member token or an
+        operator's (:func:`bus.trust.join_refusal`)."""
         host = check_host(host or self.settings.host)
         handle = handle or f"{host}:{sid}"
         if ":" not in handle or any(c.isspace() for c in handle):
@@ -80,15 +83,39 @@ class Sessions:
         self.check_handle_reserved(handle)
         self.check_handle_free(sid, handle)
         prior = self.store.get_session(sid)
-        if prior is not None and prior.workspace:
-            if workspace is None:
-                workspace, starter = prior.workspace, starter or prior.starter
-            elif workspace != prior.workspace and not may_move:
-                raise Refused(
-                    f"session {sid} belongs to workspace {prior.workspace!r}; moving it to "
-                    f"{workspace!r} needs an operator token",
-                    code="workspace_fixed",
-                )
+        if prior is not None and prior.workspace and workspace in (None, prior.workspace):
+            workspace, starter = prior.workspace, starter or prior.starter
+        why = join_refusal(
+            None if prior is None else (prior.workspace, prior.starter),
+            (workspace, starter),
+            opener,
+            auth=auth,
+        )
+        if why == "workspace_fixed":
+            assert prior is not None
+            raise Refused(
+                f"session {sid} belongs to workspace {prior.workspace!r}; moving it to "
+                f"{workspace!r} needs an operator token",
+                code=why,
+            )
+        if why == "token_subject":
+            assert opener is not None
+            raise Unauthorized(
+                f"the token is {opener[0]}:{opener[1]}'s, not session {sid}'s", code=why
+            )
+        if why == "token_missing":
+            raise Unauthorized(
+                f"opening a session in workspace {workspace!r} needs a token: the token of "
+                f"its starter, a member of {workspace!r}, or an operator's",
+                code=why,
+            )
+        if why:
+            who = f"{opener[0]}:{opener[1]}" if opener else "no token"
+            raise Refused(
+                f"{who} may not open a session in workspace {workspace!r} started by "
+                f"{starter!r}: that takes the starter's own member token or an operator's",
+                code=why,
+            )
         now = self.clock.now_ms()
         info = SessionInfo(
             session=sid,
@@ -106,11 +133,13 @@ class Sessions:
             updated_at=now,
             last_seen=now,
         )
+        if host == self.settings.host:
+            # Its directory and an empty queue file for its notices; first, so a floor
+            # folder refused (another user's, a link) leaves nothing registered.
+            self.floor.prepare(sid)
         self.store.put_session(info)
         self.seen(sid)
         self.store.record(sid, "session_open", handle=handle, host=host)
-        if host == self.settings.host:
-            self.floor.prepare(sid)  # its directory and an empty queue file for its notices
         return {"ok": True, "session": info.model_dump(exclude_none=True)}
 
     def check_handle_reserved(self, handle: str) -> None:

@@ -170,3 +170,37 @@ def origin_allowed(origin: str | None, host_header: str | None) -> bool:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         return False
     return parts.netloc.lower() == host_header.strip().lower()
+
+
+# -- joining a workspace -----------------------------------------------------------------
+
+
+def join_refusal(
+    prior: tuple[str | None, str | None] | None,
+    wanted: tuple[str | None, str | None],
+    opener: tuple[str, str] | None,
+    *,
+    auth: bool,
+) -> str | None:
+    """Why a session open may not set ``wanted`` = (workspace, starter), or None.
+
+    ``prior`` is the registered session's (workspace, starter), None for a new one;
+    ``opener`` the verified token's (kind, subject), None without one. A workspace, once
+    set, moves only with an operator's token (``workspace_fixed``). With authentication
+    on, joining a workspace or naming a starter in it takes an operator's token or the
+    token of that workspace's member who is the starter (``token_missing`` without a
+    token, ``not_your_workspace`` otherwise); re-registering as registered takes none.
+    A member's token serves only such a join, for the sessions its member starts; for
+    anything else it is a token that is not the session's (``token_subject``).
+    """
+    workspace, starter = wanted
+    kind, sub = opener or (None, "")
+    if prior is not None and prior[0] and workspace != prior[0] and kind != "operator":
+        return "workspace_fixed"
+    if kind == "member":  # a member's token only puts a session its member starts into W
+        if wanted == prior or workspace is None:
+            return "token_subject"  # not a join: it never acts as the session
+        return None if sub == f"{workspace}/{starter}" else "not_your_workspace"
+    if not auth or workspace is None or wanted == prior or kind == "operator":
+        return None
+    return "token_missing" if kind is None else "not_your_workspace"

@@ -62,8 +62,9 @@ def secured(make_bus: Callable[..., Bus]) -> Bus:
     """alice and bob in workspace acme (started by member dean); alice wrote to bob."""
     b = make_bus(secret=SECRET)
     items.member_add(b, WS, "dean")
-    b.open_session("alice", handle="ha:alice", workspace=WS, starter="dean")
-    b.open_session("bob", handle="ha:bob", workspace=WS, starter="dean")
+    dean = tok(member=f"{WS}/dean")  # joining a workspace takes its starter's token
+    b.open_session("alice", handle="ha:alice", workspace=WS, starter="dean", token=dean)
+    b.open_session("bob", handle="ha:bob", workspace=WS, starter="dean", token=dean)
     b.open_session("mallory", handle="ha:mallory")
     b.send({"to_id": "bob", "text": "the secret plan"}, token=tok(session="alice"))
     b.deliver_session("bob")

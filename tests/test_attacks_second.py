@@ -42,6 +42,10 @@ def tok(**kw: Any) -> str:
     return issue(SECRET, scopes=ALL, **kw)
 
 
+DEAN = tok(member="acme/dean")
+ERIN = tok(member="beta/erin")
+
+
 def stored(b: Bus, sid: str) -> int:
     return sum(1 for f in b.store.r.hkeys(b.store.k.s(sid, "ids")) if not f.startswith("~"))
 
@@ -60,8 +64,9 @@ def two(make_bus: Callable[..., Bus]) -> Bus:
     b = make_bus(secret=SECRET)
     items.member_add(b, "acme", "dean")
     items.member_add(b, "beta", "erin")
-    b.open_session("bob", handle="ha:bob", workspace="acme", starter="dean")
-    b.open_session("other", handle="hb:other", workspace="beta", starter="erin")
+    # Joining a workspace takes its starter's member token.
+    b.open_session("bob", handle="ha:bob", workspace="acme", starter="dean", token=DEAN)
+    b.open_session("other", handle="hb:other", workspace="beta", starter="erin", token=ERIN)
     b.open_session("loner", handle="hc:loner")
     return b
 
@@ -175,8 +180,8 @@ def test_3_one_address_holds_a_bounded_share_of_the_requests(bus: Bus) -> None:
 def test_5_another_senders_id_is_refused_not_squatted(
     two: Bus, serve: Callable[..., Server]
 ) -> None:
-    two.open_session("alice", handle="ha:alice", workspace="acme", starter="dean")
-    two.open_session("carol", handle="ha:carol", workspace="acme", starter="dean")
+    two.open_session("alice", handle="ha:alice", workspace="acme", starter="dean", token=DEAN)
+    two.open_session("carol", handle="ha:carol", workspace="acme", starter="dean", token=DEAN)
     alice, carol = tok(session="alice"), tok(session="carol")
     first = two.send({"id": "release-approval-42", "to_id": "bob", "text": "EVIL"}, token=alice)
     assert first["state"] == "stored"
@@ -219,6 +224,55 @@ def test_6_a_sessions_workspace_is_fixed_once_set(two: Bus, serve: Callable[...,
     op = issue(SECRET, operator="root", scopes=[SCOPE_OPERATOR])
     two.open_session("other", workspace="acme", starter="dean", token=op)
     assert two.session("other").workspace == "acme"
+
+
+def test_6_joining_a_workspace_takes_its_starters_or_an_operators_token(two: Bus) -> None:
+    """No token, a session's own token, another member's or another workspace's member's
+    cannot put a new (or a workspace-less) session into acme as started by dean."""
+    two.open_session("newbie")
+    refusals = [
+        ("newbie", None, "token_missing"),  # the session exists, in no workspace
+        ("fresh", None, "token_missing"),  # a new session
+        ("newbie", tok(session="newbie"), "not_your_workspace"),
+        ("fresh", ERIN, "not_your_workspace"),  # beta's member
+        ("fresh", tok(member="acme/luke"), "member_inactive"),  # not a member at all
+    ]
+    items.member_add(two, "acme", "mia")
+    refusals.append(("fresh", tok(member="acme/mia"), "not_your_workspace"))  # not the starter
+    for sid, token, code in refusals:
+        with pytest.raises((Refused, Unauthorized)) as err:
+            two.open_session(sid, workspace="acme", starter="dean", token=token)
+        assert err.value.code == code, (sid, code)
+    assert two.store.get_session("fresh") is None
+    assert two.session("newbie").workspace is None
+    out = inbox_cli(two, "session", "open", "fresh", "--workspace", "acme", "--starter", "dean")
+    assert out.returncode != 0 and json.loads(out.stdout)["error"] == "token_missing"
+    # A member token serves only a join: it never re-registers a session.
+    with pytest.raises(Unauthorized):
+        two.open_session("loner", token=DEAN)
+    # Another starter on a session already in acme is a join too.
+    with pytest.raises(Unauthorized):
+        two.open_session("bob", handle="ha:bob", starter="mia")
+    assert two.session("bob").starter == "dean"
+    # The starter's token, an operator's, and a restart as registered (no token) may.
+    out = inbox_cli(
+        two,
+        "session",
+        "open",
+        "fresh",
+        "--workspace",
+        "acme",
+        "--starter",
+        "dean",
+        INBOX_TOKEN=DEAN,
+    )
+    assert out.returncode == 0, out.stderr
+    op = issue(SECRET, operator="root", scopes=[SCOPE_OPERATOR])
+    two.open_session("newbie", workspace="acme", starter="mia", token=op)
+    two.open_session("bob", handle="ha:bob")
+    two.open_session("bob", handle="ha:bob", workspace="acme", starter="dean")
+    assert [two.session(s).workspace for s in ("fresh", "newbie", "bob")] == ["acme"] * 3
+    # Without a secret nothing changes: anyone may join (marked unverified elsewhere).
 
 
 # 7 ------------------------------------------------------------------------------------------

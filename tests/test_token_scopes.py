@@ -18,7 +18,7 @@ import pytest
 
 from bus import items
 from bus.api import Bus
-from bus.auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
+from bus.auth import SCOPE_OPERATOR, SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
 from bus.errors import Refused, Unauthorized
 from bus.http import create_app
 from bus.settings import Settings
@@ -64,8 +64,8 @@ def world(make_bus: Callable[..., Bus], tmp_path: Path) -> tuple[Bus, str, str]:
     for a task. Returns (bus, bob's thread with alice, a typed request thread)."""
     b = make_bus(secret=SECRET)
     items.member_add(b, WS, "dean")
-    b.open_session("alice", handle="ha:alice", workspace=WS, starter="dean")
-    b.open_session("bob", handle="ha:bob", workspace=WS, starter="dean")
+    b.open_session("alice", handle="ha:alice", workspace=WS, starter="dean", token=MEMBER)
+    b.open_session("bob", handle="ha:bob", workspace=WS, starter="dean", token=MEMBER)
     b.send({"to_id": "bob", "text": "hi bob"}, token=tok(session="alice"))
     b.deliver_session("bob")
     thread = b.threads("bob", token=tok(session="bob"))["threads"][0]["threadId"]
@@ -122,7 +122,8 @@ def test_a_member_token_acts_on_items_of_its_workspace_while_active(
     b.item_write("bob", "k", member="dean", text="looks fine", token=MEMBER)
     b.item_settle("bob", "k", member="dean", answer="yes", token=MEMBER)
     # Another workspace's session is not its business.
-    b.open_session("carol", handle="ha:carol", workspace="other", starter="zed")
+    op = issue(SECRET, operator="root", scopes=[SCOPE_OPERATOR])
+    b.open_session("carol", handle="ha:carol", workspace="other", starter="zed", token=op)
     with pytest.raises(Unauthorized):
         b.read_inbox("carol", token=MEMBER)
     # Once the member is removed, the token does nothing.

@@ -17,6 +17,7 @@ from bus.trust import (
     handle_problem,
     host_allowed,
     is_loopback,
+    join_refusal,
     origin_allowed,
     wake_argv,
     wake_env,
@@ -232,3 +233,41 @@ REFUSAL_TABLE = [
 def test_refusal(name: str, scope: dict[str, object], status: int | None) -> None:
     why = refusal(scope, rule_for(str(scope["path"]), (UI,)))
     assert (why[0] if why else None) == status
+
+
+ACME_DEAN = ("acme", "dean")
+DEAN = ("member", "acme/dean")
+OPERATOR = ("operator", "root")
+JOIN_TABLE = [
+    # name, prior, wanted, opener, auth, why
+    ("no secret: anyone joins", None, ACME_DEAN, None, False, None),
+    ("no secret: still fixed", ("beta", "erin"), ACME_DEAN, None, False, "workspace_fixed"),
+    ("no token", None, ACME_DEAN, None, True, "token_missing"),
+    ("no token, workspace-less session", (None, None), ACME_DEAN, None, True, "token_missing"),
+    ("the session's own token", None, ACME_DEAN, ("session", "s"), True, "not_your_workspace"),
+    ("the starter's token", None, ACME_DEAN, DEAN, True, None),
+    ("another member", None, ACME_DEAN, ("member", "acme/mia"), True, "not_your_workspace"),
+    ("another workspace's", None, ACME_DEAN, ("member", "beta/dean"), True, "not_your_workspace"),
+    ("an operator", None, ACME_DEAN, OPERATOR, True, None),
+    ("an operator moves it", ("beta", "erin"), ACME_DEAN, OPERATOR, True, None),
+    ("the starter cannot move it", ("beta", "erin"), ACME_DEAN, DEAN, True, "workspace_fixed"),
+    ("restart as registered", ACME_DEAN, ACME_DEAN, None, True, None),
+    ("another starter", ACME_DEAN, ("acme", "mia"), None, True, "token_missing"),
+    ("no workspace asked", None, (None, None), None, True, None),
+    ("a member, no workspace", (None, None), (None, None), DEAN, True, "token_subject"),
+    ("a member, no join", ACME_DEAN, ACME_DEAN, DEAN, True, "token_subject"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "prior", "wanted", "opener", "auth", "why"), JOIN_TABLE, ids=[r[0] for r in JOIN_TABLE]
+)
+def test_join_refusal(
+    name: str,
+    prior: tuple[str | None, str | None] | None,
+    wanted: tuple[str | None, str | None],
+    opener: tuple[str, str] | None,
+    auth: bool,
+    why: str | None,
+) -> None:
+    assert join_refusal(prior, wanted, opener, auth=auth) == why

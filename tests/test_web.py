@@ -75,7 +75,8 @@ def swarm(
     b = celery_bus(replace(s, token=own))
     b.member_add("acme", "dean")
     b.member_add("acme", "luke")
-    b.open_session("agent", workspace="acme", starter="dean")
+    dean = Bus(s).issue_token(member="acme/dean", scopes=["agent:inbox:read"])["token"]
+    b.open_session("agent", workspace="acme", starter="dean", token=dean)
     b.turn("agent", "start")
     b.item_post("agent", ITEM, title="Deploy to prod?", text="Release 1.2 passed staging.")
     sandbox = tmp_path / "sandbox"

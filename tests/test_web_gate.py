@@ -121,7 +121,8 @@ def test_a_member_link_needs_the_secret(bus: Bus) -> None:
 def item_with_picture(secured: Bus, tmp_path: Path) -> Bus:
     """Session agent (acme) with item deploy:prod carrying "shot.png", whose bytes are a JPEG."""
     token = secured.issue_token(session="agent", scopes=[auth.SCOPE_WRITE])["token"]
-    secured.open_session("agent", workspace="acme", starter="luke")
+    luke = auth.issue(SECRET, member="acme/luke", scopes=[auth.SCOPE_READ])
+    secured.open_session("agent", workspace="acme", starter="luke", token=luke)
     secured.item_post("agent", "deploy:prod", title="Deploy?", token=token)
     (tmp_path / "shot.png").write_bytes(JPEG)
     (tmp_path / "real.png").write_bytes(png_bytes())

@@ -207,7 +207,9 @@ def create_ui(bus: Bus) -> FastAPI:
             login_token=token,
             login_csrf=gate.login_csrf(nonce),
         )
-        response.headers["Referrer-Policy"] = "no-referrer"
+        # The token in the address goes to no other site; "no-referrer" would make the
+        # browser post the confirmation with "Origin: null", which the form check refuses.
+        response.headers["Referrer-Policy"] = "same-origin"
         response.set_cookie(
             LOGIN_COOKIE,
             nonce,

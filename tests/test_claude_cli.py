@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -113,7 +114,8 @@ def test_the_install_leaves_one_entry_per_event_and_the_persons_own_hook(claude:
 def test_headless_turn_hears_a_mid_turn_notice_and_answers_the_waited_send(
     claude: Claude, tmp_path: Path
 ) -> None:
-    go = tmp_path / "go"
+    # A short path: the notice previews 120 characters and the stub runs what it shows.
+    go = Path(tempfile.mkdtemp(prefix="go-")) / "go"
     prompt = f"please run: until [ -e {go} ]; do sleep 0.05; done; echo tool-finished"
     proc = subprocess.Popen(
         [str(claude.bin), "-p", prompt, "--output-format", "json"],
@@ -195,7 +197,8 @@ def test_idle_interactive_session_wakes_for_a_blocker_not_an_fyi(
         assert len(stub.main_requests()) == seen and sock.exists()
 
         # A blocker does, within the debounce and a few seconds, with the notice.
-        go = tmp_path / "go"
+        # A short path: the notice previews 120 characters and the stub runs what it shows.
+        go = Path(tempfile.mkdtemp(prefix="go-")) / "go"
         sent = time.monotonic()
         bus.send(
             {

@@ -123,8 +123,11 @@ def test_the_compaction_pass_shrinks_short_streams_and_keeps_what_they_hold(bus:
     assert saved > 0 or all(usage[key] <= 2048 for key in streams)
     for key in streams:
         assert snapshot(key) == before[key]  # the same entries, last id, count
-        # Compact: about its entries' bytes plus the stream's fixed cost, not a whole node.
-        assert store.r.memory_usage(key, samples=0) <= 2048, key
+        # Compact: about its entries' bytes plus the stream's fixed cost, not a whole node
+        # (the scheduler may have set a smaller stream-node-max-bytes: then a short stream
+        # spans a few nodes, each compact).
+        nodes = int(store.r.xinfo_stream(key)["radix-tree-keys"])
+        assert store.r.memory_usage(key, samples=0) <= 2048 + 1024 * (nodes - 1), key
     assert snapshot(long_key) == before[long_key]
     assert store.r.memory_usage(long_key, samples=0) == usage[long_key]
     # Already compact: a second pass leaves everything as it is.

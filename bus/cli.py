@@ -619,6 +619,39 @@ def hooks_claude(
     )
 
 
+@hooks_app.command("codex")
+def hooks_codex(
+    install: Path | None = typer.Option(
+        None, "--install", help="write the hooks into this hooks.json (e.g. .codex/hooks.json)"
+    ),
+    uninstall: Path | None = typer.Option(
+        None, "--uninstall", help="remove exactly the inbox hooks from this hooks.json"
+    ),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="write without asking (needed with no terminal)"
+    ),
+    command: str | None = typer.Option(
+        None, "--command", help="how the hooks call inbox (default: this inbox's absolute path)"
+    ),
+) -> None:
+    """Print Codex's hooks.json for the inbox, or --install / --uninstall it.
+
+    Install into .codex/hooks.json (a project) or ~/.codex/hooks.json (every session); Codex
+    runs the hooks once they are trusted (/hooks in Codex)."""
+    from .hooks import print_or_install
+
+    if install is not None and uninstall is not None:
+        fail("give --install PATH or --uninstall PATH, not both")
+    path = install if install is not None else uninstall
+    raise typer.Exit(
+        run(
+            lambda: print_or_install(
+                path, yes, inbox_cmd=command, uninstall=uninstall is not None, harness="codex"
+            )
+        )
+    )
+
+
 @hook_app.command("claude")
 def hook_claude(
     event: str = arg("EVENT", "SessionStart, UserPromptSubmit, PostToolUse, Stop or SessionEnd"),
@@ -627,6 +660,16 @@ def hook_claude(
     from .hooks import hook_entry
 
     raise typer.Exit(hook_entry(event))
+
+
+@hook_app.command("codex")
+def hook_codex(
+    event: str = arg("EVENT", "SessionStart, UserPromptSubmit, PostToolUse, Stop or SessionEnd"),
+) -> None:
+    """Run one Codex hook (its JSON on stdin); exits 0 whatever breaks."""
+    from .hooks import hook_entry
+
+    raise typer.Exit(hook_entry(event, harness="codex"))
 
 
 cli_receipts.register(app, bus_call, emit, fail)  # `receipt` and `sent`

@@ -204,10 +204,13 @@ def unread_text(bus: Bus, sid: str) -> str:
     return notices.render_notice(notices.summarize(inputs), sid, word="unread")
 
 
-def open_text(bus: Bus, sid: str, source: object) -> str:
+def open_text(bus: Bus, sid: str, source: object, wake_cmd: str | None = None) -> str:
     """Session open (or re-open): register it and say what waits. After a compaction,
     resume or clear, the unread threads too; a raw line drained then is said as well."""
-    _guarded("session open", lambda: bus.open_session(sid, handle=_handle(bus, sid)))
+    _guarded(
+        "session open",
+        lambda: bus.open_session(sid, handle=_handle(bus, sid), wake_cmd=wake_cmd),
+    )
     if source not in FORGETTING:
         return _drained(bus, sid)
     lines = _guarded("drain", lambda: bus.drain(sid)) or []
@@ -304,8 +307,10 @@ def connect_for_hook() -> Bus | None:
     return bus if bus is not None else None
 
 
-def hook_entry(event: str, stdin: Any = None, bus: Bus | None = None) -> int:
-    """``inbox hook claude EVENT``: read the hook's JSON on stdin, run it, print its output."""
+def hook_entry(
+    event: str, stdin: Any = None, bus: Bus | None = None, harness: str = "claude"
+) -> int:
+    """``inbox hook HARNESS EVENT``: read the hook's JSON on stdin, run it, print its output."""
     payload = read_payload(event, stdin)
     if payload is None:
         return 0
@@ -313,7 +318,12 @@ def hook_entry(event: str, stdin: Any = None, bus: Bus | None = None) -> int:
         bus = connect_for_hook()
         if bus is None:
             return 0
-    code, out = run_hook(event, payload, bus)
+    if harness == "codex":
+        from .hooks_codex import run_codex_hook
+
+        code, out = run_codex_hook(event, payload, bus)
+    else:
+        code, out = run_hook(event, payload, bus)
     if out:
         sys.stdout.write(out + "\n")
         sys.stdout.flush()
@@ -404,7 +414,7 @@ def print_or_install(
 ) -> int:
     """Print the hooks settings; with ``path``, install them into that settings file
     (replacing this tool's earlier entries), or with ``uninstall`` remove exactly those.
-    ``harness``: ``claude`` (a settings.json).
+    ``harness``: ``claude`` (a settings.json) or ``codex`` (a hooks.json).
 
     A Redis URL with a password is kept out of the file (bus.hooks_env): installing
     writes it to ``$INBOX_HOME/hooks.env.json`` (0600) instead. Asks before writing
@@ -413,9 +423,15 @@ def print_or_install(
     """
     source = dict(os.environ) if env is None else env
     shown, kept = hooks_env.split_env(source)
-    if harness != "claude":
-        raise BadInput(f"no ready-made hooks for {harness!r}; there are: claude")
-    hooks, events = claude_settings(inbox_cmd or inbox_program(), shown), list(EVENTS)
+    if harness == "codex":
+        from .hooks_codex import codex_settings
+
+        hooks = codex_settings(inbox_cmd or inbox_program(), shown)
+    elif harness == "claude":
+        hooks = claude_settings(inbox_cmd or inbox_program(), shown)
+    else:
+        raise BadInput(f"no ready-made hooks for {harness!r}; there are: claude, codex")
+    events = list(hooks)
     if path is None:
         if uninstall:
             raise BadInput("--uninstall needs the settings file: --uninstall PATH")

@@ -154,11 +154,17 @@ class ModelStub:
                 rid = f"resp_{n}"
                 item: dict[str, Any]
                 if kind == "tool":
+                    offered = {t.get("name") for t in body.get("tools") or []}
+                    # Codex's unified exec tool (0.171) where it is offered, else the
+                    # older shell tool.
+                    name, args = (
+                        ("exec_command", {"cmd": arg})
+                        if "exec_command" in offered
+                        else ("shell", {"command": ["bash", "-lc", arg]})
+                    )
                     item = {
                         "type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}",
-                        "name": "shell",
-                        "arguments": json.dumps({"command": ["bash", "-lc", arg]}),
-                        "status": "completed",
+                        "name": name, "arguments": json.dumps(args), "status": "completed",
                     }  # fmt: skip
                 else:
                     item = {

@@ -234,6 +234,29 @@ def test_idle_interactive_session_wakes_for_a_blocker_not_an_fyi(
         tmux.close()
 
 
+def test_a_compacted_session_hears_its_unread_thread_again(claude: Claude) -> None:
+    bus, stub = claude.bus, claude.stub
+    tmux = Tmux([str(claude.bin)], claude.project, claude.env())
+    try:
+        tmux.wait_screen(lambda s: "❯" in s, 120, "the prompt")
+        sid = only_session(bus)
+        tmux.type("please run: echo first-turn")
+        stub.wait_for(lambda b: "first-turn" in request_text(b) and _is_result(b), 60, "turn 1")
+        wait_for(lambda: bus.session(sid).state == "idle", 30, what="the turn's end")
+        # Unread and never said: an FYI waits for its flush, ten minutes on.
+        bus.send({"from": "hostb:peer", "to_id": sid, "text": "fyi: still unread", "class": "fyi"})
+        tmux.type("/compact")
+        stub.wait_for(lambda b: "summar" in request_text(b).lower(), 90, "the summary request")
+        tmux.wait_screen(lambda s: "ompact" in s and "❯" in s, 90, "the compaction")
+        tmux.type("please say hi")
+        after = stub.wait_for(
+            lambda b: "please say hi" in request_text(b), 60, "the first request after it"
+        )
+        assert "unread in" in request_text(after) and "fyi: still unread" in request_text(after)
+    finally:
+        tmux.close()
+
+
 def _is_result(body: dict[str, Any]) -> bool:
     users = [m for m in body.get("messages", []) if m.get("role") == "user"]
     content = users[-1].get("content") if users else None

@@ -63,6 +63,8 @@ COMMANDS: list[tuple[list[str], list[str]]] = [
     (["flower"], []),
     (["hooks", "claude"], []),
     (["hook", "claude"], []),
+    (["hooks", "codex"], ["--install", "--uninstall", "--yes", "--command"]),
+    (["hook", "codex"], []),
 ]
 
 

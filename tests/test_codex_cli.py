@@ -1,0 +1,173 @@
+"""The real Codex CLI (npm ``@openai/codex``) with the hooks exactly as ``inbox hooks codex
+--install`` wrote them into a project's ``.codex/hooks.json``, driven by ``codex exec``
+against a scripted stand-in for the Responses API on 127.0.0.1 (a model provider with a
+``base_url``), a real worker and a real scheduler."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bus.api import Bus
+from bus.procs import WorkerProcess
+from bus.settings import Settings
+from tests.conftest import wait_for
+from tests.harness_support import INBOX, bare_env, find_cli, install_hooks, only_session
+from tests.model_stub import ModelStub, request_text
+from tests.test_inbox_live import Scheduler, celery_bus
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
+
+
+@dataclass
+class Codex:
+    bin: Path
+    project: Path
+    home: Path
+    stub: ModelStub
+    settings: Settings
+    bus: Bus
+    own_marker: Path
+
+    @property
+    def hooks_file(self) -> Path:
+        return self.project / ".codex" / "hooks.json"
+
+    def env(self) -> dict[str, str]:
+        return bare_env(self.home, CODEX_HOME=str(self.home / ".codex"), STUB_API_KEY="sk-stub")
+
+    def exec(self, prompt: str) -> subprocess.Popen[str]:
+        # Hook trust is a person's answer in the TUI (/hooks); a scripted run says it
+        # vetted the hooks with this flag. The hooks themselves are as installed.
+        return subprocess.Popen(
+            [str(self.bin), "exec", "--skip-git-repo-check", "--dangerously-bypass-hook-trust",
+             "--dangerously-bypass-approvals-and-sandbox", "--json", prompt],
+            cwd=self.project, env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+
+
+@pytest.fixture
+def codex(
+    settings: Settings, start_worker: Callable[..., WorkerProcess], tmp_path: Path
+) -> Iterator[Codex]:
+    binary = find_cli("codex", "@openai/codex")
+    s = replace(settings, wake_debounce_s=1.0, fyi_flush_s=600.0)
+    project, home = tmp_path / "project", tmp_path / "user"
+    (project / ".codex").mkdir(parents=True)
+    (home / ".codex").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(project)], check=True, timeout=30)
+    marker = tmp_path / "own-hook-ran"
+    # A person's own hook, there before the install: it must stay and keep running.
+    own = {"type": "command", "command": f"touch {marker}"}
+    (project / ".codex" / "hooks.json").write_text(
+        json.dumps({"hooks": {"UserPromptSubmit": [{"hooks": [own]}]}})
+    )
+    with ModelStub() as stub:
+        (home / ".codex" / "config.toml").write_text(
+            'model = "stub-model"\nmodel_provider = "stub"\n'
+            "[model_providers.stub]\n"
+            f'name = "stub"\nbase_url = "{stub.url}/v1"\nwire_api = "responses"\n'
+            'env_key = "STUB_API_KEY"\n'
+            f'[projects."{project}"]\ntrust_level = "trusted"\n'
+        )
+        for _ in range(2):  # installing twice leaves one entry per event
+            install_hooks("codex", project / ".codex" / "hooks.json", s)
+        start_worker(s)
+        scheduler = Scheduler(s)
+        try:
+            yield Codex(binary, project, home, stub, s, celery_bus(s), marker)
+        finally:
+            scheduler.stop()
+
+
+def _ours(hooks: dict[str, Any], event: str) -> list[dict[str, Any]]:
+    return [
+        h for g in hooks.get(event, []) for h in g["hooks"] if f"hook codex {event}" in h["command"]
+    ]
+
+
+def _own(hooks: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        h for g in hooks.get("UserPromptSubmit", []) for h in g["hooks"] if "touch" in h["command"]
+    ]
+
+
+def test_install_twice_is_one_entry_per_event_and_uninstall_keeps_the_persons_hook(
+    codex: Codex,
+) -> None:
+    hooks = json.loads(codex.hooks_file.read_text())["hooks"]
+    assert len(_own(hooks)) == 1
+    for event in EVENTS:
+        [entry] = _ours(hooks, event)
+        # The absolute path of the inbox that installed it, and the settings locating the bus.
+        assert entry["command"].split(" hook codex ")[0].endswith(str(INBOX))
+        assert f"INBOX_KEY_PREFIX={codex.settings.key_prefix}" in entry["command"]
+    done = subprocess.run(
+        [str(INBOX), "hooks", "codex", "--uninstall", str(codex.hooks_file), "--yes"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    left = json.loads(codex.hooks_file.read_text())["hooks"]
+    assert all(not _ours(left, e) for e in EVENTS) and len(_own(left)) == 1
+    assert set(left) == {"UserPromptSubmit"}
+
+
+def test_exec_hears_a_mid_turn_notice_and_answers_the_waited_send(
+    codex: Codex, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    proc = codex.exec(f"please run: until [ -e {go} ]; do sleep 0.05; done; echo tool-finished")
+    try:
+        bus = codex.bus
+        sid = only_session(bus)
+        codex.stub.wait_for(lambda b: "please run: until" in request_text(b), 60, "turn 1")
+        wait_for(lambda: bus.session(sid).state == "running", 30, what="the turn started")
+        assert codex.own_marker.exists()  # the person's own hook ran too
+        result: dict[str, Any] = {}
+        waited = threading.Thread(
+            target=lambda: result.update(
+                bus.send(
+                    {"from": "hostb:lead", "to_id": sid, "text": "status? (waited)"},
+                    wait=True,
+                    timeout=120,
+                )
+            )
+        )
+        waited.start()
+        bus.send({"from": "hostb:peer", "to_id": sid, "text": "the build is red", "class": "fyi"})
+        wait_for(
+            lambda: sum(len(x["notice"]["messages"]) for x in bus.floor.peek(sid)
+                        if x.get("kind") == "notice") == 2,
+            30,
+            what="both messages in notices on the floor",
+        )  # fmt: skip
+        go.touch()
+        after_tool = codex.stub.wait_for(_is_result, 60, "the tool result's request")
+        text = request_text(after_tool)
+        assert text.count("[inbox ·") == 1 and "2 new in 2 threads" in text
+        assert "status? (waited)" in text and "the build is red" in text
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        waited.join(120)
+        assert result["state"] == "answered" and result["answer"] == "done"
+        wait_for(lambda: bus.session(sid).state == "closed", 30, what="SessionEnd closed it")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
+def _is_result(body: dict[str, Any]) -> bool:
+    items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    return any(i.get("type") == "function_call_output" for i in items) and "tool-finished" in (
+        json.dumps([i for i in items if i.get("type") == "function_call_output"])
+    )

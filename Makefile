@@ -31,12 +31,12 @@ lint: install
 	$(VENV)/bin/ruff format --check bus workers tests bench docs
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(PY) -m bus.schemas --check
+	$(PY) -m bus.ops.schemas --check
 	$(PY) docs/gen_reference.py --check
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
 
 schemas: install
-	$(PY) -m bus.schemas
+	$(PY) -m bus.ops.schemas
 
 # docs: the reference pages regenerated from the code, then the site (site/index.html)
 docs: install

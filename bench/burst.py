@@ -48,12 +48,12 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from bus.api import Bus  # noqa: E402
-from bus.cli import worker_argv  # noqa: E402
-from bus.embedded import EmbeddedRedis  # noqa: E402
-from bus.models import now_ms, parse_message  # noqa: E402
-from bus.procs import WorkerProcess  # noqa: E402
-from bus.scheduler import run as run_scheduler  # noqa: E402
-from bus.settings import Settings  # noqa: E402
+from bus.core.models import now_ms, parse_message  # noqa: E402
+from bus.core.settings import Settings  # noqa: E402
+from bus.delivery.scheduler import run as run_scheduler  # noqa: E402
+from bus.ops.embedded import EmbeddedRedis  # noqa: E402
+from bus.ops.procs import WorkerProcess  # noqa: E402
+from bus.surfaces.cli.app import worker_argv  # noqa: E402
 from workers.app import host_queue, make_app  # noqa: E402
 from workers.dispatch import CeleryDispatcher  # noqa: E402
 
@@ -570,7 +570,7 @@ def bench_settings(home: Path, url: str, prefix: str) -> Settings:
         wake_debounce_s=DEBOUNCE_S,
         send_rate=0.0,
         max_unread=0,
-        # The kick list (bus.kick), as a deployment runs by default (Settings.kick);
+        # The kick list (bus.delivery.kick_list), as a deployment runs by default (Settings.kick);
         # INBOX_KICK=celery measures a delivery kicked by a Celery task instead.
         kick="celery" if os.environ.get("INBOX_KICK", "").strip().lower() == "celery" else "list",
         # The benches count what was stored by the sessions' events: kept for the run.

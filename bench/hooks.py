@@ -45,8 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bus.api import Bus  # noqa: E402
-from bus.dispatch import NullDispatcher  # noqa: E402
-from bus.settings import Settings  # noqa: E402
+from bus.core.settings import Settings  # noqa: E402
+from bus.delivery.dispatch import NullDispatcher  # noqa: E402
 
 SID = "bench-hooks"
 PEER = "bench-peer"

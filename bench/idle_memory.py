@@ -12,7 +12,7 @@ turn ends (idle) and the scheduler's housekeeping runs ``--settle`` seconds. Fig
 bytes per session from ``INFO memory`` (the servers' ``used_memory``, less the clients'
 buffers) and from ``MEMORY USAGE`` summed over the run's keys, keys per session, and per
 key kind its keys, bytes and encodings. ``--keep-config``: the bus does not set its
-memory settings (``bus.memory``), the stock figures. A JSON line with every figure ends
+memory settings (``bus.store.server_memory``), the stock figures. A JSON line with every figure ends
 the output.
 """
 
@@ -41,16 +41,16 @@ import redis  # noqa: E402
 
 from bench.burst import BenchError, bench_settings, celery_bus, close_bus, wait_until  # noqa: E402
 from bench.swarm import key_kind, open_running, send_all, wire  # noqa: E402
-from bus.embedded import EmbeddedCluster, free_cluster_ports, free_port  # noqa: E402
-from bus.procs import WorkerProcess, inbox_worker_argv  # noqa: E402
-from bus.settings import Settings  # noqa: E402
+from bus.core.settings import Settings  # noqa: E402
+from bus.ops.embedded import EmbeddedCluster, free_cluster_ports, free_port  # noqa: E402
+from bus.ops.procs import WorkerProcess, inbox_worker_argv  # noqa: E402
 
 
 def stock_binary() -> str:
     found = shutil.which("redis-server")
     if found:
         return found
-    from bus.embedded import server_binary
+    from bus.ops.embedded import server_binary
 
     return server_binary()
 
@@ -87,7 +87,7 @@ def nodes(s: Settings) -> list[redis.Redis]:
     """A plain client per master of the store (one for a standalone server)."""
     if not s.redis_cluster:
         return [redis.Redis.from_url(s.redis_url or "", decode_responses=True)]
-    from bus.cluster import cluster_client
+    from bus.store.cluster import cluster_client
 
     c = cluster_client(s.redis_url or "")
     out = [redis.Redis(host=n.host, port=n.port, decode_responses=True) for n in c.get_primaries()]
@@ -165,7 +165,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         stack.callback(worker.stop)
         sched_env = {**os.environ, **s.child_env(), **env}
         sched = subprocess.Popen(
-            [sys.executable, "-m", "bus.cli", "scheduler"],
+            [sys.executable, "-m", "bus.surfaces.cli.app", "scheduler"],
             env=sched_env,
             cwd=str(REPO),
             stdout=subprocess.DEVNULL,

@@ -31,9 +31,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bus.api import Bus  # noqa: E402
-from bus.dispatch import RecordingDispatcher  # noqa: E402
-from bus.embedded import EmbeddedRedis  # noqa: E402
-from bus.settings import Settings  # noqa: E402
+from bus.core.settings import Settings  # noqa: E402
+from bus.delivery.dispatch import RecordingDispatcher  # noqa: E402
+from bus.ops.embedded import EmbeddedRedis  # noqa: E402
 
 SENDERS, CHUNK = 13, 1000
 

@@ -33,7 +33,7 @@ import redis.connection
 from bench.burst import bench_settings, celery_bus, close_bus, delete_prefix, pick_redis
 from bench.swarm import Ears, open_running, percentiles, wire
 from bus.api import Bus
-from bus.kick import KickLoop
+from bus.delivery.kick_list import KickLoop
 from workers.tasks import KICK_THREADS
 
 

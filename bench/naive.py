@@ -10,8 +10,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from bus.floor import Floor
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.delivery.floor import Floor
 from workers.app import app
 
 

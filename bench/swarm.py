@@ -72,9 +72,9 @@ from bench.burst import (  # noqa: E402
     wait_until,
 )
 from bus.api import Bus  # noqa: E402
-from bus.listen import Listener  # noqa: E402
-from bus.models import parse_message  # noqa: E402
-from bus.settings import Settings  # noqa: E402
+from bus.core.models import parse_message  # noqa: E402
+from bus.core.settings import Settings  # noqa: E402
+from bus.surfaces.listener import Listener  # noqa: E402
 from workers.app import host_queue, make_app  # noqa: E402
 
 BENCH_HOST = "bench"
@@ -403,7 +403,7 @@ def scenario_wake(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]:
 
     woke: dict[str, int] = {}
     read_to: dict[str, str] = {}  # each session's last event read: a poll reads what is new
-    # The workers' count of wakes (bus.metrics, one hash field): while it says some are
+    # The workers' count of wakes (bus.telemetry.metrics, one hash field): while it says some are
     # still to come, a poll is one HGET, not a read of every session's events (500 event
     # streams a poll was a fifth of the 2 cores' CPU during the burst it measures).
     wakes_before = _wakes_counted(observer)
@@ -454,7 +454,7 @@ def scenario_wake(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]:
 
 
 def _wakes_counted(observer: Bus) -> int:
-    """The ``wakes`` counter (bus.metrics) as stored now."""
+    """The ``wakes`` counter (bus.telemetry.metrics) as stored now."""
     got = observer.store.r.hget(observer.store.k.metrics, "wakes")
     return int(got or 0)
 
@@ -580,21 +580,21 @@ def scenario_memory(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]
         n0, size0 = kinds_before.get(kind, [0, 0])
         if n != n0 or size != size0:
             by_kind[kind] = [round((n - n0) / sessions, 2), round((size - size0) / sessions)]
-    # Then the scheduler's compaction pass (bus.compact, once a minute), on these
+    # Then the scheduler's compaction pass (bus.store.compaction, once a minute), on these
     # sessions' streams only: what a quiet session settles at (its events dropped as
     # once quiet for QUIET_MS; here at once).
     store = observer.store
     compact_sessions: Callable[[], None] | None = None
     try:
-        from bus import compact
+        from bus.store import compaction
 
-        if hasattr(compact, "compact_sessions"):
-            compact.compact_sessions(store, sids, 0)
-            compact_sessions = lambda: compact.compact_sessions(store, sids, 0)  # noqa: E731
+        if hasattr(compaction, "compact_sessions"):
+            compaction.compact_sessions(store, sids, 0)
+            compact_sessions = lambda: compaction.compact_sessions(store, sids, 0)  # noqa: E731
         else:  # an older tree
             keys = store.session_streams(sids)
             store.compact_streams(
-                keys, compact.MAX_ENTRIES, compact.SLACK_BYTES, compact.NODE_BYTES
+                keys, compaction.MAX_ENTRIES, compaction.SLACK_BYTES, compaction.NODE_BYTES
             )
         compacted, clients_compacted = used(), clients()
         kinds_compacted = prefix_kinds(r, s.key_prefix)

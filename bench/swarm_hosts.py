@@ -53,8 +53,8 @@ from bench.netns import HostNet
 from bench.swarm_account import account_extra, report_extra
 from bench.swarm_roles import add_role_args, role_harness, role_sender
 from bus.api import Bus
-from bus.procs import die_with_parent
-from bus.settings import SOURCE_ROOT, Settings
+from bus.core.settings import SOURCE_ROOT, Settings
+from bus.ops.procs import die_with_parent
 
 PREFIX = "swarm"
 KINDS = ("sock", "floor", "wake")
@@ -184,7 +184,14 @@ class HostsSoak(Soak):
             )
 
     def start_up(self, host: str) -> None:
-        argv = [sys.executable, "-m", "bus.cli", "up", "--concurrency", str(self.args.concurrency)]
+        argv = [
+            sys.executable,
+            "-m",
+            "bus.surfaces.cli.app",
+            "up",
+            "--concurrency",
+            str(self.args.concurrency),
+        ]
         self.ups[host] = self.child(host, argv, self.base / f"up-{host}.log")
 
     def start_harness(self, host: str) -> None:

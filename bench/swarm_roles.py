@@ -33,9 +33,9 @@ from typing import Any
 
 from bench.chaos import _ids_of, _recover_taken, _retrying
 from bus.api import Bus
-from bus.floor import DRAINING_PREFIX, MESSAGES
-from bus.listen import Listener
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.delivery.floor import DRAINING_PREFIX, MESSAGES
+from bus.surfaces.listener import Listener
 
 FULL_DRAIN_EVERY_S = 5.0  # a drain even when the file looks empty (orphaned claims)
 

@@ -25,8 +25,8 @@ from typing import Any
 
 from bench.burst import BenchError, wait_until
 from bus.api import Bus
-from bus.embedded import free_port
-from bus.settings import SOURCE_ROOT, Settings
+from bus.core.settings import SOURCE_ROOT, Settings
+from bus.ops.embedded import free_port
 
 HTTP_BATCH = 5000
 
@@ -43,7 +43,7 @@ def cli_send(s: Settings, items: list[dict[str, Any]], tmp: Path) -> float:
     t0 = time.perf_counter()
     with out.open("wb") as fh:
         proc = subprocess.run(
-            [sys.executable, "-m", "bus.cli", "send", "--jsonl", str(src)],
+            [sys.executable, "-m", "bus.surfaces.cli.app", "send", "--jsonl", str(src)],
             env=_env(s),
             cwd=str(SOURCE_ROOT),
             stdout=fh,
@@ -68,7 +68,7 @@ class Gateway:
     def __init__(self, s: Settings) -> None:
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bus.cli", "serve", "--port", str(self.port)],
+            [sys.executable, "-m", "bus.surfaces.cli.app", "serve", "--port", str(self.port)],
             env=_env(s),
             cwd=str(SOURCE_ROOT),
             stdout=subprocess.DEVNULL,

@@ -1,6 +1,6 @@
 """The agent inbox bus: messages between coding-agent sessions that never become turns.
 
-The names below are imported on first use, so a small entry point (``bus.entry``, run at
+The names below are imported on first use, so a small entry point (``bus.surfaces.entry``, run at
 every tool step of a harness) does not pay for the library, pydantic and redis.
 """
 
@@ -11,8 +11,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from .api import Bus, connect
-    from .errors import (
+    from bus.core.errors import (
         Ambiguous,
         BadInput,
         BusError,
@@ -21,24 +20,26 @@ if TYPE_CHECKING:
         Unauthorized,
         Unavailable,
     )
-    from .models import Message, SendAnswer, SessionInfo, parse_message
-    from .settings import Settings
+    from bus.core.models import Message, SendAnswer, SessionInfo, parse_message
+    from bus.core.settings import Settings
+
+    from .api import Bus, connect
 
 _WHERE = {
     "Bus": "api",
     "connect": "api",
-    "Ambiguous": "errors",
-    "BadInput": "errors",
-    "BusError": "errors",
-    "NotFound": "errors",
-    "Refused": "errors",
-    "Unauthorized": "errors",
-    "Unavailable": "errors",
-    "Message": "models",
-    "SendAnswer": "models",
-    "SessionInfo": "models",
-    "parse_message": "models",
-    "Settings": "settings",
+    "Ambiguous": "core.errors",
+    "BadInput": "core.errors",
+    "BusError": "core.errors",
+    "NotFound": "core.errors",
+    "Refused": "core.errors",
+    "Unauthorized": "core.errors",
+    "Unavailable": "core.errors",
+    "Message": "core.models",
+    "SendAnswer": "core.models",
+    "SessionInfo": "core.models",
+    "parse_message": "core.models",
+    "Settings": "core.settings",
 }
 
 

@@ -1,5 +1,5 @@
 """``python -m bus``: the ``inbox`` command."""
 
-from bus.entry import main
+from bus.surfaces.entry import main
 
 main()

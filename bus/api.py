@@ -13,30 +13,35 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from . import auth, door, faults, handoff, idowner, ingest, items, liveness, memory, watch
-from . import requests as typed_requests
-from .access import Access
-from .auth import SCOPE_READ, SCOPE_WRITE, Authenticator, Claims
-from .clock import SYSTEM, Clock
-from .connection import redis_client
-from .conversation import Conversation
-from .delivery import DeliveryReport
-from .dispatch import Dispatcher, default_dispatcher
-from .errors import BadInput, RateLimited
-from .floor import Floor, Via
-from .inbox import Inbox
-from .keys import Keys
-from .kick import ListDispatcher
-from .models import DeliverAnswer, Message, SessionInfo, check_session_id, parse_message
-from .receipts import Receipts
-from .routing import Router
-from .sessions import Sessions, check_host
-from .settings import Settings
-from .store import Store
-from .unavailable import NOT_ANSWERING, translate_redis_errors, unavailable
+from bus.core.clock import SYSTEM, Clock
+from bus.core.errors import BadInput, RateLimited
+from bus.core.models import DeliverAnswer, Message, SessionInfo, check_session_id, parse_message
+from bus.core.settings import Settings
+from bus.delivery.dispatch import Dispatcher, default_dispatcher
+from bus.delivery.engine import DeliveryReport
+from bus.delivery.floor import Floor, Via
+from bus.delivery.inbox import Inbox
+from bus.delivery.kick_list import ListDispatcher
+from bus.delivery.receipts import Receipts
+from bus.services.conversation import Conversation
+from bus.services.routing import Router
+from bus.services.sessions import Sessions, check_host
+from bus.store.connection import redis_client
+from bus.store.keys import Keys
+from bus.store.redis_errors import NOT_ANSWERING, translate_redis_errors, unavailable
+from bus.store.store import Store
+from bus.trust.access import Access
+from bus.trust.tokens import SCOPE_READ, SCOPE_WRITE, Authenticator, Claims
+
+from .core import faults
+from .delivery import lock_handoff
+from .services import door, id_owner, items, send_many, typed_requests, watch
+from .store import server_memory
+from .telemetry import liveness
+from .trust import tokens
 
 if TYPE_CHECKING:
-    from .metrics import Metrics
+    from bus.telemetry.metrics import Metrics
 
 __all__ = ["Bus", "check_host", "connect", "redis_client"]
 
@@ -147,7 +152,7 @@ class Bus:
     @property
     def blocking(self) -> Any:
         """The store's server on a client without a read timeout, for BLPOP and XREAD BLOCK:
-        the command's own bound holds the wait (see bus.blocking)."""
+        the command's own bound holds the wait (see bus.store.blocking)."""
         if self._blocking is None:
             self._blocking = self.store.blocking_client()
         return self._blocking
@@ -156,7 +161,9 @@ class Bus:
     def metrics(self) -> Metrics:
         """Counters shared by every process through Redis (``/metrics`` reads them)."""
         if self._metrics is None:
-            from .metrics import Metrics  # prometheus_client: not for a drain or a hook
+            from bus.telemetry.metrics import (
+                Metrics,  # prometheus_client: not for a drain or a hook
+            )
 
             self._metrics = Metrics(self.store)
         return self._metrics
@@ -192,7 +199,7 @@ class Bus:
             workspace, _, name = member.partition("/")
             with contextlib.suppress(BadInput, ValueError):  # auth.issue refuses a bad name
                 gen = self.store.member_generation(workspace, name)
-        token = auth.issue(
+        token = tokens.issue(
             self.settings.secret,
             session=session,
             member=member,
@@ -201,7 +208,7 @@ class Bus:
             operator=operator,
             gen=gen,
         )
-        claims = auth.verify(self.settings.secret, token)
+        claims = tokens.verify(self.settings.secret, token)
         return {
             "ok": True,
             "token": token,
@@ -215,7 +222,7 @@ class Bus:
         """Revoke a token: every later use is refused (``token_revoked``)."""
         if not self.settings.secret:
             raise BadInput("no INBOX_SECRET is configured: there are no tokens to revoke")
-        claims = auth.verify(self.settings.secret, token, now=0)
+        claims = tokens.verify(self.settings.secret, token, now=0)
         self.store.revoke(claims.jti)
         return {"ok": True, "revoked": claims.jti, "subject": claims.actor}
 
@@ -304,11 +311,11 @@ class Bus:
         claims = self.claims(token, SCOPE_WRITE)
         msg = parse_message(self.access.settle(data, claims))
         self._check_party(msg)
-        if "id" in data:  # a caller's id: its own, or refused (bus.idowner)
-            refusal = idowner.id_refusal(msg, idowner.owners(self.store, [msg.id]).get(msg.id))
+        if "id" in data:  # a caller's id: its own, or refused (bus.services.id_owner)
+            refusal = id_owner.id_refusal(msg, id_owner.owners(self.store, [msg.id]).get(msg.id))
             if refusal is not None:
                 raise refusal
-        self.limit_sender(ingest.sender_of(msg, claims))
+        self.limit_sender(send_many.sender_of(msg, claims))
         return self.post(msg, wait=wait, timeout=timeout)
 
     def _check_party(self, msg: Message) -> None:
@@ -318,7 +325,7 @@ class Bus:
             return
         parties = self.conversation.parties(msg.thread)
         exists = parties or self.store.thread_exists(msg.thread)
-        refusal = ingest.party_refusal(msg, parties, bool(exists))  # one rule for a batch too
+        refusal = send_many.party_refusal(msg, parties, bool(exists))  # one rule for a batch too
         if refusal is not None:
             raise refusal
 
@@ -336,11 +343,11 @@ class Bus:
 
     def claims(self, token: str | None, scope: str, *, session: str | None = None) -> Claims | None:
         """The caller's verified token claims, or None when authentication is off
-        (see :meth:`bus.access.Access.claims`)."""
+        (see :meth:`bus.trust.access.Access.claims`)."""
         return self.access.claims(token, scope, session=session)
 
     def settle_sender(self, data: dict[str, Any], claims: Claims | None) -> dict[str, Any]:
-        """A sent message's sender and time as stored (:meth:`bus.access.Access.settle`)."""
+        """A sent message's sender and time as stored (:meth:`bus.trust.access.Access.settle`)."""
         return self.access.settle(data, claims)
 
     def send_many(
@@ -348,11 +355,11 @@ class Bus:
     ) -> list[dict[str, Any]]:
         """Send a batch: validated whole (one bad item refuses it all, nothing written),
         each receiver looked up once, one pipelined append and one delivery per receiver.
-        Answers as ``send`` would, one per item, in order. See :mod:`bus.ingest`."""
-        return ingest.send_many(self, items, token=token)
+        Answers as ``send`` would, one per item, in order. See :mod:`bus.services.send_many`."""
+        return send_many.send_many(self, items, token=token)
 
     def send_local(self, data: dict[str, Any], *, token: str | None = None) -> tuple[Via, str]:
-        """prox's ``POST /send``: deliver on this host, ``(via, id)`` (see :mod:`bus.door`)."""
+        """prox's ``POST /send``: deliver on this host, ``(via, id)`` (see :mod:`bus.services.door`)."""
         return door.send_local(self, data, token)
 
     def post(
@@ -546,23 +553,23 @@ class Bus:
 
     def member_link(self, member: str, *, ttl_s: int | None = None) -> dict[str, Any]:
         """A sign-in link to the web inbox for an active member ``WORKSPACE/NAME``."""
-        from .web.links import member_link
+        from bus.services.signin_links import member_link
 
         return member_link(self, member, ttl_s=ttl_s)
 
     def subscribe(
         self, sessions: str | list[str] | None = None, **kw: Any
     ) -> Iterator[dict[str, Any]]:
-        """Follow sessions' streams live (blocking XREAD); None follows all. See bus.watch."""
+        """Follow sessions' streams live (blocking XREAD); None follows all. See bus.services.watch."""
         return watch.subscribe(self, [sessions] if isinstance(sessions, str) else sessions, **kw)
 
     # -- the host's side ----------------------------------------------------------------
 
     def deliver_session(self, sid: str) -> DeliveryReport:
         """The worker's job: deliver what is queued for ``sid`` on this host; ``busy`` when
-        a delivery already running for it takes the work over (:mod:`bus.handoff`)."""
+        a delivery already running for it takes the work over (:mod:`bus.delivery.lock_handoff`)."""
         check_session_id(sid)
-        return handoff.deliver(self, sid)
+        return lock_handoff.deliver(self, sid)
 
     def deliver_local(
         self, sid: str, *, sender: str, text: str, urgency: str = "queue", msg_id: str | None = None
@@ -612,12 +619,12 @@ class Bus:
             # Each host's worker (and the scheduler): heartbeat ages and queue depth.
             "workers": liveness.workers(self.store),
             # The server memory settings the scheduler keeps, and where it could not.
-            "memory_settings": memory.report(self.store),
+            "memory_settings": server_memory.report(self.store),
         }
 
 
 def _redact(url: str) -> str:
-    from .hooks_env import redact
+    from bus.core.hook_env import redact
 
     return redact(url)
 

@@ -7,7 +7,7 @@ is set), one `inbox worker` per host with its own INBOX_HOME=DIR/<host>, one
 `inbox scheduler`, all supervised: a process that exits is restarted (with backoff, one
 line on stderr), and a second run on the same DIR says "already running (pid N)" and exits 1.
 Prints the environment each host's sessions need; Ctrl-C or SIGTERM stops the workers and
-the scheduler, then Redis. The logic lives in bus/topology.py (tests start it from there).
+the scheduler, then Redis. The logic lives in bus/ops/topology.py (tests start it from there).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 # Run as a script from a checkout: make `bus` importable without installing it.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bus.topology import start_topology
+from bus.ops.topology import start_topology
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             "\nCtrl-C stops everything.",
             flush=True,
         )
-        # The topology supervises itself: a child that exits is restarted (bus/supervise.py).
+        # The topology supervises itself: a child that exits is restarted (bus/ops/supervise.py).
         while not stop.wait(0.5):
             pass
         return 0

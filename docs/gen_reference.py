@@ -1,7 +1,7 @@
 """Write the reference pages from the code: ``python docs/gen_reference.py [--check]``.
 
 - ``docs/reference/cli.md`` from the typer app (every command, argument and option);
-- ``docs/reference/settings.md`` from :class:`bus.settings.Settings` and its ``from_env``;
+- ``docs/reference/settings.md`` from :class:`bus.core.settings.Settings` and its ``from_env``;
 - ``docs/reference/schemas.md`` from the JSON Schemas under ``schemas/``.
 
 ``--check`` writes nothing and exits 1 when a page is stale (``make lint`` runs it).
@@ -19,8 +19,8 @@ from typing import Any
 
 import typer
 
-from bus import settings as settings_module
-from bus.cli import app
+from bus.core import settings as settings_module
+from bus.surfaces.cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "reference"

@@ -23,10 +23,10 @@ import pytest
 import redis
 
 from bus.api import Bus
-from bus.dispatch import RecordingDispatcher
-from bus.embedded import EmbeddedRedis
-from bus.procs import WorkerProcess, inbox_worker_argv
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.delivery.dispatch import RecordingDispatcher
+from bus.ops.embedded import EmbeddedRedis
+from bus.ops.procs import WorkerProcess, inbox_worker_argv
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ def _answers(url: str) -> bool:
 
 def _free_port() -> int:
     # Outside the ephemeral range: some tests restart a server on it while clients reconnect.
-    from bus.embedded import free_port
+    from bus.ops.embedded import free_port
 
     return free_port()
 
@@ -120,7 +120,7 @@ def settings(
         yield s
         return
     # The whole suite with its store on the cluster (the broker stays standalone).
-    from bus.cluster import cluster_client
+    from bus.store.cluster import cluster_client
 
     url = request.getfixturevalue("redis_cluster_url")
     yield replace(s, redis_url=url, redis_cluster=True)
@@ -214,7 +214,7 @@ def redis_cluster_url() -> Iterator[str]:
     if url:
         yield url
         return
-    from bus.embedded import EmbeddedCluster, free_cluster_ports
+    from bus.ops.embedded import EmbeddedCluster, free_cluster_ports
 
     tmp = Path(tempfile.mkdtemp(prefix="inbox-test-cluster-"))
     cluster = EmbeddedCluster(tmp, free_cluster_ports(3)).start()
@@ -228,7 +228,7 @@ def redis_cluster_url() -> Iterator[str]:
 @pytest.fixture
 def cluster_settings(settings: Settings, redis_cluster_url: str) -> Iterator[Settings]:
     """This test's settings with the store on the cluster; the broker stays standalone."""
-    from bus.cluster import cluster_client
+    from bus.store.cluster import cluster_client
 
     s = replace(settings, redis_url=redis_cluster_url, redis_cluster=True)
     yield s

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from bus.api import Bus
-from bus.settings import Settings
+from bus.core.settings import Settings
 
 INBOX = Path(sys.executable).parent / "inbox"
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
-from bus.errors import Unauthorized
-from bus.settings import Settings
+from bus.core.errors import Unauthorized
+from bus.core.settings import Settings
+from bus.trust.tokens import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
 from tests.conftest import settings_env
 
 SECRET = "test-secret-1234567890"
@@ -109,7 +109,7 @@ def test_without_a_secret_senders_are_marked_unverified_in_the_stamp(bus: Bus) -
     assert answer["state"] == "stored"
     [line] = [json.loads(f["m"]) for _e, f in bus.store.read_after("s", "0-0")]
     assert line["verified"] is False
-    from bus.stamp import render_stamp
+    from bus.core.stamp import render_stamp
 
     assert "unverified" in render_stamp(line)
 
@@ -121,7 +121,7 @@ def test_token_cli_issue_and_revoke(settings: Settings) -> None:
 
     def inbox(*args: str, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "bus.cli", *args],
+            [sys.executable, "-m", "bus.surfaces.cli.app", *args],
             env={**env, **(extra or {})},
             capture_output=True,
             text=True,

@@ -24,15 +24,15 @@ import pytest
 import redis
 from PIL import Image
 
-from bus import items
 from bus.api import Bus
-from bus.auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
-from bus.embedded import EmbeddedRedis, password_path
-from bus.errors import BadInput, RateLimited, Refused, Unauthorized
-from bus.models import parse_message
-from bus.private import private_dirs
-from bus.stamp import render_stamp
-from bus.threads import thread_id, thread_key
+from bus.core.errors import BadInput, RateLimited, Refused, Unauthorized
+from bus.core.models import parse_message
+from bus.core.private_files import private_dirs
+from bus.core.stamp import render_stamp
+from bus.core.threads import thread_id, thread_key
+from bus.ops.embedded import EmbeddedRedis, password_path
+from bus.services import items
+from bus.trust.tokens import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
 from tests.conftest import settings_env
 from tests.test_attacks_gateway import Server, serve
 
@@ -367,7 +367,7 @@ def test_11_the_embedded_redis_on_tcp_needs_its_password(tmp_path: Path) -> None
         with pytest.raises(redis.exceptions.NoPermissionError):
             c.config_get("dir")
         c.close()
-        from bus.settings import Settings
+        from bus.core.settings import Settings
 
         assert redis.Redis.from_url(Settings(home=home).store_url()).ping()
 
@@ -412,7 +412,7 @@ def test_12_the_cli_exits_non_zero_when_rate_limited(bus: Bus) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "bus.cli",
+        "bus.surfaces.cli.app",
         "send",
         "--to-id",
         "s1",

@@ -18,9 +18,9 @@ import pytest
 import uvicorn
 
 from bus.api import Bus
-from bus.auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
-from bus.errors import BadInput
-from bus.http import check_bind, create_app
+from bus.core.errors import BadInput
+from bus.surfaces.http.gateway import check_bind, create_app
+from bus.trust.tokens import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
 from tests.conftest import settings_env
 
 SECRET = "attack-secret-0123456789"
@@ -196,7 +196,7 @@ def test_6_inbox_serve_refuses_a_public_bind_without_a_secret(bus: Bus) -> None:
     env = settings_env(bus.settings)
     env.pop("INBOX_SECRET", None)
     out = subprocess.run(
-        [sys.executable, "-m", "bus.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
+        [sys.executable, "-m", "bus.surfaces.cli.app", "serve", "--host", "0.0.0.0", "--port", "1"],
         env=env,
         capture_output=True,
         text=True,
@@ -209,7 +209,7 @@ def test_6_inbox_serve_refuses_a_public_bind_without_a_secret(bus: Bus) -> None:
 def test_6_serve_runs_uvicorn_with_timeouts_and_a_concurrency_limit(
     bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import bus.http as http
+    import bus.surfaces.http.gateway as http
 
     got: dict[str, Any] = {}
     monkeypatch.setattr(http.uvicorn, "run", lambda app, **kw: got.update(kw))
@@ -221,7 +221,7 @@ def test_6_serve_runs_uvicorn_with_timeouts_and_a_concurrency_limit(
 
 
 def test_6_stalled_headers_are_timed_out(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
-    import bus.guard as guard
+    import bus.surfaces.http.front_door as guard
 
     monkeypatch.setattr(guard, "HEADER_TIMEOUT_S", 0.3)
     srv = Server(create_app(bus), http=guard.HeaderDeadlineH11)

@@ -23,12 +23,12 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from bus import items
 from bus.api import Bus
-from bus.auth import SCOPE_OPERATOR, SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
-from bus.errors import BadInput, RateLimited, Refused, Unauthorized
-from bus.guard import MAX_IN_FLIGHT_PER_CLIENT, HeaderDeadlineH11
-from bus.http import create_app, log_config, serve_options
+from bus.core.errors import BadInput, RateLimited, Refused, Unauthorized
+from bus.services import items
+from bus.surfaces.http.front_door import MAX_IN_FLIGHT_PER_CLIENT, HeaderDeadlineH11
+from bus.surfaces.http.gateway import create_app, log_config, serve_options
+from bus.trust.tokens import SCOPE_OPERATOR, SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
 from tests.conftest import settings_env
 from tests.test_attacks import png
 from tests.test_attacks_gateway import Server, serve
@@ -54,7 +54,11 @@ def inbox_cli(b: Bus, *args: str, **env: str) -> subprocess.CompletedProcess[str
     e = settings_env(b.settings)
     e.update({"INBOX_DISPATCHER": "none", **env})
     return subprocess.run(
-        [sys.executable, "-m", "bus.cli", *args], env=e, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -517,8 +521,8 @@ def test_removing_a_member_kills_its_tokens_for_good(two: Bus) -> None:
 def test_stopping_inbox_flower_stops_its_child(tmp_path: Path) -> None:
     script = (
         "import sys\n"
-        "import bus.flower as f\n"
-        "from pathlib import Path\nfrom bus.settings import Settings\n"
+        "import bus.ops.flower as f\n"
+        "from pathlib import Path\nfrom bus.core.settings import Settings\n"
         "f.flower_argv = lambda *a: [sys.executable, '-c', "
         "'import os, time; print(os.getpid(), flush=True); time.sleep(120)']\n"
         f"sys.exit(f.run_flower(Settings(home=Path({str(tmp_path)!r}), broker_url='redis://127.0.0.1:1/0'), basic_auth='u:p'))\n"

@@ -1,4 +1,4 @@
-"""Signed tokens (bus/auth.py, SPEC section 9)."""
+"""Signed tokens (bus/trust/tokens.py, SPEC section 9)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,17 @@ import json
 
 import pytest
 
-from bus import auth
-from bus.auth import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, Authenticator, issue, require, verify
-from bus.errors import BadInput, Unauthorized
+from bus.core.errors import BadInput, Unauthorized
+from bus.trust import tokens
+from bus.trust.tokens import (
+    SCOPE_READ,
+    SCOPE_THREAD,
+    SCOPE_WRITE,
+    Authenticator,
+    issue,
+    require,
+    verify,
+)
 
 SECRET = "s3cret-for-tests"
 NOW = 1_700_000_000
@@ -64,7 +72,7 @@ def test_forged_payload_fails_signature() -> None:
     forged_payload = {
         "k": "session",
         "sub": "victim",
-        "scp": sorted(auth.SCOPES),
+        "scp": sorted(tokens.SCOPES),
         "iat": NOW,
         "exp": None,
         "jti": "x",
@@ -238,7 +246,7 @@ def test_require_unknown_scope_is_a_caller_bug() -> None:
 
 
 def test_token_for_one_session_cannot_act_for_another() -> None:
-    token = issue(SECRET, session="session-x", scopes=sorted(auth.SCOPES), now=NOW)
+    token = issue(SECRET, session="session-x", scopes=sorted(tokens.SCOPES), now=NOW)
     claims = verify(SECRET, token, now=NOW)
     with pytest.raises(Unauthorized) as ei:
         require(claims, SCOPE_READ, session="session-y")

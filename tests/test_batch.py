@@ -1,4 +1,4 @@
-"""Many sessions delivered as one batch (bus.batch): the routing rules, the counters
+"""Many sessions delivered as one batch (bus.delivery.batch): the routing rules, the counters
 summed, due wakes each delivered once in process and through a worker's kick loop."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from dataclasses import replace
 import pytest
 
 from bus.api import Bus
-from bus.batch import after_step, deliver_many, takes_batch
-from bus.clock import ManualClock
-from bus.dispatch import RecordingDispatcher
-from bus.metrics import summed
-from bus.models import SessionInfo
-from bus.procs import WorkerProcess
-from bus.settings import Settings
-from bus.store_delivery import DeliveryStart
+from bus.core.clock import ManualClock
+from bus.core.models import SessionInfo
+from bus.core.settings import Settings
+from bus.delivery.batch import after_step, deliver_many, takes_batch
+from bus.delivery.dispatch import RecordingDispatcher
+from bus.ops.procs import WorkerProcess
+from bus.store.delivery import DeliveryStart
+from bus.telemetry.metrics import summed
 from tests.conftest import wait_for
 from tests.test_inbox_live import Scheduler, events
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.errors import Refused
-from bus.listen import Listener
-from bus.settings import Settings
+from bus.core.errors import Refused
+from bus.core.settings import Settings
+from bus.surfaces.listener import Listener
 from tests.conftest import settings_env, wait_for
 
 pytestmark = pytest.mark.slow
@@ -37,7 +37,17 @@ def test_a_waited_send_gets_the_answer_of_a_turn_that_ends_8_s_later(
     bus.turn("slow", "start")
     env = dict(settings_env(settings), INBOX_DISPATCHER="none")
     sender = subprocess.Popen(
-        [sys.executable, "-m", "bus.cli", "send", "--to-id", "slow", "--from", "h:me", *WAITED],
+        [
+            sys.executable,
+            "-m",
+            "bus.surfaces.cli.app",
+            "send",
+            "--to-id",
+            "slow",
+            "--from",
+            "h:me",
+            *WAITED,
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -83,12 +93,15 @@ def test_watch_blocks_idle_past_the_socket_timeout_then_prints(settings: Setting
 
     def inbox(*args: str) -> Any:
         return subprocess.run(
-            [sys.executable, "-m", "bus.cli", *args], env=env, capture_output=True, timeout=60
+            [sys.executable, "-m", "bus.surfaces.cli.app", *args],
+            env=env,
+            capture_output=True,
+            timeout=60,
         )
 
     inbox("session", "open", "w1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bus.cli", "watch", "w1"],
+        [sys.executable, "-m", "bus.surfaces.cli.app", "watch", "w1"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

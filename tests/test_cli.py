@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.models import now_ms
-from bus.settings import Settings
+from bus.core.models import now_ms
+from bus.core.settings import Settings
 from tests.conftest import settings_env, wait_for
 
 
@@ -23,7 +23,7 @@ def inbox(
     env: dict[str, str], *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bus.cli", *args],
+        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
         env=env,
         input=stdin,
         capture_output=True,
@@ -131,7 +131,7 @@ def test_inbox_up_starts_accepts_a_send_delivers_it_and_stops_cleanly(tmp_path: 
     e = {k: v for k, v in os.environ.items() if not k.startswith("INBOX_")}
     e.update({"INBOX_HOME": str(home), "INBOX_HOST": "uphost", "PYTHONPATH": str(Path.cwd())})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bus.cli", "up", "--concurrency", "1"],
+        [sys.executable, "-m", "bus.surfaces.cli.app", "up", "--concurrency", "1"],
         env=e,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -178,7 +178,7 @@ def test_inbox_up_starts_accepts_a_send_delivers_it_and_stops_cleanly(tmp_path: 
 def test_watch_follows_a_session_live(env: dict[str, str]) -> None:
     inbox(env, "session", "open", "w1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bus.cli", "watch", "w1"],
+        [sys.executable, "-m", "bus.surfaces.cli.app", "watch", "w1"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -230,7 +230,7 @@ def test_an_ambiguous_handle_lists_the_candidates_and_sends_nothing(
 
 def test_inbox_listen_acks_and_prints_what_arrives(env: dict[str, str], home: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bus.cli", "listen", "s1"],
+        [sys.executable, "-m", "bus.surfaces.cli.app", "listen", "s1"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from bus.api import Bus
-from bus.settings import Settings
+from bus.core.settings import Settings
 from tests.conftest import settings_env
 
 

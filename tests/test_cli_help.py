@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 import typer.main
 
-from bus.cli import app, main
-from bus.cli_help import PANELS
+from bus.surfaces.cli.app import app, main
+from bus.surfaces.cli.help_panels import PANELS
 
 
 def help_of(*command: str) -> str:
     env = {**os.environ, "COLUMNS": "250", "TERM": "dumb"}
     out = subprocess.run(
-        [sys.executable, "-m", "bus.cli", *command, "--help"],
+        [sys.executable, "-m", "bus.surfaces.cli.app", *command, "--help"],
         env=env,
         capture_output=True,
         text=True,

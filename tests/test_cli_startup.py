@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bus.api import Bus
-from bus.settings import Settings
+from bus.core.settings import Settings
 from tests.conftest import settings_env
 
 INBOX = Path(sys.executable).parent / "inbox"
@@ -32,9 +32,9 @@ NEVER = (
     "celery",
     "kombu",
     "workers",
-    "bus.http",
-    "bus.mcp_server",
-    "bus.web",
+    "bus.surfaces.http.gateway",
+    "bus.surfaces.mcp_server",
+    "bus.surfaces.web",
 )
 _MODULE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.M)
 
@@ -80,7 +80,7 @@ def thread(bus: Bus) -> tuple[str, str]:
 def test_the_importtime_report_is_read() -> None:
     # The parse above must see a module every command imports, or the checks prove nothing.
     _, modules = imported({}, "--help")
-    assert {"bus.entry", "bus.cli", "typer"} <= modules
+    assert {"bus.surfaces.entry", "bus.surfaces.cli.app", "typer"} <= modules
 
 
 @pytest.mark.parametrize(
@@ -105,7 +105,7 @@ def test_a_read_command_imports_no_serving_picture_or_worker_module(
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     if "--help" not in args:
         assert json.loads(out.stdout)["ok"] is True
-    assert "bus.cli" in modules  # the full command line answered, not a fast lane
+    assert "bus.surfaces.cli.app" in modules  # the full command line answered, not a fast lane
     assert heavy(modules) == []
 
 

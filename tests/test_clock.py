@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from bus.api import Bus
-from bus.clock import ManualClock, SystemClock
-from bus.dispatch import RecordingDispatcher
-from bus.floor import Floor
-from bus.scheduler import tick
+from bus.core.clock import ManualClock, SystemClock
+from bus.delivery.dispatch import RecordingDispatcher
+from bus.delivery.floor import Floor
+from bus.delivery.scheduler import tick
 
 
 def test_a_manual_clock_stands_still_until_moved() -> None:
@@ -89,7 +89,7 @@ def test_an_expiry_pass_hands_back_between_its_chunks(
     make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The scheduler takes due entries between the chunks of a large registry's pass.
-    from bus import receipts
+    from bus.delivery import receipts
 
     b = make_bus()
     for sid in ("e1", "e2", "e3"):

@@ -21,10 +21,10 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from bus.api import Bus
-from bus.dispatch import RecordingDispatcher
-from bus.scheduler import sweep_backlogs, tick
-from bus.settings import Settings
-from bus.watch import subscribe, top_rows
+from bus.core.settings import Settings
+from bus.delivery.dispatch import RecordingDispatcher
+from bus.delivery.scheduler import sweep_backlogs, tick
+from bus.services.watch import subscribe, top_rows
 from tests.conftest import WorkerProcess, wait_for
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
@@ -173,7 +173,7 @@ def test_inbox_up_restarts_a_stalled_worker_when_its_store_is_the_cluster(
     log = tmp_path / "up.log"
     with open(log, "wb") as out:
         up = subprocess.Popen(
-            [sys.executable, "-m", "bus.cli", "up", "--concurrency", "1"],
+            [sys.executable, "-m", "bus.surfaces.cli.app", "up", "--concurrency", "1"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.procs import WorkerProcess
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.ops.procs import WorkerProcess
 from tests.conftest import wait_for
 from tests.harness_support import INBOX, bare_env, find_cli, install_hooks, only_session
 from tests.model_stub import ModelStub, request_text

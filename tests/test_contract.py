@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from bus.cli import app
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.surfaces.cli.app import app
 
 COMMANDS: list[tuple[list[str], list[str]]] = [
     (["up"], []),

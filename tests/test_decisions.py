@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from bus.decisions import (
+from bus.core.decisions import (
     CONFIRMED,
     DECLINED,
     DROPPED,
@@ -15,7 +15,7 @@ from bus.decisions import (
     transition,
     validate_windows,
 )
-from bus.errors import BadInput
+from bus.core.errors import BadInput
 
 STATES = ["REQUESTED", "OFFERED", "CONFIRMED", "DECLINED", "DROPPED"]
 DECISIONS = ["accept", "decline", "counter", "clarify", "withdraw"]

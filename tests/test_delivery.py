@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.settings import Settings
+from bus.core.settings import Settings
 from tests.conftest import WorkerProcess, settings_env, wait_for
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
@@ -133,7 +133,7 @@ def test_worker_killed_mid_delivery_loses_nothing_and_writes_once(
     start_worker(s, pool="solo")
     # The killed task was never acknowledged; the new worker redoes it (broker redelivery
     # after the visibility timeout, or the scheduler's sweep).
-    from bus.scheduler import sweep_backlogs
+    from bus.delivery.scheduler import sweep_backlogs
 
     def delivered() -> bool:
         sweep_backlogs(b)
@@ -223,7 +223,7 @@ def test_a_delivery_that_lost_its_lock_stops_before_the_next_write(
 
 
 def test_the_sweep_redoes_a_wake_whose_dispatch_was_lost(make_bus: Callable[..., Bus]) -> None:
-    from bus.scheduler import sweep_backlogs
+    from bus.delivery.scheduler import sweep_backlogs
 
     b = make_bus(agent_inbox=True)
     b.open_session("lost")

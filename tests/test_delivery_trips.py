@@ -1,4 +1,4 @@
-"""A delivery kick in few round trips (bus.store_delivery): what each grouped step does,
+"""A delivery kick in few round trips (bus.store.delivery): what each grouped step does,
 and a count (not a timing) of the round trips one kick makes."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import redis.connection
 
-from bus import kept
 from bus.api import Bus
-from bus.lease import Lease
-from bus.listen import Listener
-from bus.store import Store
-from bus.store_delivery import taken_records
+from bus.delivery.lease import Lease
+from bus.store import packing
+from bus.store.delivery import taken_records
+from bus.store.store import Store
+from bus.surfaces.listener import Listener
 from tests.conftest import collect
 
 
@@ -128,9 +128,9 @@ def test_begin_delivery_takes_the_lock_clears_the_flag_and_reads_the_start(bus: 
     assert [json.loads(f["m"])["text"] for _eid, f in start.rows] == ["a", "b"]
     assert start.rows == store.read_after("s", "0-0", 200)
     assert start.info == store.get_session("s")
-    # Kept compact (bus/kept.py): the delivery reads its state; restored whole, the answer.
+    # Kept compact (bus/store/packing.py): the delivery reads its state; restored whole, the answer.
     assert start.answers[0] is not None and start.answers[0]["state"] == "stored"
-    restored = kept.restore(json.dumps(start.answers[0]), "s", "a")
+    restored = packing.restore(json.dumps(start.answers[0]), "s", "a")
     assert restored == store.first_answer("s", "a") == a
     assert start.answers[1] is None
     # Held: nothing is touched, the flag stays.
@@ -262,8 +262,8 @@ def test_release_takes_the_hand_off_flag_with_the_unlock(bus: Bus) -> None:
 
 
 def test_a_debounced_wake_makes_few_round_trips(make_bus: Callable[..., Bus], trips: Trips) -> None:
-    from bus.clock import ManualClock
-    from bus.models import now_ms
+    from bus.core.clock import ManualClock
+    from bus.core.models import now_ms
 
     clock = ManualClock(now_ms())
     b = standalone(make_bus(clock=clock))
@@ -460,8 +460,8 @@ def test_a_batch_of_due_wakes_makes_three_script_calls_a_session(
     # The start with its snapshot, the notice taken, the notice's records with the unlock.
     import time
 
-    from bus.batch import deliver_many
-    from bus.clock import ManualClock
+    from bus.core.clock import ManualClock
+    from bus.delivery.batch import deliver_many
     from tests.test_batch import idle_with_blockers
 
     clock = ManualClock(int(time.time() * 1000))

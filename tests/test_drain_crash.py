@@ -1,6 +1,6 @@
-"""No notice is lost to a dying drain (bus/confirm.py).
+"""No notice is lost to a dying drain (bus/delivery/heard.py).
 
-A drain is SIGKILLed (INBOX_FAULT, bus/faults.py) at each step between claiming the floor
+A drain is SIGKILLed (INBOX_FAULT, bus/core/faults.py) at each step between claiming the floor
 file and recording its marks; afterwards every message is carried by a later notice and
 ends ``noticed``. The same for a worker killed, or a drain landing, between the floor
 append and ``notice_done``.
@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from bus import confirm
 from bus.api import Bus
-from bus.models import now_ms
-from bus.scheduler import sweep_backlogs
-from bus.settings import Settings
+from bus.core.models import now_ms
+from bus.core.settings import Settings
+from bus.delivery import heard
+from bus.delivery.scheduler import sweep_backlogs
 from tests.conftest import settings_env
 
 SID = "crashy"
@@ -62,7 +62,7 @@ def carry_on(bus: Bus) -> list[dict[str, Any]]:
     the floor (the scheduler kicks them), the grace passes, the next notice is drained."""
     lines = list(bus.drain(SID))
     bus.deliver_session(SID)
-    bus.inbox.sweep_floor(SID, now=now_ms() + confirm.GONE_GRACE_MS)
+    bus.inbox.sweep_floor(SID, now=now_ms() + heard.GONE_GRACE_MS)
     bus.deliver_session(SID)
     lines += bus.drain(SID)
     return lines
@@ -87,9 +87,9 @@ def test_a_drain_killed_at_any_step_loses_no_notice(
 
 
 def test_a_record_still_on_the_floor_is_never_given_back(bus: Bus, three: list[str]) -> None:
-    far = now_ms() + 10 * confirm.GONE_GRACE_MS
+    far = now_ms() + 10 * heard.GONE_GRACE_MS
     assert bus.inbox.sweep_floor(SID, now=far) == 0
-    assert bus.inbox.sweep_floor(SID, now=far + confirm.GONE_GRACE_MS) == 0
+    assert bus.inbox.sweep_floor(SID, now=far + heard.GONE_GRACE_MS) == 0
     assert carried(bus.drain(SID)) == set(three)
     assert set(marks(bus).values()) == {"noticed"}
 
@@ -103,7 +103,7 @@ def test_a_worker_killed_between_the_append_and_notice_done(
     ids = [bus.send({"from": "hosta:peer", "to_id": SID, "text": f"m{i}"})["id"] for i in range(2)]
     code = (
         "from bus.api import connect\n"
-        "from bus.dispatch import NullDispatcher\n"
+        "from bus.delivery.dispatch import NullDispatcher\n"
         f"connect(dispatcher=NullDispatcher()).deliver_session({SID!r})\n"
     )
     assert in_child(settings, "notice:after_append", "-c", code) == -signal.SIGKILL
@@ -149,7 +149,7 @@ def test_the_scheduler_kicks_a_delivery_for_a_notice_due_a_look(bus: Bus, three:
     rec = json.loads(bus.store.r.hget(key, nid))
     bus.store.r.delete(bus.store.k.s(SID, "pending"))
     assert sweep_backlogs(bus) == 0  # just written: nothing to look at yet
-    rec["at"] = now_ms() - confirm.CHECK_EVERY_MS
+    rec["at"] = now_ms() - heard.CHECK_EVERY_MS
     bus.store.r.hset(key, nid, json.dumps(rec))
     assert sweep_backlogs(bus) == 1
     assert bus.dispatcher.calls[-1] == ("hosta", SID)  # type: ignore[attr-defined]
@@ -159,12 +159,12 @@ def test_the_scheduler_kicks_a_delivery_for_a_notice_due_a_look(bus: Bus, three:
     ("record", "look"),
     [
         ({"ids": ["a"], "at": 1_000}, False),
-        ({"ids": ["a"], "at": 1_000 - confirm.CHECK_EVERY_MS}, True),
+        ({"ids": ["a"], "at": 1_000 - heard.CHECK_EVERY_MS}, True),
         ({"ids": ["a"], "at": 0, "checked": 1_000}, False),
         ({"ids": ["a"], "at": 1_000, "gone": 1_000}, True),
         (["a"], True),  # a record from before records were objects
     ],
 )
 def test_needs_look(record: Any, look: bool) -> None:
-    assert confirm.needs_look(json.dumps(record), 1_000) is look
-    assert confirm.CARRY_AGAIN_BOUND_S <= 30
+    assert heard.needs_look(json.dumps(record), 1_000) is look
+    assert heard.CARRY_AGAIN_BOUND_S <= 30

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bus import entry
 from bus.api import Bus
-from bus.quickdrain import PENDING_MARKS, outage_words, touch_seen
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.delivery.fast_drain import PENDING_MARKS, outage_words, touch_seen
+from bus.surfaces import entry
 
 
 def floor_with_a_notice(b: Bus) -> None:
@@ -48,7 +48,7 @@ def test_the_fast_drain_with_redis_down_says_so_and_keeps_its_marks_private(
         "INBOX_REDIS_URL": f"unix://{tmp_path / 'nothing-here.sock'}",
     }
     out = subprocess.run(
-        [sys.executable, "-c", "import os; os.umask(0o022); from bus.entry import main; main()",
+        [sys.executable, "-c", "import os; os.umask(0o022); from bus.surfaces.entry import main; main()",
          "drain", "bob"],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Durable subscriptions (bus.durable) and watching lanes: a coordinator killed and
+"""Durable subscriptions (bus.services.durable_watch) and watching lanes: a coordinator killed and
 restarted sees every lane message once; a cursor trimmed away is refused plainly."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.durable import CursorExpired, Durable, expired, lanes
-from bus.settings import SOURCE_ROOT, Settings
-from bus.watch import subscribe
+from bus.core.settings import SOURCE_ROOT, Settings
+from bus.services.durable_watch import CursorExpired, Durable, expired, lanes
+from bus.services.watch import subscribe
 from tests.conftest import settings_env, wait_for
 
 
@@ -152,7 +152,7 @@ def _watch(s: Settings, *args: str) -> subprocess.Popen[str]:
     env = settings_env(s)
     env["INBOX_DISPATCHER"] = "none"
     return subprocess.Popen(
-        [sys.executable, "-m", "bus.cli", "watch", *args],
+        [sys.executable, "-m", "bus.surfaces.cli.app", "watch", *args],
         env=env,
         cwd=str(SOURCE_ROOT),
         stdout=subprocess.PIPE,
@@ -213,8 +213,8 @@ def test_inbox_watch_refuses_a_mixed_selection(settings: Settings) -> None:
 
 
 def test_a_reader_follows_itself_and_its_lanes_only(bus: Bus) -> None:
-    from bus.durable import reader_subscription
-    from bus.errors import Refused
+    from bus.core.errors import Refused
+    from bus.services.durable_watch import reader_subscription
 
     bus.open_session("coord")
     bus.open_session("mine", parent="coord")
@@ -262,7 +262,7 @@ def test_the_gateway_streams_a_durable_subscription_as_server_sent_events(
 ) -> None:
     import http.client
 
-    from bus.embedded import free_port
+    from bus.ops.embedded import free_port
 
     bus.open_session("coord")
     bus.open_session("lane", parent="coord")
@@ -270,7 +270,7 @@ def test_the_gateway_streams_a_durable_subscription_as_server_sent_events(
     env = settings_env(settings)
     env["INBOX_DISPATCHER"] = "none"
     server = subprocess.Popen(
-        [sys.executable, "-m", "bus.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "bus.surfaces.cli.app", "serve", "--port", str(port)],
         env=env,
         cwd=str(SOURCE_ROOT),
         stdout=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
-"""The embedded Redis keeps short streams small (stream-node-max-bytes, bus/embedded.py)."""
+"""The embedded Redis keeps short streams small (stream-node-max-bytes, bus/ops/embedded.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import redis
 
-from bus.embedded import STREAM_NODE_MAX_BYTES, EmbeddedRedis
+from bus.ops.embedded import STREAM_NODE_MAX_BYTES, EmbeddedRedis
 
 
 def test_the_embedded_redis_allocates_small_stream_nodes(tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ def test_a_free_port_lies_outside_the_ephemeral_range_and_binds() -> None:
     # connection (or a client's self-connect while reconnecting to it).
     import socket
 
-    from bus.embedded import _ephemeral_range, free_port
+    from bus.ops.embedded import _ephemeral_range, free_port
 
     low, high = _ephemeral_range()
     for _ in range(20):

@@ -1,4 +1,4 @@
-"""The small ``inbox`` entry point (bus/entry.py): the empty-floor fast path for the hot
+"""The small ``inbox`` entry point (bus/surfaces/entry.py): the empty-floor fast path for the hot
 commands, with the standard library only, and the full command line for everything else."""
 
 from __future__ import annotations
@@ -11,13 +11,24 @@ from pathlib import Path
 
 import pytest
 
-from bus import entry, floor, inbox, models
 from bus.api import Bus
-from bus.errors import BadInput
-from bus.settings import Settings, default_home
+from bus.core import models
+from bus.core.errors import BadInput
+from bus.core.settings import Settings, default_home
+from bus.delivery import floor, inbox
+from bus.surfaces import entry
 from tests.conftest import settings_env
 
-HEAVY = ("pydantic", "redis", "typer", "celery", "rich", "bus.api", "bus.models", "bus.cli")
+HEAVY = (
+    "pydantic",
+    "redis",
+    "typer",
+    "celery",
+    "rich",
+    "bus.api",
+    "bus.core.models",
+    "bus.surfaces.cli.app",
+)
 
 
 def test_the_mirrored_names_agree() -> None:
@@ -90,7 +101,7 @@ def run_entry(env: dict[str, str], *argv: str, stdin: str = "") -> subprocess.Co
     """``inbox ARGV`` through the entry module, printing which heavy modules it imported."""
     code = (
         "import sys\n"
-        "from bus.entry import main\n"
+        "from bus.surfaces.entry import main\n"
         f"sys.argv = ['inbox', *{list(argv)!r}]\n"
         "try:\n    main()\n"
         "finally:\n"
@@ -197,12 +208,12 @@ def test_a_waiting_notice_is_drained_and_confirmed_without_the_library(
 
 
 def test_the_small_client_speaks_the_urls_it_can() -> None:
-    from bus import resp
+    from bus.store import resp_client
 
-    assert resp.connect("rediss://localhost:6380/0") is resp.UNSUPPORTED
-    assert resp.connect("redis+sentinel://x") is resp.UNSUPPORTED
+    assert resp_client.connect("rediss://localhost:6380/0") is resp_client.UNSUPPORTED
+    assert resp_client.connect("redis+sentinel://x") is resp_client.UNSUPPORTED
     with pytest.raises(OSError):
-        resp.connect("redis://127.0.0.1:1/0")
+        resp_client.connect("redis://127.0.0.1:1/0")
 
 
 def test_an_empty_look_tells_redis_the_harness_was_seen_once_a_minute(

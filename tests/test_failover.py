@@ -17,9 +17,9 @@ import pytest
 
 from bench.cluster_nodes import ReplicatedCluster
 from bus.api import Bus
-from bus.dispatch import RecordingDispatcher
-from bus.errors import Unavailable
-from bus.settings import Settings
+from bus.core.errors import Unavailable
+from bus.core.settings import Settings
+from bus.delivery.dispatch import RecordingDispatcher
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.slow

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from bus import floor as floor_mod
-from bus.errors import BadInput
-from bus.floor import LOG_KEEP, Floor, socket_path_fits
-from bus.listen import Listener
+from bus.core.errors import BadInput
+from bus.delivery import floor as floor_mod
+from bus.delivery.floor import LOG_KEEP, Floor, socket_path_fits
+from bus.surfaces.listener import Listener
 from tests.conftest import collect
 
 SID = "sess-1"

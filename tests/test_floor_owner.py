@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.floor import Floor
-from bus.listen import Listener
-from bus.owned import UnsafeFloor
+from bus.core.owned import UnsafeFloor
+from bus.delivery.floor import Floor
+from bus.surfaces.listener import Listener
 
 SID = "victim"
 NOBODY = 65534

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bus.errors import BadInput
-from bus.flower import flower_argv, flower_env, resolve_auth, run_flower
-from bus.settings import Settings
+from bus.core.errors import BadInput
+from bus.core.settings import Settings
+from bus.ops.flower import flower_argv, flower_env, resolve_auth, run_flower
 
 
 def free_port() -> int:
@@ -102,7 +102,7 @@ def test_run_flower_returns_the_child_exit_code(
 ) -> None:
     import sys
 
-    import bus.flower as flower_mod
+    import bus.ops.flower as flower_mod
 
     seen: list[list[str]] = []
 

@@ -14,7 +14,7 @@ import redis
 from kombu import Connection
 
 from bus.api import Bus
-from bus.settings import Settings
+from bus.core.settings import Settings
 from tests.conftest import own_redis_server
 
 

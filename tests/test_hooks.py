@@ -1,4 +1,4 @@
-"""Claude Code hooks (bus/hooks.py), fed the JSON Claude Code sends on stdin, on real Redis."""
+"""Claude Code hooks (bus/surfaces/hooks.py), fed the JSON Claude Code sends on stdin, on real Redis."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import pytest
 import redis
 
 from bus.api import Bus
-from bus.errors import BadInput
-from bus.hooks import (
+from bus.core.errors import BadInput
+from bus.core.hook_env import load_hook_env, redact
+from bus.surfaces.hooks import (
     EVENTS,
     claude_settings,
     hook_command,
@@ -26,7 +27,6 @@ from bus.hooks import (
     print_or_install,
     run_hook,
 )
-from bus.hooks_env import load_hook_env, redact
 from tests.conftest import wait_for
 
 
@@ -269,7 +269,7 @@ def test_the_hook_commands_with_claude_codes_stdin(settings: Any, sid: str) -> N
     import subprocess
     import sys
 
-    from bus.dispatch import RecordingDispatcher
+    from bus.delivery.dispatch import RecordingDispatcher
 
     env = settings.child_env()
     env["INBOX_DISPATCHER"] = "none"
@@ -283,7 +283,7 @@ def test_the_hook_commands_with_claude_codes_stdin(settings: Any, sid: str) -> N
             **extra,
         }
         return subprocess.run(
-            [sys.executable, "-m", "bus.cli", "hook", "claude", event],
+            [sys.executable, "-m", "bus.surfaces.cli.app", "hook", "claude", event],
             input=json.dumps(payload),
             env=env,
             capture_output=True,

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.hooks import EVENTS
-from bus.procs import WorkerProcess
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.ops.procs import WorkerProcess
+from bus.surfaces.hooks import EVENTS
 from tests.conftest import wait_for
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from bus.api import Bus
-from bus.hostfloor import (
+from bus.core.settings import SOURCE_ROOT, Settings
+from bus.ops.procs import inbox_worker_argv
+from bus.telemetry.host_floor import (
     EXIT_HOME_GONE,
     EXIT_HOST_TAKEN,
     HomeId,
@@ -23,8 +25,6 @@ from bus.hostfloor import (
     refusal_text,
     stop_reason,
 )
-from bus.procs import inbox_worker_argv
-from bus.settings import SOURCE_ROOT, Settings
 from tests.conftest import WorkerProcess, wait_for
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
@@ -120,7 +120,7 @@ def test_a_second_worker_with_another_home_is_refused_and_status_says_so(
 
     from fastapi.testclient import TestClient
 
-    from bus.http import create_app
+    from bus.surfaces.http.gateway import create_app
 
     with TestClient(create_app(bus), base_url="http://127.0.0.1") as client:
         health = client.get("/health").json()
@@ -156,7 +156,7 @@ def test_inbox_up_exits_non_zero_when_another_floor_serves_its_host(
     env = {k: v for k, v in os.environ.items() if not k.startswith("INBOX_")}
     env.update(two.child_env())
     up = subprocess.run(
-        [sys.executable, "-m", "bus.cli", "up", "--concurrency", "1"],
+        [sys.executable, "-m", "bus.surfaces.cli.app", "up", "--concurrency", "1"],
         env=env,
         cwd=str(SOURCE_ROOT),
         capture_output=True,

@@ -16,9 +16,9 @@ import pytest
 import uvicorn
 
 from bus.api import Bus
-from bus.http import create_app, serve
-from bus.listen import Listener
-from bus.metrics import Metrics
+from bus.surfaces.http.gateway import create_app, serve
+from bus.surfaces.listener import Listener
+from bus.telemetry.metrics import Metrics
 
 
 class Gateway:
@@ -221,7 +221,7 @@ def test_serve_binds_loopback_by_default() -> None:
 def test_v1_send_takes_the_sender_from_a_bearer_token(
     make_bus: Callable[..., Bus], gateway: Callable[[Bus], Gateway]
 ) -> None:
-    from bus.auth import SCOPE_WRITE, issue
+    from bus.trust.tokens import SCOPE_WRITE, issue
 
     secret = "http-secret-0123456789"
     b = make_bus(secret=secret)
@@ -243,7 +243,7 @@ def test_v1_send_takes_the_sender_from_a_bearer_token(
 def test_prox_send_needs_a_token_once_a_secret_is_configured(
     make_bus: Callable[..., Bus], gateway: Callable[[Bus], Gateway]
 ) -> None:
-    from bus.auth import SCOPE_WRITE, issue
+    from bus.trust.tokens import SCOPE_WRITE, issue
 
     secret = "http-secret-0123456789"
     b = make_bus(secret=secret)

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.clock import SYSTEM, ManualClock
-from bus.errors import Refused
-from bus.listen import Listener
-from bus.scheduler import tick
+from bus.core.clock import SYSTEM, ManualClock
+from bus.core.errors import Refused
+from bus.delivery.scheduler import tick
+from bus.surfaces.listener import Listener
 
 
 def floor(b: Bus, sid: str) -> list[dict[str, Any]]:

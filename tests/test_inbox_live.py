@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.listen import Listener
-from bus.scheduler import run as run_scheduler
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.delivery.scheduler import run as run_scheduler
+from bus.surfaces.listener import Listener
 from tests.conftest import WorkerProcess, wait_for
 from tests.test_delivery import SilentListener
 from workers.app import make_app
@@ -160,7 +160,7 @@ def test_worker_killed_between_notice_built_and_ack_leaves_messages_new(
     got: list[dict[str, Any]] = []
     with Listener.for_session(b.floor, "k", lambda o: got.append(o) or True):
         start_worker(s, pool="solo")
-        from bus.scheduler import sweep_backlogs
+        from bus.delivery.scheduler import sweep_backlogs
 
         def all_noticed() -> bool:
             sweep_backlogs(b)  # what the scheduler does every few seconds

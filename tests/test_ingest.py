@@ -1,4 +1,4 @@
-"""Batched ingest (bus/ingest.py): Bus.send_many, inbox send --jsonl, POST /v1/send/batch."""
+"""Batched ingest (bus/services/send_many.py): Bus.send_many, inbox send --jsonl, POST /v1/send/batch."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from bus import kept
 from bus.api import Bus
-from bus.dispatch import RecordingDispatcher
-from bus.errors import BadInput, BusError, Unauthorized
-from bus.models import now_ms
-from bus.settings import Settings
+from bus.core.errors import BadInput, BusError, Unauthorized
+from bus.core.models import now_ms
+from bus.core.settings import Settings
+from bus.delivery.dispatch import RecordingDispatcher
+from bus.store import packing
 from tests.conftest import settings_env
 
 
@@ -66,7 +66,7 @@ def send_jsonl(
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     """``inbox send --jsonl -`` as a user runs it, one line a message; its answers."""
     out = subprocess.run(
-        [sys.executable, "-m", "bus.cli", "send", "--jsonl", "-"],
+        [sys.executable, "-m", "bus.surfaces.cli.app", "send", "--jsonl", "-"],
         input="\n".join(lines) + "\n",
         env={**settings_env(settings), "INBOX_DISPATCHER": "none", **env},
         capture_output=True,
@@ -154,7 +154,7 @@ def test_one_dispatch_per_session_per_batch(make_bus: Callable[..., Bus]) -> Non
 def test_a_batch_resolves_handles_and_takes_the_sender_from_the_token(
     make_bus: Callable[..., Bus],
 ) -> None:
-    from bus.auth import SCOPE_WRITE, issue
+    from bus.trust.tokens import SCOPE_WRITE, issue
 
     secret = "ingest-secret-0123456789"
     b = make_bus(secret=secret)
@@ -197,7 +197,7 @@ def test_jsonl_refuses_bad_lines_by_number_and_sends_the_rest(
 def test_http_batch_route_answers_each_and_refuses_a_bad_batch_whole(
     make_bus: Callable[..., Bus],
 ) -> None:
-    from bus.auth import SCOPE_WRITE, issue
+    from bus.trust.tokens import SCOPE_WRITE, issue
     from tests.test_http import Gateway
 
     secret = "batch-secret-0123456789"
@@ -226,7 +226,7 @@ def test_http_batch_route_answers_each_and_refuses_a_bad_batch_whole(
 def test_jsonl_answers_a_line_before_the_next_is_written(two: Bus, settings: Any) -> None:
     env = {**settings_env(settings), "INBOX_DISPATCHER": "none"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bus.cli", "send", "--jsonl", "-"],
+        [sys.executable, "-m", "bus.surfaces.cli.app", "send", "--jsonl", "-"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,
@@ -387,7 +387,7 @@ def test_a_full_inbox_refuses_what_does_not_fit_as_sends_do(
 
 
 def test_a_batch_over_the_senders_rate_is_refused_whole(make_bus: Callable[..., Bus]) -> None:
-    from bus.errors import RateLimited
+    from bus.core.errors import RateLimited
 
     b = make_bus(send_rate=0.001, send_burst=3)
     b.open_session("s1")
@@ -445,8 +445,8 @@ def test_jsonl_takes_what_the_bucket_holds_and_refuses_each_line_after(
 
 
 def test_naming_a_thread_one_is_no_party_to_refuses_the_batch(bus: Bus) -> None:
-    from bus.errors import Refused
-    from bus.ingest import check_each
+    from bus.core.errors import Refused
+    from bus.services.send_many import check_each
 
     for sid in ("alice", "bob", "mallory"):
         bus.open_session(sid)
@@ -483,27 +483,27 @@ def test_naming_a_thread_one_is_no_party_to_refuses_the_batch(bus: Bus) -> None:
 
 
 def test_the_answer_json_is_encoded_once_per_receiver_whatever_the_threads(two: Bus) -> None:
-    from bus import ingest
+    from bus.services import send_many
 
-    ingest._answer_parts.cache_clear()
+    send_many._answer_parts.cache_clear()
     items = [
         {"id": f"t-{i}", "from": f"neo:lane{i}", "to_id": f"s{i % 2 + 1}", "text": "hi"}
         for i in range(12)
     ]
     answers = two.send_many(items)
     assert len({a["thread"] for a in answers}) == 12  # a thread per sender and receiver
-    assert ingest._answer_parts.cache_info().misses == 2  # s1's and s2's standing
+    assert send_many._answer_parts.cache_info().misses == 2  # s1's and s2's standing
     # What the batch answered is what its id's resend answers (the JSON in ids, restored).
     for a in answers:
         sid = a["recipient"]["session"]
         held = two.store.r.hget(two.store.k.s(sid, "ids"), a["id"])
-        assert json.dumps(kept.restore(held, sid, a["id"])) == json.dumps(a)
+        assert json.dumps(packing.restore(held, sid, a["id"])) == json.dumps(a)
 
 
 def test_a_receivers_record_changed_since_the_last_batch_answers_as_it_is_now(
     two: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The appends assume each receiver's record as last read (bus.ingest._RECORDS) and
+    # The appends assume each receiver's record as last read (bus.services.send_many._RECORDS) and
     # append_many.lua checks it: one that changed, or a session gone, writes nothing in
     # the first round trip and is written (or bounced) from the record as it is now.
     store, rounds = two.store, []

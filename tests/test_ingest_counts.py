@@ -1,4 +1,4 @@
-"""What a batched send costs, counted (bus/ingest.py, bus/lua/append_many.lua): commands
+"""What a batched send costs, counted (bus/services/send_many.py, bus/store/lua/append_many.lua): commands
 sent, script calls, round trips, and the commands Redis runs per message (INFO
 commandstats on a private redis-server, so nothing else is counted). Counts, never times.
 """
@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 import redis
 
-from bus import ingest, store_many
 from bus.api import Bus
-from bus.dispatch import RecordingDispatcher
-from bus.embedded import EmbeddedRedis
-from bus.rcptindex import BUCKETS, KEEP_DAYS, bucket_of
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.delivery.dispatch import RecordingDispatcher
+from bus.ops.embedded import EmbeddedRedis
+from bus.services import send_many
+from bus.store import many
+from bus.store.receipt_index import BUCKETS, KEEP_DAYS, bucket_of
 
 
 def named(args: tuple[Any, ...]) -> str:
@@ -111,7 +112,7 @@ def bare(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def owner_lookups(items: list[dict[str, Any]]) -> int:
-    """The id-owner check's commands for caller-chosen ids (bus.idowner): one HMGET per
+    """The id-owner check's commands for caller-chosen ids (bus.services.id_owner): one HMGET per
     index bucket the ids fall in and day kept, in one round trip before any write."""
     return len({bucket_of(item["id"]) for item in items}) * (KEEP_DAYS + 1)
 
@@ -166,7 +167,7 @@ def test_receivers_this_process_never_read_take_a_second_round_trip(
 ) -> None:
     b, client = counted
     b.send_many(batch(3, "warm"))
-    ingest._RECORDS.clear()
+    send_many._RECORDS.clear()
     client.sent, client.trips = [], 0
     answers = b.send_many(bare(batch(90)))
     assert [a["state"] for a in answers] == ["stored"] * 90
@@ -184,7 +185,7 @@ def test_a_call_per_few_receivers_or_one_each_stores_the_same(
     b, client = counted
     b.send_many(batch(3, "warm"))
     for per_call, calls in ((1, 3), (20, 2), (1000, 1)):
-        monkeypatch.setattr(store_many, "CALL_MESSAGES", per_call)
+        monkeypatch.setattr(many, "CALL_MESSAGES", per_call)
         client.sent, client.trips = [], 0
         tag = f"c{per_call}"
         items = [*batch(30, tag), batch(1, tag)[0]]  # the same id twice: stored once
@@ -311,8 +312,8 @@ def test_a_batch_on_the_cluster_opens_its_receipts_as_on_a_server(
     ],
 )
 def test_packed_commands_are_the_bytes_redis_py_sends(args: tuple[Any, ...]) -> None:
-    # bus.store_many.pack_commands replaces redis-py's packing for a batch's pipelines.
-    from bus.store_many import pack_commands
+    # bus.store.many.pack_commands replaces redis-py's packing for a batch's pipelines.
+    from bus.store.many import pack_commands
 
     conn = redis.Connection()
     assert pack_commands([args, args]) == b"".join(conn.pack_commands([args, args]))
@@ -325,7 +326,7 @@ def test_a_batch_whose_replies_are_lost_is_resent_and_stored_once(
     # raised (the client's retry policy, none here, as a redis-py pipeline), the
     # connection is dropped (never reused with its replies unread), and the caller's
     # resend gets each message's first answer.
-    from bus.errors import BusError
+    from bus.core.errors import BusError
 
     b, _client = counted
     b.send_many(batch(3, "warm"))

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from bus.api import Bus
-from bus.errors import BadInput, BusError, NotFound, Refused
-from bus.items import (
+from bus.core.errors import BadInput, BusError, NotFound, Refused
+from bus.core.policy import from_member
+from bus.services.items import (
     FORMER_MEMBER,
     is_member,
     item_file,
@@ -22,7 +23,6 @@ from bus.items import (
     read_inbox,
     reply_inbox,
 )
-from bus.policy import from_member
 from tests.test_pictures import png_bytes
 
 WS = "acme"
@@ -294,7 +294,7 @@ def stat_mode(p: Path) -> int:
 
 
 def test_a_members_message_wakes_an_idle_agent(agent: Bus) -> None:
-    from bus.scheduler import tick
+    from bus.delivery.scheduler import tick
 
     b = agent
     b.turn("agent", "start")

@@ -1,4 +1,4 @@
-"""Every Redis key comes from bus.keys, and no atomic step touches two hash slots."""
+"""Every Redis key comes from bus.store.keys, and no atomic step touches two hash slots."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from redis.crc import key_slot
 
 from bus.api import Bus
-from bus.errors import BadInput
-from bus.keys import Keys
-from bus.store import Store
+from bus.core.errors import BadInput
+from bus.store.keys import Keys
+from bus.store.store import Store
 
 
 @pytest.mark.parametrize("bad", ["a/b", "..", "", "x" * 181, "a}b", "a{b", "a b"])

@@ -1,4 +1,4 @@
-"""The kick list (INBOX_KICK=list, bus/kick.py): a worker's delivery loop runs the delivery
+"""The kick list (INBOX_KICK=list, bus/delivery/kick_list.py): a worker's delivery loop runs the delivery
 without a Celery task; a kick lost with a killed worker is recovered; Redis restarts."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import pytest
 import redis
 
 from bus.api import Bus
-from bus.dispatch import RecordingDispatcher
-from bus.embedded import EmbeddedRedis
-from bus.kick import ListDispatcher
-from bus.listen import Listener
-from bus.procs import WorkerProcess
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.delivery.dispatch import RecordingDispatcher
+from bus.delivery.kick_list import ListDispatcher
+from bus.ops.embedded import EmbeddedRedis
+from bus.ops.procs import WorkerProcess
+from bus.surfaces.listener import Listener
 from tests.conftest import _free_port, collect, wait_for
 
 
@@ -73,7 +73,7 @@ def test_a_kick_on_the_list_is_delivered_by_a_worker_loop_without_a_celery_task(
 def test_a_worker_killed_after_popping_a_kick_leaves_the_message_to_the_sweep(
     settings: Settings, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    from bus.scheduler import run as run_scheduler
+    from bus.delivery.scheduler import run as run_scheduler
 
     s = replace(settings, kick="list")
     doomed = start_worker(s, INBOX_FAULT="kick:after_pop")
@@ -144,19 +144,19 @@ def test_a_loop_beats_while_it_delivers_a_long_batch(
 ) -> None:
     # A batch longer than the beat's staleness (a loaded machine) must not look dead:
     # another loop would put its kicks back and deliver them again.
-    from bus import kick
+    from bus.delivery import kick_list
     from tests.test_batch import idle_with_blockers
 
     b = make_bus()
     sids = [f"lb{i}" for i in range(70)]  # two chunks
     idle_with_blockers(b, sids)
-    monkeypatch.setattr(kick, "BEAT_S", 0.0)  # every progress call beats
+    monkeypatch.setattr(kick_list, "BEAT_S", 0.0)  # every progress call beats
     beats: list[str] = []
     real = b.store.kick_beat
     monkeypatch.setattr(
         b.store, "kick_beat", lambda host, loop, ms: (beats.append(loop), real(host, loop, ms))
     )
-    loop = kick.KickLoop(b)
+    loop = kick_list.KickLoop(b)
     assert loop._deliver(sids, loop._beater(b.store, "l1"))
     assert len(beats) >= 2 and set(beats) == {"l1"}  # during the batch, not only between
 
@@ -184,11 +184,11 @@ def test_a_process_runs_one_batch_at_a_time_and_leaves_the_rest_on_the_list(
     # Its loops share one GIL: two batches interleaved cost more CPU a session than one
     # after the other, so kicks that come while a batch runs wait for it (or go to the
     # host's other processes), not to a second batch of this process.
-    from bus import kick
+    from bus.delivery import kick_list
 
     b = make_bus()
     store, host = b.store, b.settings.host
-    monkeypatch.setattr(kick, "BEAT_S", 0.02)  # the gate's wait: loops look again often
+    monkeypatch.setattr(kick_list, "BEAT_S", 0.02)  # the gate's wait: loops look again often
     running: list[list[str]] = []
     batches: list[list[str]] = []
     hold = threading.Event()
@@ -203,8 +203,8 @@ def test_a_process_runs_one_batch_at_a_time_and_leaves_the_rest_on_the_list(
             running.remove(sids)
         return []
 
-    monkeypatch.setattr(kick, "deliver_many", deliver_many)
-    loop = kick.KickLoop(b, threads=3)
+    monkeypatch.setattr(kick_list, "deliver_many", deliver_many)
+    loop = kick_list.KickLoop(b, threads=3)
     gate = loop._gate = _Gate()  # type: ignore[assignment]
     store.kick_beat(host, "seed", 3000)  # alive: the pushes go on the list
     assert store.push_kicks(host, ["a", "b", "c"])
@@ -233,11 +233,11 @@ def test_a_burst_on_a_quiet_list_is_one_lone_kick_and_one_batch_not_a_lone_kick_
 ) -> None:
     # One loop of a process waits on the list at a time: a burst wakes that one alone
     # (each lone kick costs several times a batched session), the rest go as a batch.
-    from bus import kick
+    from bus.delivery import kick_list
 
     b = make_bus()
     store, host = b.store, b.settings.host
-    monkeypatch.setattr(kick, "BEAT_S", 0.05)
+    monkeypatch.setattr(kick_list, "BEAT_S", 0.05)
     batches: list[list[str]] = []
     waiting: list[int] = [0, 0]  # now, most at once
     listening = threading.Event()
@@ -262,8 +262,8 @@ def test_a_burst_on_a_quiet_list_is_one_lone_kick_and_one_batch_not_a_lone_kick_
         store, "kick_beat", lambda h, lp, ms: (beats.append(lp), real_beat(h, lp, ms))
     )
     monkeypatch.setattr(store, "wait_kick", wait_kick)
-    monkeypatch.setattr(kick, "deliver_many", deliver_many)
-    loop = kick.KickLoop(b, threads=4).start()
+    monkeypatch.setattr(kick_list, "deliver_many", deliver_many)
+    loop = kick_list.KickLoop(b, threads=4).start()
     try:
         assert listening.wait(10)
         # Settled: every loop has been round its pop once (beaten twice), or a second's

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from bus.errors import Refused
-from bus.floor import Floor
-from bus.listen import Listener, run_listener
+from bus.core.errors import Refused
+from bus.delivery.floor import Floor
+from bus.surfaces.listener import Listener, run_listener
 from tests.conftest import collect
 
 SID = "sess-1"

@@ -1,5 +1,5 @@
 """A lone send's path (issue 13's latency): a kick the loop waited for is delivered at once,
-alone; the kicks already waiting go greedily as one batch (bus.store_kick)."""
+alone; the kicks already waiting go greedily as one batch (bus.store.kick)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_a_batch_whose_ingest_script_was_lost_still_notices_what_it_took(
 ) -> None:
     from redis.exceptions import NoScriptError
 
-    from bus.batch import deliver_many
+    from bus.delivery.batch import deliver_many
 
     b = make_bus()
     if b.store.cluster:
@@ -87,8 +87,8 @@ def test_a_lone_message_from_a_session_is_delivered_in_few_round_trips(
     make_bus: Callable[..., Bus],
     trips: Trips,  # noqa: F811 (the fixture imported above)
 ) -> None:
-    from bus.batch import deliver_many
-    from bus.listen import Listener
+    from bus.delivery.batch import deliver_many
+    from bus.surfaces.listener import Listener
     from tests.conftest import collect
 
     b = make_bus()

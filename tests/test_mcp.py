@@ -16,7 +16,7 @@ from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult
 
 from bus.api import Bus
-from bus.settings import Settings
+from bus.core.settings import Settings
 from tests.conftest import REPO, WorkerProcess, settings_env, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -39,7 +39,7 @@ async def mcp_client(
     if dispatcher is not None:
         env["INBOX_DISPATCHER"] = dispatcher
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "bus.cli", "mcp"], env=env, cwd=str(REPO)
+        command=sys.executable, args=["-m", "bus.surfaces.cli.app", "mcp"], env=env, cwd=str(REPO)
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
         await client.initialize()
@@ -262,9 +262,9 @@ async def test_send_from_host_a_lands_on_host_b_floor(
 def test_the_caller_is_the_tokens_subject_when_authentication_is_on(
     make_bus: Callable[..., Bus],
 ) -> None:
-    from bus.auth import SCOPE_WRITE, issue
-    from bus.errors import Unauthorized
-    from bus.mcp_server import caller
+    from bus.core.errors import Unauthorized
+    from bus.surfaces.mcp_server import caller
+    from bus.trust.tokens import SCOPE_WRITE, issue
 
     secret = "mcp-secret-0123456789"
     token = issue(secret, session="alice", scopes=[SCOPE_WRITE])

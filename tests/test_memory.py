@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import redis
 
-from bus import compact
 from bus.api import Bus
-from bus.clock import ManualClock
-from bus.compact import MAX_ENTRIES, compact_all
-from bus.errors import Refused
-from bus.models import now_ms
-from bus.watch import top_rows
+from bus.core.clock import ManualClock
+from bus.core.errors import Refused
+from bus.core.models import now_ms
+from bus.services.watch import top_rows
+from bus.store import compaction
+from bus.store.compaction import MAX_ENTRIES, compact_all
 from tests.conftest import wait_for
 
 
@@ -185,9 +185,9 @@ def test_a_reader_blocked_on_a_stream_gets_its_next_entry_across_a_compaction(bu
 def test_a_compaction_pass_goes_a_chunk_of_sessions_a_tick(
     bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(compact, "CHUNK", 1)
-    monkeypatch.setattr(compact, "BUDGET_S", 0.0)  # one chunk a tick
-    monkeypatch.setattr(compact, "GAP_S", 0.0)  # and the ticks back to back
+    monkeypatch.setattr(compaction, "CHUNK", 1)
+    monkeypatch.setattr(compaction, "BUDGET_S", 0.0)  # one chunk a tick
+    monkeypatch.setattr(compaction, "GAP_S", 0.0)  # and the ticks back to back
     store = bus.store
     for sid in ("a1", "a2"):
         bus.open_session(sid)
@@ -267,7 +267,7 @@ def test_a_quiet_sessions_events_are_dropped_and_a_waited_receipt_still_ends(bus
     sent = bus.send({"from": "ha:me", "from_session": "me", "to_id": "coord", "text": "hello"})
     key = k.s("coord", "events")
     # Not quiet for long: kept, by the pass too.
-    assert store.drop_quiet_events(["coord"], compact.QUIET_MS) == 0
+    assert store.drop_quiet_events(["coord"], compaction.QUIET_MS) == 0
     compact_all(store, force=True)
     assert store.r.exists(key) == 1
     got: list[dict[str, Any]] = []
@@ -515,7 +515,7 @@ def test_a_threads_two_messages_in_one_delivery_keep_the_newests_as_stored(
 def test_a_records_arrival_left_to_its_ts_is_read_by_the_floors_scripts(
     clocked: Bus, clock: ManualClock, age_days: int
 ) -> None:
-    # A record keeps no "at" when it is its message's ts (bus.kept.keep_record): the
+    # A record keeps no "at" when it is its message's ts (bus.store.packing.keep_record): the
     # expiry (expire.lua) and the floor's sweep (floor_sweep.lua) read the ts instead.
     bus = clocked
     store, k = bus.store, bus.store.k
@@ -545,16 +545,18 @@ def test_a_compaction_tick_goes_on_to_the_next_chunk_only_within_its_budget(
 ) -> None:
     # A pass of hundreds of sessions in one tick held the tick (and the wakes due
     # meanwhile) for ~300 ms: chunks go on only while the tick's budget lasts.
-    monkeypatch.setattr(compact, "CHUNK", 1)
+    monkeypatch.setattr(compaction, "CHUNK", 1)
     store = bus.store
     for sid in ("b1", "b2", "b3"):
         bus.open_session(sid)
     seen: list[list[str]] = []
-    real = compact.compact_sessions
+    real = compaction.compact_sessions
     monkeypatch.setattr(
-        compact, "compact_sessions", lambda st, sids, q: (seen.append(sids), real(st, sids, q))[1]
+        compaction,
+        "compact_sessions",
+        lambda st, sids, q: (seen.append(sids), real(st, sids, q))[1],
     )
-    monkeypatch.setattr(compact, "BUDGET_S", 3600.0)
+    monkeypatch.setattr(compaction, "BUDGET_S", 3600.0)
     compact_all(store)  # within the budget: the whole pass in one tick
     assert sorted(s for chunk in seen for s in chunk) == ["b1", "b2", "b3"]
     assert all(len(chunk) == 1 for chunk in seen)
@@ -565,19 +567,21 @@ def test_a_compaction_pass_waits_its_gap_between_ticks(
 ) -> None:
     # The scheduler ticks every few ms while wakes fall due: the pass takes a chunk at
     # most every GAP_S, not one a tick.
-    monkeypatch.setattr(compact, "CHUNK", 1)
-    monkeypatch.setattr(compact, "BUDGET_S", 0.0)
-    monkeypatch.setattr(compact, "GAP_S", 3600.0)
+    monkeypatch.setattr(compaction, "CHUNK", 1)
+    monkeypatch.setattr(compaction, "BUDGET_S", 0.0)
+    monkeypatch.setattr(compaction, "GAP_S", 3600.0)
     for sid in ("g1", "g2"):
         bus.open_session(sid)
     seen: list[list[str]] = []
-    real = compact.compact_sessions
+    real = compaction.compact_sessions
     monkeypatch.setattr(
-        compact, "compact_sessions", lambda st, sids, q: (seen.append(sids), real(st, sids, q))[1]
+        compaction,
+        "compact_sessions",
+        lambda st, sids, q: (seen.append(sids), real(st, sids, q))[1],
     )
     compact_all(bus.store)
     compact_all(bus.store)  # the next tick, within the gap: nothing
     assert len(seen) == 1
-    monkeypatch.setattr(compact, "_next", {})  # the gap over
+    monkeypatch.setattr(compaction, "_next", {})  # the gap over
     compact_all(bus.store)
     assert sorted(s for chunk in seen for s in chunk) == ["g1", "g2"]

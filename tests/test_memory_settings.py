@@ -1,4 +1,4 @@
-"""The server memory settings the scheduler keeps (bus.memory), on stock servers of the
+"""The server memory settings the scheduler keeps (bus.store.server_memory), on stock servers of the
 test's own: set where the default is in force, the operator's own value kept, a server
 refusing CONFIG said in ``inbox status``; and what an idle session then costs."""
 
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from bus import memory
 from bus.api import Bus
-from bus.compact import compact_sessions
-from bus.dispatch import RecordingDispatcher
-from bus.embedded import free_port, server_binary
-from bus.memory import WANTED, Wanted, plan, worst
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.delivery.dispatch import RecordingDispatcher
+from bus.ops.embedded import free_port, server_binary
+from bus.store import server_memory
+from bus.store.compaction import compact_sessions
+from bus.store.server_memory import WANTED, Wanted, plan, worst
 from tests.conftest import wait_for
 
 STREAM = WANTED[0]
@@ -106,14 +106,14 @@ def test_the_defaults_are_set_and_status_says_so(stock: Callable[..., str], tmp_
     url = stock()
     bus = _bus(url, tmp_path)
     assert bus.status()["memory_settings"] == {}  # not checked yet
-    out = memory.keep(bus.store)
+    out = server_memory.keep(bus.store)
     assert {name: row["state"] for name, row in out.items()} == {
         "stream-node-max-bytes": "set",
         "hash-max-listpack-value": "set",
     }
     assert _config(url, "stream-node-max-bytes") == "1024"
     assert _config(url, "hash-max-listpack-value") == "1024"
-    again = memory.keep(bus.store)
+    again = server_memory.keep(bus.store)
     assert {row["state"] for row in again.values()} == {"ok"}
     status = bus.status()["memory_settings"]
     assert status["stream-node-max-bytes"]["state"] == "ok"
@@ -123,7 +123,7 @@ def test_the_defaults_are_set_and_status_says_so(stock: Callable[..., str], tmp_
 def test_an_operators_own_value_is_kept(stock: Callable[..., str], tmp_path: Path) -> None:
     url = stock("--stream-node-max-bytes", "2048")
     bus = _bus(url, tmp_path)
-    out = memory.keep(bus.store)
+    out = server_memory.keep(bus.store)
     assert out["stream-node-max-bytes"]["state"] == "kept"
     assert "own value is kept" in out["stream-node-max-bytes"]["why"]
     assert _config(url, "stream-node-max-bytes") == "2048"
@@ -135,7 +135,7 @@ def test_a_server_refusing_config_is_said_in_status(
 ) -> None:
     url = stock("--rename-command", "CONFIG", "")
     bus = _bus(url, tmp_path)
-    memory.keep(bus.store)
+    server_memory.keep(bus.store)
     status = bus.status()["memory_settings"]
     for name in ("stream-node-max-bytes", "hash-max-listpack-value"):
         assert status[name]["state"] == "refused"
@@ -146,7 +146,7 @@ def test_a_server_refusing_config_is_said_in_status(
 def test_switched_off_the_server_is_left_alone(stock: Callable[..., str], tmp_path: Path) -> None:
     url = stock()
     bus = _bus(url, tmp_path, memory_settings=False)
-    out = memory.keep(bus.store, enabled=bus.settings.memory_settings)
+    out = server_memory.keep(bus.store, enabled=bus.settings.memory_settings)
     assert {row["state"] for row in out.values()} == {"off"}
     assert _config(url, "stream-node-max-bytes") == "4096"
 
@@ -156,7 +156,7 @@ def test_an_idle_session_costs_at_most_2_kb_on_a_stock_server_the_bus_set(
 ) -> None:
     url = stock()
     bus = _bus(url, tmp_path, send_rate=0.0)
-    memory.keep(bus.store)
+    server_memory.keep(bus.store)
     r = bus.store.r
 
     def usage() -> int:
@@ -179,16 +179,16 @@ def test_an_idle_session_costs_at_most_2_kb_on_a_stock_server_the_bus_set(
 def test_every_node_of_a_stock_cluster_gets_the_settings(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from bus.embedded import EmbeddedCluster, free_cluster_ports
+    from bus.ops.embedded import EmbeddedCluster, free_cluster_ports
 
     with EmbeddedCluster(tmp_path / "c", free_cluster_ports(3), memory_args=False) as cluster:
         bus = _bus(cluster.url, tmp_path)
         bus = Bus(replace(bus.settings, redis_cluster=True), dispatcher=RecordingDispatcher())
-        out = memory.keep(bus.store)
+        out = server_memory.keep(bus.store)
         assert {row["state"] for row in out.values()} == {"set"}
         for port in cluster.ports:
             assert _config(f"redis://127.0.0.1:{port}/0", "stream-node-max-bytes") == "1024"
             assert _config(f"redis://127.0.0.1:{port}/0", "hash-max-listpack-value") == "1024"
-        again = memory.keep(bus.store)
+        again = server_memory.keep(bus.store)
         assert again["stream-node-max-bytes"] == {"want": 1024, "state": "ok", "found": [1024]}
         assert bus.status()["memory_settings"]["hash-max-listpack-value"]["state"] == "ok"

@@ -10,7 +10,7 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bus.api import Bus
-from bus.metrics import Metrics, RedisCollector, counter_field, parse_field
+from bus.telemetry.metrics import Metrics, RedisCollector, counter_field, parse_field
 
 
 def exposition(b: Bus) -> str:

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from bus import schemas
-from bus.errors import BadInput
-from bus.models import Message, parse_message
+from bus.core.errors import BadInput
+from bus.core.models import Message, parse_message
+from bus.ops import schemas
 
 BASE: dict[str, Any] = {"from": "neo:sip", "to_id": "s1", "text": "look at the diff"}
 
@@ -78,7 +78,7 @@ def test_prox_line_round_trips() -> None:
 
 
 def test_schema_files_match_the_models() -> None:
-    assert schemas.stale() == [], "run: python -m bus.schemas"
+    assert schemas.stale() == [], "run: python -m bus.ops.schemas"
 
 
 def test_schema_check_fails_when_a_file_drifts(tmp_path: Any) -> None:
@@ -91,7 +91,7 @@ def test_schema_check_fails_when_a_file_drifts(tmp_path: Any) -> None:
 
 def test_what_the_bus_answers_matches_the_exported_models(bus: Any, tmp_path: Any) -> None:
     """The wire shapes the surfaces print are the models' (extra fields refused)."""
-    from bus.models import DecisionAnswer, NoticeLine, ReadInbox, ThreadRow, ThreadView
+    from bus.core.models import DecisionAnswer, NoticeLine, ReadInbox, ThreadRow, ThreadView
 
     bus.open_session("alice")
     bus.open_session("bob")

@@ -1,6 +1,6 @@
 import pytest
 
-from bus.notices import (
+from bus.core.notices import (
     ThreadSummary,
     merge,
     notice_line,
@@ -254,7 +254,7 @@ def test_a_summary_as_json_is_every_field_as_asdict_gives_it() -> None:
     left out of it fails here."""
     import dataclasses
 
-    from bus.notices import ThreadSummary
+    from bus.core.notices import ThreadSummary
 
     s = ThreadSummary(
         thread="t1",

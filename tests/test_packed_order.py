@@ -11,9 +11,9 @@ import pytest
 import redis
 
 from bus.api import Bus
-from bus.dispatch import RecordingDispatcher
-from bus.embedded import EmbeddedRedis
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.delivery.dispatch import RecordingDispatcher
+from bus.ops.embedded import EmbeddedRedis
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Pictures read from a sandbox root (bus/pictures.py, SPEC section 8)."""
+"""Pictures read from a sandbox root (bus/services/pictures.py, SPEC section 8)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import filetype
 import pytest
 from PIL import Image
 
-from bus import pictures
-from bus.errors import BadInput
-from bus.models import FileRef
-from bus.pictures import MAX_PICTURES, Picture, read_pictures, safe_name, store_picture
+from bus.core.errors import BadInput
+from bus.core.models import FileRef
+from bus.services import pictures
+from bus.services.pictures import MAX_PICTURES, Picture, read_pictures, safe_name, store_picture
 
 
 def _chunk(kind: bytes, body: bytes) -> bytes:

@@ -2,7 +2,7 @@ from dataclasses import replace
 
 import pytest
 
-from bus.policy import InboxView, Plan, WakeFacts, decide, floor_times, is_first_work, may_wake
+from bus.core.policy import InboxView, Plan, WakeFacts, decide, floor_times, is_first_work, may_wake
 
 BASE = WakeFacts(
     msg_class="action",

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.clock import ManualClock
-from bus.errors import NotFound
-from bus.models import now_ms
-from bus.receipts import receipt_ttl_ms
-from bus.settings import Settings
-from bus.store_inbox import IDS_KEEP_MS
-from bus.store_receipts import receipt_hash
+from bus.core.clock import ManualClock
+from bus.core.errors import NotFound
+from bus.core.models import now_ms
+from bus.core.settings import Settings
+from bus.delivery.receipts import receipt_ttl_ms
+from bus.store.inbox import IDS_KEEP_MS
+from bus.store.receipts import receipt_hash
 from tests.test_http import Gateway, gateway  # noqa: F401  (the fixture)
 from tests.test_mcp import anyio_backend, call, mcp_client, ok  # noqa: F401
 from tests.test_receipts import inbox, pair, send

@@ -12,27 +12,27 @@ from typing import Any
 
 import pytest
 
-from bus import scheduler
 from bus.api import Bus
-from bus.auth import SCOPE_READ, SCOPE_WRITE, issue
-from bus.clock import ManualClock
-from bus.errors import BadInput, NotFound, Refused, Unauthorized
-from bus.models import now_ms
-from bus.receipts import (
+from bus.core.clock import ManualClock
+from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
+from bus.core.models import now_ms
+from bus.core.settings import Settings
+from bus.delivery import scheduler
+from bus.delivery.receipts import (
     drained_ids,
     from_records,
     is_reached,
     receipt_state,
     recipient_state,
 )
-from bus.settings import Settings
+from bus.trust.tokens import SCOPE_READ, SCOPE_WRITE, issue
 from tests.conftest import WorkerProcess, wait_for
 from tests.test_http import Gateway, gateway  # noqa: F401  (the fixture)
 from tests.test_inbox_live import celery_bus
 from tests.test_mcp import anyio_backend, call, error_text, mcp_client, ok  # noqa: F401
 
 HOUR_MS = 3600 * 1000
-CLI = (sys.executable, "-m", "bus.cli")
+CLI = (sys.executable, "-m", "bus.surfaces.cli.app")
 
 # -- pure rules ---------------------------------------------------------------------------------
 

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 import redis
 
-from bus import liveness
 from bus.api import Bus
-from bus.embedded import EmbeddedRedis
-from bus.lease import Lease
-from bus.listen import Listener
-from bus.outage import Outage
-from bus.procs import WorkerProcess
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.delivery.lease import Lease
+from bus.ops.embedded import EmbeddedRedis
+from bus.ops.procs import WorkerProcess
+from bus.store.outage_log import Outage
+from bus.surfaces.listener import Listener
+from bus.telemetry import liveness
 from tests.conftest import _free_port, wait_for
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
@@ -124,7 +124,7 @@ def test_a_worker_keeps_a_heartbeat_with_its_host_and_queue_depth(
     assert bus.status()["workers"][0]["name"] == "hosta"
     from fastapi.testclient import TestClient
 
-    from bus.http import create_app
+    from bus.surfaces.http.gateway import create_app
 
     with TestClient(create_app(bus), base_url="http://127.0.0.1") as client:
         health = client.get("/health").json()
@@ -141,7 +141,7 @@ def test_a_worker_killed_while_holding_a_delivery_is_taken_over_when_its_lease_l
     bus = celery_bus(s)
     # As deployed: the scheduler runs too (it kicks a handed-off session when the lease
     # of a holder that never came back runs out).
-    from bus.scheduler import run as run_scheduler
+    from bus.delivery.scheduler import run as run_scheduler
 
     stop = threading.Event()
     sched_bus = Bus(s, dispatcher=CeleryDispatcher(make_app(s)))
@@ -179,7 +179,7 @@ def test_a_worker_killed_while_holding_a_delivery_is_taken_over_when_its_lease_l
 def test_a_message_after_a_redis_restart_is_heard_without_waiting_out_a_lock(
     tmp_path: Path, settings: Settings, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    from bus.scheduler import run as run_scheduler
+    from bus.delivery.scheduler import run as run_scheduler
 
     port = _free_port()
     server = EmbeddedRedis(tmp_path / "r.sock", tmp_path / "rdata", port=port).start()

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from bus.connection import redis_client
-from bus.embedded import EmbeddedRedis, free_port
-from bus.settings import Settings
-from bus.unavailable import down_message
+from bus.core.settings import Settings
+from bus.ops.embedded import EmbeddedRedis, free_port
+from bus.store.connection import redis_client
+from bus.store.redis_errors import down_message
 
 
 def inbox(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bus.cli", *args],
+        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bus.cli import main
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.surfaces.cli.app import main
 
 NO_REDIS = {"INBOX_REDIS_URL": "redis://127.0.0.1:1/0"}
 BAD_SETTING = {"INBOX_WAKE_DEBOUNCE_S": "soon"}
@@ -113,7 +113,7 @@ def test_every_command_refuses_in_one_shape(
 def test_every_command_has_a_case() -> None:
     import typer.main
 
-    from bus.cli import app
+    from bus.surfaces.cli.app import app
 
     def leaves(group: object, prefix: str = "") -> set[str]:
         names = set()
@@ -132,7 +132,7 @@ def test_every_command_has_a_case() -> None:
 def test_help_speaks_this_projects_terms(capsys: pytest.CaptureFixture[str]) -> None:
     import typer.main
 
-    from bus.cli import app
+    from bus.surfaces.cli.app import app
 
     def helps(cmd: object) -> list[str]:
         out = [str(getattr(cmd, "help", "") or "")]

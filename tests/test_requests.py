@@ -1,4 +1,4 @@
-"""Typed request threads against real Redis (bus/requests.py, SPEC section 7)."""
+"""Typed request threads against real Redis (bus/services/typed_requests.py, SPEC section 7)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from bus import decisions
 from bus.api import Bus
-from bus.errors import BadInput, BusError, NotFound, Refused
-from bus.requests import decide, open_request, request_state
+from bus.core import decisions
+from bus.core.errors import BadInput, BusError, NotFound, Refused
+from bus.services.typed_requests import decide, open_request, request_state
 
 W1 = {"start": "2030-01-02T10:00:00+00:00", "end": "2030-01-02T11:00:00+00:00"}
 W2 = {"start": "2030-01-03T10:00:00+00:00", "end": "2030-01-03T11:00:00+00:00", "tz_hint": "UTC"}
@@ -87,7 +87,7 @@ def test_meeting_negotiated_to_confirmed(pair: Bus) -> None:
     assert env["decision"] == "counter" and env["new_state"] == "OFFERED"
     assert env["windows"][1]["tz_hint"] == "UTC"
     # The notice reached alice's inbox under the envelope's id, and a decision wakes.
-    [rec] = b.store.records("alice", [out["envelope_id"]])  # kept compact (bus/kept.py)
+    [rec] = b.store.records("alice", [out["envelope_id"]])  # kept compact (bus/store/packing.py)
     assert rec["kind"] == "decision" and rec["wakes"] is True
     assert "decided counter" in rec["m"]["text"]
 

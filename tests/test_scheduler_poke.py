@@ -1,4 +1,4 @@
-"""A sleeping scheduler wakes for an entry due soon (bus.scheduler, issue 13's wake
+"""A sleeping scheduler wakes for an entry due soon (bus.delivery.scheduler, issue 13's wake
 lateness): it sleeps up to ``max_sleep_s`` between ticks, so without the poke an entry
 scheduled less than that ahead of its time waited for the end of the sleep."""
 
@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-from bus import scheduler
 from bus.api import Bus
-from bus.models import now_ms
-from bus.store_delivery import POKE_WITHIN_MS
+from bus.core.models import now_ms
+from bus.delivery import scheduler
+from bus.store.delivery import POKE_WITHIN_MS
 from tests.conftest import wait_for
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from bus.api import Bus
-from bus.models import SessionInfo
+from bus.core.models import SessionInfo
 
 
 def readers(bus: Bus, sid: str) -> list[Callable[[], SessionInfo | None]]:
@@ -85,7 +85,7 @@ def test_a_prompt_no_longer_waiting_goes_from_the_record(bus: Bus) -> None:
 
 
 def test_opening_a_session_on_this_host_makes_its_empty_queue_file(bus: Bus) -> None:
-    # Its first notice then appends to a file that exists (bus.floor.Floor.prepare).
+    # Its first notice then appends to a file that exists (bus.delivery.floor.Floor.prepare).
     bus.open_session("here", host=bus.settings.host)
     queue = bus.floor.session_dir("here") / "messages.jsonl"
     assert queue.exists() and queue.stat().st_size == 0

@@ -10,15 +10,15 @@ import sys
 import pytest
 
 from bus.api import Bus
-from bus.errors import BadInput, NotFound
-from bus.models import parse_message
-from bus.settings import Settings
+from bus.core.errors import BadInput, NotFound
+from bus.core.models import parse_message
+from bus.core.settings import Settings
 
 
 def inbox(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**settings.child_env(), "INBOX_DISPATCHER": "none"}
     return subprocess.run(
-        [sys.executable, "-m", "bus.cli", *args],
+        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from bus.stamp import is_anonymous, render_raw, render_stamp
+from bus.core.stamp import is_anonymous, render_raw, render_stamp
 
 UTC = ZoneInfo("UTC")
 TS = 1790186280000  # 2026-09-23 17:58 UTC

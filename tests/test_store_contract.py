@@ -1,4 +1,4 @@
-"""The storage contract (bus/store.py's docstrings), held against every backend.
+"""The storage contract (bus/store/store.py's docstrings), held against every backend.
 
 Each test runs on a standalone Redis and on a real 3-master Redis Cluster (started once
 per session, see ``redis_cluster_url``). Sessions are spread over many slots, so the
@@ -16,12 +16,12 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from bus.cluster import OrderedBatch, cluster_client, read_streams
-from bus.errors import Unavailable
-from bus.keys import Keys
-from bus.models import SessionInfo
-from bus.store import Store
-from bus.store_many import SweepView
+from bus.core.errors import Unavailable
+from bus.core.models import SessionInfo
+from bus.store.cluster import OrderedBatch, cluster_client, read_streams
+from bus.store.keys import Keys
+from bus.store.many import SweepView
+from bus.store.store import Store
 
 SIDS = [f"s{i}" for i in range(12)]
 
@@ -101,7 +101,7 @@ def test_append_stores_an_id_once_and_dispatches_once(store: Store) -> None:
     )
     # Another id while the dispatch flag is up: stored, no dispatch.
     assert store.append("s1", "m-2", json.dumps({"id": "m-2"}), '{"n": 3}')[0::2] == (True, False)
-    # Restored whole (bus/kept.py): what the key says (the id, ok, duplicate) comes back.
+    # Restored whole (bus/store/packing.py): what the key says (the id, ok, duplicate) comes back.
     whole = {"ok": True, "id": "m-1", "n": 1, "duplicate": False}
     assert store.first_answer("s1", "m-1") == whole
     assert store.first_answers("s1", ["m-2", "nope"]) == [{**whole, "id": "m-2", "n": 3}, None]
@@ -254,7 +254,7 @@ def test_reading_many_streams_answers_each_after_its_position(store: Store) -> N
     assert read_streams(store.r, latest, count=10, block_ms=50, stop=threading.Event()) == []
 
 
-# -- the inbox, thread, member and item side (bus/store_inbox.py, bus/store_items.py) ------
+# -- the inbox, thread, member and item side (bus/store/inbox.py, bus/store/items.py) ------
 
 
 def test_inbox_and_thread_reads_of_missing_things_answer_empty(store: Store) -> None:
@@ -377,8 +377,8 @@ def test_receipt_reads_answer_in_order_and_missing_reads_empty(store: Store) -> 
 
 
 def test_every_script_loads_whole_and_every_part_is_included() -> None:
-    # A step two scripts run is written once (bus/lua/parts); Redis gets plain scripts.
-    from bus.store import LUA_DIR, lua_source
+    # A step two scripts run is written once (bus/store/lua/parts); Redis gets plain scripts.
+    from bus.store.store import LUA_DIR, lua_source
 
     used: set[str] = set()
     for path in sorted(LUA_DIR.glob("*.lua")):

@@ -15,11 +15,11 @@ import pytest
 import redis
 
 from bus.api import Bus
-from bus.dispatch import NullDispatcher
-from bus.keys import Keys
-from bus.liveness import host_queue
-from bus.settings import Settings
-from bus.supervise import AlreadyRunning, Child, HomeLock, Supervisor
+from bus.core.settings import Settings
+from bus.delivery.dispatch import NullDispatcher
+from bus.ops.supervise import AlreadyRunning, Child, HomeLock, Supervisor
+from bus.store.keys import Keys
+from bus.telemetry.liveness import host_queue
 from tests.conftest import REPO, wait_for
 
 
@@ -44,7 +44,7 @@ def _up(home: Path, prefix: str) -> subprocess.Popen[str]:
         }
     )
     return subprocess.Popen(
-        [sys.executable, "-m", "bus.cli", "up", "--concurrency", "1"],
+        [sys.executable, "-m", "bus.surfaces.cli.app", "up", "--concurrency", "1"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

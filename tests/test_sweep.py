@@ -1,4 +1,4 @@
-"""The scheduler's backlog sweep in chunks (bus.scheduler): what it reads of a session in
+"""The scheduler's backlog sweep in chunks (bus.delivery.scheduler): what it reads of a session in
 one round trip matches the one-session reads, its rule is a pure table, and due entries
 are taken between its chunks (a wake due while a long sweep runs is not held to its end)."""
 
@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from bus import scheduler
 from bus.api import Bus
-from bus.clock import ManualClock
-from bus.models import SessionInfo
-from bus.scheduler import needs_delivery, sweep_backlogs, tick
-from bus.store_many import SweepView, stream_id_after
+from bus.core.clock import ManualClock
+from bus.core.models import SessionInfo
+from bus.delivery import scheduler
+from bus.delivery.scheduler import needs_delivery, sweep_backlogs, tick
+from bus.store.many import SweepView, stream_id_after
 
 
 @pytest.mark.parametrize(

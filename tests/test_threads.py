@@ -2,8 +2,8 @@ import re
 
 import pytest
 
-from bus.models import THREAD_ID_PATTERN
-from bus.threads import pr_in_first_line, thread_id, thread_key, thread_label
+from bus.core.models import THREAD_ID_PATTERN
+from bus.core.threads import pr_in_first_line, thread_id, thread_key, thread_label
 
 
 @pytest.mark.parametrize(

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from bus import items
 from bus.api import Bus
-from bus.auth import SCOPE_OPERATOR, SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
-from bus.errors import Refused, Unauthorized
-from bus.http import create_app
-from bus.settings import Settings
+from bus.core.errors import Refused, Unauthorized
+from bus.core.settings import Settings
+from bus.services import items
+from bus.surfaces.http.gateway import create_app
+from bus.trust.tokens import SCOPE_OPERATOR, SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
 from tests.conftest import settings_env
 from tests.test_attacks import png
 from tests.test_attacks_gateway import Server
@@ -161,7 +161,7 @@ def test_a_session_token_acts_only_as_its_session(world: tuple[Bus, str, str]) -
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bus.cli", *args],
+        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
         env=env,
         capture_output=True,
         text=True,

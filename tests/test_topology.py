@@ -1,5 +1,5 @@
 """compose/: the docker-compose file (parsed, as no Docker engine runs here) and the same
-topology as local processes (bus/topology.py, compose/local.py), end to end."""
+topology as local processes (bus/ops/topology.py, compose/local.py), end to end."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import redis
 import yaml
 
-from bus.topology import Topology, start_topology
+from bus.ops.topology import Topology, start_topology
 from tests.conftest import wait_for
 
 COMPOSE = Path(__file__).resolve().parent.parent / "compose"
@@ -74,7 +74,7 @@ def test_compose_file() -> None:
 
 def cli(topo: Topology, host: str, *args: str) -> dict[str, object]:
     done = subprocess.run(
-        [sys.executable, "-m", "bus.cli", *args],
+        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
         env=topo.env_for(host),
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""Pure trust rules (bus/trust.py, bus/guard.py) and label rendering properties."""
+"""Pure trust rules (bus/trust/rules.py, bus/surfaces/http/front_door.py) and label rendering properties."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bus.guard import Rule, refusal, rule_for
-from bus.notices import ThreadSummary, render_notice
-from bus.stamp import render_stamp
-from bus.text import is_format_char, one_line, sanitize_label, strip_format
-from bus.trust import (
+from bus.core.notices import ThreadSummary, render_notice
+from bus.core.stamp import render_stamp
+from bus.core.text import is_format_char, one_line, sanitize_label, strip_format
+from bus.surfaces.http.front_door import Rule, refusal, rule_for
+from bus.trust.rules import (
     allowed_hosts,
     handle_problem,
     host_allowed,

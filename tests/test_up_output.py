@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bus.supervise import HomeLock
+from bus.ops.supervise import HomeLock
 from tests.conftest import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ def test_inbox_up_says_what_runs_and_stops_clean(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INBOX_")}
     env.update({"INBOX_HOME": str(home), "INBOX_HOST": "uphost", "PYTHONPATH": str(REPO)})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bus.cli", "up", "--concurrency", "1"],
+        [sys.executable, "-m", "bus.surfaces.cli.app", "up", "--concurrency", "1"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.dispatch import deliver_many
-from bus.scheduler import tick
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.delivery.dispatch import deliver_many
+from bus.delivery.scheduler import tick
 from tests.conftest import WorkerProcess, wait_for
 from tests.test_inbox_live import Scheduler, celery_bus, events
 from workers.dispatch import MANY_CHUNK, CeleryDispatcher

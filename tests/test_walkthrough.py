@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bus.settings import Settings
+from bus.core.settings import Settings
 from tests.conftest import settings_env
 
 
@@ -26,7 +26,7 @@ def inbox(settings: Settings):  # type: ignore[no-untyped-def]
     def run(*args: str, session: str | None = None, code: int = 0) -> dict:  # type: ignore[type-arg]
         e = dict(env, **({"INBOX_SESSION": session} if session else {}))
         out = subprocess.run(
-            [sys.executable, "-m", "bus.cli", *args],
+            [sys.executable, "-m", "bus.surfaces.cli.app", *args],
             env=e,
             capture_output=True,
             text=True,
@@ -246,7 +246,7 @@ def test_five_minutes_as_written(
     import threading
 
     from bus.api import Bus
-    from bus.scheduler import run as run_scheduler
+    from bus.delivery.scheduler import run as run_scheduler
     from workers.app import make_app
     from workers.dispatch import CeleryDispatcher
 
@@ -304,7 +304,7 @@ def test_receipts_as_written(
     import threading
 
     from bus.api import Bus
-    from bus.scheduler import run as run_scheduler
+    from bus.delivery.scheduler import run as run_scheduler
     from workers.app import make_app
     from workers.dispatch import CeleryDispatcher
 

@@ -11,7 +11,7 @@ from typing import Any
 from rich.table import Table
 
 from bus.api import Bus
-from bus.watch import render_top, run_watch, subscribe, top_rows
+from bus.services.watch import render_top, run_watch, subscribe, top_rows
 
 
 def send(b: Bus, to: str, text: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.settings import Settings
+from bus.core.settings import Settings
 from tests.conftest import WorkerProcess, wait_for
 from tests.test_inbox_live import Scheduler, celery_bus, events
 from tests.web_support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Served, chart_png, cli, free_port

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from bus import auth
 from bus.api import Bus
-from bus.errors import BadInput, Refused, Unauthorized
-from bus.http import create_app
-from bus.settings import Settings
-from bus.web.guard import MAX_FORM_BYTES, _origin, is_loopback
-from bus.web.permission import decide
+from bus.core.errors import BadInput, Refused, Unauthorized
+from bus.core.settings import Settings
+from bus.surfaces.http.gateway import create_app
+from bus.surfaces.web.page_gate import MAX_FORM_BYTES, _origin, is_loopback
+from bus.surfaces.web.permission import decide
+from bus.trust import tokens
 from tests.test_pictures import JPEG, png_bytes
 
 SECRET = "gate-test-secret"
@@ -71,20 +71,20 @@ def test_origins_compare_scheme_and_host() -> None:
 
 
 def test_operator_tokens_carry_only_the_operator_scope_and_open_no_api() -> None:
-    token = auth.issue(SECRET, operator="root", scopes=[auth.SCOPE_OPERATOR])
-    claims = auth.verify(SECRET, token)
-    assert claims.actor == "operator:root" and claims.scopes == {auth.SCOPE_OPERATOR}
+    token = tokens.issue(SECRET, operator="root", scopes=[tokens.SCOPE_OPERATOR])
+    claims = tokens.verify(SECRET, token)
+    assert claims.actor == "operator:root" and claims.scopes == {tokens.SCOPE_OPERATOR}
     with pytest.raises(Unauthorized):
-        auth.require(claims, auth.SCOPE_WRITE)
+        tokens.require(claims, tokens.SCOPE_WRITE)
     for kw in (
-        {"operator": "root", "scopes": [auth.SCOPE_OPERATOR, auth.SCOPE_WRITE]},
-        {"operator": "root", "scopes": [auth.SCOPE_READ]},
-        {"member": "acme/luke", "scopes": [auth.SCOPE_OPERATOR]},
-        {"operator": "has space", "scopes": [auth.SCOPE_OPERATOR]},
-        {"operator": "root", "member": "acme/luke", "scopes": [auth.SCOPE_OPERATOR]},
+        {"operator": "root", "scopes": [tokens.SCOPE_OPERATOR, tokens.SCOPE_WRITE]},
+        {"operator": "root", "scopes": [tokens.SCOPE_READ]},
+        {"member": "acme/luke", "scopes": [tokens.SCOPE_OPERATOR]},
+        {"operator": "has space", "scopes": [tokens.SCOPE_OPERATOR]},
+        {"operator": "root", "member": "acme/luke", "scopes": [tokens.SCOPE_OPERATOR]},
     ):
         with pytest.raises(BadInput):
-            auth.issue(SECRET, **kw)  # type: ignore[arg-type]
+            tokens.issue(SECRET, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -98,7 +98,7 @@ def secured(make_bus: Callable[..., Bus]) -> Bus:
 def test_a_member_link_is_for_an_active_member_and_expires(secured: Bus) -> None:
     link = secured.member_link("acme/luke")
     assert link["url"] == f"https://inbox.example/ui/login?token={link['token']}"
-    claims = auth.verify(SECRET, link["token"])
+    claims = tokens.verify(SECRET, link["token"])
     assert claims.actor == "member:acme/luke" and claims.exp is not None
     assert secured.member_link("acme/luke", ttl_s=60)["exp"] <= claims.iat + 60 + 5
     with pytest.raises(Refused):
@@ -120,8 +120,8 @@ def test_a_member_link_needs_the_secret(bus: Bus) -> None:
 @pytest.fixture
 def item_with_picture(secured: Bus, tmp_path: Path) -> Bus:
     """Session agent (acme) with item deploy:prod carrying "shot.png", whose bytes are a JPEG."""
-    token = secured.issue_token(session="agent", scopes=[auth.SCOPE_WRITE])["token"]
-    luke = auth.issue(SECRET, member="acme/luke", scopes=[auth.SCOPE_READ])
+    token = secured.issue_token(session="agent", scopes=[tokens.SCOPE_WRITE])["token"]
+    luke = tokens.issue(SECRET, member="acme/luke", scopes=[tokens.SCOPE_READ])
     secured.open_session("agent", workspace="acme", starter="luke", token=luke)
     secured.item_post("agent", "deploy:prod", title="Deploy?", token=token)
     (tmp_path / "shot.png").write_bytes(JPEG)
@@ -258,13 +258,13 @@ def test_the_cli_refuses_a_link_for_a_non_member_and_a_token_without_scopes(
     import sys
     from dataclasses import replace
 
-    from bus.settings import SOURCE_ROOT
+    from bus.core.settings import SOURCE_ROOT
 
     env = replace(settings, secret=SECRET).child_env()
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "bus.cli", *args],
+            [sys.executable, "-m", "bus.surfaces.cli.app", *args],
             env=env,
             cwd=str(SOURCE_ROOT),
             capture_output=True,
@@ -279,7 +279,7 @@ def test_the_cli_refuses_a_link_for_a_non_member_and_a_token_without_scopes(
     assert bare.returncode == 2 and "--scopes" in bare.stderr
     op = run("token", "issue", "--operator", "root")
     assert op.returncode == 0
-    assert json.loads(op.stdout)["scopes"] == [auth.SCOPE_OPERATOR]
+    assert json.loads(op.stdout)["scopes"] == [tokens.SCOPE_OPERATOR]
 
 
 @pytest.mark.parametrize(
@@ -304,7 +304,7 @@ def test_the_cli_refuses_a_link_for_a_non_member_and_a_token_without_scopes(
     ],
 )
 def test_items_list_open_first_then_newest(rows: list[dict], order: list[str]) -> None:
-    from bus.items import order_items
+    from bus.services.items import order_items
 
     assert [r["key"] for r in order_items(rows)] == order
 
@@ -355,7 +355,7 @@ def test_the_live_stream_ends_in_time_and_resumes_after_its_last_event_id(
 
     import httpx
 
-    from bus.web import app as web_app
+    from bus.surfaces.web import app as web_app
     from tests.web_support import Served, free_port
 
     monkeypatch.setattr(web_app, "STREAM_LIFETIME_S", 1.0)

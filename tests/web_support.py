@@ -17,8 +17,8 @@ from typing import Any
 import uvicorn
 
 from bus.api import Bus
-from bus.http import create_app
-from bus.settings import SOURCE_ROOT, Settings
+from bus.core.settings import SOURCE_ROOT, Settings
+from bus.surfaces.http.gateway import create_app
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -71,7 +71,7 @@ def cli(s: Settings, *args: str, token: str | None = None) -> dict[str, Any]:
     if token:
         env["INBOX_TOKEN"] = token
     done = subprocess.run(
-        [sys.executable, "-m", "bus.cli", *args],
+        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
         env=env,
         cwd=str(SOURCE_ROOT),
         capture_output=True,

@@ -15,8 +15,8 @@ from celery import Celery
 from celery.worker.consumer import Consumer
 from kombu.transport import redis as kombu_redis
 
-from bus.liveness import SHARED_QUEUE, host_queue
-from bus.settings import Settings
+from bus.core.settings import Settings
+from bus.telemetry.liveness import SHARED_QUEUE, host_queue
 
 __all__ = ["SHARED_QUEUE", "app", "host_queue", "make_app"]
 

@@ -20,12 +20,12 @@ from celery.signals import (
 
 from bus import BusError, connect
 from bus.api import Bus
-from bus.batch import deliver_many as deliver_batch
-from bus.hostfloor import HostFloor, HostTaken, claim_floor
-from bus.kick import KickLoop
-from bus.liveness import Heartbeat
-from bus.outage import OUTAGE_ERRORS, Outage
-from bus.scheduler import tick as run_tick
+from bus.delivery.batch import deliver_many as deliver_batch
+from bus.delivery.kick_list import KickLoop
+from bus.delivery.scheduler import tick as run_tick
+from bus.store.outage_log import OUTAGE_ERRORS, Outage
+from bus.telemetry.host_floor import HostFloor, HostTaken, claim_floor
+from bus.telemetry.liveness import Heartbeat
 
 from .app import app
 from .dispatch import CeleryDispatcher
@@ -36,7 +36,7 @@ _beat: Heartbeat | None = None
 _outage = Outage("worker", log)
 _kick: KickLoop | None = None
 
-# Delivery loops per worker process with INBOX_KICK=list (bus.kick): each waits on the
+# Delivery loops per worker process with INBOX_KICK=list (bus.delivery.kick_list): each waits on the
 # host's kick list and runs one delivery at a time, so a few overlap their Redis waits.
 KICK_THREADS = 4
 
@@ -62,7 +62,7 @@ _floor: HostFloor | None = None
 
 @worker_init.connect
 def _claim_host(**_: Any) -> None:
-    """One host, one floor (bus.hostfloor): the host is claimed before any task is taken;
+    """One host, one floor (bus.telemetry.host_floor): the host is claimed before any task is taken;
     another floor's worker holding it ends this one with exit 5."""
     global _floor
     bus = get_bus()
@@ -96,7 +96,7 @@ def _stop_beating(**_: Any) -> None:
 @worker_process_init.connect
 def _start_kick_loop(**_: Any) -> None:
     """With ``INBOX_KICK=list``, each pool process runs delivery loops on the host's kick
-    list (bus.kick); Celery's ``inbox.deliver`` stays for the fallback and the sweeps."""
+    list (bus.delivery.kick_list); Celery's ``inbox.deliver`` stays for the fallback and the sweeps."""
     global _kick
     bus = get_bus()
     if bus.settings.kick == "list" and _kick is None:
@@ -126,7 +126,7 @@ def send(**fields: Any) -> dict[str, Any]:
 @app.task(name="inbox.deliver", bind=True, max_retries=None)
 def deliver(self: Task, sid: str) -> dict[str, Any]:
     """Deliver what is queued for one session of this host. When another delivery holds
-    the session it takes this one's work over (bus.handoff): no retry, no sleep."""
+    the session it takes this one's work over (bus.delivery.lock_handoff): no retry, no sleep."""
     return _deliver_one(get_bus(), sid)
 
 
@@ -134,7 +134,9 @@ def _deliver_one(bus: Bus, sid: str) -> dict[str, Any]:
     # Redis restarting: one log line per outage; the scheduler's sweep redoes the delivery
     # once it is back (nothing was taken that is not still in the stream).
     try:
-        report = bus.deliver_session(sid)  # its counters in one round trip (bus.handoff)
+        report = bus.deliver_session(
+            sid
+        )  # its counters in one round trip (bus.delivery.lock_handoff)
     except OUTAGE_ERRORS as exc:
         _outage.failed(exc)
         return {"ok": False, "error": "unavailable", "session": sid}
@@ -145,7 +147,7 @@ def _deliver_one(bus: Bus, sid: str) -> dict[str, Any]:
 @app.task(name="inbox.deliver_many")
 def deliver_many(sids: list[str]) -> list[dict[str, Any]]:
     """``inbox.deliver`` for many sessions of this host (the scheduler's due wakes, a
-    batch's receivers), delivered as one batch (bus.batch: a few round trips for the lot)."""
+    batch's receivers), delivered as one batch (bus.delivery.batch: a few round trips for the lot)."""
     bus = get_bus()
     try:
         reports = deliver_batch(bus, sids)

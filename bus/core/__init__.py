@@ -1,0 +1,8 @@
+"""The pure core: models, errors, ids, the clock, settings, and the rules.
+
+Wake policy (``policy``), typed-request rules (``decisions``), thread keying
+(``threads``), what the model reads (``stamp``, ``notices``, ``text``). No I/O beyond
+reading the environment and the clock.
+
+May import: the standard library and pydantic; nothing else of ``bus``.
+"""

@@ -1,0 +1,220 @@
+"""Settings, read from the environment (``INBOX_*``; the names are stable)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def _bool(value: str | None, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _float(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+
+
+def default_home(env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ) if env is None else env
+    if env.get("INBOX_HOME"):
+        return Path(env["INBOX_HOME"]).expanduser()
+    if env.get("SLAB_HOME"):
+        return Path(env["SLAB_HOME"]).expanduser()
+    return Path("~/.local/share/inbox").expanduser()
+
+
+def default_host() -> str:
+    return socket.gethostname().split(".")[0] or "localhost"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the bus reads from the environment, with their defaults."""
+
+    home: Path = field(default_factory=default_home)
+    host: str = field(default_factory=default_host)
+    redis_url: str | None = None
+    broker_url: str | None = None
+    redis_cluster: bool = False
+    broker_master_name: str | None = None
+    session: str | None = None
+    agent_inbox: bool = True
+    wake_debounce_s: float = 2.0
+    fyi_flush_s: float = 600.0
+    retry_s: float = 30.0
+    secret: str | None = None
+    token: str | None = None
+    key_prefix: str = "inbox"
+    lock_ttl_s: float = 3.0
+    visibility_timeout_s: float = 300.0
+    stream_keep: int = 1000
+    retain_messages: int = 500
+    stale_s: float = 3600.0
+    expire_s: float = 604800.0
+    # Where people open the web inbox (``inbox member link`` prints links under it).
+    ui_url: str = "http://127.0.0.1:5252"
+    # Trust bounds: Host names the gateway answers (empty: loopback names),
+    # a per-sender token bucket, a cap on a session's unread messages, and when an open
+    # session's harness counts as gone (its handle may then be taken).
+    allowed_hosts: tuple[str, ...] = ()
+    send_rate: float = 50.0
+    send_burst: float = 500.0
+    max_unread: int = 10000
+    # The bytes of pictures one session's items may keep in all (its agent's replies and
+    # its members' writes together); past it a write with pictures is refused.
+    max_picture_bytes: int = 512 * 1024 * 1024
+    # How a delivery is kicked: ``celery`` (a task on the host's queue) or
+    # ``list`` (the host's kick list, popped by a loop in each worker process; bus.delivery.kick_list).
+    kick: str = "list"
+    # The scheduler sets the server's memory settings where it allows (bus.store.server_memory).
+    memory_settings: bool = True
+    # A quiet session's events (its audit trail) are dropped once this old (bus.store.compaction).
+    events_keep_s: float = 30.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
+        env = dict(os.environ) if env is None else env
+        s = cls(
+            home=default_home(env),
+            host=env.get("INBOX_HOST") or default_host(),
+            redis_url=env.get("INBOX_REDIS_URL") or None,
+            broker_url=env.get("INBOX_BROKER_URL") or None,
+            redis_cluster=_bool(env.get("INBOX_REDIS_CLUSTER"), False),
+            broker_master_name=env.get("INBOX_BROKER_MASTER_NAME") or None,
+            session=env.get("INBOX_SESSION") or None,
+            agent_inbox=_bool(env.get("INBOX_AGENT_INBOX"), True),
+            wake_debounce_s=_float(env, "INBOX_WAKE_DEBOUNCE_S", 2.0),
+            fyi_flush_s=_float(env, "INBOX_FYI_FLUSH_S", 600.0),
+            retry_s=_float(env, "INBOX_RETRY_S", 30.0),
+            secret=env.get("INBOX_SECRET") or None,
+            token=env.get("INBOX_TOKEN") or None,
+            key_prefix=env.get("INBOX_KEY_PREFIX") or "inbox",
+            lock_ttl_s=_float(env, "INBOX_LOCK_TTL_S", 3.0),
+            visibility_timeout_s=_float(env, "INBOX_VISIBILITY_TIMEOUT_S", 300.0),
+            stale_s=_float(env, "INBOX_STALE_S", 3600.0),
+            expire_s=_float(env, "INBOX_EXPIRE_S", 604800.0),
+            ui_url=env.get("INBOX_UI_URL") or "http://127.0.0.1:5252",
+            allowed_hosts=tuple(
+                h.strip() for h in (env.get("INBOX_ALLOWED_HOSTS") or "").split(",") if h.strip()
+            ),
+            send_rate=_float(env, "INBOX_SEND_RATE", 50.0),
+            send_burst=_float(env, "INBOX_SEND_BURST", 500.0),
+            max_unread=int(_float(env, "INBOX_MAX_UNREAD", 10000)),
+            max_picture_bytes=int(_float(env, "INBOX_MAX_PICTURE_BYTES", 512 * 1024 * 1024)),
+            kick="celery" if (env.get("INBOX_KICK") or "").strip().lower() == "celery" else "list",
+            memory_settings=_bool(env.get("INBOX_MEMORY_SETTINGS"), True),
+            events_keep_s=_float(env, "INBOX_EVENTS_KEEP_S", 30.0),
+        )
+        return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
+
+    def to_env(self) -> dict[str, str]:
+        """The ``INBOX_*`` variables that make another process use these settings."""
+        env = {
+            "INBOX_HOME": str(self.home),
+            "INBOX_HOST": self.host,
+            "INBOX_KEY_PREFIX": self.key_prefix,
+            "INBOX_AGENT_INBOX": "true" if self.agent_inbox else "false",
+            "INBOX_WAKE_DEBOUNCE_S": str(self.wake_debounce_s),
+            "INBOX_FYI_FLUSH_S": str(self.fyi_flush_s),
+            "INBOX_RETRY_S": str(self.retry_s),
+            "INBOX_LOCK_TTL_S": str(self.lock_ttl_s),
+            "INBOX_VISIBILITY_TIMEOUT_S": str(self.visibility_timeout_s),
+            "INBOX_STALE_S": str(self.stale_s),
+            "INBOX_EXPIRE_S": str(self.expire_s),
+            "INBOX_UI_URL": self.ui_url,
+            "INBOX_SEND_RATE": str(self.send_rate),
+            "INBOX_SEND_BURST": str(self.send_burst),
+            "INBOX_MAX_UNREAD": str(self.max_unread),
+            "INBOX_MAX_PICTURE_BYTES": str(self.max_picture_bytes),
+            "INBOX_KICK": self.kick,
+            "INBOX_EVENTS_KEEP_S": str(self.events_keep_s),
+        }
+        if not self.memory_settings:
+            env["INBOX_MEMORY_SETTINGS"] = "0"
+        if self.redis_cluster:
+            env["INBOX_REDIS_CLUSTER"] = "1"
+        if self.allowed_hosts:
+            env["INBOX_ALLOWED_HOSTS"] = ",".join(self.allowed_hosts)
+        optional = {
+            "INBOX_REDIS_URL": self.redis_url,
+            "INBOX_BROKER_URL": self.broker_url,
+            "INBOX_BROKER_MASTER_NAME": self.broker_master_name,
+            "INBOX_SESSION": self.session,
+            "INBOX_SECRET": self.secret,
+            "INBOX_TOKEN": self.token,
+        }
+        env.update({k: v for k, v in optional.items() if v})
+        return env
+
+    def child_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """A whole environment for a child process (worker, scheduler, CLI) of this bus:
+        ``base`` (default ``os.environ``) without its ``INBOX_*``, plus these settings, with
+        this source tree first on ``PYTHONPATH`` so ``-A workers`` imports this code."""
+        env = {
+            k: v
+            for k, v in (os.environ if base is None else base).items()
+            if not k.startswith("INBOX_")
+        }
+        env.update(self.to_env())
+        path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = f"{SOURCE_ROOT}{os.pathsep}{path}" if path else str(SOURCE_ROOT)
+        return env
+
+    @property
+    def embedded_socket(self) -> Path:
+        """Unix socket of the embedded Redis that ``inbox up`` starts.
+
+        Under ``$INBOX_HOME/redis/`` unless that path is too long for a unix socket
+        (108 bytes on Linux, 104 on macOS); then a short path under /tmp named by a hash
+        of the home, so every process with the same ``INBOX_HOME`` finds the same one.
+        """
+        path = self.home.absolute() / "redis" / "redis.sock"
+        if len(str(path).encode()) <= 100:
+            return path
+        digest = hashlib.sha256(str(self.home.absolute()).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"inbox-redis-{digest}" / "redis.sock"
+
+    @property
+    def embedded_data(self) -> Path:
+        return self.home / "redis"
+
+    def embedded_auth(self) -> str:
+        """``:<password>@`` when the embedded server has a password (it listens on TCP
+        too); the password is kept 0600 beside its socket."""
+        try:
+            password = (self.embedded_socket.parent / "password").read_text().strip()
+        except OSError:
+            return ""
+        return f":{password}@" if password else ""
+
+    def store_url(self) -> str:
+        """The bus store's URL: ``INBOX_REDIS_URL``, else the embedded server's socket."""
+        if self.redis_url:
+            return self.redis_url
+        if self.redis_cluster:
+            raise ValueError("INBOX_REDIS_CLUSTER=1 needs INBOX_REDIS_URL naming a cluster node")
+        return f"unix://{self.embedded_auth()}{self.embedded_socket}"
+
+    def celery_broker_url(self) -> str:
+        if self.broker_url:
+            return self.broker_url
+        if self.redis_cluster:
+            # kombu has no cluster transport: the broker is a standalone Redis of its own.
+            raise ValueError("INBOX_REDIS_CLUSTER=1 needs INBOX_BROKER_URL (a standalone Redis)")
+        if self.redis_url:
+            return self.redis_url
+        return f"redis+socket://{self.embedded_auth()}{self.embedded_socket}"

@@ -1,0 +1,638 @@
+"""The inbox: agent messages land in threads and the session hears ONE notice.
+
+The host worker's delivery calls :meth:`Inbox.ingest` for each message it takes from the
+session's stream and :meth:`Inbox.after_delivery` once per run; the pure rules in
+:mod:`bus.core.policy` decide whether to steer a notice in now, wake the session after the
+debounce, flush after at most ``fyi_flush_s``, or wait. Marks move ``new → noticed`` only
+when the notice is confirmed (a socket ack, or the drain that took it off the floor and
+recorded it: :meth:`Inbox.mark_noticed`); a notice that failed, or that a dead drainer took
+and never confirmed (:meth:`Inbox.sweep_floor`, bus.delivery.heard), gives its messages back, new. Every transition is one Lua script in the
+session's slot and leaves a durability record in ``P:{sid}:events``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from bus.core import faults, notices, policy
+from bus.core.clock import SYSTEM, Clock
+from bus.core.models import SessionInfo
+from bus.core.stamp import render_stamp
+from bus.core.text import one_line
+from bus.core.threads import thread_of
+from bus.store import packing
+from bus.store.delivery import taken_records
+from bus.store.redis_errors import NOT_ANSWERING
+from bus.trust.rules import wake_argv, wake_env
+
+from . import heard
+from .fast_drain import PENDING_MARKS, notice_ids, pending_ids, record_drained
+from .raw_lines import RawLines
+from .receipts import receipt_ttl_ms
+
+if TYPE_CHECKING:
+    from bus.core.settings import Settings
+    from bus.store.delivery import DeliverySnapshot
+    from bus.store.store import Store
+    from bus.telemetry.metrics import Metrics
+
+    from .floor import Floor
+    from .receipts import Receipts
+    from .report import DeliveryReport
+
+log = logging.getLogger(__name__)
+
+THREAD_LOG_MAX = 5000
+# A waited send whose store stopped answering tries again after these pauses (doubling).
+WAIT_RETRY_FIRST_S = 0.1
+WAIT_RETRY_MAX_S = 1.0
+
+
+@functools.lru_cache(maxsize=4096)
+def _parties_json(sid: str, sender_sid: str | None) -> str:
+    """A new thread's parties (thread_append.lua): the receiver, and its sender's session."""
+    return json.dumps([sid] + ([sender_sid] if sender_sid else []))
+
+
+def _no_answer(stored: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    return {
+        **stored,
+        "ok": False,
+        "state": "error",
+        "error": "timeout",
+        "reason": f"no answer within {timeout}s; the message stays stored",
+    }
+
+
+class _SenderFacts:
+    """What the wake rules need to know about each sender, looked up once per batch."""
+
+    def __init__(
+        self,
+        ib: Inbox,
+        sid: str,
+        info: SessionInfo | None,
+        handles: dict[str, str | None] | None = None,
+    ) -> None:
+        self.ib, self.sid, self.info = ib, sid, info
+        self._gave: dict[str, bool] = {}
+        # A handle's session does not depend on the receiver: shareable across a batch.
+        self._handles: dict[str, str | None] = {} if handles is None else handles
+        self._first_work_recorded: set[str] = set()
+
+    def session_of(self, handle: str) -> str | None:
+        """The one live session with ``handle`` (a sender that gave no session id)."""
+        if handle not in self._handles:
+            try:
+                found = [s for s in self.ib.store.sessions_by_handle(handle) if s.state != "closed"]
+            except ValueError:
+                found = []
+            self._handles[handle] = found[0].session if len(found) == 1 else None
+        return self._handles[handle]
+
+    def gave_work_to(self, sender_sid: str) -> bool:
+        """Whether this session gave ``sender_sid`` work (its first work, or as parent)."""
+        if sender_sid not in self._gave:
+            store, info = self.ib.store, self.info
+            gave, sender = store.gave_and_session(self.sid, sender_sid)
+            if sender is not None and info is not None and sender.parent in (self.sid, info.handle):
+                gave = True
+            self._gave[sender_sid] = gave
+        return self._gave[sender_sid]
+
+    def may_wake(self, msg: dict[str, Any], sender_sid: str | None) -> tuple[bool, str]:
+        info = self.info
+        if info is None:
+            return False, "no_session"
+        facts = policy.WakeFacts(
+            msg_class=str(msg.get("class", "action")),
+            kind=str(msg.get("kind", "message")),
+            from_session=sender_sid,
+            from_handle=str(msg["from"]),
+            receiver_parent=info.parent,
+            receiver_delegator=info.delegator,
+            receiver_turns=info.turns,
+            receiver_gave_work_to_sender=sender_sid is not None and self.gave_work_to(sender_sid),
+            from_member=policy.from_member(info, msg, self.ib.store.member_status),
+        )
+        giver = sender_sid or str(msg["from"])
+        if policy.is_first_work(facts) and giver not in self._first_work_recorded:
+            self._first_work_recorded.add(giver)
+            self.ib.store.set_delegator_once(self.sid, giver)
+            if sender_sid:
+                self.ib.store.add_gave(sender_sid, self.sid)
+        return policy.may_wake(facts)
+
+
+class Inbox:
+    """Inbox operations on one store and one floor.
+
+    ``store``, ``metrics`` and ``blocking`` are providers (called on use): a drain or a
+    hook that never reaches Redis never connects. ``clock`` decides the plan's time.
+    """
+
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        floor: Floor,
+        settings: Settings,
+        *,
+        receipts: Receipts,
+        metrics: Callable[[], Metrics],
+        blocking: Callable[[], Any],
+        clock: Clock = SYSTEM,
+    ) -> None:
+        self._store, self.floor, self.settings = store, floor, settings
+        self.receipts, self._metrics, self._blocking = receipts, metrics, blocking
+        self.clock = clock
+        self.raw = RawLines(store, floor, receipts, metrics, clock)
+
+    @property
+    def store(self) -> Store:
+        return self._store()
+
+    @property
+    def metrics(self) -> Metrics:
+        return self._metrics()
+
+    # -- taking messages in ---------------------------------------------------------------
+
+    def ingest(
+        self,
+        sid: str,
+        batch: list[tuple[dict[str, Any], int]],
+        info: SessionInfo | None,
+        report: DeliveryReport,
+        pipe: Any = None,
+        handles: dict[str, str | None] | None = None,
+        raws: list[str] | None = None,
+        wholes: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Take a batch of ``(message, arrival ms)`` into their threads and the session's
+        inbox. Doing it twice is harmless (a redone delivery), so the caller moves the
+        cursor after the batch. Lookups are made once per sender; the writes (two
+        idempotent scripts a message) go to Redis in one pipeline (``pipe``: queued on
+        that one, which the caller sends; ``handles``: the senders' sessions by handle
+        as found for other sessions of the caller's batch, bus.delivery.batch; ``raws``: each
+        message's wire JSON as the queue holds it, logged as it is; ``wholes``: filled
+        with each record as kept -> the record whole, what bus.store.packing.restore_record would
+        give, for the notice that follows)."""
+        store = self.store
+        senders = _SenderFacts(self, sid, info, handles)
+        own = pipe is None
+        if own:
+            pipe = store.pipeline()
+        # One call per thread and one for the inbox (the scripts take many messages, in
+        # order): a batch of thousands costs Redis and the client per call.
+        appends: dict[str, list[Any]] = {}
+        takes: list[Any] = []
+        for n, (msg, arrived) in enumerate(batch):
+            key, thread = thread_of(sid, msg)
+            sender_sid = msg.get("from_session") or senders.session_of(str(msg["from"]))
+            at = int(msg.get("ts") or self.clock.now_ms())
+            wakes, reason = senders.may_wake(msg, sender_sid)
+            whole = packing.whole_record(
+                msg, key=key, thread=thread, sender_sid=sender_sid, at=at, wakes=wakes,
+                why=reason,
+            )  # fmt: skip
+            # Both kept forms in one pass (the batch's delivery pays this per message).
+            record, one_m = packing.keep_ingested(whole, sid)
+            if wholes is not None:
+                wholes[record] = whole
+            preview = one_line(str(msg.get("text") or ""), 120)
+            appends.setdefault(thread, []).extend(
+                (
+                    msg["id"],
+                    # The queue's wire JSON when the caller has it (no spaces either).
+                    raws[n] if raws else json.dumps(msg, separators=(",", ":")),
+                    at,
+                    key,
+                    "",  # the label: its key's (store_inbox.thread_meta), not stored
+                    _parties_json(sid, sender_sid),
+                    msg["from"],
+                    preview,
+                    msg.get("class", "action"),
+                    THREAD_LOG_MAX,
+                    one_m,  # the thread's one_m while it is the only one
+                    "1" if packing.newest_of_message(msg, at, preview) else "",
+                )
+            )
+            takes.extend(
+                (
+                    msg["id"],
+                    record,  # kept without what its message says (bus.store.packing)
+                    # Debounce and flush count from when the bus stored it (the stream
+                    # entry's Redis clock), not the sender's own clock.
+                    arrived,
+                    "1" if wakes else "0",
+                    thread,
+                )
+            )
+            report.inbox += 1
+        for thread, args in appends.items():
+            store.run_thread("thread_append", thread, ("meta", "log", "seen"), args, client=pipe)
+        if takes:
+            store.run(
+                "ingest", sid, ("msgs", "new", "wakeq", "threads", "events"), takes, client=pipe
+            )
+        if own:
+            pipe.execute()
+
+    # -- deciding and noticing ------------------------------------------------------------
+
+    def view(self, sid: str, info: SessionInfo) -> policy.InboxView:
+        return self._view_of(info, self.store.inbox_view(sid))
+
+    def view_of(self, info: SessionInfo, v: dict[str, int | None]) -> policy.InboxView:
+        """The plan's view from a snapshot's reads (bus.delivery.batch)."""
+        return self._view_of(info, v)
+
+    def _view_of(self, info: SessionInfo, v: dict[str, int | None]) -> policy.InboxView:
+        agent_inbox = self.settings.agent_inbox if info.agent_inbox is None else info.agent_inbox
+        return policy.InboxView(
+            state=info.state,
+            agent_inbox=agent_inbox,
+            prompt_waiting=info.prompt_waiting,
+            pending=int(v["pending"] or 0),
+            first_wake_at=v["first_wake_at"],
+            first_pending_at=v["first_pending_at"],
+            building=bool(v["building"]),
+            retry_at=v["retry_at"],
+            floor_wake_at=v.get("floor_wake_at"),
+            floor_first_at=v.get("floor_first_at"),
+        )
+
+    def after_delivery(
+        self, sid: str, report: DeliveryReport, snap: DeliverySnapshot | None = None
+    ) -> None:
+        """Recover a notice a crash left, then act on the plan for this session.
+
+        ``snap``: the reads below, made with the delivery's fence in one round trip
+        (:meth:`bus.store.store.Store.delivery_snapshot`); its view is used unless a recovery
+        or the floor's sweep changed the inbox first, then the view is read again."""
+        info = snap.info if snap is not None else self.store.get_session(sid)
+        if info is None:
+            return
+        changed = self._recover_notice(sid, None if snap is None else snap.notice_id)
+        if info.wake_pending and report.still_held():
+            self._finish_wake(sid, info.wake_pending, info)
+        if (self.floor.session_dir(sid) / PENDING_MARKS).exists():
+            self.on_drain(sid, [])  # marks a drain made while Redis was down
+            changed = True
+        floor_ids = None if snap is None else snap.floor_ids
+        if floor_ids is None or floor_ids:
+            self.sweep_floor(sid, nids=floor_ids)
+            changed = True
+        s = self.settings
+        if snap is not None and not changed:
+            view = self._view_of(info, snap.view)
+        else:
+            view = self.view(sid, info)
+        now = self.clock.now_ms()
+        plan = policy.decide(view, now, int(s.wake_debounce_s * 1000), int(s.fyi_flush_s * 1000))
+        log.debug("plan for %s: %s", sid, plan)
+        if plan.action == "schedule" and plan.at is not None:
+            self.store.schedule("due", sid, plan.at)
+        elif plan.action in ("notice", "wake"):
+            if not report.still_held():
+                return  # the lease lapsed: another delivery may be writing (bus/delivery/lease.py)
+            notice = self.notice(sid, wake=plan.action == "wake", reason=plan.reason, info=info)
+            if notice:
+                report.notices.append(notice)
+        elif plan.action == "wake_floor":
+            if not report.still_held():
+                return
+            self._wake_for_floor(sid, plan.reason, info)
+        elif plan.action == "raw" and view.pending:
+            self._pending_raw(sid, report)
+
+    def _finish_wake(self, sid: str, nid: str, info: SessionInfo) -> None:
+        """A wake whose worker died between the session's change to running and its wake
+        command (we hold the lock, so that delivery is over): run the command now if the
+        notice still waits on the floor (its harness was never told), then record it."""
+        lines = [x for x in self.floor.peek(sid) if x.get("id") == nid]
+        if lines:
+            self._run_wake_cmd(sid, lines[-1], info)
+            log.warning(
+                "wake of %s for %s: its worker died before the command ran; ran it", sid, nid
+            )
+        self.store.wake_done(sid, nid, "recovered" if lines else "drained")
+
+    def _wake_for_floor(self, sid: str, reason: str, info: SessionInfo) -> None:
+        """Wake an idle session for notices on its file floor that no drain took: written
+        for a running turn that ended before its harness drained them (the turn's end
+        raced the notice's write). Once per notice (``floor_woken.lua``)."""
+        nids = self.store.run("floor_woken", sid, ("floor",), [self.clock.now_ms()])
+        if not nids:
+            return
+        nids = [str(n) for n in nids]
+        lines = [x for x in self.floor.peek(sid) if x.get("id") in nids]
+        if not lines:
+            return  # drained meanwhile: the drain confirms them
+        # As a wake with a fresh notice (bus.delivery.inbox.notice): running first, the command,
+        # then the wake record.
+        self.store.update_session(sid, state="running")
+        if info.wake_cmd:
+            self._run_wake_cmd(sid, lines[-1], info)
+        else:
+            # A harness's waiter on the socket is woken by the line itself; it drains the
+            # floor, which confirms the notice (bus.surfaces.waiter).
+            self.floor.offer(sid, lines[-1])
+        self.store.record(sid, "wake", notice=str(lines[-1]["id"]), reason=reason)
+
+    def notice(
+        self, sid: str, *, wake: bool, reason: str, info: SessionInfo | None = None
+    ) -> dict[str, Any] | None:
+        """Build the one notice in flight, deliver it, and record how it went. ``info``:
+        the session record as the plan read it (``None``: read when needed)."""
+        store = self.store
+        nid = f"ntc-{uuid.uuid4()}"
+        taken = store.run(
+            "notice_take",
+            sid,
+            ("notice", "new", "wakeq", "events", "msgs"),
+            [nid, self.clock.now_ms()],
+        )
+        if not taken:
+            return None
+        # The ids and their records in one round trip (the msgs key given).
+        records = [packing.restore_record(r, sid) for r in taken_records(taken)]
+        summaries = notices.summarize([self._summary_input(r) for r in records])
+        line = notices.notice_line(
+            nid,
+            sid,
+            summaries,
+            [r["id"] for r in records],
+            self.clock.now_ms(),
+            bus_host=self.settings.host,
+        )
+        if any((r.get("m") or {}).get("urgency") == "urgent" for r in records):
+            line["urgency"] = "urgent"  # a listening harness may interrupt its turn for it
+        try:
+            via, _ = self.floor.deliver(sid, line)
+        except OSError as exc:
+            self._revert(sid, nid, f"floor: {exc}")
+            return None
+        now = self.clock.now_ms()
+        # A wake starts a turn: until the harness reports its end the session counts as
+        # running, so later messages join a steer instead of waking it again. The wake
+        # command runs right after the state change (a Redis write failing in between, a
+        # restart, would leave the session running with its harness never told), and the
+        # wake record follows it; with no command to run the record goes with the rest.
+        run_cmd = wake and via == "file" and (info is None or bool(info.wake_cmd))
+        if via != "socket":
+            faults.point("notice:after_append")
+        # The ack is the confirmation (floor_drained.lua, as mark_noticed); a file line is
+        # recorded written (a drain may already have taken and confirmed it: then this
+        # finds nothing to record); a refused notice may be tried again now. One trip.
+        store.finish_notice(
+            sid,
+            nid,
+            via,
+            now,
+            heard=via == "socket",
+            running=wake,
+            wake=None if not wake or run_cmd else {"notice": nid, "reason": reason},
+            # A worker killed before the command ran leaves it: the next delivery runs
+            # the command (after_delivery), so the harness is not left unwoken while the
+            # session counts as running.
+            wake_pending=nid if run_cmd else None,
+        )
+        self.metrics.incr("notices")
+        oldest = min(int(r.get("at") or now) for r in records)
+        self.metrics.observe_latency(max(0, now - oldest) / 1000)
+        self.metrics.incr("deliveries", via=via)
+        if wake:
+            self.metrics.incr("wakes" if reason != "flush" else "flushes")
+        if run_cmd:
+            faults.point("wake:before_cmd")
+            self._run_wake_cmd(sid, line, info)
+            store.wake_done(sid, nid, reason)
+        return {"notice": nid, "via": via, "messages": len(records), "wake": wake, "reason": reason}
+
+    def _summary_input(self, rec: dict[str, Any]) -> dict[str, Any]:
+        msg = dict(rec.get("m") or {})
+        msg.update(
+            {
+                "thread": rec["thread"],
+                "class": rec.get("class"),
+                "key": rec.get("key"),
+                "from": rec.get("from"),
+                "ts": rec.get("at"),
+            }
+        )
+        return msg
+
+    def _revert(self, sid: str, nid: str, reason: str) -> None:
+        self.store.run(
+            "notice_revert",
+            sid,
+            ("notice", "new", "wakeq", "events"),
+            [nid, self.clock.now_ms(), reason],
+        )
+        retry_at = self.clock.now_ms() + int(self.settings.retry_s * 1000)
+        self.store.update_session(sid, retry_at=retry_at)
+        self.store.schedule("retry", sid, retry_at)
+        self.metrics.incr("retries")
+
+    def _recover_notice(self, sid: str, nid: str | None = "") -> bool:
+        """A notice left in flight by a killed worker: on the floor → written; else → new.
+        ``nid``: the notice in flight as already read (``""``: read it here). True when
+        there was one."""
+        if nid == "":
+            nid = self.store.notice_in_flight(sid)
+        if not nid:
+            return False
+        if self.floor.contains_id(sid, nid):
+            self.store.run(
+                "notice_done",
+                sid,
+                ("notice", "msgs", "carried", "floor", "events"),
+                [nid, self.clock.now_ms(), "file"],
+            )
+        else:
+            self.store.run(
+                "notice_revert",
+                sid,
+                ("notice", "new", "wakeq", "events"),
+                [nid, self.clock.now_ms(), "recovered after a crash"],
+            )
+        return True
+
+    def _run_wake_cmd(
+        self, sid: str, line: dict[str, Any], info: SessionInfo | None = None
+    ) -> None:
+        if info is None:
+            info = self.store.get_session(sid)
+        if info is None or not info.wake_cmd:
+            return
+        # No shell unless the command uses shell syntax, and never the bus's secrets.
+        cmd, shell = wake_argv(info.wake_cmd)
+        try:
+            # The notice goes on stdin; never keystrokes into a terminal.
+            subprocess.Popen(
+                cmd,
+                shell=shell,
+                env=wake_env(os.environ),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            ).communicate(line["text"].encode(), timeout=10)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.warning("wake_cmd for %s failed: %s", sid, exc)
+
+    def _pending_raw(self, sid: str, report: DeliveryReport) -> None:
+        """Closing or switched off: what waits in the inbox goes out raw, nothing lost."""
+        for rec in self.store.records(sid, self.store.new_ids(sid)):
+            msg = rec.get("m")
+            if msg:
+                self.raw.write(sid, msg, report)
+            self.store.drop_new(sid, rec["id"])
+
+    def records(self, sid: str, ids: list[str]) -> list[dict[str, Any]]:
+        """The inbox records of ``ids`` (see :meth:`bus.store.store.Store.records`)."""
+        return self.store.records(sid, ids)
+
+    # -- harness events -------------------------------------------------------------------
+
+    def on_turn(self, sid: str, event: str, answer: str | None) -> dict[str, Any]:
+        # A refused notice is tried again at the next turn start or end, not only after
+        # the retry delay.
+        self.store.clear_retry(sid)
+        self.store.unschedule("retry", sid)
+        if event != "end":
+            return {}
+        # The ids the turn carried, read in one MULTI with the answer (the receipts' stamp).
+        pipe = self.store.pipeline(transaction=True)
+        pipe.smembers(self.store.k.s(sid, "carried"))
+        self.store.run(
+            "answer_turn",
+            sid,
+            ("carried", "msgs", "ids", "waiters", "events"),
+            [answer or "", self.clock.now_ms(), "1" if answer is not None else "0"],
+            client=pipe,
+        )
+        carried, waiting = pipe.execute()
+        if answer is not None:
+            self.receipts.mark(sid, "answered", [str(i) for i in carried])
+        self.store.push_answers(
+            sid, [str(w) for w in waiting], {"ok": True, "state": "answered", "answer": answer}
+        )
+        self.prune(sid)
+        return {"answered": len(waiting)}
+
+    def on_close(self, sid: str) -> None:
+        """Waiting senders get the closing error; threads stay readable."""
+        self.store.push_answers(
+            sid,
+            self.store.take_waiters(sid),
+            {
+                "ok": False,
+                "state": "error",
+                "error": "session_closed",
+                "reason": f"session {sid} closed before answering",
+            },
+        )
+
+    def register_waiter(self, sid: str, msg_id: str) -> None:
+        self.store.add_waiter(sid, msg_id)
+
+    def wait_answer(
+        self, sid: str, msg_id: str, stored: dict[str, Any], timeout: float | None
+    ) -> dict[str, Any]:
+        """Block (BLPOP) until the turn that carried ``msg_id`` answers, or the timeout.
+        A store that stops answering meanwhile (a failover, a restart, a read timing out)
+        is waited out, within the timeout: the answer is kept in the store (the list and
+        the first answer), and the message stays stored either way."""
+        deadline = time.monotonic() + timeout if timeout else None
+        pause = WAIT_RETRY_FIRST_S
+        while True:
+            try:
+                return self._wait_answer_once(sid, msg_id, stored, deadline, timeout)
+            except NOT_ANSWERING:
+                if deadline is not None and time.monotonic() + pause >= deadline:
+                    return _no_answer(stored, timeout)
+                time.sleep(pause)  # nothing to block on while the store is away
+                pause = min(pause * 2, WAIT_RETRY_MAX_S)
+
+    def _wait_answer_once(
+        self,
+        sid: str,
+        msg_id: str,
+        stored: dict[str, Any],
+        deadline: float | None,
+        timeout: float | None,
+    ) -> dict[str, Any]:
+        prior = self.store.first_answer(sid, msg_id) or {}
+        if prior.get("state") in ("answered", "withdrawn", "retracted"):
+            return {**stored, **prior}
+        left = 0.0 if deadline is None else deadline - time.monotonic()
+        got = None
+        if deadline is None or left > 0:
+            # The blocking client: BLPOP's own timeout bounds the wait, not the socket's.
+            got = self._blocking().blpop([self.store.answer_key(sid, msg_id)], timeout=left)
+        if got is None:
+            return _no_answer(stored, timeout)
+        answer = json.loads(got[1])
+        return {**stored, **answer}
+
+    def mark_noticed(self, sid: str, nids: list[str], via: str) -> int:
+        """Confirm notices heard (``via`` socket or drain): their messages move
+        ``new → noticed``. Every such move goes through here (``floor_drained.lua``)."""
+        return self.store.confirm_notices(sid, nids, via, self.clock.now_ms())
+
+    def sweep_floor(self, sid: str, now: int | None = None, nids: list[str] | None = None) -> int:
+        """Notices written to the floor and never confirmed: those a dead drainer took off
+        are given back to ``new`` (see bus.delivery.heard). Returns how many were given back.
+        ``nids``: the floor's unconfirmed notices as already read (``None``: read here)."""
+        if nids is None:
+            nids = self.store.floor_notice_ids(sid)
+        if not nids:
+            return 0
+        there = self.floor.pending_ids(sid)
+        # Marks a drain deferred while Redis was down count as confirmations on their way.
+        there.update(pending_ids(self.floor.session_dir(sid) / PENDING_MARKS))
+        pairs = [x for n in nids for x in (n, "1" if n in there else "0")]
+        return int(
+            self.store.run(
+                "floor_sweep",
+                sid,
+                ("floor", "msgs", "new", "wakeq", "events"),
+                [self.clock.now_ms() if now is None else now, heard.GONE_GRACE_MS, *pairs],
+            )
+        )
+
+    def on_drain(self, sid: str, lines: list[dict[str, Any]]) -> None:
+        """Notices taken off the floor are noticed; with Redis down, remember them in
+        ``marks.pending.jsonl`` for the next drain or delivery (bus.delivery.fast_drain)."""
+        record_drained(
+            self.floor,
+            sid,
+            notice_ids(lines),
+            lambda ids: self.mark_noticed(sid, ids, "drain"),
+        )
+
+    def render(self, lines: list[dict[str, Any]]) -> str:
+        return notices.render_drained(lines, render_stamp)
+
+    def prune(self, sid: str) -> int:
+        """Let go of answered and read messages past the retention bound; never unread ones.
+
+        Send answers (what a resend of an id gets) are kept for
+        :data:`bus.store.inbox.IDS_KEEP_MS`, longer than the messages themselves.
+        """
+        return self.store.prune(
+            sid,
+            self.settings.retain_messages,
+            self.clock.now_ms(),
+            receipt_ttl_ms(self.settings.expire_s),  # a receipt beside its answer waits
+        )

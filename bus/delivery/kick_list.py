@@ -1,0 +1,268 @@
+"""The kick list: a delivery kick without the Celery hop (``INBOX_KICK=list``).
+
+With Celery, a kick is a task: kombu publishes it, the worker's consumer reads it and the
+prefork pool pipes it to a child, 3-8 ms before the delivery starts (bench/README.md).
+With the kick list, the dispatcher pushes the session id onto the host's list
+(``P:{kick:<host>}:list``, one round trip) and a delivery loop in each worker process,
+blocked on BLPOP, takes the kicks waiting (up to ``POP_MAX``) and delivers their sessions
+as one batch (bus.delivery.batch: the same steps as the ``inbox.deliver`` task, a few round trips
+for the lot).
+
+Celery stays the fallback. A push is refused when no loop of the host has said it is
+alive in the last few seconds (``P:{kick:<host>}:alive``) or the list is full; the kick
+then goes to Celery as before. A pop is reliable: the kicks a loop takes move to its own
+taken list (BLMOVE, ``kick_take.lua``) until its batch is delivered, and each loop beats;
+once a loop's beat is ``STALE_MS`` old (its process killed) a live loop of the host puts
+its taken kicks back on the list (``kick_reclaim.lua``), so they are delivered within a
+few seconds, not left to the dispatch flag's lapse and the scheduler's backlog sweep
+(which still cover a host with no live loop at all).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from bus.core import faults
+from bus.store.outage_log import OUTAGE_ERRORS, Outage
+
+from .batch import deliver_many
+from .dispatch import Dispatcher
+from .dispatch import deliver_many as dispatch_many
+from .engine import DeliveryHost
+
+if TYPE_CHECKING:
+    from bus.store.store import Store
+
+log = logging.getLogger(__name__)
+
+# A loop's BLPOP waits this long at most, then says again that it is alive.
+BLOCK_S = 1.0
+# The loops' liveness key lives this long: a host whose loops all died sends its kicks to
+# Celery again within it.
+ALIVE_MS = 3000
+# Each loop beats this often (it waits on the list at most BLOCK_S between beats); a loop
+# with no beat for STALE_MS is dead (its process killed): a live loop of the host puts the
+# kicks it took back on the list (kick_reclaim.lua). A live loop delivering a long batch
+# may look dead too: its kicks are then delivered twice, which a delivery allows (it
+# decides from the stored state, under the session's lock).
+BEAT_S = 0.5
+STALE_MS = 2500
+# Kicks one loop takes at once and delivers as one batch (bus.delivery.batch): a burst of wakes or
+# arrivals costs a few round trips per batch, not a few per session.
+POP_MAX = 64
+# Waits between tries while Redis is away (growing to the last).
+RETRY_S = (0.1, 0.2, 0.5, 1.0)
+
+
+class ListDispatcher:
+    """Kicks onto the host's kick list when a loop of it is alive, else ``fallback``."""
+
+    def __init__(self, store: Callable[[], Store], fallback: Dispatcher) -> None:
+        self._store = store
+        self.fallback = fallback
+
+    def __getattr__(self, name: str) -> Any:
+        # The wrapped dispatcher's own parts (a RecordingDispatcher's calls, Celery's app).
+        if name == "fallback":
+            raise AttributeError(name)
+        return getattr(self.fallback, name)
+
+    def _push(self, host: str, sids: list[str]) -> bool:
+        try:
+            return self._store().push_kicks(host, sids)
+        except OUTAGE_ERRORS as exc:  # Redis away: the fallback tries (or fails) its way
+            log.debug("kick list unavailable (%s); dispatching through the fallback", exc)
+            return False
+
+    def deliver(self, host: str, sid: str) -> None:
+        if not self._push(host, [sid]):
+            self.fallback.deliver(host, sid)
+
+    def deliver_many(self, host: str, sids: list[str]) -> None:
+        if sids and not self._push(host, sids):
+            dispatch_many(self.fallback, host, sids)
+
+
+class KickLoop:
+    """Delivery loops of one worker process: each pops a kick and delivers its session."""
+
+    def __init__(
+        self, bus: DeliveryHost, *, threads: int = 1, on_done: Callable[[], Any] | None = None
+    ) -> None:
+        self.bus = bus
+        self.host = bus.settings.host
+        self.threads = threads
+        self.on_done = on_done
+        self.stop_event = threading.Event()
+        self._outage = Outage("kick loop", log)
+        self._alive_at = 0.0
+        self._alive_lock = threading.Lock()
+        self._running: list[threading.Thread] = []
+        # One batch at a time per process: the process's loops share one GIL, and two
+        # batches interleaved by it cost ~40% more CPU a session than one after the other
+        # (bench/wake_cpu.py --threads); the kicks left on the list go to the host's other
+        # processes meanwhile. A lone kick (BLMOVE) is delivered outside it.
+        self._gate = threading.Lock()
+        # One loop of the process waits on the list (BLMOVE) at a time, and delivers what it
+        # heard before another listens: a burst pushed onto a list that every loop waited
+        # on was delivered first as one lone kick a loop (each ~6x a batched session's
+        # CPU), then in batches.
+        self._listen = threading.Lock()
+
+    def start(self) -> KickLoop:
+        # The lazy parts are built here, once, not raced by the threads.
+        self.bus.store, self.bus.metrics, self.bus.dispatcher  # noqa: B018
+        for n in range(self.threads):
+            t = threading.Thread(target=self.run, args=(n,), name=f"kick-{n}", daemon=True)
+            t.start()
+            self._running.append(t)
+        log.info("%d kick loops running for host %s", self.threads, self.host)
+        return self
+
+    def stop(self, timeout: float = BLOCK_S + 1) -> None:
+        self.stop_event.set()
+        for t in self._running:
+            t.join(timeout)
+
+    def _reclaim(self, store: Store) -> None:
+        """Once a second per process: dead loops' taken kicks back on the list."""
+        now = time.monotonic()
+        with self._alive_lock:
+            if now - self._alive_at < BLOCK_S:
+                return
+            self._alive_at = now
+        moved = store.reclaim_kicks(self.host, STALE_MS)
+        if moved:
+            log.info("put %d kicks of dead delivery loops back on the list", moved)
+
+    def run(self, n: int = 0) -> None:
+        """Pop and deliver until stopped; Redis going away only pauses it."""
+        store = self.bus.store
+        loop = f"{os.getpid()}-{n}-{secrets.token_hex(3)}"
+        client: Any = None
+        pool: Any = None
+        fails = 0
+        beat_at = float("-inf")
+        undone: list[str] = []  # taken, not delivered (Redis went away): again first
+        while not self.stop_event.is_set():
+            try:
+                if client is None:
+                    client, pool = store.kick_client(BLOCK_S, f"inbox-kick:{self.host}:{loop}")
+                if time.monotonic() - beat_at >= BEAT_S:
+                    store.kick_beat(self.host, loop, ALIVE_MS)
+                    beat_at = time.monotonic()
+                    self._reclaim(store)
+                held: threading.Lock | None = None
+                if undone:
+                    sids = undone
+                else:
+                    sids, held = self._pop(store, client, loop)
+                self._outage.ok()
+                fails = 0
+            except OUTAGE_ERRORS as exc:
+                self._outage.failed(exc)
+                if pool is not None:
+                    pool.disconnect()
+                client = pool = None
+                self.stop_event.wait(RETRY_S[min(fails, len(RETRY_S) - 1)])
+                fails += 1
+                continue
+            if sids:
+                try:
+                    faults.point("kick:after_pop")
+                    undone = [] if self._deliver(sids, self._beater(store, loop)) else sids
+                finally:
+                    if held is not None:
+                        held.release()
+                if not undone:
+                    self._done(store, loop)
+        if not undone:
+            with contextlib.suppress(*OUTAGE_ERRORS):
+                store.kick_gone(self.host, loop)
+        if pool is not None:
+            pool.disconnect()
+
+    def _pop(self, store: Store, client: Any, loop: str) -> tuple[list[str], threading.Lock | None]:
+        """``(kicks, held)``: the kicks waiting (up to ``POP_MAX``), taken under the
+        process's gate, returned with it ``held`` (the batch is delivered under it); none
+        waiting, the next one waited for (BLMOVE) by the process's one listening loop and
+        returned with the listening lock ``held``: the lone kick is delivered under it, so
+        the process's other loops stay still meanwhile (a loop that woke to look at the
+        list would cost the lone send's notice its CPU). ``[]`` when another loop holds
+        the gate or listens: this loop beats and looks again once that one is done."""
+        if not self._gate.acquire(timeout=BEAT_S):
+            return [], None
+        got = _kept_if_any(self._gate, lambda: store.take_kicks(self.host, loop, POP_MAX))
+        if got[0]:
+            return got
+        if not self._listen.acquire(blocking=False):
+            # Another loop listens, or delivers what it heard: once it is done, look at
+            # the list again first (a burst behind its kick goes as a batch).
+            if self._listen.acquire(timeout=BEAT_S):
+                self._listen.release()
+            return [], None
+        return _kept_if_any(self._listen, lambda: store.wait_kick(client, self.host, loop, BLOCK_S))
+
+    def _done(self, store: Store, loop: str) -> None:
+        try:
+            store.done_kicks(self.host, loop)
+        except OUTAGE_ERRORS as exc:  # left taken: put back once this loop's beat lapses
+            self._outage.failed(exc)
+
+    def _beater(self, store: Store, loop: str) -> Callable[[], None]:
+        """Progress within a batch: the loop's beat (at most every BEAT_S), so a batch
+        longer than STALE_MS (a loaded machine, many one-session recoveries) does not
+        have its kicks put back and delivered again by another loop; then ``on_done``."""
+        beat_at = time.monotonic()
+
+        def progress() -> None:
+            nonlocal beat_at
+            if time.monotonic() - beat_at >= BEAT_S:
+                beat_at = time.monotonic()
+                with contextlib.suppress(*OUTAGE_ERRORS):
+                    store.kick_beat(self.host, loop, ALIVE_MS)
+            if self.on_done is not None:
+                self.on_done()
+
+        return progress
+
+    def _deliver(self, sids: list[str], progress: Callable[[], None] | None = None) -> bool:
+        """Deliver ``sids`` as one batch; False when Redis went away first (the loop tries
+        them again)."""
+        try:
+            deliver_many(self.bus, sids, progress=progress or self.on_done)
+        except OUTAGE_ERRORS as exc:
+            self._outage.failed(exc)
+            return False
+        # Broad on purpose: one bad delivery must not end the loop; the sweep retries it.
+        except Exception:
+            log.exception("delivery of %s from the kick list failed", sids)
+        if self.on_done is not None:
+            self.on_done()
+        return True
+
+
+def _kept_if_any(
+    lock: threading.Lock, take: Callable[[], list[str]]
+) -> tuple[list[str], threading.Lock | None]:
+    """``take()`` under ``lock`` (acquired by the caller): its kicks with the lock still
+    held (released after their delivery), or ``[]`` with it released."""
+    try:
+        sids = take()
+    except BaseException:
+        lock.release()
+        raise
+    if sids:
+        return sids, lock
+    lock.release()
+    return [], None
+
+
+__all__ = ["ALIVE_MS", "BLOCK_S", "POP_MAX", "STALE_MS", "KickLoop", "ListDispatcher"]

@@ -1,0 +1,497 @@
+"""Delivery receipts and the outbox: the sender's side of a message.
+
+A receipt is a small JSON per message beside its send answer, in its recipient's ``ids``
+hash (field ``~<id>``; a bounced one, or one opened before, a hash ``P:{sid}:rc:<id>``: see
+:mod:`bus.store.keys`), opened in the send's own pipeline (``receipt_open.lua``, no extra round
+trip) and stamped by one call at each transition (``receipt_mark.lua``):
+``stored → noticed → read → answered``, or a side exit ``withdrawn``, ``retracted``,
+``bounced``, ``expired``. The sender's outbox (``P:{sid}:outbox``) lists what it sent.
+
+The inbox's own records (marks, send answers) back the receipt up: a transition whose
+receipt stamp was missed (a drain while Redis was down, a crash between a mark and its
+stamp) still shows in the receipt's ``state``, without a time.
+
+A recipient whose harness has not been seen (turn report, drain, listen, hook call, a
+socket ack) for ``INBOX_STALE_S`` is ``stale``; messages no notice got in for
+``INBOX_EXPIRE_S`` end ``expired`` (the scheduler's sweep), and the receipt says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
+from bus.core.models import MESSAGE_ID_PATTERN, Message, check_session_id, now_ms
+from bus.store import receipt_index
+from bus.trust.tokens import SCOPE_READ
+
+if TYPE_CHECKING:
+    from bus.core.settings import Settings
+    from bus.store.store import Store
+    from bus.trust.tokens import Claims
+
+log = logging.getLogger(__name__)
+
+ORDER = ("stored", "noticed", "read", "answered")
+EXITS = ("withdrawn", "retracted", "bounced", "expired")
+STATES = ORDER + EXITS
+WAITABLE = ("noticed", "read", "answered")
+KEEP_MS = 7 * 86400 * 1000  # the retention of send answers (bus.store.inbox.IDS_KEEP_MS)
+OUTBOX_MAX = 10_000
+SENT_LIMIT_MAX = 1000
+WAIT_CHUNK_S = 60.0  # one blocking read at most this long; the loop re-blocks, never polls
+EXPIRE_EVERY_S = 60.0
+# Sessions an expiry pass reads per round trip (due entries are taken between chunks).
+EXPIRE_CHUNK = 200
+_MESSAGE_ID_RE = re.compile(MESSAGE_ID_PATTERN)
+
+# -- pure rules -----------------------------------------------------------------------------
+
+
+def receipt_ttl_ms(expire_s: float) -> int:
+    """How long a receipt lives after its last transition: it must outlive its message's
+    expiry, so the sender can read "expired" (8 days by default)."""
+    return max(KEEP_MS, int(expire_s * 1000) + 86400 * 1000)
+
+
+def receipt_state(reached: dict[str, int | None]) -> str:
+    """The state a receipt shows: the latest side exit, else the furthest step reached.
+
+    ``reached`` maps each state the message reached to when (``None``: reached, time
+    unknown).
+    """
+    exits = [(reached[s] or 0, s) for s in EXITS if s in reached]
+    if exits:
+        return max(exits)[1]
+    for state in reversed(ORDER):
+        if state in reached:
+            return state
+    return "stored"
+
+
+def is_reached(state: str, want: str) -> bool:
+    """Whether a message in ``state`` has reached ``want`` (a side exit ends any wait)."""
+    if state in EXITS:
+        return True
+    return ORDER.index(state) >= ORDER.index(want)
+
+
+def recipient_state(state: str | None, last_seen: int, now: int, stale_s: float) -> str:
+    """The recipient's state for a sender: ``stale`` when its harness has not been seen
+    for ``stale_s`` (a closed or closing session says so instead)."""
+    if state is None:
+        return "unknown"
+    if state in ("closing", "closed"):
+        return state
+    if last_seen and now - last_seen > stale_s * 1000:
+        return "stale"
+    return state
+
+
+def from_records(
+    stamped: dict[str, int], rec: dict[str, Any] | None, answer: dict[str, Any] | None
+) -> dict[str, int | None]:
+    """The states reached: the receipt's stamps, plus what the inbox's own records prove
+    (the recipient's mark, the send answer) for a stamp that was missed."""
+    reached: dict[str, int | None] = dict(stamped)
+    mark = (rec or {}).get("mark")
+    ans_state = (answer or {}).get("state")
+    proven: list[tuple[str, Any]] = []
+    if mark in ("noticed", "read", "answered", "retracted"):
+        # floor_drained.lua, the one place marks move new -> noticed, stamps noticed_at.
+        proven.append(("noticed", (rec or {}).get("noticed_at")))
+    if mark == "read":
+        proven.append(("read", None))
+    if ans_state == "answered" and "answer" in (answer or {}):
+        proven.append(("answered", (rec or {}).get("answered_at")))
+    if ans_state == "withdrawn" or mark == "removed":
+        proven.append(("withdrawn", None))
+    if ans_state == "retracted" or mark == "retracted":
+        proven.append(("retracted", None))
+    if mark == "expired":
+        proven.append(("expired", (rec or {}).get("expired_at")))
+    for state, at in proven:
+        if state not in reached:
+            reached[state] = int(at) if at else None
+    return reached
+
+
+def drained_ids(lines: Iterable[dict[str, Any]]) -> list[str]:
+    """The message ids a drain took: every notice's messages and every raw line."""
+    out: list[str] = []
+    for line in lines:
+        if line.get("kind") == "notice":
+            payload = line.get("notice")
+            if isinstance(payload, dict) and isinstance(payload.get("messages"), list):
+                out.extend(str(i) for i in payload["messages"])
+        elif line.get("id"):
+            out.append(str(line["id"]))
+    return [i for i in out if _MESSAGE_ID_RE.fullmatch(i)]
+
+
+def check_message_id(msg_id: object) -> str:
+    """A message id, before it becomes part of a key."""
+    if not isinstance(msg_id, str) or not _MESSAGE_ID_RE.fullmatch(msg_id):
+        raise BadInput(f"invalid message id {repr(msg_id)[:60]}: must match {MESSAGE_ID_PATTERN}")
+    return msg_id
+
+
+# -- the store side ---------------------------------------------------------------------------
+
+
+class Receipts:
+    """Receipts and outboxes on one store; ``claims`` verifies a caller's token (the
+    facade's own check), ``store`` is called on use (a provider, connected lazily)."""
+
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        settings: Settings,
+        claims: Callable[..., Claims | None],
+    ) -> None:
+        self._store, self.settings, self.claims = store, settings, claims
+        self._clock = threading.Lock()
+        self._last_us = 0
+
+    @property
+    def store(self) -> Store:
+        return self._store()
+
+    @property
+    def ttl_ms(self) -> int:
+        return receipt_ttl_ms(self.settings.expire_s)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def open(
+        self,
+        pipe: Any,
+        msg: Message,
+        to: str,
+        thread: str | None,
+        *,
+        state: str = "stored",
+        reason: str = "",
+    ) -> None:
+        """Queue the receipt's opening and the sender's outbox entry on ``pipe`` (after the
+        append): no round trip of its own."""
+        self.open_many(pipe, [(msg, to, thread, state, reason)])
+
+    def open_many(
+        self,
+        pipe: Any,
+        rows: Sequence[tuple[Message, str, str | None, str, str]],
+        *,
+        appended: bool = False,
+    ) -> None:
+        """:meth:`open` for many ``(message, to, thread, state, reason)``, in the order sent:
+        one ``receipt_open.lua`` call per recipient, one outbox write per sender. With
+        ``appended``, the ``stored`` rows' receipts were opened by their append
+        (``append_many.lua``): only their outbox entries are written here."""
+        store, now = self.store, now_ms()
+        by_to: dict[str, tuple[list[str], list[Any]]] = {}
+        outboxes: dict[str, dict[str, int]] = {}
+        for msg, to, thread, state, reason in rows:
+            if not (appended and state == "stored"):
+                keys, args = by_to.setdefault(to, ([store.k.s(to, "ids")], [now, self.ttl_ms, to]))
+                keys.append(store.k.receipt(to, msg.id))
+                args.extend(
+                    [msg.id, state, msg.from_, msg.from_session or "", thread or "", reason]
+                )
+            if msg.from_session:
+                members = outboxes.setdefault(msg.from_session, {})
+                members.setdefault(f"{to}|{msg.id}", self._tick())
+        for keys, args in by_to.values():
+            store.script("receipt_open")(keys=keys, args=args, client=pipe)
+        for sender, members in outboxes.items():
+            floor = max(members.values()) - KEEP_MS * 1000
+            store.queue_outbox_add(pipe, sender, members, OUTBOX_MAX, floor)
+
+    def _tick(self) -> int:
+        """Microseconds, strictly increasing in this process: a burst (or a batch) from one
+        sender still lists in the order it was sent."""
+        with self._clock:
+            self._last_us = max(time.time_ns() // 1000, self._last_us + 1)
+            return self._last_us
+
+    def bounced(self, msg: Message, to: str, reason: str) -> None:
+        """A send to no registered session: the receipt (and the outbox) say so."""
+        store = self.store
+        pipe = store.pipeline()
+        receipt_index.index(pipe, store.k, [(msg.id, to)], now_ms())
+        self.open(pipe, msg, to, None, state="bounced", reason=reason)
+        pipe.execute()
+
+    def unlist_refused(self, refused: Sequence[tuple[Message, str]]) -> None:
+        """Messages the append refused (``inbox_full``) leave no outbox entry, unless an
+        earlier bounce of the same id opened a receipt the entry shows. Only on a refusal,
+        so the send's own path keeps its single round trip."""
+        rows = [(m, to) for m, to in refused if m.from_session]
+        if not rows:
+            return
+        store = self.store
+        found = store.receipts_exist([(to, msg.id) for msg, to in rows])
+        store.outbox_remove(
+            [
+                (msg.from_session or "", to, msg.id)
+                for (msg, to), kept in zip(rows, found, strict=True)
+                if not kept
+            ]
+        )
+
+    def mark(
+        self,
+        sid: str,
+        state: str,
+        ids: Iterable[str],
+        *,
+        touch: bool = False,
+        client: Any = None,
+    ) -> None:
+        """Stamp ``state`` on the receipts of ``ids`` (messages addressed to ``sid``); with
+        ``touch``, the session's harness was also seen now. One script, one round trip."""
+        ids = list(ids)
+        if not ids and not touch:
+            return
+        store = self.store
+        keys = [store.k.s(sid, "session"), store.k.s(sid, "events"), store.k.s(sid, "ids")]
+        keys += store.k.receipts(sid, ids)
+        args = [state, now_ms(), self.ttl_ms, "1" if touch else "0", *ids]
+        store.script("receipt_mark")(keys=keys, args=args, client=client)
+
+    def seen(self, sid: str) -> None:
+        """The session's harness was seen now (``last_seen``)."""
+        self.mark(sid, "", [], touch=True)
+
+    def replied(self, sid: str, thread: str) -> None:
+        """``sid`` replied into ``thread``: the messages it got there count as read."""
+        ids = [str(f.get("id")) for f in self.store.thread_log(thread)]
+        self.mark(sid, "read", [i for i in ids if _MESSAGE_ID_RE.fullmatch(i)], touch=True)
+
+    def heartbeat(self, sid: str) -> threading.Event:
+        """Keep ``sid`` seen while a listener runs (a daemon thread); set the event to stop."""
+        stop = threading.Event()
+        every = max(1.0, min(60.0, self.settings.stale_s / 3))
+
+        def beat() -> None:
+            while not stop.is_set():
+                try:
+                    self.seen(sid)
+                except redis.RedisError as exc:
+                    log.debug("last_seen for %s not recorded: %s", sid, exc)
+                stop.wait(every)
+
+        threading.Thread(target=beat, name=f"seen-{sid}", daemon=True).start()
+        return stop
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _read(self, rows: list[tuple[str, str]]) -> list[dict[str, Any] | None]:
+        """Receipts of ``(recipient, id)`` rows with the records behind them, one round trip
+        (every key of one row is in its recipient's slot)."""
+        store = self.store
+        got = store.receipt_rows(rows)
+        now, stale_s = now_ms(), self.settings.stale_s
+        out: list[dict[str, Any] | None] = []
+        for n, (to, msg_id) in enumerate(rows):
+            h, rec, ans, (s_state, last_seen, opened_at) = got[n]
+            if not h:
+                out.append(None)
+                continue
+            stamped = {s: int(h[s]) for s in STATES if h.get(s)}
+            reached = from_records(
+                stamped, json.loads(rec) if rec else None, json.loads(ans) if ans else None
+            )
+            seen = int(last_seen or 0) or int(opened_at or 0)
+            receipt: dict[str, Any] = {
+                "ok": True,
+                "id": msg_id,
+                "to": to,
+                "thread": h.get("thread") or None,
+                "state": receipt_state(reached),
+                "at": {s: reached[s] for s in STATES if reached.get(s)},
+                "recipient": {
+                    "session": to,
+                    "state": recipient_state(s_state or None, seen, now, stale_s),
+                    "last_seen": seen or None,
+                },
+                "_from": h.get("from"),
+                "_from_session": h.get("from_session"),
+            }
+            if h.get("reason"):
+                receipt["reason"] = h["reason"]
+            if receipt["state"] == "answered" and ans and "answer" in json.loads(ans):
+                receipt["answer"] = json.loads(ans)["answer"]  # the turn's answer, as --wait gets
+            out.append(receipt)
+        return out
+
+    def _caller(self, by: str | None, token: str | None) -> tuple[str | None, str | None]:
+        """Who asks: ``(session, None)`` or, for a member's token, ``(None, handle)``."""
+        claims = self.claims(token, SCOPE_READ)
+        if claims is not None:
+            if claims.sub_kind == "session":
+                if by not in (None, claims.sub):
+                    raise Unauthorized(
+                        f"the token is {claims.actor}'s, not {by!r}'s", code="token_subject"
+                    )
+                return claims.sub, None
+            workspace, _, name = claims.sub.partition("/")
+            return None, f"{workspace}:{name}"
+        sid = by or self.settings.session
+        if not sid:
+            raise BadInput(
+                "no caller session: pass --by SID or set INBOX_SESSION", code="no_session"
+            )
+        return check_session_id(sid), None
+
+    def receipt(
+        self,
+        msg_id: str,
+        *,
+        by: str | None = None,
+        token: str | None = None,
+        wait_for: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """One message's receipt, for its sender only; with ``wait_for``, block until the
+        message reaches that state (or a side exit), or ``timeout`` seconds."""
+        check_message_id(msg_id)
+        if wait_for is not None and wait_for not in WAITABLE:
+            raise BadInput(f"--wait-for must be one of {', '.join(WAITABLE)}, not {wait_for!r}")
+        if timeout is not None and timeout < 0:
+            raise BadInput("timeout must be 0 or more seconds")
+        me, handle = self._caller(by, token)
+        to = self.store.recipient_of(msg_id)
+        found = self._read([(to, msg_id)])[0] if to else None
+        if found is None:
+            raise NotFound(f"no receipt for message {msg_id!r} (unknown, or older than 7 days)")
+        sender = found["_from_session"]
+        if (me is None or sender != me) and (handle is None or sender or found["_from"] != handle):
+            raise Refused("only the sender may read a message's receipt", code="not_sender")
+        if wait_for is not None:
+            found = self._wait(to or "", msg_id, found, wait_for, timeout)
+        return _public(found)
+
+    def _wait(
+        self, to: str, msg_id: str, found: dict[str, Any], want: str, timeout: float | None
+    ) -> dict[str, Any]:
+        """Block on the recipient's events stream (every transition writes a record there)
+        and look again after each; no polling."""
+        store = self.store
+        events = store.events_key(to)
+        cursor = store.last_event_id(to)
+        found = self._read([(to, msg_id)])[0] or found  # after the cursor: nothing missed
+        deadline = None if timeout is None else time.monotonic() + timeout
+        conn, pool = store.waiting_client(WAIT_CHUNK_S, f"inbox-wait:{msg_id}")
+        try:
+            while not is_reached(found["state"], want):
+                left = WAIT_CHUNK_S if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    return {
+                        **found,
+                        "ok": False,
+                        "error": "timeout",
+                        "message": f"{msg_id} did not reach {want} within {timeout}s; "
+                        f"it is {found['state']}",
+                    }
+                block_ms = max(1, int(min(left, WAIT_CHUNK_S) * 1000))
+                got = conn.xread({events: cursor}, count=100, block=block_ms)
+                if got:
+                    cursor = str(got[0][1][-1][0])
+                found = self._read([(to, msg_id)])[0] or found
+        finally:
+            if pool is not None:
+                pool.disconnect()
+        return found
+
+    def sent(
+        self,
+        sid: str,
+        *,
+        state: str | None = None,
+        limit: int = 50,
+        token: str | None = None,
+    ) -> dict[str, Any]:
+        """``sid``'s sent messages, newest first, each with its receipt; ``state`` filters."""
+        check_session_id(sid)
+        if state is not None and state not in STATES:
+            raise BadInput(f"--state must be one of {', '.join(STATES)}, not {state!r}")
+        if not 1 <= limit <= SENT_LIMIT_MAX:
+            raise BadInput(f"--limit must be 1 to {SENT_LIMIT_MAX}, not {limit}")
+        claims = self.claims(token, SCOPE_READ, session=sid)
+        if claims is not None and claims.sub_kind != "session":
+            raise Unauthorized(
+                f"the token is {claims.actor}'s, not a session's", code="token_subject"
+            )
+        store = self.store
+        rows: list[dict[str, Any]] = []
+        start, page = 0, max(limit, 100)
+        while len(rows) < limit:
+            members = store.outbox_page(sid, start, page)
+            if not members:
+                break
+            start += page
+            pairs = [tuple(m.split("|", 1)) for m in members]
+            gone = []
+            for member, found in zip(
+                members, self._read([(p[0], p[1]) for p in pairs]), strict=True
+            ):
+                if found is None:
+                    gone.append(member)  # its receipt aged out
+                elif state is None or found["state"] == state:
+                    rows.append(_public(found))
+            if gone:
+                store.drop_from_outbox(sid, gone)
+                start -= len(gone)
+        return {"ok": True, "session": sid, "sent": rows[:limit]}
+
+    # -- expiry -------------------------------------------------------------------------------
+
+    def expire(self, sid: str) -> list[str]:
+        """Messages to ``sid`` no notice got in for ``expire_s`` end ``expired``."""
+        store = self.store
+        cutoff = now_ms() - int(self.settings.expire_s * 1000)
+        ids = [
+            str(i)
+            for i in store.run(
+                "expire", sid, ("new", "wakeq", "msgs", "floor", "events"), [cutoff, now_ms()]
+            )
+        ]
+        self.mark(sid, "expired", ids)
+        return ids
+
+    def expire_all(
+        self, *, force: bool = False, between: Callable[[], object] | None = None
+    ) -> int:
+        """The scheduler's sweep: expire in every session that may hold old unnoticed
+        messages (one round trip per :data:`EXPIRE_CHUNK` sessions to find them). At most
+        once a minute across every process (the interval is claimed in Redis, as the
+        backlog sweep's is) unless ``force``. ``between`` runs after each chunk (the
+        scheduler takes due entries there: a large registry's pass does not hold up the
+        wakes due meanwhile)."""
+        store = self.store
+        if not force and not store.claim_sweep(int(EXPIRE_EVERY_S * 1000), what="expiry"):
+            return 0
+        sids = store.session_ids()
+        cutoff = now_ms() - int(self.settings.expire_s * 1000)
+        expired = 0
+        for i in range(0, len(sids), EXPIRE_CHUNK):
+            chunk = sids[i : i + EXPIRE_CHUNK]
+            for sid, due in zip(chunk, store.may_expire(chunk, cutoff), strict=True):
+                if due:
+                    expired += len(self.expire(sid))
+            if between is not None:
+                between()
+        return expired
+
+
+def _public(receipt: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in receipt.items() if not k.startswith("_")}

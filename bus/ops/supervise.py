@@ -1,0 +1,312 @@
+"""The supervisor behind ``inbox up`` and ``compose/local.py``: children that come back.
+
+Each child (a worker, the scheduler, the embedded Redis) runs in its own session, so a
+Ctrl-C in the terminal reaches only the supervisor, which then stops them in order:
+workers and scheduler first, Redis last (its append-only file flushed), each stage
+bounded, then SIGKILL. A child that exits is started again after a backoff (0.2 s,
+doubling to 10 s; reset once it ran 10 s), with one log line each time. A worker whose
+host queue holds work while it made no progress for ``INBOX_WORKER_STALL_S`` (default
+10 s, :func:`bus.telemetry.liveness.stalled`) is killed and restarted. A child exiting with one of its ``fatal`` codes (a worker refused its host)
+stops everything; :attr:`Supervisor.failed` holds the code. One supervisor per home:
+:class:`HomeLock` (``fcntl.flock`` on ``<home>/up.pid``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import redis
+
+from bus.core.models import now_ms
+from bus.store.cluster import REDIS_ERRORS
+from bus.store.keys import Keys
+from bus.telemetry.liveness import host_queue, stalled
+
+from .procs import die_with_parent
+
+BACKOFF_START_S = 0.2
+BACKOFF_MAX_S = 10.0
+HEALTHY_AFTER_S = 10.0
+LIVENESS_EVERY_S = 2.0
+# A Celery worker can hang in its own shutdown after an unrecoverable broker error
+# (kombu's restore_unacked on a Redis restart); its queue then grows with no progress.
+STALL_S = 10.0
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class AlreadyRunning(RuntimeError):
+    """Another supervisor holds this home's lock."""
+
+    def __init__(self, pid: int | None, path: Path) -> None:
+        self.pid = pid
+        super().__init__(f"already running (pid {pid if pid else '?'}; lock {path})")
+
+
+class HomeLock:
+    """An exclusive ``flock`` on ``<home>/up.pid`` holding the supervisor's pid.
+
+    The kernel drops the lock when the process dies, however it dies, so a stale file
+    never blocks a restart; children do not inherit it (``close_fds``). A clean stop
+    removes the file.
+    """
+
+    def __init__(self, home: Path) -> None:
+        self.path = Path(home) / "up.pid"
+        self._fd: IO[str] | None = None
+
+    def acquire(self) -> HomeLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        while True:
+            fd = open(self.path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fd.seek(0)
+                text = fd.read().strip()
+                fd.close()
+                raise AlreadyRunning(int(text) if text.isdigit() else None, self.path) from None
+            if self._still_named(fd):
+                break
+            fd.close()  # a clean stop removed the file between our open and our lock
+        fd.seek(0)
+        fd.truncate()
+        fd.write(f"{os.getpid()}\n")
+        fd.flush()
+        self._fd = fd
+        return self
+
+    def _still_named(self, fd: IO[str]) -> bool:
+        try:
+            return os.path.samestat(os.fstat(fd.fileno()), os.stat(self.path))
+        except FileNotFoundError:
+            return False
+
+    def release(self) -> None:
+        """Unlock, and remove the file (a clean stop leaves no ``up.pid`` behind)."""
+        if self._fd is not None:
+            self.path.unlink(missing_ok=True)  # still locked: no one else holds it
+            self._fd.close()
+            self._fd = None
+
+
+@dataclass
+class Child:
+    """One supervised process: how to start it, its stop stage and its current process."""
+
+    name: str
+    spawn: Callable[[], subprocess.Popen[bytes]]
+    stage: int = 0  # stopped in ascending stage order: 0 workers/scheduler, 1 Redis
+    host: str | None = None  # a worker's host: checked for progress
+    # Exit codes that are no crash but a refusal (a worker's host served by another
+    # floor, its home gone): not restarted; the supervisor stops with that code.
+    fatal: dict[int, str] = field(default_factory=dict)
+    log: Path | None = None
+    proc: subprocess.Popen[bytes] = field(init=False)
+    started: float = 0.0
+    started_ms: int = 0
+    failures: int = 0
+    restart_at: float | None = None
+
+    def tail(self, n: int = 2000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n:] if self.log else ""
+        except OSError:
+            return ""
+
+    def start(self) -> None:
+        self.proc = self.spawn()
+        self.started = time.monotonic()
+        self.started_ms = now_ms()
+        self.restart_at = None
+
+
+def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """Signal a child's whole process group (a worker's pool too)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+class Supervisor:
+    """Starts children (highest stage first), keeps them running, stops them in order."""
+
+    def __init__(
+        self,
+        children: list[Child],
+        *,
+        name: str = "inbox up",
+        store: tuple[Any, Keys] | None = None,
+        broker: redis.Redis | None = None,
+        stall_s: float | None = None,
+        log: Callable[[str], None] = _log,
+    ) -> None:
+        self.children = children
+        self.name = name
+        self.store = store
+        # The host queues are the broker's; the store's server when none is given.
+        self.broker = broker
+        self.stall_s = stall_s if stall_s is not None else _stall_from_env()
+        self.log = log
+        self.stopping = threading.Event()
+        self._next_liveness = 0.0
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.failed: int | None = None  # a child's fatal exit code: everything stops
+
+    def start(self) -> Supervisor:
+        for child in sorted(self.children, key=lambda c: -c.stage):
+            child.start()
+        return self
+
+    def child(self, name: str) -> Child:
+        return next(c for c in self.children if c.name == name)
+
+    def poll(self) -> None:
+        """One supervision step: restart what exited (after its backoff); check progress."""
+        with self._lock:
+            if self.stopping.is_set():
+                return
+            now = time.monotonic()
+            for child in self.children:
+                code = child.proc.poll()
+                if code is not None and code in child.fatal and self.failed is None:
+                    self.failed = code
+                    self.log(f"{self.name}: {child.name} exited (code {code}): {child.fatal[code]}")
+                    self.stopping.set()
+                    return
+                if code is not None and child.restart_at is None:
+                    ran = now - child.started
+                    child.failures = 0 if ran >= HEALTHY_AFTER_S else child.failures + 1
+                    delay = min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** max(0, child.failures - 1))
+                    child.restart_at = now + delay
+                    self.log(
+                        f"{self.name}: {child.name} exited (code {code}) after {ran:.1f} s;"
+                        f" restarting in {delay:.1f} s"
+                    )
+                if child.restart_at is not None and now >= child.restart_at:
+                    signal_group(child.proc, signal.SIGKILL)  # leftovers of its group
+                    try:
+                        child.start()
+                    except Exception as exc:  # e.g. Redis did not answer in time: try later
+                        child.failures += 1
+                        child.restart_at = now + BACKOFF_MAX_S
+                        self.log(f"{self.name}: {child.name} did not start: {exc}")
+            if self.store is not None and self.stall_s > 0 and now >= self._next_liveness:
+                self._next_liveness = now + LIVENESS_EVERY_S
+                self._check_progress()
+
+    def _check_progress(self) -> None:
+        assert self.store is not None
+        client, keys = self.store
+        for child in self.children:
+            if child.host is None or child.restart_at is not None:
+                continue
+            try:
+                queued = (self.broker or client).llen(keys.celery_queue(host_queue(child.host)))
+                progress, ready = client.hmget(keys.beat(child.host), "progress", "started")
+            except REDIS_ERRORS:
+                return  # Redis away: nothing to judge progress by
+            progress_ms = int(progress) if progress else None
+            if stalled(
+                queued=int(queued),
+                progress_ms=progress_ms,
+                started_ms=child.started_ms,
+                now=now_ms(),
+                bound_s=self.stall_s,
+                # The worker writes "started" once ready (workers.tasks, worker_ready).
+                booted=bool(ready) and int(ready) >= child.started_ms,
+            ):
+                self.log(
+                    f"{self.name}: {child.name} holds {queued} queued but made no progress"
+                    f" for {self.stall_s:.0f} s; restarting it"
+                )
+                signal_group(child.proc, signal.SIGKILL)
+
+    def run(self, stop: threading.Event, every_s: float = 0.2) -> None:
+        """Supervise in this thread until ``stop`` is set, then stop every child."""
+        try:
+            while not stop.wait(every_s) and self.failed is None:
+                self.poll()
+        finally:
+            self.stop()
+
+    def run_in_background(self, every_s: float = 0.2) -> Supervisor:
+        def loop() -> None:
+            while not self.stopping.wait(every_s):
+                self.poll()
+
+        self._thread = threading.Thread(target=loop, name="supervisor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM stage by stage (workers and scheduler, then Redis); SIGKILL past ``timeout``."""
+        with self._lock:
+            self.stopping.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+        for stage in sorted({c.stage for c in self.children}):
+            group = [c for c in self.children if c.stage == stage and hasattr(c, "proc")]
+            for child in group:
+                signal_group(child.proc, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for child in group:
+                try:
+                    child.proc.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    self.log(f"{self.name}: {child.name} did not stop in {timeout:.0f} s; killing")
+                    signal_group(child.proc, signal.SIGKILL)
+                    child.proc.wait(5)
+                # A worker's pool children share its group; none may outlive it.
+                signal_group(child.proc, signal.SIGKILL)
+
+
+def _stall_from_env() -> float:
+    raw = os.environ.get("INBOX_WORKER_STALL_S", "")
+    try:
+        return float(raw) if raw else STALL_S
+    except ValueError:
+        return STALL_S
+
+
+def spawn_logged(argv: list[str], env: dict[str, str], log: Path | None) -> Callable[..., Any]:
+    """A spawn function: ``argv`` in its own session, output appended to ``log``."""
+
+    def spawn() -> subprocess.Popen[bytes]:
+        out: Any = open(log, "ab") if log is not None else None  # noqa: SIM115
+        try:
+            return subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT if out is not None else None,
+                # Own session: a terminal's Ctrl-C reaches only the supervisor.
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
+        finally:
+            if out is not None:
+                out.close()
+
+    return spawn
+
+
+__all__ = ["AlreadyRunning", "Child", "HomeLock", "Supervisor", "signal_group", "spawn_logged"]

@@ -1,0 +1,118 @@
+"""``inbox up``: the whole bus for this host in the foreground, supervised.
+
+With no ``INBOX_REDIS_URL``, an embedded Redis (persistent, on a unix socket under
+``$INBOX_HOME``) is started first; then this host's worker and the scheduler run as
+child processes under :class:`bus.ops.supervise.Supervisor`, their output in
+``$INBOX_HOME/logs/`` (the terminal gets the bus's own lines): a child that exits comes back
+(with backoff, one log line each time), a worker that holds work without progress is
+restarted, a worker refused its host (another floor serves it) or whose home is gone
+stops everything with its exit code (5 or 6, :mod:`bus.telemetry.host_floor`), and Ctrl-C (or SIGTERM) stops the worker and scheduler, then Redis. Once per
+``INBOX_HOME``: a second ``inbox up`` says "already running (pid N)" and exits 1.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import redis
+
+from bus.core.private_files import private_dirs
+from bus.core.settings import Settings
+from bus.store.cluster import cluster_client
+from bus.store.connection import Lazy, broker_client
+from bus.store.keys import Keys
+from bus.telemetry.host_floor import EXIT_HOME_GONE, EXIT_HOST_TAKEN
+
+from .embedded import EmbeddedRedis
+from .supervise import AlreadyRunning, Child, HomeLock, Supervisor, spawn_logged
+
+
+def _banner(settings: Settings, url: str, logs: Path) -> str:
+    return "\n".join(
+        [
+            f"inbox up: host {settings.host}, store {url}, home {settings.home}",
+            f"  worker:     running ({logs / 'worker.log'})",
+            f"  scheduler:  running: wakes, flushes, retries ({logs / 'scheduler.log'})",
+            "  register a session:  inbox session open demo",
+            f"  send to it:          inbox send --to-id demo --from {settings.host}:me --text hello",
+            "  read its floor:      inbox drain demo --stamped",
+            "Ctrl-C stops everything.",
+        ]
+    )
+
+
+def run_up(settings: Settings, *, concurrency: int = 2, redis_port: int = 0) -> int:
+    """Start Redis (embedded unless configured), a worker and the scheduler; supervise."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    private_dirs(settings.home)  # $INBOX_HOME holds the floor, items and Redis: 0700
+    try:
+        lock = HomeLock(settings.home).acquire()
+    except AlreadyRunning as exc:
+        print(f"inbox up: {exc}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        return _supervise(settings, stop, concurrency=concurrency, redis_port=redis_port)
+    finally:
+        lock.release()
+
+
+def _supervise(
+    settings: Settings, stop: threading.Event, *, concurrency: int, redis_port: int
+) -> int:
+    env = settings.child_env()
+    children: list[Child] = []
+    if not settings.redis_url:
+        embedded = EmbeddedRedis(settings.embedded_socket, settings.embedded_data, port=redis_port)
+        env["INBOX_REDIS_URL"] = embedded.url
+        env.setdefault("INBOX_BROKER_URL", embedded.broker_url)
+
+        def spawn_redis() -> object:
+            proc = embedded.start().proc
+            assert proc is not None
+            return proc
+
+        children.append(Child("redis", spawn_redis, stage=1))  # type: ignore[arg-type]
+    url = store_url = env["INBOX_REDIS_URL"]
+    if "@" in url:  # never print the embedded server's password
+        url = url.split("://", 1)[0] + "://***@" + url.rsplit("@", 1)[1]
+    logs = private_dirs(settings.home / "logs")
+    exe = [sys.executable, "-m", "bus.surfaces.cli.app"]
+    worker = [*exe, "worker", "--concurrency", str(concurrency)]
+    wlog, slog = logs / "worker.log", logs / "scheduler.log"
+    fatal = {
+        EXIT_HOST_TAKEN: f"another floor serves host {settings.host}; stopping",
+        EXIT_HOME_GONE: f"its INBOX_HOME {settings.home} is gone; stopping",
+    }
+    children.append(
+        Child("worker", spawn_logged(worker, env, wlog), host=settings.host, log=wlog, fatal=fatal)
+    )
+    children.append(Child("scheduler", spawn_logged([*exe, "scheduler"], env, slog), log=slog))
+    print(f"inbox up: starting Redis, the worker and the scheduler for {settings.host}", flush=True)
+    # Progress is judged by the worker's beat in the store and its queue on the broker.
+    client = (
+        Lazy(lambda: cluster_client(store_url))
+        if settings.redis_cluster
+        else redis.Redis.from_url(store_url, decode_responses=True, socket_connect_timeout=2)
+    )
+    broker = broker_client(env.get("INBOX_BROKER_URL") or store_url)
+    store = (client, Keys(settings.key_prefix)) if broker is not None else None
+    sup = Supervisor(children, store=store, broker=broker)
+    try:
+        sup.start()
+    except BaseException:
+        sup.stop()
+        raise
+    print(_banner(settings, url, logs), flush=True)
+    try:
+        sup.run(stop)
+    finally:
+        client.close()
+        if broker is not None:
+            broker.close()
+        print("inbox up: stopped", flush=True)
+    return sup.failed or 0

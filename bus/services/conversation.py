@@ -1,0 +1,243 @@
+"""Reading and answering a session's threads: list, read, reply, withdraw.
+
+Built on :class:`bus.delivery.inbox.Inbox`'s records: a thread's messages live in its own slot
+(``P:{thr}:log``), each party's marks in the party's slot (``P:{sid}:msgs``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from bus.core.clock import SYSTEM, Clock
+from bus.core.errors import NotFound, Refused
+from bus.core.models import SessionInfo, check_session_id, check_text, parse_message
+from bus.core.models import now_ms as _now_ms
+
+if TYPE_CHECKING:
+    from bus.delivery.receipts import Receipts
+    from bus.store.store import Store
+
+    from .routing import Router
+
+WITHDRAW_WAIT_S = 10.0
+
+
+def _list(raw: str | None) -> list[str]:
+    # cjson encodes an empty Lua table as {}, not [].
+    value = json.loads(raw) if raw else []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+class Conversation:
+    """Threads as a session reads and answers them."""
+
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        router: Router,
+        receipts: Receipts,
+        *,
+        session: Callable[[str], SessionInfo],
+        blocking: Callable[[], Any],
+        clock: Clock = SYSTEM,
+    ) -> None:
+        self._store, self.router, self.receipts = store, router, receipts
+        self.session, self._blocking, self.clock = session, blocking, clock
+
+    @property
+    def store(self) -> Store:
+        return self._store()
+
+    # -- reading, replying, withdrawing ---------------------------------------------------
+
+    def threads(self, sid: str) -> list[dict[str, Any]]:
+        """The session's threads, newest first (the thread row's fields)."""
+        check_session_id(sid)
+        store = self.store
+        thread_ids = store.threads_of(sid)
+        mine: dict[str, list[dict[str, Any]]] = {}
+        for rec in store.all_records(sid):
+            mine.setdefault(rec["thread"], []).append(rec)
+        out = []
+        for thr, meta in zip(thread_ids, store.thread_metas(thread_ids), strict=True):
+            recs = mine.get(thr, [])
+            unread = [x for x in recs if x["mark"] in ("new", "noticed")]
+            row: dict[str, Any] = {
+                "threadId": thr,
+                "key": meta.get("key", ""),
+                "label": meta.get("label", thr),
+                "from": _list(meta.get("senders")),
+                "unread": len(unread),
+                "new": sum(1 for x in recs if x["mark"] == "new"),
+                "count": int(meta.get("count", 0)),
+                "newestAt": int(meta.get("newest_at", 0)),
+                "newestPreview": meta.get("newest_preview", ""),
+                "class": "blocker"
+                if any(x["class"] == "blocker" for x in unread)
+                else meta.get("class", "action"),
+            }
+            if meta.get("state"):
+                row["state"] = meta["state"]
+            out.append(row)
+        return out
+
+    def parties(self, thread: str) -> list[str]:
+        return _list(self.store.thread_field(thread, "parties"))
+
+    def read(self, sid: str, thread: str, *, mark_read: bool = False) -> dict[str, Any]:
+        """A whole thread, oldest first; refused for a session that is not a party."""
+        check_session_id(sid)
+        meta = self.store.thread_meta(thread)
+        if not meta:
+            raise NotFound(f"no thread {thread!r}")
+        if sid not in _list(meta.get("parties")):
+            raise Refused(f"session {sid!r} is not a party to {thread}", code="not_a_party")
+        msgs = [json.loads(fields["m"]) for fields in self.store.thread_log(thread)]
+        recs = {r["id"]: r for r in self.store.records(sid, [m["id"] for m in msgs])}
+        out = []
+        for m in msgs:
+            rec = recs.get(m["id"])
+            mark = rec["mark"] if rec else "read"
+            item: dict[str, Any] = {
+                "id": m["id"],
+                "from": m["from"],
+                "fromSession": m.get("from_session"),
+                "class": m.get("class", "action"),
+                "kind": m.get("kind", "message"),
+                "at": m.get("ts"),
+                "text": m.get("text", ""),
+                "read": mark in ("read", "answered") or (mark_read and mark in ("new", "noticed")),
+                "verified": m.get("verified") is True,
+            }
+            if mark in ("retracted", "removed"):
+                item["withdrawn"] = mark
+            if m.get("files"):
+                item["files"] = m["files"]
+            out.append(item)
+        if mark_read:
+            self._mark_read(sid, [r for r in recs.values() if r["mark"] in ("new", "noticed")])
+        result: dict[str, Any] = {
+            "threadId": thread,
+            "label": meta.get("label", thread),
+            "messages": out,
+        }
+        if meta.get("state"):
+            result["state"] = meta["state"]
+        return result
+
+    def _mark_read(self, sid: str, recs: list[dict[str, Any]]) -> None:
+        if not recs:
+            return
+        pipe = self.store.pipeline(transaction=True)
+        self.store.queue_mark_read(pipe, sid, recs, self.clock.now_ms())
+        self.receipts.mark(sid, "read", [r["id"] for r in recs], touch=True, client=pipe)
+        pipe.execute()
+
+    def reply(self, sid: str, thread: str, text: str) -> dict[str, Any]:
+        """Answer into the other parties' inboxes under the same thread; wakes nobody."""
+        check_text(text)  # bad input first, whatever the thread
+        info = self.session(sid)
+        parties = self.parties(thread)
+        if not parties:
+            raise NotFound(f"no thread {thread!r}")
+        if sid not in parties:
+            raise Refused(f"session {sid!r} is not a party to {thread}", code="not_a_party")
+        others = [p for p in parties if p != sid]
+        if not others:
+            raise Refused(f"{thread} has no other party session to reply to", code="no_other_party")
+        msg_id = str(uuid.uuid4())
+        answers = []
+        for other in others:
+            answers.append(
+                self.router.post(
+                    parse_message(
+                        {
+                            "id": msg_id,
+                            "from": info.handle,
+                            "to_id": other,
+                            "from_session": sid,
+                            "text": text,
+                            "kind": "reply",
+                            "thread": thread,
+                        }
+                    )
+                )
+            )
+        self.receipts.replied(sid, thread)
+        return {"ok": True, "id": msg_id, "thread": thread, "to": others, "answers": answers}
+
+    def withdraw(self, msg_id: str, by: str) -> dict[str, Any]:
+        """Unsend before any notice; wait out a notice on its way; retract after."""
+        check_session_id(by, "withdrawing session id")
+        store = self.store
+        sid = store.recipient_of(msg_id)
+        if sid is None:
+            raise NotFound(f"no message {msg_id!r}")
+        first = store.first_answer(sid, msg_id)
+        msg = self._message(sid, msg_id)
+        if first is None or msg is None:
+            raise NotFound(f"no message {msg_id!r}")
+        if msg.get("from_session") != by:
+            raise Refused("only the sender may withdraw a message", code="not_sender")
+        events = store.events_key(sid)
+        cursor = store.last_event_id(sid)
+        verdict = self._withdraw_once(sid, msg_id)
+        # A real deadline (the wait blocks on Redis), not the injectable clock.
+        deadline = _now_ms() + int(WITHDRAW_WAIT_S * 1000)
+        while verdict[0] == "wait" and _now_ms() < deadline:
+            # Block on the session's records until the notice on its way lands or fails.
+            got = self._blocking().xread({events: cursor}, block=max(1, deadline - _now_ms()))
+            if got:
+                cursor = got[0][1][-1][0]
+            verdict = self._withdraw_once(sid, msg_id)
+        kind = verdict[0]
+        if kind in ("unsent", "retract"):
+            self.receipts.mark(sid, "withdrawn" if kind == "unsent" else "retracted", [msg_id])
+        if kind == "unsent":
+            return {"ok": True, "id": msg_id, "state": "unsent"}
+        if kind == "already":
+            return {"ok": True, "id": msg_id, "state": (first or {}).get("state", "withdrawn")}
+        if kind == "retract":
+            self.router.post(
+                parse_message(
+                    {
+                        "from": msg["from"],
+                        "to_id": sid,
+                        "from_session": by,
+                        "text": f"(withdrawn by the sender) {msg_id}",
+                        "kind": "retraction",
+                        "thread": msg.get("thread") or self.router.thread_for(parse_message(msg)),
+                        "class": "fyi",
+                    }
+                )
+            )
+            return {"ok": True, "id": msg_id, "state": "retracted", "via": "inbox"}
+        raise Refused(f"withdraw of {msg_id} timed out waiting for its notice", code="timeout")
+
+    def _withdraw_once(self, sid: str, msg_id: str) -> list[str]:
+        out = self.store.run(
+            "withdraw",
+            sid,
+            ("ids", "msgs", "new", "wakeq", "notice", "events"),
+            [msg_id, self.clock.now_ms()],
+        )
+        return [str(x) for x in out]
+
+    def _message(self, sid: str, msg_id: str) -> dict[str, Any] | None:
+        recs = self.store.records(sid, [msg_id])
+        if recs:
+            return dict(recs[0]["m"])
+        for _eid, fields in self.store.read_after(sid, "0-0", 100000):
+            if fields.get("id") == msg_id:
+                return dict(json.loads(fields["m"]))
+        # A queue the delivery took whole is emptied (queue_trim.lua), and a message
+        # withdrawn before its delivery has no record: its receipt still names its sender.
+        receipt = self.store.receipt_rows([(sid, msg_id)])[0][0]
+        if receipt and receipt.get("from"):
+            # (The id is the receipt key's: its hash no longer holds it.)
+            kept = {f: receipt[f] for f in ("from", "from_session", "thread") if f in receipt}
+            return {"id": msg_id, **kept}
+        return None

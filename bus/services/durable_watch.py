@@ -1,0 +1,351 @@
+"""Durable subscriptions: a coordinator follows sessions (its lanes, a list, or all)
+under a name, and a restart resumes where it stopped, nothing missed, nothing repeated.
+
+What is followed is each session's ``events`` stream (``P:{sid}:events``): the send
+script writes an ``inbox_received`` record there with every message it stores, so a
+message is seen as soon as it is stored, whether or not its host's worker runs. The
+subscription's cursor is kept per session in that session's slot (``P:{sid}:subs``:
+name → the last events id taken), moved after each message the caller took (an event
+is handed over, then its cursor is written before the next is read). While a cursor is
+there, the compaction pass keeps the session's events (``events_quiet.lua``); they stay
+bounded (``MAXLEN ~ 10000`` records, some 2,000 messages). A cursor whose next records
+were trimmed away is refused with ``cursor_expired`` (:class:`CursorExpired`) instead of
+silently skipping them; ``reset`` starts the subscription again from now.
+
+Where a cursor starts: a session followed for the first time starts at its newest
+record (only what comes after), unless it was opened after the subscription was made
+(a lane started later): then from its first record. A session's lanes are the sessions
+it started (``session open --parent``) and those it gave work to (its ``gave`` set),
+looked up again every ``refresh_s`` so new lanes are followed as they come.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from bus.core.errors import BadInput, NotFound, Refused
+from bus.core.models import check_session_id, now_ms
+from bus.store.cluster import read_streams
+from bus.store.many import stream_id_after
+
+if TYPE_CHECKING:
+    from bus.store.store import Store
+
+    from .ports import Streams
+
+MESSAGE_KIND = "inbox_received"
+STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+
+
+class CursorExpired(Refused):
+    """A durable subscription's cursor points before records that were trimmed away."""
+
+    code = "cursor_expired"
+
+
+def lanes(store: Store, sid: str) -> list[str]:
+    """The sessions ``sid`` started (their ``parent``) or gave work to, sorted."""
+    check_session_id(sid)
+    started = {s.session for s in store.sessions() if s.parent == sid}
+    return sorted(started | set(store.gave_to(sid)))
+
+
+def resolve(
+    store: Store, sessions: list[str] | None, lanes_of: list[str] | None, follow_all: bool
+) -> list[str]:
+    """The sessions a selection names now: ``sessions``, the lanes of each of ``lanes_of``,
+    or every registered session (``follow_all``)."""
+    if follow_all:
+        return store.session_ids()
+    out = {check_session_id(sid) for sid in sessions or []}
+    for owner in lanes_of or []:
+        out.update(lanes(store, owner))
+    return sorted(out)
+
+
+def expired(cursor: str, bounds: dict[str, Any] | None, cursor_kept: bool) -> bool:
+    """Whether records after ``cursor`` were trimmed: the stream's newest trimmed id is
+    past it (Redis 7), or, where the server does not say (6.2), the cursor's own record
+    is gone and the stream now starts after it. Pure."""
+    if bounds is None or cursor == "0-0":
+        return False
+    deleted = bounds.get("max_deleted") or "0-0"
+    if deleted != "0-0":
+        return stream_id_after(deleted, cursor)
+    first = bounds.get("first")
+    return not cursor_kept and first is not None and stream_id_after(first, cursor)
+
+
+class Durable:
+    """A named subscription's positions; iterating reads on and moves its cursors."""
+
+    def __init__(
+        self,
+        bus: Streams,
+        name: str,
+        *,
+        sessions: list[str] | None = None,
+        lanes_of: list[str] | None = None,
+        follow_all: bool = False,
+        block_ms: int = 1000,
+        stop: threading.Event | None = None,
+        refresh_s: float = 3.0,
+        count: int = 500,
+        reset: bool = False,
+    ) -> None:
+        if block_ms <= 0:
+            raise ValueError("block_ms must be positive (0 would block forever)")
+        self.bus = bus
+        self.store = bus.store
+        self.name = name
+        self.selection = (sessions, lanes_of, follow_all)
+        self.block_ms = block_ms
+        self.stop = stop or threading.Event()
+        self.refresh_s = refresh_s
+        self.count = count
+        self.pos: dict[str, str] = {}
+        self.sid_of: dict[str, str] = {}
+        self._acked: dict[str, str] = {}
+        self.store.k.sub(name)  # the name checked before anything is written
+        for owner in lanes_of or []:
+            if self.store.get_session(check_session_id(owner)) is None:
+                raise NotFound(f"no session {owner!r} is registered", session=owner)
+        if reset:
+            self.store.sub_reset(name, resolve(self.store, *self.selection))
+        self.created = self.store.sub_open(name, now_ms())
+        self.follow(resolve(self.store, *self.selection))
+
+    def follow(self, sids: list[str]) -> None:
+        """Take ``sids`` in (those not yet followed): their cursors, checked, or new ones."""
+        fresh = [sid for sid in sids if self.store.k.s(sid, "events") not in self.pos]
+        if not fresh:
+            return
+        cursors = self.store.sub_cursors(self.name, fresh)
+        started: dict[str, str] = {}
+        for sid in fresh:
+            cursor = cursors[sid]
+            if cursor is None:
+                info = self.store.get_session(sid)
+                late = info is not None and info.opened_at >= self.created
+                cursor = "0-0" if late else self.store.last_event_id(sid)
+                started[sid] = cursor
+            else:
+                self._check(sid, cursor)
+            key = self.store.k.s(sid, "events")
+            self.pos[key] = cursor
+            self.sid_of[key] = sid
+        self.store.sub_commit(self.name, started)
+
+    def commit(self, cursors: dict[str, str]) -> None:
+        """Move the cursors of sessions this subscription follows (``poll``'s second
+        value); a session it does not follow is refused, nothing moved."""
+        for sid, cursor in cursors.items():
+            if self.store.k.s(check_session_id(sid), "events") not in self.pos:
+                raise Refused(f"subscription {self.name!r} does not follow {sid!r}")
+            if not isinstance(cursor, str) or not STREAM_ID.fullmatch(cursor):
+                raise BadInput(f"cursor {str(cursor)[:40]!r} of {sid!r} is not a stream id")
+        self.store.sub_commit(self.name, {sid: str(c) for sid, c in cursors.items()})
+        for sid, c in cursors.items():
+            self.pos[self.store.k.s(sid, "events")] = str(c)
+
+    def lanes_of_selection(self) -> bool:
+        """Whether the selection grows (lanes or all): looked up again before a read."""
+        return bool(self.selection[1] or self.selection[2])
+
+    def ack(self, event: dict[str, Any]) -> None:
+        """The caller has done with ``event`` (printed it, stored it): its cursor moves
+        now. Without it the cursor moves when the next event is asked for; an event
+        handed over but neither acknowledged nor followed by another comes again after
+        a restart (never lost)."""
+        sid, eid = str(event["session"]), str(event["stream_id"])
+        self.store.sub_commit(self.name, {sid: eid})
+        self._acked[sid] = eid
+
+    def _check(self, sid: str, cursor: str) -> None:
+        bounds = self.store.events_bounds(sid)
+        kept = bool(bounds) and bool(
+            self.store.r.xrange(self.store.k.s(sid, "events"), cursor, cursor)
+        )
+        if expired(cursor, bounds, kept):
+            raise CursorExpired(
+                f"subscription {self.name!r} fell out of retention for session {sid!r}: "
+                f"records after {cursor} were trimmed away, so messages may have been missed; "
+                "start it again from now with --reset",
+                subscription=self.name,
+                session=sid,
+                cursor=cursor,
+            )
+
+    def _message(self, sid: str, fields: dict[str, str]) -> dict[str, Any]:
+        msg_id = fields.get("id", "")
+        recs = self.store.records(sid, [msg_id]) if msg_id else []
+        if recs and isinstance(recs[0].get("m"), dict):
+            return dict(recs[0]["m"])
+        queued = self.store.queued_message(sid, msg_id) if msg_id else None
+        if queued and "m" in queued:
+            try:
+                return dict(json.loads(queued["m"]))
+            except ValueError:
+                pass
+        return {"id": msg_id, "thread": fields.get("thread")}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        r = self.bus.blocking
+        next_refresh = time.monotonic() + self.refresh_s
+        sessions, lanes_of, follow_all = self.selection
+        while not self.stop.is_set():
+            if (lanes_of or follow_all) and time.monotonic() >= next_refresh:
+                self.follow(resolve(self.store, sessions, lanes_of, follow_all))
+                next_refresh = time.monotonic() + self.refresh_s
+            if not self.pos:
+                self.stop.wait(self.block_ms / 1000)
+                continue
+            rows = read_streams(
+                r, dict(self.pos), count=self.count, block_ms=self.block_ms, stop=self.stop
+            )
+            moved: dict[str, str] = {}
+            for key, entries in rows:
+                sid = self.sid_of[key]
+                for eid, fields in entries:
+                    self.pos[key] = moved[sid] = str(eid)
+                    if fields.get("kind") != MESSAGE_KIND:
+                        continue
+                    yield {
+                        "session": sid,
+                        "stream_id": str(eid),
+                        "message": self._message(sid, fields),
+                        "subscription": self.name,
+                    }
+                    # The caller asked for the next: this one's cursor moves first (ack
+                    # moved it already where the caller acknowledged it).
+                    eid_done = moved.pop(sid)
+                    if self._acked.get(sid) != eid_done:
+                        self.store.sub_commit(self.name, {sid: eid_done})
+                    if self.stop.is_set():
+                        return
+            self.store.sub_commit(self.name, moved)
+
+
+# -- the reader's trust (MCP, the gateway) ---------------------------------------------
+
+
+def reader_of(bus: Any, token: str | None, by: str | None) -> str:
+    """Who reads: the token's session (authentication on; read scope), else ``by``."""
+    from bus.core.errors import Unauthorized
+    from bus.trust.tokens import SCOPE_READ
+
+    claims = bus.claims(token, SCOPE_READ)
+    if claims is not None:
+        if claims.sub_kind != "session":
+            raise Unauthorized(
+                f"the token is {claims.actor}'s, not a session's", code="token_subject"
+            )
+        return str(claims.sub)
+    if not by:
+        raise BadInput("name the reading session: by=SID", code="no_session")
+    return check_session_id(by)
+
+
+def check_readable(store: Store, reader: str, sessions: list[str], lanes_of: list[str]) -> None:
+    """A reader follows itself and its own lanes only (the sessions it started or gave
+    work to): anything else is refused, nothing is read."""
+    for owner in lanes_of:
+        if owner != reader:
+            raise Refused(
+                f"{reader!r} may follow its own lanes, not those of {owner!r}",
+                code="not_your_lane",
+            )
+    allowed = {reader, *lanes(store, reader)}
+    for sid in sessions:
+        if check_session_id(sid) not in allowed:
+            raise Refused(
+                f"{sid!r} is not {reader!r} nor one of its lanes (the sessions it started "
+                "or gave work to)",
+                code="not_your_lane",
+            )
+
+
+def poll(
+    sub: Durable, *, max_events: int, wait_ms: int
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """One read of ``sub``: up to ``max_events`` messages that came (waiting up to
+    ``wait_ms`` for the first), and the cursors past them (and past the other records
+    read up to them) for the caller to commit once it took them (:meth:`commit`); a
+    call that does not commit gets the same messages again next time."""
+    if sub.lanes_of_selection():
+        sub.follow(resolve(sub.store, *sub.selection))
+    rows = read_streams(
+        sub.bus.blocking, dict(sub.pos), count=max_events, block_ms=max(1, wait_ms), stop=sub.stop
+    )
+    out: list[dict[str, Any]] = []
+    last: dict[str, str] = {}
+    for key, entries in rows:
+        sid = sub.sid_of[key]
+        for eid, fields in entries:
+            if len(out) >= max_events:
+                return out, last
+            last[sid] = str(eid)
+            if fields.get("kind") == MESSAGE_KIND:
+                out.append(
+                    {
+                        "session": sid,
+                        "stream_id": str(eid),
+                        "message": sub._message(sid, fields),
+                        "subscription": sub.name,
+                    }
+                )
+    return out, last
+
+
+def reader_subscription(
+    bus: Streams,
+    reader: str,
+    name: str,
+    *,
+    sessions: list[str] | None,
+    lanes: bool,
+    reset: bool = False,
+    block_ms: int = 1000,
+    stop: threading.Event | None = None,
+) -> Durable:
+    """A reader's own durable subscription (MCP, the gateway): its name is kept under the
+    reader's (``<reader>.<name>``), it follows only what the reader may read (itself and
+    its lanes, :func:`check_readable`), and ``lanes`` adds the reader's lanes as they come."""
+    check_session_id(name, "subscription name")
+    owners = [reader] if lanes else []
+    check_readable(bus.store, reader, sessions or [], owners)
+    if not sessions and not owners:
+        raise BadInput("follow sessions, your lanes, or both")
+    return Durable(
+        bus,
+        f"{reader}.{name}",
+        sessions=sessions or [],
+        lanes_of=owners,
+        reset=reset,
+        block_ms=block_ms,
+        stop=stop,
+    )
+
+
+def open_for_reader(
+    bus: Any,
+    token: str | None,
+    by: str | None,
+    name: str,
+    *,
+    sessions: list[str] | None,
+    lanes: bool,
+    reset: bool = False,
+    stop: threading.Event | None = None,
+) -> Durable:
+    """The gateway's ``GET /v1/watch``: the reader (token, else ``by``) and its own
+    durable subscription (:func:`reader_subscription`)."""
+    reader = reader_of(bus, token, by)
+    return reader_subscription(
+        bus, reader, name, sessions=sessions, lanes=lanes, reset=reset, stop=stop
+    )

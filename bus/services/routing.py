@@ -1,0 +1,135 @@
+"""Routing: a settled message into its receiver's queue, and a delivery asked for.
+
+The path of a send, top to bottom: the facade (:class:`bus.api.Bus`) validates and
+authenticates it, then :meth:`Router.post` looks the receiver up, computes the thread,
+appends it once (:meth:`bus.store.store.Store.append`, the sender's receipt in the same round
+trip) and asks the dispatcher for a delivery when none is pending. The host's worker
+then runs :func:`bus.delivery.lock_handoff.deliver` → :mod:`bus.delivery.engine` → :class:`bus.delivery.inbox.Inbox`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from bus.core.clock import SYSTEM, Clock
+from bus.core.errors import BadInput, RateLimited
+from bus.core.models import Message, Recipient, SendAnswer, SessionInfo
+from bus.core.threads import thread_of
+from bus.delivery.receipts import recipient_state
+from bus.store import packing
+
+if TYPE_CHECKING:
+    from bus.core.settings import Settings
+    from bus.delivery.dispatch import Dispatcher
+    from bus.delivery.floor import Floor
+    from bus.delivery.inbox import Inbox
+    from bus.delivery.receipts import Receipts
+    from bus.store.store import Store
+
+
+class Router:
+    """Posts messages and kicks deliveries for one store (providers are called on use)."""
+
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        floor: Floor,
+        settings: Settings,
+        *,
+        receipts: Receipts,
+        inbox: Inbox,
+        dispatcher: Callable[[], Dispatcher],
+        verified: bool,
+        clock: Clock = SYSTEM,
+    ) -> None:
+        self._store, self.floor, self.settings = store, floor, settings
+        self.receipts, self.inbox, self._dispatcher = receipts, inbox, dispatcher
+        self.verified, self.clock = verified, clock
+
+    @property
+    def store(self) -> Store:
+        return self._store()
+
+    def kick(self, host: str, sid: str) -> None:
+        """Ask ``host``'s worker for a delivery of ``sid`` unless one is pending already."""
+        if self.store.mark_pending(sid):
+            self._dispatcher().deliver(host, sid)
+
+    def thread_for(self, msg: Message) -> str:
+        """The thread ``msg`` lands in (see :func:`bus.core.threads.thread_of`)."""
+        return thread_of(msg.to_id, msg.wire())[1]
+
+    def floor_listening(self, info: SessionInfo) -> bool:
+        """Whether a harness on this host listens on ``info``'s socket now."""
+        if info.host != self.settings.host:
+            return False
+        try:
+            return self.floor.socket_path(info.session).exists()
+        except BadInput:
+            return False
+
+    def post(
+        self, msg: Message, *, wait: bool = False, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Store and route a message whose sender is already settled; the send
+        answer (``bounced`` for an unknown receiver, ``duplicate`` for a resent id)."""
+        if msg.verified is None:
+            msg = msg.model_copy(update={"verified": self.verified})
+        sid = msg.to_id
+        store = self.store
+        info = store.get_session(sid)
+        if info is None:
+            self.receipts.bounced(msg, sid, f"no session {sid!r} is registered")
+            return SendAnswer(
+                ok=False,
+                id=msg.id,
+                state="bounced",
+                recipient=Recipient(session=sid, state="unknown"),
+                reason=f"no session {sid!r} is registered",
+            ).to_json()
+        thread = self.thread_for(msg)
+        now = self.clock.now_ms()
+        answer = SendAnswer(
+            id=msg.id,
+            thread=thread,
+            state="stored",
+            recipient=Recipient(
+                session=sid,
+                host=info.host,
+                # A harness unseen for INBOX_STALE_S: stored, but nobody may hear it soon.
+                state=recipient_state(
+                    info.state, info.last_seen or info.opened_at, now, self.settings.stale_s
+                ),
+                listening=self.floor_listening(info),
+                last_seen=info.last_seen or None,
+            ),
+        )
+        if wait:
+            self.inbox.register_waiter(sid, msg.id)
+        try:
+            new, first, dispatch = store.append(
+                sid,
+                msg.id,
+                msg.line(),
+                packing.keep(answer.to_json(), sid, msg.id),
+                thread,
+                also=lambda pipe: self.receipts.open(pipe, msg, sid, thread),
+                max_held=self.settings.max_unread,
+            )
+        except RateLimited:  # inbox_full: what was not stored is not in the outbox either
+            self.receipts.unlist_refused([(msg, sid)])
+            raise
+        if not new:
+            prior = packing.restore(first, sid, msg.id)
+            prior["duplicate"] = True
+            if wait and prior.get("state") == "stored":
+                return self.inbox.wait_answer(sid, msg.id, prior, timeout)
+            if wait:
+                store.drop_waiter(sid, msg.id)
+            return prior
+        if dispatch:
+            self._dispatcher().deliver(info.host, sid)
+        if wait:
+            return self.inbox.wait_answer(sid, msg.id, answer.to_json(), timeout)
+        return answer.to_json()

@@ -1,0 +1,246 @@
+"""Sessions: the harness's life cycle (open, turn, close), presence and handles.
+
+The facade (:class:`bus.api.Bus`) checks who may act as the session and calls here; the
+inbox hears each event (waiting senders answered, retries re-armed) and the router kicks
+a delivery after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from bus.core.clock import SYSTEM, Clock
+from bus.core.errors import Ambiguous, BadInput, NotFound, Refused, Unauthorized
+from bus.core.models import SessionInfo, check_session_id
+from bus.trust.rules import handle_problem, join_refusal, reserved_handle
+
+# A holder's handle is free once its harness is silent this long at the least, whatever
+# INBOX_STALE_S the taker's environment says (a longer setting still counts).
+MIN_HANDLE_STALE_S = 3600.0
+
+if TYPE_CHECKING:
+    from bus.core.settings import Settings
+    from bus.delivery.floor import Floor
+    from bus.delivery.inbox import Inbox
+    from bus.store.store import Store
+
+    from .routing import Router
+
+
+def check_host(host: str) -> str:
+    check_session_id(host, "host name")
+    return host
+
+
+class Sessions:
+    """Session records on one store (a provider, called on use)."""
+
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        floor: Floor,
+        settings: Settings,
+        *,
+        inbox: Inbox,
+        router: Router,
+        clock: Clock = SYSTEM,
+    ) -> None:
+        self._store, self.floor, self.settings = store, floor, settings
+        self.inbox, self.router, self.clock = inbox, router, clock
+
+    @property
+    def store(self) -> Store:
+        return self._store()
+
+    def open(
+        self,
+        sid: str,
+        *,
+        handle: str | None = None,
+        host: str | None = None,
+        parent: str | None = None,
+        wake_cmd: str | None = None,
+        workspace: str | None = None,
+        starter: str | None = None,
+        agent_inbox: bool | None = None,
+        opener: tuple[str, str] | None = None,
+        auth: bool = False,
+    ) -> dict[str, Any]:
+        """Register a session (or re-register it after a harness restart).
+
+        ``opener`` is the caller's verified token (kind, subject), ``auth`` whether tokens
+        are checked. A session's workspace is fixed once set: re-registering without one
+        keeps it, naming another is refused ``workspace_fixed`` unless an operator opens
+        it. With ``auth``, joining a workspace takes its starter's member token or an
+        operator's (:func:`bus.trust.rules.join_refusal`)."""
+        host = check_host(host or self.settings.host)
+        handle = handle or f"{host}:{sid}"
+        if ":" not in handle or any(c.isspace() for c in handle):
+            raise BadInput(f"handle {handle!r} must look like host:name")
+        problem = handle_problem(handle)
+        if problem:
+            raise BadInput(f"handle {handle!r}: {problem}", code="handle_confusable")
+        self.check_handle_reserved(handle)
+        self.check_handle_free(sid, handle)
+        prior = self.store.get_session(sid)
+        if prior is not None and prior.workspace and workspace in (None, prior.workspace):
+            workspace, starter = prior.workspace, starter or prior.starter
+        why = join_refusal(
+            None if prior is None else (prior.workspace, prior.starter),
+            (workspace, starter),
+            opener,
+            auth=auth,
+        )
+        if why == "workspace_fixed":
+            assert prior is not None
+            raise Refused(
+                f"session {sid} belongs to workspace {prior.workspace!r}; moving it to "
+                f"{workspace!r} needs an operator token",
+                code=why,
+            )
+        if why == "token_subject":
+            assert opener is not None
+            raise Unauthorized(
+                f"the token is {opener[0]}:{opener[1]}'s, not session {sid}'s", code=why
+            )
+        if why == "token_missing":
+            raise Unauthorized(
+                f"opening a session in workspace {workspace!r} needs a token: the token of "
+                f"its starter, a member of {workspace!r}, or an operator's",
+                code=why,
+            )
+        if why:
+            who = f"{opener[0]}:{opener[1]}" if opener else "no token"
+            raise Refused(
+                f"{who} may not open a session in workspace {workspace!r} started by "
+                f"{starter!r}: that takes the starter's own member token or an operator's",
+                code=why,
+            )
+        now = self.clock.now_ms()
+        info = SessionInfo(
+            session=sid,
+            handle=handle,
+            host=host,
+            state="idle",
+            parent=parent,
+            delegator=prior.delegator if prior else None,
+            turns=prior.turns if prior else 0,
+            wake_cmd=wake_cmd,
+            workspace=workspace,
+            starter=starter,
+            agent_inbox=agent_inbox,
+            opened_at=prior.opened_at if prior else now,
+            updated_at=now,
+            last_seen=now,
+        )
+        if host == self.settings.host:
+            # Its directory and an empty queue file for its notices; first, so a floor
+            # folder refused (another user's, a link) leaves nothing registered.
+            self.floor.prepare(sid)
+        self.store.put_session(info)
+        self.seen(sid)
+        self.store.record(sid, "session_open", handle=handle, host=host)
+        return {"ok": True, "session": info.model_dump(exclude_none=True)}
+
+    def check_handle_reserved(self, handle: str) -> None:
+        """``operator:<name>`` is the web operator's, and ``<workspace>:<name>`` a
+        member's (active or former): no session takes them (``reserved_handle``)."""
+        why = reserved_handle(handle)
+        if why is None:
+            first, _, name = handle.partition(":")
+            try:
+                check_session_id(first, "workspace")
+                check_session_id(name, "member name")
+            except BadInput:
+                return  # no workspace or member is named so
+            if self.store.member_status(first, name) is not None:
+                why = f"it is the name of member {first}/{name}"
+        if why is not None:
+            raise BadInput(f"handle {handle!r} is reserved: {why}", code="reserved_handle")
+
+    def check_handle_free(self, sid: str, handle: str) -> None:
+        """A handle belongs to one open session: another open, fresh holder refuses it.
+
+        A holder is stale when its harness has not been seen (open, turn, drain) for
+        ``INBOX_STALE_S``, and never sooner than :data:`MIN_HANDLE_STALE_S` (the taker's
+        environment cannot shorten it); a holder listening on its socket on this host is
+        live. A closed or stale holder's handle may be taken.
+        """
+        now = self.clock.now_ms()
+        stale_ms = max(self.settings.stale_s, MIN_HANDLE_STALE_S) * 1000
+        for other in self.store.sessions_by_handle(handle):
+            if other.session == sid or other.state == "closed":
+                continue
+            last = self.store.last_seen(other.session) or other.updated_at
+            if now - last <= stale_ms or self.router.floor_listening(other):
+                raise Refused(
+                    f"handle {handle!r} is held by open session {other.session}",
+                    code="handle_taken",
+                    holder=other.session,
+                )
+
+    def seen(self, sid: str) -> None:
+        """The harness of ``sid`` is alive now (``last_seen``, ms): open, turn, drain."""
+        self.store.touch_seen(sid, self.clock.now_ms())
+
+    def get(self, sid: str) -> SessionInfo:
+        """The session's record, or :class:`NotFound` saying how to open it."""
+        info = self.store.get_session(check_session_id(sid))
+        if info is None:
+            raise NotFound(f"no session {sid!r}; open it with: inbox session open {sid}")
+        return info
+
+    def close(self, sid: str) -> dict[str, Any]:
+        """Close a session: later messages are delivered raw; its threads stay readable."""
+        info = self.get(sid)
+        self.store.update_session(sid, state="closing")
+        self.inbox.on_close(sid)
+        self.store.update_session(sid, state="closed")
+        self.store.record(sid, "session_close")
+        self.router.kick(info.host, sid)
+        return {"ok": True, "session": sid, "state": "closed"}
+
+    def turn(
+        self, sid: str, event: str, *, answer: str | None = None, prompt_waiting: bool = False
+    ) -> dict[str, Any]:
+        """Record a turn boundary from the harness (``start`` or ``end``)."""
+        info = self.get(sid)
+        self.seen(sid)
+        now = self.clock.now_ms()
+        if event == "start":
+            turns = self.store.incr_turns(sid)
+            self.store.update_session(
+                sid, state="running", prompt_waiting=prompt_waiting, last_seen=now
+            )
+            self.store.record(sid, "turn_start", turn=turns)
+        elif event == "end":
+            turns = info.turns
+            self.store.update_session(sid, state="idle", prompt_waiting=False, last_seen=now)
+            self.store.record(sid, "turn_end", turn=turns, answer=answer or "")
+        else:
+            raise BadInput(f"turn event must be start or end, not {event!r}")
+        result: dict[str, Any] = {"ok": True, "session": sid, "event": event, "turns": turns}
+        result.update(self.inbox.on_turn(sid, event, answer))
+        self.router.kick(info.host, sid)
+        return result
+
+    def resolve(self, handle: str) -> SessionInfo:
+        """The one live session with ``handle``; an error listing candidates otherwise."""
+        try:
+            found = [s for s in self.store.sessions_by_handle(handle) if s.state != "closed"]
+        except ValueError as exc:  # a handle no key may be built from
+            raise BadInput(f"invalid handle {handle!r:.80}") from exc
+        if not found:
+            raise NotFound(f"no live session has the handle {handle!r}")
+        if len(found) > 1:
+            now = self.clock.now_ms()
+            cands = [
+                {"session": s.session, "state": s.state, "age_s": round((now - s.opened_at) / 1000)}
+                for s in found
+            ]
+            listing = ", ".join(f"{c['session']} ({c['state']}, {c['age_s']}s)" for c in cands)
+            raise Ambiguous(
+                f"handle {handle!r} names {len(found)} live sessions: {listing}", candidates=cands
+            )
+        return found[0]

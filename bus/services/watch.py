@@ -1,0 +1,298 @@
+"""The coordinator's views: ``inbox watch`` (messages live) and ``inbox top`` (sessions).
+
+:func:`subscribe` follows sessions' streams (``P:{sid}:stream``, one entry per message
+addressed to the session) with a blocking ``XREAD``: one call over every followed
+stream, so one round trip per ``block_ms`` at most, however many sessions.
+
+Redis Cluster: each session's stream has its own hash tag, so a multi-key ``XREAD``
+would be refused there (CROSSSLOT); :func:`bus.store.cluster.read_streams` reads each stream
+on its own, pipelined per node, polling every 50 ms instead of blocking.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING, Any
+
+from bus.core.models import check_session_id, now_ms
+from bus.store.cluster import read_streams
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from .ports import Streams
+
+UNREAD_MARKS = ("new", "noticed")
+
+
+class Subscription:
+    """Stream positions for a set of sessions; iterating reads them live (see subscribe)."""
+
+    def __init__(
+        self,
+        bus: Streams,
+        sessions: list[str] | None,
+        *,
+        block_ms: int,
+        since: str,
+        stop: threading.Event | None,
+        refresh_s: float,
+        count: int,
+        lanes_of: list[str] | None = None,
+    ) -> None:
+        if block_ms <= 0:
+            raise ValueError("block_ms must be positive (0 would block forever)")
+        self.bus = bus
+        self.follow_all = sessions is None and not lanes_of
+        self.lanes_of = lanes_of or []
+        self.block_ms = block_ms
+        self.since = since
+        self.stop = stop or threading.Event()
+        self.refresh_s = refresh_s
+        self.count = count
+        self.pos: dict[str, str] = {}
+        self.sid_of: dict[str, str] = {}
+        named = [] if sessions is None and lanes_of else sessions
+        for sid in self._now(named):
+            self.follow(check_session_id(sid), newcomer=False)
+
+    def _now(self, sessions: list[str] | None) -> list[str]:
+        from .durable_watch import resolve
+
+        return resolve(
+            self.bus.store, sessions, self.lanes_of, sessions is None and not self.lanes_of
+        )
+
+    def follow(self, sid: str, *, newcomer: bool) -> None:
+        key = self.bus.store.k.s(sid, "stream")
+        if key in self.pos:
+            return
+        self.sid_of[key] = sid
+        if self.since != "$":
+            self.pos[key] = self.since
+        else:
+            # A session first seen after the start has nothing older than the start.
+            self.pos[key] = "0-0" if newcomer else self.bus.store.last_stream_id(sid)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        r = self.bus.blocking  # no socket timeout: block_ms bounds each read
+        next_refresh = time.monotonic() + self.refresh_s
+        while not self.stop.is_set():
+            if (self.follow_all or self.lanes_of) and time.monotonic() >= next_refresh:
+                from .durable_watch import lanes
+
+                found = self.bus.store.session_ids() if self.follow_all else []
+                for owner in self.lanes_of:
+                    found += lanes(self.bus.store, owner)
+                for sid in found:
+                    self.follow(sid, newcomer=True)
+                next_refresh = time.monotonic() + self.refresh_s
+            if not self.pos:
+                self.stop.wait(self.block_ms / 1000)
+                continue
+            # A copy: positions move while the caller handles the batch.
+            rows = read_streams(
+                r, dict(self.pos), count=self.count, block_ms=self.block_ms, stop=self.stop
+            )
+            for key, entries in rows:
+                for eid, fields in entries:
+                    self.pos[key] = str(eid)
+                    try:
+                        message = json.loads(fields["m"])
+                    except (KeyError, ValueError):
+                        message = {"raw": fields}
+                    yield {"session": self.sid_of[key], "stream_id": str(eid), "message": message}
+                    if self.stop.is_set():
+                        return
+
+
+def subscribe(
+    bus: Streams,
+    sessions: list[str] | None,
+    *,
+    block_ms: int = 1000,
+    since: str = "$",
+    stop: threading.Event | None = None,
+    refresh_s: float = 3.0,
+    count: int = 500,
+    lanes_of: list[str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Follow ``sessions`` (``None``: all, newcomers found every ``refresh_s``) live, and
+    the lanes of each of ``lanes_of`` (the sessions it started or gave work to; new ones
+    found every ``refresh_s`` too).
+
+    Yields ``{"session", "stream_id", "message"}`` in stream order per session. ``since``
+    is ``$`` (only what arrives after this call), ``0-0`` (everything still in the
+    streams) or a stream id. Start positions are taken here, eagerly, so a send made
+    after this call returns is never missed even if iteration starts later. ``stop``
+    ends the iteration; it is checked between reads, so ``block_ms`` bounds the latency.
+    """
+    sub = Subscription(
+        bus,
+        sessions,
+        block_ms=block_ms,
+        since=since,
+        stop=stop,
+        refresh_s=refresh_s,
+        count=count,
+        lanes_of=lanes_of,
+    )
+    return iter(sub)
+
+
+def run_watch(
+    bus: Streams,
+    sessions: list[str] | None,
+    out: IO[str] | None = None,
+    *,
+    since: str = "$",
+    stop: threading.Event | None = None,
+    block_ms: int = 1000,
+    lanes_of: list[str] | None = None,
+    name: str | None = None,
+    reset: bool = False,
+) -> None:
+    """Print one JSON line per message until ``stop`` is set or Ctrl-C; with ``name``, as
+    the durable subscription of that name (bus.services.durable_watch: each line acknowledged once
+    written)."""
+    out = out or sys.stdout
+    if name is not None:
+        from .durable_watch import Durable
+
+        durable = Durable(
+            bus,
+            name,
+            sessions=sessions,
+            lanes_of=lanes_of,
+            follow_all=sessions is None and not lanes_of,
+            block_ms=block_ms,
+            stop=stop,
+            reset=reset,
+        )
+        try:
+            for event in durable:
+                out.write(json.dumps(event, ensure_ascii=False) + "\n")
+                out.flush()
+                durable.ack(event)
+        except KeyboardInterrupt:
+            pass
+        return
+    try:
+        for event in subscribe(
+            bus, sessions, since=since, stop=stop, block_ms=block_ms, lanes_of=lanes_of
+        ):
+            out.write(json.dumps(event, ensure_ascii=False) + "\n")
+            out.flush()
+    except KeyboardInterrupt:
+        pass
+
+
+# -- top ------------------------------------------------------------------------------
+
+
+def top_rows(bus: Streams) -> list[dict[str, Any]]:
+    """One row per session: handle, host, state, turns, unread, new, backlog, age, and
+    ``last_at`` (ms of its last message or session change)."""
+    store = bus.store
+    infos = store.sessions()
+    now = now_ms()
+    rows = []
+    for info, (marks, last_ms) in zip(
+        infos, store.marks_and_last_arrival([i.session for i in infos]), strict=True
+    ):
+        rows.append(
+            {
+                "session": info.session,
+                "handle": info.handle,
+                "host": info.host,
+                "state": info.state,
+                "turns": info.turns,
+                "unread": sum(1 for m in marks if m in UNREAD_MARKS),
+                "new": sum(1 for m in marks if m == "new"),
+                "backlog": store.backlog(info.session),
+                "age_s": max(0, round((now - info.opened_at) / 1000)) if info.opened_at else None,
+                "last_at": max(info.updated_at, last_ms),
+            }
+        )
+    return rows
+
+
+def _age(seconds: int | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+STATE_STYLE = {"running": "green", "idle": "", "closing": "yellow", "closed": "dim"}
+
+
+def render_top(rows: list[dict[str, Any]]) -> Table:
+    """A rich table of :func:`top_rows`; unread and backlog stand out when non-zero."""
+    from rich.table import Table
+
+    table = Table(title="inbox top", expand=False)
+    for name, justify in (
+        ("session", "left"),
+        ("handle", "left"),
+        ("host", "left"),
+        ("state", "left"),
+        ("turns", "right"),
+        ("unread", "right"),
+        ("new", "right"),
+        ("backlog", "right"),
+        ("age", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(
+            row["session"],
+            row["handle"],
+            row["host"],
+            row["state"],
+            str(row["turns"]),
+            f"[bold]{row['unread']}[/]" if row["unread"] else "0",
+            str(row["new"]),
+            f"[bold red]{row['backlog']}[/]" if row["backlog"] else "0",
+            _age(row["age_s"]),
+            style=STATE_STYLE.get(row["state"], ""),
+        )
+    return table
+
+
+TOP_COLUMNS = ("session", "handle", "host", "state", "turns", "unread", "new", "backlog", "age")
+
+
+def plain_top(rows: list[dict[str, Any]]) -> str:
+    """:func:`top_rows` as a plain text table (for a pipe or a file: no terminal codes)."""
+    cells = [list(TOP_COLUMNS)] + [
+        [str(r[c]) for c in TOP_COLUMNS[:-1]] + [_age(r["age_s"])] for r in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(TOP_COLUMNS))]
+    left = 4  # session, handle, host, state read left to right; counts line up right
+    return "\n".join(
+        "  ".join(
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in cells
+    )
+
+
+def run_top(bus: Streams, interval: float = 1.0, *, stop: threading.Event | None = None) -> None:
+    """Redraw the table every ``interval`` seconds until ``stop`` is set or Ctrl-C."""
+    from rich.live import Live
+
+    stop = stop or threading.Event()
+    try:
+        with Live(render_top(top_rows(bus)), auto_refresh=False) as live:
+            while not stop.wait(interval):
+                live.update(render_top(top_rows(bus)), refresh=True)
+    except KeyboardInterrupt:
+        pass

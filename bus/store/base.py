@@ -1,0 +1,19 @@
+"""What every part of :class:`~bus.store.store.Store` (its mixins) relies on the Store for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class StorePart:
+    """The client, the key builder, the registered scripts and pipelines: the Store
+    defines them; a part declares them once here instead of each its own."""
+
+    r: Any
+    k: Any
+
+    def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
+        raise NotImplementedError
+
+    def pipeline(self, transaction: bool = False) -> Any:  # Store defines it
+        raise NotImplementedError

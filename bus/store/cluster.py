@@ -1,0 +1,127 @@
+"""The store on a Redis Cluster (``INBOX_REDIS_CLUSTER=1``): the client and two adapters.
+
+Every key carries a hash tag (one session, one thread, one handle, or a global index;
+see :mod:`bus.store.keys`) and no Lua script or MULTI touches two tags, so each atomic step
+runs in one slot. What a single server does in one command across sessions is done per
+slot here:
+
+- a pipeline that also runs scripts (redis-py refuses ``EVALSHA`` inside a cluster
+  pipeline) becomes an :class:`OrderedBatch`: runs of plain commands go as one cluster
+  pipeline (one round trip per node), each script as its own call, in the queued order;
+- a multi-stream ``XREAD`` (``inbox watch --all``) becomes :func:`read_streams`: one
+  non-blocking ``XREAD`` per stream, pipelined per node, polled until ``block_ms``.
+
+The Celery broker is not here: kombu has no cluster transport, so the broker stays a
+standalone Redis (``INBOX_BROKER_URL``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
+
+POLL_S = 0.05
+
+# What a Redis that does not answer raises (a cluster client that finds no node raises
+# RedisClusterException, which is not a RedisError; a dropped socket, OSError).
+REDIS_ERRORS = (redis.RedisError, RedisClusterException, OSError)
+
+
+def cluster_client(url: str) -> RedisCluster:
+    """A cluster client from a URL naming any node; it discovers the others."""
+    return RedisCluster.from_url(url, decode_responses=True, socket_connect_timeout=5)
+
+
+def is_cluster(client: object) -> bool:
+    return isinstance(client, RedisCluster)
+
+
+class OrderedBatch:
+    """A stand-in for ``pipeline(transaction=False)`` on a cluster that may run scripts.
+
+    Commands are queued by attribute (``batch.hget(...)``, and ``Script(..., client=batch)``
+    queues an ``evalsha``); :meth:`execute` returns the replies in the queued order.
+    ``scripts`` maps a SHA to its source, to load it again on a node that lost it.
+    """
+
+    def __init__(self, client: RedisCluster, scripts: dict[str, str]) -> None:
+        self.client = client
+        self.scripts = scripts
+        self.queued: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Callable[..., OrderedBatch]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def queue(*args: Any, **kwargs: Any) -> OrderedBatch:
+            self.queued.append((name, args, kwargs))
+            return self
+
+        return queue
+
+    def _evalsha(self, sha: str, *args: Any) -> Any:
+        try:
+            return self.client.evalsha(sha, *args)
+        except redis.exceptions.NoScriptError:
+            self.client.script_load(self.scripts[sha])
+            return self.client.evalsha(sha, *args)
+
+    def execute(self) -> list[Any]:
+        queued, self.queued = self.queued, []
+        out: list[Any] = []
+        run: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+        def flush() -> None:
+            if not run:
+                return
+            pipe = self.client.pipeline(transaction=False)
+            for name, args, kwargs in run:
+                getattr(pipe, name)(*args, **kwargs)
+            out.extend(pipe.execute())
+            run.clear()
+
+        for name, args, kwargs in queued:
+            if name == "evalsha":
+                flush()
+                out.append(self._evalsha(*args, **kwargs))
+            else:
+                run.append((name, args, kwargs))
+        flush()
+        return out
+
+
+def read_streams(
+    client: Any,
+    positions: dict[str, str],
+    *,
+    count: int,
+    block_ms: int,
+    stop: threading.Event,
+) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
+    """New entries of several streams after their positions: ``[(key, entries)]``.
+
+    A standalone server answers one blocking ``XREAD``. On a cluster each stream sits in
+    its own slot, so each is read without blocking, pipelined per node, and the read is
+    repeated every :data:`POLL_S` until something arrives, ``block_ms`` passes or ``stop``.
+    """
+    if not is_cluster(client):
+        reply = client.xread(positions, count=count, block=block_ms)
+        if isinstance(reply, dict):  # RESP3 answers a dict key -> entries
+            return [(str(k), v[0] if v and isinstance(v[0], list) else v) for k, v in reply.items()]
+        return [(str(k), entries) for k, entries in reply or []]
+    waited = 0.0
+    keys = list(positions)
+    while True:
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.xrange(key, min=f"({positions[key]}", count=count)
+        rows = [(k, e) for k, e in zip(keys, pipe.execute(), strict=True) if e]
+        if rows or waited * 1000 >= block_ms or stop.is_set():
+            return [(str(k), [(str(i), f) for i, f in e]) for k, e in rows]
+        stop.wait(POLL_S)
+        waited += POLL_S

@@ -1,0 +1,393 @@
+"""The store's delivery side: a delivery's fixed reads and writes in few round trips.
+
+A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.inbox`. A delivery's fixed
+reads and writes (the lock, the dispatch flag, the in-flight raw line, the cursor, the
+entries, the session record, the send answers, the plan's reads, the unlock and the
+hand-off flag) are grouped: one script to
+start (:meth:`begin_delivery`), one pipeline for the plan with its fence
+(:meth:`delivery_snapshot`), one after the notice's write (:meth:`finish_notice`) and one
+to end (:meth:`unlock_and_take_again`). Every step stays in the ``{sid}`` slot.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+from bus.core.models import SessionInfo, now_ms
+
+from .base import StorePart
+from .inbox import view_of_replies
+from .packing import session_from_hash
+
+# A schedule entry due sooner than this from now wakes a sleeping scheduler (a second:
+# above the scheduler's half-second cap on its sleep, with room for a slow tick).
+POKE_WITHIN_MS = 1000
+
+
+@dataclass
+class DeliveryStart:
+    """What :meth:`DeliveryStore.begin_delivery` found, the lock taken.
+
+    ``rows`` is ``None`` when a raw line was in flight (``rawflight``): nothing was read,
+    the caller recovers that line first and reads after it."""
+
+    token: str
+    sent_at: float  # time.monotonic() before the call: the lease runs at least a TTL from it
+    rawflight: dict[str, str] | None
+    cursor: str
+    rows: list[tuple[str, dict[str, str]]] | None
+    info: SessionInfo | None = None
+    answers: list[dict[str, Any] | None] = field(default_factory=list)
+    # With nothing read and the snapshot asked for (begin_many): the plan's reads, taken
+    # in the start's own call.
+    snapshot: DeliverySnapshot | None = None
+
+
+@dataclass
+class DeliverySnapshot:
+    """The reads the plan after a delivery needs, with the fence, in one round trip."""
+
+    held: bool
+    sent_at: float
+    info: SessionInfo | None
+    notice_id: str | None
+    floor_ids: list[str]
+    rows: list[tuple[str, dict[str, str]]]
+    stream_len: int  # the queue's length (XLEN), for the trim floor
+    view: dict[str, int | None]
+
+
+def _flat_hash(flat: list[Any]) -> dict[str, str]:
+    return {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+
+
+def _start_of(reply: Any, token: str, sent_at: float, sid: str) -> DeliveryStart | None:
+    """``delivery_begin.lua``'s reply as a :class:`DeliveryStart` (``None``: busy)."""
+    if isinstance(reply, str):  # nothing read, the snapshot asked for: [cursor, snapshot]
+        cursor, snap = json.loads(reply)
+        return DeliveryStart(
+            token, sent_at, None, str(cursor), [], snapshot=_snapshot_from(snap, sent_at, sid)
+        )
+    if not int(reply[0]):
+        return None
+    _ok, flight, cursor, read, rows, session, answers = reply
+    if not int(read):
+        return DeliveryStart(token, sent_at, json.loads(flight), str(cursor), None)
+    if isinstance(rows, str):  # JSON-encoded by the script when it read any
+        rows, answers = json.loads(rows), json.loads(answers)
+    entries = [(str(eid), _flat_hash(fields)) for eid, fields in rows]
+    data = _flat_hash(session)
+    return DeliveryStart(
+        token,
+        sent_at,
+        None,
+        str(cursor),
+        entries,
+        session_from_hash(data, sid) if data else None,
+        [json.loads(a) if a else None for a in answers],
+    )
+
+
+def _snapshot_of(reply: str, sent_at: float, sid: str) -> DeliverySnapshot:
+    """``delivery_snapshot.lua``'s reply (JSON) as a :class:`DeliverySnapshot`."""
+    return _snapshot_from(json.loads(reply), sent_at, sid)
+
+
+def _snapshot_from(fields: list[Any], sent_at: float, sid: str) -> DeliverySnapshot:
+    """parts/snapshot.lua's list, decoded, as a :class:`DeliverySnapshot`."""
+    held, session, nid, floor, pending, wake, first, building, retry_at, length, rows = fields
+    # An empty Lua table encodes as {}: each list read as `or []`.
+    session, floor, rows = session or [], floor or [], rows or []
+    floor_hash = _flat_hash(floor)
+    return DeliverySnapshot(
+        held=bool(int(held)),
+        sent_at=sent_at,
+        info=session_from_hash(_flat_hash(session), sid) if session else None,
+        notice_id=str(nid) if nid else None,
+        floor_ids=list(floor_hash),
+        rows=[(str(eid), _flat_hash(fields)) for eid, fields in rows],
+        stream_len=int(length),
+        view=view_of_replies(
+            pending,
+            [("", wake)] if wake else [],
+            [("", first)] if first else [],
+            building,
+            retry_at,
+            list(floor_hash.values()),
+        ),
+    )
+
+
+def taken_records(reply: str) -> list[str]:
+    """The records of ``notice_take.lua``'s reply with its ``msgs`` key (JSON: the ids
+    taken and their inbox records), those that exist, in order."""
+    _ids, records = json.loads(reply)
+    return [r for r in records or [] if r]
+
+
+class DeliveryStore(StorePart):
+    """A delivery's grouped round trips on a :class:`~bus.store.store.Store`."""
+
+    lock_ttl_ms: int
+    # A pipeline of scripts only, sent packed, its replies raw (bus.store.many): the
+    # batch's steps over 64 sessions pack ~600 commands, and redis-py's packing was a
+    # quarter of a due wake's Python time. (A lost script runs again after the rest: a
+    # pipeline whose order matters across scripts and plain commands is not packed.)
+    execute_loaded: Callable[[Any], list[Any]]
+    script_call: Callable[[str, list[str], list[Any]], tuple[Any, ...]]
+    run_scripts: Callable[[list[tuple[Any, ...]]], list[Any]]
+    run_in_order: Callable[[list[tuple[Any, ...]]], list[Any]]
+    # The packed send itself and the scripts' sources (bus.store.many, bus.store.store).
+    run_packed: Callable[[list[tuple[Any, ...]]], list[Any]]
+    cluster: bool
+    _sources: dict[str, str]
+
+    def begin_delivery(self, sid: str, count: int) -> DeliveryStart | None:
+        """Take the session's delivery lock (as :meth:`~bus.store.store.Store.lock`) and, in the
+        same call, clear the dispatch flag (as :meth:`~bus.store.store.Store.clear_pending`) and
+        read what the delivery starts from: the raw line in flight, the cursor, up to
+        ``count`` entries after it (as :meth:`~bus.store.store.Store.read_after`), the session
+        record and the entries' send answers. ``None`` (nothing touched) while another
+        holder's lock has not expired. One round trip (``delivery_begin.lua``)."""
+        token = secrets.token_hex(8)
+        sent_at = time.monotonic()
+        reply = self.script("delivery_begin")(
+            keys=self._begin_keys(sid), args=[token, self.lock_ttl_ms, count]
+        )
+        return _start_of(reply, token, sent_at, sid)
+
+    def _begin_keys(self, sid: str) -> list[str]:
+        return self.k.s_many(
+            sid, ("lock", "pending", "rawflight", "cursor", "stream", "session", "ids")
+        )
+
+    def begin_many(
+        self, sids: list[str], count: int, *, snapshot: bool = False
+    ) -> list[DeliveryStart | None]:
+        """:meth:`begin_delivery` for each of ``sids``, all in one round trip. With
+        ``snapshot``, a session with nothing to read comes with its
+        :meth:`delivery_snapshot` (``DeliveryStart.snapshot``), taken in the same call."""
+        tokens = [secrets.token_hex(8) for _ in sids]
+        calls = [
+            self.script_call(
+                "delivery_begin",
+                self._begin_keys(sid) + (self._snapshot_keys(sid) if snapshot else []),
+                [token, self.lock_ttl_ms, count],
+            )
+            for sid, token in zip(sids, tokens, strict=True)
+        ]
+        sent_at = time.monotonic()
+        replies = self.run_scripts(calls)
+        return [
+            _start_of(r, t, sent_at, sid) for r, t, sid in zip(replies, tokens, sids, strict=True)
+        ]
+
+    def delivery_snapshot(
+        self,
+        sid: str,
+        token: str,
+        *,
+        advance_to: str | None = None,
+        read_after: str | None = None,
+        count: int = 200,
+    ) -> DeliverySnapshot:
+        """The fence (as :meth:`~bus.store.store.Store.extend_lock`) and, in the same round
+        trip, the session record, the notice in flight, the floor's unconfirmed notices and
+        the plan's view (as :meth:`~bus.store.inbox.InboxStore.inbox_view`) and the
+        queue's length once its entries up to the cursor are trimmed (``queue_trim.lua``,
+        as :meth:`~bus.store.store.Store.set_trim_floor`). With
+        ``advance_to``, first :meth:`~bus.store.store.Store.advance` the cursor to it; with ``read_after``, also up to ``count`` entries
+        after that stream id (as :meth:`~bus.store.store.Store.read_after`) in ``rows``. One
+        command (``delivery_snapshot.lua``): fewer to pack and parse than the 11-14 it was."""
+        sent_at = time.monotonic()
+        reply = self.script("delivery_snapshot")(
+            keys=self._snapshot_keys(sid),
+            args=[token, self.lock_ttl_ms, advance_to or "", read_after or "", count],
+        )
+        return _snapshot_of(reply, sent_at, sid)
+
+    def snapshot_many(
+        self, items: list[tuple[str, str, str | None]], count: int = 200
+    ) -> list[DeliverySnapshot]:
+        """:meth:`delivery_snapshot` for each ``(sid, token, advance_to)`` of ``items``
+        (reading the entries after ``advance_to`` when given), all in one round trip."""
+        calls = self._snapshot_calls(items, count)
+        sent_at = time.monotonic()
+        replies = self.run_scripts(calls)
+        return [
+            _snapshot_of(reply, sent_at, item[0])
+            for reply, item in zip(replies, items, strict=True)
+        ]
+
+    def snapshot_many_after(
+        self, pipe: Any, items: list[tuple[str, str, str | None]], count: int = 200
+    ) -> list[DeliverySnapshot]:
+        """:meth:`snapshot_many` queued behind the writes already on ``pipe`` (a batch's
+        messages taken into the inboxes), all sent in one round trip: the snapshots read
+        what those writes left. The writes are idempotent: when a script was lost (a
+        ``NOSCRIPT``: the server restarted or flushed them) the scripts are loaded and
+        the whole pipeline runs again, in its order. A cluster sends the two apart."""
+        if self.cluster:
+            self.execute_loaded(pipe)
+            return self.snapshot_many(items, count)
+        stack = [args for args, _options in pipe.command_stack]
+        pipe.reset()
+        stack.extend(self._snapshot_calls(items, count))
+        sent_at = time.monotonic()
+        replies = self.run_packed(stack)
+        if any(isinstance(reply, NoScriptError) for reply in replies):
+            shas = list(dict.fromkeys(c[1] for c in stack if c[0] == "EVALSHA"))
+            loads = [("SCRIPT", "LOAD", self._sources[sha]) for sha in shas]
+            sent_at = time.monotonic()
+            replies = self.run_packed(loads + stack)[len(loads) :]
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        tail = replies[len(replies) - len(items) :] if items else []
+        return [
+            _snapshot_of(reply, sent_at, item[0]) for reply, item in zip(tail, items, strict=True)
+        ]
+
+    def _snapshot_calls(
+        self, items: list[tuple[str, str, str | None]], count: int
+    ) -> list[tuple[Any, ...]]:
+        return [
+            self.script_call(
+                "delivery_snapshot",
+                self._snapshot_keys(sid),
+                [token, self.lock_ttl_ms, advance_to or "", advance_to or "", count],
+            )
+            for sid, token, advance_to in items
+        ]
+
+    def _snapshot_keys(self, sid: str) -> list[str]:
+        names = ("lock", "session", "notice", "floor", "new", "wakeq", "stream", "cursor")
+        return self.k.s_many(sid, (*names, "rawflight", "again"))
+
+    def finish_notice(self, sid: str, nid: str, via: str, now: int, **options: Any) -> None:
+        """What follows a notice's write (:meth:`finish_calls`, its options), in one round
+        trip."""
+        self.run_in_order(self.finish_calls(sid, nid, via, now, **options))
+
+    def finish_calls(
+        self,
+        sid: str,
+        nid: str,
+        via: str,
+        now: int,
+        *,
+        heard: bool,
+        running: bool = False,
+        wake: dict[str, str] | None = None,
+        wake_pending: str | None = None,
+        unlock: str | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """What follows a notice's write, as script calls for :meth:`run_in_order` (a
+        batch's notices go with other sessions', bus.delivery.batch), the last one's reply
+        ``[freed, again]``: ``heard`` (a socket's ack) confirms it first
+        (``floor_drained.lua``, as :meth:`~bus.store.inbox.InboxStore.confirm_notices`),
+        else ``notice_finish.lua`` records it written (as ``notice_done.lua``); then, in
+        that call, the session's ``retry_at`` dropped, ``running`` sets its state so,
+        ``wake`` appends a ``wake`` record with those fields, ``wake_pending``: the notice
+        whose wake command is about to run (:meth:`wake_done` clears it); ``unlock``: the
+        lock token, the lock freed and the hand-off flag taken last (as
+        :meth:`unlock_and_take_again`). A due wake's notice is one call."""
+        fields = [x for pair in (wake or {}).items() for x in pair]
+        names = ("notice", "msgs", "carried", "floor", "events", "session", "lock", "again")
+        finish = self.script_call(
+            "notice_finish",
+            self.k.s_many(sid, names),
+            [
+                nid,
+                now,
+                via,
+                "" if heard else "1",
+                str(now_ms()),
+                "1" if running else "",
+                wake_pending or "",
+                unlock or "",
+                *fields,
+            ],
+        )
+        if not heard:
+            return [finish]
+        drained = ("floor", "msgs", "carried", "events", "notice", "session")
+        return [
+            self.script_call("floor_drained", self.k.s_many(sid, drained), [now, via, nid]),
+            finish,
+        ]
+
+    def wake_done(self, sid: str, nid: str, reason: str) -> None:
+        """The wake command for notice ``nid`` ran: its ``wake`` record and the session's
+        ``wake_pending`` cleared, one round trip."""
+        pipe = self.pipeline()
+        record = {"kind": "wake", "at": str(now_ms()), "notice": nid, "reason": reason}
+        pipe.xadd(self.k.s(sid, "events"), record, maxlen=10000, approximate=True)
+        pipe.hdel(self.k.s(sid, "session"), "wake_pending")
+        pipe.execute()
+
+    def unlock_and_take_again(self, sid: str, token: str) -> bool:
+        """:meth:`~bus.store.store.Store.unlock`, then :meth:`~bus.store.inbox.InboxStore.take_again`,
+        in that order, one round trip: whether another run was asked for."""
+        keys = self.k.s_many(sid, ("lock", "again"))
+        return bool(int(self.script("unlock")(keys=keys, args=[token])[1]))
+
+    def unlock_many(self, held: list[tuple[str, str]]) -> list[bool]:
+        """:meth:`unlock_and_take_again` for each ``(sid, token)``, in one round trip (the
+        flag taken in the unlock's own call, after it: ``unlock.lua``)."""
+        calls = [
+            self.script_call("unlock", self.k.s_many(sid, ("lock", "again")), [token])
+            for sid, token in held
+        ]
+        return [bool(int(reply[1])) for reply in self.run_scripts(calls)]
+
+    def extend_many(self, held: list[tuple[str, str]]) -> list[bool]:
+        """:meth:`~bus.store.store.Store.extend_lock` for each ``(sid, token)``, in one round
+        trip: which are still ours (each extended to a full TTL)."""
+        calls = [
+            self.script_call(
+                "extend_lock", self.k.s_many(sid, ("lock", "again")), [token, self.lock_ttl_ms]
+            )
+            for sid, token in held
+        ]
+        return [bool(int(r)) for r in self.run_scripts(calls)]
+
+    def schedule_many(self, what: str, due: list[tuple[str, int]]) -> None:
+        """:meth:`~bus.store.store.Store.schedule` (earliest) for each ``(sid, at_ms)``, at once;
+        a sleeping scheduler poked (:meth:`poke_scheduler`) in the same round trip when
+        one is due soon."""
+        if not due:
+            return
+        pipe = self.pipeline()
+        pipe.zadd(self.k.due, {f"{what}|{sid}": at for sid, at in due}, lt=True)
+        self.poke_scheduler(min(at for _sid, at in due), pipe=pipe)
+        pipe.execute()
+
+    def poke_scheduler(self, at_ms: int, *, pipe: Any = None) -> bool:
+        """Wake a sleeping scheduler (:meth:`wait_poked`) for an entry due at ``at_ms`` when
+        that is within ``POKE_WITHIN_MS`` of now: the scheduler sleeps up to half a second
+        between ticks, so an entry scheduled less than that ahead (an arrival delivered
+        late, a short debounce) would be up to that late. At most one poke waits (the list
+        is cut to one): a burst of them wakes the scheduler once. Queued on ``pipe`` when
+        given; whether it poked."""
+        if at_ms - now_ms() >= POKE_WITHIN_MS:
+            return False
+        client = self.pipeline() if pipe is None else pipe
+        client.lpush(self.k.due_soon, "1")
+        client.ltrim(self.k.due_soon, 0, 0)
+        if pipe is None:
+            client.execute()
+        return True
+
+    def wait_poked(self, timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` for a :meth:`poke_scheduler`; True when poked."""
+        # Milliseconds: BLPOP takes a decimal timeout; 0 would block for ever.
+        timeout = max(0.001, round(timeout_s, 3))
+        return self.r.blpop([self.k.due_soon], timeout=timeout) is not None

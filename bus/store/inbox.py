@@ -1,0 +1,429 @@
+"""The store's inbox and thread side: marks, notices, waiters, thread records.
+
+A mixin of :class:`~bus.store.store.Store` (it uses the store's client ``r``, keys ``k`` and
+scripts); split out by concept so each store module stays readable. The storage contract
+holds here as in :mod:`bus.store.store`: each docstring says what any backend must do, and a
+read of a missing thing answers empty.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bus.core.policy import floor_times
+from bus.core.threads import thread_label
+
+from . import packing
+from .base import StorePart
+from .keys import receipt_field
+from .packing import session_from_hash
+
+# Send answers (what a resend of an id gets) outlive the messages themselves.
+IDS_KEEP_MS = 7 * 86400 * 1000
+GONE_MARKS = ("answered", "read", "removed", "retracted", "expired")
+# A send answer's age lives in the session's ``threads`` zset (one key
+# fewer than a zset of its own): member ``#<message id>`` (no thread id nor message id
+# has a ``#``), score minus the ms it was first seen, so every age sorts below 0 and
+# every thread (scored by its newest ms) at or above it.
+AGE_MARK = "#"
+AGE_SCORE_BELOW = 0
+
+
+def json_records(raws: list[Any]) -> list[dict[str, Any]]:
+    """The JSON objects among ``raws`` (floor records); torn or foreign ones skipped."""
+    out = []
+    for raw in raws:
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def view_of_replies(
+    pending: Any, wake: Any, first: Any, building: Any, retry_at: Any, floor: list[Any]
+) -> dict[str, int | None]:
+    """The plan's view from its reads (:meth:`InboxStore.inbox_view`, or the same reads
+    in a delivery's snapshot): ZCARD new, the first of wakeq and of new (with scores),
+    EXISTS notice, the session's retry_at and the floor's records."""
+    floor_wake_at, floor_first_at = floor_times(json_records(floor))
+    return {
+        "pending": int(pending),
+        "first_wake_at": int(wake[0][1]) if wake else None,
+        "first_pending_at": int(first[0][1]) if first else None,
+        "building": int(bool(building)),
+        "retry_at": int(retry_at) if retry_at else None,
+        "floor_wake_at": floor_wake_at,
+        "floor_first_at": floor_first_at,
+    }
+
+
+def meta_of(raw: dict[str, str]) -> dict[str, str]:
+    """A thread's record as read: its ``label`` is its key's when not stored
+    (``thread_append.lua`` keeps none then); a one-message thread's
+    ``newest_at`` / ``newest_preview`` are its message's when not stored (bus.store.packing)."""
+    meta = dict(raw)
+    packing.restore_newest(meta)
+    if "label" not in meta and meta.get("key"):
+        meta["label"] = thread_label(meta["key"])
+    return meta
+
+
+class InboxStore(StorePart):
+    """Inbox and thread records of a :class:`~bus.store.store.Store`."""
+
+    # -- the session record's small fields -----------------------------------------------
+
+    def touch_seen(self, sid: str, at_ms: int) -> None:
+        """Set ``last_seen`` of an existing session record; never make a record."""
+        key = self.k.s(sid, "session")
+        if self.r.exists(key):
+            self.r.hset(key, "last_seen", str(at_ms))
+
+    def last_seen(self, sid: str) -> int | None:
+        """The session's ``last_seen`` (ms); ``None`` if never set."""
+        seen = self.r.hget(self.k.s(sid, "session"), "last_seen")
+        return int(seen) if seen else None
+
+    def set_delegator_once(self, sid: str, giver: str) -> bool:
+        """Record ``giver`` as the session's delegator unless one is recorded (HSETNX);
+        True when this call set it."""
+        return bool(self.r.hsetnx(self.k.s(sid, "session"), "delegator", giver))
+
+    def clear_retry(self, sid: str) -> None:
+        """Drop the session's ``retry_at`` (a refused notice may be tried again now)."""
+        self.r.hdel(self.k.s(sid, "session"), "retry_at")
+
+    # -- who gave whom work -------------------------------------------------------------
+
+    def add_gave(self, giver: str, to: str) -> None:
+        """Remember that session ``giver`` gave session ``to`` work."""
+        self.r.sadd(self.k.s(giver, "gave"), to)
+
+    def gave(self, giver: str, to: str) -> bool:
+        """Whether :meth:`add_gave` recorded ``giver`` giving ``to`` work."""
+        return bool(self.r.sismember(self.k.s(giver, "gave"), to))
+
+    def gave_and_session(self, giver: str, to: str) -> tuple[bool, Any]:
+        """:meth:`gave` and ``to``'s session record (as :meth:`~bus.store.store.Store.get_session`:
+        a ``SessionInfo`` or ``None``) in one round trip: a delivery's wake rules for a
+        sender that names its session (bus.delivery.inbox), one trip on a lone send's path."""
+        pipe = self.pipeline()
+        pipe.sismember(self.k.s(giver, "gave"), to)
+        pipe.hgetall(self.k.s(to, "session"))
+        gave, data = pipe.execute()
+        return bool(gave), (session_from_hash(data, to) if data else None)
+
+    # -- the inbox ------------------------------------------------------------------------
+
+    def inbox_view(self, sid: str) -> dict[str, int | None]:
+        """What the plan needs, one round trip: ``pending`` (new count), ``first_wake_at``,
+        ``first_pending_at``, ``building`` (1 while a notice is in flight), ``retry_at``,
+        and of the floor's notices no drain took ``floor_wake_at`` / ``floor_first_at``
+        (:func:`bus.core.policy.floor_times`)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zcard(self.k.s(sid, "new"))
+        pipe.zrange(self.k.s(sid, "wakeq"), 0, 0, withscores=True)
+        pipe.zrange(self.k.s(sid, "new"), 0, 0, withscores=True)
+        pipe.exists(self.k.s(sid, "notice"))
+        pipe.hget(self.k.s(sid, "session"), "retry_at")
+        pipe.hvals(self.k.s(sid, "floor"))
+        return view_of_replies(*pipe.execute())
+
+    def records(self, sid: str, ids: list[str]) -> list[dict[str, Any]]:
+        """The inbox records of ``ids`` that exist, in that order."""
+        if not ids:
+            return []
+        raws = self.r.hmget(self.k.s(sid, "msgs"), ids)
+        return [packing.restore_record(r, sid) for r in raws if r]
+
+    def all_records(self, sid: str) -> list[dict[str, Any]]:
+        """Every inbox record of the session, in no order."""
+        return [packing.restore_record(v, sid) for v in self.r.hvals(self.k.s(sid, "msgs"))]
+
+    def marks_and_last_arrival(self, sids: list[str]) -> list[tuple[list[str], int]]:
+        """For each session, one round trip per node: the marks of its inbox records and
+        when its newest queued message came (ms, 0 for none)."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hvals(self.k.s(sid, "msgs"))
+            pipe.xrevrange(self.k.s(sid, "stream"), count=1)
+            # A queue the delivery took whole is emptied (queue_trim.lua): its newest
+            # entry was the cursor's, or, once both are dropped, the newest record's.
+            pipe.get(self.k.s(sid, "cursor"))
+        replies = pipe.execute()
+        out = []
+        for raw, last, cursor in zip(replies[0::3], replies[1::3], replies[2::3], strict=True):
+            recs = [json.loads(x) for x in raw]
+            marks = [str(r.get("mark")) for r in recs]
+            newest = str(last[0][0]) if last else str(cursor or "0-0")
+            # A stream id is "<ms>-<seq>": its first part is when the message came.
+            at = int(newest.split("-")[0])
+            if not at:
+                at = max((packing.record_at(r) for r in recs), default=0)
+            out.append((marks, at))
+        return out
+
+    def new_ids(self, sid: str) -> list[str]:
+        """Ids marked ``new`` (not yet carried by a notice), oldest first."""
+        return [str(i) for i in self.r.zrange(self.k.s(sid, "new"), 0, -1)]
+
+    def drop_new(self, sid: str, msg_id: str) -> None:
+        """Take ``msg_id`` off the new and wake queues (it went out another way)."""
+        self.r.zrem(self.k.s(sid, "new"), msg_id)
+        self.r.zrem(self.k.s(sid, "wakeq"), msg_id)
+
+    def confirm_notices(self, sid: str, nids: list[str], via: str, now: int) -> int:
+        """Confirm notices heard (``via`` socket or drain): their messages move
+        ``new → noticed``, each notice once (``floor_drained.lua``). Returns how many."""
+        if not nids:
+            return 0
+        keys = ("floor", "msgs", "carried", "events", "notice", "session")
+        return int(self.run("floor_drained", sid, keys, [now, via, *nids]))
+
+    def run(  # provided by Store
+        self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None
+    ) -> Any:
+        raise NotImplementedError
+
+    def queue_mark_read(self, pipe: Any, sid: str, recs: list[dict[str, Any]], now: int) -> None:
+        """Queue on ``pipe`` (a :meth:`~bus.store.store.Store.pipeline`): ``recs`` marked read,
+        off the new and wake queues (nothing left to notice), one ``inbox_read`` record."""
+        for rec in recs:
+            rec["mark"] = "read"
+            pipe.hset(self.k.s(sid, "msgs"), rec["id"], packing.keep_record(rec, sid))
+            pipe.zrem(self.k.s(sid, "new"), rec["id"])
+            pipe.zrem(self.k.s(sid, "wakeq"), rec["id"])
+        pipe.xadd(
+            self.k.s(sid, "events"),
+            {"kind": "inbox_read", "at": str(now), "ids": json.dumps([r["id"] for r in recs])},
+            maxlen=10000,
+            approximate=True,
+        )
+
+    def _receipts_alive(
+        self, sid: str, msg_ids: list[str], now: int, ttl_ms: int
+    ) -> dict[str, int]:
+        """Of ``msg_ids`` (answers past ``IDS_KEEP_MS``), those whose receipt in ``ids``
+        moved within ``ttl_ms``: id -> the age that makes the prune due when it has not
+        (its last transition plus ``ttl_ms``, less ``IDS_KEEP_MS``)."""
+        raws = self.r.hmget(self.k.s(sid, "ids"), [receipt_field(i) for i in msg_ids])
+        out: dict[str, int] = {}
+        for msg_id, raw in zip(msg_ids, raws, strict=True):
+            if not raw:
+                continue
+            try:
+                rc = json.loads(raw)
+                last = max(v for v in rc.values() if isinstance(v, int | float))
+            except (ValueError, AttributeError):
+                continue  # torn or foreign: pruned with its answer
+            if last + ttl_ms > now:
+                out[msg_id] = int(last) + ttl_ms - IDS_KEEP_MS
+        return out
+
+    def notice_in_flight(self, sid: str) -> str | None:
+        """The id of the notice being built or written; ``None`` when there is none."""
+        nid = self.r.hget(self.k.s(sid, "notice"), "id")
+        return str(nid) if nid else None
+
+    def floor_notice_ids(self, sid: str) -> list[str]:
+        """Notices written to the floor and not yet confirmed heard."""
+        return [str(n) for n in self.r.hkeys(self.k.s(sid, "floor"))]
+
+    def prune(self, sid: str, keep: int, now: int, receipt_ttl_ms: int = IDS_KEEP_MS) -> int:
+        """Drop send answers older than ``IDS_KEEP_MS`` with their receipts (unless a
+        receipt moved within ``receipt_ttl_ms``: both wait for it) and the oldest done
+        records past ``keep``; never an unread one. Returns how many records were dropped."""
+        r, k = self.r, self.k
+        cutoff = now - IDS_KEEP_MS
+        # Each stored id's age is in ``threads`` as ``#<id>`` at minus its first-seen ms
+        # (append.lua); ids stored before are in the old ``idsage`` zset.
+        aged = r.zrangebyscore(k.s(sid, "threads"), -cutoff, f"({AGE_SCORE_BELOW}")
+        old_ids = r.zrangebyscore(k.s(sid, "idsage"), "-inf", cutoff)
+        gone = [str(a)[len(AGE_MARK) :] for a in aged if str(a).startswith(AGE_MARK)]
+        later = self._receipts_alive(sid, gone, now, receipt_ttl_ms) if gone else {}
+        if later:
+            # Its age moves on to when the receipt's lifetime ends: pruned then.
+            r.zadd(k.s(sid, "threads"), {AGE_MARK + i: -due for i, due in later.items()})
+            gone = [i for i in gone if i not in later]
+            aged = [a for a in aged if str(a)[len(AGE_MARK) :] not in later]
+        if gone or old_ids:
+            r.hdel(k.s(sid, "ids"), *gone, *[receipt_field(i) for i in gone], *old_ids)
+        if aged:
+            r.zrem(k.s(sid, "threads"), *aged)
+        if old_ids:
+            r.zrem(k.s(sid, "idsage"), *old_ids)
+        if r.hlen(k.s(sid, "msgs")) <= keep:
+            return 0
+        recs = sorted(self.all_records(sid), key=lambda x: x["at"])
+        done = [x["id"] for x in recs if x["mark"] in GONE_MARKS]
+        drop = done[: len(recs) - keep]
+        if drop:
+            r.hdel(k.s(sid, "msgs"), *drop)
+        return len(drop)
+
+    # -- senders waiting for an answer ------------------------------------------------------
+
+    def add_waiter(self, sid: str, msg_id: str) -> None:
+        """A sender waits for the answer of the turn that carries ``msg_id``."""
+        self.r.sadd(self.k.s(sid, "waiters"), msg_id)
+
+    def drop_waiter(self, sid: str, msg_id: str) -> None:
+        """Nobody waits for ``msg_id`` any more."""
+        self.r.srem(self.k.s(sid, "waiters"), msg_id)
+
+    def take_waiters(self, sid: str) -> list[str]:
+        """Every waiting id, removed (the session closes)."""
+        key = self.k.s(sid, "waiters")
+        pipe = self.r.pipeline(transaction=True)
+        pipe.smembers(key)
+        pipe.delete(key)
+        return [str(w) for w in pipe.execute()[0]]
+
+    def push_answers(self, sid: str, ids: list[str], answer: dict[str, Any]) -> None:
+        """Hand ``answer`` to whoever waits on each id (a list each, kept a day)."""
+        if not ids:
+            return
+        pipe = self.r.pipeline(transaction=True)
+        for msg_id in ids:
+            key = self.k.answer(sid, msg_id)
+            pipe.rpush(key, json.dumps({**answer, "id": msg_id}))
+            pipe.expire(key, 86400)
+        pipe.execute()
+
+    def answer_key(self, sid: str, msg_id: str) -> str:
+        """The list a waiting sender blocks on (BLPOP) for ``msg_id``'s answer."""
+        return str(self.k.answer(sid, msg_id))
+
+    # -- threads ---------------------------------------------------------------------------
+
+    def run_thread(
+        self, name: str, thread: str, keys: tuple[str, ...], args: list[Any], client: Any = None
+    ) -> Any:
+        """Run Lua script ``name`` on thread ``thread``'s keys (all in its slot)."""
+        return self.script(name)(keys=[self.k.t(thread, n) for n in keys], args=args, client=client)
+
+    def thread_exists(self, thread: str) -> bool:
+        """Whether the thread has a record."""
+        return bool(self.r.exists(self.k.t(thread, "meta")))
+
+    def thread_meta(self, thread: str) -> dict[str, str]:
+        """The thread's record (key, label, parties, senders, counts...); ``{}`` if none."""
+        return meta_of(self.r.hgetall(self.k.t(thread, "meta")))
+
+    def thread_metas(self, threads: list[str]) -> list[dict[str, str]]:
+        """The records of several threads, one round trip, in order."""
+        pipe = self.r.pipeline(transaction=False)
+        for thr in threads:
+            pipe.hgetall(self.k.t(thr, "meta"))
+        return [meta_of(m) for m in pipe.execute()]
+
+    def thread_field(self, thread: str, name: str) -> str | None:
+        """One field of the thread's record; ``None`` if unset."""
+        raw = self.r.hget(self.k.t(thread, "meta"), name)
+        return str(raw) if raw else None
+
+    def thread_log(self, thread: str) -> list[dict[str, str]]:
+        """The thread's log entries, oldest first (``{"id", "m": wire JSON}`` each). A
+        one-message thread keeps its message in its record (``thread_append.lua``). The
+        record is read before the log: a second message moving it in between leaves it
+        in the log, so it is never missed (even on a cluster, without MULTI)."""
+        pipe = self.pipeline(transaction=True)
+        pipe.hmget(self.k.t(thread, "meta"), ["one_id", "one_m"])
+        pipe.xrange(self.k.t(thread, "log"))
+        (one_id, one_m), rows = pipe.execute()
+        # The one message is kept compact (bus.store.packing.keep_thread_message), so is the log's
+        # first entry once a second message moved it there; a record written before kept
+        # one_id and a whole one_m.
+        if not rows and one_m:
+            m = str(one_m)
+            first = str(one_id or packing.thread_message_id(m))
+            return [{"id": first, "m": packing.restore_thread_message(m)}]
+        return [
+            {**f, "m": packing.restore_thread_message(f["m"])} if "m" in f else dict(f)
+            for _eid, f in rows
+        ]
+
+    def threads_of(self, sid: str) -> list[str]:
+        """The session's thread ids, newest activity first."""
+        key = self.k.s(sid, "threads")
+        # Positive scores only: the ids' ages share the key (negative, see prune).
+        return [str(t) for t in self.r.zrevrangebyscore(key, "+inf", AGE_SCORE_BELOW)]
+
+    def last_event_id(self, sid: str) -> str:
+        """The id of the session's newest durability record, ``0-0`` when it has none."""
+        last = self.r.xrevrange(self.k.s(sid, "events"), count=1)
+        return str(last[0][0]) if last else "0-0"
+
+    def events_key(self, sid: str) -> str:
+        """The session's durability records (a stream a caller may block on)."""
+        return str(self.k.s(sid, "events"))
+
+    # -- the sender's outbox ------------------------------------------------------------------
+
+    def outbox_page(self, sid: str, start: int, count: int) -> list[str]:
+        """``count`` of the session's sent messages from ``start``, newest first, each as
+        ``"<recipient>|<message id>"``."""
+        return [str(m) for m in self.r.zrevrange(self.k.outbox(sid), start, start + count - 1)]
+
+    def drop_from_outbox(self, sid: str, members: list[str]) -> None:
+        """Forget outbox entries whose receipts aged out."""
+        if members:
+            self.r.zrem(self.k.outbox(sid), *members)
+
+    # -- workspace members ------------------------------------------------------------------
+
+    def member_status(self, workspace: str, name: str) -> str | None:
+        """``active``, ``removed``, or ``None`` (never a member of ``workspace``)."""
+        raw = self.r.hget(self.k.members(workspace), name)
+        return str(raw) if raw else None
+
+    def set_member(self, workspace: str, name: str, status: str) -> None:
+        """Record member ``name``'s status in ``workspace``."""
+        self.r.hset(self.k.members(workspace), name, status)
+
+    def take_picture_bytes(self, sid: str, size: int, cap: int) -> bool:
+        """Count ``size`` more bytes of pictures kept for ``sid``'s items, unless that
+        would pass ``cap`` (then nothing is counted and the answer is False)."""
+        key = self.k.s(sid, "picture_bytes")
+        if int(self.r.incrby(key, size)) <= cap:
+            return True
+        self.r.decrby(key, size)
+        return False
+
+    def give_picture_bytes(self, sid: str, size: int) -> None:
+        """Uncount bytes :meth:`take_picture_bytes` counted for a write that failed."""
+        self.r.decrby(self.k.s(sid, "picture_bytes"), size)
+
+    def member_generation(self, workspace: str, name: str) -> int:
+        """How many times ``name`` was removed from ``workspace`` (0: never)."""
+        return int(self.r.hget(self.k.member_gens(workspace), name) or 0)
+
+    def bump_member_generation(self, workspace: str, name: str) -> int:
+        """Move ``name``'s token generation on: tokens issued before are dead."""
+        return int(self.r.hincrby(self.k.member_gens(workspace), name, 1))
+
+    def members(self, workspace: str) -> dict[str, str]:
+        """Every member of ``workspace`` with its status."""
+        return dict(self.r.hgetall(self.k.members(workspace)))
+
+    # -- tokens and the hand-off --------------------------------------------------------------
+
+    def is_revoked(self, jti: str) -> bool:
+        """Whether token id ``jti`` was revoked."""
+        return bool(self.r.sismember(self.k.revoked, jti))
+
+    def revoke(self, jti: str) -> None:
+        """Revoke token id ``jti`` for good."""
+        self.r.sadd(self.k.revoked, jti)
+
+    def ask_again(self, sid: str, ttl_ms: int) -> None:
+        """Ask the delivery holding ``sid`` to run once more after it unlocks."""
+        self.r.set(self.k.s(sid, "again"), "1", px=ttl_ms)
+
+    def take_again(self, sid: str) -> bool:
+        """Whether another run was asked for since the last take (GETDEL)."""
+        return bool(self.r.getdel(self.k.s(sid, "again")))

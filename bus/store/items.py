@@ -1,0 +1,76 @@
+"""The store's items and typed-request side: item records and threads, request threads.
+
+A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.inbox`; the same contract: each
+docstring says what any backend must do, and a read of a missing thing answers empty.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .base import StorePart
+
+
+class ItemStore(StorePart):
+    """Items and typed request threads."""
+
+    # -- items --------------------------------------------------------------------------------
+
+    def item(self, sid: str, key: str) -> dict[str, Any] | None:
+        """Session ``sid``'s item under ``key``; ``None`` if it has none."""
+        raw = self.r.hget(self.k.items(sid), key)
+        return dict(json.loads(raw)) if raw else None
+
+    def items_of(self, sid: str) -> list[dict[str, Any]]:
+        """Every item of the session, in no order."""
+        return [json.loads(v) for v in self.r.hvals(self.k.items(sid))]
+
+    def items_of_many(self, sids: list[str]) -> list[list[dict[str, Any]]]:
+        """The items of several sessions, one round trip per node, in order."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hvals(self.k.items(sid))
+        return [[json.loads(v) for v in vals] for vals in pipe.execute()]
+
+    def item_thread(self, sid: str, key: str) -> list[dict[str, Any]]:
+        """The item's thread entries, oldest first."""
+        return [json.loads(e) for e in self.r.lrange(self.k.item_thread(sid, key), 0, -1)]
+
+    def last_item_entries(self, pairs: list[tuple[str, str]]) -> list[dict[str, Any] | None]:
+        """The newest thread entry of each ``(sid, key)`` item (``None`` for an empty one)."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid, key in pairs:
+            pipe.lindex(self.k.item_thread(sid, key), -1)
+        return [json.loads(e) if e else None for e in pipe.execute()]
+
+    def update_item(
+        self, sid: str, key: str, patch: dict[str, Any], entry: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """Apply ``patch`` to the item and append ``entry`` to its thread, atomically
+        (``item_update.lua``); the item as it now is, ``None`` if there is no such item."""
+        out = self.script("item_update")(
+            keys=[self.k.items(sid), self.k.item_thread(sid, key)],
+            args=[key, json.dumps(patch), json.dumps(entry) if entry else ""],
+        )
+        return dict(json.loads(out)) if out else None
+
+    # -- typed request threads ------------------------------------------------------------------
+
+    def open_request_thread(self, thread: str, fields: dict[str, str]) -> None:
+        """Write a typed thread's record before its first message is delivered (the
+        delivery's ``thread_append`` keeps a record whose ``key`` is set)."""
+        self.r.hset(self.k.t(thread, "meta"), mapping=fields)
+
+    def list_thread(self, sid: str, thread: str, at: int) -> None:
+        """List ``thread`` among ``sid``'s threads, at ``at`` unless it is there later."""
+        self.r.zadd(self.k.s(sid, "threads"), {thread: at}, gt=True)
+
+    def decide(self, thread: str, args: list[Any]) -> str:
+        """Apply one decision if the thread is still as the caller read it
+        (``decide.lua``): ``ok``, ``missing`` or ``changed``."""
+        out = self.script("decide")(
+            keys=[self.k.t(thread, "meta"), self.k.t(thread, "log"), self.k.t(thread, "seen")],
+            args=args,
+        )
+        return str(out[0])

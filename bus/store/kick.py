@@ -1,0 +1,100 @@
+"""The store's kick list: delivery kicks for a host's delivery loops (bus/delivery/kick_list.py).
+
+A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.many`. The list and the loops'
+liveness key share the host's slot ``{kick:<host>}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .base import StorePart
+
+# A kick list this long takes no more kicks (its loops are stuck or gone): they go to
+# Celery, and the scheduler's sweep covers whatever the list holds.
+KICK_CAP = 10_000
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class KickStore(StorePart):
+    """Push, pop and liveness of a host's kick list."""
+
+    server_time_ms: Callable[[], int]
+
+    def push_kicks(self, host: str, sids: list[str]) -> bool:
+        """Put ``sids`` on ``host``'s kick list when a delivery loop of it is alive
+        (``kick_push.lua``, one round trip); False when none is (or the list is full)."""
+        keys = [self.k.kick_list(host), self.k.kick_alive(host)]
+        return bool(self.script("kick_push")(keys=keys, args=[KICK_CAP, *sids]))
+
+    def kick_alive(self, host: str, ttl_ms: int) -> None:
+        """A delivery loop of ``host`` is running (for ``ttl_ms``)."""
+        self.r.set(self.k.kick_alive(host), "1", px=ttl_ms)
+
+    def kick_client(self, block_s: float, name: str) -> tuple[Any, Any]:
+        """``(client, pool)``: a connection of its own whose socket outlasts a ``block_s``
+        pop; the caller disconnects ``pool`` (``None`` for a cluster client)."""
+        from .blocking import own_client
+
+        return own_client(self.r, socket_timeout=block_s + 10, name=name)
+
+    def pop_kicks(self, client: Any, host: str, loop: str, block_s: float, count: int) -> list[str]:
+        """Up to ``count`` kicks off ``host``'s list into loop ``loop``'s taken list: those
+        already waiting without blocking (``kick_take.lua``), so a loop delivers a burst's
+        sessions as one batch (bus.delivery.batch); when none waits, the next one waited for up
+        to ``block_s`` on ``client`` (from :meth:`kick_client`; BLMOVE) and returned at
+        once, alone: a lone send's notice does not wait for a look behind its kick (the
+        look comes after its delivery, on the loop's next pop). A loop that dies leaves
+        them in its taken list (:meth:`reclaim_kicks`); :meth:`done_kicks` when delivered."""
+        return self.take_kicks(host, loop, count) or self.wait_kick(client, host, loop, block_s)
+
+    def take_kicks(self, host: str, loop: str, count: int) -> list[str]:
+        """Up to ``count`` kicks already waiting on ``host``'s list into loop ``loop``'s
+        taken list (``kick_take.lua``), without blocking; ``[]`` when none waits."""
+        k = self.k
+        got = self.script("kick_take")(
+            keys=[k.kick_list(host), k.kick_taken(host, loop)], args=[count]
+        )
+        return [_text(r) for r in got or []]
+
+    def wait_kick(self, client: Any, host: str, loop: str, block_s: float) -> list[str]:
+        """The next kick on ``host``'s list into loop ``loop``'s taken list, waited for up
+        to ``block_s`` on ``client`` (BLMOVE): ``[sid]``, or ``[]`` when none came."""
+        k = self.k
+        first = client.blmove(k.kick_list(host), k.kick_taken(host, loop), block_s, "LEFT", "RIGHT")
+        return [] if first is None else [_text(first)]
+
+    def done_kicks(self, host: str, loop: str) -> None:
+        """Loop ``loop``'s taken kicks were delivered: its taken list goes."""
+        self.r.delete(self.k.kick_taken(host, loop))
+
+    def kick_beat(self, host: str, loop: str, ttl_ms: int) -> None:
+        """Loop ``loop`` of ``host`` is running: the host's alive key (for ``ttl_ms``) and
+        the loop's beat, one round trip (``kick_beat.lua``)."""
+        k = self.k
+        self.script("kick_beat")(keys=[k.kick_alive(host), k.kick_loops(host)], args=[loop, ttl_ms])
+
+    def kick_gone(self, host: str, loop: str) -> None:
+        """Loop ``loop`` stopped (its taken list empty): its beat goes."""
+        self.r.hdel(self.k.kick_loops(host), loop)
+
+    def reclaim_kicks(self, host: str, stale_ms: int) -> int:
+        """Put the taken kicks of ``host``'s dead loops (no beat for ``stale_ms``) back on
+        its list (``kick_reclaim.lua`` each, which checks the beat again); how many."""
+        k = self.k
+        # Two round trips, once a second a process: a cluster's pipeline refuses TIME (a
+        # command of no key), which stopped the reclaim there.
+        beats = self.r.hgetall(k.kick_loops(host))
+        now = self.server_time_ms()
+        moved = 0
+        for loop, beat in beats.items():
+            loop = _text(loop)
+            if now - int(beat) <= stale_ms:
+                continue
+            keys = [k.kick_list(host), k.kick_loops(host), k.kick_taken(host, loop)]
+            moved += max(0, int(self.script("kick_reclaim")(keys=keys, args=[loop, stale_ms])))
+        return moved

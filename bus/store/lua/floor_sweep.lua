@@ -1,0 +1,54 @@
+-- floor_sweep.lua: notices written to the floor and never confirmed. One still on the floor
+-- (queue or a claim) is left to its drain. One gone from the floor without a confirmation
+-- (its drainer died between taking it and recording it) is marked gone; still gone after
+-- the grace, its messages that are still new go back to `new` (and `wakeq`), so the next
+-- notice carries them: a duplicate notice after a crash rather than a silent loss.
+-- KEYS[1] floor P:{sid}:floor, KEYS[2] msgs, KEYS[3] new, KEYS[4] wakeq, KEYS[5] events
+-- ARGV[1] now ms, ARGV[2] grace ms, ARGV[3..] pairs: notice id, "1" on the floor / "0" gone
+-- Returns how many notices were given back.
+local now = tonumber(ARGV[1])
+local grace = tonumber(ARGV[2])
+local given_back = 0
+for i = 3, #ARGV, 2 do
+  local nid = ARGV[i]
+  local rec_json = redis.call('HGET', KEYS[1], nid)
+  if rec_json then
+    local rec = cjson.decode(rec_json)
+    if rec.ids == nil then rec = {ids = rec} end -- a record from before records were objects
+    if ARGV[i + 1] == '1' then
+      rec.gone = nil
+      rec.checked = now
+      redis.call('HSET', KEYS[1], nid, cjson.encode(rec))
+    elseif rec.gone == nil then
+      rec.gone = now
+      redis.call('HSET', KEYS[1], nid, cjson.encode(rec))
+    elseif now - rec.gone >= grace then
+      local score, wakes = {}, {}
+      local new = rec.new or {}
+      for j = 1, #new, 2 do score[new[j]] = new[j + 1] end
+      local wake = rec.wake or {}
+      for j = 1, #wake, 2 do wakes[wake[j]] = wake[j + 1] end
+      for _, id in ipairs(rec.ids) do
+        local raw = redis.call('HGET', KEYS[2], id)
+        if raw then
+          local msg = cjson.decode(raw)
+          -- A record leaves out its at when it is its message's ts (bus.store.packing.keep_record).
+          if msg.at == nil and type(msg.m) == 'table' then msg.at = msg.m.ts end
+          if msg.mark == 'new' then
+            redis.call('ZADD', KEYS[3], score[id] or msg.at or now, id)
+            if wakes[id] then
+              redis.call('ZADD', KEYS[4], wakes[id], id)
+            elseif rec.wake == nil and msg.wakes then
+              redis.call('ZADD', KEYS[4], msg.at or now, id)
+            end
+          end
+        end
+      end
+      redis.call('HDEL', KEYS[1], nid)
+      redis.call('XADD', KEYS[5], 'MAXLEN', '~', 10000, '*', 'kind', 'notice_unconfirmed',
+        'notice', nid, 'ids', cjson.encode(rec.ids), 'at', ARGV[1])
+      given_back = given_back + 1
+    end
+  end
+end
+return given_back

@@ -1,0 +1,43 @@
+-- notice_finish.lua: what follows a notice's write, in one call (bus.store.delivery's
+-- finish_calls; a due wake's calls to pack and replies to parse). All keys are
+-- in the session's slot {<sid>}.
+-- KEYS[1] notice  P:{sid}:notice
+-- KEYS[2] msgs    P:{sid}:msgs
+-- KEYS[3] carried P:{sid}:carried
+-- KEYS[4] floor   P:{sid}:floor
+-- KEYS[5] events  P:{sid}:events
+-- KEYS[6] session P:{sid}:session
+-- KEYS[7] lock    P:{sid}:lock
+-- KEYS[8] again   P:{sid}:again
+-- ARGV[1] notice id, ARGV[2] now ms (the notice's clock), ARGV[3] via
+-- ARGV[4] '1': record the notice written to the floor first (parts/notice_done.lua); ''
+--         not (a socket's ack confirmed it: floor_drained.lua ran before this call)
+-- ARGV[5] now ms (the system clock's: the session's and the wake record's times)
+-- ARGV[6] '1': the session's state set running (updated_at ARGV[5]); '' not
+-- ARGV[7] wake_pending: the notice whose wake command is about to run; '' none
+-- ARGV[8] our lock token: the lock freed and the hand-off flag taken last
+--         (parts/unlock.lua); '' neither
+-- ARGV[9..] a wake record's fields and values after kind and at (none: no record)
+-- Drops the session's retry_at. Returns {freed, again} (parts/unlock.lua) with a token,
+-- else {0, 0}.
+--@include notice_done
+--@include unlock
+if ARGV[4] == '1' then
+  notice_done(KEYS, ARGV[1], ARGV[2], ARGV[3])
+end
+redis.call('HDEL', KEYS[6], 'retry_at')
+if ARGV[6] == '1' then
+  redis.call('HSET', KEYS[6], 'updated_at', ARGV[5], 'state', 'running')
+  if ARGV[7] ~= '' then
+    redis.call('HSET', KEYS[6], 'wake_pending', ARGV[7])
+  end
+end
+if #ARGV > 8 then
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', 10000, '*', 'kind', 'wake', 'at', ARGV[5],
+    unpack(ARGV, 9))
+end
+if ARGV[8] ~= '' then
+  local freed, again = unlock(KEYS[7], KEYS[8], ARGV[8])
+  return {freed, again}
+end
+return {0, 0}

@@ -1,0 +1,280 @@
+"""The store's batched side: reads and writes over many sessions or threads in one round
+trip, for the scheduler's dispatch and a batch send's checks.
+
+A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.inbox`; the same contract: each
+answers in its callers' order, one round trip per node, and a missing thing reads empty.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from redis.exceptions import NoScriptError, ResponseError
+
+from . import receipt_index
+from .base import StorePart
+
+_TEXT = frozenset((str, int, float))
+
+
+def pack_commands(commands: list[tuple[Any, ...]]) -> bytes:
+    """``commands`` in the Redis protocol, as one buffer: the bytes redis-py's
+    ``pack_command`` writes for ``str``, ``bytes`` and number arguments, at a fraction of
+    its cost (it checks and encodes each argument on its own; here a command of text and
+    numbers is one string, encoded once). A batch send packs thousands of arguments: at
+    500 receivers redis-py's packing was a third of its Python time."""
+    out: list[bytes] = []
+    for args in commands:
+        kinds = set(map(type, args))
+        if kinds <= _TEXT:
+            if len(kinds) > 1 or str not in kinds:  # numbers as redis-py writes them
+                args = tuple(a if type(a) is str else repr(a) for a in args)
+            out.append(_pack_text(args))
+        else:  # bytes (or another type redis-py would write as its repr)
+            out.append(_pack_bytes(args))
+    return b"".join(out)
+
+
+def _pack_text(args: tuple[str, ...]) -> bytes:
+    """Text arguments sized by their characters and encoded at once (no per-argument
+    checks: an append call has ~10 arguments a message); sized by their bytes, argument
+    by argument, only when the text is not all ASCII."""
+    text = "".join([f"${len(a)}\r\n{a}\r\n" for a in args])
+    data = text.encode()
+    if len(data) != len(text):
+        text = "".join([f"${len(a) if a.isascii() else len(a.encode())}\r\n{a}\r\n" for a in args])
+        data = text.encode()
+    return b"*%d\r\n%b" % (len(args), data)
+
+
+def _pack_bytes(args: tuple[Any, ...]) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, bytes):
+            data = arg
+        elif isinstance(arg, str):
+            data = arg.encode()
+        else:
+            data = repr(arg).encode()
+        out.append(b"$%d\r\n%b\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+class SweepView(NamedTuple):
+    """What the backlog sweep (bus.delivery.scheduler) reads of one session: queue entries past
+    its cursor, the notice in flight's start (ms), whether messages are new, its due and
+    retry times on the schedule, the floor's unconfirmed notice records (JSON)."""
+
+    backlog: bool
+    flight_at: int | None
+    has_new: bool
+    due_at: int | None
+    retry_at: int | None
+    floor_records: list[str]
+
+
+def stream_id_after(last: str, cursor: str | None) -> bool:
+    """Whether stream id ``last`` comes after ``cursor`` (``None``: none taken yet), as
+    Redis orders them (``ms-seq``, each part a number)."""
+    if not cursor:
+        return True
+    a, _, b = last.partition("-")
+    c, _, d = cursor.partition("-")
+    return (int(a), int(b or 0)) > (int(c), int(d or 0))
+
+
+# KEYS[3]: the send answers' ages are kept in ``threads`` .
+_APPEND_KEYS = ("stream", "ids", "threads", "pending", "trim", "events", "msgs", "session")
+# Messages an append_many.lua call takes on a standalone server before the next call
+# starts (whole receivers): bounds the time one call holds Redis (~2-3 ms).
+CALL_MESSAGES = 128
+
+
+class ManyStore(StorePart):
+    """Several sessions' or threads' keys at once."""
+
+    lock_ttl_ms: int
+    cluster: bool
+    _sources: dict[str, str]
+
+    def session_hosts(self, sids: list[str]) -> list[str | None]:
+        """Each session's host, in order; ``None`` for a session that does not exist."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hget(self.k.s(sid, "session"), "host")
+        return list(pipe.execute())
+
+    def flag_dispatched(self, sids: Iterable[str]) -> None:
+        """Set each session's dispatch flag (``pending``, for the lock TTL) in one round trip,
+        whether or not it was set: the caller is sending the delivery now."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.set(self.k.s(sid, "pending"), "1", px=self.lock_ttl_ms)
+        pipe.execute()
+
+    def hosts_flagged(self, sids: list[str]) -> list[str | None]:
+        """:meth:`session_hosts`, and :meth:`flag_dispatched` for those that exist, in one
+        round trip: one script call for them all on a standalone server
+        (``hosts_flag.lua``), two pipelines on a cluster."""
+        if not sids:
+            return []
+        if self.cluster:
+            hosts = self.session_hosts(sids)
+            self.flag_dispatched(s for s, h in zip(sids, hosts, strict=True) if h is not None)
+            return hosts
+        keys = [key for sid in sids for key in self.k.s_many(sid, ("session", "pending"))]
+        [reply] = self.run_scripts([self.script_call("hosts_flag", keys, [self.lock_ttl_ms])])
+        return [host or None for host in json.loads(reply)]
+
+    def mark_pending_many(self, sids: list[str]) -> list[bool]:
+        """:meth:`~bus.store.store.Store.mark_pending` for each of ``sids`` in one round trip:
+        True for each whose dispatch flag this set (the caller dispatches it)."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.set(self.k.s(sid, "pending"), "1", nx=True, px=self.lock_ttl_ms)
+        return [bool(x) for x in pipe.execute()]
+
+    def thread_parties_many(self, threads: list[str]) -> list[tuple[Any, bool]]:
+        """Each named thread's raw ``parties`` field (``None`` if unset) and whether the
+        thread exists, in order."""
+        pipe = self.r.pipeline(transaction=False)
+        for thread in threads:
+            meta = self.k.t(thread, "meta")
+            pipe.hget(meta, "parties")
+            pipe.exists(meta)
+        got = pipe.execute()
+        return [(got[2 * n], bool(got[2 * n + 1])) for n in range(len(threads))]
+
+    def unindex_many(self, msg_ids: Iterable[str], now: int) -> None:
+        """Forget the recipient index entries just written for ``msg_ids`` (their appends
+        were refused), in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for msg_id in msg_ids:
+            receipt_index.unindex(pipe, self.k, msg_id, now)
+        pipe.execute()
+
+    def queue_append_many(
+        self, pipe: Any, head: list[Any], receivers: list[tuple[str, list[str], list[str]]]
+    ) -> list[list[str]]:
+        """Queue on ``pipe`` the ``append_many.lua`` calls storing ``receivers`` (each
+        ``(sid, its message ids, its five arguments)``, ``head`` the calls' first three):
+        one call per receiver on a cluster (a call's keys in one slot), else one per
+        :data:`CALL_MESSAGES` messages or so (a swarm's batch has ~2 a receiver: a call each
+        was ~500 script calls a batch, their setup and replies). Bare ``EVALSHA`` calls: run
+        the pipeline with :meth:`execute_loaded`. Answers each call's receivers, in order."""
+        sha = self.script("append_many").sha
+        calls: list[list[str]] = []
+        keys: list[str] = []
+        args: list[Any] = []
+        sids: list[str] = []
+        count = 0
+        for sid, msg_ids, five in receivers:
+            keys.extend(self.k.s_many(sid, _APPEND_KEYS))
+            keys.extend(self.k.receipts(sid, msg_ids))
+            args.extend(five)
+            sids.append(sid)
+            count += len(msg_ids)
+            if self.cluster or count >= CALL_MESSAGES:
+                pipe.evalsha(sha, str(len(keys)), *keys, *head, *args)
+                calls.append(sids)
+                keys, args, sids, count = [], [], [], 0
+        if sids:
+            pipe.evalsha(sha, str(len(keys)), *keys, *head, *args)
+            calls.append(sids)
+        return calls
+
+    def script_call(self, name: str, keys: list[str], args: list[Any]) -> tuple[Any, ...]:
+        """Script ``name`` on ``keys`` with ``args`` as a bare ``EVALSHA`` argument tuple,
+        for :meth:`run_scripts`: a batch's hundreds of calls skip redis-py's command layer
+        (its ``Script`` objects and pipeline queueing were a fifth of a due wake's Python)."""
+        return ("EVALSHA", self.script(name).sha, len(keys), *keys, *args)
+
+    def run_scripts(self, calls: list[tuple[Any, ...]]) -> list[Any]:
+        """:meth:`script_call` tuples in one round trip, as :meth:`execute_loaded` runs a
+        pipeline of them: raw replies in order, a call answered ``NOSCRIPT`` loaded and run
+        again, the first error raised. On a cluster, through its ordered batch."""
+        if self.cluster:
+            pipe = self.pipeline()
+            for call in calls:
+                pipe.evalsha(*call[1:])
+            return list(pipe.execute())
+        return self._run_loaded(calls)
+
+    def run_in_order(self, calls: list[tuple[Any, ...]]) -> list[Any]:
+        """:meth:`script_call` tuples (and plain command tuples) in one round trip, in
+        their order, their scripts loaded at its head in the same round trip, as a redis-py
+        pipeline does (``inline_script_loads``), so no script runs out of order after a
+        restart (as :meth:`run_scripts` would run it): raw replies, the first error raised.
+        On a cluster, through its ordered batch."""
+        if self.cluster:
+            pipe = self.pipeline()
+            for call in calls:
+                if call[0] == "EVALSHA":
+                    pipe.evalsha(*call[1:])
+                else:
+                    pipe.execute_command(*call)
+            return list(pipe.execute())
+        shas = dict.fromkeys(call[1] for call in calls if call[0] == "EVALSHA")
+        head = [("SCRIPT", "LOAD", self._sources[sha]) for sha in shas]
+        replies = self.run_packed(head + calls)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies[len(head) :]
+
+    def execute_loaded(self, pipe: Any) -> list[Any]:
+        """Run a pipeline holding bare ``EVALSHA`` calls (:meth:`queue_append_many`)
+        without the ``SCRIPT EXISTS`` round trip redis-py sends before a pipeline that
+        holds scripts: a call the server answers ``NOSCRIPT`` (it restarted, or its
+        scripts were flushed) did not run; its script is loaded and it runs again. The
+        replies in order, raw (no redis-py response callbacks: the callers read the
+        scripts' replies); the first error raised, as ``execute()`` raises it."""
+        if self.cluster:
+            return list(pipe.execute())  # OrderedBatch loads a lost script itself
+        stack = [args for args, _options in pipe.command_stack]
+        pipe.reset()
+        return self._run_loaded(stack)
+
+    def _run_loaded(self, stack: list[tuple[Any, ...]]) -> list[Any]:
+        replies = self.run_packed(stack)
+        lost = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if lost:
+            shas = list(dict.fromkeys(stack[n][1] for n in lost))
+            again = [("SCRIPT", "LOAD", self._sources[sha]) for sha in shas]
+            for n, reply in zip(
+                lost, self.run_packed(again + [stack[n] for n in lost])[len(shas) :], strict=True
+            ):
+                replies[n] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def run_packed(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Send ``commands`` (argument tuples) in one round trip, packed by
+        :func:`pack_commands`; the raw replies in order, an error reply as its exception.
+        A connection error retries the whole batch as a redis-py pipeline does (its
+        client's retry policy, the connection dropped in between): every command a batch
+        send runs is idempotent. Standalone servers only (a cluster's pipelines route)."""
+        if not commands:
+            return []
+        blob = pack_commands(commands)
+        pool = self.r.connection_pool
+        conn = pool.get_connection()
+
+        def run() -> list[Any]:
+            conn.send_packed_command([blob])
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+
+        try:
+            return list(conn.retry.call_with_retry(run, lambda _error: conn.disconnect()))
+        finally:
+            pool.release(conn)

@@ -1,0 +1,93 @@
+"""Which session a message id was appended to, for 7 days: receipts and replies look it up.
+
+The ids stored on one UTC day are fields of
+:data:`BUCKETS` hashes (``P:{rc:<day>:<b>}:rcpt``, the bucket from the id's CRC32, so the
+hashes spread over a cluster's slots); a batch writes one HSET per bucket it touches, and
+each hash expires a day after the retention of its last day. A lookup reads the id's bucket
+of each day in the retention (one pipeline), newest first; it also reads the per-id key
+and the id's bucket in a 64-bucket layout (:data:`OLD_BUCKETS`, the same key names).
+16 buckets keep a batch of a few hundred messages to a few HSETs (docs/decisions).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+from typing import Any
+
+from .keys import Keys
+
+DAY_MS = 86400 * 1000
+KEEP_DAYS = 7  # as long as the send answers are kept (bus.delivery.inbox.IDS_KEEP_MS)
+BUCKETS = 16
+OLD_BUCKETS = 64  # the layout before: read by lookups only
+# A day's hashes live until the retention of their last id has passed.
+BUCKET_TTL_S = (KEEP_DAYS + 1) * 86400
+
+
+def bucket_of(msg_id: str, buckets: int = BUCKETS) -> int:
+    """The id's bucket, the same in every process (CRC32, not Python's salted hash)."""
+    return zlib.crc32(msg_id.encode("utf-8", "surrogatepass")) % buckets
+
+
+def day_of(now_ms: int) -> int:
+    return now_ms // DAY_MS
+
+
+def index(pipe: Any, k: Keys, pairs: Iterable[tuple[str, str]], now_ms: int) -> int:
+    """Queue on ``pipe`` the writes recording each ``(message id, session)``: one HSET and
+    one EXPIRE per bucket touched; answers how many commands were queued. Idempotent (a
+    resend writes the same field again)."""
+    day = day_of(now_ms)
+    by_bucket: dict[int, dict[str, str]] = {}
+    for msg_id, sid in pairs:
+        by_bucket.setdefault(bucket_of(msg_id), {})[msg_id] = sid
+    for b, mapping in by_bucket.items():
+        key = k.rcpt_bucket(day, b)
+        pipe.hset(key, mapping=mapping)
+        pipe.expire(key, BUCKET_TTL_S)
+    return 2 * len(by_bucket)
+
+
+def unindex(r: Any, k: Keys, msg_id: str, now_ms: int) -> None:
+    """Forget an id just indexed (its append was refused); ``r`` may be a pipeline."""
+    r.hdel(k.rcpt_bucket(day_of(now_ms), bucket_of(msg_id)), msg_id)
+
+
+def lookup(r: Any, k: Keys, msg_id: str, now_ms: int) -> str | None:
+    """The session ``msg_id`` was appended to within the retention; ``None`` if unknown."""
+    day, b, old = day_of(now_ms), bucket_of(msg_id), bucket_of(msg_id, OLD_BUCKETS)
+    pipe = r.pipeline(transaction=False)
+    for back in range(KEEP_DAYS + 1):
+        pipe.hget(k.rcpt_bucket(day - back, b), msg_id)
+        if old != b:
+            pipe.hget(k.rcpt_bucket(day - back, old), msg_id)
+    pipe.get(k.rcpt(msg_id))
+    for found in pipe.execute():
+        if found:
+            return str(found)
+    return None
+
+
+def lookup_many(r: Any, k: Keys, msg_ids: Iterable[str], now_ms: int) -> dict[str, str]:
+    """The session each of ``msg_ids`` was appended to, for those indexed within the
+    retention: one pipeline of one HMGET per bucket and day the ids fall in (at most
+    :data:`BUCKETS` times the days kept, however many ids), newest day first."""
+    by_bucket: dict[int, list[str]] = {}
+    for msg_id in dict.fromkeys(msg_ids):
+        by_bucket.setdefault(bucket_of(msg_id), []).append(msg_id)
+    if not by_bucket:
+        return {}
+    day = day_of(now_ms)
+    pipe = r.pipeline(transaction=False)
+    asked: list[list[str]] = []
+    for back in range(KEEP_DAYS + 1):
+        for b, ids in by_bucket.items():
+            pipe.hmget(k.rcpt_bucket(day - back, b), ids)
+            asked.append(ids)
+    found: dict[str, str] = {}
+    for ids, values in zip(asked, pipe.execute(), strict=True):
+        for msg_id, sid in zip(ids, values, strict=True):
+            if sid and msg_id not in found:
+                found[msg_id] = str(sid)
+    return found

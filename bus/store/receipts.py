@@ -1,0 +1,97 @@
+"""The store's receipts side: receipt hashes, outboxes and the reads behind a receipt.
+
+A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.inbox`; :class:`bus.delivery.receipts.Receipts`
+holds the policy and calls these for its Redis commands. Each batched read answers in its
+callers' order in one round trip (every key of one row is in its recipient's slot), and a
+missing thing reads empty.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .keys import receipt_field
+
+
+def receipt_hash(folded: str | bytes, answer: str | bytes | None) -> dict[str, str]:
+    """A receipt kept in ``ids`` (JSON; its thread, when it is its answer's, left to the
+    answer) as the ``rc:<id>`` hash it replaced reads: every value a string."""
+    rc = json.loads(folded)
+    if "thread" not in rc and answer:
+        thread = json.loads(answer).get("thread")
+        if isinstance(thread, str):
+            rc["thread"] = thread
+    return {str(f): str(int(v)) if isinstance(v, float) else str(v) for f, v in rc.items()}
+
+
+class ReceiptStore:
+    """Receipts, outboxes, and a connection to wait on."""
+
+    r: Any
+    k: Any
+
+    def queue_outbox_add(
+        self, pipe: Any, sender: str, members: dict[str, int], keep: int, floor: int
+    ) -> None:
+        """Queue on ``pipe`` (no round trip of its own): add ``members`` (``"to|id"`` →
+        score) to ``sender``'s outbox unless listed, keep its newest ``keep`` and drop
+        those scored below ``floor``."""
+        outbox = self.k.outbox(sender)
+        pipe.zadd(outbox, members, nx=True)
+        pipe.zremrangebyrank(outbox, 0, -(keep + 1))
+        pipe.zremrangebyscore(outbox, "-inf", floor)
+
+    def receipts_exist(self, rows: list[tuple[str, str]]) -> list[bool]:
+        """Whether a receipt exists for each ``(recipient, id)``, in order."""
+        pipe = self.r.pipeline(transaction=False)
+        for to, msg_id in rows:
+            pipe.hexists(self.k.s(to, "ids"), receipt_field(msg_id))
+            pipe.exists(self.k.receipt(to, msg_id))
+        got = pipe.execute()
+        return [bool(got[2 * n] or got[2 * n + 1]) for n in range(len(rows))]
+
+    def outbox_remove(self, entries: list[tuple[str, str, str]]) -> None:
+        """Drop each ``(sender, recipient, id)`` from its sender's outbox, one round trip
+        (none for no entries)."""
+        pipe = self.r.pipeline(transaction=False)
+        for sender, to, msg_id in entries:
+            pipe.zrem(self.k.outbox(sender), f"{to}|{msg_id}")
+        pipe.execute()
+
+    def receipt_rows(self, rows: list[tuple[str, str]]) -> list[list[Any]]:
+        """For each ``(recipient, id)``: ``[receipt hash ({} if none), stored record,
+        first answer, [recipient state, last_seen, opened_at]]`` (``None`` where unset).
+        A receipt kept in ``ids`` reads as the hash it was (:func:`receipt_hash`)."""
+        pipe = self.r.pipeline(transaction=False)
+        for to, msg_id in rows:
+            ids = self.k.s(to, "ids")
+            pipe.hmget(ids, [receipt_field(msg_id), msg_id])
+            pipe.hgetall(self.k.receipt(to, msg_id))
+            pipe.hget(self.k.s(to, "msgs"), msg_id)
+            pipe.hmget(self.k.s(to, "session"), ["state", "last_seen", "opened_at"])
+        got = pipe.execute()
+        out = []
+        for n in range(len(rows)):
+            (folded, answer), h, rec, seen = got[4 * n : 4 * n + 4]
+            out.append([receipt_hash(folded, answer) if folded else h, rec, answer, seen])
+        return out
+
+    def may_expire(self, sids: list[str], cutoff: int) -> list[bool]:
+        """Whether each session holds an unnoticed message older than ``cutoff`` ms or a
+        floor entry (so an expiry pass there may find work), in order."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.zrangebyscore(self.k.s(sid, "new"), "-inf", f"({cutoff}", start=0, num=1)
+            pipe.hlen(self.k.s(sid, "floor"))
+        got = pipe.execute()
+        return [bool(got[2 * n] or got[2 * n + 1]) for n in range(len(sids))]
+
+    def waiting_client(self, block_s: float, name: str) -> tuple[Any, Any]:
+        """``(client, pool)``: a connection whose socket timeout outlasts a ``block_s``
+        blocking read (the shared client's may be shorter), on a pool of its own the caller
+        disconnects (``pool`` is ``None`` for a cluster client, returned as it is).
+        ``name`` shows in ``CLIENT LIST``: who is waiting for what."""
+        from .blocking import own_client
+
+        return own_client(self.r, socket_timeout=block_s + 10, name=name)

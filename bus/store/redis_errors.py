@@ -1,0 +1,108 @@
+"""Redis not answering becomes the bus's own :class:`~bus.core.errors.Unavailable`, here only.
+
+:func:`translate_redis_errors` wraps every public method of the facade (:class:`bus.api.Bus`),
+so each surface (CLI, gateway, MCP server, Celery tasks) sees one error family: a refusal
+it maps as usual (``unavailable``, exit 3, HTTP 503), in words: nothing answered at that
+address, or the server refused the password (``reason``: ``no_answer`` or ``password``).
+Only these errors are translated (connection, timeout, password, a cluster without a
+reachable node); a Redis that answers with an error (``ResponseError``) is a bug and
+stays what it is.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import redis
+from redis.exceptions import ClusterError, RedisClusterException
+
+from bus.core.errors import Unavailable
+
+NOT_ANSWERING: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    ClusterError,
+    RedisClusterException,
+)
+
+C = TypeVar("C", bound=type)
+
+
+class RedisUnavailable(Unavailable, redis.ConnectionError):
+    """:class:`Unavailable`, and still a ``redis.ConnectionError``: code that catches
+    Redis's own errors (the metrics scrape, older surfaces) keeps catching it."""
+
+
+HINT = "is `inbox up` running, or INBOX_REDIS_URL set?"
+PASSWORD_HINT = (
+    "check the password in INBOX_REDIS_URL (the embedded server's own is kept in "
+    "$INBOX_HOME/redis/password)"
+)
+# redis-py's "Error 111 connecting to 127.0.0.1:1. Connection refused." and its kin.
+_CONNECTING = re.compile(r"^Error (?:\S+ )?connecting to (?P<where>.+?)\.(?: (?P<why>.+?)\.?)?$")
+# What a server's refusal of the password means, by the words its reply starts with.
+_PASSWORD_REPLIES = (
+    ("hello must be called", "it needs a password and none was given"),
+    ("authentication required", "it needs a password and none was given"),
+    ("noauth", "it needs a password and none was given"),
+    ("invalid username-password", "the password is wrong"),
+    ("wrongpass", "the password is wrong"),
+    ("invalid password", "the password is wrong"),
+    ("auth <password> called without", "a password was given but it has none"),
+    ("client sent auth", "a password was given but it has none"),
+)
+
+
+def down_message(exc: BaseException, where: str | None = None) -> tuple[str, str]:
+    """The words for a Redis that cannot be used (without the hint), and the reason code:
+    ``no_answer`` (nothing there, refused, timed out) or ``password`` (it answered, and
+    refused the password). ``where`` names the server when the error does not."""
+    text = (str(exc).strip().splitlines() or [""])[0]
+    if isinstance(exc, redis.AuthenticationError):
+        low = text.lower()
+        why = next((w for start, w in _PASSWORD_REPLIES if low.startswith(start)), None)
+        at = f" at {where}" if where else ""
+        return f"Redis{at} refused the connection: {why or text}", "password"
+    m = _CONNECTING.match(text)
+    if m:
+        where = m.group("where")
+        why = (m.group("why") or "").rstrip(".").lower() or "no answer"
+    elif isinstance(exc, redis.TimeoutError):
+        why = "no answer in time"
+    else:
+        why = text.rstrip(".") or type(exc).__name__
+    at = f" at {where}" if where else ""
+    return f"Redis did not answer{at} ({why})", "no_answer"
+
+
+def unavailable(exc: BaseException, where: str | None = None) -> RedisUnavailable:
+    """The bus's refusal for a Redis that cannot be used (one message, never wrapped twice)."""
+    if isinstance(exc, RedisUnavailable):
+        return exc
+    words, reason = down_message(exc, where)
+    hint = PASSWORD_HINT if reason == "password" else HINT
+    return RedisUnavailable(f"{words}; {hint}", reason=reason)
+
+
+def translated(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except RedisUnavailable:
+            raise  # a nested facade call already said it
+        except NOT_ANSWERING as exc:
+            raise unavailable(exc) from exc
+
+    return call
+
+
+def translate_redis_errors(cls: C) -> C:
+    """Class decorator: every public method of ``cls`` raises Unavailable for a silent Redis."""
+    for name, value in list(vars(cls).items()):
+        if not name.startswith("_") and callable(value) and not isinstance(value, type):
+            setattr(cls, name, translated(value))
+    return cls

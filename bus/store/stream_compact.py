@@ -1,0 +1,66 @@
+"""The store's compaction of short streams (:mod:`bus.store.compaction`): one script per stream,
+pipelined, each stream a key of its own slot.
+
+A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.many`.
+"""
+
+from __future__ import annotations
+
+from .base import StorePart
+from .keys import is_thread_id
+
+
+class CompactStore(StorePart):
+    """Short streams rewritten to the memory their entries need."""
+
+    def compact_streams(
+        self, keys: list[str], max_entries: int, slack: int, node_bytes: int
+    ) -> int:
+        """Run ``stream_compact.lua`` on each stream of ``keys`` (built by
+        :class:`~bus.store.keys.Keys`); the bytes saved, by MEMORY USAGE. One round trip per
+        node; raises the server's error when it refuses DUMP, RESTORE or MEMORY."""
+        if not keys:
+            return 0
+        script = self.script("stream_compact")
+        pipe = self.pipeline()
+        for key in keys:
+            script(keys=[key], args=[max_entries, slack, node_bytes], client=pipe)
+        return sum(int(x or 0) for x in pipe.execute())
+
+    def drop_quiet_events(self, sids: list[str], quiet_ms: int) -> int:
+        """Drop the ``events`` of each of ``sids`` whose newest record is older than
+        ``quiet_ms`` (``events_quiet.lua``); the bytes freed, by MEMORY USAGE."""
+        if not sids:
+            return 0
+        script = self.script("events_quiet")
+        pipe = self.pipeline()
+        for sid in sids:
+            keys = self.k.s_many(sid, ("events", "subs"))
+            script(keys=keys, args=[int(quiet_ms)], client=pipe)
+        return sum(int(x or 0) for x in pipe.execute())
+
+    def drop_taken_queues(self, sids: list[str]) -> None:
+        """``queue_trim.lua`` on each of ``sids``: a queue the delivery took whole goes
+        with its cursor (one a delivery trimmed within its cursor's ms kept)."""
+        if not sids:
+            return
+        script = self.script("queue_trim")
+        pipe = self.pipeline()
+        for sid in sids:
+            script(keys=[self.k.s(sid, "stream"), self.k.s(sid, "cursor")], args=[], client=pipe)
+        pipe.execute()
+
+    def session_streams(self, sids: list[str]) -> list[str]:
+        """The streams a quiet session keeps: its ``events`` and each of its threads'
+        ``log``s (a thread shared by two sessions once), one round trip per node."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.zrangebyscore(self.k.s(sid, "threads"), 0, "+inf")  # not the ids' ages
+        keys = [self.k.s(sid, "events") for sid in sids]
+        seen: set[str] = set()
+        for threads in pipe.execute():
+            for thread in threads:
+                if thread not in seen and is_thread_id(str(thread)):
+                    seen.add(thread)
+                    keys.append(self.k.t(str(thread), "log"))
+        return keys

@@ -1,0 +1,71 @@
+"""The store's durable subscriptions (bus/services/durable_watch.py): a cursor per followed session.
+
+A mixin of :class:`~bus.store.store.Store`. Each cursor sits in its session's slot
+(``P:{sid}:subs``), beside the ``events`` stream it points into.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import StorePart
+
+
+class SubsStore(StorePart):
+    """Open, read, move and reset a durable subscription's cursors."""
+
+    def sub_open(self, name: str, now_ms: int) -> int:
+        """The subscription's creation time (ms), made now if it is new."""
+        key = self.k.sub(name)
+        self.r.hsetnx(key, "created", now_ms)
+        return int(self.r.hget(key, "created") or now_ms)
+
+    def sub_cursors(self, name: str, sids: list[str]) -> dict[str, str | None]:
+        """Each session's cursor of subscription ``name`` (``None``: none yet)."""
+        self.k.sub(name)  # the name checked
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hget(self.k.s(sid, "subs"), name)
+        return {sid: (str(c) if c else None) for sid, c in zip(sids, pipe.execute(), strict=True)}
+
+    def sub_commit(self, name: str, cursors: dict[str, str]) -> None:
+        """Move subscription ``name``'s cursors (one round trip per node)."""
+        if not cursors:
+            return
+        pipe = self.r.pipeline(transaction=False)
+        for sid, cursor in cursors.items():
+            pipe.hset(self.k.s(sid, "subs"), name, cursor)
+        pipe.execute()
+
+    def sub_reset(self, name: str, sids: list[str]) -> None:
+        """Forget subscription ``name`` (its record, its cursors on ``sids``)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.delete(self.k.sub(name))
+        for sid in sids:
+            pipe.hdel(self.k.s(sid, "subs"), name)
+        pipe.execute()
+
+    def gave_to(self, sid: str) -> list[str]:
+        """The sessions ``sid`` gave work to (its ``gave`` set)."""
+        return sorted(str(s) for s in self.r.smembers(self.k.s(sid, "gave")))
+
+    def events_bounds(self, sid: str) -> dict[str, Any] | None:
+        """The session's ``events`` stream: its first and last ids and the newest id
+        trimmed from it (``max-deleted-entry-id``); ``None`` when it has none."""
+        key = self.k.s(sid, "events")
+        if not self.r.exists(key):
+            return None
+        info = self.r.xinfo_stream(key)
+        first = info.get("first-entry")
+        return {
+            "first": str(first[0]) if first else None,
+            "last": str(info.get("last-generated-id") or "0-0"),
+            "max_deleted": str(info.get("max-deleted-entry-id") or "0-0"),
+        }
+
+    def queued_message(self, sid: str, msg_id: str) -> dict[str, str] | None:
+        """The queue entry carrying ``msg_id`` while it is still queued."""
+        for _eid, fields in self.r.xrange(self.k.s(sid, "stream"), count=1000):
+            if fields.get("id") == msg_id:
+                return dict(fields)
+        return None

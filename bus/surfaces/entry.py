@@ -1,0 +1,178 @@
+"""The ``inbox`` console entry point, small on purpose.
+
+A harness runs ``inbox hook claude PostToolUse`` at every tool step and ``inbox drain SID``
+often; nearly always the session's floor is empty. This module answers those two from a
+look at the floor with the standard library only; when something waits, bus.delivery.fast_drain
+drains it (claim by rename, log, marks recorded, Redis down tolerated, exactly as the
+library does) without importing the library. Everything else goes to the full command
+line.
+
+"Empty" means: no ``messages.jsonl`` with bytes in it, no claim (``messages.draining.*``,
+a drainer's or a dead drainer's) and no marks deferred while Redis was down.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+# Mirrors bus.delivery.floor, bus.delivery.inbox and bus.core.models (tests/test_entry.py holds them equal);
+# importing those would import pydantic. Not even json or re here: on a busy machine their
+# imports (enum, functools, collections) cost more than the rest of the fast path.
+MESSAGES = "messages.jsonl"
+DRAINING_PREFIX = "messages.draining."
+PENDING_MARKS = "marks.pending.jsonl"
+# The harness was seen: an empty look at the floor tells Redis (the session's last_seen,
+# which receipts and handle staleness read) at most once a minute, marked by the mtime of
+# $INBOX_HOME/seen/<sid> (kept out of the floor, whose directory means "opened here").
+SEEN = "seen"
+SEEN_EVERY_S = 60.0
+
+
+def seen_marker(sid: str) -> str:
+    return os.path.join(home_dir(), SEEN, sid)
+
+
+SESSION_ID_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
+SESSION_ID_MAX = 180
+_KEY = '"session_id"'
+
+
+def home_dir(env: dict[str, str] | os._Environ[str] | None = None) -> str:
+    """``$INBOX_HOME`` as bus.core.settings.default_home finds it."""
+    env = os.environ if env is None else env
+    home = env.get("INBOX_HOME") or env.get("SLAB_HOME") or "~/.local/share/inbox"
+    return os.path.expanduser(home)
+
+
+def valid_session_id(sid: object) -> bool:
+    """bus.core.models.check_session_id's rule, without pydantic or re."""
+    return (
+        isinstance(sid, str)
+        and 0 < len(sid) <= SESSION_ID_MAX
+        and not sid.strip(SESSION_ID_CHARS)
+        and sid not in (".", "..")
+    )
+
+
+def _session_dir(sid: object) -> str | None:
+    if not valid_session_id(sid):
+        return None
+    assert isinstance(sid, str)
+    return os.path.join(home_dir(), "inbox", sid)
+
+
+def session_id_of(raw: str) -> object:
+    """The ``session_id`` of a hook's JSON payload. Read straight from the text when the
+    key occurs once with a plain string value (Claude Code's payloads); else by json."""
+    at = raw.find(_KEY)
+    if at >= 0 and raw.find(_KEY, at + 1) < 0:
+        rest = raw[at + len(_KEY) :].lstrip()
+        if rest.startswith(":"):
+            rest = rest[1:].lstrip()
+            end = rest.find('"', 1)
+            if rest.startswith('"') and end > 0 and "\\" not in rest[1:end]:
+                return rest[1:end]
+    import json
+
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        return None
+    return payload.get("session_id") if isinstance(payload, dict) else None
+
+
+def floor_is_empty(session_dir: str) -> bool | None:
+    """True when nothing waits in ``session_dir``; None when there is no such directory."""
+    try:
+        entries = os.scandir(session_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return False  # let the full path say what is wrong
+    with entries:
+        for entry in entries:
+            name = entry.name
+            if name == MESSAGES:
+                try:
+                    if entry.stat().st_size > 0:
+                        return False
+                except FileNotFoundError:
+                    continue  # claimed just now: the drainer has it
+            elif name.startswith(DRAINING_PREFIX) or name == PENDING_MARKS:
+                return False
+    return True
+
+
+def seen_due(sid: str) -> bool:
+    """True when this session's last_seen was last told to Redis over a minute ago."""
+    import time
+
+    try:
+        return time.time() - os.stat(seen_marker(sid)).st_mtime > SEEN_EVERY_S
+    except OSError:
+        return True
+
+
+def _empty(sid: str) -> int:
+    """Nothing waits: tell Redis the harness was seen, at most once a minute."""
+    if seen_due(sid):
+        from bus.delivery.fast_drain import touch_seen
+
+        touch_seen(sid)
+    return 0
+
+
+def _hook_post_tool_use() -> int:
+    raw = sys.stdin.read()
+    sid = session_id_of(raw)
+    d = _session_dir(sid)
+    # No directory: this host never opened the session, so nothing can wait for it.
+    if d is not None and floor_is_empty(d) is not False:
+        return _empty(str(sid))
+    if d is None:  # not a session id: the full hook says so on stderr
+        from .hooks import hook_entry
+
+        return hook_entry("PostToolUse", stdin=io.StringIO(raw))
+    from bus.delivery.fast_drain import post_tool_use
+
+    return post_tool_use(str(sid))
+
+
+def _fast_drain(argv: list[str]) -> int | None:
+    """``drain SID [--stamped]``: answered here on an empty floor, by bus.delivery.fast_drain when
+    something waits; None for the full command (a bad id, an unknown session)."""
+    if len(argv) not in (2, 3) or argv[0] != "drain":
+        return None
+    stamped = argv[2:] == ["--stamped"]
+    if len(argv) == 3 and not stamped:
+        return None
+    d = _session_dir(argv[1])
+    empty = None if d is None else floor_is_empty(d)
+    if empty is None:
+        return None
+    if not empty:
+        from bus.delivery.fast_drain import drain_command
+
+        return drain_command(argv[1], stamped)
+    if not stamped:
+        sys.stdout.write("[]\n")
+    return _empty(argv[1])
+
+
+def main() -> None:
+    """``inbox``: the two hot commands answered here when there is nothing to do."""
+    argv = sys.argv[1:]
+    if argv == ["hook", "claude", "PostToolUse"]:
+        sys.exit(_hook_post_tool_use())
+    code = _fast_drain(argv)
+    if code is not None:
+        sys.exit(code)
+    from bus.surfaces.cli.app import main as cli_main
+
+    cli_main()
+
+
+if __name__ == "__main__":
+    main()

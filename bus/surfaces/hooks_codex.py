@@ -1,0 +1,102 @@
+"""Ready-made Codex hooks: the harness contract as Codex hook commands.
+
+``inbox hooks codex`` prints a Codex ``hooks.json`` (``--install PATH`` writes it, usually
+``.codex/hooks.json`` in a project or ``~/.codex/hooks.json``; ``--uninstall PATH`` takes
+it out), with the Claude Code installer's guarantees (bus.surfaces.hooks.print_or_install). Codex
+runs ``<inbox> hook codex <Event>`` through ``sh -c`` with the event's JSON on stdin, and
+reads a JSON answer on stdout:
+
+============== =========================================================================
+SessionStart   register the session; what waits goes into the context as
+               ``hookSpecificOutput.additionalContext``; after ``compact``, ``resume`` or
+               ``clear`` one line per thread that still has unread messages too. The
+               session's wake command, if it had one, is kept.
+UserPromptSubmit  ``turn start``, then the floor drained into the prompt's context
+PostToolUse    drain the floor; anything new is the ``additionalContext`` the model reads
+               with the tool's result (the mid-turn notice)
+Stop           ``turn end`` with ``last_assistant_message`` as the answer
+SessionEnd     ``session close``
+============== =========================================================================
+
+Codex has no background hook that can start a turn, so there is no waiter: an idle Codex
+session is woken by its wake command (``session open --wake-cmd``), or hears what waits at
+its next turn. Codex runs a hook only once a person trusted it (``/hooks`` in the TUI) or
+the run passes ``--dangerously-bypass-hook-trust``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import hooks
+
+if TYPE_CHECKING:
+    from bus.api import Bus
+
+EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
+HARNESS = "codex"
+# What Codex shows in its status line while an inbox hook runs.
+STATUS = "inbox"
+# Codex clamps a SessionEnd hook's timeout to 3 s (and warns at start when it is longer).
+SESSION_END_TIMEOUT_S = 3
+
+
+def codex_settings(inbox_cmd: str = "inbox", env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The ``"hooks"`` object of a Codex hooks.json that wires up the inbox.
+
+    No ``matcher``: Codex then runs the group for every tool and every session source."""
+    return {
+        event: [
+            {
+                "hooks": [
+                    {
+                        "type": "command",
+                        "command": hooks.hook_command(event, inbox_cmd, env, harness=HARNESS),
+                        "timeout": (
+                            SESSION_END_TIMEOUT_S if event == "SessionEnd" else hooks.HOOK_TIMEOUT_S
+                        ),
+                        "statusMessage": STATUS,
+                    }
+                ]
+            }
+        ]
+        for event in EVENTS
+    }
+
+
+def _kept_wake_cmd(bus: Bus, sid: str) -> str | None:
+    """The wake command the session was opened with (a re-open from a hook keeps it)."""
+    info = bus.store.get_session(sid)
+    return info.wake_cmd if info is not None else None
+
+
+def run_codex_hook(event: str, payload: dict[str, Any], bus: Bus) -> tuple[int, str]:
+    """Run the inbox's part of one Codex hook; returns (0, stdout text): errors go to
+    stderr, never into the exit code (a failing hook must not stop the person's turn)."""
+    sid = payload.get("session_id")
+    try:
+        hooks.check_session_id(sid)
+    except hooks.BadInput as exc:
+        hooks._warn(f"{event}: {exc}; nothing done")
+        return 0, ""
+    assert isinstance(sid, str)
+    text = ""
+    if event == "SessionStart":
+        wake = hooks._guarded("session", lambda: _kept_wake_cmd(bus, sid))
+        text = hooks.open_text(bus, sid, payload.get("source"), wake_cmd=wake)
+    elif event == "UserPromptSubmit":
+        text = hooks.start_text(bus, sid)
+    elif event == "PostToolUse":
+        text = hooks._drained(bus, sid)
+    elif event == "Stop":
+        answer = payload.get("last_assistant_message")
+        hooks.end_turn(bus, sid, answer if isinstance(answer, str) and answer.strip() else None)
+    elif event == "SessionEnd":
+        hooks.end_session(bus, sid)
+    else:
+        hooks._warn(f"unknown Codex event {event!r}; expected one of {', '.join(EVENTS)}")
+    # Codex reads a JSON object on stdout; plain text would be refused as invalid output.
+    return 0, hooks.context_json(event, text) if text else ""
+
+
+__all__ = ["EVENTS", "codex_settings", "run_codex_hook"]

@@ -1,0 +1,508 @@
+"""The HTTP gateway (``inbox serve``): prox-compatible ``POST /send`` and the bus's own routes.
+
+| route | what |
+|---|---|
+| ``POST /send`` | prox's remote delivery: the local precedence (socket, else file) on this host, no Redis |
+| ``POST /v1/send`` | the bus proper: store in Redis and route to the owning host |
+| ``GET /v1/messages/{id}`` | the sender's receipt of one message (its token, or ``?by=SID`` without a secret) |
+| ``POST /v1/send/batch`` | a batch of messages through ``Bus.send_many``: refused whole or stored whole |
+| ``GET /v1/watch`` | server-sent events: the reader's durable subscription to its lanes (bus.services.durable_watch; its token, or ``?by=SID`` without a secret) |
+| ``GET /health`` | ``{"ok": true, "redis": bool, "host"}``; 200 even when Redis is down |
+| ``GET /metrics`` | Prometheus text: the shared counters plus this process's HTTP requests |
+| ``GET /openapi.json`` | FastAPI's OpenAPI document, with the wire ``Message`` schema |
+
+Binds to loopback unless told otherwise: prox's ``/send`` is
+unauthenticated and ``from`` is self-reported.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from typing import Any, Literal
+
+import redis
+import uvicorn
+from fastapi import FastAPI, Request, Response
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+
+from bus.api import Bus
+from bus.core.errors import (
+    Ambiguous,
+    BadInput,
+    BusError,
+    NotFound,
+    RateLimited,
+    Refused,
+    Unauthorized,
+    Unavailable,
+)
+from bus.core.models import Message, Receipt, SendAnswer
+from bus.surfaces.web.app import mount_ui
+from bus.surfaces.web.page_gate import MAX_FORM_BYTES
+from bus.telemetry import liveness
+from bus.telemetry.metrics import RedisCollector
+from bus.trust.rules import allowed_hosts, is_loopback
+
+from .front_door import (
+    DEFAULT_READ_TIMEOUT_S,
+    GuardMiddleware,
+    HeaderDeadlineH11,
+    RedactTokens,
+    Rule,
+)
+
+
+def _bearer(request: Request) -> str | None:
+    """The caller's token from ``Authorization: Bearer <token>``; the gateway never lends
+    its own ``INBOX_TOKEN`` (see :func:`create_app`)."""
+    value = request.headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 5252
+
+# The gateway's own bounds: a stalled keep-alive connection is closed after this many
+# seconds, and uvicorn holds at most this many connections and tasks (503 beyond). Requests
+# in flight have their own, smaller bounds, overall and per client address, that idle
+# connections do not count against (bus.surfaces.http.front_door.MAX_IN_FLIGHT).
+KEEPALIVE_TIMEOUT_S = 5
+MAX_CONCURRENCY = 1024
+
+_STATUS: list[tuple[type[BusError], int]] = [
+    (RateLimited, 429),
+    (BadInput, 400),
+    (Unauthorized, 401),
+    (Refused, 403),
+    (NotFound, 404),
+    (Ambiguous, 409),
+    (Unavailable, 503),
+]
+
+
+class DeliverOk(BaseModel):
+    """``POST /send`` answer, as prox's worker gives it."""
+
+    ok: Literal[True] = True
+    via: Literal["socket", "file"]
+    id: str
+
+
+class DeliverError(BaseModel):
+    """``POST /send`` refusal: one line saying what was wrong; nothing was written."""
+
+    ok: Literal[False] = False
+    error: str
+
+
+class BusErrorAnswer(BaseModel):
+    """``POST /v1/send`` refusal: ``error`` is the machine-readable code."""
+
+    ok: Literal[False] = False
+    error: str
+    message: str
+
+
+class Health(BaseModel):
+    ok: bool = True
+    redis: bool
+    host: str
+    # Each host's worker (and the scheduler): heartbeat ages, queue depth; absent when
+    # Redis is down.
+    workers: list[dict[str, Any]] | None = None
+
+
+_MESSAGE_BODY = {
+    "required": True,
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Message"}}},
+}
+
+
+async def _sse(sub: Any, stop: threading.Event) -> AsyncIterator[bytes]:
+    """A durable subscription as server-sent events, read a second at a time (so a
+    closed connection ends it within one); each read's cursors move once its events were
+    handed to the connection, a comment line every :data:`SSE_KEEPALIVE_S` when quiet."""
+    from bus.services.durable_watch import poll
+
+    quiet = 0.0
+    try:
+        yield b": subscribed\n\n"
+        while not stop.is_set():
+            events, cursors = await run_in_threadpool(
+                lambda: poll(sub, max_events=SSE_BATCH, wait_ms=1000)
+            )
+            for event in events:
+                data = json.dumps(event, ensure_ascii=False)
+                head = f"id: {event['session']}/{event['stream_id']}\nevent: message\n"
+                yield f"{head}data: {data}\n\n".encode()
+            if cursors:
+                await run_in_threadpool(sub.commit, cursors)
+            quiet = 0.0 if events else quiet + 1.0
+            if quiet >= SSE_KEEPALIVE_S:
+                quiet = 0.0
+                yield b": quiet\n\n"
+    finally:
+        stop.set()
+
+
+SSE_BATCH = 100
+SSE_KEEPALIVE_S = 15.0
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _status_of(err: BusError) -> int:
+    for cls, status in _STATUS:
+        if isinstance(err, cls):
+            return status
+    return 400
+
+
+def _json_body(raw: bytes) -> dict[str, Any]:
+    """The body as JSON; a BadInput for anything else (prox senders may omit the header)."""
+    try:
+        body = json.loads(raw)
+    except RecursionError as exc:
+        raise BadInput("the body is nested too deeply") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadInput(f"the body is not JSON: {_one_line(str(exc))}") from exc
+    if not isinstance(body, dict):
+        raise BadInput("a message must be a JSON object")
+    return body
+
+
+MAX_BATCH = 10_000
+MAX_BATCH_BYTES = 32 * 1024 * 1024
+
+
+def _batch_body(raw: bytes) -> list[Any]:
+    """A batch body: a JSON array of messages, or an object with a ``messages`` array."""
+    try:
+        body = json.loads(raw)
+    except RecursionError as exc:
+        raise BadInput("the body is nested too deeply") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadInput(f"the body is not JSON: {_one_line(str(exc))}") from exc
+    if isinstance(body, dict):
+        body = body.get("messages")
+    if not isinstance(body, list):
+        raise BadInput('a batch must be a JSON array of messages (or {"messages": [...]})')
+    if len(body) > MAX_BATCH:
+        raise BadInput(f"a batch holds at most {MAX_BATCH} messages, not {len(body)}")
+    return body
+
+
+async def _answer(call: Callable[[], Any]) -> JSONResponse:
+    """One library call off the event loop, answered as JSON: a refusal with its status,
+    a body no check foresaw as a 400 (the caller's input, never a 500), Redis down 503."""
+    try:
+        return JSONResponse(await run_in_threadpool(call))
+    except BusError as err:
+        return JSONResponse(err.to_json(), _status_of(err))
+    except (ValueError, TypeError, RecursionError) as err:
+        bad = BadInput(_one_line(f"malformed message: {err}"))
+        return JSONResponse(bad.to_json(), 400)
+    except redis.RedisError as err:
+        unavailable = Unavailable(_one_line(f"Redis did not answer: {err}"))
+        return JSONResponse(unavailable.to_json(), 503)
+
+
+def create_app(
+    bus: Bus,
+    *,
+    bind: str = DEFAULT_HOST,
+    hosts: tuple[str, ...] | None = None,
+    rules: tuple[Rule, ...] = (),
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+) -> FastAPI:
+    """The gateway's FastAPI app for ``bus``; every handler makes one call into it.
+
+    ``hosts`` are the ``Host`` names it answers (default ``INBOX_ALLOWED_HOSTS``, else the
+    loopback names and ``bind``); ``rules`` add per-prefix body rules (``/ui/`` pages).
+    """
+    if bus.settings.token:
+        # Never act with the gateway's own token: a request without one is unauthenticated.
+        bus = bus.with_settings(replace(bus.settings, token=None))
+    app = FastAPI(
+        title="inbox gateway",
+        version="1",
+        description=__doc__,
+        openapi_url="/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+    )
+    configured = bus.settings.allowed_hosts if hosts is None else hosts
+    # The web inbox posts forms (pictures included) and checks CSRF and origin itself,
+    # answering with its own page; the Host check still applies.
+    rules = (
+        Rule("/ui/", max_body=MAX_FORM_BYTES, json_only=False, same_origin=False),
+        # A batch holds up to MAX_BATCH messages of 8,000 characters: a larger bound.
+        Rule("/v1/send/batch", max_body=MAX_BATCH_BYTES, token=True),
+        Rule("/v1/send", token=True),
+        Rule("/send", token=True),
+        *rules,
+    )
+
+    async def authenticate(token: str | None) -> tuple[int, str, str] | None:
+        """The bearer token's refusal, checked before a body is read (secret set only)."""
+        if not token:
+            return 401, "token_missing", "a token is required for this write"
+        try:
+            await run_in_threadpool(bus.auth.verify, token)
+        except Unauthorized as err:
+            return 401, err.code, _one_line(str(err))
+        except (Unavailable, redis.RedisError) as err:
+            return 503, "unavailable", _one_line(f"Redis did not answer: {err}")
+        return None
+
+    app.add_middleware(
+        GuardMiddleware,
+        hosts=allowed_hosts(bind, configured),
+        rules=rules,
+        read_timeout_s=read_timeout_s,
+        authenticate=authenticate if bus.auth.enabled else None,
+    )
+    registry = CollectorRegistry()
+    registry.register(RedisCollector(bus))
+    requests = Counter(
+        "inbox_http_requests",
+        "HTTP requests this gateway process answered",
+        ["route", "status"],
+        registry=registry,
+    )
+
+    @app.middleware("http")
+    async def count_requests(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        # The route template, not the raw path, so a scan of odd URLs cannot blow up labels.
+        route = getattr(request.scope.get("route"), "path", None) or "unmatched"
+        requests.labels(route=route, status=str(response.status_code)).inc()
+        return response
+
+    @app.post(
+        "/send",
+        response_model=DeliverOk,
+        responses={s: {"model": DeliverError} for s in (400, 401, 500, 503)},
+        openapi_extra={"requestBody": _MESSAGE_BODY},
+        summary="Deliver on this host (prox's remote delivery)",
+    )
+    async def send_local(request: Request) -> JSONResponse:
+        """Run the local precedence: the session's socket if a listener acks, else the file."""
+        raw = await request.body()
+        try:
+            data = _json_body(raw)
+            # Parsed and checked before anything is written; a bad to_id never becomes a path.
+            via, msg_id = await run_in_threadpool(
+                lambda: bus.send_local(data, token=_bearer(request))
+            )
+        except Unauthorized as err:
+            return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), 401)
+        except Unavailable as err:  # the token's revocation check found no Redis
+            return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), 503)
+        except BusError as err:
+            status = 400 if isinstance(err, BadInput) else _status_of(err)
+            return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), status)
+        except redis.RedisError as err:
+            return JSONResponse(
+                DeliverError(error=_one_line(f"Redis did not answer: {err}")).model_dump(), 503
+            )
+        except OSError as err:
+            return JSONResponse(
+                DeliverError(error=_one_line(f"write failed: {err}")).model_dump(), 500
+            )
+        return JSONResponse(DeliverOk(via=via, id=msg_id).model_dump())
+
+    @app.post(
+        "/v1/send",
+        response_model=SendAnswer,
+        response_model_exclude_none=True,
+        responses={s: {"model": BusErrorAnswer} for s in (400, 401, 404, 409, 503)},
+        openapi_extra={"requestBody": _MESSAGE_BODY},
+        summary="Send through the bus (Redis, routed to the owning host)",
+    )
+    async def send_bus(request: Request) -> JSONResponse:
+        """Validate, store and route one message; returns the send answer."""
+        raw = await request.body()
+        return await _answer(lambda: bus.send(_json_body(raw), token=_bearer(request)))
+
+    @app.get(
+        "/v1/messages/{message_id}",
+        response_model=Receipt,
+        response_model_exclude_none=True,
+        responses={s: {"model": BusErrorAnswer} for s in (400, 401, 403, 404, 503)},
+        summary="The sender's receipt of one message",
+    )
+    async def message_receipt(
+        message_id: str, request: Request, by: str | None = None
+    ) -> JSONResponse:
+        """Only the sender reads it: the bearer token's subject when a secret is set (never
+        the gateway's own token), else the session named by ``?by=``."""
+        token = _bearer(request)
+        try:
+            if bus.auth.enabled and not token:
+                raise Unauthorized("a bearer token is required", code="token_missing")
+            if not bus.auth.enabled and not by:
+                raise BadInput("name the sender session: ?by=SID", code="no_session")
+        except BusError as err:
+            return JSONResponse(err.to_json(), _status_of(err))
+        return await _answer(lambda: bus.receipt(message_id, by=by, token=token))
+
+    @app.post(
+        "/v1/send/batch",
+        responses={s: {"model": BusErrorAnswer} for s in (400, 401, 404, 409, 503)},
+        summary="Send a batch through the bus (validated whole, one answer per message)",
+    )
+    async def send_batch(request: Request) -> JSONResponse:
+        """A JSON array of messages (or ``{"messages": [...]}``); answers
+        ``{"ok": true, "answers": [...]}``, each as ``/v1/send`` would. One bad message
+        refuses the batch (400 naming its ``index``) and nothing is written."""
+        raw = await request.body()
+        return await _answer(
+            lambda: {"ok": True, "answers": bus.send_many(_batch_body(raw), token=_bearer(request))}
+        )
+
+    @app.get(
+        "/v1/watch",
+        responses={
+            200: {"content": {"text/event-stream": {}}},
+            **{s: {"model": BusErrorAnswer} for s in (400, 401, 403, 404, 409, 503)},
+        },
+        summary="Server-sent events: your durable subscription to your lanes' messages",
+    )
+    async def watch_events(
+        request: Request,
+        name: str = "lanes",
+        sessions: str | None = None,
+        lanes: bool = True,
+        by: str | None = None,
+        reset: bool = False,
+    ) -> Response:
+        """One ``message`` event per message (``id`` ``<session>/<stream id>``, ``data``
+        as ``inbox watch`` prints it), resumed after a reconnect by the subscription's
+        ``name``; events are acknowledged once handed to the connection (a batch cut off
+        by a disconnect comes again, never lost)."""
+        from bus.services.durable_watch import open_for_reader
+
+        stop = threading.Event()
+        names = [s for s in (sessions or "").split(",") if s] or None
+        try:
+            sub = await run_in_threadpool(
+                lambda: open_for_reader(
+                    bus,
+                    _bearer(request),
+                    by,
+                    name,
+                    sessions=names,
+                    lanes=lanes,
+                    reset=reset,
+                    stop=stop,
+                )
+            )
+        except BusError as err:
+            return JSONResponse(err.to_json(), _status_of(err))
+        except redis.RedisError as err:
+            return JSONResponse(Unavailable(f"Redis did not answer: {err}").to_json(), 503)
+        return StreamingResponse(
+            _sse(sub, stop), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
+        )
+
+    @app.get("/health", response_model=Health, response_model_exclude_none=True)
+    async def health() -> Health:
+        """Always 200: ``redis`` says whether the store answered (``/send`` works either way)."""
+
+        def ping() -> tuple[bool, list[dict[str, Any]] | None]:
+            try:
+                bus.store.ping()
+                return True, liveness.workers(bus.store)
+            except (BusError, redis.RedisError, OSError):
+                return False, None
+
+        up, workers = await run_in_threadpool(ping)
+        return Health(redis=up, host=bus.settings.host, workers=workers)
+
+    @app.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+    async def metrics() -> Response:
+        """Prometheus exposition: shared counters, queue depths, latencies, HTTP requests."""
+        body = await run_in_threadpool(generate_latest, registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    def openapi() -> dict[str, Any]:
+        # The send routes read the raw body (prox senders may send no content type, and a
+        # refusal must be prox's one-line 400, not FastAPI's 422), so FastAPI does not see
+        # the Message model; add its schema so the documented body resolves.
+        if app.openapi_schema is None:
+            doc = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+            msg = Message.model_json_schema(
+                by_alias=True, ref_template="#/components/schemas/{model}"
+            )
+            schemas.update(msg.pop("$defs", {}))
+            schemas["Message"] = msg
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    mount_ui(app, bus)  # the web inbox under /ui/ (bus/web)
+    return app
+
+
+def check_bind(bus: Bus, host: str) -> None:
+    """Refuse a non-loopback bind without ``INBOX_SECRET``: anyone who reaches it could
+    write as anyone."""
+    if not is_loopback(host) and not bus.settings.secret:
+        raise BadInput(
+            f"refusing to bind {host}: a non-loopback gateway needs INBOX_SECRET set",
+            code="insecure_bind",
+        )
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging configuration with sign-in tokens redacted from every line
+    (``GET /ui/login?token=...`` is logged as ``token=***``)."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config.setdefault("filters", {})["redact_tokens"] = {"()": RedactTokens}
+    for name in ("uvicorn.access", "uvicorn.error"):
+        config["loggers"].setdefault(name, {})["filters"] = ["redact_tokens"]
+    return config
+
+
+def serve_options(bus: Bus, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> dict[str, Any]:
+    """What :func:`serve` runs uvicorn with (besides the app)."""
+    del bus
+    return {
+        "host": host,
+        "port": port,
+        "log_level": "info",
+        "log_config": log_config(),
+        "timeout_keep_alive": KEEPALIVE_TIMEOUT_S,
+        "limit_concurrency": MAX_CONCURRENCY,
+        "h11_max_incomplete_event_size": 16 * 1024,
+        "http": HeaderDeadlineH11,  # headers in time; connections bounded per address
+    }
+
+
+def serve(bus: Bus, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+    """Run the gateway with uvicorn until interrupted (loopback unless ``host`` says otherwise)."""
+    check_bind(bus, host)
+    uvicorn.run(create_app(bus, bind=host), **serve_options(bus, host, port))
+
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "check_bind", "create_app", "serve"]

@@ -1,0 +1,302 @@
+"""A reference listener on a session's ``inbox.sock`` (``inbox listen``).
+
+Harness authors copy this. The protocol is prox's: a sender connects, writes one JSON
+line and ``\\n``, and waits up to 1 s for a one-line ack. Only ``{"ok": true}`` counts as
+delivered; anything else (or silence) makes the sender put the line on the file floor,
+so a listener that cannot take a line should say ``{"ok": false}`` quickly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+from bus.core.errors import BadInput, Refused
+from bus.delivery.floor import SOCKET, Floor, socket_path_fits
+
+ACK_OK = b'{"ok": true}\n'
+ACK_NO = b'{"ok": false}\n'
+MAX_LINE = 1 << 20  # well above 8000 characters of text, escaped
+
+OnLine = Callable[[dict[str, Any]], bool]
+
+
+class Listener:
+    """Bind ``<session_dir>/inbox.sock``, hand each JSON line to ``on_line``, ack it.
+
+    ``on_line(obj) -> bool`` decides the ack. Calls are serialised, one line at a time.
+    A line whose ``id`` was handed on already (the last ``remember`` ids) is acked ok
+    and not handed on again: a sender that timed out and retried must not cause a
+    second delivery.
+    """
+
+    def __init__(
+        self,
+        session_dir: Path,
+        on_line: OnLine,
+        *,
+        remember: int = 1000,
+        read_timeout: float = 30.0,
+    ) -> None:
+        self.session_dir = Path(session_dir)
+        self.path = self.session_dir / SOCKET
+        self.on_line = on_line
+        self.remember = remember
+        self.read_timeout = read_timeout
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._handle_lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._stopped = threading.Event()
+        self._server: socket.socket | None = None
+        self._wake: tuple[int, int] | None = None
+        self._inode: tuple[int, int] | None = None
+        self._accepter: threading.Thread | None = None
+
+    @classmethod
+    def for_session(cls, floor: Floor, sid: str, on_line: OnLine, **kw: Any) -> Listener:
+        """A listener for ``sid`` under ``floor``'s tree (the id is checked first)."""
+        return cls(floor.session_dir(sid, create=True), on_line, **kw)
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> Listener:
+        """Bind and start accepting in a background thread."""
+        if self._server is not None:
+            return self
+        if not socket_path_fits(self.path):
+            raise BadInput(
+                f"socket path is too long to bind ({len(os.fsencode(self.path))} bytes): "
+                f"{self.path}; delivery stays on the file"
+            )
+        if not self.session_dir.is_dir():
+            os.makedirs(self.session_dir, mode=0o700, exist_ok=True)
+            os.chmod(self.session_dir, 0o700)
+        self._clear_stale()
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            server.bind(os.fspath(self.path))
+            os.chmod(self.path, 0o600)
+            server.listen(64)
+        except BaseException:
+            server.close()
+            raise
+        st = os.stat(self.path)
+        self._inode = (st.st_dev, st.st_ino)
+        self._server = server
+        self._wake = os.pipe()
+        self._stopped.clear()
+        self._accepter = threading.Thread(
+            target=self._accept_loop, name="inbox-listen", daemon=True
+        )
+        self._accepter.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop accepting, close connections and remove the socket file (if still ours)."""
+        if self._server is None:
+            return
+        self._stopped.set()
+        assert self._wake is not None
+        os.write(self._wake[1], b"x")  # wakes the accept loop's select at once
+        if self._accepter is not None:
+            self._accepter.join(timeout=5)
+        with self._conns_lock:
+            for conn in list(self._conns):
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        for t in self._threads:
+            t.join(timeout=5)
+        self._server.close()
+        self._server = None
+        for fd in self._wake:
+            os.close(fd)
+        self._wake = None
+        try:
+            st = os.stat(self.path)
+            # Another listener may have replaced our socket; its file is not ours to remove.
+            if (st.st_dev, st.st_ino) == self._inode:
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> Listener:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _clear_stale(self) -> None:
+        if not os.path.lexists(self.path):
+            return
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(0.2)
+        try:
+            probe.connect(os.fspath(self.path))
+        except OSError:
+            os.unlink(self.path)  # nobody answers: a listener died without cleaning up
+            return
+        finally:
+            probe.close()
+        # Unlinking a live listener's socket would silently steal its messages.
+        raise Refused(f"a listener is already live on {self.path}", code="listening")
+
+    def _accept_loop(self) -> None:
+        assert self._server is not None and self._wake is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._server, selectors.EVENT_READ)
+            sel.register(self._wake[0], selectors.EVENT_READ)
+            while not self._stopped.is_set():
+                for key, _ in sel.select():
+                    if key.fileobj is not self._server or self._stopped.is_set():
+                        continue
+                    try:
+                        conn, _addr = self._server.accept()
+                    except OSError:
+                        continue
+                    t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+                    self._threads = [x for x in self._threads if x.is_alive()]
+                    self._threads.append(t)
+                    t.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with self._conns_lock:
+            self._conns.add(conn)
+        try:
+            conn.settimeout(self.read_timeout)
+            buf = b""
+            while not self._stopped.is_set():
+                try:
+                    chunk = conn.recv(65536)
+                except OSError:
+                    return
+                if chunk:
+                    buf += chunk
+                elif buf.strip():
+                    buf += b"\n"  # the sender closed after an unterminated line
+                lines = buf.split(b"\n")
+                buf = lines.pop()
+                for raw in lines:
+                    if raw.strip():
+                        conn.sendall(ACK_OK if self._handle(raw) else ACK_NO)
+                if not chunk:
+                    return
+                if len(buf) > MAX_LINE:
+                    conn.sendall(ACK_NO)
+                    return
+        except OSError:
+            return
+        finally:
+            with self._conns_lock:
+                self._conns.discard(conn)
+            conn.close()
+
+    def _handle(self, raw: bytes) -> bool:
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            return False
+        if not isinstance(obj, dict):
+            return False
+        msg_id = obj.get("id")
+        key = msg_id if isinstance(msg_id, str) and msg_id else None
+        with self._handle_lock:
+            if key is not None and key in self._seen:
+                self._seen.move_to_end(key)
+                return True
+            try:
+                ok = self.on_line(obj) is True
+            except Exception as exc:  # a handler bug refuses the line; the file keeps it
+                print(f"inbox listen: handler failed: {exc!r}", file=sys.stderr)
+                ok = False
+            if ok and key is not None:
+                self._seen[key] = None
+                while len(self._seen) > self.remember:
+                    self._seen.popitem(last=False)
+            return ok
+
+
+def print_handler(out: TextIO) -> OnLine:
+    """A handler that writes each line to ``out`` as one JSON line."""
+
+    def on_line(obj: dict[str, Any]) -> bool:
+        try:
+            out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            out.flush()
+        except (OSError, ValueError):
+            return False
+        return True
+
+    return on_line
+
+
+def exec_handler(cmd: str) -> OnLine:
+    """A handler that pipes each line to ``cmd`` (a shell command) on stdin; ok iff exit 0.
+
+    The sender waits only 1 s for the ack: a slower command means the line also lands
+    on the file floor.
+    """
+
+    def on_line(obj: dict[str, Any]) -> bool:
+        data = (json.dumps(obj, ensure_ascii=False) + "\n").encode()
+        try:
+            done = subprocess.run(cmd, shell=True, input=data, check=False)
+        except OSError:
+            return False
+        return done.returncode == 0
+
+    return on_line
+
+
+def run_listener(
+    floor: Floor,
+    sid: str,
+    exec_cmd: str | None = None,
+    out: TextIO = sys.stdout,
+    *,
+    stop: threading.Event | None = None,
+    ready: threading.Event | None = None,
+) -> int:
+    """``inbox listen SID``: print (or pipe to ``exec_cmd``) each line until stopped.
+
+    Blocks until Ctrl-C, SIGTERM, or ``stop`` is set; ``ready`` is set once listening.
+    """
+    handler = exec_handler(exec_cmd) if exec_cmd else print_handler(out)
+    done = stop or threading.Event()
+    previous: Any = None
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        with Listener.for_session(floor, sid, handler) as listener:
+            print(f"inbox listen: listening on {listener.path}", file=sys.stderr, flush=True)
+            if ready is not None:
+                ready.set()
+            done.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+    return 0

@@ -1,0 +1,7 @@
+"""Counters and heartbeats, shared by every process through Redis.
+
+``metrics`` (counters, the latency histogram, the Prometheus collector) and
+``liveness`` (each worker's and the scheduler's heartbeat, the queue names).
+
+May import: ``bus.store``, ``bus.core``.
+"""

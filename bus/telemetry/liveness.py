@@ -1,0 +1,154 @@
+"""Liveness by progress: heartbeats of each host's worker and of the scheduler.
+
+A worker process can live while its broker connection is dead (Celery's reconnect is
+known to hang), so "the process exists" says little. Each worker therefore keeps a
+heartbeat in Redis (``P:beat:<host>``, :mod:`bus.store.keys`): ``beat`` from its main process
+every few seconds, ``progress`` each time one of its processes finished a task. The
+scheduler keeps one too (``P:beat:scheduler``, progress per tick). ``inbox status``,
+``/health`` and ``/metrics`` show each one's age and its host queue's depth, and the
+supervisor (:mod:`bus.ops.supervise`) restarts a worker whose queue holds work while its
+progress is older than a bound (:func:`stalled`, pure).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+import redis
+
+from bus.core.models import now_ms
+
+from . import host_floor
+
+if TYPE_CHECKING:
+    from bus.store.store import Store
+
+log = logging.getLogger(__name__)
+
+BEAT_EVERY_S = 2.0
+PROGRESS_EVERY_S = 1.0  # progress is written at most this often per process
+SCHEDULER = "scheduler"
+
+
+class HasStore(Protocol):
+    """Anything with the store (heartbeats, the metrics collector, the services)."""
+
+    @property
+    def store(self) -> Store: ...
+
+
+# The Celery queues (workers.app uses these names): the shared one, and each host's own.
+SHARED_QUEUE = "inbox"
+
+
+def host_queue(host: str) -> str:
+    """Host ``host``'s own Celery queue (deliveries to its sessions)."""
+    return f"host.{host}"
+
+
+# A worker not yet ready is judged against this many times the stall bound (stalled).
+BOOT_FACTOR = 3
+
+
+def stalled(
+    *,
+    queued: int,
+    progress_ms: int | None,
+    started_ms: int,
+    now: int,
+    bound_s: float,
+    booted: bool = True,
+) -> bool:
+    """A worker holds work (its queue is not empty) and made no progress for ``bound_s``.
+
+    Progress counts from the later of its last finished task and its start, so a worker
+    that just (re)started has the whole bound to take its first task. One that has not
+    said it is ready since it started (``booted`` False: still importing and forking its
+    pool, which takes seconds on a loaded machine) gets :data:`BOOT_FACTOR` times the
+    bound from its start: killed sooner, each restart would be killed before it could
+    ever be ready, while its queue only grows.
+    """
+    if queued <= 0:
+        return False
+    if not booted:
+        return now - started_ms > bound_s * 1000 * BOOT_FACTOR
+    since = max(progress_ms or 0, started_ms)
+    return now - since > bound_s * 1000
+
+
+class Heartbeat:
+    """Writes one name's heartbeat; every write swallows Redis errors (it is advisory)."""
+
+    def __init__(self, bus: HasStore, name: str) -> None:
+        self.store: Store = bus.store
+        self.name = name
+        self.key = self.store.k.beat(name)
+        self._last_progress = 0.0
+        self._stop = threading.Event()
+
+    def beat(self, *, started: bool = False) -> None:
+        """The process is alive (``started``: it just started; records pid and start)."""
+        now = now_ms()
+        fields: dict[str, Any] = {"beat": now, "pid": os.getpid()}
+        if started:
+            fields["started"] = now
+        try:
+            self.store.beat(self.name, fields)
+        except redis.RedisError:
+            pass
+
+    def progress(self) -> None:
+        """A task (or a scheduler tick) finished; written at most once a second."""
+        t = time.monotonic()
+        if t - self._last_progress < PROGRESS_EVERY_S:
+            return
+        self._last_progress = t
+        now = now_ms()
+        try:
+            self.store.beat(self.name, {"progress": now, "beat": now}, done=True)
+        except redis.RedisError:
+            self._last_progress = 0.0
+
+    def start(self, every_s: float = BEAT_EVERY_S) -> Heartbeat:
+        """Beat in a background thread until :meth:`stop`."""
+        self.beat(started=True)
+
+        def loop() -> None:
+            while not self._stop.wait(every_s):
+                self.beat()
+
+        threading.Thread(target=loop, name=f"heartbeat-{self.name}", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def workers(store: Store) -> list[dict[str, Any]]:
+    """Each heartbeat's ages (seconds) and, for a host, its queue's depth, the floor that
+    serves it (``floor``: machine, home, pid) and the last worker refused it (``refused``)."""
+    beats = store.beats(lambda name: None if name == SCHEDULER else host_queue(name))
+    now = now_ms()
+    rows = []
+    for name, beat, depth in beats:
+        row: dict[str, Any] = {"name": name, "role": "scheduler" if name == SCHEDULER else "worker"}
+        for field, out in (("beat", "beat_age_s"), ("progress", "progress_age_s")):
+            if beat.get(field):
+                row[out] = round(max(0, now - int(beat[field])) / 1000, 1)
+        if beat.get("pid"):
+            row["pid"] = int(beat["pid"])
+        if beat.get("done"):
+            row["done"] = int(beat["done"])
+        if name != SCHEDULER:
+            row["queue"] = depth
+        rows.append(row)
+    # Who serves each host (its floor) and the last worker refused it (bus.telemetry.host_floor).
+    hosts = [row["name"] for row in rows if row["role"] == "worker"]
+    floors = host_floor.floor_rows(store, hosts)
+    for row in rows:
+        row.update(floors.get(row["name"], {}) if row["role"] == "worker" else {})
+    return rows

@@ -3,10 +3,12 @@ scheduler: run the way Claude Code runs an ``asyncRewake`` hook, from a bare env
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -19,10 +21,31 @@ from bus.core.settings import Settings
 from bus.ops.procs import WorkerProcess
 from tests.conftest import wait_for
 from tests.harness_support import install_hooks
-from tests.test_inbox_live import Scheduler, celery_bus, marks
+from tests.test_inbox_live import Scheduler, celery_bus, events, marks
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 AGENT = "claude-code_2-1-332_harness"
+BURST = 300
+
+
+@contextlib.contextmanager
+def running(
+    s: Settings, start_worker: Callable[..., WorkerProcess], folder: Path
+) -> Iterator[tuple[Bus, dict[str, str], WorkerProcess]]:
+    """The hooks installed under ``folder`` as a person installs them, a worker and the
+    scheduler on ``s``: (a bus, each event's hook command and the waiter's, the worker)."""
+    path = folder / "project" / ".claude" / "settings.json"
+    path.parent.mkdir(parents=True)
+    install_hooks("claude", path, s)
+    hooks = json.loads(path.read_text())["hooks"]
+    commands = {e: g[0]["hooks"][0]["command"] for e, g in hooks.items()}
+    commands["wait"] = hooks["Stop"][0]["hooks"][1]["command"]
+    worker = start_worker(s)
+    scheduler = Scheduler(s)
+    try:
+        yield celery_bus(s), commands, worker
+    finally:
+        scheduler.stop()
 
 
 @pytest.fixture
@@ -30,16 +53,8 @@ def live(
     settings: Settings, start_worker: Callable[..., WorkerProcess], tmp_path: Path
 ) -> Iterator[tuple[Bus, dict[str, str]]]:
     s = replace(settings, wake_debounce_s=0.5, fyi_flush_s=600.0)
-    path = tmp_path / "project" / ".claude" / "settings.json"
-    path.parent.mkdir(parents=True)
-    install_hooks("claude", path, s)
-    hooks = json.loads(path.read_text())["hooks"]
-    commands = {e: g[0]["hooks"][0]["command"] for e, g in hooks.items()}
-    commands["wait"] = hooks["Stop"][0]["hooks"][1]["command"]
-    start_worker(s)
-    scheduler = Scheduler(s)
-    yield celery_bus(s), commands
-    scheduler.stop()
+    with running(s, start_worker, tmp_path) as (bus, commands, _worker):
+        yield bus, commands
 
 
 def run(command: str, sid: str, event: str, **extra: object) -> subprocess.CompletedProcess[str]:
@@ -126,6 +141,59 @@ def test_a_newer_waiter_or_a_turn_start_stops_it_quietly_and_a_killed_one_loses_
     assert marks(bus, sid)[sent["id"]] == "new"  # not heard: nothing marked
     start = run(commands["UserPromptSubmit"], sid, "UserPromptSubmit", prompt="next")
     assert "still there?" in start.stdout  # the next turn hears it
+
+
+def test_a_burst_of_300_blockers_to_an_idle_session_is_one_wake_with_one_notice(
+    settings: Settings, start_worker: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    # A burst is what lands inside the debounce; 300 sends take about a second here.
+    s = replace(settings, wake_debounce_s=4.0, fyi_flush_s=600.0)
+    with running(s, start_worker, tmp_path) as (bus, commands, _worker):
+        sid = str(uuid.uuid4())
+        assert run(commands["SessionStart"], sid, "SessionStart", source="startup").returncode == 0
+        waiter = arm(commands["wait"], sid)
+        again: subprocess.Popen[str] | None = None
+        try:
+            wait_for(lambda: listening(bus, sid), 60, what="the waiter listening")
+            began = time.monotonic()
+            ids = [
+                bus.send(
+                    {
+                        "from": f"hostb:lane{n % 7}",
+                        "to_id": sid,
+                        "text": f"b{n}",
+                        "class": "blocker",
+                    }
+                )["id"]
+                for n in range(BURST)
+            ]
+            took = time.monotonic() - began
+            assert took < s.wake_debounce_s, f"the burst took {took:.1f} s, past the debounce"
+            _out, err = waiter.communicate(timeout=60)
+            assert waiter.returncode == 2
+            assert err.startswith(f"[inbox · {BURST} new in 7 threads"), err[:200]
+            # Heard exactly once: one notice carried every message, each once.
+            heard = events(bus, sid, "inbox_noticed")
+            assert len(heard) == 1
+            assert sorted(json.loads(heard[0]["ids"])) == sorted(ids)
+            assert marks(bus, sid) == dict.fromkeys(ids, "noticed")
+            assert len(events(bus, sid, "wake")) == 1
+
+            # The woken turn ends and the next waiter arms: nothing is left to wake it.
+            done = run(commands["Stop"], sid, "Stop", last_assistant_message="on it")
+            assert done.returncode == 0
+            again = arm(commands["wait"], sid)
+            wait_for(lambda: _log(bus, sid).count(" listening") == 2, 60, what="the next waiter")
+            assert bus.store.next_due() is None  # no wake on the schedule
+            with pytest.raises(subprocess.TimeoutExpired):
+                again.wait(timeout=s.wake_debounce_s + 2)  # past a debounce: no second wake
+            assert len(events(bus, sid, "wake")) == 1
+            assert bus.floor.peek(sid) == []
+        finally:
+            for proc in (waiter, again):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.communicate(timeout=30)
 
 
 def _log(bus: Bus, sid: str) -> str:

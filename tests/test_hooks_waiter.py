@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from bus.api import Bus
+from bus.core.errors import Unavailable
 from bus.core.settings import Settings
+from bus.ops.embedded import EmbeddedRedis, free_port
 from bus.ops.procs import WorkerProcess
 from tests.conftest import wait_for
 from tests.harness_support import install_hooks
@@ -194,6 +196,50 @@ def test_a_burst_of_300_blockers_to_an_idle_session_is_one_wake_with_one_notice(
                 if proc is not None and proc.poll() is None:
                     proc.kill()
                     proc.communicate(timeout=30)
+
+
+def test_an_armed_waiter_survives_a_redis_restart_and_a_blocker_still_wakes_it(
+    settings: Settings, start_worker: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    # A server of the test's own (the suite's is shared), restarted while the waiter waits.
+    server = EmbeddedRedis(tmp_path / "r.sock", tmp_path / "rdata", port=free_port()).start()
+    url = f"redis://:{server.password}@127.0.0.1:{server.port}/0"
+    s = replace(settings, redis_url=url, broker_url=url, wake_debounce_s=0.5, fyi_flush_s=600.0)
+    try:
+        with running(s, start_worker, tmp_path) as (bus, commands, worker):
+            sid = str(uuid.uuid4())
+            opened = run(commands["SessionStart"], sid, "SessionStart", source="startup")
+            assert opened.returncode == 0, opened.stderr
+            waiter = arm(commands["wait"], sid)
+            try:
+                wait_for(lambda: listening(bus, sid), 60, what="the waiter listening")
+                server.stop()  # graceful: the data is kept
+                server.start()
+                back = time.monotonic()
+                sent = None
+                while sent is None:  # the first command on a dropped connection may fail
+                    try:
+                        sent = bus.send(
+                            {
+                                "from": "hostb:lead",
+                                "to_id": sid,
+                                "text": "still blocked",
+                                "class": "blocker",
+                            }
+                        )
+                    except Unavailable:
+                        assert time.monotonic() - back < 30, "Redis never came back"
+                _out, err = waiter.communicate(timeout=60)
+                assert waiter.returncode == 2, err
+                assert "still blocked" in err
+                assert marks(bus, sid)[sent["id"]] == "noticed"
+                assert worker.proc.poll() is None  # the same worker carried on
+            finally:
+                if waiter.poll() is None:
+                    waiter.kill()
+                    waiter.communicate(timeout=30)
+    finally:
+        server.stop()
 
 
 def _log(bus: Bus, sid: str) -> str:

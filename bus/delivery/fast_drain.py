@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bus.core import faults
+from bus.core.hook_env import load_hook_env
 from bus.core.ids import check_session_id
 from bus.core.settings import Settings
 
@@ -141,6 +142,7 @@ def touch_seen(sid: str) -> None:
     from bus.store import resp_client
     from bus.store.keys import Keys
 
+    load_hook_env()  # a hook's Redis URL with a password is kept in hooks.env.json
     settings = Settings.from_env()
     marker = settings.home / "seen" / sid
     try:
@@ -202,6 +204,7 @@ def post_tool_use(sid: str) -> int:
     """The ``PostToolUse`` hook with something on the floor: new text goes to the model as
     ``additionalContext``. Exits 0 whatever breaks, as every hook does."""
     try:
+        load_hook_env()  # a hook's Redis URL with a password is kept in hooks.env.json
         text = drain(Settings.from_env(), sid, stamped=True)
     except Exception as exc:  # a hook must not fail the user's session, whatever broke
         sys.stderr.write(f"inbox hook: drain failed: {type(exc).__name__}: {exc}\n")

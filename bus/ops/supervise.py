@@ -189,6 +189,9 @@ class Supervisor:
                 if code is not None and code in child.fatal and self.failed is None:
                     self.failed = code
                     self.log(f"{self.name}: {child.name} exited (code {code}): {child.fatal[code]}")
+                    if child.log is not None:  # its own words of why, from its log
+                        for line in _last_lines(child.log, 3):
+                            self.log(f"{self.name}: {child.name} said: {line}")
                     self.stopping.set()
                     return
                 if code is not None and child.restart_at is None:
@@ -284,6 +287,17 @@ def _stall_from_env() -> float:
         return float(raw) if raw else STALL_S
     except ValueError:
         return STALL_S
+
+
+def _last_lines(path: Path, n: int) -> list[str]:
+    """The last ``n`` non-empty lines of a log (its last 8 KB), or none if unreadable."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 8192))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [ln for ln in text.splitlines() if ln.strip()][-n:]
 
 
 def spawn_logged(argv: list[str], env: dict[str, str], log: Path | None) -> Callable[..., Any]:

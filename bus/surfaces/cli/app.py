@@ -458,7 +458,9 @@ def serve(
 
 @app.command(rich_help_panel=EVERYDAY)
 def watch(
-    sids: list[str] | None = typer.Argument(None, help="the sessions to follow"),
+    sids: list[str] | None = typer.Argument(
+        None, metavar="[SID]...", help="the sessions to follow", show_default=False
+    ),
     all_sessions: bool = typer.Option(False, "--all", help="every session, newcomers included"),
     since: str = typer.Option("$", help="$ (only new), 0-0 (all still kept) or a stream id"),
     lanes: list[str] | None = typer.Option(

@@ -142,8 +142,13 @@ class HostsSoak(Soak):
             self.start_up(host)
         deadline = time.monotonic() + 300
         for host in self.hosts:
-            log = self.base / f"up-{host}.log"
-            _wait(f"{host}'s worker ready", deadline, lambda p=log: " ready." in p.read_text())
+            # `inbox up` writes its worker's output to $INBOX_HOME/logs/worker.log.
+            log = self.base / "hosts" / host / "logs" / "worker.log"
+            _wait(
+                f"{host}'s worker ready",
+                deadline,
+                lambda p=log: p.exists() and " ready." in p.read_text(errors="replace"),
+            )
         for host in self.hosts:
             for i in range(a.sessions_per_host):
                 self.sessions[f"{host}-{KINDS[i % 3]}{i}"] = (host, KINDS[i % 3])

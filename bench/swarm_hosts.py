@@ -101,6 +101,8 @@ class HostsSoak(Soak):
                 "INBOX_FYI_FLUSH_S": "5",
                 "INBOX_RETRY_S": "2",
                 "INBOX_STALE_S": str(self.args.stale_s),
+                # The accounting counts stores by their events records: keep them.
+                "INBOX_EVENTS_KEEP_S": "3600",
                 "INBOX_SEND_RATE": "1000",
                 "INBOX_SEND_BURST": "5000",
                 "INBOX_DISPATCHER": "workers.dispatch:CeleryDispatcher",

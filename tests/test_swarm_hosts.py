@@ -24,11 +24,6 @@ from tests.conftest import REPO
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="known bug: on the merged tree this run lost sends (80 of 832: 45 to the removed "
-    "host, 35 around the master failover) where its own branch lost none; not yet found",
-    strict=False,
-)
 @pytest.mark.timeout(900)  # 75 s of sending and faults, setup and the settle
 def test_a_short_swarm_across_namespaced_hosts_on_a_cluster_loses_nothing(
     tmp_path: Path,

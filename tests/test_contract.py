@@ -103,7 +103,7 @@ def test_every_setting_of_the_reference_is_read(
 
 
 def test_setting_defaults() -> None:
-    s = Settings.from_env({"SLAB_HOME": "/tmp/slab"})
+    s = Settings.from_env({"INBOX_HOME": "/tmp/slab"})
     assert (s.wake_debounce_s, s.fyi_flush_s, s.retry_s) == (2.0, 600.0, 30.0)
     assert s.agent_inbox is True and s.secret is None and str(s.home) == "/tmp/slab"
     assert s.broker_url is None and s.celery_broker_url() == s.store_url().replace(

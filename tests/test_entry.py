@@ -71,8 +71,7 @@ def test_the_session_id_is_read_from_the_payload(raw: str, sid: object) -> None:
     [
         {},
         {"INBOX_HOME": "/srv/in"},
-        {"SLAB_HOME": "~/slab"},
-        {"INBOX_HOME": "~/a", "SLAB_HOME": "/b"},
+        {"INBOX_HOME": "~/a"},
     ],
 )
 def test_home_is_found_as_the_settings_find_it(env: dict[str, str]) -> None:

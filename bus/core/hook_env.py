@@ -66,7 +66,7 @@ def split_env(env: dict[str, str] | None = None) -> tuple[dict[str, str], dict[s
     """``(on the command line, kept in the 0600 file)``: the locating settings set now."""
     env = dict(os.environ) if env is None else env
     shown = {name: env[name] for name in HOOK_ENV if env.get(name)}
-    home = env.get("INBOX_HOME") or env.get("SLAB_HOME")
+    home = env.get("INBOX_HOME")
     if home:  # absolute: the hook runs in the project's folder, not this one
         shown["INBOX_HOME"] = str(Path(home).expanduser().absolute())
     kept = {name: shown.pop(name) for name in URL_SETTINGS if has_secret(shown.get(name, ""))}

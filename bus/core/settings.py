@@ -32,8 +32,6 @@ def default_home(env: dict[str, str] | None = None) -> Path:
     env = dict(os.environ) if env is None else env
     if env.get("INBOX_HOME"):
         return Path(env["INBOX_HOME"]).expanduser()
-    if env.get("SLAB_HOME"):
-        return Path(env["SLAB_HOME"]).expanduser()
     return Path("~/.local/share/inbox").expanduser()
 
 

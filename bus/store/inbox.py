@@ -11,13 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bus.core.policy import floor_times
-from bus.core.threads import thread_label
 
 from . import packing
 from .base import StorePart
 from .keys import receipt_field
-from .packing import session_from_hash
+from .packing import meta_of, session_from_hash
 
 # Send answers (what a resend of an id gets) outlive the messages themselves.
 IDS_KEEP_MS = 7 * 86400 * 1000
@@ -49,6 +47,8 @@ def view_of_replies(
     """The plan's view from its reads (:meth:`InboxStore.inbox_view`, or the same reads
     in a delivery's snapshot): ZCARD new, the first of wakeq and of new (with scores),
     EXISTS notice, the session's retry_at and the floor's records."""
+    from bus.core.policy import floor_times  # pydantic: the read lane imports this module
+
     floor_wake_at, floor_first_at = floor_times(json_records(floor))
     return {
         "pending": int(pending),
@@ -59,17 +59,6 @@ def view_of_replies(
         "floor_wake_at": floor_wake_at,
         "floor_first_at": floor_first_at,
     }
-
-
-def meta_of(raw: dict[str, str]) -> dict[str, str]:
-    """A thread's record as read: its ``label`` is its key's when not stored
-    (``thread_append.lua`` keeps none then); a one-message thread's
-    ``newest_at`` / ``newest_preview`` are its message's when not stored (bus.store.packing)."""
-    meta = dict(raw)
-    packing.restore_newest(meta)
-    if "label" not in meta and meta.get("key"):
-        meta["label"] = thread_label(meta["key"])
-    return meta
 
 
 class InboxStore(StorePart):

@@ -14,10 +14,12 @@ what they do not know.
 from __future__ import annotations
 
 import json
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any
 
-from bus.core.models import SessionInfo
-from bus.core.threads import thread_of
+from bus.core.threads import thread_label, thread_of
+
+if TYPE_CHECKING:
+    from bus.core.models import SessionInfo
 
 # SendAnswer's and Recipient's fields, in their order (a test holds them equal).
 ANSWER_FIELDS = ("ok", "id", "thread", "state", "recipient", "reason", "answer", "error")
@@ -253,6 +255,17 @@ def restore_newest(meta: dict[str, str]) -> None:
         meta["newest_preview"] = str(msg.get("text", ""))
 
 
+def meta_of(raw: dict[str, str]) -> dict[str, str]:
+    """A thread's record as read: its ``label`` is its key's when not stored
+    (``thread_append.lua`` keeps none then); a one-message thread's
+    ``newest_at`` / ``newest_preview`` are its message's when not stored (:func:`restore_newest`)."""
+    meta = dict(raw)
+    restore_newest(meta)
+    if "label" not in meta and meta.get("key"):
+        meta["label"] = thread_label(meta["key"])
+    return meta
+
+
 def thread_message_id(raw: str) -> str:
     """The id of a thread's one message as kept (``one_m``; the record keeps no ``one_id``)."""
     return str(json.loads(raw)["id"])
@@ -337,30 +350,47 @@ def session_fields(fields: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     return out, drop
 
 
-def session_from_hash(data: dict[str, str], sid: str) -> SessionInfo:
-    """A session record read whole: ``sid`` (its key's) when it keeps no ``session``; a
-    record written before keeps it, and a "0" ``prompt_waiting`` (both read the same)."""
+# SessionInfo's fields in their order (bus.core.models; a test holds them equal).
+SESSION_FIELDS = (
+    "session", "handle", "host", "state", "parent", "delegator", "turns", "wake_cmd",
+    "wake_pending", "prompt_waiting", "agent_inbox", "workspace", "starter", "opened_at",
+    "updated_at", "last_seen",
+)  # fmt: skip
+
+
+def session_row(data: dict[str, str], sid: str) -> dict[str, Any]:
+    """A session record read whole, as :class:`~bus.core.models.SessionInfo`'s fields in
+    their order: ``sid`` (its key's) when it keeps no ``session``; a record written before
+    keeps it, and a "0" ``prompt_waiting`` (both read the same). Standard library only
+    (the read commands' fast lane, bus.surfaces.fast_read, uses it as it is)."""
 
     def opt(name: str) -> str | None:
         v = data.get(name)
         return v if v else None
 
     agent_inbox = data.get("agent_inbox")
-    return SessionInfo(
-        session=data.get("session") or sid,
-        handle=data["handle"],
-        host=data["host"],
-        state=cast(Any, data.get("state", "idle")),
-        parent=opt("parent"),
-        delegator=opt("delegator"),
-        turns=int(data.get("turns", "0") or 0),
-        wake_cmd=opt("wake_cmd"),
-        wake_pending=opt("wake_pending"),
-        prompt_waiting=data.get("prompt_waiting") == "1",
-        agent_inbox=None if not agent_inbox else agent_inbox == "1",
-        workspace=opt("workspace"),
-        starter=opt("starter"),
-        opened_at=int(data.get("opened_at", "0") or 0),
-        updated_at=int(data.get("updated_at", "0") or 0),
-        last_seen=int(data.get("last_seen", "0") or 0),
-    )
+    return {
+        "session": data.get("session") or sid,
+        "handle": data["handle"],
+        "host": data["host"],
+        "state": data.get("state", "idle"),
+        "parent": opt("parent"),
+        "delegator": opt("delegator"),
+        "turns": int(data.get("turns", "0") or 0),
+        "wake_cmd": opt("wake_cmd"),
+        "wake_pending": opt("wake_pending"),
+        "prompt_waiting": data.get("prompt_waiting") == "1",
+        "agent_inbox": None if not agent_inbox else agent_inbox == "1",
+        "workspace": opt("workspace"),
+        "starter": opt("starter"),
+        "opened_at": int(data.get("opened_at", "0") or 0),
+        "updated_at": int(data.get("updated_at", "0") or 0),
+        "last_seen": int(data.get("last_seen", "0") or 0),
+    }
+
+
+def session_from_hash(data: dict[str, str], sid: str) -> SessionInfo:
+    """:func:`session_row` as a :class:`~bus.core.models.SessionInfo`."""
+    from bus.core.models import SessionInfo
+
+    return SessionInfo(**session_row(data, sid))

@@ -1,7 +1,9 @@
-"""A minimal Redis client for one thing: running a Lua script from the drain's fast lane.
+"""A minimal Redis client for the fast lanes: a Lua script from the drain's, a pipeline of
+reads from the read commands' (bus.store.lite_reads).
 
 redis-py 8 costs a hook run most of its time just to import (it pulls in asyncio and its
-observability modules); the drain after a tool step needs one EVALSHA. This speaks RESP2
+observability modules); the drain after a tool step needs one EVALSHA, a read command a few
+round trips of plain reads. This speaks RESP2
 over TCP or a unix socket for ``redis://`` and ``unix://`` URLs (password, user, db);
 anything else (TLS, a cluster) answers :data:`UNSUPPORTED`, and the caller uses redis-py.
 """
@@ -27,18 +29,35 @@ class Connection:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.file = sock.makefile("rb")
+        # How a reply's bytes become text: "replace" (the drain's marks, ids only), or
+        # "strict" (the read lane: text that is not UTF-8 raises, as redis-py's does).
+        self.errors = "replace"
 
     def close(self) -> None:
         self.file.close()
         self.sock.close()
 
     def call(self, *args: str | int | bytes) -> Any:
-        out = [b"*%d\r\n" % len(args)]
-        for arg in args:
-            data = arg if isinstance(arg, bytes) else str(arg).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-        self.sock.sendall(b"".join(out))
+        self.sock.sendall(_command(args))
         return self._reply()
+
+    def pipeline(self, commands: list[tuple[str | int | bytes, ...]]) -> list[Any]:
+        """Send ``commands`` in one write and read their replies, in order (one round
+        trip). An error reply raises :class:`RespError` once every reply is read."""
+        if not commands:
+            return []
+        self.sock.sendall(b"".join(_command(c) for c in commands))
+        out: list[Any] = []
+        failed: RespError | None = None
+        for _ in commands:
+            try:
+                out.append(self._reply())
+            except RespError as exc:
+                failed = failed or exc
+                out.append(None)
+        if failed is not None:
+            raise failed
+        return out
 
     def _reply(self) -> Any:
         line = self.file.readline()
@@ -56,11 +75,21 @@ class Connection:
             if size < 0:
                 return None
             data = self.file.read(size + 2)
-            return data[:-2].decode(errors="replace")
+            if len(data) != size + 2:
+                raise ConnectionError("Redis closed the connection")
+            return data[:-2].decode(errors=self.errors)
         if kind == b"*":
             count = int(rest)
             return None if count < 0 else [self._reply() for _ in range(count)]
         raise ConnectionError(f"unexpected reply from Redis: {line[:40]!r}")
+
+
+def _command(args: tuple[str | int | bytes, ...]) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
 
 
 def connect(url: str, timeout: float = TIMEOUT_S) -> Connection | object:

@@ -4,8 +4,10 @@ A harness runs ``inbox hook claude PostToolUse`` at every tool step and ``inbox 
 often; nearly always the session's floor is empty. This module answers those two from a
 look at the floor with the standard library only; when something waits, bus.delivery.fast_drain
 drains it (claim by rename, log, marks recorded, Redis down tolerated, exactly as the
-library does) without importing the library. Everything else goes to the full command
-line.
+library does) without importing the library. The everyday read commands (``status``,
+``threads``, ``read``, ``sent``, ``receipt``, ``read-inbox``) go to bus.surfaces.fast_read,
+which answers them without the library too, or hands them on. Everything else goes to the
+full command line.
 
 "Empty" means: no ``messages.jsonl`` with bytes in it, no claim (``messages.draining.*``,
 a drainer's or a dead drainer's) and no marks deferred while Redis was down.
@@ -34,6 +36,10 @@ def seen_marker(sid: str) -> str:
     return os.path.join(home_dir(), SEEN, sid)
 
 
+# bus.surfaces.fast_read.COMMANDS (tests/test_fast_read.py holds them equal): only these
+# import it.
+READ_COMMANDS = ("status", "threads", "read", "sent", "receipt", "read-inbox")
+
 SESSION_ID_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
 SESSION_ID_MAX = 180
 _KEY = '"session_id"'
@@ -42,7 +48,7 @@ _KEY = '"session_id"'
 def home_dir(env: dict[str, str] | os._Environ[str] | None = None) -> str:
     """``$INBOX_HOME`` as bus.core.settings.default_home finds it."""
     env = os.environ if env is None else env
-    home = env.get("INBOX_HOME") or env.get("SLAB_HOME") or "~/.local/share/inbox"
+    home = env.get("INBOX_HOME") or "~/.local/share/inbox"
     return os.path.expanduser(home)
 
 
@@ -162,11 +168,16 @@ def _fast_drain(argv: list[str]) -> int | None:
 
 
 def main() -> None:
-    """``inbox``: the two hot commands answered here when there is nothing to do."""
+    """``inbox``: the two hot commands answered here when there is nothing to do, the
+    read commands by bus.surfaces.fast_read when it can; the rest by the full command line."""
     argv = sys.argv[1:]
     if argv == ["hook", "claude", "PostToolUse"]:
         sys.exit(_hook_post_tool_use())
     code = _fast_drain(argv)
+    if code is None and argv and argv[0] in READ_COMMANDS:
+        from bus.surfaces.fast_read import answer
+
+        code = answer(argv)
     if code is not None:
         sys.exit(code)
     from bus.surfaces.cli.app import main as cli_main

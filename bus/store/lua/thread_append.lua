@@ -16,7 +16,7 @@
 -- ARGV[10] log MAXLEN, ARGV[11] the message as a one-message thread keeps it,
 -- ARGV[12] '1' when that message's ts is ARGV[3] and its text is ARGV[8]: a one-message
 -- thread then keeps no newest_at / newest_preview (the readers,
--- bus.store.inbox.meta_of, take them from one_m; the move to the log writes them back)
+-- bus.store.packing.meta_of, take them from one_m; the move to the log writes them back)
 -- ARGV[13..24], ...: more messages to the thread, twelve arguments each, appended in order
 -- (a batch's delivery appends a thread's messages in one call).
 -- Returns how many were appended (0 for one already there).

@@ -1,0 +1,224 @@
+"""The store's reads for the read commands' fast lane, without redis-py.
+
+:class:`LiteStore` is the store's own read methods (the :class:`~bus.store.inbox.InboxStore`,
+:class:`~bus.store.receipts.ReceiptStore`, :class:`~bus.store.host_claim.HostClaimStore` and
+:class:`~bus.store.server_config.ConfigStore` parts, unchanged) on :class:`LiteClient`,
+the few redis-py calls they make spoken over :mod:`bus.store.resp_client`, plus the reads
+:class:`~bus.store.store.Store` makes itself (sessions, backlogs, heartbeats), with a
+session record as a dict of :class:`~bus.core.models.SessionInfo`'s fields
+(:func:`bus.store.packing.session_row`) instead of the model. Read only: nothing here
+writes. bus.surfaces.fast_read renders what these answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import receipt_index
+from .host_claim import HostClaimStore
+from .inbox import InboxStore
+from .keys import Keys
+from .packing import session_row
+from .receipts import ReceiptStore
+from .resp_client import Connection
+from .server_config import ConfigStore
+
+BACKLOG_CAP = 10_000  # bus.store.store.BACKLOG_CAP (a test holds them equal)
+
+
+def _pairs(reply: list[Any] | None) -> dict[str, Any]:
+    items = reply or []
+    return dict(zip(items[0::2], items[1::2], strict=True))
+
+
+def _entries(reply: list[Any] | None) -> list[tuple[str, dict[str, Any]]]:
+    return [(str(eid), _pairs(fields)) for eid, fields in reply or []]
+
+
+def _same(reply: Any) -> Any:
+    return reply
+
+
+def _listed(reply: Any) -> list[Any]:
+    return list(reply or [])
+
+
+# redis-py's answer for each command's reply (``decode_responses=True``).
+_SHAPES: dict[str, Callable[[Any], Any]] = {
+    "HGETALL": _pairs,
+    "XRANGE": _entries,
+    "XREVRANGE": _entries,
+    "SMEMBERS": lambda reply: set(reply or []),
+    "HMGET": _listed,
+    "HVALS": _listed,
+    "LRANGE": _listed,
+    "ZRANGE": _listed,
+    "ZREVRANGE": _listed,
+    "ZREVRANGEBYSCORE": _listed,
+}
+
+
+class _Calls:
+    """redis-py's spelling of the read commands the store's parts make; ``_do`` runs one."""
+
+    def _do(self, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def get(self, name: str) -> Any:
+        return self._do("GET", name)
+
+    def exists(self, *names: str) -> Any:
+        return self._do("EXISTS", *names)
+
+    def hget(self, name: str, key: str) -> Any:
+        return self._do("HGET", name, key)
+
+    def hgetall(self, name: str) -> Any:
+        return self._do("HGETALL", name)
+
+    def hmget(self, name: str, keys: list[str], *args: str) -> Any:
+        return self._do("HMGET", name, *keys, *args)
+
+    def hvals(self, name: str) -> Any:
+        return self._do("HVALS", name)
+
+    def hexists(self, name: str, key: str) -> Any:
+        return self._do("HEXISTS", name, key)
+
+    def smembers(self, name: str) -> Any:
+        return self._do("SMEMBERS", name)
+
+    def llen(self, name: str) -> Any:
+        return self._do("LLEN", name)
+
+    def lrange(self, name: str, start: int, end: int) -> Any:
+        return self._do("LRANGE", name, start, end)
+
+    def zrange(self, name: str, start: int, end: int) -> Any:
+        return self._do("ZRANGE", name, start, end)
+
+    def zrevrange(self, name: str, start: int, end: int) -> Any:
+        return self._do("ZREVRANGE", name, start, end)
+
+    def zrevrangebyscore(self, name: str, max: Any, min: Any) -> Any:  # noqa: A002
+        return self._do("ZREVRANGEBYSCORE", name, max, min)
+
+    def xrange(self, name: str, min: str = "-", max: str = "+", count: int | None = None) -> Any:  # noqa: A002
+        return self._do("XRANGE", name, min, max, *(("COUNT", count) if count else ()))
+
+    def xrevrange(
+        self,
+        name: str,
+        max: str = "+",  # noqa: A002
+        min: str = "-",  # noqa: A002
+        count: int | None = None,
+    ) -> Any:
+        return self._do("XREVRANGE", name, max, min, *(("COUNT", count) if count else ()))
+
+
+class LitePipeline(_Calls):
+    """Commands queued, sent in one write by :meth:`execute` (their replies in order)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.commands: list[tuple[Any, ...]] = []
+
+    def _do(self, *args: Any) -> LitePipeline:
+        self.commands.append(args)
+        return self
+
+    def execute(self) -> list[Any]:
+        replies = self.conn.pipeline(self.commands)
+        shapes = [_SHAPES.get(str(c[0]), _same) for c in self.commands]
+        self.commands = []
+        return [shape(reply) for shape, reply in zip(shapes, replies, strict=True)]
+
+
+class LiteClient(_Calls):
+    """The subset of redis-py's client the store's read methods use, on one connection."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def _do(self, *args: Any) -> Any:
+        return _SHAPES.get(str(args[0]), _same)(self.conn.call(*args))
+
+    def pipeline(self, transaction: bool = False) -> LitePipeline:
+        # Reads only: each reader that pipelines is written to hold without MULTI (a
+        # cluster has none), so the pipeline is sent as it is, in order.
+        return LitePipeline(self.conn)
+
+
+class LiteStore(InboxStore, ReceiptStore, HostClaimStore, ConfigStore):
+    """The store's reads on a :class:`LiteClient`; sessions as dicts (``session_row``)."""
+
+    def __init__(self, conn: Connection, keys: Keys) -> None:
+        self.r = LiteClient(conn)
+        self.k = keys
+
+    def pipeline(self, transaction: bool = False) -> LitePipeline:
+        return self.r.pipeline(transaction)
+
+    def script(self, name: str) -> Any:
+        raise TypeError(f"the read lane runs no script ({name})")
+
+    # -- what bus.store.store.Store reads itself (the same commands) -----------------------
+
+    def get_session(self, sid: str) -> dict[str, Any] | None:
+        """The session record's fields (``session_row``); ``None`` if never put."""
+        data = self.r.hgetall(self.k.s(sid, "session"))
+        return session_row(data, sid) if data else None
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """Every session's record, oldest ``opened_at`` first (one round trip)."""
+        ids = [str(s) for s in self.r.zrange(self.k.sessions, 0, -1)]
+        pipe = self.r.pipeline()
+        for sid in ids:
+            pipe.hgetall(self.k.s(sid, "session"))
+        return [session_row(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
+
+    def backlogs(self, sids: list[str], cap: int = BACKLOG_CAP) -> list[int]:
+        """Each session's messages the delivery has not taken yet (up to ``cap``): the
+        store's ``backlog`` of each, one round trip for the usual 0s."""
+        pipe = self.r.pipeline()
+        for sid in sids:
+            pipe.get(self.k.s(sid, "cursor"))
+            pipe.xrevrange(self.k.s(sid, "stream"), count=1)
+        got = pipe.execute()
+        out = []
+        for n, sid in enumerate(sids):
+            cursor, last = got[2 * n], got[2 * n + 1]
+            if not last or (cursor and str(last[0][0]) == cursor):
+                out.append(0)
+                continue
+            rows = self.r.xrange(self.k.s(sid, "stream"), min=f"({cursor or '0-0'}", count=cap)
+            out.append(len(rows))
+        return out
+
+    def beats(self, queue_of: Callable[[str], str | None]) -> list[tuple[str, dict[str, str], int]]:
+        """Every heartbeat, by name: ``(name, fields, depth of queue_of(name))``."""
+        names = sorted(str(n) for n in self.r.smembers(self.k.workers))
+        pipe = self.r.pipeline()
+        queues = [queue_of(name) for name in names]
+        for name, queue in zip(names, queues, strict=True):
+            pipe.hgetall(self.k.beat(name))
+            if queue is not None:
+                pipe.llen(self.k.celery_queue(queue))
+        replies = iter(pipe.execute() if names else [])
+        out = []
+        for name, queue in zip(names, queues, strict=True):
+            fields = dict(next(replies))
+            out.append((name, fields, int(next(replies)) if queue is not None else 0))
+        return out
+
+    def recipient_of(self, msg_id: str, now_ms: int) -> str | None:
+        """The session ``msg_id`` was appended to (kept 7 days); ``None`` if unknown."""
+        return receipt_index.lookup(self.r, self.k, msg_id, now_ms)
+
+    def items_of(self, sid: str) -> list[str]:
+        """The session's items as stored (JSON each), in no order."""
+        return [str(v) for v in self.r.hvals(self.k.items(sid))]
+
+
+__all__ = ["BACKLOG_CAP", "LiteClient", "LitePipeline", "LiteStore"]

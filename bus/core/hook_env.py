@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
+from .locate import redact
 from .settings import default_home
 
 # The settings that locate the bus, in the order a command carries them.
@@ -39,23 +40,6 @@ def has_secret(url: str) -> bool:
         # redis://secret@host: Redis reads a lone userinfo as the password.
         return True
     return any(k.lower() == "password" for k, _ in parse_qsl(parts.query))
-
-
-def redact(url: str) -> str:
-    """``url`` with its userinfo and any ``password`` query value replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "***"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
-    query = "&".join(
-        f"{k}=***" if k.lower() == "password" else f"{k}={v}"
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-    )
-    out = f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else f"{netloc}{parts.path}"
-    return out + (f"?{query}" if query else "")
 
 
 def env_file(home: Path) -> Path:

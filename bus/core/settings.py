@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import socket
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from . import locate
+from .locate import default_home, default_host
 
 SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -26,17 +26,6 @@ def _float(env: dict[str, str], name: str, default: float) -> float:
         return float(raw)
     except ValueError as exc:
         raise ValueError(f"{name} must be a number, got {raw!r}") from exc
-
-
-def default_home(env: dict[str, str] | None = None) -> Path:
-    env = dict(os.environ) if env is None else env
-    if env.get("INBOX_HOME"):
-        return Path(env["INBOX_HOME"]).expanduser()
-    return Path("~/.local/share/inbox").expanduser()
-
-
-def default_host() -> str:
-    return socket.gethostname().split(".")[0] or "localhost"
 
 
 @dataclass(frozen=True)
@@ -178,13 +167,10 @@ class Settings:
 
         Under ``$INBOX_HOME/redis/`` unless that path is too long for a unix socket
         (108 bytes on Linux, 104 on macOS); then a short path under /tmp named by a hash
-        of the home, so every process with the same ``INBOX_HOME`` finds the same one.
+        of the home, so every process with the same ``INBOX_HOME`` finds the same one
+        (:func:`bus.core.locate.embedded_socket`).
         """
-        path = self.home.absolute() / "redis" / "redis.sock"
-        if len(str(path).encode()) <= 100:
-            return path
-        digest = hashlib.sha256(str(self.home.absolute()).encode()).hexdigest()[:12]
-        return Path(tempfile.gettempdir()) / f"inbox-redis-{digest}" / "redis.sock"
+        return locate.embedded_socket(self.home)
 
     @property
     def embedded_data(self) -> Path:
@@ -193,11 +179,7 @@ class Settings:
     def embedded_auth(self) -> str:
         """``:<password>@`` when the embedded server has a password (it listens on TCP
         too); the password is kept 0600 beside its socket."""
-        try:
-            password = (self.embedded_socket.parent / "password").read_text().strip()
-        except OSError:
-            return ""
-        return f":{password}@" if password else ""
+        return locate.embedded_auth(self.home)
 
     def store_url(self) -> str:
         """The bus store's URL: ``INBOX_REDIS_URL``, else the embedded server's socket."""
@@ -205,7 +187,7 @@ class Settings:
             return self.redis_url
         if self.redis_cluster:
             raise ValueError("INBOX_REDIS_CLUSTER=1 needs INBOX_REDIS_URL naming a cluster node")
-        return f"unix://{self.embedded_auth()}{self.embedded_socket}"
+        return locate.embedded_url(self.home)
 
     def celery_broker_url(self) -> str:
         if self.broker_url:

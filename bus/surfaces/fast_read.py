@@ -363,7 +363,7 @@ def _workers(store: Any) -> list[dict[str, Any]]:
 
 def status(store: Any, settings: Any) -> dict[str, Any]:
     """``Bus.status``: sessions, their states and backlogs, workers, memory settings."""
-    from bus.core.hook_env import redact
+    from bus.core.locate import redact
 
     rows = [_checked(row) for row in store.sessions()]
     sessions = []
@@ -427,23 +427,83 @@ def answer(argv: list[str]) -> int | None:
     return 0
 
 
+# INBOX_* settings that are not numbers (bus.core.settings.Settings.from_env); any other
+# one set to what is not a finite number sends the command to the full path, which
+# refuses a bad number in words (or knows a setting this lane does not).
+_TEXT_SETTINGS = (
+    "INBOX_HOME", "INBOX_HOST", "INBOX_REDIS_URL", "INBOX_BROKER_URL", "INBOX_BROKER_MASTER_NAME",
+    "INBOX_SESSION", "INBOX_AGENT_INBOX", "INBOX_TOKEN", "INBOX_KEY_PREFIX", "INBOX_UI_URL",
+    "INBOX_ALLOWED_HOSTS", "INBOX_KICK", "INBOX_MEMORY_SETTINGS", "INBOX_DISPATCHER",
+    "INBOX_HANDLE", "INBOX_SANDBOX_ROOT", "INBOX_FLOWER_AUTH", OFF_VAR,
+)  # fmt: skip
+
+
+class Place:
+    """What the lane reads of ``Settings.from_env()`` (the same values: a test holds them
+    equal); None from :meth:`of` where the full path reads more (a secret, a cluster)."""
+
+    def __init__(self, env: dict[str, str] | os._Environ[str]) -> None:
+        from bus.core.locate import default_home, default_host
+
+        self.home = default_home(dict(env))
+        self.host = env.get("INBOX_HOST") or default_host()
+        self.redis_url = env.get("INBOX_REDIS_URL") or None
+        self.session = env.get("INBOX_SESSION") or None
+        self.key_prefix = env.get("INBOX_KEY_PREFIX") or "inbox"
+        self.stale_s = float(env.get("INBOX_STALE_S") or 3600.0)
+
+    @classmethod
+    def of(cls, env: dict[str, str] | os._Environ[str]) -> Place | None:
+        if env.get("INBOX_SECRET") or env.get("INBOX_REDIS_CLUSTER"):
+            return None  # tokens are checked on the full path; a cluster needs its client
+        for name, value in env.items():
+            if name.startswith("INBOX_") and value and name not in _TEXT_SETTINGS:
+                number = float(value)  # ValueError: the full path refuses it in words
+                if number != number or number in (float("inf"), float("-inf")):
+                    return None
+        return cls(env)
+
+    def store_url(self) -> str:
+        """``Settings.store_url``: ``INBOX_REDIS_URL``, else the embedded server's socket."""
+        from bus.core.locate import embedded_url
+
+        return self.redis_url or embedded_url(self.home)
+
+
+def spoken(url: str) -> bool:
+    """Whether the small client connects to ``url`` as redis-py does: a user needs a
+    password (redis-py sends ``AUTH user ""``), and no query but a unix socket's ``db``."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    parts = urlsplit(url)
+    if parts.username and parts.password is None:
+        return False
+    query = [k for k, _v in parse_qsl(parts.query, keep_blank_values=True)]
+    return not query or (parts.scheme == "unix" and query == ["db"])
+
+
+CONNECT_TIMEOUT_S = 2.0  # a slow Redis: the full path answers (and waits as it waits)
+
+
 def _run(command: str, args: list[str], opts: dict[str, str]) -> dict[str, Any] | None:
-    from bus.core.settings import Settings
     from bus.store import resp_client
     from bus.store.keys import Keys
     from bus.store.lite_reads import LiteStore
 
-    settings = Settings.from_env()
-    if settings.secret or settings.redis_cluster:
-        return None  # tokens are checked on the full path; a cluster needs its client
-    conn = resp_client.connect(settings.store_url())
+    place = Place.of(os.environ)
+    if place is None:
+        return None
+    url = place.store_url()
+    if not spoken(url):
+        return None
+    conn = resp_client.connect(url, timeout=CONNECT_TIMEOUT_S)
     if not isinstance(conn, resp_client.Connection):
         return None  # TLS, a URL this client does not speak
     conn.errors = "strict"
     try:
-        return _ANSWER[command](LiteStore(conn, Keys(settings.key_prefix)), settings, args, opts)
+        return _ANSWER[command](LiteStore(conn, Keys(place.key_prefix)), place, args, opts)
     finally:
         conn.close()
 
 
-__all__ = ["COMMANDS", "OFF_VAR", "answer", "parse"]
+__all__ = ["COMMANDS", "OFF_VAR", "Place", "answer", "parse", "spoken"]

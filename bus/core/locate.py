@@ -1,0 +1,89 @@
+"""Where this host's bus is: its home, its host name, and the store's URL.
+
+:class:`bus.core.settings.Settings` finds them here, and so does the read commands' fast
+lane (bus.surfaces.fast_read), which must find the same Redis without importing the
+settings' dataclass machinery: this module imports only ``os``, ``socket``, ``pathlib`` and
+``urllib.parse`` (``hashlib`` and ``tempfile`` when a home's socket path is too long). And
+how a store URL is shown (:func:`redact`: never its password).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+DEFAULT_HOME = "~/.local/share/inbox"
+SOCKET_PATH_MAX = 100  # bytes: a unix socket's path is at most 108 (Linux), 104 (macOS)
+
+
+def default_home(env: dict[str, str] | None = None) -> Path:
+    """``$INBOX_HOME``, else ``~/.local/share/inbox``."""
+    env = dict(os.environ) if env is None else env
+    return Path(env.get("INBOX_HOME") or DEFAULT_HOME).expanduser()
+
+
+def default_host() -> str:
+    """This machine's short host name."""
+    return socket.gethostname().split(".")[0] or "localhost"
+
+
+def embedded_socket(home: Path) -> Path:
+    """The unix socket of the embedded Redis that ``inbox up`` starts for ``home``.
+
+    Under ``<home>/redis/`` unless that path is too long for a unix socket; then a short
+    path under the temporary folder named by a hash of the home, so every process with the
+    same ``INBOX_HOME`` finds the same one.
+    """
+    path = home.absolute() / "redis" / "redis.sock"
+    if len(str(path).encode()) <= SOCKET_PATH_MAX:
+        return path
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha256(str(home.absolute()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"inbox-redis-{digest}" / "redis.sock"
+
+
+def embedded_auth(home: Path) -> str:
+    """``:<password>@`` when the embedded server of ``home`` has a password (it listens on
+    TCP too); the password is kept 0600 beside its socket."""
+    try:
+        password = (embedded_socket(home).parent / "password").read_text().strip()
+    except OSError:
+        return ""
+    return f":{password}@" if password else ""
+
+
+def embedded_url(home: Path) -> str:
+    """The URL of ``home``'s embedded server: its socket, with its password if it has one."""
+    return f"unix://{embedded_auth(home)}{embedded_socket(home)}"
+
+
+def redact(url: str) -> str:
+    """``url`` with its userinfo and any ``password`` query value replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "***"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = "&".join(
+        f"{k}=***" if k.lower() == "password" else f"{k}={v}"
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+    )
+    out = f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else f"{netloc}{parts.path}"
+    return out + (f"?{query}" if query else "")
+
+
+__all__ = [
+    "DEFAULT_HOME",
+    "default_home",
+    "default_host",
+    "embedded_auth",
+    "embedded_socket",
+    "embedded_url",
+    "redact",
+]

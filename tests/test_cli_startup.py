@@ -1,4 +1,6 @@
-"""What the everyday read commands import: never the serving, picture or worker stacks.
+"""What the everyday read commands import: through the fast lane (bus.surfaces.fast_read)
+not even redis-py, pydantic, typer or rich; on the full command line never the serving,
+picture or worker stacks.
 
 Each command runs as a real ``inbox`` process against a real Redis, under
 ``python -X importtime``, whose report on stderr names every module the process imported.
@@ -36,6 +38,8 @@ NEVER = (
     "bus.surfaces.mcp_server",
     "bus.surfaces.web",
 )
+# What the read lane never imports: the library's own stack.
+LIBRARY = ("redis", "pydantic", "typer", "click", "rich", "asyncio", "bus.api", "bus.surfaces.cli")
 _MODULE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.M)
 
 
@@ -51,8 +55,8 @@ def imported(env: dict[str, str], *argv: str) -> tuple[subprocess.CompletedProce
     return out, set(_MODULE.findall(out.stderr))
 
 
-def heavy(modules: set[str]) -> list[str]:
-    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in NEVER))
+def heavy(modules: set[str], never: tuple[str, ...] = NEVER) -> list[str]:
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in never))
 
 
 @pytest.fixture
@@ -83,25 +87,35 @@ def test_the_importtime_report_is_read() -> None:
     assert {"bus.surfaces.entry", "bus.surfaces.cli.app", "typer"} <= modules
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ("status",),
-        ("threads", "alice"),
-        ("read", "alice", "{thread}"),
-        ("sent", "bob"),
-        ("receipt", "{msg}", "--by", "bob"),
-        ("read-inbox", "alice"),
-        ("status", "--help"),
-        ("threads", "--help"),
-    ],
-)
+READS = [
+    ("status",),
+    ("threads", "alice"),
+    ("read", "alice", "{thread}"),
+    ("sent", "bob"),
+    ("receipt", "{msg}", "--by", "bob"),
+    ("read-inbox", "alice"),
+]
+
+
+@pytest.mark.parametrize("argv", READS)
+def test_the_read_lane_imports_none_of_the_library(
+    env: dict[str, str], thread: tuple[str, str], argv: tuple[str, ...]
+) -> None:
+    thr, msg = thread
+    out, modules = imported(env, *[a.format(thread=thr, msg=msg) for a in argv])
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    assert json.loads(out.stdout)["ok"] is True
+    assert "bus.surfaces.fast_read" in modules  # the parse above sees the lane's modules
+    assert heavy(modules, LIBRARY + NEVER) == []
+
+
+@pytest.mark.parametrize("argv", [*READS, ("status", "--help"), ("threads", "--help")])
 def test_a_read_command_imports_no_serving_picture_or_worker_module(
     env: dict[str, str], thread: tuple[str, str], argv: tuple[str, ...]
 ) -> None:
     thr, msg = thread
     args = [a.format(thread=thr, msg=msg) for a in argv]
-    out, modules = imported(env, *args)
+    out, modules = imported({**env, "INBOX_FAST_READ": "0"}, *args)
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     if "--help" not in args:
         assert json.loads(out.stdout)["ok"] is True

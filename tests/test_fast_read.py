@@ -45,9 +45,7 @@ def full(env: dict[str, str], argv: list[str]) -> subprocess.CompletedProcess[st
 
 def entry_run(env: dict[str, str], argv: list[str]) -> subprocess.CompletedProcess[str]:
     """``inbox ARGV`` as a user runs it (the lane when it can)."""
-    return subprocess.run(
-        [str(INBOX), *argv], env=env, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([str(INBOX), *argv], env=env, capture_output=True, text=True, timeout=120)
 
 
 class Lane:
@@ -173,9 +171,7 @@ def test_receipts_along_the_way(bus: Bus, lane: Lane, env: dict[str, str]) -> No
     same(lane, env, ["status"])
 
 
-def test_workers_backlogs_and_memory_in_status(
-    bus: Bus, lane: Lane, env: dict[str, str]
-) -> None:
+def test_workers_backlogs_and_memory_in_status(bus: Bus, lane: Lane, env: dict[str, str]) -> None:
     bus.open_session("idle-one", wake_cmd="true", parent="hosta:lead")
     bus.open_session("member-one", workspace="acme", starter="dean", agent_inbox=False)
     bus.open_session("busy")
@@ -282,7 +278,7 @@ def test_the_mirrored_names_agree() -> None:
     assert fast_read.SCHEDULER == liveness.SCHEDULER
     assert fast_read.host_queue("h1") == liveness.host_queue("h1")
     state = SessionInfo.model_fields["state"].annotation
-    assert fast_read.SESSION_STATES == typing.get_args(state)
+    assert typing.get_args(state) == fast_read.SESSION_STATES
 
 
 RECORDS: list[tuple[dict[str, int], dict[str, Any] | None, dict[str, Any] | None]] = [
@@ -331,7 +327,13 @@ def test_the_lane_finds_what_the_settings_find(env: dict[str, str]) -> None:
     place, settings = fast_read.Place.of(env), Settings.from_env(env)
     assert place is not None
     got = (place.home, place.host, place.key_prefix, place.session, place.stale_s)
-    assert got == (settings.home, settings.host, settings.key_prefix, settings.session, settings.stale_s)
+    assert got == (
+        settings.home,
+        settings.host,
+        settings.key_prefix,
+        settings.session,
+        settings.stale_s,
+    )
     assert place.store_url() == settings.store_url()
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-
 from . import packing
 from .base import StorePart
 from .keys import receipt_field

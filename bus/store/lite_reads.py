@@ -101,17 +101,17 @@ class _Calls:
     def zrevrange(self, name: str, start: int, end: int) -> Any:
         return self._do("ZREVRANGE", name, start, end)
 
-    def zrevrangebyscore(self, name: str, max: Any, min: Any) -> Any:  # noqa: A002
+    def zrevrangebyscore(self, name: str, max: Any, min: Any) -> Any:
         return self._do("ZREVRANGEBYSCORE", name, max, min)
 
-    def xrange(self, name: str, min: str = "-", max: str = "+", count: int | None = None) -> Any:  # noqa: A002
+    def xrange(self, name: str, min: str = "-", max: str = "+", count: int | None = None) -> Any:
         return self._do("XRANGE", name, min, max, *(("COUNT", count) if count else ()))
 
     def xrevrange(
         self,
         name: str,
-        max: str = "+",  # noqa: A002
-        min: str = "-",  # noqa: A002
+        max: str = "+",
+        min: str = "-",
         count: int | None = None,
     ) -> Any:
         return self._do("XREVRANGE", name, max, min, *(("COUNT", count) if count else ()))

@@ -229,7 +229,9 @@ def read(store: Any, settings: Any, sid: str, thread: str) -> dict[str, Any]:
     return {"ok": True, **result}
 
 
-def _receipts(store: Any, settings: Any, rows: list[tuple[str, str]]) -> list[dict[str, Any] | None]:
+def _receipts(
+    store: Any, settings: Any, rows: list[tuple[str, str]]
+) -> list[dict[str, Any] | None]:
     """``Receipts._read``: each ``(recipient, id)``'s receipt, ``None`` where none."""
     got = store.receipt_rows(rows)
     now, stale_s = _now_ms(), settings.stale_s
@@ -276,7 +278,7 @@ def sent(store: Any, settings: Any, sid: str, state: str | None, limit: int) -> 
     from bus.core.ids import check_session_id
 
     check_session_id(sid)
-    if state is not None and state not in STATES or not 1 <= limit <= SENT_LIMIT_MAX:
+    if (state is not None and state not in STATES) or not 1 <= limit <= SENT_LIMIT_MAX:
         raise FullPath("a bad --state or --limit")
     rows: list[dict[str, Any]] = []
     start, page = 0, max(limit, 100)

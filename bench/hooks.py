@@ -17,8 +17,10 @@ so a drift of the machine's speed hits both alike:
   (``/proc/<pid>/stat``, user + system, over ``--idle-s``), and the wake lateness over
   ``--wakes`` wakes: the waiter's exit − the waking blocker's send − the debounce, p50/p99;
 - the everyday read commands (``status``, ``threads``, ``read``, ``sent``, ``receipt``,
-  ``read-inbox``, ``status --help``) on a session with one thread: their start-up (the
-  imports of the command line and the library) is most of what they cost.
+  ``read-inbox``, ``status --help``) on a session with one thread, each as a user runs it
+  (the read lane, bus.surfaces.fast_read, where it answers) and on the full command line
+  (``INBOX_FAST_READ=0``): the full path's start-up (the imports of the command line and
+  the library) is most of what it costs.
 
 A notice is put on the floor before each run of a "waiting" case (not timed): a real
 notice, built by the bus from a real message (``deliver_session``), so the drain records
@@ -247,17 +249,19 @@ def bench_hooks(url: str, runs: int) -> None:
         ]
         hook = [str(INBOX), "hook", "claude", "PostToolUse"]
         drain = [str(INBOX), "drain", SID]
-        cases: list[tuple[str, list[str], str, Callable[[], None] | None]] = [
-            ("hook PostToolUse, nothing waiting", hook, payload, None),
-            ("hook PostToolUse, one notice", hook, payload, notice),
-            ("drain, nothing waiting", drain, "", None),
-            ("drain, one notice", drain, "", notice),
-            *((name, [str(INBOX), *argv], "", None) for name, argv in reads),
+        full_env = {**env, "INBOX_FAST_READ": "0"}
+        cases: list[tuple[str, list[str], str, Callable[[], None] | None, dict[str, str]]] = [
+            ("hook PostToolUse, nothing waiting", hook, payload, None, env),
+            ("hook PostToolUse, one notice", hook, payload, notice, env),
+            ("drain, nothing waiting", drain, "", None, env),
+            ("drain, one notice", drain, "", notice, env),
+            *((name, [str(INBOX), *argv], "", None, env) for name, argv in reads),
+            *((f"{name} (full)", [str(INBOX), *argv], "", None, full_env) for name, argv in reads),
         ]
         bare = [sys.executable, "-S", "-c", "pass"]
         print(f"{runs} runs each, alternating with `python -S -c pass`; seconds")
         print(f"{'case':36} {'median':>8} {'p95':>8} {'cpu med':>8} {'bare med':>9} {'ratio':>7}")
-        for name, argv, stdin, prepare in cases:
+        for name, argv, stdin, prepare, case_env in cases:
             if prepare is None:
                 bus.drain(SID)  # nothing waits
             a: list[float] = []
@@ -266,7 +270,7 @@ def bench_hooks(url: str, runs: int) -> None:
             for i in range(runs + 1):  # the first pair warms the caches, not counted
                 if prepare is not None:
                     prepare()
-                (ta, ca), (tb, _) = timed(argv, env, stdin), timed(bare, env, "")
+                (ta, ca), (tb, _) = timed(argv, case_env, stdin), timed(bare, env, "")
                 if i:
                     a.append(ta)
                     b.append(tb)

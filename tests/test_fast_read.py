@@ -27,7 +27,9 @@ from bus.store import lite_reads
 from bus.store import store as lib_store
 from bus.surfaces import entry, fast_read
 from bus.telemetry import liveness
+from bus.services import items as lib_items
 from tests.conftest import settings_env
+from tests.test_pictures import png_bytes
 
 INBOX = Path(sys.executable).parent / "inbox"
 
@@ -194,13 +196,27 @@ def test_workers_backlogs_and_memory_in_status(bus: Bus, lane: Lane, env: dict[s
     assert {w["name"] for w in out["workers"]} == {"hosta", "hostb", "scheduler"}
 
 
-def test_items_are_left_to_the_full_path(bus: Bus, lane: Lane, env: dict[str, str]) -> None:
+def test_items_with_their_threads(
+    bus: Bus, lane: Lane, env: dict[str, str], tmp_path: Path
+) -> None:
     bus.member_add("acme", "dean")
+    bus.member_add("acme", "luke")
     bus.open_session("coder", workspace="acme", starter="dean")
     bus.open_session("plain")
     assert same(lane, env, ["read-inbox", "plain"]) == {"ok": True, "items": []}
-    bus.item_post("coder", "deploy", title="Deploy to prod?")
-    same(lane, env, ["read-inbox", "coder"], answered=False)
+    bus.item_post("coder", "deploy", title="Deploy to prod?", text="the dashboard is green")
+    bus.item_post("coder", "docs", title="Docs?")
+    bus.item_write("coder", "deploy", member="dean", text="What does it look like?")
+    (tmp_path / "shot.png").write_bytes(png_bytes())
+    bus.reply_inbox(
+        "coder", "deploy", text="Here.", image_paths=[str(tmp_path / "shot.png")], root=tmp_path
+    )
+    bus.item_write("coder", "docs", member="luke", text="later")
+    bus.item_settle("coder", "deploy", member="dean", answer="yes")
+    bus.member_remove("acme", "luke")  # his words now read "a former member"
+    bus.item_post("coder", "docs", title="Docs, again?")  # a second revision
+    items = same(lane, env, ["read-inbox", "coder"])["items"]
+    assert {i["key"] for i in items} == {"deploy", "docs"}
 
 
 @pytest.mark.parametrize(
@@ -275,6 +291,9 @@ def test_the_mirrored_names_agree() -> None:
     assert (fast_read.ORDER, fast_read.EXITS) == (lib_receipts.ORDER, lib_receipts.EXITS)
     assert fast_read.SENT_LIMIT_MAX == lib_receipts.SENT_LIMIT_MAX
     assert lite_reads.BACKLOG_CAP == lib_store.BACKLOG_CAP
+    assert fast_read.ITEM_VIEW_FIELDS == lib_items.VIEW_FIELDS
+    assert (fast_read.YOU, fast_read.FORMER_MEMBER) == (lib_items.YOU, lib_items.FORMER_MEMBER)
+    assert fast_read.ACTIVE == lib_items.ACTIVE
     assert fast_read.SCHEDULER == liveness.SCHEDULER
     assert fast_read.host_queue("h1") == liveness.host_queue("h1")
     state = SessionInfo.model_fields["state"].annotation

@@ -1,7 +1,7 @@
 """The store's reads for the read commands' fast lane, without redis-py.
 
 :class:`LiteStore` is the store's own read methods (the :class:`~bus.store.inbox.InboxStore`,
-:class:`~bus.store.receipts.ReceiptStore`, :class:`~bus.store.host_claim.HostClaimStore` and
+:class:`~bus.store.items.ItemStore`, :class:`~bus.store.receipts.ReceiptStore`, :class:`~bus.store.host_claim.HostClaimStore` and
 :class:`~bus.store.server_config.ConfigStore` parts, unchanged) on :class:`LiteClient`,
 the few redis-py calls they make spoken over :mod:`bus.store.resp_client`, plus the reads
 :class:`~bus.store.store.Store` makes itself (sessions, backlogs, heartbeats), with a
@@ -18,6 +18,7 @@ from typing import Any
 from . import receipt_index
 from .host_claim import HostClaimStore
 from .inbox import InboxStore
+from .items import ItemStore
 from .keys import Keys
 from .packing import session_row
 from .receipts import ReceiptStore
@@ -150,7 +151,7 @@ class LiteClient(_Calls):
         return LitePipeline(self.conn)
 
 
-class LiteStore(InboxStore, ReceiptStore, HostClaimStore, ConfigStore):
+class LiteStore(InboxStore, ItemStore, ReceiptStore, HostClaimStore, ConfigStore):
     """The store's reads on a :class:`LiteClient`; sessions as dicts (``session_row``)."""
 
     def __init__(self, conn: Connection, keys: Keys) -> None:
@@ -215,10 +216,6 @@ class LiteStore(InboxStore, ReceiptStore, HostClaimStore, ConfigStore):
     def recipient_of(self, msg_id: str, now_ms: int) -> str | None:
         """The session ``msg_id`` was appended to (kept 7 days); ``None`` if unknown."""
         return receipt_index.lookup(self.r, self.k, msg_id, now_ms)
-
-    def items_of(self, sid: str) -> list[str]:
-        """The session's items as stored (JSON each), in no order."""
-        return [str(v) for v in self.r.hvals(self.k.items(sid))]
 
 
 __all__ = ["BACKLOG_CAP", "LiteClient", "LitePipeline", "LiteStore"]

@@ -11,7 +11,7 @@ Whatever is unusual answers ``None`` and the full command line answers instead, 
 a user sees differs: an option this lane does not know, ``--help``, anything the full path
 would refuse (a bad id, an unknown session or thread, not the sender), a write the full
 path would make (``read --mark-read``, an outbox entry whose receipt aged out), a wait
-(``receipt --wait-for``), items to render (``read-inbox`` with items), authentication on
+(``receipt --wait-for``), authentication on
 (``INBOX_SECRET``: the full path checks the token), a cluster or TLS URL, Redis not
 answering, or any error at all. ``INBOX_FAST_READ=0`` sends every command to the full path.
 """
@@ -312,12 +312,41 @@ def receipt(store: Any, settings: Any, msg_id: str, by: str | None) -> dict[str,
     return _public(found)
 
 
+# bus.services.items's (a test holds them equal).
+ITEM_VIEW_FIELDS = ("key", "title", "status", "answer", "revision", "settledAt", "updatedAt")
+YOU, FORMER_MEMBER, ACTIVE = "you", "a former member", "active"
+
+
+def _entry_view(entry: dict[str, Any], statuses: dict[str, str]) -> dict[str, Any]:
+    if entry.get("by") == "agent":
+        who = YOU
+    else:
+        name = str(entry.get("member", ""))
+        who = name if statuses.get(name) == ACTIVE else FORMER_MEMBER
+    out: dict[str, Any] = {"from": who, "text": entry.get("text", "")}
+    if entry.get("files"):
+        out["files"] = list(entry["files"])
+    return out
+
+
 def read_inbox(store: Any, settings: Any, sid: str) -> dict[str, Any]:
-    """``read-inbox`` of a session with no items (one with items: the full path)."""
+    """``read-inbox``: every item, newest update first, each with its thread oldest first."""
+    from bus.core.ids import check_session_id
+
     _session(store, sid)
-    if store.items_of(sid):
-        raise FullPath("items to render")
-    return {"ok": True, "items": []}
+    items = store.items_of(sid)
+    items.sort(key=lambda i: (-int(i.get("updatedAt") or 0), str(i.get("key"))))
+    statuses: dict[str, dict[str, str]] = {}
+    out = []
+    for item in items:
+        ws = item.get("workspace")
+        if ws and ws not in statuses:
+            statuses[ws] = store.members(check_session_id(ws, "workspace"))
+        view = {f: item.get(f) for f in ITEM_VIEW_FIELDS}
+        member_of = statuses.get(ws or "", {})
+        view["thread"] = [_entry_view(e, member_of) for e in store.item_thread(sid, item["key"])]
+        out.append(view)
+    return {"ok": True, "items": out}
 
 
 def _floor_json(fields: dict[str, str]) -> dict[str, Any]:

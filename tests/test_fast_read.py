@@ -23,11 +23,11 @@ from bus.api import Bus
 from bus.core.models import SessionInfo
 from bus.core.settings import Settings
 from bus.delivery import receipts as lib_receipts
+from bus.services import items as lib_items
 from bus.store import lite_reads
 from bus.store import store as lib_store
 from bus.surfaces import entry, fast_read
 from bus.telemetry import liveness
-from bus.services import items as lib_items
 from tests.conftest import settings_env
 from tests.test_pictures import png_bytes
 

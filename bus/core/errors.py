@@ -7,7 +7,11 @@ server returns the error text. ``code`` is the machine-readable reason.
 
 from __future__ import annotations
 
-from typing import Any
+# Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
+# (bus.surfaces.fast_read imports this module).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class BusError(Exception):

@@ -6,9 +6,13 @@ worker's keeper are in :mod:`bus.telemetry.host_floor`.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .base import StorePart
+
+# Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
+# (bus.surfaces.fast_read imports this module).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 REFUSED_TTL_S = 3600
 

@@ -13,7 +13,6 @@ writes. bus.surfaces.fast_read renders what these answer.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from . import receipt_index
 from .host_claim import HostClaimStore
@@ -24,6 +23,12 @@ from .packing import session_row
 from .receipts import ReceiptStore
 from .resp_client import Connection
 from .server_config import ConfigStore
+
+# Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
+# (bus.surfaces.fast_read imports this module).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 BACKLOG_CAP = 10_000  # bus.store.store.BACKLOG_CAP (a test holds them equal)
 

@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
-from typing import Any
 
 from .keys import Keys
+
+# Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
+# (bus.surfaces.fast_read imports this module).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DAY_MS = 86400 * 1000
 KEEP_DAYS = 7  # as long as the send answers are kept (bus.delivery.inbox.IDS_KEEP_MS)

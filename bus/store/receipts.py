@@ -9,9 +9,14 @@ missing thing reads empty.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from .keys import receipt_field
+
+# Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
+# (bus.surfaces.fast_read imports this module).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def receipt_hash(folded: str | bytes, answer: str | bytes | None) -> dict[str, str]:

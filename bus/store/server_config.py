@@ -5,9 +5,13 @@ A mixin of :class:`~bus.store.store.Store`; on a cluster each call goes to every
 
 from __future__ import annotations
 
-from typing import Any
-
 from .base import StorePart
+
+# Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
+# (bus.surfaces.fast_read imports this module).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class ConfigStore(StorePart):

@@ -27,6 +27,7 @@ from bus.services import items as lib_items
 from bus.store import lite_reads
 from bus.store import store as lib_store
 from bus.surfaces import entry, fast_read
+from bus.surfaces import read_answers as answers
 from bus.telemetry import liveness
 from tests.conftest import settings_env
 from tests.test_pictures import png_bytes
@@ -288,16 +289,16 @@ def test_the_argv_the_lane_takes(argv: list[str], parsed: object) -> None:
 
 def test_the_mirrored_names_agree() -> None:
     assert fast_read.COMMANDS == entry.READ_COMMANDS
-    assert (fast_read.ORDER, fast_read.EXITS) == (lib_receipts.ORDER, lib_receipts.EXITS)
-    assert fast_read.SENT_LIMIT_MAX == lib_receipts.SENT_LIMIT_MAX
+    assert (answers.ORDER, answers.EXITS) == (lib_receipts.ORDER, lib_receipts.EXITS)
+    assert answers.SENT_LIMIT_MAX == lib_receipts.SENT_LIMIT_MAX
     assert lite_reads.BACKLOG_CAP == lib_store.BACKLOG_CAP
-    assert fast_read.ITEM_VIEW_FIELDS == lib_items.VIEW_FIELDS
-    assert (fast_read.YOU, fast_read.FORMER_MEMBER) == (lib_items.YOU, lib_items.FORMER_MEMBER)
-    assert fast_read.ACTIVE == lib_items.ACTIVE
-    assert fast_read.SCHEDULER == liveness.SCHEDULER
-    assert fast_read.host_queue("h1") == liveness.host_queue("h1")
+    assert answers.ITEM_VIEW_FIELDS == lib_items.VIEW_FIELDS
+    assert (answers.YOU, answers.FORMER_MEMBER) == (lib_items.YOU, lib_items.FORMER_MEMBER)
+    assert answers.ACTIVE == lib_items.ACTIVE
+    assert answers.SCHEDULER == liveness.SCHEDULER
+    assert answers.host_queue("h1") == liveness.host_queue("h1")
     state = SessionInfo.model_fields["state"].annotation
-    assert typing.get_args(state) == fast_read.SESSION_STATES
+    assert typing.get_args(state) == answers.SESSION_STATES
 
 
 RECORDS: list[tuple[dict[str, int], dict[str, Any] | None, dict[str, Any] | None]] = [
@@ -319,8 +320,8 @@ def test_the_receipt_rules_are_the_librarys(
     stamped: dict[str, int], rec: dict[str, Any] | None, answer: dict[str, Any] | None
 ) -> None:
     reached = lib_receipts.from_records(stamped, rec, answer)
-    assert fast_read.from_records(stamped, rec, answer) == reached
-    assert fast_read.receipt_state(reached) == lib_receipts.receipt_state(reached)
+    assert answers.from_records(stamped, rec, answer) == reached
+    assert answers.receipt_state(reached) == lib_receipts.receipt_state(reached)
 
 
 @pytest.mark.parametrize(
@@ -329,7 +330,7 @@ def test_the_receipt_rules_are_the_librarys(
 )
 def test_the_recipient_state_is_the_librarys(state: str | None, seen: int, now: int) -> None:
     want = lib_receipts.recipient_state(state, seen, now, 3600.0)
-    assert fast_read.recipient_state(state, seen, now, 3600.0) == want
+    assert answers.recipient_state(state, seen, now, 3600.0) == want
 
 
 @pytest.mark.parametrize(

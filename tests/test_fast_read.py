@@ -134,7 +134,6 @@ def test_threads_messages_and_replies(bus: Bus, lane: Lane, env: dict[str, str])
     same(lane, env, ["sent", "alice"])
     same(lane, env, ["receipt", first["id"], "--by", "bob"])
     same(lane, env, ["receipt", other["id"]], answered=False)  # no caller session
-    same(lane, env, ["receipt", other["id"]], answered=False)
     assert same(lane, {**env, "INBOX_SESSION": "bob"}, ["receipt", other["id"]])["id"]
     # What the full path refuses or writes, the lane hands on.
     for argv in (
@@ -392,3 +391,19 @@ def test_a_setting_that_is_not_a_number_is_left_to_the_full_path() -> None:
 )
 def test_the_urls_the_small_client_speaks_as_redis_py_does(url: str, spoken: bool) -> None:
     assert fast_read.spoken(url) is spoken
+
+
+def test_a_pipeline_reads_every_reply_before_it_raises_an_error(settings: Settings) -> None:
+    from bus.store import resp_client
+
+    conn = resp_client.connect(settings.store_url())
+    assert isinstance(conn, resp_client.Connection)
+    key = f"{settings.key_prefix}:resp-lite"
+    try:
+        conn.call("SET", key, "1")
+        with pytest.raises(resp_client.RespError, match="WRONGTYPE"):
+            conn.pipeline([("GET", key), ("HGET", key, "f"), ("GET", key)])
+        assert conn.pipeline([("GET", key), ("EXISTS", key)]) == ["1", 1]  # in step still
+    finally:
+        conn.call("DEL", key)
+        conn.close()

@@ -11,10 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from bus.core.clock import SYSTEM, Clock
-from bus.core.errors import BadInput, RateLimited
 from bus.core.models import DeliverAnswer, Message, SessionInfo, check_session_id, parse_message
 from bus.core.settings import Settings
 from bus.delivery.dispatch import Dispatcher, default_dispatcher
@@ -24,21 +21,26 @@ from bus.delivery.inbox import Inbox
 from bus.delivery.kick_list import ListDispatcher
 from bus.delivery.receipts import Receipts
 from bus.services.conversation import Conversation
+from bus.services.credentials import Credentials
+from bus.services.door import Door
+from bus.services.items import Items
 from bus.services.routing import Router
+from bus.services.send_rate import SendRate
 from bus.services.sessions import Sessions, check_host
+from bus.services.signin_links import SigninLinks
+from bus.services.typed_requests import Requests
+from bus.services.watch import Watch
+from bus.store.connect import open_store
 from bus.store.connection import redis_client
-from bus.store.keys import Keys
-from bus.store.redis_errors import NOT_ANSWERING, translate_redis_errors, unavailable
+from bus.store.redis_errors import StoreError, translate_redis_errors
 from bus.store.store import Store
+from bus.telemetry.status import status_report
 from bus.trust.access import Access
 from bus.trust.tokens import SCOPE_READ, SCOPE_WRITE, Authenticator, Claims
 
 from .core import faults
 from .delivery import lock_handoff
-from .services import door, id_owner, items, send_many, typed_requests, watch
-from .store import server_memory
-from .telemetry import liveness
-from .trust import tokens
+from .services import id_owner, send_many
 
 if TYPE_CHECKING:
     from bus.telemetry.metrics import Metrics
@@ -54,7 +56,7 @@ class Bus:
         self,
         settings: Settings | None = None,
         *,
-        client: redis.Redis | None = None,
+        client: Any = None,
         dispatcher: Dispatcher | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -69,10 +71,15 @@ class Bus:
         # metrics, blocking client and dispatcher are providers: made on first use, so a
         # drain or a hook that never reaches Redis (or Celery) never connects.
         store, s, clk = (lambda: self.store), self.settings, self.clock
+        blocking = lambda: self.blocking  # noqa: E731
+        self.credentials = Credentials(store, s)
         self.auth = Authenticator(
-            s.secret, is_revoked=self.is_revoked, is_current=self.token_current
+            s.secret,
+            is_revoked=self.credentials.is_revoked,
+            is_current=self.credentials.token_current,
         )
         self.floor = Floor(s.home, clock=clk)
+        self.send_rate = SendRate(store, s)
         self.receipts = Receipts(store, s, self.claims)
         self.inbox = Inbox(
             store,
@@ -80,7 +87,7 @@ class Bus:
             s,
             receipts=self.receipts,
             metrics=lambda: self.metrics,
-            blocking=lambda: self.blocking,
+            blocking=blocking,
             clock=clk,
         )
         self.router = Router(
@@ -108,8 +115,21 @@ class Bus:
             self.router,
             self.receipts,
             session=self.sessions.get,
-            blocking=lambda: self.blocking,
+            blocking=blocking,
             clock=clk,
+        )
+        self.items = Items(store, s, session=self.sessions.get, post=self.router.post)
+        self.requests = Requests(store, session=self.sessions.get, post=self.router.post)
+        self.watch = Watch(store, blocking, claims=self.access.claims)
+        self.links = SigninLinks(
+            s.ui_url, is_member=self.items.is_member, issue_token=self.credentials.issue_token
+        )
+        self.door = Door(
+            self.floor,
+            s,
+            access=self.access,
+            session=self.sessions.get,
+            limit_sender=self.send_rate.limit,
         )
 
     def with_settings(self, settings: Settings) -> Bus:
@@ -123,15 +143,7 @@ class Bus:
     def store(self) -> Store:
         """The Redis store, connected on first use (local delivery never needs it)."""
         if self._store is None:
-            try:
-                client = self._client or redis_client(self.settings)
-            except NOT_ANSWERING as exc:  # a cluster client connects as it is made
-                raise unavailable(exc) from exc
-            self._store = Store(
-                client,
-                Keys(self.settings.key_prefix),
-                lock_ttl_ms=int(self.settings.lock_ttl_s * 1000),
-            )
+            self._store = open_store(self.settings, self._client)
         return self._store
 
     @property
@@ -169,18 +181,11 @@ class Bus:
         return self._metrics
 
     def is_revoked(self, jti: str) -> bool:
-        return self.store.is_revoked(jti)
+        return self.credentials.is_revoked(jti)
 
     def token_current(self, claims: Claims) -> bool:
-        """Whether a member token is of its member's current generation (removing a
-        member kills every token issued before); other tokens always are."""
-        if claims.sub_kind != "member":
-            return True
-        workspace, _, name = claims.sub.partition("/")
-        try:
-            return claims.gen >= self.store.member_generation(workspace, name)
-        except (BadInput, ValueError):
-            return False
+        """Whether a member token is of its member's current generation."""
+        return self.credentials.token_current(claims)
 
     def issue_token(
         self,
@@ -192,39 +197,13 @@ class Bus:
         operator: str | None = None,
     ) -> dict[str, Any]:
         """A signed token for a session, a member or an operator (``INBOX_SECRET`` must be set)."""
-        if not self.settings.secret:
-            raise BadInput("no INBOX_SECRET is configured: tokens need a server secret")
-        gen = 0
-        if member is not None and isinstance(member, str) and member.count("/") == 1:
-            workspace, _, name = member.partition("/")
-            with contextlib.suppress(BadInput, ValueError):  # auth.issue refuses a bad name
-                gen = self.store.member_generation(workspace, name)
-        token = tokens.issue(
-            self.settings.secret,
-            session=session,
-            member=member,
-            scopes=list(scopes),
-            ttl_s=ttl_s,
-            operator=operator,
-            gen=gen,
+        return self.credentials.issue_token(
+            session=session, member=member, scopes=scopes, ttl_s=ttl_s, operator=operator
         )
-        claims = tokens.verify(self.settings.secret, token)
-        return {
-            "ok": True,
-            "token": token,
-            "subject": claims.actor,
-            "jti": claims.jti,
-            "scopes": sorted(claims.scopes),
-            "exp": claims.exp,
-        }
 
     def revoke_token(self, token: str) -> dict[str, Any]:
         """Revoke a token: every later use is refused (``token_revoked``)."""
-        if not self.settings.secret:
-            raise BadInput("no INBOX_SECRET is configured: there are no tokens to revoke")
-        claims = tokens.verify(self.settings.secret, token, now=0)
-        self.store.revoke(claims.jti)
-        return {"ok": True, "revoked": claims.jti, "subject": claims.actor}
+        return self.credentials.revoke_token(token)
 
     # -- sessions ---------------------------------------------------------------------
 
@@ -331,15 +310,7 @@ class Bus:
 
     def limit_sender(self, sender: str) -> None:
         """Bounded floods: one token from the sender's bucket, or ``rate_limited``."""
-        s = self.settings
-        if s.send_rate <= 0:
-            return
-        if not self.store.take_send_token(sender, s.send_rate, s.send_burst):
-            raise RateLimited(
-                f"{sender} is sending faster than {s.send_rate:g}/s (burst {s.send_burst:g});"
-                " nothing was stored, try again shortly",
-                code="rate_limited",
-            )
+        self.send_rate.limit(sender)
 
     def claims(self, token: str | None, scope: str, *, session: str | None = None) -> Claims | None:
         """The caller's verified token claims, or None when authentication is off
@@ -360,7 +331,7 @@ class Bus:
 
     def send_local(self, data: dict[str, Any], *, token: str | None = None) -> tuple[Via, str]:
         """prox's ``POST /send``: deliver on this host, ``(via, id)`` (see :mod:`bus.services.door`)."""
-        return door.send_local(self, data, token)
+        return self.door.send_local(data, token)
 
     def post(
         self, msg: Message, *, wait: bool = False, timeout: float | None = None
@@ -440,8 +411,7 @@ class Bus:
         spends from the actor's send bucket."""
         sid = self.access.actor(actor, token)
         self.limit_sender(self.access.bucket_of(sid))
-        return typed_requests.open_request(
-            self,
+        return self.requests.open_request(
             actor=sid,
             to_id=to_id,
             type=type,
@@ -463,8 +433,7 @@ class Bus:
 
         The actor is the token's subject when authentication is on, never a body field.
         """
-        return typed_requests.decide(
-            self,
+        return self.requests.decide(
             thread,
             decision,
             actor=self.access.actor(actor, token),
@@ -473,11 +442,11 @@ class Bus:
         )
 
     def member_add(self, workspace: str, name: str) -> dict[str, Any]:
-        return items.member_add(self, workspace, name)
+        return self.items.member_add(workspace, name)
 
     def member_remove(self, workspace: str, name: str) -> dict[str, Any]:
         """The member's account is gone; their messages show as "a former member"."""
-        return items.member_remove(self, workspace, name)
+        return self.items.member_remove(workspace, name)
 
     def item_post(
         self,
@@ -492,14 +461,14 @@ class Bus:
         it spends from the session's send bucket."""
         claims = self.claims(token, SCOPE_WRITE, session=sid)
         self.limit_sender(claims.actor if claims else sid)
-        return items.item_post(self, sid, key, title=title, text=text)
+        return self.items.item_post(sid, key, title=title, text=text)
 
     def item_settle(
         self, sid: str, key: str, *, member: str, answer: str, token: str | None = None
     ) -> dict[str, Any]:
         """A member settles an item with an answer."""
         self.access.as_member(token, sid, member)
-        return items.item_settle(self, sid, key, member=member, answer=answer)
+        return self.items.item_settle(sid, key, member=member, answer=answer)
 
     def item_write(
         self,
@@ -515,14 +484,14 @@ class Bus:
         """A member writes on an item; it reaches the agent as a notice and wakes it. It
         spends from the member's send bucket."""
         self.limit_sender(self.access.as_member(token, sid, member))
-        return items.item_write(
-            self, sid, key, member=member, text=text, image_paths=image_paths, root=root
+        return self.items.item_write(
+            sid, key, member=member, text=text, image_paths=image_paths, root=root
         )
 
     def read_inbox(self, sid: str, *, token: str | None = None) -> dict[str, Any]:
         """Luke's ``read_inbox``: every item with its thread, oldest first."""
         self.access.items_claims(token, SCOPE_READ, sid)
-        return items.read_inbox(self, sid)
+        return self.items.read_inbox(sid)
 
     def reply_inbox(
         self,
@@ -538,30 +507,28 @@ class Bus:
         (the session's own answer: no send bucket; its pictures count against the
         session's ``INBOX_MAX_PICTURE_BYTES``)."""
         self.claims(token, SCOPE_WRITE, session=sid)
-        return items.reply_inbox(self, sid, key, text=text, image_paths=image_paths, root=root)
+        return self.items.reply_inbox(sid, key, text=text, image_paths=image_paths, root=root)
 
     def item_file(self, sid: str, key: str, name: str) -> Path:
-        return items.item_file(self, sid, key, name)
+        return self.items.item_file(sid, key, name)
 
     def workspace_items(self, workspace: str) -> dict[str, Any]:
         """Every item of the workspace's sessions, open first, newest first (the web inbox)."""
-        return items.workspace_items(self, workspace)
+        return self.items.workspace_items(workspace)
 
     def item_detail(self, sid: str, key: str) -> dict[str, Any]:
         """One item with its whole thread (the web inbox's item page)."""
-        return items.item_detail(self, sid, key)
+        return self.items.item_detail(sid, key)
 
     def member_link(self, member: str, *, ttl_s: int | None = None) -> dict[str, Any]:
         """A sign-in link to the web inbox for an active member ``WORKSPACE/NAME``."""
-        from bus.services.signin_links import member_link
-
-        return member_link(self, member, ttl_s=ttl_s)
+        return self.links.member_link(member, ttl_s=ttl_s)
 
     def subscribe(
         self, sessions: str | list[str] | None = None, **kw: Any
     ) -> Iterator[dict[str, Any]]:
         """Follow sessions' streams live (blocking XREAD); None follows all. See bus.services.watch."""
-        return watch.subscribe(self, [sessions] if isinstance(sessions, str) else sessions, **kw)
+        return self.watch.subscribe([sessions] if isinstance(sessions, str) else sessions, **kw)
 
     # -- the host's side ----------------------------------------------------------------
 
@@ -597,7 +564,7 @@ class Bus:
         result = self.floor.drain(check_session_id(sid))
         faults.point("drain:after_unlink")
         self.inbox.on_drain(sid, result.lines)
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(StoreError):
             self.seen(sid)  # the drain works without Redis; presence is best effort
         return self.render(result.lines) if stamped else result.lines
 
@@ -605,35 +572,15 @@ class Bus:
         return self.inbox.render(lines)
 
     def status(self) -> dict[str, Any]:
-        sessions = []
-        for s in self.store.sessions():
-            row = s.model_dump(exclude_none=True)
-            row["backlog"] = self.store.backlog(s.session)
-            sessions.append(row)
-        return {
-            "ok": True,
-            "host": self.settings.host,
-            "store": _redact(self.settings.store_url()),
-            "home": str(self.settings.home),
-            "sessions": sessions,
-            # Each host's worker (and the scheduler): heartbeat ages and queue depth.
-            "workers": liveness.workers(self.store),
-            # The server memory settings the scheduler keeps, and where it could not.
-            "memory_settings": server_memory.report(self.store),
-        }
-
-
-def _redact(url: str) -> str:
-    from bus.core.hook_env import redact
-
-    return redact(url)
+        """Sessions with their backlogs, workers, memory settings (``inbox status``)."""
+        return status_report(self.store, self.settings)
 
 
 def connect(
     settings: Settings | None = None,
     *,
     dispatcher: Dispatcher | None = None,
-    client: redis.Redis | None = None,
+    client: Any = None,
 ) -> Bus:
     """A :class:`Bus` with settings from the environment (or the ones given)."""
     return Bus(settings, client=client, dispatcher=dispatcher)

@@ -269,8 +269,8 @@ def build_server(bus: Bus) -> MCPServer:
         from bus.services import durable_watch
 
         def run() -> dict[str, Any]:
-            sub = durable_watch.reader_subscription(
-                bus, caller(bus), name, sessions=sessions, lanes=lanes, reset=reset
+            sub = bus.watch.reader_subscription(
+                caller(bus), name, sessions=sessions, lanes=lanes, reset=reset
             )
             if ack:
                 sub.commit(ack)

@@ -472,7 +472,6 @@ def watch(
     reset: bool = typer.Option(False, "--reset", help="with --name: start it again from now"),
 ) -> None:
     """Follow messages live: one JSON line per message, until Ctrl-C."""
-    from bus.services.watch import run_watch
 
     if all_sessions == bool(sids or lanes):
         fail("watch needs SID..., --lanes SID or --all (--all alone)")
@@ -483,7 +482,9 @@ def watch(
     b = connect()
     sessions = None if all_sessions else run(lambda: [check_session_id(s) for s in sids or []])
     owners = run(lambda: [check_session_id(s) for s in lanes or []])
-    bus_call(lambda: run_watch(b, sessions, since=since, lanes_of=owners, name=name, reset=reset))
+    bus_call(
+        lambda: b.watch.run_watch(sessions, since=since, lanes_of=owners, name=name, reset=reset)
+    )
 
 
 @app.command(rich_help_panel=EVERYDAY)
@@ -494,17 +495,17 @@ def top(
     """Sessions live: state, turns, unread, new, backlog and age, until Ctrl-C.
 
     Without a terminal (a pipe, a file) it prints a plain table once."""
-    from bus.services.watch import plain_top, render_top, run_top, top_rows
+    from bus.services.watch import plain_top, render_top
 
     b = connect()
     if not sys.stdout.isatty():
-        sys.stdout.write(plain_top(bus_call(lambda: top_rows(b))) + "\n")
+        sys.stdout.write(plain_top(bus_call(lambda: b.watch.top_rows())) + "\n")
     elif once:
         from rich.console import Console
 
-        Console().print(render_top(bus_call(lambda: top_rows(b))))
+        Console().print(render_top(bus_call(lambda: b.watch.top_rows())))
     else:
-        bus_call(lambda: run_top(b, interval))
+        bus_call(lambda: b.watch.run_top(interval))
 
 
 @app.command(rich_help_panel=HARNESS)

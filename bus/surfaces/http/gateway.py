@@ -394,14 +394,11 @@ def create_app(
         as ``inbox watch`` prints it), resumed after a reconnect by the subscription's
         ``name``; events are acknowledged once handed to the connection (a batch cut off
         by a disconnect comes again, never lost)."""
-        from bus.services.durable_watch import open_for_reader
-
         stop = threading.Event()
         names = [s for s in (sessions or "").split(",") if s] or None
         try:
             sub = await run_in_threadpool(
-                lambda: open_for_reader(
-                    bus,
+                lambda: bus.watch.open_for_reader(
                     _bearer(request),
                     by,
                     name,

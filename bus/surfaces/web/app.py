@@ -32,7 +32,6 @@ from starlette.datastructures import FormData, UploadFile
 from bus.core.errors import BadInput, BusError, NotFound, Refused, Unauthorized, Unavailable
 from bus.core.models import check_session_id, parse_message
 from bus.services.pictures import MAX_PICTURE_BYTES, MAX_PICTURES, safe_name, sniff
-from bus.services.watch import top_rows
 from bus.store.keys import check_item_key
 
 from .page_gate import (
@@ -339,7 +338,7 @@ def create_ui(bus: Bus) -> FastAPI:
     async def sessions(request: Request) -> Response:
         viewer = await who(request)
         await run_in_threadpool(check, bus, viewer, "operate")
-        rows = await run_in_threadpool(top_rows, bus)
+        rows = await run_in_threadpool(bus.watch.top_rows)
         return page(request, "sessions.html", viewer, rows=rows)
 
     @ui.get("/sessions/events")
@@ -476,7 +475,7 @@ async def _live(
                 found.put({"error": str(exc)})
 
     async def rows(position: str) -> str:
-        fresh = await run_in_threadpool(top_rows, bus)
+        fresh = await run_in_threadpool(bus.watch.top_rows)
         return f"id: {position}\n" + _event("rows", {"rows": fresh})
 
     threading.Thread(target=pump, name="ui-live", daemon=True).start()

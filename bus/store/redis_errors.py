@@ -30,6 +30,9 @@ NOT_ANSWERING: tuple[type[Exception], ...] = (
 
 C = TypeVar("C", bound=type)
 
+# A server that did not answer a call (refused, reset, timed out).
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+
 # Any failure of a store call (the backend down, or answering with an error): code outside
 # bus/store catches this name, never Redis's own classes.
 StoreError = redis.RedisError

@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Literal
 
-import redis
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
@@ -45,6 +44,7 @@ from bus.core.errors import (
     Unavailable,
 )
 from bus.core.models import Message, Receipt, SendAnswer
+from bus.store.redis_errors import StoreError
 from bus.surfaces.web.app import mount_ui
 from bus.surfaces.web.page_gate import MAX_FORM_BYTES
 from bus.telemetry import liveness
@@ -213,7 +213,7 @@ async def _answer(call: Callable[[], Any]) -> JSONResponse:
     except (ValueError, TypeError, RecursionError) as err:
         bad = BadInput(_one_line(f"malformed message: {err}"))
         return JSONResponse(bad.to_json(), 400)
-    except redis.RedisError as err:
+    except StoreError as err:
         unavailable = Unavailable(_one_line(f"Redis did not answer: {err}"))
         return JSONResponse(unavailable.to_json(), 503)
 
@@ -262,7 +262,7 @@ def create_app(
             await run_in_threadpool(bus.auth.verify, token)
         except Unauthorized as err:
             return 401, err.code, _one_line(str(err))
-        except (Unavailable, redis.RedisError) as err:
+        except (Unavailable, StoreError) as err:
             return 503, "unavailable", _one_line(f"Redis did not answer: {err}")
         return None
 
@@ -274,7 +274,7 @@ def create_app(
         authenticate=authenticate if bus.auth.enabled else None,
     )
     registry = CollectorRegistry()
-    registry.register(RedisCollector(bus))
+    registry.register(RedisCollector(lambda: bus.store))
     requests = Counter(
         "inbox_http_requests",
         "HTTP requests this gateway process answered",
@@ -315,7 +315,7 @@ def create_app(
         except BusError as err:
             status = 400 if isinstance(err, BadInput) else _status_of(err)
             return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), status)
-        except redis.RedisError as err:
+        except StoreError as err:
             return JSONResponse(
                 DeliverError(error=_one_line(f"Redis did not answer: {err}")).model_dump(), 503
             )
@@ -410,7 +410,7 @@ def create_app(
             )
         except BusError as err:
             return JSONResponse(err.to_json(), _status_of(err))
-        except redis.RedisError as err:
+        except StoreError as err:
             return JSONResponse(Unavailable(f"Redis did not answer: {err}").to_json(), 503)
         return StreamingResponse(
             _sse(sub, stop), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
@@ -424,7 +424,7 @@ def create_app(
             try:
                 bus.store.ping()
                 return True, liveness.workers(bus.store)
-            except (BusError, redis.RedisError, OSError):
+            except (BusError, StoreError, OSError):
                 return False, None
 
         up, workers = await run_in_threadpool(ping)

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import jinja2
-import redis
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
@@ -33,6 +32,7 @@ from bus.core.errors import BadInput, BusError, NotFound, Refused, Unauthorized,
 from bus.core.models import check_session_id, parse_message
 from bus.services.pictures import MAX_PICTURE_BYTES, MAX_PICTURES, safe_name, sniff
 from bus.store.keys import check_item_key
+from bus.store.redis_errors import StoreError
 
 from .page_gate import (
     COOKIE,
@@ -136,8 +136,8 @@ def create_ui(bus: Bus) -> FastAPI:
         status = status_of(err)
         return page(request, "error.html", viewer, status, status=status, error=err.to_json())
 
-    @ui.exception_handler(redis.RedisError)
-    async def store_down(request: Request, err: redis.RedisError) -> Response:
+    @ui.exception_handler(StoreError)
+    async def store_down(request: Request, err: StoreError) -> Response:
         return page(
             request,
             "error.html",

@@ -31,7 +31,6 @@ from bus.core.private_files import private_dirs
 from bus.core.stamp import render_stamp
 from bus.core.threads import thread_id, thread_key
 from bus.ops.embedded import EmbeddedRedis, password_path
-from bus.services import items
 from bus.trust.tokens import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
 from tests.conftest import settings_env
 from tests.test_attacks_gateway import Server, serve
@@ -61,7 +60,7 @@ def keys_of(b: Bus) -> set[str]:
 def secured(make_bus: Callable[..., Bus]) -> Bus:
     """alice and bob in workspace acme (started by member dean); alice wrote to bob."""
     b = make_bus(secret=SECRET)
-    items.member_add(b, WS, "dean")
+    b.items.member_add(WS, "dean")
     dean = tok(member=f"{WS}/dean")  # joining a workspace takes its starter's token
     b.open_session("alice", handle="ha:alice", workspace=WS, starter="dean", token=dean)
     b.open_session("bob", handle="ha:bob", workspace=WS, starter="dean", token=dean)
@@ -254,7 +253,7 @@ def _chunk(kind: bytes, body: bytes) -> bytes:
 
 @pytest.fixture
 def agent(bus: Bus) -> Bus:
-    items.member_add(bus, WS, "dean")
+    bus.items.member_add(WS, "dean")
     bus.open_session("agent", workspace=WS, starter="dean")
     bus.item_post("agent", "k", title="look")
     return bus
@@ -325,7 +324,7 @@ def test_10_a_script_under_a_png_header_and_a_bomb_are_refused(agent: Bus, tmp_p
             agent.reply_inbox("agent", "k", text="see", image_paths=[name], root=tmp_path)
         assert err.value.code == code
     assert not (Path(agent.settings.home) / "items").exists()
-    assert items.read_inbox(agent, "agent")["items"][0]["thread"] == []
+    assert agent.items.read_inbox("agent")["items"][0]["thread"] == []
 
 
 # 11 -----------------------------------------------------------------------------------------

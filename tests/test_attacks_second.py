@@ -25,7 +25,6 @@ from fastapi.testclient import TestClient
 
 from bus.api import Bus
 from bus.core.errors import BadInput, RateLimited, Refused, Unauthorized
-from bus.services import items
 from bus.surfaces.http.front_door import MAX_IN_FLIGHT_PER_CLIENT, HeaderDeadlineH11
 from bus.surfaces.http.gateway import create_app, log_config, serve_options
 from bus.trust.tokens import SCOPE_OPERATOR, SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
@@ -66,8 +65,8 @@ def inbox_cli(b: Bus, *args: str, **env: str) -> subprocess.CompletedProcess[str
 def two(make_bus: Callable[..., Bus]) -> Bus:
     """Workspaces acme (dean; session bob) and beta (erin; session other); loner in none."""
     b = make_bus(secret=SECRET)
-    items.member_add(b, "acme", "dean")
-    items.member_add(b, "beta", "erin")
+    b.items.member_add("acme", "dean")
+    b.items.member_add("beta", "erin")
     # Joining a workspace takes its starter's member token.
     b.open_session("bob", handle="ha:bob", workspace="acme", starter="dean", token=DEAN)
     b.open_session("other", handle="hb:other", workspace="beta", starter="erin", token=ERIN)
@@ -241,7 +240,7 @@ def test_6_joining_a_workspace_takes_its_starters_or_an_operators_token(two: Bus
         ("fresh", ERIN, "not_your_workspace"),  # beta's member
         ("fresh", tok(member="acme/luke"), "member_inactive"),  # not a member at all
     ]
-    items.member_add(two, "acme", "mia")
+    two.items.member_add("acme", "mia")
     refusals.append(("fresh", tok(member="acme/mia"), "not_your_workspace"))  # not the starter
     for sid, token, code in refusals:
         with pytest.raises((Refused, Unauthorized)) as err:
@@ -310,8 +309,8 @@ def test_7_sign_in_tokens_never_reach_the_access_log(two: Bus) -> None:
 
 
 def test_8_member_and_operator_names_are_reserved(two: Bus) -> None:
-    items.member_add(two, "acme", "gone")
-    items.member_remove(two, "acme", "gone")
+    two.items.member_add("acme", "gone")
+    two.items.member_remove("acme", "gone")
     for handle in ("acme:dean", "acme:gone", "operator:root", "Operator:x"):
         with pytest.raises(BadInput) as err:
             two.open_session("mallory", handle=handle)
@@ -319,10 +318,10 @@ def test_8_member_and_operator_names_are_reserved(two: Bus) -> None:
     out = inbox_cli(two, "session", "open", "mallory", "--handle", "acme:dean")
     assert out.returncode != 0 and json.loads(out.stdout)["error"] == "reserved_handle"
     with pytest.raises(BadInput) as err:
-        items.member_add(two, "operator", "root")
+        two.items.member_add("operator", "root")
     assert err.value.code == "reserved_name"
     with pytest.raises(Refused) as refused:
-        items.member_add(two, "ha", "bob")  # a live session holds ha:bob
+        two.items.member_add("ha", "bob")  # a live session holds ha:bob
     assert refused.value.code == "handle_taken"
     assert two.store.get_session("mallory") is None
 
@@ -383,7 +382,7 @@ def test_12_items_and_requests_spend_from_the_senders_bucket(
     make_bus: Callable[..., Bus], tmp_path: Path
 ) -> None:
     b = make_bus(send_rate=0.001, send_burst=2)
-    items.member_add(b, "acme", "dean")
+    b.items.member_add("acme", "dean")
     b.open_session("agent", workspace="acme", starter="dean")
     b.open_session("peer")
     calls: list[Callable[[int], Any]] = [
@@ -405,7 +404,7 @@ def test_12_items_and_requests_spend_from_the_senders_bucket(
 def test_12_pictures_have_a_per_session_quota(make_bus: Callable[..., Bus], tmp_path: Path) -> None:
     picture = png()
     b = make_bus(max_picture_bytes=3 * len(picture))
-    items.member_add(b, "acme", "dean")
+    b.items.member_add("acme", "dean")
     b.open_session("agent", workspace="acme", starter="dean")
     b.item_post("agent", "k", title="t")
     (tmp_path / "p.png").write_bytes(picture)
@@ -505,8 +504,8 @@ def test_15_the_stored_time_is_the_servers(two: Bus, serve: Callable[..., Server
 def test_removing_a_member_kills_its_tokens_for_good(two: Bus) -> None:
     old = tok(member="acme/dean")
     link = two.member_link("acme/dean")["token"]
-    items.member_remove(two, "acme", "dean")
-    items.member_add(two, "acme", "dean")
+    two.items.member_remove("acme", "dean")
+    two.items.member_add("acme", "dean")
     for token in (old, link):
         with pytest.raises(Unauthorized) as err:
             two.read_inbox("bob", token=token)

@@ -24,7 +24,6 @@ from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.scheduler import sweep_backlogs, tick
-from bus.services.watch import subscribe, top_rows
 from tests.conftest import WorkerProcess, wait_for
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
@@ -99,7 +98,7 @@ def test_watch_all_status_top_and_the_sweep_cross_the_cluster_nodes(
         b.open_session(sid)
     stop = threading.Event()
     seen: list[dict[str, Any]] = []
-    stream = subscribe(b, None, block_ms=200, stop=stop)
+    stream = b.watch.subscribe(None, block_ms=200, stop=stop)
     for sid in sids:
         b.send({"from": "hosta:me", "to_id": sid, "text": f"to {sid}"})
 
@@ -117,7 +116,7 @@ def test_watch_all_status_top_and_the_sweep_cross_the_cluster_nodes(
 
     status = {row["session"]: row for row in b.status()["sessions"]}
     assert {sid: status[sid]["backlog"] for sid in sids} == dict.fromkeys(sids, 1)
-    assert {r["session"]: r["backlog"] for r in top_rows(b)} == dict.fromkeys(sids, 1)
+    assert {r["session"]: r["backlog"] for r in b.watch.top_rows()} == dict.fromkeys(sids, 1)
 
     # Every session has a backlog and a dispatch flag still up; drop the flags (a lost
     # broker message) and the sweep kicks each session once, on every node.

@@ -17,7 +17,6 @@ import pytest
 from bus.api import Bus
 from bus.core.settings import SOURCE_ROOT, Settings
 from bus.services.durable_watch import CursorExpired, Durable, expired, lanes
-from bus.services.watch import subscribe
 from tests.conftest import settings_env, wait_for
 
 
@@ -78,7 +77,7 @@ def test_live_watch_of_lanes_follows_a_lane_started_later(bus: Bus) -> None:
     bus.open_session("lane1", parent="coord")
     bus.open_session("other")
     stop = threading.Event()
-    events = subscribe(bus, None, lanes_of=["coord"], block_ms=100, stop=stop, refresh_s=0.1)
+    events = bus.watch.subscribe(None, lanes_of=["coord"], block_ms=100, stop=stop, refresh_s=0.1)
     got: list[dict[str, Any]] = []
 
     def run() -> None:
@@ -102,7 +101,7 @@ def test_a_durable_subscription_resumes_with_nothing_missed_or_repeated(bus: Bus
     for sid in ("coord", "l1", "l2"):
         bus.open_session(sid, parent=None if sid == "coord" else "coord")
     send(bus, "l1", "before the subscription")  # not followed: it starts from now
-    sub = Durable(bus, "c1", lanes_of=["coord"], block_ms=100)
+    sub = bus.watch.durable("c1", lanes_of=["coord"], block_ms=100)
     a = [send(bus, "l1", "a1"), send(bus, "l2", "a2")]
     got = take(sub, 2)
     assert sorted(e["message"]["id"] for e in got) == sorted(x["id"] for x in a)
@@ -111,19 +110,19 @@ def test_a_durable_subscription_resumes_with_nothing_missed_or_repeated(bus: Bus
     b = [send(bus, "l1", "b1"), send(bus, "l2", "b2")]
     bus.open_session("l3", parent="coord")
     b.append(send(bus, "l3", "b3"))
-    again = Durable(bus, "c1", lanes_of=["coord"], block_ms=100, refresh_s=0.1)
+    again = bus.watch.durable("c1", lanes_of=["coord"], block_ms=100, refresh_s=0.1)
     got2 = take(again, 3)
     assert sorted(e["message"]["id"] for e in got2) == sorted(x["id"] for x in b)
     assert got2[0]["message"]["text"] in ("b1", "b2", "b3")
     # Nothing more: a third start has nothing waiting but what comes next.
-    third = Durable(bus, "c1", lanes_of=["coord"], block_ms=100)
+    third = bus.watch.durable("c1", lanes_of=["coord"], block_ms=100)
     c = send(bus, "l2", "c1")
     assert [e["message"]["id"] for e in take(third, 1)] == [c["id"]]
 
 
 def test_a_durable_subscription_keeps_its_sessions_events_from_the_quiet_drop(bus: Bus) -> None:
     bus.open_session("l1")
-    sub = Durable(bus, "keep", sessions=["l1"], block_ms=100)
+    sub = bus.watch.durable("keep", sessions=["l1"], block_ms=100)
     sent = send(bus, "l1", "kept for the subscriber")
     assert bus.store.drop_quiet_events(["l1"], 0) == 0  # pinned by the cursor
     assert [e["message"]["id"] for e in take(sub, 1)] == [sent["id"]]
@@ -131,7 +130,7 @@ def test_a_durable_subscription_keeps_its_sessions_events_from_the_quiet_drop(bu
 
 def test_a_cursor_trimmed_away_is_refused_as_cursor_expired(bus: Bus) -> None:
     bus.open_session("l1")
-    sub = Durable(bus, "old", sessions=["l1"], block_ms=100)
+    sub = bus.watch.durable("old", sessions=["l1"], block_ms=100)
     first = send(bus, "l1", "seen")
     take(sub, 1)
     assert first
@@ -140,10 +139,10 @@ def test_a_cursor_trimmed_away_is_refused_as_cursor_expired(bus: Bus) -> None:
         send(bus, "l1", f"later {n}")
     bus.store.r.xtrim(key, maxlen=1, approximate=False)  # retention passed them by
     with pytest.raises(CursorExpired) as err:
-        Durable(bus, "old", sessions=["l1"], block_ms=100)
+        bus.watch.durable("old", sessions=["l1"], block_ms=100)
     assert err.value.code == "cursor_expired"
     assert "fell out of retention for session 'l1'" in str(err.value)
-    fresh = Durable(bus, "old", sessions=["l1"], block_ms=100, reset=True)
+    fresh = bus.watch.durable("old", sessions=["l1"], block_ms=100, reset=True)
     later = send(bus, "l1", "after the reset")
     assert [e["message"]["id"] for e in take(fresh, 1)] == [later["id"]]
 
@@ -214,17 +213,16 @@ def test_inbox_watch_refuses_a_mixed_selection(settings: Settings) -> None:
 
 def test_a_reader_follows_itself_and_its_lanes_only(bus: Bus) -> None:
     from bus.core.errors import Refused
-    from bus.services.durable_watch import reader_subscription
 
     bus.open_session("coord")
     bus.open_session("mine", parent="coord")
     bus.open_session("theirs")
     with pytest.raises(Refused) as err:
-        reader_subscription(bus, "coord", "s", sessions=["theirs"], lanes=True)
+        bus.watch.reader_subscription("coord", "s", sessions=["theirs"], lanes=True)
     assert err.value.code == "not_your_lane"
-    sub = reader_subscription(bus, "coord", "s", sessions=["coord"], lanes=True)
+    sub = bus.watch.reader_subscription("coord", "s", sessions=["coord"], lanes=True)
     assert sub.name == "coord.s"
-    assert sorted(sub.sid_of.values()) == ["coord", "mine"]
+    assert sorted(sub.pos) == ["coord", "mine"]
 
 
 @pytest.mark.anyio

@@ -11,18 +11,7 @@ import pytest
 from bus.api import Bus
 from bus.core.errors import BadInput, BusError, NotFound, Refused
 from bus.core.policy import from_member
-from bus.services.items import (
-    FORMER_MEMBER,
-    is_member,
-    item_file,
-    item_post,
-    item_settle,
-    item_write,
-    member_add,
-    member_remove,
-    read_inbox,
-    reply_inbox,
-)
+from bus.services.items import FORMER_MEMBER
 from tests.test_pictures import png_bytes
 
 WS = "acme"
@@ -31,10 +20,10 @@ WS = "acme"
 @pytest.fixture
 def agent(bus: Bus) -> Bus:
     """Session "agent" started by member dean of workspace acme, with one item posted."""
-    member_add(bus, WS, "dean")
-    member_add(bus, WS, "luke")
+    bus.items.member_add(WS, "dean")
+    bus.items.member_add(WS, "luke")
     bus.open_session("agent", workspace=WS, starter="dean")
-    item_post(bus, "agent", "deploy:prod", title="May I deploy?", text="Release 1.2 is ready.")
+    bus.items.item_post("agent", "deploy:prod", title="May I deploy?", text="Release 1.2 is ready.")
     return bus
 
 
@@ -52,28 +41,27 @@ def files_on_disk(b: Bus) -> list[str]:
 
 
 def item_of(b: Bus, key: str = "deploy:prod") -> dict:
-    return next(i for i in read_inbox(b, "agent")["items"] if i["key"] == key)
+    return next(i for i in b.items.read_inbox("agent")["items"] if i["key"] == key)
 
 
 def test_members(bus: Bus) -> None:
-    assert not is_member(bus, WS, "dean")
-    member_add(bus, WS, "dean")
-    assert is_member(bus, WS, "dean")
-    assert member_remove(bus, WS, "dean")["status"] == "removed"
-    assert not is_member(bus, WS, "dean")
+    assert not bus.items.is_member(WS, "dean")
+    bus.items.member_add(WS, "dean")
+    assert bus.items.is_member(WS, "dean")
+    assert bus.items.member_remove(WS, "dean")["status"] == "removed"
+    assert not bus.items.is_member(WS, "dean")
     with pytest.raises(NotFound):
-        member_remove(bus, WS, "nobody")
+        bus.items.member_remove(WS, "nobody")
     for bad in ("has space", "", "a/b", ".."):
         with pytest.raises(BadInput):
-            member_add(bus, WS, bad)
+            bus.items.member_add(WS, bad)
         with pytest.raises(BadInput):
-            member_add(bus, bad, "dean")
+            bus.items.member_add(bad, "dean")
 
 
 def test_thread_in_order_with_names_and_files(agent: Bus, sandbox: Path) -> None:
     b = agent
-    item_write(
-        b,
+    b.items.item_write(
         "agent",
         "deploy:prod",
         member="luke",
@@ -81,7 +69,7 @@ def test_thread_in_order_with_names_and_files(agent: Bus, sandbox: Path) -> None
         image_paths=["shot.png"],
         root=sandbox,
     )
-    reply_inbox(b, "agent", "deploy:prod", text="Thanks, **deploying** now.", root=sandbox)
+    b.items.reply_inbox("agent", "deploy:prod", text="Thanks, **deploying** now.", root=sandbox)
     item = item_of(b)
     assert item["thread"] == [
         {"from": "luke", "text": "Here is the graph", "files": ["shot.png"]},
@@ -98,17 +86,16 @@ def test_thread_in_order_with_names_and_files(agent: Bus, sandbox: Path) -> None
         "thread",
     }
     # Luke's account goes: his message stays, under "a former member".
-    member_remove(b, WS, "luke")
+    b.items.member_remove(WS, "luke")
     assert item_of(b)["thread"][0]["from"] == FORMER_MEMBER
 
 
 def test_reply_with_picture_kept_and_served(agent: Bus, sandbox: Path) -> None:
     b = agent
-    item_settle(b, "agent", "deploy:prod", member="dean", answer="Yes, go ahead.")
+    b.items.item_settle("agent", "deploy:prod", member="dean", answer="Yes, go ahead.")
     before = item_of(b)
     assert before["status"] == "settled" and before["answer"] == "Yes, go ahead."
-    out = reply_inbox(
-        b,
+    out = b.items.reply_inbox(
         "agent",
         "deploy:prod",
         text="Done: see the graph.",
@@ -124,31 +111,31 @@ def test_reply_with_picture_kept_and_served(agent: Bus, sandbox: Path) -> None:
     assert after["thread"] == [
         {"from": "you", "text": "Done: see the graph.", "files": ["shot.png"]}
     ]
-    path = item_file(b, "agent", "deploy:prod", "shot.png")
+    path = b.items.item_file("agent", "deploy:prod", "shot.png")
     assert path.read_bytes() == (sandbox / "shot.png").read_bytes()
     assert path.parent == Path(b.settings.home) / "items" / "agent" / "deploy:prod" / "files"
     # Pictures alone are a reply too, and an absolute path inside the root is fine.
-    out2 = reply_inbox(
-        b, "agent", "deploy:prod", image_paths=[str(sandbox / "shot.png")], root=sandbox
+    out2 = b.items.reply_inbox(
+        "agent", "deploy:prod", image_paths=[str(sandbox / "shot.png")], root=sandbox
     )
     assert out2["files"] == ["shot.png"]  # same bytes, same name: kept once
     with pytest.raises(NotFound):
-        item_file(b, "agent", "deploy:prod", "other.png")
+        b.items.item_file("agent", "deploy:prod", "other.png")
     with pytest.raises(BadInput):
-        item_file(b, "agent", "deploy:prod", "../shot.png")
+        b.items.item_file("agent", "deploy:prod", "../shot.png")
 
 
 def test_refused_replies_write_nothing(agent: Bus, sandbox: Path, tmp_path: Path) -> None:
     b = agent
     b.open_session("other", workspace=WS, starter="dean")
-    item_post(b, "other", "theirs", title="Another agent's item")
+    b.items.item_post("other", "theirs", title="Another agent's item")
     (sandbox / "notes.png").write_text("just text, named like a picture\n")
     outside = tmp_path / "outside.png"
     outside.write_bytes(png_bytes())
     (sandbox / "escape.png").symlink_to(outside)
     (sandbox / "big.png").write_bytes(png_bytes() + b"\0" * (5 * 1024 * 1024))
 
-    state = read_inbox(b, "agent")
+    state = b.items.read_inbox("agent")
     disk = files_on_disk(b)
     cases: list[tuple[type[BusError], str | None, dict]] = [
         (NotFound, "unknown_item", {"key": "theirs", "text": "hi"}),
@@ -184,31 +171,33 @@ def test_refused_replies_write_nothing(agent: Bus, sandbox: Path, tmp_path: Path
     for exc, code, kw in cases:
         key = kw.pop("key")
         with pytest.raises(exc) as err:
-            reply_inbox(b, "agent", key, root=sandbox, **kw)
+            b.items.reply_inbox("agent", key, root=sandbox, **kw)
         if code:
             assert err.value.code == code, (code, err.value)
-        assert read_inbox(b, "agent") == state, code
+        assert b.items.read_inbox("agent") == state, code
         assert files_on_disk(b) == disk, code
 
     # The starter's account goes: the agent may no longer reply (nor post).
-    member_remove(b, WS, "dean")
+    b.items.member_remove(WS, "dean")
     with pytest.raises(Refused) as err:
-        reply_inbox(b, "agent", "deploy:prod", text="hi", image_paths=["shot.png"], root=sandbox)
+        b.items.reply_inbox(
+            "agent", "deploy:prod", text="hi", image_paths=["shot.png"], root=sandbox
+        )
     assert err.value.code == "starter_not_member"
     with pytest.raises(Refused):
-        item_post(b, "agent", "deploy:prod", title="again")
-    assert read_inbox(b, "agent") == state
+        b.items.item_post("agent", "deploy:prod", title="again")
+    assert b.items.read_inbox("agent") == state
     assert files_on_disk(b) == disk
 
 
 def test_repost_bumps_revision_and_reopens(agent: Bus) -> None:
     b = agent
-    item_settle(b, "agent", "deploy:prod", member="luke", answer="No, wait for QA.")
-    item_write(b, "agent", "deploy:prod", member="luke", text="QA is on it")
+    b.items.item_settle("agent", "deploy:prod", member="luke", answer="No, wait for QA.")
+    b.items.item_write("agent", "deploy:prod", member="luke", text="QA is on it")
     first = item_of(b)
     assert first["revision"] == 1 and first["status"] == "settled"
     time.sleep(0.002)
-    out = item_post(b, "agent", "deploy:prod", title="May I deploy 1.2.1?")["item"]
+    out = b.items.item_post("agent", "deploy:prod", title="May I deploy 1.2.1?")["item"]
     assert out["revision"] == 2 and out["title"] == "May I deploy 1.2.1?"
     again = item_of(b)
     assert again["status"] == "open" and again["answer"] is None and again["settledAt"] is None
@@ -216,18 +205,18 @@ def test_repost_bumps_revision_and_reopens(agent: Bus) -> None:
     # The thread carries on across revisions.
     assert again["thread"] == first["thread"]
     with pytest.raises(BadInput):
-        item_post(b, "agent", "bad key", title="x")
+        b.items.item_post("agent", "bad key", title="x")
     with pytest.raises(BadInput):
-        item_post(b, "agent", "k" * 201, title="x")
+        b.items.item_post("agent", "k" * 201, title="x")
     with pytest.raises(BadInput):
-        item_post(b, "agent", "ok", title="")
+        b.items.item_post("agent", "ok", title="")
 
 
 def test_settled_item_takes_messages_and_replies(agent: Bus) -> None:
     b = agent
-    item_settle(b, "agent", "deploy:prod", member="dean", answer="Yes")
-    item_write(b, "agent", "deploy:prod", member="dean", text="One more thing")
-    reply_inbox(b, "agent", "deploy:prod", text="Noted")
+    b.items.item_settle("agent", "deploy:prod", member="dean", answer="Yes")
+    b.items.item_write("agent", "deploy:prod", member="dean", text="One more thing")
+    b.items.reply_inbox("agent", "deploy:prod", text="Noted")
     item = item_of(b)
     assert item["status"] == "settled" and item["answer"] == "Yes"
     assert [e["from"] for e in item["thread"]] == ["dean", "you"]
@@ -236,29 +225,28 @@ def test_settled_item_takes_messages_and_replies(agent: Bus) -> None:
 def test_only_members_settle_and_write(agent: Bus) -> None:
     b = agent
     with pytest.raises(Refused) as err:
-        item_settle(b, "agent", "deploy:prod", member="mallory", answer="yes")
+        b.items.item_settle("agent", "deploy:prod", member="mallory", answer="yes")
     assert err.value.code == "not_a_member"
     with pytest.raises(Refused):
-        item_write(b, "agent", "deploy:prod", member="mallory", text="hi")
+        b.items.item_write("agent", "deploy:prod", member="mallory", text="hi")
     with pytest.raises(NotFound):
-        item_write(b, "agent", "nope", member="dean", text="hi")
+        b.items.item_write("agent", "nope", member="dean", text="hi")
     with pytest.raises(BadInput):
-        item_write(b, "agent", "deploy:prod", member="dean", text=" ")
+        b.items.item_write("agent", "deploy:prod", member="dean", text=" ")
     assert item_of(b)["thread"] == [] and item_of(b)["status"] == "open"
 
 
 def test_session_without_workspace_cannot_post(bus: Bus) -> None:
     bus.open_session("loner")
     with pytest.raises(Refused) as err:
-        item_post(bus, "loner", "k", title="t")
+        bus.items.item_post("loner", "k", title="t")
     assert err.value.code == "no_workspace"
-    assert read_inbox(bus, "loner") == {"items": []}
+    assert bus.items.read_inbox("loner") == {"items": []}
 
 
 def test_member_message_reaches_the_agent(agent: Bus, sandbox: Path) -> None:
     b = agent
-    out = item_write(
-        b,
+    out = b.items.item_write(
         "agent",
         "deploy:prod",
         member="luke",
@@ -283,8 +271,8 @@ def test_member_message_reaches_the_agent(agent: Bus, sandbox: Path) -> None:
 
 def test_no_file_written_outside_home(agent: Bus, sandbox: Path) -> None:
     b = agent
-    reply_inbox(b, "agent", "deploy:prod", text="pic", image_paths=["shot.png"], root=sandbox)
-    stored = item_file(b, "agent", "deploy:prod", "shot.png")
+    b.items.reply_inbox("agent", "deploy:prod", text="pic", image_paths=["shot.png"], root=sandbox)
+    stored = b.items.item_file("agent", "deploy:prod", "shot.png")
     assert stat_mode(stored) == 0o600
     assert stat_mode(stored.parent) == 0o700
 
@@ -299,7 +287,7 @@ def test_a_members_message_wakes_an_idle_agent(agent: Bus) -> None:
     b = agent
     b.turn("agent", "start")
     b.turn("agent", "end")  # had its first turn: only what deserves it wakes it now
-    item_write(b, "agent", "deploy:prod", member="luke", text="Please look again")
+    b.items.item_write("agent", "deploy:prod", member="luke", text="Please look again")
     b.deliver_session("agent")
     time.sleep(b.settings.wake_debounce_s)
     tick(b, sweep=False)

@@ -17,7 +17,6 @@ from bus.api import Bus
 from bus.core.clock import ManualClock
 from bus.core.errors import Refused
 from bus.core.models import now_ms
-from bus.services.watch import top_rows
 from bus.store import compaction
 from bus.store.compaction import MAX_ENTRIES, compact_all
 from tests.conftest import wait_for
@@ -53,7 +52,7 @@ def test_a_delivered_queue_goes_with_its_cursor_and_the_next_message_is_delivere
     # The message lives on in the inbox, the top row still dates the last arrival.
     [rec] = store.records("coord", [first["id"]])
     assert rec["mark"] == "noticed"
-    row = next(r for r in top_rows(bus) if r["session"] == "coord")
+    row = next(r for r in bus.watch.top_rows() if r["session"] == "coord")
     assert row["last_at"] == rec["at"] > 0
 
     second = send(bus, "coord", "again")

@@ -15,7 +15,7 @@ from bus.telemetry.metrics import Metrics, RedisCollector, counter_field, parse_
 
 def exposition(b: Bus) -> str:
     registry = CollectorRegistry()
-    registry.register(RedisCollector(b))
+    registry.register(RedisCollector(lambda: b.store))
     return generate_latest(registry).decode()
 
 

@@ -12,7 +12,6 @@ import pytest
 from bus.api import Bus
 from bus.core import decisions
 from bus.core.errors import BadInput, BusError, NotFound, Refused
-from bus.services.typed_requests import decide, open_request, request_state
 
 W1 = {"start": "2030-01-02T10:00:00+00:00", "end": "2030-01-02T11:00:00+00:00"}
 W2 = {"start": "2030-01-03T10:00:00+00:00", "end": "2030-01-03T11:00:00+00:00", "tz_hint": "UTC"}
@@ -32,8 +31,8 @@ def snapshot(b: Bus, thr: str) -> tuple[int, dict[str, str]]:
 
 
 def open_meeting(b: Bus, **kw: Any) -> str:
-    out = open_request(
-        b, actor="alice", to_id="bob", type="meeting_request", text="Can we meet?", **kw
+    out = b.requests.open_request(
+        actor="alice", to_id="bob", type="meeting_request", text="Can we meet?", **kw
     )
     assert out["ok"] and out["state"] == "REQUESTED"
     return str(out["thread"])
@@ -49,24 +48,24 @@ def test_meeting_negotiated_to_confirmed(pair: Bus) -> None:
     b = pair
     thr = open_meeting(b, windows=[W1])
     b.deliver_session("bob")
-    assert request_state(b, thr)["windows"] == [W1]
+    assert b.requests.request_state(thr)["windows"] == [W1]
     inbox = b.read("bob", thr)
     assert inbox["state"] == "REQUESTED"
     assert [m["text"] for m in inbox["messages"]] == ["Can we meet?"]
 
-    out = decide(
-        b, thr, "counter", actor="bob", message="Not then; how about these?", windows=[W1, W2]
+    out = b.requests.decide(
+        thr, "counter", actor="bob", message="Not then; how about these?", windows=[W1, W2]
     )
     assert out["new_state"] == "OFFERED" and out["envelope_id"].startswith("env-")
-    st = request_state(b, thr)
+    st = b.requests.request_state(thr)
     assert st["state"] == "OFFERED" and st["offered_by"] == "recipient"
     assert len(st["windows"]) == 2
     # Bob cannot accept his own offer.
-    refused("invalid_for_state", lambda: decide(b, thr, "accept", actor="bob"))
+    refused("invalid_for_state", lambda: b.requests.decide(thr, "accept", actor="bob"))
 
-    out2 = decide(b, thr, "accept", actor="alice", message="The second one.")
+    out2 = b.requests.decide(thr, "accept", actor="alice", message="The second one.")
     assert out2["new_state"] == "CONFIRMED"
-    assert "offered_by" not in request_state(b, thr)
+    assert "offered_by" not in b.requests.request_state(thr)
 
     b.deliver_session("alice")
     b.deliver_session("bob")
@@ -98,42 +97,50 @@ def test_every_refusal_writes_nothing(pair: Bus) -> None:
     thr = open_meeting(b)
     b.deliver_session("bob")
     before = snapshot(b, thr)
-    refused("not_a_party", lambda: decide(b, thr, "accept", actor="carol"))
-    refused("invalid_for_state", lambda: decide(b, thr, "accept", actor="alice"))
-    refused("invalid_for_state", lambda: decide(b, thr, "withdraw", actor="bob"))
+    refused("not_a_party", lambda: b.requests.decide(thr, "accept", actor="carol"))
+    refused("invalid_for_state", lambda: b.requests.decide(thr, "accept", actor="alice"))
+    refused("invalid_for_state", lambda: b.requests.decide(thr, "withdraw", actor="bob"))
     assert snapshot(b, thr) == before
 
-    decide(b, thr, "decline", actor="bob")
+    b.requests.decide(thr, "decline", actor="bob")
     done = snapshot(b, thr)
     assert done[1]["state"] == "DECLINED"
     for who, what in [("bob", "accept"), ("alice", "withdraw"), ("alice", "clarify")]:
-        refused("thread_terminal", lambda who=who, what=what: decide(b, thr, what, actor=who))
-    refused("not_a_party", lambda: decide(b, thr, "clarify", actor="carol"))
+        refused(
+            "thread_terminal", lambda who=who, what=what: b.requests.decide(thr, what, actor=who)
+        )
+    refused("not_a_party", lambda: b.requests.decide(thr, "clarify", actor="carol"))
     assert snapshot(b, thr) == done
 
 
 def test_withdraw_only_by_sender_only_from_requested(pair: Bus) -> None:
     b = pair
     thr = open_meeting(b)
-    refused("invalid_for_state", lambda: decide(b, thr, "withdraw", actor="bob"))
-    assert decide(b, thr, "withdraw", actor="alice")["new_state"] == "DROPPED"
+    refused("invalid_for_state", lambda: b.requests.decide(thr, "withdraw", actor="bob"))
+    assert b.requests.decide(thr, "withdraw", actor="alice")["new_state"] == "DROPPED"
 
     thr2 = open_meeting(b)
-    decide(b, thr2, "counter", actor="bob", windows=[W1])
+    b.requests.decide(thr2, "counter", actor="bob", windows=[W1])
     before = snapshot(b, thr2)
-    refused("invalid_for_state", lambda: decide(b, thr2, "withdraw", actor="alice"))
+    refused("invalid_for_state", lambda: b.requests.decide(thr2, "withdraw", actor="alice"))
     assert snapshot(b, thr2) == before
 
 
 def test_clarify_keeps_state(pair: Bus) -> None:
     b = pair
-    thr = open_request(b, actor="alice", to_id="bob", type="task", text="Fix the build")["thread"]
-    out = decide(b, thr, "clarify", actor="bob", message="Which branch?")
+    thr = b.requests.open_request(actor="alice", to_id="bob", type="task", text="Fix the build")[
+        "thread"
+    ]
+    out = b.requests.decide(thr, "clarify", actor="bob", message="Which branch?")
     assert out["new_state"] == "REQUESTED"
-    assert decide(b, thr, "clarify", actor="alice", message="main")["new_state"] == "REQUESTED"
+    assert (
+        b.requests.decide(thr, "clarify", actor="alice", message="main")["new_state"] == "REQUESTED"
+    )
     # A task counter needs no windows.
-    assert decide(b, thr, "counter", actor="bob", message="Tomorrow")["new_state"] == "OFFERED"
-    assert decide(b, thr, "accept", actor="alice")["new_state"] == "CONFIRMED"
+    assert (
+        b.requests.decide(thr, "counter", actor="bob", message="Tomorrow")["new_state"] == "OFFERED"
+    )
+    assert b.requests.decide(thr, "accept", actor="alice")["new_state"] == "CONFIRMED"
 
 
 @pytest.mark.parametrize(
@@ -152,7 +159,7 @@ def test_bad_counter_windows_write_nothing(pair: Bus, windows: list[dict[str, st
     thr = open_meeting(b)
     before = snapshot(b, thr)
     with pytest.raises(BadInput):
-        decide(b, thr, "counter", actor="bob", windows=windows)
+        b.requests.decide(thr, "counter", actor="bob", windows=windows)
     assert snapshot(b, thr) == before
 
 
@@ -161,30 +168,33 @@ def test_message_bound_and_bad_input(pair: Bus) -> None:
     thr = open_meeting(b)
     before = snapshot(b, thr)
     with pytest.raises(BadInput):
-        decide(b, thr, "decline", actor="bob", message="x" * 2001)
+        b.requests.decide(thr, "decline", actor="bob", message="x" * 2001)
     with pytest.raises(BadInput):
-        decide(b, thr, "maybe", actor="bob")
+        b.requests.decide(thr, "maybe", actor="bob")
     assert snapshot(b, thr) == before
-    assert decide(b, thr, "decline", actor="bob", message="x" * 2000)["new_state"] == "DECLINED"
+    assert (
+        b.requests.decide(thr, "decline", actor="bob", message="x" * 2000)["new_state"]
+        == "DECLINED"
+    )
     with pytest.raises(NotFound):
-        decide(b, "thr_aaaaaaaaaaaaaaaa", "accept", actor="bob")
+        b.requests.decide("thr_aaaaaaaaaaaaaaaa", "accept", actor="bob")
     with pytest.raises(BadInput):
-        decide(b, "not-a-thread", "accept", actor="bob")
+        b.requests.decide("not-a-thread", "accept", actor="bob")
 
 
 def test_open_request_refusals(pair: Bus) -> None:
     b = pair
     with pytest.raises(BadInput):
-        open_request(b, actor="alice", to_id="bob", type="lunch", text="hi")
+        b.requests.open_request(actor="alice", to_id="bob", type="lunch", text="hi")
     with pytest.raises(BadInput):
-        open_request(b, actor="alice", to_id="alice", type="task", text="hi")
+        b.requests.open_request(actor="alice", to_id="alice", type="task", text="hi")
     with pytest.raises(NotFound):
-        open_request(b, actor="nobody", to_id="bob", type="task", text="hi")
+        b.requests.open_request(actor="nobody", to_id="bob", type="task", text="hi")
     with pytest.raises(BadInput):
-        open_request(b, actor="alice", to_id="bob", type="task", text="x" * 8001)
+        b.requests.open_request(actor="alice", to_id="bob", type="task", text="x" * 8001)
     with pytest.raises(BadInput):
-        open_request(
-            b, actor="alice", to_id="bob", type="meeting_request", text="hi", windows=[W1] * 11
+        b.requests.open_request(
+            actor="alice", to_id="bob", type="meeting_request", text="hi", windows=[W1] * 11
         )
     # Nothing was opened by any of them.
     assert b.threads("alice")["threads"] == []
@@ -196,7 +206,7 @@ def _act(
 ) -> None:
     barrier.wait()  # both decisions leave together
     try:
-        results[who] = decide(b, thr, what, actor=who)
+        results[who] = b.requests.decide(thr, what, actor=who)
     except BusError as exc:
         results[who] = exc
 
@@ -221,7 +231,7 @@ def test_race_exactly_one_wins(make_bus: Callable[..., Bus]) -> None:
         losses = [v for v in results.values() if isinstance(v, BusError)]
         assert len(wins) == 1 and len(losses) == 1, results
         assert losses[0].code == "thread_terminal"
-        state = request_state(setup, thr)["state"]
+        state = setup.requests.request_state(thr)["state"]
         assert state == wins[0]["new_state"]
         assert state in (decisions.CONFIRMED, decisions.DROPPED)
         # The log holds the request and exactly one decision.

@@ -19,6 +19,7 @@ from bus.core.settings import Settings
 from bus.delivery.dispatch import NullDispatcher
 from bus.ops.supervise import AlreadyRunning, Child, HomeLock, Supervisor
 from bus.store.keys import Keys
+from bus.store.server_probe import Progress
 from bus.telemetry.liveness import host_queue
 from tests.conftest import REPO, wait_for
 
@@ -182,7 +183,7 @@ def test_a_worker_holding_work_without_progress_is_restarted(redis_url: str, pre
     keys = Keys(prefix)
     lines: list[str] = []
     child = Child("worker-h", _sleeper, host="h")
-    sup = Supervisor([child], log=lines.append, store=(client, keys), stall_s=0.3).start()
+    sup = Supervisor([child], log=lines.append, store=Progress(client, keys), stall_s=0.3).start()
     try:
         first = child.proc.pid
         sup.poll()

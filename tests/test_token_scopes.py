@@ -19,7 +19,6 @@ import pytest
 from bus.api import Bus
 from bus.core.errors import Refused, Unauthorized
 from bus.core.settings import Settings
-from bus.services import items
 from bus.surfaces.http.gateway import create_app
 from bus.trust.tokens import SCOPE_OPERATOR, SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
 from tests.conftest import settings_env
@@ -63,7 +62,7 @@ def world(make_bus: Callable[..., Bus], tmp_path: Path) -> tuple[Bus, str, str]:
     """alice wrote to bob (both in acme, started by dean); bob has an item and asked alice
     for a task. Returns (bus, bob's thread with alice, a typed request thread)."""
     b = make_bus(secret=SECRET)
-    items.member_add(b, WS, "dean")
+    b.items.member_add(WS, "dean")
     b.open_session("alice", handle="ha:alice", workspace=WS, starter="dean", token=MEMBER)
     b.open_session("bob", handle="ha:bob", workspace=WS, starter="dean", token=MEMBER)
     b.send({"to_id": "bob", "text": "hi bob"}, token=tok(session="alice"))
@@ -127,7 +126,7 @@ def test_a_member_token_acts_on_items_of_its_workspace_while_active(
     with pytest.raises(Unauthorized):
         b.read_inbox("carol", token=MEMBER)
     # Once the member is removed, the token does nothing.
-    items.member_remove(b, WS, "dean")
+    b.items.member_remove(WS, "dean")
     before = keys_of(b)
     for fn in (
         lambda: b.read_inbox("bob", token=MEMBER),

@@ -11,7 +11,7 @@ from typing import Any
 from rich.table import Table
 
 from bus.api import Bus
-from bus.services.watch import render_top, run_watch, subscribe, top_rows
+from bus.services.watch import render_top
 
 
 def send(b: Bus, to: str, text: str) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def test_subscriber_started_before_sends_gets_them_in_order(bus: Bus) -> None:
     bus.open_session("b")
     old = send(bus, "a", "before the subscriber")
     stop = threading.Event()
-    events = subscribe(bus, ["a", "b"], block_ms=100, stop=stop)
+    events = bus.watch.subscribe(["a", "b"], block_ms=100, stop=stop)
     col = Collector(events, lambda got: len(got) >= 3)
     sent = [send(bus, "a", "a1"), send(bus, "b", "b1"), send(bus, "a", "a2")]
     assert col.done.wait(10), col.got
@@ -59,7 +59,7 @@ def test_since_zero_replays_what_is_still_in_the_stream(bus: Bus) -> None:
     bus.open_session("a")
     old = send(bus, "a", "old")
     stop = threading.Event()
-    col = Collector(subscribe(bus, ["a"], since="0-0", block_ms=100, stop=stop), bool)
+    col = Collector(bus.watch.subscribe(["a"], since="0-0", block_ms=100, stop=stop), bool)
     assert col.done.wait(10)
     stop.set()
     col.thread.join(5)
@@ -69,7 +69,7 @@ def test_since_zero_replays_what_is_still_in_the_stream(bus: Bus) -> None:
 def test_all_picks_up_a_session_opened_later(bus: Bus) -> None:
     bus.open_session("early")
     stop = threading.Event()
-    events = subscribe(bus, None, block_ms=50, refresh_s=0.05, stop=stop)
+    events = bus.watch.subscribe(None, block_ms=50, refresh_s=0.05, stop=stop)
     col = Collector(events, lambda got: {e["session"] for e in got} >= {"early", "late"})
     send(bus, "early", "one")
     bus.open_session("late")
@@ -93,7 +93,7 @@ def test_run_watch_prints_one_json_line_per_message(bus: Bus) -> None:
     out = Out()
     # The stream is empty, so "0-0" sees exactly what "$" would, without racing the thread.
     t = threading.Thread(
-        target=run_watch, args=(bus, ["a"], out), kwargs={"stop": stop, "since": "0-0"}
+        target=bus.watch.run_watch, args=(["a"], out), kwargs={"stop": stop, "since": "0-0"}
     )
     t.start()
     try:
@@ -117,7 +117,7 @@ def test_top_rows_show_backlog_and_unread(bus: Bus) -> None:
     bus.deliver_session("coord")
     send(bus, "coord", "queued 1")
     send(bus, "coord", "queued 2")
-    rows = {r["session"]: r for r in top_rows(bus)}
+    rows = {r["session"]: r for r in bus.watch.top_rows()}
     assert set(rows) == {"coord", "quiet"}
     coord = rows["coord"]
     assert coord["handle"] == "hosta:coord"
@@ -129,14 +129,14 @@ def test_top_rows_show_backlog_and_unread(bus: Bus) -> None:
     assert isinstance(coord["age_s"], int) and coord["age_s"] >= 0
     assert rows["quiet"]["unread"] == rows["quiet"]["backlog"] == 0
     bus.read("coord", bus.threads("coord")["threads"][0]["threadId"], mark_read=True)
-    assert {r["session"]: r for r in top_rows(bus)}["coord"]["unread"] == 0
+    assert {r["session"]: r for r in bus.watch.top_rows()}["coord"]["unread"] == 0
 
 
 def test_render_top_has_one_row_per_session(bus: Bus) -> None:
     for sid in ("s1", "s2", "s3"):
         bus.open_session(sid)
     send(bus, "s2", "waiting")
-    rows = top_rows(bus)
+    rows = bus.watch.top_rows()
     table = render_top(rows)
     assert isinstance(table, Table)
     assert table.row_count == 3

@@ -355,11 +355,11 @@ def test_the_live_stream_ends_in_time_and_resumes_after_its_last_event_id(
 
     import httpx
 
-    from bus.surfaces.web import app as web_app
+    from bus.surfaces.web import live as web_live
     from tests.web_support import Served, free_port
 
-    monkeypatch.setattr(web_app, "STREAM_LIFETIME_S", 1.0)
-    monkeypatch.setattr(web_app, "ROWS_EVERY_S", 0.2)
+    monkeypatch.setattr(web_live, "STREAM_LIFETIME_S", 1.0)
+    monkeypatch.setattr(web_live, "ROWS_EVERY_S", 0.2)
     bus.open_session("s1")
     first = bus.send({"from": "h:a", "to_id": "s1", "text": "before"})
     bus.send({"from": "h:a", "to_id": "s1", "text": "after"})

@@ -15,9 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
-import redis
-
 from bus.core.private_files import private_dirs, secret_file
+from bus.store.server_probe import ClusterNode, socket_answers
 
 from .procs import die_with_parent
 
@@ -150,22 +149,17 @@ class EmbeddedRedis:
             preexec_fn=die_with_parent,
         )
         deadline = time.monotonic() + timeout
-        client = redis.Redis(unix_socket_path=str(self.socket_path), password=self.password)
         while True:
             if self.proc.poll() is not None:
                 log = self.data_dir / "redis.log"
                 detail = log.read_text()[-500:] if log.exists() else ""
                 raise RuntimeError(f"embedded redis-server exited: {detail}")
-            try:
-                if self.socket_path.exists() and client.ping():
-                    break
-            except redis.RedisError:
-                pass
+            if socket_answers(self.socket_path, self.password):
+                break
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError("embedded redis-server did not answer in time")
             time.sleep(0.05)
-        client.close()
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -266,9 +260,6 @@ class EmbeddedCluster:
         """A URL naming one node; a cluster client finds the others from it."""
         return f"redis://127.0.0.1:{self.ports[0]}/0"
 
-    def _node(self, port: int) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1)
-
     def start(self, timeout: float = 20.0) -> EmbeddedCluster:
         deadline = time.monotonic() + timeout
         for port in self.ports:
@@ -293,52 +284,41 @@ class EmbeddedCluster:
                 subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )
         try:
-            clients = [self._wait_ping(port, deadline) for port in self.ports]
-            per = self.SLOTS // len(clients)
-            for i, client in enumerate(clients):
-                end = self.SLOTS if i == len(clients) - 1 else (i + 1) * per
-                client.execute_command("CLUSTER ADDSLOTS", *range(i * per, end))
+            nodes = [self._wait_ping(port, deadline) for port in self.ports]
+            per = self.SLOTS // len(nodes)
+            for i, node in enumerate(nodes):
+                end = self.SLOTS if i == len(nodes) - 1 else (i + 1) * per
+                node.add_slots(range(i * per, end))
                 # Distinct epochs, as redis-cli sets them, so no collision has to settle.
-                client.execute_command("CLUSTER SET-CONFIG-EPOCH", i + 1)
+                node.set_config_epoch(i + 1)
             for port in self.ports[1:]:
-                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", port)
-            self._wait_ok(clients, deadline)
-            for client in clients:
-                client.close()
+                nodes[0].meet(port)
+            self._wait_ok(nodes, deadline)
+            for node in nodes:
+                node.close()
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait_ping(self, port: int, deadline: float) -> redis.Redis:
-        client = self._node(port)
+    def _wait_ping(self, port: int, deadline: float) -> ClusterNode:
+        node = ClusterNode(port)
         proc = self.procs[self.ports.index(port)]
         while True:
             if proc.poll() is not None:
                 log = self.data_dir / str(port) / "redis.log"
                 detail = log.read_text()[-300:] if log.exists() else ""
                 raise RuntimeError(f"cluster node on port {port} exited: {detail}")
-            try:
-                if client.ping():
-                    return client
-            except redis.RedisError:
-                pass
+            if node.answers():
+                return node
             if time.monotonic() > deadline:
                 raise RuntimeError(f"cluster node on port {port} did not answer in time")
             time.sleep(0.05)
 
-    def _wait_ok(self, clients: list[redis.Redis], deadline: float) -> None:
+    def _wait_ok(self, nodes: list[ClusterNode], deadline: float) -> None:
         """Until every node says ``cluster_state:ok`` and knows every other node."""
         while True:
-            ready = True
-            for client in clients:
-                # redis-py parses both replies: INFO to a dict, NODES to address -> node.
-                info = client.execute_command("CLUSTER INFO")
-                known = len(client.execute_command("CLUSTER NODES"))
-                if info.get("cluster_state") != "ok" or known < len(clients):
-                    ready = False
-                    break
-            if ready:
+            if all(node.ready(len(nodes)) for node in nodes):
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError("the cluster did not reach cluster_state:ok in time")

@@ -25,11 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import redis
-
 from bus.core.models import now_ms
-from bus.store.cluster import REDIS_ERRORS
-from bus.store.keys import Keys
+from bus.store.server_probe import Progress
 from bus.telemetry.liveness import host_queue, stalled
 
 from .procs import die_with_parent
@@ -152,16 +149,13 @@ class Supervisor:
         children: list[Child],
         *,
         name: str = "inbox up",
-        store: tuple[Any, Keys] | None = None,
-        broker: redis.Redis | None = None,
+        store: Progress | None = None,
         stall_s: float | None = None,
         log: Callable[[str], None] = _log,
     ) -> None:
         self.children = children
         self.name = name
-        self.store = store
-        # The host queues are the broker's; the store's server when none is given.
-        self.broker = broker
+        self.store = store  # where each host's queue and heartbeat are read
         self.stall_s = stall_s if stall_s is not None else _stall_from_env()
         self.log = log
         self.stopping = threading.Event()
@@ -217,24 +211,21 @@ class Supervisor:
 
     def _check_progress(self) -> None:
         assert self.store is not None
-        client, keys = self.store
         for child in self.children:
             if child.host is None or child.restart_at is not None:
                 continue
-            try:
-                queued = (self.broker or client).llen(keys.celery_queue(host_queue(child.host)))
-                progress, ready = client.hmget(keys.beat(child.host), "progress", "started")
-            except REDIS_ERRORS:
+            found = self.store.of(host_queue(child.host), child.host)
+            if found is None:
                 return  # Redis away: nothing to judge progress by
-            progress_ms = int(progress) if progress else None
+            queued, progress_ms, ready = found
             if stalled(
-                queued=int(queued),
+                queued=queued,
                 progress_ms=progress_ms,
                 started_ms=child.started_ms,
                 now=now_ms(),
                 bound_s=self.stall_s,
                 # The worker writes "started" once ready (workers.tasks, worker_ready).
-                booted=bool(ready) and int(ready) >= child.started_ms,
+                booted=ready is not None and ready >= child.started_ms,
             ):
                 self.log(
                     f"{self.name}: {child.name} holds {queued} queued but made no progress"

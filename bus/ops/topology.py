@@ -18,11 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import redis
-
 from bus.core.models import check_session_id
 from bus.core.settings import Settings
-from bus.store.keys import Keys
+from bus.store.server_probe import progress_client
 
 from .embedded import EmbeddedRedis
 from .supervise import Child, HomeLock, Supervisor, signal_group, spawn_logged
@@ -166,11 +164,10 @@ def start_topology(
         redis=embedded,
         lock=lock,
     )
-    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_connect_timeout=2)
     topo.supervisor = Supervisor(
         topo.children + ([redis_child] if redis_child else []),
         name="local",
-        store=(client, Keys(key_prefix or "inbox")),
+        store=progress_client(redis_url, key_prefix or "inbox"),
     )
     try:
         exe = [sys.executable, "-m", "bus.surfaces.cli.app"]

@@ -17,13 +17,9 @@ import sys
 import threading
 from pathlib import Path
 
-import redis
-
 from bus.core.private_files import private_dirs
 from bus.core.settings import Settings
-from bus.store.cluster import cluster_client
-from bus.store.connection import Lazy, broker_client
-from bus.store.keys import Keys
+from bus.store.server_probe import progress_on
 from bus.telemetry.host_floor import EXIT_HOME_GONE, EXIT_HOST_TAKEN
 
 from .embedded import EmbeddedRedis
@@ -94,14 +90,13 @@ def _supervise(
     children.append(Child("scheduler", spawn_logged([*exe, "scheduler"], env, slog), log=slog))
     print(f"inbox up: starting Redis, the worker and the scheduler for {settings.host}", flush=True)
     # Progress is judged by the worker's beat in the store and its queue on the broker.
-    client = (
-        Lazy(lambda: cluster_client(store_url))
-        if settings.redis_cluster
-        else redis.Redis.from_url(store_url, decode_responses=True, socket_connect_timeout=2)
+    store = progress_on(
+        store_url,
+        settings.key_prefix,
+        cluster=settings.redis_cluster,
+        broker_url=env.get("INBOX_BROKER_URL"),
     )
-    broker = broker_client(env.get("INBOX_BROKER_URL") or store_url)
-    store = (client, Keys(settings.key_prefix)) if broker is not None else None
-    sup = Supervisor(children, store=store, broker=broker)
+    sup = Supervisor(children, store=store)
     try:
         sup.start()
     except BaseException:
@@ -111,8 +106,7 @@ def _supervise(
     try:
         sup.run(stop)
     finally:
-        client.close()
-        if broker is not None:
-            broker.close()
+        if store is not None:
+            store.close()
         print("inbox up: stopped", flush=True)
     return sup.failed or 0

@@ -182,16 +182,15 @@ class Conversation:
             raise NotFound(f"no message {msg_id!r}")
         if msg.get("from_session") != by:
             raise Refused("only the sender may withdraw a message", code="not_sender")
-        events = store.events_key(sid)
         cursor = store.last_event_id(sid)
         verdict = self._withdraw_once(sid, msg_id)
         # A real deadline (the wait blocks on Redis), not the injectable clock.
         deadline = _now_ms() + int(WITHDRAW_WAIT_S * 1000)
         while verdict[0] == "wait" and _now_ms() < deadline:
             # Block on the session's records until the notice on its way lands or fails.
-            got = self._blocking().xread({events: cursor}, block=max(1, deadline - _now_ms()))
-            if got:
-                cursor = got[0][1][-1][0]
+            got = store.wait_event(self._blocking(), sid, cursor, deadline - _now_ms())
+            if got is not None:
+                cursor = got
             verdict = self._withdraw_once(sid, msg_id)
         kind = verdict[0]
         if kind in ("unsent", "retract"):
@@ -218,13 +217,7 @@ class Conversation:
         raise Refused(f"withdraw of {msg_id} timed out waiting for its notice", code="timeout")
 
     def _withdraw_once(self, sid: str, msg_id: str) -> list[str]:
-        out = self.store.run(
-            "withdraw",
-            sid,
-            ("ids", "msgs", "new", "wakeq", "notice", "events"),
-            [msg_id, self.clock.now_ms()],
-        )
-        return [str(x) for x in out]
+        return self.store.withdraw(sid, msg_id, self.clock.now_ms())
 
     def _message(self, sid: str, msg_id: str) -> dict[str, Any] | None:
         recs = self.store.records(sid, [msg_id])

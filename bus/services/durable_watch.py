@@ -25,20 +25,21 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from bus.core.errors import BadInput, NotFound, Refused
+from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
 from bus.core.models import check_session_id, now_ms
-from bus.store.cluster import read_streams
 from bus.store.many import stream_id_after
+from bus.trust.tokens import SCOPE_READ
 
 if TYPE_CHECKING:
     from bus.store.store import Store
-
-    from .ports import Streams
+    from bus.trust.tokens import Claims
 
 MESSAGE_KIND = "inbox_received"
+# The caller's verified claims for a token and a scope (bus.trust.access.Access.claims).
+ClaimsOf = Callable[[str | None, str], "Claims | None"]
 STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 
 
@@ -82,11 +83,13 @@ def expired(cursor: str, bounds: dict[str, Any] | None, cursor_kept: bool) -> bo
 
 
 class Durable:
-    """A named subscription's positions; iterating reads on and moves its cursors."""
+    """A named subscription's positions on ``store``; iterating reads on (on ``blocking``,
+    a client that may block) and moves its cursors."""
 
     def __init__(
         self,
-        bus: Streams,
+        store: Store,
+        blocking: Any,
         name: str,
         *,
         sessions: list[str] | None = None,
@@ -100,18 +103,16 @@ class Durable:
     ) -> None:
         if block_ms <= 0:
             raise ValueError("block_ms must be positive (0 would block forever)")
-        self.bus = bus
-        self.store = bus.store
+        self.store, self.blocking = store, blocking
         self.name = name
         self.selection = (sessions, lanes_of, follow_all)
         self.block_ms = block_ms
         self.stop = stop or threading.Event()
         self.refresh_s = refresh_s
         self.count = count
-        self.pos: dict[str, str] = {}
-        self.sid_of: dict[str, str] = {}
+        self.pos: dict[str, str] = {}  # session id -> the last events id read
         self._acked: dict[str, str] = {}
-        self.store.k.sub(name)  # the name checked before anything is written
+        self.store.check_sub_name(name)  # checked before anything is written
         for owner in lanes_of or []:
             if self.store.get_session(check_session_id(owner)) is None:
                 raise NotFound(f"no session {owner!r} is registered", session=owner)
@@ -122,7 +123,7 @@ class Durable:
 
     def follow(self, sids: list[str]) -> None:
         """Take ``sids`` in (those not yet followed): their cursors, checked, or new ones."""
-        fresh = [sid for sid in sids if self.store.k.s(sid, "events") not in self.pos]
+        fresh = [sid for sid in sids if sid not in self.pos]
         if not fresh:
             return
         cursors = self.store.sub_cursors(self.name, fresh)
@@ -136,22 +137,20 @@ class Durable:
                 started[sid] = cursor
             else:
                 self._check(sid, cursor)
-            key = self.store.k.s(sid, "events")
-            self.pos[key] = cursor
-            self.sid_of[key] = sid
+            self.pos[sid] = cursor
         self.store.sub_commit(self.name, started)
 
     def commit(self, cursors: dict[str, str]) -> None:
         """Move the cursors of sessions this subscription follows (``poll``'s second
         value); a session it does not follow is refused, nothing moved."""
         for sid, cursor in cursors.items():
-            if self.store.k.s(check_session_id(sid), "events") not in self.pos:
+            if check_session_id(sid) not in self.pos:
                 raise Refused(f"subscription {self.name!r} does not follow {sid!r}")
             if not isinstance(cursor, str) or not STREAM_ID.fullmatch(cursor):
                 raise BadInput(f"cursor {str(cursor)[:40]!r} of {sid!r} is not a stream id")
         self.store.sub_commit(self.name, {sid: str(c) for sid, c in cursors.items()})
         for sid, c in cursors.items():
-            self.pos[self.store.k.s(sid, "events")] = str(c)
+            self.pos[sid] = str(c)
 
     def lanes_of_selection(self) -> bool:
         """Whether the selection grows (lanes or all): looked up again before a read."""
@@ -168,9 +167,7 @@ class Durable:
 
     def _check(self, sid: str, cursor: str) -> None:
         bounds = self.store.events_bounds(sid)
-        kept = bool(bounds) and bool(
-            self.store.r.xrange(self.store.k.s(sid, "events"), cursor, cursor)
-        )
+        kept = bool(bounds) and self.store.has_event(sid, cursor)
         if expired(cursor, bounds, kept):
             raise CursorExpired(
                 f"subscription {self.name!r} fell out of retention for session {sid!r}: "
@@ -195,7 +192,6 @@ class Durable:
         return {"id": msg_id, "thread": fields.get("thread")}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        r = self.bus.blocking
         next_refresh = time.monotonic() + self.refresh_s
         sessions, lanes_of, follow_all = self.selection
         while not self.stop.is_set():
@@ -205,14 +201,18 @@ class Durable:
             if not self.pos:
                 self.stop.wait(self.block_ms / 1000)
                 continue
-            rows = read_streams(
-                r, dict(self.pos), count=self.count, block_ms=self.block_ms, stop=self.stop
+            rows = self.store.read_session_streams(
+                self.blocking,
+                dict(self.pos),
+                stream="events",
+                count=self.count,
+                block_ms=self.block_ms,
+                stop=self.stop,
             )
             moved: dict[str, str] = {}
-            for key, entries in rows:
-                sid = self.sid_of[key]
+            for sid, entries in rows:
                 for eid, fields in entries:
-                    self.pos[key] = moved[sid] = str(eid)
+                    self.pos[sid] = moved[sid] = str(eid)
                     if fields.get("kind") != MESSAGE_KIND:
                         continue
                     yield {
@@ -234,12 +234,9 @@ class Durable:
 # -- the reader's trust (MCP, the gateway) ---------------------------------------------
 
 
-def reader_of(bus: Any, token: str | None, by: str | None) -> str:
+def reader_of(claims_of: ClaimsOf, token: str | None, by: str | None) -> str:
     """Who reads: the token's session (authentication on; read scope), else ``by``."""
-    from bus.core.errors import Unauthorized
-    from bus.trust.tokens import SCOPE_READ
-
-    claims = bus.claims(token, SCOPE_READ)
+    claims = claims_of(token, SCOPE_READ)
     if claims is not None:
         if claims.sub_kind != "session":
             raise Unauthorized(
@@ -279,13 +276,17 @@ def poll(
     call that does not commit gets the same messages again next time."""
     if sub.lanes_of_selection():
         sub.follow(resolve(sub.store, *sub.selection))
-    rows = read_streams(
-        sub.bus.blocking, dict(sub.pos), count=max_events, block_ms=max(1, wait_ms), stop=sub.stop
+    rows = sub.store.read_session_streams(
+        sub.blocking,
+        dict(sub.pos),
+        stream="events",
+        count=max_events,
+        block_ms=max(1, wait_ms),
+        stop=sub.stop,
     )
     out: list[dict[str, Any]] = []
     last: dict[str, str] = {}
-    for key, entries in rows:
-        sid = sub.sid_of[key]
+    for sid, entries in rows:
         for eid, fields in entries:
             if len(out) >= max_events:
                 return out, last
@@ -303,7 +304,8 @@ def poll(
 
 
 def reader_subscription(
-    bus: Streams,
+    store: Store,
+    blocking: Any,
     reader: str,
     name: str,
     *,
@@ -318,34 +320,16 @@ def reader_subscription(
     its lanes, :func:`check_readable`), and ``lanes`` adds the reader's lanes as they come."""
     check_session_id(name, "subscription name")
     owners = [reader] if lanes else []
-    check_readable(bus.store, reader, sessions or [], owners)
+    check_readable(store, reader, sessions or [], owners)
     if not sessions and not owners:
         raise BadInput("follow sessions, your lanes, or both")
     return Durable(
-        bus,
+        store,
+        blocking,
         f"{reader}.{name}",
         sessions=sessions or [],
         lanes_of=owners,
         reset=reset,
         block_ms=block_ms,
         stop=stop,
-    )
-
-
-def open_for_reader(
-    bus: Any,
-    token: str | None,
-    by: str | None,
-    name: str,
-    *,
-    sessions: list[str] | None,
-    lanes: bool,
-    reset: bool = False,
-    stop: threading.Event | None = None,
-) -> Durable:
-    """The gateway's ``GET /v1/watch``: the reader (token, else ``by``) and its own
-    durable subscription (:func:`reader_subscription`)."""
-    reader = reader_of(bus, token, by)
-    return reader_subscription(
-        bus, reader, name, sessions=sessions, lanes=lanes, reset=reset, stop=stop
     )

@@ -9,9 +9,8 @@ writes nothing, neither to Redis nor to disk.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +32,9 @@ from bus.store.keys import check_item_key
 from .pictures import Picture, read_pictures, safe_name, store_picture
 
 if TYPE_CHECKING:
-    from .ports import HasStore, Poster
+    from bus.core.models import Message
+    from bus.core.settings import Settings
+    from bus.store.store import Store
 
 OPEN, SETTLED = "open", "settled"
 FORMER_MEMBER = "a former member"
@@ -92,116 +93,6 @@ def _moved(item: dict[str, Any]) -> int:
     return max(now_ms(), int(item.get("updatedAt") or 0) + 1)
 
 
-# -- members ------------------------------------------------------------------------------
-
-
-def _members(b: Poster, workspace: str) -> dict[str, str]:
-    return b.store.members(check_session_id(workspace, "workspace"))
-
-
-def member_status(b: HasStore, workspace: str, name: str) -> str | None:
-    """``active``, ``removed`` (the account is gone), or None (never a member)."""
-    check_session_id(name, "member name")
-    return b.store.member_status(check_session_id(workspace, "workspace"), name)
-
-
-def member_add(b: Poster, workspace: str, name: str) -> dict[str, Any]:
-    """Add (or re-add) a member. A reserved workspace name, or a member whose handle
-    ``workspace:name`` a live session already holds, is refused: two senders never
-    share one name."""
-    check_session_id(name, "member name")
-    check_session_id(workspace, "workspace")
-    if workspace in RESERVED_WORKSPACES:
-        raise BadInput(f"workspace {workspace!r} is reserved", code="reserved_name")
-    handle = f"{workspace}:{name}"
-    if any(s.state != "closed" for s in b.store.sessions_by_handle(handle)):
-        raise Refused(
-            f"the handle {handle!r} is held by a session; close it before adding the member",
-            code="handle_taken",
-        )
-    b.store.set_member(workspace, name, ACTIVE)
-    return {"ok": True, "workspace": workspace, "member": name, "status": ACTIVE}
-
-
-def member_remove(b: Poster, workspace: str, name: str) -> dict[str, Any]:
-    """The account is gone: a tombstone stays so past messages read "a former member",
-    and every token issued to the member so far is dead for good (its generation moves
-    on: re-adding the member does not revive them)."""
-    if member_status(b, workspace, name) is None:
-        raise NotFound(f"{name!r} is not a member of {workspace!r}", code="unknown_member")
-    b.store.set_member(workspace, name, REMOVED)
-    b.store.bump_member_generation(workspace, name)
-    return {"ok": True, "workspace": workspace, "member": name, "status": REMOVED}
-
-
-def is_member(b: HasStore, workspace: str, name: str) -> bool:
-    return workspace not in RESERVED_WORKSPACES and member_status(b, workspace, name) == ACTIVE
-
-
-def _require_starter(b: Poster, info: SessionInfo, workspace: str | None) -> None:
-    if not workspace or not info.starter or not is_member(b, workspace, info.starter):
-        raise Refused(
-            f"session {info.session}'s starter {info.starter!r} is not a member of "
-            f"workspace {workspace!r}",
-            code="starter_not_member",
-        )
-
-
-def _require_member(b: Poster, workspace: str | None, member: str) -> None:
-    check_session_id(member, "member name")
-    if not workspace or not is_member(b, workspace, member):
-        raise Refused(f"{member!r} is not a member of workspace {workspace!r}", code="not_a_member")
-
-
-# -- items --------------------------------------------------------------------------------
-
-
-def files_dir(b: Poster, sid: str, key: str) -> Path:
-    """Where an item's pictures are kept: ``$INBOX_HOME/items/<sid>/<key>/files/``."""
-    check_session_id(sid)
-    return Path(b.settings.home) / "items" / sid / check_item_key(key) / "files"
-
-
-def _item(b: Poster, sid: str, key: str) -> dict[str, Any]:
-    """The session's own item under ``key``; another session's key is simply not here."""
-    item = b.store.item(sid, check_item_key(key))
-    if item is None:
-        raise NotFound(f"session {sid} has no item {key!r}", code="unknown_item", key=key)
-    return item
-
-
-def _update(
-    b: Poster, sid: str, key: str, patch: dict[str, Any], entry: dict[str, Any] | None
-) -> dict[str, Any]:
-    out = b.store.update_item(sid, key, patch, entry)
-    if out is None:
-        raise NotFound(f"session {sid} has no item {key!r}", code="unknown_item", key=key)
-    return out
-
-
-def _keep(b: Poster, sid: str, key: str, pictures: list[Picture]) -> list[str]:
-    target = files_dir(b, sid, key)
-    if not pictures:
-        return []
-    size = sum(p.size for p in pictures)
-    cap = b.settings.max_picture_bytes
-    if not b.store.take_picture_bytes(sid, size, cap):
-        raise RateLimited(
-            f"session {sid}'s items keep {cap} bytes of pictures at most; these {size} "
-            "bytes would pass it, nothing was stored",
-            code="picture_quota",
-            session=sid,
-        )
-    try:
-        # items/, items/<sid>/, items/<sid>/<key>/ and files/ are all 0700.
-        for d in (target.parent.parent.parent, target.parent.parent, target.parent):
-            private_dirs(d)
-        return [store_picture(target, pic).name for pic in pictures]
-    except BaseException:
-        b.store.give_picture_bytes(sid, size)
-        raise
-
-
 def _pictures(image_paths: Sequence[str | os.PathLike[str]], root: Path | str | None) -> list[Any]:
     paths = [os.fspath(p) for p in image_paths]
     if not paths:
@@ -209,145 +100,7 @@ def _pictures(image_paths: Sequence[str | os.PathLike[str]], root: Path | str | 
     return read_pictures(paths, Path(root) if root is not None else Path.cwd())
 
 
-def item_post(
-    b: Poster, sid: str, key: str, *, title: str, text: str | None = None
-) -> dict[str, Any]:
-    """Post an item; again under the same key it is the next revision, open again."""
-    info = b.session(sid)
-    check_item_key(key)
-    if not isinstance(title, str) or not title.strip() or len(title) > MAX_TITLE:
-        raise BadInput(f"title must be 1-{MAX_TITLE} characters")
-    check_text(text)
-    if not info.workspace:
-        raise Refused(f"session {sid} belongs to no workspace", code="no_workspace")
-    _require_starter(b, info, info.workspace)
-    at = now_ms()
-    item = {
-        "key": key,
-        "title": title,
-        "text": text,
-        "status": OPEN,
-        "answer": None,
-        "revision": 1,
-        "settledAt": None,
-        "updatedAt": at,
-        "createdAt": at,
-        "workspace": info.workspace,
-    }
-    out = b.store.script("item_post")(keys=[b.store.k.items(sid)], args=[key, json.dumps(item)])
-    return {"ok": True, "item": json.loads(out)}
-
-
-def item_settle(b: Poster, sid: str, key: str, *, member: str, answer: str) -> dict[str, Any]:
-    """A member of the item's workspace settles it with an answer."""
-    b.session(sid)
-    item = _item(b, sid, key)
-    if not has_words(answer):
-        raise BadInput("an answer must not be blank", code="empty_answer")
-    check_text(answer, "answer")
-    _require_member(b, item.get("workspace"), member)
-    at = _moved(item)
-    patch = {"status": SETTLED, "answer": answer, "settledAt": at, "updatedAt": at}
-    return {"ok": True, "item": _update(b, sid, key, patch, None)}
-
-
-def item_write(
-    b: Poster,
-    sid: str,
-    key: str,
-    *,
-    member: str,
-    text: str | None = None,
-    image_paths: Sequence[str | os.PathLike[str]] = (),
-    root: Path | str | None = None,
-) -> dict[str, Any]:
-    """A member writes on an item (open or settled); the agent hears of it, woken."""
-    b.session(sid)
-    item = _item(b, sid, key)
-    check_text(text)
-    workspace = item.get("workspace")
-    _require_member(b, workspace, member)
-    if not has_words(text) and not image_paths:
-        raise BadInput("a message needs words, pictures, or both", code="empty_message")
-    pictures = _pictures(image_paths, root)
-    fields: dict[str, Any] = {
-        "from": f"{workspace}:{member}",
-        "to_id": sid,
-        "kind": "item",
-        "text": f"Inbox message on {key}: {text or ''}"[:MAX_TEXT],
-        "thread": thread_id(sid, f"item:{key}"),
-        "class": "action",
-    }
-    if len(f"item:{key}") <= MAX_TOPIC:
-        fields["topic"] = f"item:{key}"
-    msg = parse_message(fields)  # checked before anything is written
-    names = _keep(b, sid, key, pictures)
-    entry = {"by": "member", "member": member, "text": text or "", "files": names, "at": now_ms()}
-    _update(b, sid, key, {"updatedAt": _moved(item)}, entry)
-    if pictures:
-        refs = [
-            p.ref().model_copy(update={"name": n}) for p, n in zip(pictures, names, strict=True)
-        ]
-        msg = msg.model_copy(update={"files": refs})
-    answer = b.post(msg)
-    return {"ok": True, "key": key, "files": names, "id": msg.id, "thread": answer.get("thread")}
-
-
-def read_inbox(b: Poster, sid: str) -> dict[str, Any]:
-    """Every item of the agent, newest update first, each with its thread oldest first."""
-    b.session(sid)
-    items = b.store.items_of(sid)
-    items.sort(key=lambda i: (-int(i.get("updatedAt") or 0), str(i.get("key"))))
-    statuses: dict[str, dict[str, str]] = {}
-    out = []
-    for item in items:
-        ws = item.get("workspace")
-        if ws and ws not in statuses:
-            statuses[ws] = _members(b, ws)
-        thread = b.store.item_thread(sid, item["key"])
-        out.append(item_view(item, thread, statuses.get(ws or "", {})))
-    return {"items": out}
-
-
-def reply_inbox(
-    b: Poster,
-    sid: str,
-    key: str,
-    *,
-    text: str | None = None,
-    image_paths: Sequence[str | os.PathLike[str]] = (),
-    root: Path | str | None = None,
-) -> dict[str, Any]:
-    """The agent's own message on one of its items; status, answer, revision and
-    settledAt stay, updatedAt moves. ``root`` is the sandbox pictures are read from
-    (default: the working directory)."""
-    info = b.session(sid)
-    check_item_key(key)
-    check_text(text)
-    item = _item(b, sid, key)
-    _require_starter(b, info, item.get("workspace"))
-    if not has_words(text) and not image_paths:
-        raise BadInput("a reply needs words, pictures, or both", code="empty_reply")
-    pictures = _pictures(image_paths, root)
-    # Everything is checked: from here on the reply is written.
-    names = _keep(b, sid, key, pictures)
-    entry = {"by": "agent", "text": text or "", "files": names, "at": now_ms()}
-    updated = _update(b, sid, key, {"updatedAt": _moved(item)}, entry)
-    return {"ok": True, "key": key, "updatedAt": updated["updatedAt"], "files": names}
-
-
-def item_file(b: Poster, sid: str, key: str, name: str) -> Path:
-    """A file kept on one of the session's items, by the name read_inbox lists."""
-    _item(b, sid, key)
-    if not isinstance(name, str) or not name or safe_name(name) != name:
-        raise BadInput(f"invalid file name {str(name)[:60]!r}")
-    path = files_dir(b, sid, key) / name
-    if path.is_symlink() or not path.is_file():
-        raise NotFound(f"item {key!r} has no file {name!r}", code="unknown_file")
-    return path
-
-
-# -- the web inbox's views ----------------------------------------------------------------
+# -- the web inbox's order ----------------------------------------------------------------
 
 
 def _writer(entry: dict[str, Any] | None, statuses: dict[str, str]) -> str:
@@ -365,37 +118,302 @@ def order_items(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     )
 
 
-def workspace_items(b: Poster, workspace: str) -> dict[str, Any]:
-    """Every item of every session started in ``workspace``: key, title, status,
-    revision, updatedAt and who last wrote; open first, newest first."""
-    check_session_id(workspace, "workspace")
-    sessions = [s for s in b.store.sessions() if s.workspace == workspace]
-    per_session = b.store.items_of_many([s.session for s in sessions])
-    found = [(s, item) for s, items in zip(sessions, per_session, strict=True) for item in items]
-    lasts = b.store.last_item_entries([(s.session, item["key"]) for s, item in found])
-    statuses = _members(b, workspace)
-    rows = []
-    for (s, item), last in zip(found, lasts, strict=True):
-        row = {f: item.get(f) for f in VIEW_FIELDS}
-        row.update(session=s.session, handle=s.handle)
-        row["lastBy"] = _writer(last, statuses)
-        rows.append(row)
-    return {"ok": True, "workspace": workspace, "items": order_items(rows)}
+class Items:
+    """Items and members on one store (a provider, called on use): a session's lookup
+    and the router's ``post`` are what it needs besides."""
 
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        settings: Settings,
+        *,
+        session: Callable[[str], SessionInfo],
+        post: Callable[[Message], dict[str, Any]],
+    ) -> None:
+        self._store, self.settings, self.session, self.post = store, settings, session, post
 
-def item_detail(b: Poster, sid: str, key: str) -> dict[str, Any]:
-    """One item with its whole thread, oldest first; each entry says who wrote it
-    (``agent``, a member's name, or "a former member"), when, and its files."""
-    info = b.session(sid)
-    item = _item(b, sid, key)
-    ws = item.get("workspace") or ""
-    statuses = _members(b, ws) if ws else {}
-    entries = b.store.item_thread(sid, key)
-    thread = []
-    for e in entries:
-        view = entry_view(e, statuses)
-        view.update(by=e.get("by", "member"), at=e.get("at"), **{"from": _writer(e, statuses)})
-        thread.append(view)
-    out = {f: item.get(f) for f in (*VIEW_FIELDS, "text", "workspace", "createdAt")}
-    out.update(session=sid, handle=info.handle, thread=thread)
-    return {"ok": True, "item": out}
+    @property
+    def store(self) -> Store:
+        return self._store()
+
+    # -- members ------------------------------------------------------------------------------
+
+    def _members(self, workspace: str) -> dict[str, str]:
+        return self.store.members(check_session_id(workspace, "workspace"))
+
+    def member_status(self, workspace: str, name: str) -> str | None:
+        """``active``, ``removed`` (the account is gone), or None (never a member)."""
+        check_session_id(name, "member name")
+        return self.store.member_status(check_session_id(workspace, "workspace"), name)
+
+    def member_add(self, workspace: str, name: str) -> dict[str, Any]:
+        """Add (or re-add) a member. A reserved workspace name, or a member whose handle
+        ``workspace:name`` a live session already holds, is refused: two senders never
+        share one name."""
+        check_session_id(name, "member name")
+        check_session_id(workspace, "workspace")
+        if workspace in RESERVED_WORKSPACES:
+            raise BadInput(f"workspace {workspace!r} is reserved", code="reserved_name")
+        handle = f"{workspace}:{name}"
+        if any(s.state != "closed" for s in self.store.sessions_by_handle(handle)):
+            raise Refused(
+                f"the handle {handle!r} is held by a session; close it before adding the member",
+                code="handle_taken",
+            )
+        self.store.set_member(workspace, name, ACTIVE)
+        return {"ok": True, "workspace": workspace, "member": name, "status": ACTIVE}
+
+    def member_remove(self, workspace: str, name: str) -> dict[str, Any]:
+        """The account is gone: a tombstone stays so past messages read "a former member",
+        and every token issued to the member so far is dead for good (its generation moves
+        on: re-adding the member does not revive them)."""
+        if self.member_status(workspace, name) is None:
+            raise NotFound(f"{name!r} is not a member of {workspace!r}", code="unknown_member")
+        self.store.set_member(workspace, name, REMOVED)
+        self.store.bump_member_generation(workspace, name)
+        return {"ok": True, "workspace": workspace, "member": name, "status": REMOVED}
+
+    def is_member(self, workspace: str, name: str) -> bool:
+        return (
+            workspace not in RESERVED_WORKSPACES and self.member_status(workspace, name) == ACTIVE
+        )
+
+    def _require_starter(self, info: SessionInfo, workspace: str | None) -> None:
+        if not workspace or not info.starter or not self.is_member(workspace, info.starter):
+            raise Refused(
+                f"session {info.session}'s starter {info.starter!r} is not a member of "
+                f"workspace {workspace!r}",
+                code="starter_not_member",
+            )
+
+    def _require_member(self, workspace: str | None, member: str) -> None:
+        check_session_id(member, "member name")
+        if not workspace or not self.is_member(workspace, member):
+            raise Refused(
+                f"{member!r} is not a member of workspace {workspace!r}", code="not_a_member"
+            )
+
+    # -- items --------------------------------------------------------------------------------
+
+    def files_dir(self, sid: str, key: str) -> Path:
+        """Where an item's pictures are kept: ``$INBOX_HOME/items/<sid>/<key>/files/``."""
+        check_session_id(sid)
+        return Path(self.settings.home) / "items" / sid / check_item_key(key) / "files"
+
+    def _item(self, sid: str, key: str) -> dict[str, Any]:
+        """The session's own item under ``key``; another session's key is simply not here."""
+        item = self.store.item(sid, check_item_key(key))
+        if item is None:
+            raise NotFound(f"session {sid} has no item {key!r}", code="unknown_item", key=key)
+        return item
+
+    def _update(
+        self, sid: str, key: str, patch: dict[str, Any], entry: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        out = self.store.update_item(sid, key, patch, entry)
+        if out is None:
+            raise NotFound(f"session {sid} has no item {key!r}", code="unknown_item", key=key)
+        return out
+
+    def _keep(self, sid: str, key: str, pictures: list[Picture]) -> list[str]:
+        target = self.files_dir(sid, key)
+        if not pictures:
+            return []
+        size = sum(p.size for p in pictures)
+        cap = self.settings.max_picture_bytes
+        if not self.store.take_picture_bytes(sid, size, cap):
+            raise RateLimited(
+                f"session {sid}'s items keep {cap} bytes of pictures at most; these {size} "
+                "bytes would pass it, nothing was stored",
+                code="picture_quota",
+                session=sid,
+            )
+        try:
+            # items/, items/<sid>/, items/<sid>/<key>/ and files/ are all 0700.
+            for d in (target.parent.parent.parent, target.parent.parent, target.parent):
+                private_dirs(d)
+            return [store_picture(target, pic).name for pic in pictures]
+        except BaseException:
+            self.store.give_picture_bytes(sid, size)
+            raise
+
+    def item_post(
+        self, sid: str, key: str, *, title: str, text: str | None = None
+    ) -> dict[str, Any]:
+        """Post an item; again under the same key it is the next revision, open again."""
+        info = self.session(sid)
+        check_item_key(key)
+        if not isinstance(title, str) or not title.strip() or len(title) > MAX_TITLE:
+            raise BadInput(f"title must be 1-{MAX_TITLE} characters")
+        check_text(text)
+        if not info.workspace:
+            raise Refused(f"session {sid} belongs to no workspace", code="no_workspace")
+        self._require_starter(info, info.workspace)
+        at = now_ms()
+        item = {
+            "key": key,
+            "title": title,
+            "text": text,
+            "status": OPEN,
+            "answer": None,
+            "revision": 1,
+            "settledAt": None,
+            "updatedAt": at,
+            "createdAt": at,
+            "workspace": info.workspace,
+        }
+        return {"ok": True, "item": self.store.post_item(sid, key, item)}
+
+    def item_settle(self, sid: str, key: str, *, member: str, answer: str) -> dict[str, Any]:
+        """A member of the item's workspace settles it with an answer."""
+        self.session(sid)
+        item = self._item(sid, key)
+        if not has_words(answer):
+            raise BadInput("an answer must not be blank", code="empty_answer")
+        check_text(answer, "answer")
+        self._require_member(item.get("workspace"), member)
+        at = _moved(item)
+        patch = {"status": SETTLED, "answer": answer, "settledAt": at, "updatedAt": at}
+        return {"ok": True, "item": self._update(sid, key, patch, None)}
+
+    def item_write(
+        self,
+        sid: str,
+        key: str,
+        *,
+        member: str,
+        text: str | None = None,
+        image_paths: Sequence[str | os.PathLike[str]] = (),
+        root: Path | str | None = None,
+    ) -> dict[str, Any]:
+        """A member writes on an item (open or settled); the agent hears of it, woken."""
+        self.session(sid)
+        item = self._item(sid, key)
+        check_text(text)
+        workspace = item.get("workspace")
+        self._require_member(workspace, member)
+        if not has_words(text) and not image_paths:
+            raise BadInput("a message needs words, pictures, or both", code="empty_message")
+        pictures = _pictures(image_paths, root)
+        fields: dict[str, Any] = {
+            "from": f"{workspace}:{member}",
+            "to_id": sid,
+            "kind": "item",
+            "text": f"Inbox message on {key}: {text or ''}"[:MAX_TEXT],
+            "thread": thread_id(sid, f"item:{key}"),
+            "class": "action",
+        }
+        if len(f"item:{key}") <= MAX_TOPIC:
+            fields["topic"] = f"item:{key}"
+        msg = parse_message(fields)  # checked before anything is written
+        names = self._keep(sid, key, pictures)
+        entry = {
+            "by": "member",
+            "member": member,
+            "text": text or "",
+            "files": names,
+            "at": now_ms(),
+        }
+        self._update(sid, key, {"updatedAt": _moved(item)}, entry)
+        if pictures:
+            refs = [
+                p.ref().model_copy(update={"name": n}) for p, n in zip(pictures, names, strict=True)
+            ]
+            msg = msg.model_copy(update={"files": refs})
+        answer = self.post(msg)
+        return {
+            "ok": True,
+            "key": key,
+            "files": names,
+            "id": msg.id,
+            "thread": answer.get("thread"),
+        }
+
+    def read_inbox(self, sid: str) -> dict[str, Any]:
+        """Every item of the agent, newest update first, each with its thread oldest first."""
+        self.session(sid)
+        items = self.store.items_of(sid)
+        items.sort(key=lambda i: (-int(i.get("updatedAt") or 0), str(i.get("key"))))
+        statuses: dict[str, dict[str, str]] = {}
+        out = []
+        for item in items:
+            ws = item.get("workspace")
+            if ws and ws not in statuses:
+                statuses[ws] = self._members(ws)
+            thread = self.store.item_thread(sid, item["key"])
+            out.append(item_view(item, thread, statuses.get(ws or "", {})))
+        return {"items": out}
+
+    def reply_inbox(
+        self,
+        sid: str,
+        key: str,
+        *,
+        text: str | None = None,
+        image_paths: Sequence[str | os.PathLike[str]] = (),
+        root: Path | str | None = None,
+    ) -> dict[str, Any]:
+        """The agent's own message on one of its items; status, answer, revision and
+        settledAt stay, updatedAt moves. ``root`` is the sandbox pictures are read from
+        (default: the working directory)."""
+        info = self.session(sid)
+        check_item_key(key)
+        check_text(text)
+        item = self._item(sid, key)
+        self._require_starter(info, item.get("workspace"))
+        if not has_words(text) and not image_paths:
+            raise BadInput("a reply needs words, pictures, or both", code="empty_reply")
+        pictures = _pictures(image_paths, root)
+        # Everything is checked: from here on the reply is written.
+        names = self._keep(sid, key, pictures)
+        entry = {"by": "agent", "text": text or "", "files": names, "at": now_ms()}
+        updated = self._update(sid, key, {"updatedAt": _moved(item)}, entry)
+        return {"ok": True, "key": key, "updatedAt": updated["updatedAt"], "files": names}
+
+    def item_file(self, sid: str, key: str, name: str) -> Path:
+        """A file kept on one of the session's items, by the name read_inbox lists."""
+        self._item(sid, key)
+        if not isinstance(name, str) or not name or safe_name(name) != name:
+            raise BadInput(f"invalid file name {str(name)[:60]!r}")
+        path = self.files_dir(sid, key) / name
+        if path.is_symlink() or not path.is_file():
+            raise NotFound(f"item {key!r} has no file {name!r}", code="unknown_file")
+        return path
+
+    # -- the web inbox's views ------------------------------------------------------
+
+    def workspace_items(self, workspace: str) -> dict[str, Any]:
+        """Every item of every session started in ``workspace``: key, title, status,
+        revision, updatedAt and who last wrote; open first, newest first."""
+        check_session_id(workspace, "workspace")
+        sessions = [s for s in self.store.sessions() if s.workspace == workspace]
+        per_session = self.store.items_of_many([s.session for s in sessions])
+        found = [
+            (s, item) for s, items in zip(sessions, per_session, strict=True) for item in items
+        ]
+        lasts = self.store.last_item_entries([(s.session, item["key"]) for s, item in found])
+        statuses = self._members(workspace)
+        rows = []
+        for (s, item), last in zip(found, lasts, strict=True):
+            row = {f: item.get(f) for f in VIEW_FIELDS}
+            row.update(session=s.session, handle=s.handle)
+            row["lastBy"] = _writer(last, statuses)
+            rows.append(row)
+        return {"ok": True, "workspace": workspace, "items": order_items(rows)}
+
+    def item_detail(self, sid: str, key: str) -> dict[str, Any]:
+        """One item with its whole thread, oldest first; each entry says who wrote it
+        (``agent``, a member's name, or "a former member"), when, and its files."""
+        info = self.session(sid)
+        item = self._item(sid, key)
+        ws = item.get("workspace") or ""
+        statuses = self._members(ws) if ws else {}
+        entries = self.store.item_thread(sid, key)
+        thread = []
+        for e in entries:
+            view = entry_view(e, statuses)
+            view.update(by=e.get("by", "member"), at=e.get("at"), **{"from": _writer(e, statuses)})
+            thread.append(view)
+        out = {f: item.get(f) for f in (*VIEW_FIELDS, "text", "workspace", "createdAt")}
+        out.update(session=sid, handle=info.handle, thread=thread)
+        return {"ok": True, "item": out}

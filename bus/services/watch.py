@@ -1,6 +1,6 @@
 """The coordinator's views: ``inbox watch`` (messages live) and ``inbox top`` (sessions).
 
-:func:`subscribe` follows sessions' streams (``P:{sid}:stream``, one entry per message
+:meth:`Watch.subscribe` follows sessions' streams (``P:{sid}:stream``, one entry per message
 addressed to the session) with a blocking ``XREAD``: one call over every followed
 stream, so one round trip per ``block_ms`` at most, however many sessions.
 
@@ -15,16 +15,17 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 from bus.core.models import check_session_id, now_ms
-from bus.store.cluster import read_streams
+
+from .durable_watch import ClaimsOf, Durable, lanes, reader_of, reader_subscription, resolve
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from .ports import Streams
+    from bus.store.store import Store
 
 UNREAD_MARKS = ("new", "noticed")
 
@@ -34,7 +35,8 @@ class Subscription:
 
     def __init__(
         self,
-        bus: Streams,
+        store: Store,
+        blocking: Any,
         sessions: list[str] | None,
         *,
         block_ms: int,
@@ -46,7 +48,7 @@ class Subscription:
     ) -> None:
         if block_ms <= 0:
             raise ValueError("block_ms must be positive (0 would block forever)")
-        self.bus = bus
+        self.store, self.blocking = store, blocking
         self.follow_all = sessions is None and not lanes_of
         self.lanes_of = lanes_of or []
         self.block_ms = block_ms
@@ -54,171 +56,203 @@ class Subscription:
         self.stop = stop or threading.Event()
         self.refresh_s = refresh_s
         self.count = count
-        self.pos: dict[str, str] = {}
-        self.sid_of: dict[str, str] = {}
+        self.pos: dict[str, str] = {}  # session id -> the last stream id handed over
         named = [] if sessions is None and lanes_of else sessions
-        for sid in self._now(named):
+        for sid in resolve(self.store, named, self.lanes_of, named is None and not self.lanes_of):
             self.follow(check_session_id(sid), newcomer=False)
 
-    def _now(self, sessions: list[str] | None) -> list[str]:
-        from .durable_watch import resolve
-
-        return resolve(
-            self.bus.store, sessions, self.lanes_of, sessions is None and not self.lanes_of
-        )
-
     def follow(self, sid: str, *, newcomer: bool) -> None:
-        key = self.bus.store.k.s(sid, "stream")
-        if key in self.pos:
+        if sid in self.pos:
             return
-        self.sid_of[key] = sid
         if self.since != "$":
-            self.pos[key] = self.since
+            self.pos[sid] = self.since
         else:
             # A session first seen after the start has nothing older than the start.
-            self.pos[key] = "0-0" if newcomer else self.bus.store.last_stream_id(sid)
+            self.pos[sid] = "0-0" if newcomer else self.store.last_stream_id(sid)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        r = self.bus.blocking  # no socket timeout: block_ms bounds each read
         next_refresh = time.monotonic() + self.refresh_s
         while not self.stop.is_set():
             if (self.follow_all or self.lanes_of) and time.monotonic() >= next_refresh:
-                from .durable_watch import lanes
-
-                found = self.bus.store.session_ids() if self.follow_all else []
+                found = self.store.session_ids() if self.follow_all else []
                 for owner in self.lanes_of:
-                    found += lanes(self.bus.store, owner)
+                    found += lanes(self.store, owner)
                 for sid in found:
                     self.follow(sid, newcomer=True)
                 next_refresh = time.monotonic() + self.refresh_s
             if not self.pos:
                 self.stop.wait(self.block_ms / 1000)
                 continue
-            # A copy: positions move while the caller handles the batch.
-            rows = read_streams(
-                r, dict(self.pos), count=self.count, block_ms=self.block_ms, stop=self.stop
+            # A copy: positions move while the caller handles the batch. The blocking
+            # client has no socket timeout: block_ms bounds each read.
+            rows = self.store.read_session_streams(
+                self.blocking,
+                dict(self.pos),
+                stream="stream",
+                count=self.count,
+                block_ms=self.block_ms,
+                stop=self.stop,
             )
-            for key, entries in rows:
+            for sid, entries in rows:
                 for eid, fields in entries:
-                    self.pos[key] = str(eid)
+                    self.pos[sid] = str(eid)
                     try:
                         message = json.loads(fields["m"])
                     except (KeyError, ValueError):
                         message = {"raw": fields}
-                    yield {"session": self.sid_of[key], "stream_id": str(eid), "message": message}
+                    yield {"session": sid, "stream_id": str(eid), "message": message}
                     if self.stop.is_set():
                         return
 
 
-def subscribe(
-    bus: Streams,
-    sessions: list[str] | None,
-    *,
-    block_ms: int = 1000,
-    since: str = "$",
-    stop: threading.Event | None = None,
-    refresh_s: float = 3.0,
-    count: int = 500,
-    lanes_of: list[str] | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Follow ``sessions`` (``None``: all, newcomers found every ``refresh_s``) live, and
-    the lanes of each of ``lanes_of`` (the sessions it started or gave work to; new ones
-    found every ``refresh_s`` too).
+class Watch:
+    """The coordinator's views on one store (a provider, called on use) and a client that
+    may block (a provider too): live streams, durable subscriptions, the session table.
+    ``claims`` verifies a reader's token (:meth:`bus.trust.access.Access.claims`)."""
 
-    Yields ``{"session", "stream_id", "message"}`` in stream order per session. ``since``
-    is ``$`` (only what arrives after this call), ``0-0`` (everything still in the
-    streams) or a stream id. Start positions are taken here, eagerly, so a send made
-    after this call returns is never missed even if iteration starts later. ``stop``
-    ends the iteration; it is checked between reads, so ``block_ms`` bounds the latency.
-    """
-    sub = Subscription(
-        bus,
-        sessions,
-        block_ms=block_ms,
-        since=since,
-        stop=stop,
-        refresh_s=refresh_s,
-        count=count,
-        lanes_of=lanes_of,
-    )
-    return iter(sub)
+    def __init__(
+        self, store: Callable[[], Store], blocking: Callable[[], Any], *, claims: ClaimsOf
+    ) -> None:
+        self._store, self._blocking, self.claims = store, blocking, claims
 
+    @property
+    def store(self) -> Store:
+        return self._store()
 
-def run_watch(
-    bus: Streams,
-    sessions: list[str] | None,
-    out: IO[str] | None = None,
-    *,
-    since: str = "$",
-    stop: threading.Event | None = None,
-    block_ms: int = 1000,
-    lanes_of: list[str] | None = None,
-    name: str | None = None,
-    reset: bool = False,
-) -> None:
-    """Print one JSON line per message until ``stop`` is set or Ctrl-C; with ``name``, as
-    the durable subscription of that name (bus.services.durable_watch: each line acknowledged once
-    written)."""
-    out = out or sys.stdout
-    if name is not None:
-        from .durable_watch import Durable
+    def subscribe(
+        self,
+        sessions: list[str] | None,
+        *,
+        block_ms: int = 1000,
+        since: str = "$",
+        stop: threading.Event | None = None,
+        refresh_s: float = 3.0,
+        count: int = 500,
+        lanes_of: list[str] | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Follow ``sessions`` (``None``: all, newcomers found every ``refresh_s``) live, and
+        the lanes of each of ``lanes_of`` (the sessions it started or gave work to; new ones
+        found every ``refresh_s`` too).
 
-        durable = Durable(
-            bus,
-            name,
-            sessions=sessions,
-            lanes_of=lanes_of,
-            follow_all=sessions is None and not lanes_of,
+        Yields ``{"session", "stream_id", "message"}`` in stream order per session. ``since``
+        is ``$`` (only what arrives after this call), ``0-0`` (everything still in the
+        streams) or a stream id. Start positions are taken here, eagerly, so a send made
+        after this call returns is never missed even if iteration starts later. ``stop``
+        ends the iteration; it is checked between reads, so ``block_ms`` bounds the latency.
+        """
+        sub = Subscription(
+            self.store,
+            self._blocking(),
+            sessions,
             block_ms=block_ms,
+            since=since,
             stop=stop,
-            reset=reset,
+            refresh_s=refresh_s,
+            count=count,
+            lanes_of=lanes_of,
         )
+        return iter(sub)
+
+    def durable(self, name: str, **kw: Any) -> Durable:
+        """The durable subscription ``name`` (:class:`bus.services.durable_watch.Durable`)."""
+        return Durable(self.store, self._blocking(), name, **kw)
+
+    def reader_subscription(self, reader: str, name: str, **kw: Any) -> Durable:
+        """A reader's own durable subscription
+        (:func:`bus.services.durable_watch.reader_subscription`)."""
+        return reader_subscription(self.store, self._blocking(), reader, name, **kw)
+
+    def reader(self, token: str | None, by: str | None) -> str:
+        """Who reads: the token's session (authentication on), else ``by``."""
+        return reader_of(self.claims, token, by)
+
+    def open_for_reader(self, token: str | None, by: str | None, name: str, **kw: Any) -> Durable:
+        """The gateway's ``GET /v1/watch``: the reader (token, else ``by``) and its own
+        durable subscription (:meth:`reader_subscription`)."""
+        return self.reader_subscription(self.reader(token, by), name, **kw)
+
+    def run_watch(
+        self,
+        sessions: list[str] | None,
+        out: IO[str] | None = None,
+        *,
+        since: str = "$",
+        stop: threading.Event | None = None,
+        block_ms: int = 1000,
+        lanes_of: list[str] | None = None,
+        name: str | None = None,
+        reset: bool = False,
+    ) -> None:
+        """Print one JSON line per message until ``stop`` is set or Ctrl-C; with ``name``, as
+        the durable subscription of that name (bus.services.durable_watch: each line
+        acknowledged once written)."""
+        out = out or sys.stdout
+        if name is not None:
+            durable = self.durable(
+                name,
+                sessions=sessions,
+                lanes_of=lanes_of,
+                follow_all=sessions is None and not lanes_of,
+                block_ms=block_ms,
+                stop=stop,
+                reset=reset,
+            )
+            try:
+                for event in durable:
+                    out.write(json.dumps(event, ensure_ascii=False) + "\n")
+                    out.flush()
+                    durable.ack(event)
+            except KeyboardInterrupt:
+                pass
+            return
         try:
-            for event in durable:
+            for event in self.subscribe(
+                sessions, since=since, stop=stop, block_ms=block_ms, lanes_of=lanes_of
+            ):
                 out.write(json.dumps(event, ensure_ascii=False) + "\n")
                 out.flush()
-                durable.ack(event)
         except KeyboardInterrupt:
             pass
-        return
-    try:
-        for event in subscribe(
-            bus, sessions, since=since, stop=stop, block_ms=block_ms, lanes_of=lanes_of
+
+    def top_rows(self) -> list[dict[str, Any]]:
+        """One row per session: handle, host, state, turns, unread, new, backlog, age, and
+        ``last_at`` (ms of its last message or session change)."""
+        store = self.store
+        infos = store.sessions()
+        now = now_ms()
+        rows = []
+        for info, (marks, last_ms) in zip(
+            infos, store.marks_and_last_arrival([i.session for i in infos]), strict=True
         ):
-            out.write(json.dumps(event, ensure_ascii=False) + "\n")
-            out.flush()
-    except KeyboardInterrupt:
-        pass
+            rows.append(
+                {
+                    "session": info.session,
+                    "handle": info.handle,
+                    "host": info.host,
+                    "state": info.state,
+                    "turns": info.turns,
+                    "unread": sum(1 for m in marks if m in UNREAD_MARKS),
+                    "new": sum(1 for m in marks if m == "new"),
+                    "backlog": store.backlog(info.session),
+                    "age_s": max(0, round((now - info.opened_at) / 1000))
+                    if info.opened_at
+                    else None,
+                    "last_at": max(info.updated_at, last_ms),
+                }
+            )
+        return rows
 
+    def run_top(self, interval: float = 1.0, *, stop: threading.Event | None = None) -> None:
+        """Redraw the table every ``interval`` seconds until ``stop`` is set or Ctrl-C."""
+        from rich.live import Live
 
-# -- top ------------------------------------------------------------------------------
-
-
-def top_rows(bus: Streams) -> list[dict[str, Any]]:
-    """One row per session: handle, host, state, turns, unread, new, backlog, age, and
-    ``last_at`` (ms of its last message or session change)."""
-    store = bus.store
-    infos = store.sessions()
-    now = now_ms()
-    rows = []
-    for info, (marks, last_ms) in zip(
-        infos, store.marks_and_last_arrival([i.session for i in infos]), strict=True
-    ):
-        rows.append(
-            {
-                "session": info.session,
-                "handle": info.handle,
-                "host": info.host,
-                "state": info.state,
-                "turns": info.turns,
-                "unread": sum(1 for m in marks if m in UNREAD_MARKS),
-                "new": sum(1 for m in marks if m == "new"),
-                "backlog": store.backlog(info.session),
-                "age_s": max(0, round((now - info.opened_at) / 1000)) if info.opened_at else None,
-                "last_at": max(info.updated_at, last_ms),
-            }
-        )
-    return rows
+        stop = stop or threading.Event()
+        try:
+            with Live(render_top(self.top_rows()), auto_refresh=False) as live:
+                while not stop.wait(interval):
+                    live.update(render_top(self.top_rows()), refresh=True)
+        except KeyboardInterrupt:
+            pass
 
 
 def _age(seconds: int | None) -> str:
@@ -283,16 +317,3 @@ def plain_top(rows: list[dict[str, Any]]) -> str:
         ).rstrip()
         for row in cells
     )
-
-
-def run_top(bus: Streams, interval: float = 1.0, *, stop: threading.Event | None = None) -> None:
-    """Redraw the table every ``interval`` seconds until ``stop`` is set or Ctrl-C."""
-    from rich.live import Live
-
-    stop = stop or threading.Event()
-    try:
-        with Live(render_top(top_rows(bus)), auto_refresh=False) as live:
-            while not stop.wait(interval):
-                live.update(render_top(top_rows(bus)), refresh=True)
-    except KeyboardInterrupt:
-        pass

@@ -49,6 +49,12 @@ class ItemStore(StorePart):
             pipe.lindex(self.k.item_thread(sid, key), -1)
         return [json.loads(e) if e else None for e in pipe.execute()]
 
+    def post_item(self, sid: str, key: str, item: dict[str, Any]) -> dict[str, Any]:
+        """Write ``item`` under ``key`` (``item_post.lua``): a new item at revision 1, or
+        the next revision of an existing one, open again; the item as stored."""
+        out = self.script("item_post")(keys=[self.k.items(sid)], args=[key, json.dumps(item)])
+        return dict(json.loads(out))
+
     def update_item(
         self, sid: str, key: str, patch: dict[str, Any], entry: dict[str, Any] | None
     ) -> dict[str, Any] | None:

@@ -30,10 +30,17 @@ NOT_ANSWERING: tuple[type[Exception], ...] = (
 
 C = TypeVar("C", bound=type)
 
+# A server that did not answer a call (refused, reset, timed out).
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+
+# Any failure of a store call (the backend down, or answering with an error): code outside
+# bus/store catches this name, never Redis's own classes.
+StoreError = redis.RedisError
+
 
 class RedisUnavailable(Unavailable, redis.ConnectionError):
-    """:class:`Unavailable`, and still a ``redis.ConnectionError``: code that catches
-    Redis's own errors (the metrics scrape, older surfaces) keeps catching it."""
+    """:class:`Unavailable`, and still a :data:`StoreError`: code that catches store
+    failures (the metrics scrape, the surfaces) catches it too."""
 
 
 HINT = "is `inbox up` running, or INBOX_REDIS_URL set?"

@@ -26,6 +26,7 @@ from bus.core.models import SessionInfo, check_session_id, now_ms
 
 from . import packing, receipt_index
 from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
+from .conversations import ConversationStore
 from .delivery import DeliveryStore
 from .host_claim import HostClaimStore
 from .inbox import InboxStore
@@ -96,6 +97,7 @@ class Store(
     HostClaimStore,
     ConfigStore,
     SubsStore,
+    ConversationStore,
 ):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 

@@ -6,13 +6,44 @@ A mixin of :class:`~bus.store.store.Store`. Each cursor sits in its session's sl
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from .base import StorePart
+from .cluster import read_streams
 
 
 class SubsStore(StorePart):
     """Open, read, move and reset a durable subscription's cursors."""
+
+    def check_sub_name(self, name: str) -> str:
+        """``name`` if it may name a subscription; ``BadInput`` otherwise."""
+        self.k.sub(name)
+        return name
+
+    def read_session_streams(
+        self,
+        client: Any,
+        positions: dict[str, str],
+        *,
+        stream: str,
+        count: int,
+        block_ms: int,
+        stop: threading.Event,
+    ) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
+        """New entries after each session's position in its ``stream`` (``stream``: the
+        messages addressed to it; ``events``: its durability records), read on ``client``
+        (one that may block): ``[(sid, entries)]`` (:func:`bus.store.cluster.read_streams`)."""
+        if stream not in ("stream", "events"):
+            raise ValueError(f"no session stream {stream!r}")
+        sid_of = {self.k.s(sid, stream): sid for sid in positions}
+        keyed = {key: positions[sid] for key, sid in sid_of.items()}
+        rows = read_streams(client, keyed, count=count, block_ms=block_ms, stop=stop)
+        return [(sid_of[key], entries) for key, entries in rows]
+
+    def has_event(self, sid: str, event_id: str) -> bool:
+        """Whether the session's ``events`` stream still holds the record ``event_id``."""
+        return bool(self.r.xrange(self.k.s(sid, "events"), event_id, event_id))
 
     def sub_open(self, name: str, now_ms: int) -> int:
         """The subscription's creation time (ms), made now if it is new."""

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-import redis
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ContentBlock, TextContent
 from pydantic import Field
@@ -29,6 +28,7 @@ from pydantic import Field
 from bus.api import Bus
 from bus.core.errors import BadInput, BusError, Unauthorized, Unavailable
 from bus.core.models import check_session_id
+from bus.store.redis_errors import StoreError
 from bus.trust import tokens
 
 NO_SESSION = "no_session"
@@ -102,7 +102,7 @@ def _call(fn: Callable[[], Any]) -> CallToolResult:
         out = fn()
     except BusError as exc:
         return _refusal(exc)
-    except redis.RedisError as exc:
+    except StoreError as exc:
         return _refusal(Unavailable(f"Redis did not answer ({exc}); is `inbox up` running?"))
     except ValueError as exc:
         return _refusal(BadInput(str(exc)))
@@ -269,8 +269,8 @@ def build_server(bus: Bus) -> MCPServer:
         from bus.services import durable_watch
 
         def run() -> dict[str, Any]:
-            sub = durable_watch.reader_subscription(
-                bus, caller(bus), name, sessions=sessions, lanes=lanes, reset=reset
+            sub = bus.watch.reader_subscription(
+                caller(bus), name, sessions=sessions, lanes=lanes, reset=reset
             )
             if ack:
                 sub.commit(ack)

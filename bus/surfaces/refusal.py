@@ -70,9 +70,9 @@ def _unavailable(exc: BaseException) -> BusError:
 
 
 def _redis_errors() -> tuple[type[BaseException], ...]:
-    import redis
+    from bus.store.redis_errors import CONNECTION_ERRORS  # imports redis: only when it failed
 
-    return (redis.ConnectionError, redis.TimeoutError)
+    return CONNECTION_ERRORS
 
 
 def bus_call(fn: Callable[[], T]) -> T:

@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from bus.core.errors import Refused
 from bus.core.models import now_ms
 from bus.core.private_files import private_dirs
+from bus.store.redis_errors import CONNECTION_ERRORS, StoreError
 
 if TYPE_CHECKING:
     from bus.store.store import Store
@@ -158,7 +157,7 @@ class HostFloor:
                     "holder_pid": holder["pid"],
                 },
             )
-        except redis.RedisError:
+        except StoreError:
             pass
         raise HostTaken(text, host=self.host, holder=_floor_json(holder))
 
@@ -169,7 +168,7 @@ class HostFloor:
         if now is not None and now == self.started:
             try:
                 holder = self.store.claim_host(self.host, self.floor, self.pid, self.ttl_ms)
-            except redis.RedisError:
+            except StoreError:
                 return None  # Redis away: the claim is renewed once it answers
         return stop_reason(started=self.started, now=now, holder=holder)
 
@@ -195,7 +194,7 @@ class HostFloor:
         self._stop.set()
         try:
             self.store.release_host(self.host, self.floor, self.pid)
-        except redis.RedisError:
+        except StoreError:
             pass  # it expires by itself
 
     @property
@@ -238,7 +237,7 @@ def claim_floor(store: Store, host: str, home: Path, *, wait_s: float = 60.0) ->
         try:
             floor.claim()
             break
-        except (redis.ConnectionError, redis.TimeoutError):
+        except CONNECTION_ERRORS:
             # Redis not up yet (a worker started with it): the broker would be waited
             # for too; nothing is served before the claim is made.
             if time.monotonic() > deadline:

@@ -18,9 +18,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-import redis
-
 from bus.core.models import now_ms
+from bus.store.redis_errors import StoreError
 
 from . import host_floor
 
@@ -86,7 +85,6 @@ class Heartbeat:
     def __init__(self, bus: HasStore, name: str) -> None:
         self.store: Store = bus.store
         self.name = name
-        self.key = self.store.k.beat(name)
         self._last_progress = 0.0
         self._stop = threading.Event()
 
@@ -98,7 +96,7 @@ class Heartbeat:
             fields["started"] = now
         try:
             self.store.beat(self.name, fields)
-        except redis.RedisError:
+        except StoreError:
             pass
 
     def progress(self) -> None:
@@ -110,7 +108,7 @@ class Heartbeat:
         now = now_ms()
         try:
             self.store.beat(self.name, {"progress": now, "beat": now}, done=True)
-        except redis.RedisError:
+        except StoreError:
             self._last_progress = 0.0
 
     def start(self, every_s: float = BEAT_EVERY_S) -> Heartbeat:

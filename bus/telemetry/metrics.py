@@ -25,11 +25,10 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-import redis
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -38,12 +37,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
+from bus.store.redis_errors import StoreError
+
 from . import liveness
 
 if TYPE_CHECKING:
     from bus.store.metrics import MetricsStore
-
-    from .liveness import HasStore
+    from bus.store.store import Store
 
 BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, math.inf,
@@ -181,8 +181,8 @@ class Metrics:
 class RedisCollector:
     """A Prometheus collector reading the bus's shared counters, queues and sessions."""
 
-    def __init__(self, bus: HasStore) -> None:
-        self.bus = bus
+    def __init__(self, store: Callable[[], Store]) -> None:
+        self._store = store  # a provider: registering must not connect
 
     def describe(self) -> list[Metric]:
         # Registering must not touch Redis (the gateway starts while Redis may be down).
@@ -193,7 +193,7 @@ class RedisCollector:
         up = GaugeMetricFamily("inbox_redis_up", "1 when the bus store answered this scrape")
         try:
             families = list(self._collect())
-        except redis.RedisError:
+        except StoreError:
             # A scrape while Redis is down still answers, saying so.
             up.add_metric([], 0)
             yield up
@@ -203,7 +203,7 @@ class RedisCollector:
         yield from families
 
     def _collect(self) -> Iterator[Metric]:
-        store = self.bus.store
+        store = self._store()
         snap = Metrics(store).snapshot()
         yield from _counter_families(snap["counters"])
 

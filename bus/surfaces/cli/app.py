@@ -14,19 +14,18 @@ import json
 import os
 import signal
 import sys
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from bus.core.errors import BadInput, BusError
-from bus.core.settings import Settings
 from bus.surfaces.refusal import bus_call, emit, fail, refuse, run, run_app
 
-from . import people, receipts
-from .help_panels import EVERYDAY, HARNESS, OPERATIONS, arg, order, sid_arg, thread_arg
+from . import harness_hooks, people, processes, receipts, tokens
+from .calls import check_session_id, connect
+from .help_panels import EVERYDAY, HARNESS, arg, order, sid_arg, thread_arg
+from .processes import worker_argv
 
 if TYPE_CHECKING:
     from bus.api import Bus
@@ -41,19 +40,6 @@ app = typer.Typer(
 )
 session_app = typer.Typer(help="Register and close sessions.", no_args_is_help=True)
 app.add_typer(session_app, name="session", rich_help_panel=EVERYDAY)
-
-
-def connect(**kw: Any) -> Bus:
-    """The library's :func:`bus.api.connect`, imported when a command needs it."""
-    from bus.api import connect as connect_bus
-
-    return run(lambda: connect_bus(**kw))  # a bad setting (INBOX_*) is a refusal too
-
-
-def check_session_id(sid: object, what: str = "session id") -> str:
-    from bus.core.models import check_session_id as check
-
-    return check(sid, what)
 
 
 # -- sessions and turns -------------------------------------------------------------------
@@ -375,85 +361,7 @@ def status() -> None:
     emit(bus_call(b.status))
 
 
-# -- processes -----------------------------------------------------------------------------
-
-
-@app.command(rich_help_panel=OPERATIONS)
-def up(
-    concurrency: int = typer.Option(2, help="worker processes"),
-    redis_port: int = typer.Option(0, help="also listen on this TCP port (0: socket only)"),
-) -> None:
-    """Run the bus here: embedded Redis (unless INBOX_REDIS_URL), a worker, the scheduler."""
-    from bus.ops.up import run_up
-
-    settings = run(Settings.from_env)
-    raise typer.Exit(run(lambda: run_up(settings, concurrency=concurrency, redis_port=redis_port)))
-
-
-def worker_argv(settings: Settings, concurrency: int, pool: str, loglevel: str) -> list[str]:
-    from bus.telemetry.liveness import SHARED_QUEUE, host_queue
-
-    return [
-        "worker",
-        "-Q",
-        f"{SHARED_QUEUE},{host_queue(settings.host)}",
-        "-n",
-        f"{settings.host}@%h",
-        "-c",
-        str(concurrency),
-        "-P",
-        pool,
-        "-l",
-        loglevel,
-        "--without-gossip",
-        "--without-mingle",
-    ]
-
-
-@app.command(rich_help_panel=OPERATIONS)
-def worker(
-    concurrency: int = typer.Option(2, help="processes"),
-    pool: str = typer.Option("prefork", help="prefork|solo|threads"),
-    loglevel: str = typer.Option("info"),
-) -> None:
-    """A Celery worker for this host (INBOX_HOST); `inbox up` runs one for you.
-
-    Refused (exit 5) while a worker with another INBOX_HOME or machine serves the host;
-    stops (exit 6) once its INBOX_HOME is gone."""
-    settings = run(Settings.from_env)
-    run(lambda: check_session_id(settings.host, "host name"))
-    # Celery runs in its own program (bus/ never imports Celery): this process becomes it.
-    argv = [sys.executable, "-m", "celery", "-A", "workers"]
-    os.execv(sys.executable, [*argv, *worker_argv(settings, concurrency, pool, loglevel)])
-
-
-@app.command(rich_help_panel=OPERATIONS)
-def scheduler() -> None:
-    """The scheduled work (debounced wakes, flushes, retries); `inbox up` runs it for you."""
-    run(Settings.from_env)  # a bad setting is refused before anything starts
-    from bus.delivery.scheduler import run as run_scheduler
-
-    b = connect()  # the dispatcher by name (INBOX_DISPATCHER): bus/ imports no workers
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        run_scheduler(b, stop)
-    except KeyboardInterrupt:
-        pass
-
-
-@app.command(rich_help_panel=OPERATIONS)
-def serve(
-    host: str = typer.Option("127.0.0.1", help="bind address (loopback unless told otherwise)"),
-    port: int = typer.Option(5252, help="port"),
-) -> None:
-    """The HTTP gateway: POST /send (local precedence), /v1/send, GET /health, /metrics, /openapi.json."""
-    from bus.surfaces.http.gateway import check_bind
-    from bus.surfaces.http.gateway import serve as serve_http
-
-    b = connect()
-    run(lambda: check_bind(b, host))  # a non-loopback bind needs INBOX_SECRET
-    serve_http(b, host=host, port=port)
+processes.register(app)  # `up`, `worker`, `scheduler`, `serve`, `flower`
 
 
 @app.command(rich_help_panel=EVERYDAY)
@@ -472,7 +380,6 @@ def watch(
     reset: bool = typer.Option(False, "--reset", help="with --name: start it again from now"),
 ) -> None:
     """Follow messages live: one JSON line per message, until Ctrl-C."""
-    from bus.services.watch import run_watch
 
     if all_sessions == bool(sids or lanes):
         fail("watch needs SID..., --lanes SID or --all (--all alone)")
@@ -483,7 +390,9 @@ def watch(
     b = connect()
     sessions = None if all_sessions else run(lambda: [check_session_id(s) for s in sids or []])
     owners = run(lambda: [check_session_id(s) for s in lanes or []])
-    bus_call(lambda: run_watch(b, sessions, since=since, lanes_of=owners, name=name, reset=reset))
+    bus_call(
+        lambda: b.watch.run_watch(sessions, since=since, lanes_of=owners, name=name, reset=reset)
+    )
 
 
 @app.command(rich_help_panel=EVERYDAY)
@@ -494,17 +403,17 @@ def top(
     """Sessions live: state, turns, unread, new, backlog and age, until Ctrl-C.
 
     Without a terminal (a pipe, a file) it prints a plain table once."""
-    from bus.services.watch import plain_top, render_top, run_top, top_rows
+    from bus.services.watch import plain_top, render_top
 
     b = connect()
     if not sys.stdout.isatty():
-        sys.stdout.write(plain_top(bus_call(lambda: top_rows(b))) + "\n")
+        sys.stdout.write(plain_top(bus_call(lambda: b.watch.top_rows())) + "\n")
     elif once:
         from rich.console import Console
 
-        Console().print(render_top(bus_call(lambda: top_rows(b))))
+        Console().print(render_top(bus_call(lambda: b.watch.top_rows())))
     else:
-        bus_call(lambda: run_top(b, interval))
+        bus_call(lambda: b.watch.run_top(interval))
 
 
 @app.command(rich_help_panel=HARNESS)
@@ -515,164 +424,9 @@ def mcp() -> None:
     run_stdio(connect())
 
 
-@app.command(rich_help_panel=OPERATIONS)
-def flower(
-    address: str = typer.Option("127.0.0.1", help="bind address"),
-    port: int = typer.Option(5555),
-    basic_auth: str | None = typer.Option(
-        None,
-        help="user:password (default INBOX_FLOWER_AUTH, else generated into "
-        "$INBOX_HOME/flower.auth; its path is printed, never the password)",
-    ),
-) -> None:
-    """Flower for the workers, with authentication, bound to loopback by default."""
-    from bus.ops.flower import run_flower
-
-    raise typer.Exit(
-        run(
-            lambda: run_flower(
-                run(Settings.from_env), address=address, port=port, basic_auth=basic_auth
-            )
-        )
-    )
-
-
 people.register(app, connect)  # `member`, `item`, `request`, `decide`, `*-inbox`
-
-
-token_app = typer.Typer(
-    help="Signed tokens for senders (needs INBOX_SECRET).", no_args_is_help=True
-)
-app.add_typer(token_app, name="token", rich_help_panel=OPERATIONS)
-
-
-@token_app.command("issue")
-def token_issue(
-    session: str | None = typer.Option(None, help="bind the token to this session"),
-    member: str | None = typer.Option(
-        None, help="bind it to this member: WORKSPACE/NAME, or NAME with --workspace"
-    ),
-    workspace: str | None = typer.Option(None, help="the member's workspace"),
-    scopes: str | None = typer.Option(
-        None, help="comma-separated: agent:inbox:read,agent:inbox:write,agent:thread:write"
-    ),
-    ttl: int | None = typer.Option(None, help="seconds until it expires (default: never)"),
-    operator: str | None = typer.Option(
-        None, help="an operator of the web inbox (sign in at /ui/login?token=...)"
-    ),
-) -> None:
-    """Issue a token; a caller passes it in INBOX_TOKEN."""
-    from bus.trust.tokens import SCOPE_OPERATOR
-
-    b = connect()
-    if scopes is None and not operator:
-        fail("--scopes is required (or --operator NAME)")
-    wanted = [s.strip() for s in (scopes or SCOPE_OPERATOR).split(",") if s.strip()]
-    if member and workspace and "/" not in member:
-        member = f"{workspace}/{member}"
-    emit(
-        bus_call(
-            lambda: b.issue_token(
-                session=session, member=member, scopes=wanted, ttl_s=ttl, operator=operator
-            )
-        )
-    )
-
-
-@token_app.command("revoke")
-def token_revoke(token: str = arg("TOKEN", "the token to revoke")) -> None:
-    """Revoke a token: every later use is refused."""
-    b = connect()
-    emit(bus_call(lambda: b.revoke_token(token)))
-
-
-hooks_app = typer.Typer(help="Ready-made hook setups for harnesses.", no_args_is_help=True)
-app.add_typer(hooks_app, name="hooks", rich_help_panel=HARNESS)
-hook_app = typer.Typer(help="Entry points that harness hooks call.", no_args_is_help=True)
-app.add_typer(hook_app, name="hook", rich_help_panel=HARNESS)
-
-
-@hooks_app.command("claude")
-def hooks_claude(
-    install: Path | None = typer.Option(
-        None, "--install", help="write the hooks into this settings.json (replacing earlier ones)"
-    ),
-    uninstall: Path | None = typer.Option(
-        None, "--uninstall", help="remove exactly the inbox hooks from this settings.json"
-    ),
-    yes: bool = typer.Option(
-        False, "--yes", "-y", help="write without asking (needed with no terminal)"
-    ),
-    command: str | None = typer.Option(
-        None, "--command", help="how the hooks call inbox (default: this inbox's absolute path)"
-    ),
-) -> None:
-    """Print Claude Code's hooks settings for the inbox, or --install / --uninstall them.
-
-    Each hook command is this inbox's absolute path with INBOX_HOME, INBOX_REDIS_URL (and
-    the other bus-locating settings) that are set now, so it works from Claude Code's
-    own environment."""
-    from bus.surfaces.hooks import print_or_install
-
-    if install is not None and uninstall is not None:
-        fail("give --install PATH or --uninstall PATH, not both")
-    path = install if install is not None else uninstall
-    raise typer.Exit(
-        run(lambda: print_or_install(path, yes, inbox_cmd=command, uninstall=uninstall is not None))
-    )
-
-
-@hooks_app.command("codex")
-def hooks_codex(
-    install: Path | None = typer.Option(
-        None, "--install", help="write the hooks into this hooks.json (e.g. .codex/hooks.json)"
-    ),
-    uninstall: Path | None = typer.Option(
-        None, "--uninstall", help="remove exactly the inbox hooks from this hooks.json"
-    ),
-    yes: bool = typer.Option(
-        False, "--yes", "-y", help="write without asking (needed with no terminal)"
-    ),
-    command: str | None = typer.Option(
-        None, "--command", help="how the hooks call inbox (default: this inbox's absolute path)"
-    ),
-) -> None:
-    """Print Codex's hooks.json for the inbox, or --install / --uninstall it.
-
-    Install into .codex/hooks.json (a project) or ~/.codex/hooks.json (every session); Codex
-    runs the hooks once they are trusted (/hooks in Codex)."""
-    from bus.surfaces.hooks import print_or_install
-
-    if install is not None and uninstall is not None:
-        fail("give --install PATH or --uninstall PATH, not both")
-    path = install if install is not None else uninstall
-    raise typer.Exit(
-        run(
-            lambda: print_or_install(
-                path, yes, inbox_cmd=command, uninstall=uninstall is not None, harness="codex"
-            )
-        )
-    )
-
-
-@hook_app.command("claude")
-def hook_claude(
-    event: str = arg("EVENT", "SessionStart, UserPromptSubmit, PostToolUse, Stop or SessionEnd"),
-) -> None:
-    """Run one Claude Code hook (its JSON on stdin); exits 0 whatever breaks."""
-    from bus.surfaces.hooks import hook_entry
-
-    raise typer.Exit(hook_entry(event))
-
-
-@hook_app.command("codex")
-def hook_codex(
-    event: str = arg("EVENT", "SessionStart, UserPromptSubmit, PostToolUse, Stop or SessionEnd"),
-) -> None:
-    """Run one Codex hook (its JSON on stdin); exits 0 whatever breaks."""
-    from bus.surfaces.hooks import hook_entry
-
-    raise typer.Exit(hook_entry(event, harness="codex"))
+tokens.register(app)  # `token issue`, `token revoke`
+harness_hooks.register(app)  # `hooks claude|codex`, `hook claude|codex`
 
 
 receipts.register(app, bus_call, emit, fail)  # `receipt` and `sent`
@@ -686,7 +440,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(run_app(app, argv))
 
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "worker_argv"]
 
 
 if __name__ == "__main__":

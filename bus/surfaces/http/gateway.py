@@ -22,29 +22,24 @@ import json
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
-import redis
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from bus.api import Bus
 from bus.core.errors import (
-    Ambiguous,
     BadInput,
     BusError,
-    NotFound,
-    RateLimited,
-    Refused,
     Unauthorized,
     Unavailable,
 )
 from bus.core.models import Message, Receipt, SendAnswer
+from bus.store.redis_errors import StoreError
 from bus.surfaces.web.app import mount_ui
 from bus.surfaces.web.page_gate import MAX_FORM_BYTES
 from bus.telemetry import liveness
@@ -57,6 +52,19 @@ from .front_door import (
     HeaderDeadlineH11,
     RedactTokens,
     Rule,
+)
+from .wire import (
+    MAX_BATCH_BYTES,
+    MESSAGE_BODY,
+    BusErrorAnswer,
+    DeliverError,
+    DeliverOk,
+    Health,
+    answer,
+    batch_body,
+    json_body,
+    one_line,
+    status_of,
 )
 
 
@@ -77,54 +85,6 @@ DEFAULT_PORT = 5252
 # connections do not count against (bus.surfaces.http.front_door.MAX_IN_FLIGHT).
 KEEPALIVE_TIMEOUT_S = 5
 MAX_CONCURRENCY = 1024
-
-_STATUS: list[tuple[type[BusError], int]] = [
-    (RateLimited, 429),
-    (BadInput, 400),
-    (Unauthorized, 401),
-    (Refused, 403),
-    (NotFound, 404),
-    (Ambiguous, 409),
-    (Unavailable, 503),
-]
-
-
-class DeliverOk(BaseModel):
-    """``POST /send`` answer, as prox's worker gives it."""
-
-    ok: Literal[True] = True
-    via: Literal["socket", "file"]
-    id: str
-
-
-class DeliverError(BaseModel):
-    """``POST /send`` refusal: one line saying what was wrong; nothing was written."""
-
-    ok: Literal[False] = False
-    error: str
-
-
-class BusErrorAnswer(BaseModel):
-    """``POST /v1/send`` refusal: ``error`` is the machine-readable code."""
-
-    ok: Literal[False] = False
-    error: str
-    message: str
-
-
-class Health(BaseModel):
-    ok: bool = True
-    redis: bool
-    host: str
-    # Each host's worker (and the scheduler): heartbeat ages, queue depth; absent when
-    # Redis is down.
-    workers: list[dict[str, Any]] | None = None
-
-
-_MESSAGE_BODY = {
-    "required": True,
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Message"}}},
-}
 
 
 async def _sse(sub: Any, stop: threading.Event) -> AsyncIterator[bytes]:
@@ -156,66 +116,6 @@ async def _sse(sub: Any, stop: threading.Event) -> AsyncIterator[bytes]:
 
 SSE_BATCH = 100
 SSE_KEEPALIVE_S = 15.0
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-def _status_of(err: BusError) -> int:
-    for cls, status in _STATUS:
-        if isinstance(err, cls):
-            return status
-    return 400
-
-
-def _json_body(raw: bytes) -> dict[str, Any]:
-    """The body as JSON; a BadInput for anything else (prox senders may omit the header)."""
-    try:
-        body = json.loads(raw)
-    except RecursionError as exc:
-        raise BadInput("the body is nested too deeply") from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadInput(f"the body is not JSON: {_one_line(str(exc))}") from exc
-    if not isinstance(body, dict):
-        raise BadInput("a message must be a JSON object")
-    return body
-
-
-MAX_BATCH = 10_000
-MAX_BATCH_BYTES = 32 * 1024 * 1024
-
-
-def _batch_body(raw: bytes) -> list[Any]:
-    """A batch body: a JSON array of messages, or an object with a ``messages`` array."""
-    try:
-        body = json.loads(raw)
-    except RecursionError as exc:
-        raise BadInput("the body is nested too deeply") from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadInput(f"the body is not JSON: {_one_line(str(exc))}") from exc
-    if isinstance(body, dict):
-        body = body.get("messages")
-    if not isinstance(body, list):
-        raise BadInput('a batch must be a JSON array of messages (or {"messages": [...]})')
-    if len(body) > MAX_BATCH:
-        raise BadInput(f"a batch holds at most {MAX_BATCH} messages, not {len(body)}")
-    return body
-
-
-async def _answer(call: Callable[[], Any]) -> JSONResponse:
-    """One library call off the event loop, answered as JSON: a refusal with its status,
-    a body no check foresaw as a 400 (the caller's input, never a 500), Redis down 503."""
-    try:
-        return JSONResponse(await run_in_threadpool(call))
-    except BusError as err:
-        return JSONResponse(err.to_json(), _status_of(err))
-    except (ValueError, TypeError, RecursionError) as err:
-        bad = BadInput(_one_line(f"malformed message: {err}"))
-        return JSONResponse(bad.to_json(), 400)
-    except redis.RedisError as err:
-        unavailable = Unavailable(_one_line(f"Redis did not answer: {err}"))
-        return JSONResponse(unavailable.to_json(), 503)
 
 
 def create_app(
@@ -261,9 +161,9 @@ def create_app(
         try:
             await run_in_threadpool(bus.auth.verify, token)
         except Unauthorized as err:
-            return 401, err.code, _one_line(str(err))
-        except (Unavailable, redis.RedisError) as err:
-            return 503, "unavailable", _one_line(f"Redis did not answer: {err}")
+            return 401, err.code, one_line(str(err))
+        except (Unavailable, StoreError) as err:
+            return 503, "unavailable", one_line(f"Redis did not answer: {err}")
         return None
 
     app.add_middleware(
@@ -274,7 +174,7 @@ def create_app(
         authenticate=authenticate if bus.auth.enabled else None,
     )
     registry = CollectorRegistry()
-    registry.register(RedisCollector(bus))
+    registry.register(RedisCollector(lambda: bus.store))
     requests = Counter(
         "inbox_http_requests",
         "HTTP requests this gateway process answered",
@@ -296,32 +196,32 @@ def create_app(
         "/send",
         response_model=DeliverOk,
         responses={s: {"model": DeliverError} for s in (400, 401, 500, 503)},
-        openapi_extra={"requestBody": _MESSAGE_BODY},
+        openapi_extra={"requestBody": MESSAGE_BODY},
         summary="Deliver on this host (prox's remote delivery)",
     )
     async def send_local(request: Request) -> JSONResponse:
         """Run the local precedence: the session's socket if a listener acks, else the file."""
         raw = await request.body()
         try:
-            data = _json_body(raw)
+            data = json_body(raw)
             # Parsed and checked before anything is written; a bad to_id never becomes a path.
             via, msg_id = await run_in_threadpool(
                 lambda: bus.send_local(data, token=_bearer(request))
             )
         except Unauthorized as err:
-            return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), 401)
+            return JSONResponse(DeliverError(error=one_line(str(err))).model_dump(), 401)
         except Unavailable as err:  # the token's revocation check found no Redis
-            return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), 503)
+            return JSONResponse(DeliverError(error=one_line(str(err))).model_dump(), 503)
         except BusError as err:
-            status = 400 if isinstance(err, BadInput) else _status_of(err)
-            return JSONResponse(DeliverError(error=_one_line(str(err))).model_dump(), status)
-        except redis.RedisError as err:
+            status = 400 if isinstance(err, BadInput) else status_of(err)
+            return JSONResponse(DeliverError(error=one_line(str(err))).model_dump(), status)
+        except StoreError as err:
             return JSONResponse(
-                DeliverError(error=_one_line(f"Redis did not answer: {err}")).model_dump(), 503
+                DeliverError(error=one_line(f"Redis did not answer: {err}")).model_dump(), 503
             )
         except OSError as err:
             return JSONResponse(
-                DeliverError(error=_one_line(f"write failed: {err}")).model_dump(), 500
+                DeliverError(error=one_line(f"write failed: {err}")).model_dump(), 500
             )
         return JSONResponse(DeliverOk(via=via, id=msg_id).model_dump())
 
@@ -330,13 +230,13 @@ def create_app(
         response_model=SendAnswer,
         response_model_exclude_none=True,
         responses={s: {"model": BusErrorAnswer} for s in (400, 401, 404, 409, 503)},
-        openapi_extra={"requestBody": _MESSAGE_BODY},
+        openapi_extra={"requestBody": MESSAGE_BODY},
         summary="Send through the bus (Redis, routed to the owning host)",
     )
     async def send_bus(request: Request) -> JSONResponse:
         """Validate, store and route one message; returns the send answer."""
         raw = await request.body()
-        return await _answer(lambda: bus.send(_json_body(raw), token=_bearer(request)))
+        return await answer(lambda: bus.send(json_body(raw), token=_bearer(request)))
 
     @app.get(
         "/v1/messages/{message_id}",
@@ -357,8 +257,8 @@ def create_app(
             if not bus.auth.enabled and not by:
                 raise BadInput("name the sender session: ?by=SID", code="no_session")
         except BusError as err:
-            return JSONResponse(err.to_json(), _status_of(err))
-        return await _answer(lambda: bus.receipt(message_id, by=by, token=token))
+            return JSONResponse(err.to_json(), status_of(err))
+        return await answer(lambda: bus.receipt(message_id, by=by, token=token))
 
     @app.post(
         "/v1/send/batch",
@@ -370,8 +270,8 @@ def create_app(
         ``{"ok": true, "answers": [...]}``, each as ``/v1/send`` would. One bad message
         refuses the batch (400 naming its ``index``) and nothing is written."""
         raw = await request.body()
-        return await _answer(
-            lambda: {"ok": True, "answers": bus.send_many(_batch_body(raw), token=_bearer(request))}
+        return await answer(
+            lambda: {"ok": True, "answers": bus.send_many(batch_body(raw), token=_bearer(request))}
         )
 
     @app.get(
@@ -394,14 +294,11 @@ def create_app(
         as ``inbox watch`` prints it), resumed after a reconnect by the subscription's
         ``name``; events are acknowledged once handed to the connection (a batch cut off
         by a disconnect comes again, never lost)."""
-        from bus.services.durable_watch import open_for_reader
-
         stop = threading.Event()
         names = [s for s in (sessions or "").split(",") if s] or None
         try:
             sub = await run_in_threadpool(
-                lambda: open_for_reader(
-                    bus,
+                lambda: bus.watch.open_for_reader(
                     _bearer(request),
                     by,
                     name,
@@ -412,8 +309,8 @@ def create_app(
                 )
             )
         except BusError as err:
-            return JSONResponse(err.to_json(), _status_of(err))
-        except redis.RedisError as err:
+            return JSONResponse(err.to_json(), status_of(err))
+        except StoreError as err:
             return JSONResponse(Unavailable(f"Redis did not answer: {err}").to_json(), 503)
         return StreamingResponse(
             _sse(sub, stop), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
@@ -427,7 +324,7 @@ def create_app(
             try:
                 bus.store.ping()
                 return True, liveness.workers(bus.store)
-            except (BusError, redis.RedisError, OSError):
+            except (BusError, StoreError, OSError):
                 return False, None
 
         up, workers = await run_in_threadpool(ping)

@@ -8,21 +8,14 @@ operator's sessions page live over server-sent events.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import queue
-import re
 import secrets
 import tempfile
-import threading
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import jinja2
-import redis
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
@@ -31,10 +24,12 @@ from starlette.datastructures import FormData, UploadFile
 
 from bus.core.errors import BadInput, BusError, NotFound, Refused, Unauthorized, Unavailable
 from bus.core.models import check_session_id, parse_message
-from bus.services.pictures import MAX_PICTURE_BYTES, MAX_PICTURES, safe_name, sniff
-from bus.services.watch import top_rows
+from bus.services.pictures import MAX_PICTURES, sniff
 from bus.store.keys import check_item_key
+from bus.store.redis_errors import StoreError
 
+from .forms import field, read_bounded, save_upload
+from .live import live
 from .page_gate import (
     COOKIE,
     CSRF_FIELD,
@@ -51,13 +46,6 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).parent
 PREFIX = "/ui"
-# How often the live page gets fresh rows when no message arrives (states, turns).
-ROWS_EVERY_S = 5.0
-# One live response lasts this long; the browser reconnects at once, resuming from its
-# Last-Event-ID. A gateway stopping waits for open responses, so this bounds the wait.
-STREAM_LIFETIME_S = 25.0
-_STREAM_ID = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
-
 _STATUS: list[tuple[type[BusError], int]] = [
     (TooLarge, 413),
     (BadInput, 400),
@@ -137,8 +125,8 @@ def create_ui(bus: Bus) -> FastAPI:
         status = status_of(err)
         return page(request, "error.html", viewer, status, status=status, error=err.to_json())
 
-    @ui.exception_handler(redis.RedisError)
-    async def store_down(request: Request, err: redis.RedisError) -> Response:
+    @ui.exception_handler(StoreError)
+    async def store_down(request: Request, err: StoreError) -> Response:
         return page(
             request,
             "error.html",
@@ -228,7 +216,7 @@ def create_ui(bus: Bus) -> FastAPI:
         sign-in token; then the cookie is set."""
         form = await gate.form(request)
         gate.check_login_post(request, form)
-        token = _field(form, "token")
+        token = field(form, "token")
         viewer = await run_in_threadpool(gate.viewer_for, token)
         return signed_in(request, viewer, token)
 
@@ -284,7 +272,7 @@ def create_ui(bus: Bus) -> FastAPI:
         check_item_key(key)
         await run_in_threadpool(check, bus, viewer, "item_read", sid)
         path = await run_in_threadpool(bus.item_file, sid, key, name)
-        data = await run_in_threadpool(_read_bounded, path)
+        data = await run_in_threadpool(read_bounded, path)
         kind = sniff(data)
         if kind is None:
             raise NotFound(f"item {key!r} has no picture {name!r}", code="unknown_file")
@@ -302,12 +290,12 @@ def create_ui(bus: Bus) -> FastAPI:
         check_session_id(sid)
         check_item_key(key)
         viewer, form = await posted(request, "item_write", sid)
-        text = _field(form, "text")
+        text = field(form, "text")
         uploads = [f for f in form.getlist("pictures") if isinstance(f, UploadFile) and f.filename]
         if len(uploads) > MAX_PICTURES:
             raise BadInput(f"at most {MAX_PICTURES} pictures", code="too_many_pictures")
         with tempfile.TemporaryDirectory(prefix="inbox-ui-") as tmp:
-            paths = [await _save_upload(Path(tmp), n, f) for n, f in enumerate(uploads)]
+            paths = [await save_upload(Path(tmp), n, f) for n, f in enumerate(uploads)]
             await run_in_threadpool(
                 lambda: bus.item_write(
                     sid,
@@ -327,7 +315,7 @@ def create_ui(bus: Bus) -> FastAPI:
         check_session_id(sid)
         check_item_key(key)
         viewer, form = await posted(request, "item_write", sid)
-        answer = _field(form, "answer")
+        answer = field(form, "answer")
         await run_in_threadpool(
             lambda: bus.item_settle(sid, key, member=viewer.name, answer=answer, token=viewer.token)
         )
@@ -339,7 +327,7 @@ def create_ui(bus: Bus) -> FastAPI:
     async def sessions(request: Request) -> Response:
         viewer = await who(request)
         await run_in_threadpool(check, bus, viewer, "operate")
-        rows = await run_in_threadpool(top_rows, bus)
+        rows = await run_in_threadpool(bus.watch.top_rows)
         return page(request, "sessions.html", viewer, rows=rows)
 
     @ui.get("/sessions/events")
@@ -348,7 +336,7 @@ def create_ui(bus: Bus) -> FastAPI:
         viewer = await who(request)
         await run_in_threadpool(check, bus, viewer, "operate")
         return StreamingResponse(
-            _live(bus, request.headers.get("last-event-id")),
+            live(bus, request.headers.get("last-event-id")),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -393,8 +381,8 @@ def create_ui(bus: Bus) -> FastAPI:
         fields = {
             "from": f"operator:{viewer.name}",
             "to_id": sid,
-            "text": _field(form, "text"),
-            "class": _field(form, "class") or "action",
+            "text": field(form, "text"),
+            "class": field(form, "class") or "action",
             "verified": bus.auth.enabled,
         }
         try:
@@ -407,112 +395,6 @@ def create_ui(bus: Bus) -> FastAPI:
         return back(f"{PREFIX}/sessions/{seg(sid)}")
 
     return ui
-
-
-def _field(form: FormData, name: str) -> str:
-    value = form.get(name)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise BadInput(f"{name} must be text")
-    return value
-
-
-def _read_bounded(path: Path) -> bytes:
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_PICTURE_BYTES + 1)
-    if len(data) > MAX_PICTURE_BYTES:
-        raise Refused("the picture is over the size bound", code="picture_too_large")
-    return data
-
-
-async def _save_upload(tmp: Path, n: int, upload: UploadFile) -> str:
-    """Write one upload into the private temp dir under a safe name, bounded; the bus
-    then reads it as it reads any picture (sniffed, bounded, refused whole)."""
-    name = safe_name(upload.filename or "picture")
-    target = tmp / f"{n}" / name
-    target.parent.mkdir()
-    data = await upload.read(MAX_PICTURE_BYTES + 1)
-    target.write_bytes(data)  # an oversized one is refused by the bus's own bound
-    return str(target.relative_to(tmp))
-
-
-def _event(name: str, data: Any) -> str:
-    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-def _later(a: str, b: str) -> str:
-    """The later of two stream ids."""
-    return max(a, b, key=lambda x: tuple(int(p) for p in x.split("-")))
-
-
-async def _live(
-    bus: Bus, last_event_id: str | None, lifetime_s: float | None = None
-) -> AsyncIterator[str]:
-    """Follow every session's stream in a thread; emit each message and the rows.
-
-    Every batch ends with a ``rows`` event whose ``id`` is the newest stream id sent, so
-    a reconnecting browser (``Last-Event-ID``) resumes after it: nothing sent between two
-    responses is lost. A first connection starts at the store's clock, "now".
-    """
-    if last_event_id and _STREAM_ID.fullmatch(last_event_id):
-        since = last_event_id
-    else:
-        since = f"{await run_in_threadpool(bus.store.server_time_ms)}-0"
-    stop = threading.Event()
-    found: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=10_000)
-    # Positions are taken now, before the first event goes out: nothing sent after the
-    # page's "live" mark is missed.
-    sub = await run_in_threadpool(
-        lambda: bus.subscribe(None, block_ms=500, stop=stop, refresh_s=1.0, since=since)
-    )
-
-    def pump() -> None:
-        try:
-            for ev in sub:
-                found.put(ev)
-        except Exception as exc:  # a reader thread must not die silently, nor noisily
-            if not stop.is_set():  # once stopped, its connection may close under it
-                found.put({"error": str(exc)})
-
-    async def rows(position: str) -> str:
-        fresh = await run_in_threadpool(top_rows, bus)
-        return f"id: {position}\n" + _event("rows", {"rows": fresh})
-
-    threading.Thread(target=pump, name="ui-live", daemon=True).start()
-    ends = time.monotonic() + (STREAM_LIFETIME_S if lifetime_s is None else lifetime_s)
-    position = since
-    try:
-        yield "retry: 1000\n\n"
-        yield await rows(position)
-        while time.monotonic() < ends:
-            try:
-                ev = await asyncio.to_thread(found.get, True, ROWS_EVERY_S)
-            except queue.Empty:
-                yield await rows(position)
-                continue
-            batch = [ev]
-            while not found.empty() and len(batch) < 100:
-                batch.append(found.get_nowait())
-            for one in batch:
-                if "error" in one:
-                    yield _event("trouble", {"message": one["error"]})
-                    return
-                msg = one["message"]
-                position = _later(position, one["stream_id"])
-                yield _event(
-                    "message",
-                    {
-                        "session": one["session"],
-                        "from": str(msg.get("from", "")),
-                        "kind": str(msg.get("kind", "message")),
-                        "text": str(msg.get("text", ""))[:300],
-                        "at": msg.get("ts"),
-                    },
-                )
-            yield await rows(position)
-    finally:
-        stop.set()
 
 
 def mount_ui(app: FastAPI, bus: Bus) -> None:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
-from bus.services import items
 
 if TYPE_CHECKING:
     from bus.api import Bus
@@ -86,7 +85,7 @@ def check(bus: Bus, viewer: Viewer | None, need: Need, sid: str | None = None) -
     kind = viewer.kind if viewer else None
     active = own = False
     if viewer is not None and viewer.kind == "member" and viewer.workspace:
-        active = items.is_member(bus, viewer.workspace, viewer.name)
+        active = bus.items.is_member(viewer.workspace, viewer.name)
         if sid is not None and active:
             try:
                 own = bus.session(sid).workspace == viewer.workspace

@@ -1,0 +1,99 @@
+"""The hook commands: ``hooks claude|codex`` (print or install a harness's hook setup)
+and ``hook claude|codex`` (the entry point each of those hooks calls).
+
+:func:`register` adds them to the CLI's app (``bus.surfaces.cli.app`` calls it once).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from bus.surfaces.refusal import fail, run
+
+from .help_panels import HARNESS, arg
+
+hooks_app = typer.Typer(help="Ready-made hook setups for harnesses.", no_args_is_help=True)
+hook_app = typer.Typer(help="Entry points that harness hooks call.", no_args_is_help=True)
+
+COMMAND_HELP = "how the hooks call inbox (default: this inbox's absolute path)"
+YES_HELP = "write without asking (needed with no terminal)"
+EVENT_HELP = "SessionStart, UserPromptSubmit, PostToolUse, Stop or SessionEnd"
+
+
+def _print_or_install(
+    harness: str, install: Path | None, uninstall: Path | None, yes: bool, command: str | None
+) -> None:
+    """One harness's hooks printed, or installed into / removed from the file given."""
+    from bus.surfaces.hooks import print_or_install
+
+    if install is not None and uninstall is not None:
+        fail("give --install PATH or --uninstall PATH, not both")
+    path = install if install is not None else uninstall
+    raise typer.Exit(
+        run(
+            lambda: print_or_install(
+                path, yes, inbox_cmd=command, uninstall=uninstall is not None, harness=harness
+            )
+        )
+    )
+
+
+@hooks_app.command("claude")
+def hooks_claude(
+    install: Path | None = typer.Option(
+        None, "--install", help="write the hooks into this settings.json (replacing earlier ones)"
+    ),
+    uninstall: Path | None = typer.Option(
+        None, "--uninstall", help="remove exactly the inbox hooks from this settings.json"
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
+    command: str | None = typer.Option(None, "--command", help=COMMAND_HELP),
+) -> None:
+    """Print Claude Code's hooks settings for the inbox, or --install / --uninstall them.
+
+    Each hook command is this inbox's absolute path with INBOX_HOME, INBOX_REDIS_URL (and
+    the other bus-locating settings) that are set now, so it works from Claude Code's
+    own environment."""
+    _print_or_install("claude", install, uninstall, yes, command)
+
+
+@hooks_app.command("codex")
+def hooks_codex(
+    install: Path | None = typer.Option(
+        None, "--install", help="write the hooks into this hooks.json (e.g. .codex/hooks.json)"
+    ),
+    uninstall: Path | None = typer.Option(
+        None, "--uninstall", help="remove exactly the inbox hooks from this hooks.json"
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
+    command: str | None = typer.Option(None, "--command", help=COMMAND_HELP),
+) -> None:
+    """Print Codex's hooks.json for the inbox, or --install / --uninstall it.
+
+    Install into .codex/hooks.json (a project) or ~/.codex/hooks.json (every session); Codex
+    runs the hooks once they are trusted (/hooks in Codex)."""
+    _print_or_install("codex", install, uninstall, yes, command)
+
+
+@hook_app.command("claude")
+def hook_claude(event: str = arg("EVENT", EVENT_HELP)) -> None:
+    """Run one Claude Code hook (its JSON on stdin); exits 0 whatever breaks."""
+    from bus.surfaces.hooks import hook_entry
+
+    raise typer.Exit(hook_entry(event))
+
+
+@hook_app.command("codex")
+def hook_codex(event: str = arg("EVENT", EVENT_HELP)) -> None:
+    """Run one Codex hook (its JSON on stdin); exits 0 whatever breaks."""
+    from bus.surfaces.hooks import hook_entry
+
+    raise typer.Exit(hook_entry(event, harness="codex"))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``hooks`` and ``hook`` groups to ``app``."""
+    app.add_typer(hooks_app, name="hooks", rich_help_panel=HARNESS)
+    app.add_typer(hook_app, name="hook", rich_help_panel=HARNESS)

@@ -1,0 +1,124 @@
+"""The process commands: ``up``, ``worker``, ``scheduler``, ``serve`` and ``flower``.
+
+:func:`register` adds them to the CLI's app (``bus.surfaces.cli.app`` calls it once).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+import typer
+
+from bus.core.settings import Settings
+from bus.surfaces.refusal import run
+
+from .calls import check_session_id, connect
+from .help_panels import OPERATIONS
+
+if TYPE_CHECKING:
+    pass
+
+
+def up(
+    concurrency: int = typer.Option(2, help="worker processes"),
+    redis_port: int = typer.Option(0, help="also listen on this TCP port (0: socket only)"),
+) -> None:
+    """Run the bus here: embedded Redis (unless INBOX_REDIS_URL), a worker, the scheduler."""
+    from bus.ops.up import run_up
+
+    settings = run(Settings.from_env)
+    raise typer.Exit(run(lambda: run_up(settings, concurrency=concurrency, redis_port=redis_port)))
+
+
+def worker_argv(settings: Settings, concurrency: int, pool: str, loglevel: str) -> list[str]:
+    from bus.telemetry.liveness import SHARED_QUEUE, host_queue
+
+    return [
+        "worker",
+        "-Q",
+        f"{SHARED_QUEUE},{host_queue(settings.host)}",
+        "-n",
+        f"{settings.host}@%h",
+        "-c",
+        str(concurrency),
+        "-P",
+        pool,
+        "-l",
+        loglevel,
+        "--without-gossip",
+        "--without-mingle",
+    ]
+
+
+def worker(
+    concurrency: int = typer.Option(2, help="processes"),
+    pool: str = typer.Option("prefork", help="prefork|solo|threads"),
+    loglevel: str = typer.Option("info"),
+) -> None:
+    """A Celery worker for this host (INBOX_HOST); `inbox up` runs one for you.
+
+    Refused (exit 5) while a worker with another INBOX_HOME or machine serves the host;
+    stops (exit 6) once its INBOX_HOME is gone."""
+    settings = run(Settings.from_env)
+    run(lambda: check_session_id(settings.host, "host name"))
+    # Celery runs in its own program (bus/ never imports Celery): this process becomes it.
+    argv = [sys.executable, "-m", "celery", "-A", "workers"]
+    os.execv(sys.executable, [*argv, *worker_argv(settings, concurrency, pool, loglevel)])
+
+
+def scheduler() -> None:
+    """The scheduled work (debounced wakes, flushes, retries); `inbox up` runs it for you."""
+    run(Settings.from_env)  # a bad setting is refused before anything starts
+    from bus.delivery.scheduler import run as run_scheduler
+
+    b = connect()  # the dispatcher by name (INBOX_DISPATCHER): bus/ imports no workers
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        run_scheduler(b, stop)
+    except KeyboardInterrupt:
+        pass
+
+
+def serve(
+    host: str = typer.Option("127.0.0.1", help="bind address (loopback unless told otherwise)"),
+    port: int = typer.Option(5252, help="port"),
+) -> None:
+    """The HTTP gateway: POST /send (local precedence), /v1/send, GET /health, /metrics, /openapi.json."""
+    from bus.surfaces.http.gateway import check_bind
+    from bus.surfaces.http.gateway import serve as serve_http
+
+    b = connect()
+    run(lambda: check_bind(b, host))  # a non-loopback bind needs INBOX_SECRET
+    serve_http(b, host=host, port=port)
+
+
+def flower(
+    address: str = typer.Option("127.0.0.1", help="bind address"),
+    port: int = typer.Option(5555),
+    basic_auth: str | None = typer.Option(
+        None,
+        help="user:password (default INBOX_FLOWER_AUTH, else generated into "
+        "$INBOX_HOME/flower.auth; its path is printed, never the password)",
+    ),
+) -> None:
+    """Flower for the workers, with authentication, bound to loopback by default."""
+    from bus.ops.flower import run_flower
+
+    raise typer.Exit(
+        run(
+            lambda: run_flower(
+                run(Settings.from_env), address=address, port=port, basic_auth=basic_auth
+            )
+        )
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add the process commands to ``app``, in this order."""
+    for command in (up, worker, scheduler, serve, flower):
+        app.command(rich_help_panel=OPERATIONS)(command)

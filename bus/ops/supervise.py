@@ -4,7 +4,8 @@ Each child (a worker, the scheduler, the embedded Redis) runs in its own session
 Ctrl-C in the terminal reaches only the supervisor, which then stops them in order:
 workers and scheduler first, Redis last (its append-only file flushed), each stage
 bounded, then SIGKILL. A child that exits is started again after a backoff (0.2 s,
-doubling to 10 s; reset once it ran 10 s), with one log line each time. A worker whose
+doubling to 10 s; reset once it ran 10 s), with one log line each time; a worker's
+restart promotes its spare, already imported, when it has one (bus.ops.standby). A worker whose
 host queue holds work while it made no progress for ``INBOX_WORKER_STALL_S`` (default
 10 s, :func:`bus.telemetry.liveness.stalled`) is killed and restarted. A child exiting with one of its ``fatal`` codes (a worker refused its host)
 stops everything; :attr:`Supervisor.failed` holds the code. One supervisor per home:
@@ -33,6 +34,7 @@ from bus.store.keys import Keys
 from bus.telemetry.liveness import host_queue, stalled
 
 from .procs import die_with_parent
+from .standby import Standby
 
 BACKOFF_START_S = 0.2
 BACKOFF_MAX_S = 10.0
@@ -114,6 +116,8 @@ class Child:
     # floor, its home gone): not restarted; the supervisor stops with that code.
     fatal: dict[int, str] = field(default_factory=dict)
     log: Path | None = None
+    # A worker's spare (bus.ops.standby): started by the poll, promoted by a restart.
+    standby: Standby | None = None
     proc: subprocess.Popen[bytes] = field(init=False)
     started: float = 0.0
     started_ms: int = 0
@@ -211,6 +215,8 @@ class Supervisor:
                         child.failures += 1
                         child.restart_at = now + BACKOFF_MAX_S
                         self.log(f"{self.name}: {child.name} did not start: {exc}")
+                if child.standby is not None and child.restart_at is None:
+                    child.standby.tend(now)
             if self.store is not None and self.stall_s > 0 and now >= self._next_liveness:
                 self._next_liveness = now + LIVENESS_EVERY_S
                 self._check_progress()
@@ -265,6 +271,9 @@ class Supervisor:
             self.stopping.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
+        for child in self.children:
+            if child.standby is not None:
+                child.standby.close()
         for stage in sorted({c.stage for c in self.children}):
             group = [c for c in self.children if c.stage == stage and hasattr(c, "proc")]
             for child in group:

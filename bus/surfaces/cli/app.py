@@ -23,6 +23,7 @@ import typer
 
 from bus.core.errors import BadInput, BusError
 from bus.core.settings import Settings
+from bus.ops.procs import worker_argv
 from bus.surfaces.refusal import bus_call, emit, fail, refuse, run, run_app
 
 from . import people, receipts
@@ -388,26 +389,6 @@ def up(
 
     settings = run(Settings.from_env)
     raise typer.Exit(run(lambda: run_up(settings, concurrency=concurrency, redis_port=redis_port)))
-
-
-def worker_argv(settings: Settings, concurrency: int, pool: str, loglevel: str) -> list[str]:
-    from bus.telemetry.liveness import SHARED_QUEUE, host_queue
-
-    return [
-        "worker",
-        "-Q",
-        f"{SHARED_QUEUE},{host_queue(settings.host)}",
-        "-n",
-        f"{settings.host}@%h",
-        "-c",
-        str(concurrency),
-        "-P",
-        pool,
-        "-l",
-        loglevel,
-        "--without-gossip",
-        "--without-mingle",
-    ]
 
 
 @app.command(rich_help_panel=OPERATIONS)

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from bus.api import Bus
+from bus.core.models import now_ms
 from bus.core.settings import Settings
 from bus.delivery.dispatch import NullDispatcher
 from bus.ops.supervise import AlreadyRunning, Child, HomeLock, Supervisor
@@ -187,6 +188,8 @@ def test_a_worker_holding_work_without_progress_is_restarted(redis_url: str, pre
         first = child.proc.pid
         sup.poll()
         assert child.proc.pid == first  # nothing queued: idle is not stalled
+        # It said it is ready (as a worker does once booted), then took nothing.
+        client.hset(keys.beat("h"), "started", now_ms())
         client.lpush(keys.celery_queue(host_queue("h")), "a delivery")
         wait_for(
             lambda: (sup.poll(), child.proc.pid != first)[1], 10, "the stalled worker's restart"

@@ -170,6 +170,10 @@ class Supervisor:
         self.log = log
         self.stopping = threading.Event()
         self._next_liveness = 0.0
+        # When Redis answered again after the progress check could not reach it: a worker
+        # cut off with it made no progress for that long through no fault of its own.
+        self._reached_ms = 0
+        self._unreachable = False
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.failed: int | None = None  # a child's fatal exit code: everything stops
@@ -231,12 +235,16 @@ class Supervisor:
                 queued = (self.broker or client).llen(keys.celery_queue(host_queue(child.host)))
                 progress, ready = client.hmget(keys.beat(child.host), "progress", "started")
             except REDIS_ERRORS:
+                self._unreachable = True
                 return  # Redis away: nothing to judge progress by
+            if self._unreachable:
+                self._unreachable, self._reached_ms = False, now_ms()
             progress_ms = int(progress) if progress else None
             if stalled(
                 queued=int(queued),
                 progress_ms=progress_ms,
-                started_ms=child.started_ms,
+                # The bound counts from the later of its start and Redis answering again.
+                started_ms=max(child.started_ms, self._reached_ms),
                 now=now_ms(),
                 bound_s=self.stall_s,
                 # The worker writes "started" once ready (workers.tasks, worker_ready).

@@ -25,8 +25,6 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from bus.ops.procs import die_with_parent
-
 if TYPE_CHECKING:
     from bench.swarm_hosts import HostsSoak
 
@@ -76,8 +74,10 @@ class Coordinator:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
+                # Not die_with_parent: the parent-death signal follows the thread that
+                # started it (a kill thread, the watcher), which ends before the run does.
+                # close() stops it; so does the namespace's clean-up.
                 start_new_session=True,
-                preexec_fn=die_with_parent,
             )
 
     def wait_following(self, timeout: float = 300.0) -> None:

@@ -60,6 +60,7 @@ from workers.dispatch import CeleryDispatcher  # noqa: E402
 BENCH_HOST = "bench"
 DEBOUNCE_S = 0.5
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
+STARTED = "embedded, started for this run"  # pick_redis's word for a server of the bench's own
 POLL_S = 0.005
 
 
@@ -99,7 +100,7 @@ def pick_redis(arg: str | None, tmp: Path, stack: ExitStack) -> tuple[str, str]:
         return DEFAULT_URL, "already running"
     server = EmbeddedRedis(tmp / "redis.sock", tmp / "redis", persist=False).start()
     stack.callback(server.stop)
-    return server.url, "embedded, started for this run"
+    return server.url, STARTED
 
 
 def delete_prefix(url: str, prefix: str) -> int:
@@ -557,7 +558,7 @@ def _sigterm(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def bench_settings(home: Path, url: str, prefix: str) -> Settings:
+def bench_settings(home: Path, url: str, prefix: str, *, own_server: bool = False) -> Settings:
     """The benches' bus: this host, a fresh key prefix, the bench's debounce, and the flood
     bounds off (they would cap a sender at 50/s and refuse a batch over the 500 burst:
     measure the bus itself; bench/README says what the bucket costs)."""
@@ -575,9 +576,10 @@ def bench_settings(home: Path, url: str, prefix: str) -> Settings:
         kick="celery" if os.environ.get("INBOX_KICK", "").strip().lower() == "celery" else "list",
         # The benches count what was stored by the sessions' events: kept for the run.
         events_keep_s=3600.0,
-        # A Redis already running here is shared (other benches, other users' figures):
-        # the scheduler leaves its settings alone; a server of the bench's own gets them.
-        memory_settings=url != DEFAULT_URL,
+        # A Redis the bench did not start is shared (other benches, other users' figures,
+        # whatever its URL spells): the scheduler leaves its settings alone; a server of
+        # the bench's own (``own_server``) gets them.
+        memory_settings=own_server,
     )
 
 
@@ -609,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.callback(_cleanup_keys, console, url, prefix)
             home = tmp / "home"
             home.mkdir()
-            s = bench_settings(home, url, prefix)
+            s = bench_settings(home, url, prefix, own_server=found == STARTED)
             console.print(f"redis {url} ({found}), prefix {prefix}; starting the worker...")
             worker = start_worker(s)
             stack.callback(worker.stop)

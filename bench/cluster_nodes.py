@@ -132,8 +132,10 @@ class ReplicatedCluster:
 
     @property
     def url(self) -> str:
-        """A URL naming one node; a cluster client finds the others from it."""
-        return f"redis://:{self.password}@{self.address}:{self.nodes[0].port}/0"
+        """A URL naming every node (bus.store.cluster.split_nodes): a process starting
+        while one of them is down (a killed master) connects through another."""
+        where = ",".join(f"{self.address}:{node.port}" for node in self.nodes)
+        return f"redis://:{self.password}@{where}/0"
 
     def client(self, node: Node, timeout: float = 1.0) -> redis.Redis:
         return redis.Redis(

@@ -30,7 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis.connection
 
-from bench.burst import bench_settings, celery_bus, close_bus, delete_prefix, pick_redis
+from bench.burst import (
+    STARTED,
+    bench_settings,
+    celery_bus,
+    close_bus,
+    delete_prefix,
+    pick_redis,
+)
 from bench.swarm import Ears, open_running, percentiles, wire
 from bus.api import Bus
 from bus.delivery.kick_list import KickLoop
@@ -85,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     trips = Trips()
     with ExitStack() as stack:
         tmp = Path(tempfile.mkdtemp(prefix="lone-trips-"))
-        url, _how = pick_redis(args.redis_url, tmp, stack)
+        url, how = pick_redis(args.redis_url, tmp, stack)
         prefix = f"lt{uuid.uuid4().hex[:8]}"
-        s = bench_settings(tmp / "home", url, prefix)
+        s = bench_settings(tmp / "home", url, prefix, own_server=how == STARTED)
         stack.callback(delete_prefix, url, prefix)
         worker_bus = Bus(s)
         loop = KickLoop(worker_bus, threads=KICK_THREADS).start()

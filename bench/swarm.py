@@ -60,6 +60,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from bench.burst import (  # noqa: E402
+    STARTED,
     BenchError,
     _cleanup_keys,
     _sigterm,
@@ -833,7 +834,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.callback(_cleanup_keys, console, url, prefix)
             home = tmp / "home"
             home.mkdir()
-            s = bench_settings(home, url, prefix)
+            s = bench_settings(home, url, prefix, own_server=found == STARTED)
             observer = celery_bus(s)
             stack.callback(close_bus, observer)
             console.print(

@@ -51,6 +51,8 @@ from bench.chaos import Soak
 from bench.cluster_nodes import Broker, ReplicatedCluster, _wait
 from bench.netns import HostNet
 from bench.swarm_account import account_extra, report_extra
+from bench.swarm_coordinator import COORD, Coordinator, pick_lanes, progress, run_kills
+from bench.swarm_coordinator import report as coordinator_report
 from bench.swarm_roles import add_role_args, role_harness, role_sender
 from bus.api import Bus
 from bus.core.settings import SOURCE_ROOT, Settings
@@ -81,6 +83,8 @@ class HostsSoak(Soak):
         self.buses: dict[str, Bus] = {}
         self.bus_lock = threading.Lock()
         self.t_send: tuple[float, float] = (0.0, 0.0)
+        self.coord: Coordinator | None = None
+        self.lanes: set[str] = set()
 
     # -- settings --------------------------------------------------------------------
 
@@ -155,13 +159,19 @@ class HostsSoak(Soak):
             for i in range(a.sessions_per_host):
                 self.sessions[f"{host}-{KINDS[i % 3]}{i}"] = (host, KINDS[i % 3])
             self.sessions[f"probe-{host}"] = (host, "sock")
+        lanes = pick_lanes(self.sessions, self.hosts, a.lanes)
+        self.lanes = set(lanes)
+        if lanes:  # the coordinator's own session, on the first host
+            self.bus(self.hosts[0]).open_session(COORD)
+        print(f"swarm: opening {len(self.sessions)} sessions ({len(lanes)} lanes)", flush=True)
         for sid, (host, kind) in self.sessions.items():
             bus = self.bus(host)
             wake_cmd = None
             if kind == "wake":
                 flag = self.base / f"wakes-{host}" / f"{sid}.wakes"
                 wake_cmd = f"cat > /dev/null; echo woke >> {flag}"
-            bus.open_session(sid, wake_cmd=wake_cmd)
+            parent = COORD if sid in self.lanes else None
+            bus.open_session(sid, wake_cmd=wake_cmd, parent=parent)
             if kind in ("sock", "floor"):
                 bus.turn(sid, "start")
         for host in self.hosts:
@@ -177,6 +187,11 @@ class HostsSoak(Soak):
             if kind == "sock":
                 sock = self.bus(_host).floor.session_dir(sid) / "inbox.sock"
                 _wait(f"{sid}'s listener", deadline, sock.exists)
+        if lanes:
+            self.coord = Coordinator(self, self.hosts[0], lanes)
+            self.coord.start()
+            self.coord.wait_following()
+            print(f"swarm: coordinator follows {len(lanes)} lanes", flush=True)
 
     def child(self, host: str, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
         with open(log, "ab") as out:
@@ -236,6 +251,8 @@ class HostsSoak(Soak):
             ]
             procs.append(self.child(host, argv, self.base / f"sender-{i}.log"))
         self.t_send = (chaos._now(), 0.0)
+        for target in (run_kills, progress):
+            threading.Thread(target=target, args=(self,), daemon=True).start()
         return procs
 
     # -- watching --------------------------------------------------------------------
@@ -274,6 +291,8 @@ class HostsSoak(Soak):
                 if procs[host].poll() is not None:
                     self.incidents.append(f"{host}: a {start.__name__[6:]} exited; restarted")
                     start(host)
+        if self.coord is not None:
+            self.coord.tend()
 
     # -- faults ----------------------------------------------------------------------
 
@@ -283,16 +302,22 @@ class HostsSoak(Soak):
     def kill_worker(self, host: str) -> None:
         """SIGKILL the worker ``inbox up`` runs on ``host`` (its process group: the pool too)."""
         up = self.ups[host].pid
+        parents: dict[int, int] = {}
+        workers = []
         for pid in _ns_pids(self.net.ns(host)):
             try:
                 stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
+            parents[pid] = int(stat[1])
             if int(stat[1]) == up and b"worker" in cmd:
-                os.killpg(pid, signal.SIGKILL)
-                return
-        raise RuntimeError(f"no worker found on {host}")
+                workers.append(pid)
+        # The worker, not its spare (bus.ops.standby, idle: no pool processes yet).
+        busy = [w for w in workers if w in parents.values()]
+        if not (busy or workers):
+            raise RuntimeError(f"no worker found on {host}")
+        os.killpg((busy or workers)[0], signal.SIGKILL)
 
     def probes(self, hosts: list[str], label: str, t: float) -> float | None:
         got: dict[str, float | None] = {}
@@ -393,10 +418,19 @@ class HostsSoak(Soak):
     def account(self, sent: dict[str, tuple[str, float]]) -> dict[str, Any]:
         res = super().account(sent)
         gone = super().account(self.gone_sent) if self.gone_sent else None
-        return account_extra(self, sent, res, gone)
+        res = account_extra(self, sent, res, gone)
+        if self.coord is not None:
+            try:
+                self.coord.catch_up(self.args.settle)
+                res["coordinator"] = self.coord.account()
+            except Exception as exc:  # the rest of the accounting stands
+                self.incidents.append(f"coordinator accounting: {exc!r}")
+        return res
 
     def close(self) -> None:
         self.closing = True
+        if self.coord is not None:
+            self.coord.stop()
         for procs in (self.harness, self.ups):
             for proc in procs.values():
                 if proc.poll() is None:
@@ -444,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-wait", type=float, default=90.0, help="housekeeping before measuring")
     p.add_argument("--settle", type=float, default=90.0, help="seconds to wait at the end")
     p.add_argument("--deadline", type=float, default=0.0, help="default: duration + 400")
+    p.add_argument("--lanes", type=int, default=100, help="the coordinator's lanes (0: none)")
+    p.add_argument("--coordinator-kills", type=int, default=2, help="coordinator SIGKILLs")
+    p.add_argument("--progress-s", type=float, default=30.0, help="a progress line this often")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     add_role_args(p)
     args = p.parse_args(argv)
@@ -470,8 +507,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"swarm: logs in {base}", file=sys.stderr)
     print(chaos.report(res))
     print(report_extra(res))
+    print(coordinator_report(res))
     print(json.dumps(res), flush=True)
     ok = res["lost"] == 0 and res["stored_twice"] == 0 and res["marks_new"] == 0
+    ok = ok and res.get("coordinator", {}).get("missed", 0) == 0
     return 0 if ok and res["heard_again_unexplained"] == 0 else 1
 
 

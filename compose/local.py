@@ -24,6 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bus.ops.topology import start_topology
 
+# A session's own credentials: never passed to the bus's processes nor printed.
+PRIVATE = ("INBOX_SECRET", "INBOX_TOKEN", "INBOX_SESSION")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -50,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
             key_prefix=os.environ.get("INBOX_KEY_PREFIX") or None,
             redis_port=args.redis_port,
             concurrency=args.concurrency,
+            # The other settings of this environment (INBOX_MEMORY_SETTINGS, debounces...)
+            # reach every child; the topology's own (host, home, URLs) take precedence.
+            env={
+                k: v for k, v in os.environ.items() if k.startswith("INBOX_") and k not in PRIVATE
+            },
         )
     except (RuntimeError, ValueError) as exc:
         print(f"local: {exc}", file=sys.stderr)

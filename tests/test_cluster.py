@@ -162,11 +162,6 @@ def test_a_dead_loops_kicks_are_reclaimed_on_the_cluster(cluster_settings: Setti
 
 
 @pytest.mark.timeout(240)  # a worker's boot on a busy machine, then the stall bound
-@pytest.mark.xfail(
-    reason="known: on this machine the stall check no longer sees the frozen worker (also on "
-    "the branch that added it, since the shared machine's state changed); being looked into",
-    strict=False,
-)
 def test_inbox_up_restarts_a_stalled_worker_when_its_store_is_the_cluster(
     cluster_settings: Settings, tmp_path: Path
 ) -> None:

@@ -102,6 +102,25 @@ def test_stalled(
     )
 
 
+@pytest.mark.parametrize(
+    ("now", "booted", "stalled"),
+    [
+        (3_000, True, True),  # ready, work waits, nothing done for 3 s: past the 2 s bound
+        (7_000, False, False),  # not ready 7 s after its start: 3x 2 s would kill it here
+        (30_000, False, False),  # a boot on a loaded machine is given BOOT_MIN_S
+        (61_000, False, True),  # never ready: killed all the same
+    ],
+)
+def test_a_short_stall_bound_still_gives_a_boot_its_minimum(
+    now: int, booted: bool, stalled: bool
+) -> None:
+    assert liveness.BOOT_MIN_S == 60
+    got = liveness.stalled(
+        queued=1, progress_ms=None, started_ms=0, now=now, bound_s=2, booted=booted
+    )
+    assert got is stalled
+
+
 def test_a_worker_keeps_a_heartbeat_with_its_host_and_queue_depth(
     settings: Settings, start_worker: Callable[..., WorkerProcess]
 ) -> None:

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from bus.api import Bus
+from bus.core.models import now_ms
 from bus.core.settings import Settings
 from bus.delivery.dispatch import NullDispatcher
 from bus.ops.supervise import AlreadyRunning, Child, HomeLock, Supervisor
@@ -188,6 +189,8 @@ def test_a_worker_holding_work_without_progress_is_restarted(redis_url: str, pre
         first = child.proc.pid
         sup.poll()
         assert child.proc.pid == first  # nothing queued: idle is not stalled
+        # It said it is ready (as a worker does once booted), then took nothing.
+        client.hset(keys.beat("h"), "started", now_ms())
         client.lpush(keys.celery_queue(host_queue("h")), "a delivery")
         wait_for(
             lambda: (sup.poll(), child.proc.pid != first)[1], 10, "the stalled worker's restart"
@@ -234,3 +237,48 @@ def test_a_killed_supervisor_leaves_no_child_behind(tmp_path: Path) -> None:
         for pid in pids:  # a failure must not leave them running either
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_worker_cut_off_with_redis_gets_the_whole_bound_once_redis_answers(
+    tmp_path: Path,
+) -> None:
+    from bus.ops.embedded import free_port, server_binary
+
+    port = free_port()
+    argv = [server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    argv += ["--appendonly", "no", "--dir", str(tmp_path)]
+
+    def server() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: _ping(client), 20, "the test's Redis")
+        return proc
+
+    client = redis.Redis(port=port, decode_responses=True, socket_connect_timeout=1)
+    keys = Keys("cut")
+    lines: list[str] = []
+    child = Child("worker-h", _sleeper, host="h")
+    sup = Supervisor([child], log=lines.append, store=(client, keys), stall_s=1.0).start()
+    proc = server()
+    try:
+        first = child.proc.pid
+        proc.terminate()
+        proc.wait(10)
+        sup.poll()  # Redis away: nothing judged
+        time.sleep(1.5)  # the worker, cut off too, made no progress for longer than the bound
+        proc = server()
+        client.hset(keys.beat("h"), mapping={"started": now_ms(), "progress": 0})  # ready, idle
+        client.lpush(keys.celery_queue(host_queue("h")), "a delivery")
+        sup._next_liveness = 0.0
+        sup.poll()
+        # The bound counts from Redis answering again: not killed.
+        assert not lines and child.proc.poll() is None and child.proc.pid == first, lines
+        time.sleep(1.2)
+        sup._next_liveness = 0.0
+        wait_for(lambda: (sup.poll(), child.proc.pid != first)[1], 10, "the stall's restart")
+        assert any("made no progress" in line for line in lines)
+    finally:
+        sup.stop(5)
+        proc.terminate()
+        proc.wait(10)
+        client.close()

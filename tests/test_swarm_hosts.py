@@ -75,3 +75,9 @@ def test_a_short_swarm_across_namespaced_hosts_on_a_cluster_loses_nothing(
     assert gone["learned"]["sessions_learned"] > 0, "senders saw the removed host stale"
     assert res["replies"] > 0 and res["waited"], stdout
     assert res["notes_to_self"] > 0, "sessions sent themselves notes (heard like any other)"
+    # The coordinator following lanes on every host, killed and restarted twice, saw every
+    # lane message; a line repeats only where a kill fell between its write and its cursor.
+    coord = res["coordinator"]
+    assert coord["lane_hosts"] == 3 and coord["kills"] == 2
+    assert coord["lane_messages"] > 0 and coord["missed"] == 0, coord
+    assert coord["seen_twice"] <= coord["kills"] + coord["exits_count"], coord

@@ -20,6 +20,9 @@ from tests.conftest import wait_for
 
 COMPOSE = Path(__file__).resolve().parent.parent / "compose"
 FAST = {"INBOX_WAKE_DEBOUNCE_S": "0.3", "INBOX_FYI_FLUSH_S": "2", "INBOX_RETRY_S": "0.5"}
+# The suite's Redis is shared: a scheduler started on it leaves the server's settings alone
+# (CONFIG SET of the memory settings is for servers of a test's own, as the embedded one).
+SHARED = {**FAST, "INBOX_MEMORY_SETTINGS": "0"}
 
 
 def command(service: dict[str, Any]) -> str:
@@ -103,11 +106,12 @@ def test_two_hosts_deliver_on_the_receivers_floor(
     tmp_path: Path, redis_url: str, prefix: str
 ) -> None:
     topo = start_topology(
-        tmp_path / "topo", ["a", "b"], key_prefix=prefix, redis_url=redis_url, env=FAST
+        tmp_path / "topo", ["a", "b"], key_prefix=prefix, redis_url=redis_url, env=SHARED
     )
     pids = [c.proc.pid for c in topo.children]
     try:
         assert {c.name for c in topo.children} == {"worker-a", "worker-b", "scheduler"}
+        assert topo.env_for("a")["INBOX_MEMORY_SETTINGS"] == "0"  # the shared server left alone
         assert topo.env_for("b")["INBOX_HOME"] == str(tmp_path / "topo" / "b")
 
         sid = f"sess-{uuid.uuid4().hex[:8]}"
@@ -171,6 +175,7 @@ def test_local_script_runs_in_the_foreground_and_stops_on_sigterm(
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INBOX_")}
     env.update({"INBOX_REDIS_URL": redis_url, "INBOX_KEY_PREFIX": prefix})
+    env["INBOX_MEMORY_SETTINGS"] = "0"  # the suite's shared Redis: its settings left alone
     script = COMPOSE / "local.py"
     proc = subprocess.Popen(
         [
@@ -199,6 +204,7 @@ def test_local_script_runs_in_the_foreground_and_stops_on_sigterm(
         text = "".join(lines)
         assert f"export INBOX_REDIS_URL={redis_url}" in text
         assert f"export INBOX_HOME={tmp_path / 'd' / 'y'}" in text
+        assert "export INBOX_MEMORY_SETTINGS=0" in text  # its environment's settings passed on
         proc.terminate()
         rest, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0, text + rest

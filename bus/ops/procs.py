@@ -20,6 +20,21 @@ from typing import Any
 from bus.core.settings import SOURCE_ROOT, Settings
 
 
+def worker_argv(settings: Settings, concurrency: int, pool: str, loglevel: str) -> list[str]:
+    """``inbox worker``'s arguments to ``celery -A workers``: this host's queue and the
+    shared one, no gossip nor mingle (a worker's start waits for neither)."""
+    from bus.telemetry.liveness import SHARED_QUEUE, host_queue
+
+    return [
+        "worker",
+        *("-Q", f"{SHARED_QUEUE},{host_queue(settings.host)}"),
+        *("-n", f"{settings.host}@%h"),
+        *("-c", str(concurrency), "-P", pool, "-l", loglevel),
+        "--without-gossip",
+        "--without-mingle",
+    ]
+
+
 def inbox_worker_argv(pool: str = "prefork", concurrency: int = 1) -> list[str]:
     """``inbox worker`` as a child command."""
     return [

@@ -4,7 +4,8 @@ Each child (a worker, the scheduler, the embedded Redis) runs in its own session
 Ctrl-C in the terminal reaches only the supervisor, which then stops them in order:
 workers and scheduler first, Redis last (its append-only file flushed), each stage
 bounded, then SIGKILL. A child that exits is started again after a backoff (0.2 s,
-doubling to 10 s; reset once it ran 10 s), with one log line each time. A worker whose
+doubling to 10 s; reset once it ran 10 s), with one log line each time; a worker's
+restart promotes its spare, already imported, when it has one (bus.ops.standby). A worker whose
 host queue holds work while it made no progress for ``INBOX_WORKER_STALL_S`` (default
 10 s, :func:`bus.telemetry.liveness.stalled`) is killed and restarted. A child exiting with one of its ``fatal`` codes (a worker refused its host)
 stops everything; :attr:`Supervisor.failed` holds the code. One supervisor per home:
@@ -30,6 +31,7 @@ from bus.store.server_probe import Progress
 from bus.telemetry.liveness import host_queue, stalled
 
 from .procs import die_with_parent
+from .standby import Standby
 
 BACKOFF_START_S = 0.2
 BACKOFF_MAX_S = 10.0
@@ -111,6 +113,8 @@ class Child:
     # floor, its home gone): not restarted; the supervisor stops with that code.
     fatal: dict[int, str] = field(default_factory=dict)
     log: Path | None = None
+    # A worker's spare (bus.ops.standby): started by the poll, promoted by a restart.
+    standby: Standby | None = None
     proc: subprocess.Popen[bytes] = field(init=False)
     started: float = 0.0
     started_ms: int = 0
@@ -160,6 +164,10 @@ class Supervisor:
         self.log = log
         self.stopping = threading.Event()
         self._next_liveness = 0.0
+        # When Redis answered again after the progress check could not reach it: a worker
+        # cut off with it made no progress for that long through no fault of its own.
+        self._reached_ms = 0
+        self._unreachable = False
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.failed: int | None = None  # a child's fatal exit code: everything stops
@@ -205,6 +213,8 @@ class Supervisor:
                         child.failures += 1
                         child.restart_at = now + BACKOFF_MAX_S
                         self.log(f"{self.name}: {child.name} did not start: {exc}")
+                if child.standby is not None and child.restart_at is None:
+                    child.standby.tend(now)
             if self.store is not None and self.stall_s > 0 and now >= self._next_liveness:
                 self._next_liveness = now + LIVENESS_EVERY_S
                 self._check_progress()
@@ -216,12 +226,16 @@ class Supervisor:
                 continue
             found = self.store.of(host_queue(child.host), child.host)
             if found is None:
+                self._unreachable = True
                 return  # Redis away: nothing to judge progress by
+            if self._unreachable:
+                self._unreachable, self._reached_ms = False, now_ms()
             queued, progress_ms, ready = found
             if stalled(
                 queued=queued,
                 progress_ms=progress_ms,
-                started_ms=child.started_ms,
+                # The bound counts from the later of its start and Redis answering again.
+                started_ms=max(child.started_ms, self._reached_ms),
                 now=now_ms(),
                 bound_s=self.stall_s,
                 # The worker writes "started" once ready (workers.tasks, worker_ready).
@@ -256,6 +270,9 @@ class Supervisor:
             self.stopping.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
+        for child in self.children:
+            if child.standby is not None:
+                child.standby.close()
         for stage in sorted({c.stage for c in self.children}):
             group = [c for c in self.children if c.stage == stage and hasattr(c, "proc")]
             for child in group:

@@ -23,6 +23,7 @@ from bus.core.settings import Settings
 from bus.store.server_probe import progress_client
 
 from .embedded import EmbeddedRedis
+from .standby import Standby, standby_argv, standby_enabled
 from .supervise import Child, HomeLock, Supervisor, signal_group, spawn_logged
 
 # Where `bus` and `workers` are imported from, so children find them from any directory.
@@ -175,7 +176,14 @@ def start_topology(
             topo.home(host).mkdir(exist_ok=True, mode=0o700)
             argv = [*exe, "worker", "--concurrency", str(concurrency), "--loglevel", "info"]
             log = topo.home(host) / "worker.log"
-            child = Child(f"worker-{host}", spawn_logged(argv, topo.env_for(host), log), log=log)
+            env_h = topo.env_for(host)
+            cold = spawn_logged(argv, env_h, log)
+            spare = (
+                Standby(standby_argv(concurrency), env_h, log, cold)
+                if standby_enabled(env_h)
+                else None
+            )
+            child = Child(f"worker-{host}", spare or cold, log=log, standby=spare)
             child.host = host
             topo.children.append(child)
         # Exactly one scheduler for the whole bus; it needs no floor of its own.

@@ -23,6 +23,7 @@ from bus.store.server_probe import progress_on
 from bus.telemetry.host_floor import EXIT_HOME_GONE, EXIT_HOST_TAKEN
 
 from .embedded import EmbeddedRedis
+from .standby import Standby, standby_argv, standby_enabled
 from .supervise import AlreadyRunning, Child, HomeLock, Supervisor, spawn_logged
 
 
@@ -84,8 +85,10 @@ def _supervise(
         EXIT_HOST_TAKEN: f"another floor serves host {settings.host}; stopping",
         EXIT_HOME_GONE: f"its INBOX_HOME {settings.home} is gone; stopping",
     }
+    cold = spawn_logged(worker, env, wlog)
+    spare = Standby(standby_argv(concurrency), env, wlog, cold) if standby_enabled(env) else None
     children.append(
-        Child("worker", spawn_logged(worker, env, wlog), host=settings.host, log=wlog, fatal=fatal)
+        Child("worker", spare or cold, host=settings.host, log=wlog, fatal=fatal, standby=spare)
     )
     children.append(Child("scheduler", spawn_logged([*exe, "scheduler"], env, slog), log=slog))
     print(f"inbox up: starting Redis, the worker and the scheduler for {settings.host}", flush=True)

@@ -188,22 +188,7 @@ class Watch:
         acknowledged once written)."""
         out = out or sys.stdout
         if name is not None:
-            durable = self.durable(
-                name,
-                sessions=sessions,
-                lanes_of=lanes_of,
-                follow_all=sessions is None and not lanes_of,
-                block_ms=block_ms,
-                stop=stop,
-                reset=reset,
-            )
-            try:
-                for event in durable:
-                    out.write(json.dumps(event, ensure_ascii=False) + "\n")
-                    out.flush()
-                    durable.ack(event)
-            except KeyboardInterrupt:
-                pass
+            self._run_durable(name, out, sessions, lanes_of, stop, block_ms, reset)
             return
         try:
             for event in self.subscribe(
@@ -213,6 +198,59 @@ class Watch:
                 out.flush()
         except KeyboardInterrupt:
             pass
+
+    def _run_durable(
+        self,
+        name: str,
+        out: IO[str],
+        sessions: list[str] | None,
+        lanes_of: list[str] | None,
+        stop: threading.Event | None,
+        block_ms: int,
+        reset: bool,
+    ) -> None:
+        """The durable subscription's lines. Once it was opened, Redis going away (a
+        restart, a cluster's failover, a partition) does not end it: one line on stderr,
+        then it opens again at its cursors every second until Redis answers (nothing
+        missed). Redis away before the first opening is the caller's error to report."""
+        from bus.store.outage_log import FAILOVER_ERRORS
+
+        stop = stop or threading.Event()
+        opened, away_since = False, 0.0
+        while not stop.is_set():
+            try:
+                durable = self.durable(
+                    name,
+                    sessions=sessions,
+                    lanes_of=lanes_of,
+                    follow_all=sessions is None and not lanes_of,
+                    block_ms=block_ms,
+                    stop=stop,
+                    reset=reset and not opened,
+                )
+                if away_since:
+                    took = time.monotonic() - away_since
+                    sys.stderr.write(f"inbox watch: Redis back after {took:.1f} s; resumed\n")
+                    away_since = 0.0
+                opened = True
+                for event in durable:
+                    out.write(json.dumps(event, ensure_ascii=False) + "\n")
+                    out.flush()
+                    durable.ack(event)
+                return
+            except KeyboardInterrupt:
+                return
+            except FAILOVER_ERRORS as exc:
+                if not opened:
+                    raise
+                if not away_since:
+                    away_since = time.monotonic()
+                    first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+                    sys.stderr.write(
+                        f"inbox watch: Redis unreachable ({first}); resuming {name!r} at its "
+                        "cursors once it answers\n"
+                    )
+                stop.wait(1.0)
 
     def top_rows(self) -> list[dict[str, Any]]:
         """One row per session: handle, host, state, turns, unread, new, backlog, age, and

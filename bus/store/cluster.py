@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 
 POLL_S = 0.05
@@ -32,9 +32,35 @@ POLL_S = 0.05
 REDIS_ERRORS = (redis.RedisError, RedisClusterException, OSError)
 
 
+def split_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """A cluster URL may name several nodes, ``redis://[auth@]h1:p1,h2:p2[/0]``: the URL
+    with its first node, and the others as ``(host, port)``. Pure; a node that is not
+    ``host:port`` is refused (ValueError)."""
+    scheme, sep, rest = url.partition("://")
+    auth, at, where = rest.rpartition("@")
+    hosts, slash, path = where.partition("/")
+    names = hosts.split(",")
+    if not sep or len(names) < 2:
+        return url, []
+    others = []
+    for name in names[1:]:
+        host, _, port = name.rpartition(":")
+        host = host.strip("[]")  # an IPv6 address in brackets
+        if not host or not port.isdigit():
+            raise ValueError(f"cluster node {name!r} in INBOX_REDIS_URL is not host:port")
+        others.append((host, int(port)))
+    return f"{scheme}://{auth}{at}{names[0]}{slash}{path}", others
+
+
 def cluster_client(url: str) -> RedisCluster:
-    """A cluster client from a URL naming any node; it discovers the others."""
-    return RedisCluster.from_url(url, decode_responses=True, socket_connect_timeout=5)
+    """A cluster client from a URL naming any node, or several (``h1:p1,h2:p2``: tried in
+    turn, so a client starting while one of them is down still connects); it discovers
+    the others."""
+    first, others = split_nodes(url)
+    nodes = [ClusterNode(host, port) for host, port in others]
+    return RedisCluster.from_url(
+        first, startup_nodes=nodes, decode_responses=True, socket_connect_timeout=5
+    )
 
 
 def is_cluster(client: object) -> bool:

@@ -12,6 +12,7 @@ import threading
 import time
 
 import redis
+from redis.exceptions import ClusterDownError, RedisClusterException, TryAgainError
 
 # What a Redis restart looks like from a client: refused, reset, timed out, or a reply
 # that the server is still loading its append-only file.
@@ -21,6 +22,16 @@ OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
     redis.BusyLoadingError,
     ConnectionError,
     OSError,
+)
+
+
+# And a cluster's failover: no node answering for a slot yet, the slot's master down or
+# moving (redis-py raises these outside ConnectionError).
+FAILOVER_ERRORS: tuple[type[BaseException], ...] = (
+    *OUTAGE_ERRORS,
+    RedisClusterException,
+    ClusterDownError,
+    TryAgainError,
 )
 
 

@@ -102,6 +102,8 @@ def connect(url: str, timeout: float = TIMEOUT_S) -> Connection | object:
     URL this client does not speak. Raises OSError when the server does not answer."""
     parts = urlsplit(url)
     query = parse_qs(parts.query)
+    if "," in parts.netloc:  # a cluster's several nodes (bus.store.cluster.split_nodes)
+        return UNSUPPORTED
     if parts.scheme == "unix":
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         address: Any = unquote(parts.path)

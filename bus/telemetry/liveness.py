@@ -49,8 +49,11 @@ def host_queue(host: str) -> str:
     return f"host.{host}"
 
 
-# A worker not yet ready is judged against this many times the stall bound (stalled).
+# A worker not yet ready is judged against this many times the stall bound (stalled),
+# and never less than BOOT_MIN_S: a short stall bound (INBOX_WORKER_STALL_S=2) is no
+# bound on a boot, which takes 5-15 s on a loaded 2-core machine.
 BOOT_FACTOR = 3
+BOOT_MIN_S = 60.0
 
 
 def stalled(
@@ -68,13 +71,13 @@ def stalled(
     that just (re)started has the whole bound to take its first task. One that has not
     said it is ready since it started (``booted`` False: still importing and forking its
     pool, which takes seconds on a loaded machine) gets :data:`BOOT_FACTOR` times the
-    bound from its start: killed sooner, each restart would be killed before it could
-    ever be ready, while its queue only grows.
+    bound from its start, at least :data:`BOOT_MIN_S`: killed sooner, each restart would
+    be killed before it could ever be ready, while its queue only grows.
     """
     if queued <= 0:
         return False
     if not booted:
-        return now - started_ms > bound_s * 1000 * BOOT_FACTOR
+        return now - started_ms > max(bound_s * BOOT_FACTOR, BOOT_MIN_S) * 1000
     since = max(progress_ms or 0, started_ms)
     return now - since > bound_s * 1000
 

@@ -9,18 +9,15 @@ import os
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING
 
 import typer
 
 from bus.core.settings import Settings
+from bus.ops.procs import worker_argv
 from bus.surfaces.refusal import run
 
 from .calls import check_session_id, connect
 from .help_panels import OPERATIONS
-
-if TYPE_CHECKING:
-    pass
 
 
 def up(
@@ -32,26 +29,6 @@ def up(
 
     settings = run(Settings.from_env)
     raise typer.Exit(run(lambda: run_up(settings, concurrency=concurrency, redis_port=redis_port)))
-
-
-def worker_argv(settings: Settings, concurrency: int, pool: str, loglevel: str) -> list[str]:
-    from bus.telemetry.liveness import SHARED_QUEUE, host_queue
-
-    return [
-        "worker",
-        "-Q",
-        f"{SHARED_QUEUE},{host_queue(settings.host)}",
-        "-n",
-        f"{settings.host}@%h",
-        "-c",
-        str(concurrency),
-        "-P",
-        pool,
-        "-l",
-        loglevel,
-        "--without-gossip",
-        "--without-mingle",
-    ]
 
 
 def worker(

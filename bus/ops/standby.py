@@ -1,0 +1,127 @@
+"""A worker started ahead: a killed worker's successor is already imported.
+
+A Celery worker's start is mostly Python importing Celery, kombu and the bus: 2-3 s of
+CPU, 8-13 s of wall time on a loaded 2-core machine, during which the host's sessions
+hear nothing. So the supervisor (``inbox up``, ``compose/local.py``) keeps, beside each
+worker, one spare process (``python -m workers.standby``) that has done those imports
+and waits on its stdin. When the worker exits, the supervisor's restart writes one line
+to the spare, which then runs the worker in that process (the same ``celery worker``
+arguments as ``inbox worker``); a new spare is started :data:`SPARE_AFTER_S` later, so
+its imports do not compete with the promoted worker's start. Without a live spare the
+restart is the cold ``inbox worker``.
+
+The spare takes no work and holds no claim before its line: it has not connected to
+anything. It ends when its stdin closes (the supervisor gone or stopping).
+``INBOX_WORKER_STANDBY=0`` runs no spare (one idle Python process less per worker).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .procs import die_with_parent
+
+# After a (re)start the spare waits this long before it is started itself.
+SPARE_AFTER_S = 5.0
+GO = b"go\n"
+
+
+def standby_enabled(env: dict[str, str] | None = None) -> bool:
+    raw = (os.environ if env is None else env).get("INBOX_WORKER_STANDBY", "1")
+    return raw.strip().lower() not in ("0", "false", "no", "off")
+
+
+def standby_argv(concurrency: int, pool: str = "prefork", loglevel: str = "info") -> list[str]:
+    """The spare's command: the imports, then ``inbox worker``'s Celery worker."""
+    return [
+        sys.executable,
+        *("-m", "workers.standby"),
+        *("--concurrency", str(concurrency), "--pool", pool, "--loglevel", loglevel),
+    ]
+
+
+class Standby:
+    """A worker Child's spawn function that promotes its spare when it has one.
+
+    ``cold`` starts the worker from scratch; :meth:`tend` (the supervisor's poll) starts
+    the spare once due and replaces a dead one; :meth:`close` ends it.
+    """
+
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log: Path | None,
+        cold: Callable[[], subprocess.Popen[bytes]],
+        *,
+        after_s: float = SPARE_AFTER_S,
+    ) -> None:
+        self.argv, self.env, self.log, self.cold = argv, env, log, cold
+        self.after_s = after_s
+        self.spare: subprocess.Popen[bytes] | None = None
+        self.due = time.monotonic() + after_s
+        self.promoted = 0  # restarts served by a spare (for tests and the benches)
+
+    def __call__(self) -> subprocess.Popen[bytes]:
+        proc = self._promote()
+        self.due = time.monotonic() + self.after_s
+        return proc if proc is not None else self.cold()
+
+    def _promote(self) -> subprocess.Popen[bytes] | None:
+        spare, self.spare = self.spare, None
+        if spare is None or spare.poll() is not None or spare.stdin is None:
+            return None
+        try:
+            spare.stdin.write(GO)
+            spare.stdin.flush()
+        except OSError:
+            spare.kill()
+            return None
+        self.promoted += 1
+        return spare
+
+    def tend(self, now: float | None = None) -> None:
+        """Start the spare once due; a spare that exited is started again."""
+        if self.spare is not None and self.spare.poll() is not None:
+            self.spare = None
+            self.due = time.monotonic() + self.after_s
+        if self.spare is None and (now or time.monotonic()) >= self.due:
+            self.spare = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        out: Any = open(self.log, "ab") if self.log is not None else None  # noqa: SIM115
+        try:
+            return subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.STDOUT if out is not None else None,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
+        finally:
+            if out is not None:
+                out.close()
+
+    def close(self) -> None:
+        """End the spare (its stdin closed: it exits; killed if it does not)."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return
+        try:
+            if spare.stdin is not None:
+                spare.stdin.close()
+            spare.wait(5)
+        except (OSError, subprocess.TimeoutExpired):
+            spare.kill()
+            spare.wait(5)
+
+
+__all__ = ["SPARE_AFTER_S", "Standby", "standby_argv", "standby_enabled"]

@@ -93,7 +93,7 @@ def run_codex_hook(event: str, payload: dict[str, Any], bus: Bus) -> tuple[int, 
             wake = kept  # a person's wake command stays whatever went wrong above
         text = hooks.open_text(bus, sid, payload.get("source"), wake_cmd=wake)
     elif event == "UserPromptSubmit":
-        text = hooks.start_text(bus, sid)
+        text = hooks.start_text(bus, sid, payload.get("prompt"))
     elif event == "PostToolUse":
         text = hooks._drained(bus, sid)
     elif event == "Stop":

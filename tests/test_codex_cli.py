@@ -266,3 +266,31 @@ def test_an_idle_interactive_codex_is_woken_through_its_queue_by_a_blocker_not_a
         tmux.wait_screen(lambda s: "schema blocked" in s, 30, "the notice on the screen")
     finally:
         tmux.close()
+
+
+def test_the_lines_the_install_prints_trust_the_inbox_hooks_and_no_others(codex: Codex) -> None:
+    # The install as a person runs it, with their codex on PATH and their CODEX_HOME.
+    done = subprocess.run(
+        [str(INBOX), "hooks", "codex", "--install", str(codex.hooks_file), "--yes"],
+        env={**codex.settings.child_env(), "PATH": f"{codex.bin.parent}:/usr/bin:/bin",
+             "HOME": str(codex.home), "CODEX_HOME": str(codex.home / ".codex")},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout[done.stdout.index("[hooks.state.") :]
+    assert printed.count("[hooks.state.") == len(EVENTS) and 'trusted_hash = "sha256:' in printed
+    with (codex.home / ".codex" / "config.toml").open("a") as f:
+        f.write("\n" + printed)
+    # Without --dangerously-bypass-hook-trust: the trusted inbox hooks run, the person's
+    # own (untrusted) hook does not.
+    proc = subprocess.Popen(
+        [str(codex.bin), "exec", "--skip-git-repo-check",
+         "--dangerously-bypass-approvals-and-sandbox", "--json", "say hello"],
+        cwd=codex.project, env=codex.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    sid = only_session(codex.bus)
+    wait_for(lambda: codex.bus.session(sid).state in ("idle", "closed"), 60, what="Stop ran")
+    assert not codex.own_marker.exists()

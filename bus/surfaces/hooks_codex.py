@@ -8,8 +8,10 @@ reads a JSON answer on stdout:
 
 ============== =========================================================================
 SessionStart   register the session; what waits goes into the context as
-               ``hookSpecificOutput.additionalContext``; after ``compact``, ``resume`` or
-               ``clear`` one line per thread that still has unread messages too. A wake
+               ``hookSpecificOutput.additionalContext``; after ``compact`` or ``clear``
+               one line per thread that still has unread messages too; after ``resume``
+               nothing (the thread's history is back; what waits is said at the first
+               prompt, unless that prompt is the notice itself). A wake
                command a person gave the session is kept; an interactive Codex's
                session gets ``codex queue`` as its wake command (bus.surfaces.codex_wake).
 UserPromptSubmit  ``turn start``, then the floor drained into the prompt's context
@@ -91,7 +93,16 @@ def run_codex_hook(event: str, payload: dict[str, Any], bus: Bus) -> tuple[int, 
         wake = hooks._guarded("wake command", lambda: codex_wake.wake_cmd_for(sid, kept))
         if wake is None and not codex_wake.is_queue_cmd(kept):
             wake = kept  # a person's wake command stays whatever went wrong above
-        text = hooks.open_text(bus, sid, payload.get("source"), wake_cmd=wake)
+        if payload.get("source") == "resume":
+            # A resumed thread comes back with its whole history, and a woken run's prompt
+            # is its notice: what waits stays on the floor for that prompt's hook, which
+            # says it unless the prompt already does.
+            hooks._guarded(
+                "session open",
+                lambda: bus.open_session(sid, handle=hooks._handle(bus, sid), wake_cmd=wake),
+            )
+        else:
+            text = hooks.open_text(bus, sid, payload.get("source"), wake_cmd=wake)
     elif event == "UserPromptSubmit":
         text = hooks.start_text(bus, sid, payload.get("prompt"))
     elif event == "PostToolUse":

@@ -32,7 +32,7 @@ from bus.core.stamp import render_stamp
 from bus.core.threads import thread_id, thread_key
 from bus.ops.embedded import EmbeddedRedis, password_path
 from bus.trust.tokens import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
-from tests.conftest import settings_env
+from tests.conftest import settings_env, wait_for
 from tests.test_attacks_gateway import Server, serve
 
 SECRET = "attack-secret-0123456789"
@@ -232,6 +232,8 @@ def test_9_a_wake_command_gets_no_secrets(
     # A plain command line: run without a shell.
     bus.open_session("sleeper", wake_cmd=f"{sys.executable} {script}")
     bus.inbox._run_wake_cmd("sleeper", {"text": "[inbox · 1 new]"})
+    # Started and left to run (bus.delivery.wake_cmd): its output comes when it is done.
+    wait_for(lambda: out.exists() and out.read_text().endswith("}"), 30, what="the dump")
     got = json.loads(out.read_text())
     assert got["stdin"] == "[inbox · 1 new]"
     assert "INBOX_SECRET" not in got["env"] and "INBOX_TOKEN" not in got["env"]

@@ -6,8 +6,10 @@ against a scripted stand-in for the Responses API on 127.0.0.1 (a model provider
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,11 +21,12 @@ from bus.api import Bus
 from bus.core.settings import Settings
 from bus.ops.procs import WorkerProcess
 from tests.conftest import wait_for
-from tests.harness_support import INBOX, bare_env, find_cli, install_hooks, only_session
+from tests.harness_support import INBOX, Tmux, bare_env, find_cli, install_hooks, only_session
 from tests.model_stub import ModelStub, request_text
 from tests.test_inbox_live import Scheduler, celery_bus
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+DEBOUNCE_S = 1.0
 EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
 
 
@@ -44,15 +47,26 @@ class Codex:
     def env(self) -> dict[str, str]:
         return bare_env(self.home, CODEX_HOME=str(self.home / ".codex"), STUB_API_KEY="sk-stub")
 
+    # Hook trust is a person's answer in the TUI (/hooks); a scripted run says it vetted
+    # the hooks with this flag. The hooks themselves are as installed.
+    FLAGS = ("--dangerously-bypass-hook-trust", "--dangerously-bypass-approvals-and-sandbox")
+
     def exec(self, prompt: str) -> subprocess.Popen[str]:
-        # Hook trust is a person's answer in the TUI (/hooks); a scripted run says it
-        # vetted the hooks with this flag. The hooks themselves are as installed.
         return subprocess.Popen(
-            [str(self.bin), "exec", "--skip-git-repo-check", "--dangerously-bypass-hook-trust",
-             "--dangerously-bypass-approvals-and-sandbox", "--json", prompt],
+            [str(self.bin), "exec", "--skip-git-repo-check", *self.FLAGS, "--json", prompt],
             cwd=self.project, env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True,
         )  # fmt: skip
+
+    def resume_cmd(self, sid: str) -> str:
+        """The headless wake command a person gives the session: ``codex exec resume <id>
+        -`` in the project, the notice on stdin, in the person's environment."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env().items())
+        flags = " ".join(self.FLAGS)
+        return (
+            f"cd {shlex.quote(str(self.project))} && env -i {env} {shlex.quote(str(self.bin))}"
+            f" exec resume --skip-git-repo-check {flags} {sid} -"
+        )
 
 
 @pytest.fixture
@@ -60,7 +74,7 @@ def codex(
     settings: Settings, start_worker: Callable[..., WorkerProcess], tmp_path: Path
 ) -> Iterator[Codex]:
     binary = find_cli("codex", "@openai/codex")
-    s = replace(settings, wake_debounce_s=1.0, fyi_flush_s=600.0)
+    s = replace(settings, wake_debounce_s=DEBOUNCE_S, fyi_flush_s=600.0)
     project, home = tmp_path / "project", tmp_path / "user"
     (project / ".codex").mkdir(parents=True)
     (home / ".codex").mkdir(parents=True)
@@ -171,3 +185,112 @@ def _is_result(body: dict[str, Any]) -> bool:
     return any(i.get("type") == "function_call_output" for i in items) and "tool-finished" in (
         json.dumps([i for i in items if i.get("type") == "function_call_output"])
     )
+
+
+def test_a_headless_session_is_woken_by_its_wake_command_and_stays_open_for_the_next(
+    codex: Codex,
+) -> None:
+    bus = codex.bus
+    proc = codex.exec("say hello")
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    sid = only_session(bus)
+    # Its Stop ended the turn (and SessionEnd closed it, when its 3 s were enough).
+    wait_for(lambda: bus.session(sid).state in ("idle", "closed"), 60, what="the run's end")
+
+    # The person gives the session its wake command, as the README says.
+    done = subprocess.run(
+        [str(INBOX), "session", "open", sid, "--wake-cmd", codex.resume_cmd(sid)],
+        env=codex.settings.child_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = len(codex.stub.main_requests())
+
+    # An FYI does not wake it.
+    bus.send({"from": "hostb:peer", "to_id": sid, "text": "fyi: lunch", "class": "fyi"})
+    with pytest.raises(AssertionError):
+        codex.stub.wait_for(lambda b: "fyi: lunch" in request_text(b), DEBOUNCE_S + 3, "no wake")
+    assert len(codex.stub.main_requests()) == seen
+
+    # A blocker runs the wake command: the resumed turn's request carries the notice.
+    bus.send({"from": "hostb:lead", "to_id": sid, "class": "blocker", "text": "schema blocked"})
+    woken = codex.stub.wait_for(
+        lambda b: "schema blocked" in request_text(b), DEBOUNCE_S + 90, "the resumed turn"
+    )
+    text = request_text(woken)
+    assert "[inbox · 2 new in 2 threads" in text and "fyi: lunch" in text
+    assert "say hello" in text  # the same thread, resumed
+    assert text.count("schema blocked") == 1  # the prompt is the notice, said once
+    # The run ends (Stop, SessionEnd); the session stays open, idle, for the next wake.
+    wait_for(lambda: bus.session(sid).state == "idle", 120, what="the resumed turn's end")
+    assert bus.session(sid).wake_cmd == codex.resume_cmd(sid)
+    bus.send({"from": "hostb:lead", "to_id": sid, "class": "blocker", "text": "still blocked"})
+    codex.stub.wait_for(
+        lambda b: "still blocked" in request_text(b), DEBOUNCE_S + 90, "the second wake"
+    )
+    wait_for(lambda: bus.session(sid).state == "idle", 120, what="the second run's end")
+
+
+def test_an_idle_interactive_codex_is_woken_through_its_queue_by_a_blocker_not_an_fyi(
+    codex: Codex,
+) -> None:
+    bus, stub = codex.bus, codex.stub
+    tmux = Tmux([str(codex.bin), *Codex.FLAGS], codex.project, codex.env())
+    try:
+        tmux.wait_screen(lambda s: "›" in s, 120, "the prompt")
+        tmux.type("please run: echo first-turn")
+        stub.wait_for(lambda b: "first-turn" in request_text(b), 90, "turn 1")
+        sid = only_session(bus)
+        tmux.wait_screen(lambda s: "Worked for" in s, 90, "turn 1's end")
+        wait_for(lambda: bus.session(sid).state == "idle", 60, what="the turn's end")
+        # The hooks gave the session the queue as its wake command.
+        assert " queue --thread " in (bus.session(sid).wake_cmd or "")
+        seen = len(stub.main_requests())
+
+        bus.send({"from": "hostb:peer", "to_id": sid, "text": "fyi: lunch", "class": "fyi"})
+        with pytest.raises(AssertionError):
+            stub.wait_for(lambda b: "fyi: lunch" in request_text(b), DEBOUNCE_S + 3, "no wake")
+        assert len(stub.main_requests()) == seen
+
+        sent = time.monotonic()
+        bus.send({"from": "hostb:lead", "to_id": sid, "class": "blocker", "text": "schema blocked"})
+        woken = stub.wait_for(
+            lambda b: "schema blocked" in request_text(b), DEBOUNCE_S + 30, "the queued turn"
+        )
+        assert time.monotonic() - sent < DEBOUNCE_S + 30
+        text = request_text(woken)
+        assert "[inbox · 2 new in 2 threads" in text and "fyi: lunch" in text
+        assert text.count("schema blocked") == 1  # the queued prompt is the notice, said once
+        assert '"turn_trigger":"queue"' in text.replace(" ", "").replace('\\"', '"')
+        wait_for(lambda: bus.session(sid).state == "idle", 60, what="the woken turn's end")
+        tmux.wait_screen(lambda s: "schema blocked" in s, 30, "the notice on the screen")
+    finally:
+        tmux.close()
+
+
+def test_the_lines_the_install_prints_trust_the_inbox_hooks_and_no_others(codex: Codex) -> None:
+    # The install as a person runs it, with their codex on PATH and their CODEX_HOME.
+    done = subprocess.run(
+        [str(INBOX), "hooks", "codex", "--install", str(codex.hooks_file), "--yes"],
+        env={**codex.settings.child_env(), "PATH": f"{codex.bin.parent}:/usr/bin:/bin",
+             "HOME": str(codex.home), "CODEX_HOME": str(codex.home / ".codex")},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout[done.stdout.index("[hooks.state.") :]
+    assert printed.count("[hooks.state.") == len(EVENTS) and 'trusted_hash = "sha256:' in printed
+    with (codex.home / ".codex" / "config.toml").open("a") as f:
+        f.write("\n" + printed)
+    # Without --dangerously-bypass-hook-trust: the trusted inbox hooks run, the person's
+    # own (untrusted) hook does not.
+    proc = subprocess.Popen(
+        [str(codex.bin), "exec", "--skip-git-repo-check",
+         "--dangerously-bypass-approvals-and-sandbox", "--json", "say hello"],
+        cwd=codex.project, env=codex.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    sid = only_session(codex.bus)
+    wait_for(lambda: codex.bus.session(sid).state in ("idle", "closed"), 60, what="Stop ran")
+    assert not codex.own_marker.exists()

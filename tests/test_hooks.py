@@ -132,6 +132,21 @@ def test_prompt_submit_prints_the_floor_stamped(bus: Bus, sid: str) -> None:
     assert hook(bus, sid, "UserPromptSubmit") == ""
 
 
+def test_a_prompt_that_is_the_notice_is_not_told_it_again(bus: Bus, sid: str) -> None:
+    # A wake command's turn: its prompt is the notice it got on stdin, still on the floor.
+    hook(bus, sid, "SessionStart")
+    hook(bus, sid, "UserPromptSubmit")
+    bus.send({"from": "hostb:lead", "to_id": sid, "text": "the schema is blocked"})
+    bus.send({"from": "hostb:peer", "to_id": sid, "text": "and lunch"})
+    bus.deliver_session(sid)
+    hook(bus, sid, "Stop")
+    [notice] = [x for x in bus.floor.peek(sid) if x.get("kind") == "notice"]
+    prompt = "The inbox has news:\n" + notice["text"]
+    assert hook(bus, sid, "UserPromptSubmit", prompt=prompt) == ""
+    assert bus.floor.peek(sid) == []  # drained: heard, as with any drain
+    assert bus.session(sid).state == "running"
+
+
 def test_session_start_prints_what_waited(bus: Bus, sid: str) -> None:
     bus.deliver_local(sid, sender="hostb:lead", text="welcome back")
     out = hook(bus, sid, "SessionStart")

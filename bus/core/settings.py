@@ -43,6 +43,8 @@ class Settings:
     wake_debounce_s: float = 2.0
     fyi_flush_s: float = 600.0
     retry_s: float = 30.0
+    # A wake command (a harness's turn) is ended once it has run this long.
+    wake_cmd_timeout_s: float = 900.0
     secret: str | None = None
     token: str | None = None
     key_prefix: str = "inbox"
@@ -87,6 +89,7 @@ class Settings:
             wake_debounce_s=_float(env, "INBOX_WAKE_DEBOUNCE_S", 2.0),
             fyi_flush_s=_float(env, "INBOX_FYI_FLUSH_S", 600.0),
             retry_s=_float(env, "INBOX_RETRY_S", 30.0),
+            wake_cmd_timeout_s=_float(env, "INBOX_WAKE_CMD_TIMEOUT_S", 900.0),
             secret=env.get("INBOX_SECRET") or None,
             token=env.get("INBOX_TOKEN") or None,
             key_prefix=env.get("INBOX_KEY_PREFIX") or "inbox",
@@ -118,6 +121,7 @@ class Settings:
             "INBOX_WAKE_DEBOUNCE_S": str(self.wake_debounce_s),
             "INBOX_FYI_FLUSH_S": str(self.fyi_flush_s),
             "INBOX_RETRY_S": str(self.retry_s),
+            "INBOX_WAKE_CMD_TIMEOUT_S": str(self.wake_cmd_timeout_s),
             "INBOX_LOCK_TTL_S": str(self.lock_ttl_s),
             "INBOX_VISIBILITY_TIMEOUT_S": str(self.visibility_timeout_s),
             "INBOX_STALE_S": str(self.stale_s),

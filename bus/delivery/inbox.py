@@ -15,8 +15,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -31,9 +29,8 @@ from bus.core.threads import thread_of
 from bus.store import packing
 from bus.store.delivery import taken_records
 from bus.store.redis_errors import NOT_ANSWERING
-from bus.trust.rules import wake_argv, wake_env
 
-from . import heard
+from . import heard, wake_cmd
 from .fast_drain import PENDING_MARKS, notice_ids, pending_ids, record_drained
 from .raw_lines import RawLines
 from .receipts import receipt_ttl_ms
@@ -474,21 +471,10 @@ class Inbox:
             info = self.store.get_session(sid)
         if info is None or not info.wake_cmd:
             return
-        # No shell unless the command uses shell syntax, and never the bus's secrets.
-        cmd, shell = wake_argv(info.wake_cmd)
-        try:
-            # The notice goes on stdin; never keystrokes into a terminal.
-            subprocess.Popen(
-                cmd,
-                shell=shell,
-                env=wake_env(os.environ),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            ).communicate(line["text"].encode(), timeout=10)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            log.warning("wake_cmd for %s failed: %s", sid, exc)
+        # No shell unless the command uses shell syntax, never the bus's secrets; the
+        # notice on stdin, never keystrokes into a terminal. A turn outlasts a delivery:
+        # the command is left to run, up to its limit (bus.delivery.wake_cmd).
+        wake_cmd.start(sid, info.wake_cmd, line["text"], limit_s=self.settings.wake_cmd_timeout_s)
 
     def _pending_raw(self, sid: str, report: DeliveryReport) -> None:
         """Closing or switched off: what waits in the inbox goes out raw, nothing lost."""

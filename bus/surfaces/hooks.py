@@ -223,11 +223,23 @@ def open_text(bus: Bus, sid: str, source: object, wake_cmd: str | None = None) -
     return "\n\n".join(p.strip() for p in parts if p and p.strip())
 
 
-def start_text(bus: Bus, sid: str) -> str:
-    """A turn starts: the waiter (if armed) stands down, then what waits is said."""
+def start_text(bus: Bus, sid: str, prompt: object = None) -> str:
+    """A turn starts: the waiter (if armed) stands down, then what waits is said. A
+    notice the prompt already holds (a wake command's turn: its prompt is the notice on
+    its stdin) is drained, so it counts as heard, but not said a second time."""
     _guarded("waiter stop", lambda: stop_waiter(bus.floor.session_dir(sid)))
     _guarded("turn start", lambda: bus.turn(sid, "start"))
-    return _drained(bus, sid)
+    if not isinstance(prompt, str) or not prompt.strip():
+        return _drained(bus, sid)
+    lines = _guarded("drain", lambda: bus.drain(sid))
+    left = [x for x in lines if not _said_in(x, prompt)] if isinstance(lines, list) else []
+    text = _guarded("render", lambda: bus.render(left)) if left else ""
+    return text.strip() if isinstance(text, str) else ""
+
+
+def _said_in(line: dict[str, Any], prompt: str) -> bool:
+    text = str(line.get("text") or "").strip()
+    return line.get("kind") == "notice" and bool(text) and text in prompt
 
 
 def end_turn(bus: Bus, sid: str, answer: str | None) -> None:
@@ -264,7 +276,7 @@ def run_hook(event: str, payload: dict[str, Any], bus: Bus) -> tuple[int, str]:
     if event == "SessionStart":
         out = open_text(bus, sid, payload.get("source"))
     elif event == "UserPromptSubmit":
-        out = start_text(bus, sid)
+        out = start_text(bus, sid, payload.get("prompt"))
     elif event == "PostToolUse":
         text = _drained(bus, sid)
         if text:

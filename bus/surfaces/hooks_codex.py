@@ -8,27 +8,34 @@ reads a JSON answer on stdout:
 
 ============== =========================================================================
 SessionStart   register the session; what waits goes into the context as
-               ``hookSpecificOutput.additionalContext``; after ``compact``, ``resume`` or
-               ``clear`` one line per thread that still has unread messages too. The
-               session's wake command, if it had one, is kept.
+               ``hookSpecificOutput.additionalContext``; after ``compact`` or ``clear``
+               one line per thread that still has unread messages too; after ``resume``
+               nothing (the thread's history is back; what waits is said at the first
+               prompt, unless that prompt is the notice itself). A wake
+               command a person gave the session is kept; an interactive Codex's
+               session gets ``codex queue`` as its wake command (bus.surfaces.codex_wake).
 UserPromptSubmit  ``turn start``, then the floor drained into the prompt's context
 PostToolUse    drain the floor; anything new is the ``additionalContext`` the model reads
                with the tool's result (the mid-turn notice)
 Stop           ``turn end`` with ``last_assistant_message`` as the answer
-SessionEnd     ``session close``
+SessionEnd     ``session close``, except for a session with a wake command: that one stays
+               open (idle) between its runs, for its next wake
 ============== =========================================================================
 
 Codex has no background hook that can start a turn, so there is no waiter: an idle Codex
-session is woken by its wake command (``session open --wake-cmd``), or hears what waits at
-its next turn. Codex runs a hook only once a person trusted it (``/hooks`` in the TUI) or
-the run passes ``--dangerously-bypass-hook-trust``.
+session is woken by its wake command, which the bus starts with the notice on stdin and
+leaves to run (bus.delivery.wake_cmd): ``codex queue`` for an interactive Codex (the notice
+is queued as the thread's next turn, which an idle Codex runs at once), ``codex exec resume
+<id> -`` for a headless one, given by a person (``session open --wake-cmd``). Codex runs a
+hook only once a person trusted it (``/hooks`` in the TUI, which records the hook's hash in
+``config.toml``) or the run passes ``--dangerously-bypass-hook-trust``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import hooks
+from . import codex_wake, hooks
 
 if TYPE_CHECKING:
     from bus.api import Bus
@@ -82,17 +89,32 @@ def run_codex_hook(event: str, payload: dict[str, Any], bus: Bus) -> tuple[int, 
     assert isinstance(sid, str)
     text = ""
     if event == "SessionStart":
-        wake = hooks._guarded("session", lambda: _kept_wake_cmd(bus, sid))
-        text = hooks.open_text(bus, sid, payload.get("source"), wake_cmd=wake)
+        kept = hooks._guarded("session", lambda: _kept_wake_cmd(bus, sid))
+        wake = hooks._guarded("wake command", lambda: codex_wake.wake_cmd_for(sid, kept))
+        if wake is None and not codex_wake.is_queue_cmd(kept):
+            wake = kept  # a person's wake command stays whatever went wrong above
+        if payload.get("source") == "resume":
+            # A resumed thread comes back with its whole history, and a woken run's prompt
+            # is its notice: what waits stays on the floor for that prompt's hook, which
+            # says it unless the prompt already does.
+            hooks._guarded(
+                "session open",
+                lambda: bus.open_session(sid, handle=hooks._handle(bus, sid), wake_cmd=wake),
+            )
+        else:
+            text = hooks.open_text(bus, sid, payload.get("source"), wake_cmd=wake)
     elif event == "UserPromptSubmit":
-        text = hooks.start_text(bus, sid)
+        text = hooks.start_text(bus, sid, payload.get("prompt"))
     elif event == "PostToolUse":
         text = hooks._drained(bus, sid)
     elif event == "Stop":
         answer = payload.get("last_assistant_message")
         hooks.end_turn(bus, sid, answer if isinstance(answer, str) and answer.strip() else None)
     elif event == "SessionEnd":
-        hooks.end_session(bus, sid)
+        # A headless session a person gave a wake command (``codex exec resume``) outlives
+        # each run: it stays open, idle, for its next wake.
+        if codex_wake.closes_at_end(hooks._guarded("session", lambda: _kept_wake_cmd(bus, sid))):
+            hooks.end_session(bus, sid)
     else:
         hooks._warn(f"unknown Codex event {event!r}; expected one of {', '.join(EVENTS)}")
     # Codex reads a JSON object on stdout; plain text would be refused as invalid output.

@@ -31,13 +31,16 @@ def _print_or_install(
     if install is not None and uninstall is not None:
         fail("give --install PATH or --uninstall PATH, not both")
     path = install if install is not None else uninstall
-    raise typer.Exit(
-        run(
-            lambda: print_or_install(
-                path, yes, inbox_cmd=command, uninstall=uninstall is not None, harness=harness
-            )
+    code = run(
+        lambda: print_or_install(
+            path, yes, inbox_cmd=command, uninstall=uninstall is not None, harness=harness
         )
     )
+    if code == 0 and install is not None and harness == "codex":
+        from bus.surfaces.codex_trust import print_trust
+
+        print_trust(install.expanduser())  # what trusts them: printed, never written
+    raise typer.Exit(code)
 
 
 @hooks_app.command("claude")
@@ -73,7 +76,8 @@ def hooks_codex(
     """Print Codex's hooks.json for the inbox, or --install / --uninstall it.
 
     Install into .codex/hooks.json (a project) or ~/.codex/hooks.json (every session); Codex
-    runs the hooks once they are trusted (/hooks in Codex)."""
+    runs the hooks once they are trusted: --install prints the config.toml lines that trust
+    them (as the codex on PATH computes them), or trust them in Codex (/hooks)."""
     _print_or_install("codex", install, uninstall, yes, command)
 
 

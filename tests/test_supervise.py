@@ -258,7 +258,7 @@ def test_a_worker_cut_off_with_redis_gets_the_whole_bound_once_redis_answers(
     keys = Keys("cut")
     lines: list[str] = []
     child = Child("worker-h", _sleeper, host="h")
-    sup = Supervisor([child], log=lines.append, store=(client, keys), stall_s=1.0).start()
+    sup = Supervisor([child], log=lines.append, store=Progress(client, keys), stall_s=1.0).start()
     proc = server()
     try:
         first = child.proc.pid

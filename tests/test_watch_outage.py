@@ -16,7 +16,6 @@ from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.ops.embedded import EmbeddedRedis
-from bus.services.watch import run_watch
 from tests.conftest import _free_port, wait_for
 
 
@@ -43,8 +42,8 @@ def test_a_durable_watch_carries_on_through_a_redis_restart(
     out = io.StringIO()
     stop = threading.Event()
     watcher = threading.Thread(
-        target=run_watch,
-        args=(bus, ["lane"], out),
+        target=bus.watch.run_watch,
+        args=(["lane"], out),
         kwargs={"name": "coord", "stop": stop, "block_ms": 200},
         daemon=True,
     )

@@ -34,7 +34,7 @@ from bus.trust.access import Access
 from bus.trust.tokens import SCOPE_READ, SCOPE_WRITE, Authenticator, Claims
 
 from .core import faults
-from .delivery import lock_handoff
+from .delivery import engine as delivery_engine
 from .services import door, id_owner, items, send_many, typed_requests, watch
 from .store import server_memory
 from .telemetry import liveness
@@ -569,7 +569,7 @@ class Bus:
         """The worker's job: deliver what is queued for ``sid`` on this host; ``busy`` when
         a delivery already running for it takes the work over (:mod:`bus.delivery.lock_handoff`)."""
         check_session_id(sid)
-        return lock_handoff.deliver(self, sid)
+        return delivery_engine.deliver(self, sid)
 
     def deliver_local(
         self, sid: str, *, sender: str, text: str, urgency: str = "queue", msg_id: str | None = None

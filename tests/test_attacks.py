@@ -232,7 +232,7 @@ def test_9_a_wake_command_gets_no_secrets(
     )
     # A plain command line: run without a shell.
     bus.open_session("sleeper", wake_cmd=f"{sys.executable} {script}")
-    bus.inbox._run_wake_cmd("sleeper", {"text": "[inbox · 1 new]"})
+    bus.inbox.notices.run_wake_cmd("sleeper", {"text": "[inbox · 1 new]"})
     got = json.loads(out.read_text())
     assert got["stdin"] == "[inbox · 1 new]"
     assert "INBOX_SECRET" not in got["env"] and "INBOX_TOKEN" not in got["env"]

@@ -1,4 +1,4 @@
-"""Many sessions delivered as one batch (bus.delivery.batch): the routing rules, the counters
+"""Many sessions delivered as one batch (bus.delivery.engine): the routing rules, the counters
 summed, due wakes each delivered once in process and through a worker's kick loop."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from bus.api import Bus
 from bus.core.clock import ManualClock
 from bus.core.models import SessionInfo
 from bus.core.settings import Settings
-from bus.delivery.batch import after_step, deliver_many, takes_batch
 from bus.delivery.dispatch import RecordingDispatcher
+from bus.delivery.engine import after_step, deliver_many, takes_batch
 from bus.ops.procs import WorkerProcess
 from bus.store.delivery import DeliveryStart
 from bus.telemetry.metrics import summed

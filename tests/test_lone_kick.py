@@ -50,7 +50,7 @@ def test_a_batch_whose_ingest_script_was_lost_still_notices_what_it_took(
 ) -> None:
     from redis.exceptions import NoScriptError
 
-    from bus.delivery.batch import deliver_many
+    from bus.delivery.engine import deliver_many
 
     b = make_bus()
     if b.store.cluster:
@@ -87,7 +87,7 @@ def test_a_lone_message_from_a_session_is_delivered_in_few_round_trips(
     make_bus: Callable[..., Bus],
     trips: Trips,  # noqa: F811 (the fixture imported above)
 ) -> None:
-    from bus.delivery.batch import deliver_many
+    from bus.delivery.engine import deliver_many
     from bus.surfaces.listener import Listener
     from tests.conftest import collect
 

@@ -59,7 +59,7 @@ class Lease:
         self._fresh_s = min(FRESH_S, self.ttl_s / 20)
 
     def _start_renewing(self) -> None:
-        # The thread made only here: a batch's leases (renewed together, bus.delivery.batch) make
+        # The thread made only here: a batch's leases (renewed together, bus.delivery.engine) make
         # none (a Thread object was a tenth of a due wake's Python).
         self._done = threading.Event()
         threading.Thread(target=self._renew, name=f"lease-{self.sid}", daemon=True).start()
@@ -81,7 +81,7 @@ class Lease:
         """The lease of a lock this process took with ``token`` (in a script that did more,
         :meth:`bus.store.store.Store.begin_delivery`) by a call sent at ``sent_at``
         (``time.monotonic()``); starts renewing it (``renew=False``: the caller renews it
-        with others, bus.delivery.batch, through :meth:`confirmed`)."""
+        with others, bus.delivery.engine, through :meth:`confirmed`)."""
         lease = cls(store, sid, token)
         lease._confirmed_at = sent_at
         if renew:
@@ -124,7 +124,7 @@ class Lease:
         return not self._lost and (time.monotonic() - self._confirmed_at < self._fresh_s)
 
     def stop_renewing(self) -> None:
-        """Stop the renewals; the caller unlocks (many leases at once, bus.delivery.batch)."""
+        """Stop the renewals; the caller unlocks (many leases at once, bus.delivery.engine)."""
         if self._done is not None:
             self._done.set()
 

@@ -290,7 +290,7 @@ class DeliveryStore(StorePart):
         unlock: str | None = None,
     ) -> list[tuple[Any, ...]]:
         """What follows a notice's write, as script calls for :meth:`run_in_order` (a
-        batch's notices go with other sessions', bus.delivery.batch), the last one's reply
+        batch's notices go with other sessions', bus.delivery.engine), the last one's reply
         ``[freed, again]``: ``heard`` (a socket's ack) confirms it first
         (``floor_drained.lua``, as :meth:`~bus.store.inbox.InboxStore.confirm_notices`),
         else ``notice_finish.lua`` records it written (as ``notice_done.lua``); then, in
@@ -323,6 +323,43 @@ class DeliveryStore(StorePart):
             self.script_call("floor_drained", self.k.s_many(sid, drained), [now, via, nid]),
             finish,
         ]
+
+    def take_notices(self, items: list[tuple[str, str]], now: int) -> list[Any]:
+        """Start the notice in flight ``nid`` for each ``(sid, nid)``, taking every new id
+        into it (``notice_take.lua``), all in one round trip: each one's reply, the ids and
+        their records (:func:`taken_records`), falsy when a notice was already in flight or
+        nothing was new."""
+        names = ("notice", "new", "wakeq", "events", "msgs")
+        return self.run_scripts(
+            [
+                self.script_call("notice_take", self.k.s_many(sid, names), [nid, now])
+                for sid, nid in items
+            ]
+        )
+
+    def revert_notice(
+        self, sid: str, nid: str, now: int, reason: str, *, pipeline: Any = None
+    ) -> None:
+        """The notice in flight ``nid`` did not go in: its ids back to new (and to the wake
+        queue), a ``notice_reverted`` record with ``reason`` (``notice_revert.lua``);
+        nothing when ``nid`` is not the one in flight."""
+        keys = self.k.s_many(sid, ("notice", "new", "wakeq", "events"))
+        self.script("notice_revert")(keys=keys, args=[nid, now, reason], client=pipeline)
+
+    def notice_written(
+        self, sid: str, nid: str, now: int, via: str, *, pipeline: Any = None
+    ) -> None:
+        """The notice in flight ``nid`` is on the floor (``via`` ``file``): recorded written,
+        waiting for a drain to confirm it (``notice_done.lua``); nothing when ``nid`` is
+        not the one in flight."""
+        keys = self.k.s_many(sid, ("notice", "msgs", "carried", "floor", "events"))
+        self.script("notice_done")(keys=keys, args=[nid, now, via], client=pipeline)
+
+    def floor_woken(self, sid: str, now: int) -> list[str]:
+        """Mark the floor's unconfirmed notices that no drain took as woken, once each
+        (``floor_woken.lua``): the ids of those marked."""
+        got = self.script("floor_woken")(keys=[self.k.s(sid, "floor")], args=[now])
+        return [str(n) for n in got or []]
 
     def wake_done(self, sid: str, nid: str, reason: str) -> None:
         """The wake command for notice ``nid`` ran: its ``wake`` record and the session's

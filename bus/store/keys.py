@@ -15,7 +15,7 @@ buses, or several tests, share one server.
 | ``P:{sid}:idsage`` | zset: message id → first-seen ms; no longer written (the ages are in ``threads``), still read and pruned | - | pruned after 7 days |
 | ``P:{sid}:pending`` | string: a delivery has been dispatched and not started | send; cleared by delivery | TTL (lock_ttl) |
 | ``P:{sid}:lock`` | string: token of the delivery running for the session | delivery | TTL (lock_ttl) |
-| ``P:{sid}:again`` | string: a delivery found the lock held and handed its work to the holder | delivery (bus/delivery/lock_handoff.py) | taken by the holder; TTL (lock_ttl), renewed with the holder's lease |
+| ``P:{sid}:again`` | string: a delivery found the lock held and handed its work to the holder | delivery (bus/delivery/engine.py) | taken by the holder; TTL (lock_ttl), renewed with the holder's lease |
 | ``P:{sid}:rawflight`` | string: JSON of the raw line being written | delivery | cleared after write |
 | ``P:{sid}:msgs`` | hash: message id → inbox record JSON (thread, class, mark, wakes; kept without what its message ``m`` says, bus/store/packing.py) | delivery | answered+read pruned past retain |
 | ``P:{sid}:new`` | zset: message id → arrival ms, messages not yet in a notice | delivery | - |

@@ -45,7 +45,7 @@ class KickStore(StorePart):
     def pop_kicks(self, client: Any, host: str, loop: str, block_s: float, count: int) -> list[str]:
         """Up to ``count`` kicks off ``host``'s list into loop ``loop``'s taken list: those
         already waiting without blocking (``kick_take.lua``), so a loop delivers a burst's
-        sessions as one batch (bus.delivery.batch); when none waits, the next one waited for up
+        sessions as one batch (bus.delivery.engine); when none waits, the next one waited for up
         to ``block_s`` on ``client`` (from :meth:`kick_client`; BLMOVE) and returned at
         once, alone: a lone send's notice does not wait for a look behind its kick (the
         look comes after its delivery, on the loop's next pop). A loop that dies leaves

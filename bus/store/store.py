@@ -394,7 +394,7 @@ class Store(
 
     def extend_lock(self, sid: str, token: str) -> bool:
         """Keep holding the lock through a long delivery (and a hand-off flag set for it,
-        bus.delivery.lock_handoff); False if it was lost."""
+        bus.delivery.engine); False if it was lost."""
         return bool(self.run("extend_lock", sid, ("lock", "again"), [token, self.lock_ttl_ms]))
 
     def unlock(self, sid: str, token: str) -> None:

@@ -37,11 +37,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
 from bus.core import policy
 from bus.core.models import SessionInfo, check_session_id, now_ms
 from bus.store.delivery import DeliverySnapshot, DeliveryStart
+from bus.store.redis_errors import StoreFailed
 
 from .fast_drain import PENDING_MARKS
 from .lease import Lease
@@ -243,7 +242,7 @@ def _renew(store: Any, runs: list[_Run], stop: threading.Event) -> None:
         sent_at = time.monotonic()
         try:
             answers = store.extend_many([(r.sid, r.lease.token) for r in live])
-        except redis.RedisError as exc:
+        except StoreFailed as exc:
             log.info("batch lease renewal failed (%s); trying again", exc)
             continue
         for run, ok in zip(live, answers, strict=True):

@@ -26,7 +26,7 @@ from bus.core.stamp import render_stamp
 from bus.core.text import one_line
 from bus.core.threads import thread_of
 from bus.store import packing
-from bus.store.redis_errors import NOT_ANSWERING
+from bus.store.redis_errors import RedisUnavailable
 
 from . import heard
 from .fast_drain import PENDING_MARKS, notice_ids, pending_ids, record_drained
@@ -236,11 +236,9 @@ class Inbox:
             )
             report.inbox += 1
         for thread, args in appends.items():
-            store.run_thread("thread_append", thread, ("meta", "log", "seen"), args, client=pipe)
+            store.append_to_thread(thread, args, pipeline=pipe)
         if takes:
-            store.run(
-                "ingest", sid, ("msgs", "new", "wakeq", "threads", "events"), takes, client=pipe
-            )
+            store.take_into_inbox(sid, takes, pipeline=pipe)
         if own:
             pipe.execute()
 
@@ -355,21 +353,10 @@ class Inbox:
         if event != "end":
             return {}
         # The ids the turn carried, read in one MULTI with the answer (the receipts' stamp).
-        pipe = self.store.pipeline(transaction=True)
-        pipe.smembers(self.store.k.s(sid, "carried"))
-        self.store.run(
-            "answer_turn",
-            sid,
-            ("carried", "msgs", "ids", "waiters", "events"),
-            [answer or "", self.clock.now_ms(), "1" if answer is not None else "0"],
-            client=pipe,
-        )
-        carried, waiting = pipe.execute()
+        carried, waiting = self.store.answer_turn(sid, answer, self.clock.now_ms())
         if answer is not None:
-            self.receipts.mark(sid, "answered", [str(i) for i in carried])
-        self.store.push_answers(
-            sid, [str(w) for w in waiting], {"ok": True, "state": "answered", "answer": answer}
-        )
+            self.receipts.mark(sid, "answered", carried)
+        self.store.push_answers(sid, waiting, {"ok": True, "state": "answered", "answer": answer})
         self.prune(sid)
         return {"answered": len(waiting)}
 
@@ -401,7 +388,7 @@ class Inbox:
         while True:
             try:
                 return self._wait_answer_once(sid, msg_id, stored, deadline, timeout)
-            except NOT_ANSWERING:
+            except RedisUnavailable:
                 if deadline is not None and time.monotonic() + pause >= deadline:
                     return _no_answer(stored, timeout)
                 time.sleep(pause)  # nothing to block on while the store is away
@@ -422,10 +409,10 @@ class Inbox:
         got = None
         if deadline is None or left > 0:
             # The blocking client: BLPOP's own timeout bounds the wait, not the socket's.
-            got = self._blocking().blpop([self.store.answer_key(sid, msg_id)], timeout=left)
+            got = self.store.pop_answer(self._blocking(), sid, msg_id, left)
         if got is None:
             return _no_answer(stored, timeout)
-        answer = json.loads(got[1])
+        answer = json.loads(got)
         return {**stored, **answer}
 
     def mark_noticed(self, sid: str, nids: list[str], via: str) -> int:
@@ -444,14 +431,9 @@ class Inbox:
         there = self.floor.pending_ids(sid)
         # Marks a drain deferred while Redis was down count as confirmations on their way.
         there.update(pending_ids(self.floor.session_dir(sid) / PENDING_MARKS))
-        pairs = [x for n in nids for x in (n, "1" if n in there else "0")]
-        return int(
-            self.store.run(
-                "floor_sweep",
-                sid,
-                ("floor", "msgs", "new", "wakeq", "events"),
-                [self.clock.now_ms() if now is None else now, heard.GONE_GRACE_MS, *pairs],
-            )
+        now = self.clock.now_ms() if now is None else now
+        return self.store.sweep_floor_notices(
+            sid, now, heard.GONE_GRACE_MS, {n: n in there for n in nids}
         )
 
     def on_drain(self, sid: str, lines: list[dict[str, Any]]) -> None:

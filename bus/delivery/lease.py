@@ -28,7 +28,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-import redis
+from bus.store.redis_errors import StoreFailed
 
 if TYPE_CHECKING:
     from bus.store.store import Store
@@ -114,7 +114,7 @@ class Lease:
             return True
         try:
             ok = self.store.extend_lock(self.sid, self.token)
-        except redis.RedisError:
+        except StoreFailed:
             ok = False
         return self.confirmed(ok, sent_at)
 
@@ -139,7 +139,7 @@ class Lease:
             if take_again:
                 return self.store.unlock_and_take_again(self.sid, self.token)
             self.store.unlock(self.sid, self.token)
-        except redis.RedisError as exc:
+        except StoreFailed as exc:
             log.info("delivery lock for %s left to lapse: %s", self.sid, exc)
         return None
 
@@ -161,7 +161,7 @@ class Lease:
                     continue
                 self._lose("another delivery holds it")
                 return
-            except redis.RedisError:
+            except StoreFailed:
                 # A blip: keep trying while the lease may still stand.
                 if time.monotonic() - self._last_ok >= self.ttl_s:
                     self._lose("Redis did not answer for a whole TTL")

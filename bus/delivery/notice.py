@@ -104,7 +104,6 @@ class _Sent:
     run_cmd: bool
     wait_s: float
     messages: int
-    end: int  # the index of its last call's reply
 
 
 class Notices:
@@ -138,7 +137,7 @@ class Notices:
         taken_all = store.take_notices(
             [(j.sid, n) for j, n in zip(jobs, nids, strict=True)], clock.now_ms()
         )
-        calls: list[tuple[Any, ...]] = []
+        finishes: list[dict[str, Any]] = []
         sent: list[_Sent] = []
         for i, (job, nid, taken) in enumerate(zip(jobs, nids, taken_all, strict=True)):
             if not taken:
@@ -178,18 +177,20 @@ class Notices:
             # it: then this finds nothing to record); a refused notice may be tried again
             # now. A worker killed before the wake command ran leaves ``wake_pending``:
             # the next delivery runs the command (Inbox.after_delivery).
-            calls.extend(
-                store.finish_calls(
-                    job.sid,
-                    nid,
-                    via,
-                    now,
-                    heard=via == "socket",
-                    running=job.wake,
-                    wake=None if not job.wake or run_cmd else {"notice": nid, "reason": job.reason},
-                    wake_pending=nid if run_cmd else None,
-                    unlock=job.lease.token if job.unlocked and job.lease is not None else None,
-                )
+            finishes.append(
+                {
+                    "sid": job.sid,
+                    "nid": nid,
+                    "via": via,
+                    "now": now,
+                    "heard": via == "socket",
+                    "running": job.wake,
+                    "wake": None
+                    if not job.wake or run_cmd
+                    else {"notice": nid, "reason": job.reason},
+                    "wake_pending": nid if run_cmd else None,
+                    "unlock": job.lease.token if job.unlocked and job.lease is not None else None,
+                }
             )
             oldest = min(int(r.get("at") or now) for r in records)
             sent.append(
@@ -201,19 +202,17 @@ class Notices:
                     run_cmd,
                     max(0, now - oldest) / 1000,
                     len(records),
-                    len(calls) - 1,
                 )
             )
         if not sent:
             return
-        # Packed, its scripts loaded at its head: the records' order.
-        replies = store.run_in_order(calls)
+        # One round trip, in the notices' order.
+        unlocks = store.finish_notices(finishes)
         metrics = self._metrics()
-        for s in sent:
+        for s, (freed, again) in zip(sent, unlocks, strict=True):
             job = s.job
             if job.unlocked:
-                freed, again = (int(x) for x in replies[s.end])
-                job.freed, job.again = bool(freed), bool(again)
+                job.freed, job.again = freed, again
             metrics.incr("notices")
             metrics.observe_latency(s.wait_s)
             metrics.incr("deliveries", via=s.via)

@@ -25,6 +25,7 @@ from bus.core.models import SessionInfo, now_ms
 from .base import StorePart
 from .inbox import view_of_replies
 from .packing import session_from_hash
+from .redis_errors import store_failed
 
 # A schedule entry due sooner than this from now wakes a sleeping scheduler (a second:
 # above the scheduler's half-second cap on its sleep, with room for a slow tick).
@@ -276,6 +277,27 @@ class DeliveryStore(StorePart):
         trip."""
         self.run_in_order(self.finish_calls(sid, nid, via, now, **options))
 
+    def finish_notices(self, finishes: list[dict[str, Any]]) -> list[tuple[bool, bool]]:
+        """What follows each notice's write, for many notices in one round trip, in their
+        order: each of ``finishes`` the arguments of :meth:`finish_calls`
+        (``sid``, ``nid``, ``via``, ``now`` and its options). Each one's ``(freed,
+        again)``: its lock freed and its hand-off flag taken (both false without
+        ``unlock``)."""
+        calls: list[tuple[Any, ...]] = []
+        ends: list[int] = []
+        for finish in finishes:
+            calls.extend(self.finish_calls(**finish))
+            ends.append(len(calls) - 1)
+        replies = self.run_in_order(calls) if calls else []
+        out = []
+        for finish, end in zip(finishes, ends, strict=True):
+            reply = replies[end]
+            if finish.get("unlock") and isinstance(reply, list):
+                out.append((bool(int(reply[0])), bool(int(reply[1]))))
+            else:
+                out.append((False, False))
+        return out
+
     def finish_calls(
         self,
         sid: str,
@@ -370,6 +392,7 @@ class DeliveryStore(StorePart):
         pipe.hdel(self.k.s(sid, "session"), "wake_pending")
         pipe.execute()
 
+    @store_failed
     def unlock_and_take_again(self, sid: str, token: str) -> bool:
         """:meth:`~bus.store.store.Store.unlock`, then :meth:`~bus.store.inbox.InboxStore.take_again`,
         in that order, one round trip: whether another run was asked for."""
@@ -385,6 +408,7 @@ class DeliveryStore(StorePart):
         ]
         return [bool(int(reply[1])) for reply in self.run_scripts(calls)]
 
+    @store_failed
     def extend_many(self, held: list[tuple[str, str]]) -> list[bool]:
         """:meth:`~bus.store.store.Store.extend_lock` for each ``(sid, token)``, in one round
         trip: which are still ours (each extended to a full TTL)."""

@@ -18,6 +18,7 @@ from . import packing
 from .base import StorePart
 from .keys import receipt_field
 from .packing import session_from_hash
+from .redis_errors import store_failed
 
 # Send answers (what a resend of an id gets) outlive the messages themselves.
 IDS_KEEP_MS = 7 * 86400 * 1000
@@ -183,6 +184,46 @@ class InboxStore(StorePart):
             return 0
         keys = ("floor", "msgs", "carried", "events", "notice", "session")
         return int(self.run("floor_drained", sid, keys, [now, via, *nids]))
+
+    def take_into_inbox(self, sid: str, args: list[Any], *, pipeline: Any = None) -> None:
+        """Take messages into ``sid``'s inbox (``ingest.lua``, one call for many; queued on
+        ``pipeline`` when given): ``args`` five a message (id, the record as kept, arrival
+        ms, ``"1"`` when it may wake, its thread), idempotent."""
+        keys = ("msgs", "new", "wakeq", "threads", "events")
+        self.run("ingest", sid, keys, args, client=pipeline)
+
+    def append_to_thread(self, thread: str, args: list[Any], *, pipeline: Any = None) -> None:
+        """Log messages into ``thread`` (``thread_append.lua``, one call for many, each once;
+        queued on ``pipeline`` when given): ``args`` twelve a message, as the script reads."""
+        keys = ("meta", "log", "seen")
+        self.run_thread("thread_append", thread, keys, args, client=pipeline)
+
+    def sweep_floor_notices(self, sid: str, now: int, grace_ms: int, there: dict[str, bool]) -> int:
+        """The floor's unconfirmed notices ``there`` (id -> still on the floor): those a
+        drainer took off and never confirmed past ``grace_ms`` give their messages back
+        to new (``floor_sweep.lua``); how many were given back."""
+        pairs = [x for n, on in there.items() for x in (n, "1" if on else "0")]
+        keys = ("floor", "msgs", "new", "wakeq", "events")
+        return int(self.run("floor_sweep", sid, keys, [now, grace_ms, *pairs]))
+
+    def answer_turn(self, sid: str, answer: str | None, now: int) -> tuple[list[str], list[str]]:
+        """The turn ended with ``answer`` (``None``: none given): the ids it carried and the
+        waiting senders' ids, read in one MULTI with the answer's writes
+        (``answer_turn.lua``)."""
+        pipe = self.pipeline(transaction=True)
+        pipe.smembers(self.k.s(sid, "carried"))
+        keys = ("carried", "msgs", "ids", "waiters", "events")
+        args = [answer or "", now, "1" if answer is not None else "0"]
+        self.run("answer_turn", sid, keys, args, client=pipe)
+        carried, waiting = pipe.execute()
+        return [str(i) for i in carried], [str(w) for w in waiting]
+
+    @store_failed
+    def pop_answer(self, client: Any, sid: str, msg_id: str, timeout: float) -> str | None:
+        """Block up to ``timeout`` s on ``client`` (:meth:`~bus.store.store.Store.blocking_client`)
+        for the answer pushed for ``msg_id`` (BLPOP): its JSON, or ``None``."""
+        got = client.blpop([self.answer_key(sid, msg_id)], timeout=timeout)
+        return None if got is None else str(got[1])
 
     def run(  # provided by Store
         self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None

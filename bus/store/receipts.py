@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from . import receipt_index
 from .keys import receipt_field
+from .redis_errors import store_failed
 
 
 def receipt_hash(folded: str | bytes, answer: str | bytes | None) -> dict[str, str]:
@@ -30,6 +32,52 @@ class ReceiptStore:
 
     r: Any
     k: Any
+
+    def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
+        raise NotImplementedError
+
+    def open_receipts(
+        self, to: str, rows: list[tuple[str, list[Any]]], now: int, ttl_ms: int, *, pipeline: Any
+    ) -> None:
+        """Queue on ``pipeline`` the opening of the receipts of messages to ``to``
+        (``receipt_open.lua``, one call): ``rows`` of ``(message id, [state, sender,
+        sender's session, thread, reason])``, each kept ``ttl_ms``."""
+        keys = [self.k.s(to, "ids"), *(self.k.receipt(to, msg_id) for msg_id, _ in rows)]
+        args: list[Any] = [now, ttl_ms, to]
+        for msg_id, fields in rows:
+            args.extend([msg_id, *fields])
+        self.script("receipt_open")(keys=keys, args=args, client=pipeline)
+
+    @store_failed
+    def mark_receipts(
+        self,
+        sid: str,
+        state: str,
+        ids: list[str],
+        now: int,
+        ttl_ms: int,
+        *,
+        touch: bool = False,
+        pipeline: Any = None,
+    ) -> None:
+        """Stamp ``state`` on the receipts of ``ids`` (messages to ``sid``), kept
+        ``ttl_ms``; with ``touch``, the session's ``last_seen`` set to ``now`` too
+        (``receipt_mark.lua``, one call; queued on ``pipeline`` when given)."""
+        k = self.k
+        keys = [k.s(sid, "session"), k.s(sid, "events"), k.s(sid, "ids"), *k.receipts(sid, ids)]
+        args = [state, now, ttl_ms, "1" if touch else "0", *ids]
+        self.script("receipt_mark")(keys=keys, args=args, client=pipeline)
+
+    def index_recipients(self, rows: list[tuple[str, str]], now: int, *, pipeline: Any) -> None:
+        """Queue on ``pipeline`` the recipient index entries of ``(message id, session)``
+        rows (:meth:`~bus.store.store.Store.recipient_of` finds them)."""
+        receipt_index.index(pipeline, self.k, rows, now)
+
+    def expire_unnoticed(self, sid: str, cutoff: int, now: int) -> list[str]:
+        """Messages to ``sid`` stored before ``cutoff`` that no notice took: dropped from
+        the inbox's new and wake sets and the floor's records (``expire.lua``); their ids."""
+        keys = self.k.s_many(sid, ("new", "wakeq", "msgs", "floor", "events"))
+        return [str(i) for i in self.script("expire")(keys=keys, args=[cutoff, now])]
 
     def queue_outbox_add(
         self, pipe: Any, sender: str, members: dict[str, int], keep: int, floor: int

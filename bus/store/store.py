@@ -36,7 +36,7 @@ from .many import ManyStore, SweepView, stream_id_after
 from .metrics import MetricsStore
 from .packing import session_fields, session_from_hash
 from .receipts import ReceiptStore
-from .redis_errors import unavailable
+from .redis_errors import store_failed, unavailable
 from .server_config import ConfigStore
 from .stream_compact import CompactStore
 from .subscriptions import SubsStore
@@ -290,6 +290,7 @@ class Store(
         """One token from ``sender``'s bucket (``rate`` a second, ``burst`` at most)."""
         return bool(self.script("rate")(keys=[self.k.bucket(sender)], args=[rate, burst]))
 
+    @store_failed
     def first_answer(self, sid: str, msg_id: str) -> dict[str, Any] | None:
         """The answer kept by the first append of ``msg_id``; ``None`` if never appended."""
         raw = self.r.hget(self.k.s(sid, "ids"), msg_id)
@@ -392,11 +393,13 @@ class Store(
         ok = self.r.set(self.k.s(sid, "lock"), token, nx=True, px=self.lock_ttl_ms)
         return token if ok else None
 
+    @store_failed
     def extend_lock(self, sid: str, token: str) -> bool:
         """Keep holding the lock through a long delivery (and a hand-off flag set for it,
         bus.delivery.engine); False if it was lost."""
         return bool(self.run("extend_lock", sid, ("lock", "again"), [token, self.lock_ttl_ms]))
 
+    @store_failed
     def unlock(self, sid: str, token: str) -> None:
         """Release the lock if ``token`` still holds it; another holder's lock stays."""
         self.script("unlock")(keys=[self.k.s(sid, "lock")], args=[token])

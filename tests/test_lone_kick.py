@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
+from tests.kicks import pop_kicks
 from tests.test_delivery_trips import Trips, trips  # noqa: F401 (the fixture)
 
 
@@ -32,11 +33,11 @@ def test_a_kick_waited_for_comes_alone_and_those_waiting_come_together(
     try:
         # None waiting: the loop waits, and the one it woke for is delivered at once
         # (no look behind it on the path of a lone send's notice).
-        assert store.pop_kicks(client, host, "l1", 0.5, 64) == ["a"]
+        assert pop_kicks(store, client, host, "l1", 0.5, 64) == ["a"]
         assert blocked == ["x"] and store.r.lrange(kicks, 0, -1) == ["b"]
         store.r.rpush(kicks, "c", "d")
         # Kicks waiting: taken together, without waiting.
-        assert store.pop_kicks(client, host, "l1", 0.5, 2) == ["b", "c"]
+        assert pop_kicks(store, client, host, "l1", 0.5, 2) == ["b", "c"]
         assert blocked == ["x"]
         assert store.r.lrange(taken, 0, -1) == ["a", "b", "c"]
         assert store.r.lrange(kicks, 0, -1) == ["d"]

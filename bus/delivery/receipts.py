@@ -1,7 +1,7 @@
 """Delivery receipts and the outbox: the sender's side of a message.
 
 A receipt is a small JSON per message beside its send answer, in its recipient's ``ids``
-hash (field ``~<id>``; a bounced one, or one opened before, a hash ``P:{sid}:rc:<id>``: see
+hash (field ``~<id>``; a bounced one, a hash ``P:{sid}:rc:<id>``: see
 :mod:`bus.store.keys`), opened in the send's own pipeline (``receipt_open.lua``, no extra round
 trip) and stamped by one call at each transition (``receipt_mark.lua``):
 ``stored → noticed → read → answered``, or a side exit ``withdrawn``, ``retracted``,
@@ -120,19 +120,6 @@ def from_records(
         if state not in reached:
             reached[state] = int(at) if at else None
     return reached
-
-
-def drained_ids(lines: Iterable[dict[str, Any]]) -> list[str]:
-    """The message ids a drain took: every notice's messages and every raw line."""
-    out: list[str] = []
-    for line in lines:
-        if line.get("kind") == "notice":
-            payload = line.get("notice")
-            if isinstance(payload, dict) and isinstance(payload.get("messages"), list):
-                out.extend(str(i) for i in payload["messages"])
-        elif line.get("id"):
-            out.append(str(line["id"]))
-    return [i for i in out if _MESSAGE_ID_RE.fullmatch(i)]
 
 
 def check_message_id(msg_id: object) -> str:

@@ -25,11 +25,6 @@ from bus.core.models import SessionInfo, now_ms
 from .base import StorePart
 from .inbox import view_of_replies
 from .packing import session_from_hash
-from .redis_errors import store_failed
-
-# A schedule entry due sooner than this from now wakes a sleeping scheduler (a second:
-# above the scheduler's half-second cap on its sleep, with room for a slow tick).
-POKE_WITHIN_MS = 1000
 
 
 @dataclass
@@ -391,64 +386,3 @@ class DeliveryStore(StorePart):
         pipe.xadd(self.k.s(sid, "events"), record, maxlen=10000, approximate=True)
         pipe.hdel(self.k.s(sid, "session"), "wake_pending")
         pipe.execute()
-
-    @store_failed
-    def unlock_and_take_again(self, sid: str, token: str) -> bool:
-        """:meth:`~bus.store.store.Store.unlock`, then :meth:`~bus.store.inbox.InboxStore.take_again`,
-        in that order, one round trip: whether another run was asked for."""
-        keys = self.k.s_many(sid, ("lock", "again"))
-        return bool(int(self.script("unlock")(keys=keys, args=[token])[1]))
-
-    def unlock_many(self, held: list[tuple[str, str]]) -> list[bool]:
-        """:meth:`unlock_and_take_again` for each ``(sid, token)``, in one round trip (the
-        flag taken in the unlock's own call, after it: ``unlock.lua``)."""
-        calls = [
-            self.script_call("unlock", self.k.s_many(sid, ("lock", "again")), [token])
-            for sid, token in held
-        ]
-        return [bool(int(reply[1])) for reply in self.run_scripts(calls)]
-
-    @store_failed
-    def extend_many(self, held: list[tuple[str, str]]) -> list[bool]:
-        """:meth:`~bus.store.store.Store.extend_lock` for each ``(sid, token)``, in one round
-        trip: which are still ours (each extended to a full TTL)."""
-        calls = [
-            self.script_call(
-                "extend_lock", self.k.s_many(sid, ("lock", "again")), [token, self.lock_ttl_ms]
-            )
-            for sid, token in held
-        ]
-        return [bool(int(r)) for r in self.run_scripts(calls)]
-
-    def schedule_many(self, what: str, due: list[tuple[str, int]]) -> None:
-        """:meth:`~bus.store.store.Store.schedule` (earliest) for each ``(sid, at_ms)``, at once;
-        a sleeping scheduler poked (:meth:`poke_scheduler`) in the same round trip when
-        one is due soon."""
-        if not due:
-            return
-        pipe = self.pipeline()
-        pipe.zadd(self.k.due, {f"{what}|{sid}": at for sid, at in due}, lt=True)
-        self.poke_scheduler(min(at for _sid, at in due), pipe=pipe)
-        pipe.execute()
-
-    def poke_scheduler(self, at_ms: int, *, pipe: Any = None) -> bool:
-        """Wake a sleeping scheduler (:meth:`wait_poked`) for an entry due at ``at_ms`` when
-        that is within ``POKE_WITHIN_MS`` of now: the scheduler sleeps up to half a second
-        between ticks, so an entry scheduled less than that ahead (an arrival delivered
-        late, a short debounce) would be up to that late. At most one poke waits (the list
-        is cut to one): a burst of them wakes the scheduler once. Queued on ``pipe`` when
-        given; whether it poked."""
-        if at_ms - now_ms() >= POKE_WITHIN_MS:
-            return False
-        client = self.pipeline() if pipe is None else pipe
-        client.lpush(self.k.due_soon, "1")
-        client.ltrim(self.k.due_soon, 0, 0)
-        if pipe is None:
-            client.execute()
-        return True
-
-    def wait_poked(self, timeout_s: float) -> bool:
-        """Block up to ``timeout_s`` for a :meth:`poke_scheduler`; True when poked."""
-        # Milliseconds: BLPOP takes a decimal timeout; 0 would block for ever.
-        timeout = max(0.001, round(timeout_s, 3))
-        return self.r.blpop([self.k.due_soon], timeout=timeout) is not None

@@ -18,7 +18,7 @@ from .redis_errors import store_failed
 
 def receipt_hash(folded: str | bytes, answer: str | bytes | None) -> dict[str, str]:
     """A receipt kept in ``ids`` (JSON; its thread, when it is its answer's, left to the
-    answer) as the ``rc:<id>`` hash it replaced reads: every value a string."""
+    answer) as a bounced receipt's ``rc:<id>`` hash reads: every value a string."""
     rc = json.loads(folded)
     if "thread" not in rc and answer:
         thread = json.loads(answer).get("thread")
@@ -110,7 +110,7 @@ class ReceiptStore:
     def receipt_rows(self, rows: list[tuple[str, str]]) -> list[list[Any]]:
         """For each ``(recipient, id)``: ``[receipt hash ({} if none), stored record,
         first answer, [recipient state, last_seen, opened_at]]`` (``None`` where unset).
-        A receipt kept in ``ids`` reads as the hash it was (:func:`receipt_hash`)."""
+        A receipt kept in ``ids`` reads as a bounced one's hash (:func:`receipt_hash`)."""
         pipe = self.r.pipeline(transaction=False)
         for to, msg_id in rows:
             ids = self.k.s(to, "ids")

@@ -367,7 +367,6 @@ class Receipts:
         """Block on the recipient's events stream (every transition writes a record there)
         and look again after each; no polling."""
         store = self.store
-        events = store.events_key(to)
         cursor = store.last_event_id(to)
         found = self._read([(to, msg_id)])[0] or found  # after the cursor: nothing missed
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -384,9 +383,7 @@ class Receipts:
                         f"it is {found['state']}",
                     }
                 block_ms = max(1, int(min(left, WAIT_CHUNK_S) * 1000))
-                got = conn.xread({events: cursor}, count=100, block=block_ms)
-                if got:
-                    cursor = str(got[0][1][-1][0])
+                cursor = store.wait_events(conn, to, cursor, block_ms) or cursor
                 found = self._read([(to, msg_id)])[0] or found
         finally:
             if pool is not None:

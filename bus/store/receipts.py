@@ -143,3 +143,10 @@ class ReceiptStore:
         from .blocking import own_client
 
         return own_client(self.r, socket_timeout=block_s + 10, name=name)
+
+    def wait_events(self, client: Any, sid: str, after: str, block_ms: int) -> str | None:
+        """Block up to ``block_ms`` on ``client`` (:meth:`waiting_client`) for records of
+        ``sid``'s events stream after id ``after`` (XREAD BLOCK): the newest one's id, or
+        ``None`` when none came."""
+        got = client.xread({self.k.s(sid, "events"): after}, count=100, block=block_ms)
+        return str(got[0][1][-1][0]) if got else None

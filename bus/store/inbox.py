@@ -281,9 +281,8 @@ class InboxStore(StorePart):
         r, k = self.r, self.k
         cutoff = now - IDS_KEEP_MS
         # Each stored id's age is in ``threads`` as ``#<id>`` at minus its first-seen ms
-        # (append.lua); ids stored before are in the old ``idsage`` zset.
+        # (append.lua).
         aged = r.zrangebyscore(k.s(sid, "threads"), -cutoff, f"({AGE_SCORE_BELOW}")
-        old_ids = r.zrangebyscore(k.s(sid, "idsage"), "-inf", cutoff)
         gone = [str(a)[len(AGE_MARK) :] for a in aged if str(a).startswith(AGE_MARK)]
         later = self._receipts_alive(sid, gone, now, receipt_ttl_ms) if gone else {}
         if later:
@@ -291,12 +290,10 @@ class InboxStore(StorePart):
             r.zadd(k.s(sid, "threads"), {AGE_MARK + i: -due for i, due in later.items()})
             gone = [i for i in gone if i not in later]
             aged = [a for a in aged if str(a)[len(AGE_MARK) :] not in later]
-        if gone or old_ids:
-            r.hdel(k.s(sid, "ids"), *gone, *[receipt_field(i) for i in gone], *old_ids)
+        if gone:
+            r.hdel(k.s(sid, "ids"), *gone, *[receipt_field(i) for i in gone])
         if aged:
             r.zrem(k.s(sid, "threads"), *aged)
-        if old_ids:
-            r.zrem(k.s(sid, "idsage"), *old_ids)
         if r.hlen(k.s(sid, "msgs")) <= keep:
             return 0
         recs = sorted(self.all_records(sid), key=lambda x: x["at"])

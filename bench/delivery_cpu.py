@@ -1,4 +1,4 @@
-"""CPU a message of a worker's batched delivery (``bus.delivery.batch.deliver_many``), Python and
+"""CPU a message of a worker's batched delivery (``bus.delivery.engine.deliver_many``), Python and
 Redis apart, in the swarm's end-to-end shape.
 
     python bench/delivery_cpu.py [--sessions 50] [--messages 5000] [--rounds 4]
@@ -31,8 +31,8 @@ if str(REPO) not in sys.path:
 from bench.ingest_cpu import cpu_s  # noqa: E402
 from bus.api import Bus  # noqa: E402
 from bus.core.settings import Settings  # noqa: E402
-from bus.delivery.batch import deliver_many  # noqa: E402
 from bus.delivery.dispatch import RecordingDispatcher  # noqa: E402
+from bus.delivery.engine import deliver_many  # noqa: E402
 from bus.ops.embedded import EmbeddedRedis  # noqa: E402
 from bus.surfaces.listener import Listener  # noqa: E402
 

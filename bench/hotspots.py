@@ -4,7 +4,7 @@
 
 Runs in one process against its own embedded redis-server (so ``INFO commandstats`` counts
 only this run): ingest (``Bus.send`` per message, then ``Bus.send_many``) and the worker's
-job (``Bus.deliver_session`` for each session, then ``bus.delivery.batch.deliver_many`` over them
+job (``Bus.deliver_session`` for each session, then ``bus.delivery.engine.deliver_many`` over them
 all, as a worker's kick list runs it; every session running with a listener on its socket
 that acks), each under cProfile, with the Redis commands and round trips per
 message. No Celery: dispatches are recorded, and the Celery cost per kick is measured
@@ -33,7 +33,7 @@ import redis.connection  # noqa: E402
 
 from bus.api import Bus  # noqa: E402
 from bus.core.settings import Settings  # noqa: E402
-from bus.delivery import batch as batch_mod  # noqa: E402
+from bus.delivery import engine as batch_mod  # noqa: E402
 from bus.delivery.dispatch import RecordingDispatcher  # noqa: E402
 from bus.ops.embedded import EmbeddedRedis  # noqa: E402
 from bus.surfaces.listener import Listener  # noqa: E402
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             b.send_many(burst)
             cpu = time.process_time()
             measure(
-                "delivery, bus.delivery.batch.deliver_many over every session (a worker's kick list)",
+                "delivery, bus.delivery.engine.deliver_many over every session (a worker's kick list)",
                 r,
                 n,
                 lambda: batch_mod.deliver_many(b, sids),

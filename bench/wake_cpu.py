@@ -4,7 +4,7 @@
 
 One thread, its own embedded redis-server: ``--sessions`` idle sessions each get one
 blocker (``send_many``, the dispatches recorded), then their arrivals are delivered as
-kick loops would (``bus.delivery.batch.deliver_many``, 64 at a time), the plan's clock is moved past
+kick loops would (``bus.delivery.engine.deliver_many``, 64 at a time), the plan's clock is moved past
 the debounce, the due entries taken (as the scheduler does) and delivered the same way.
 Per session and step: this process's CPU, the redis-server's CPU (``/proc``) and the round
 trips (writes to the socket: a pipeline is one), and the step's wall time. Median round
@@ -41,8 +41,8 @@ from bench.ingest_cpu import cpu_s  # noqa: E402
 from bus.api import Bus  # noqa: E402
 from bus.core.clock import ManualClock  # noqa: E402
 from bus.core.settings import Settings  # noqa: E402
-from bus.delivery.batch import deliver_many  # noqa: E402
 from bus.delivery.dispatch import RecordingDispatcher  # noqa: E402
+from bus.delivery.engine import deliver_many  # noqa: E402
 from bus.ops.embedded import EmbeddedRedis  # noqa: E402
 
 LOOP_BATCH = 64  # kicks a loop takes at once (bus.delivery.kick_list.POP_MAX)

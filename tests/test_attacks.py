@@ -231,7 +231,7 @@ def test_9_a_wake_command_gets_no_secrets(
     )
     # A plain command line: run without a shell.
     bus.open_session("sleeper", wake_cmd=f"{sys.executable} {script}")
-    bus.inbox._run_wake_cmd("sleeper", {"text": "[inbox · 1 new]"})
+    bus.inbox.notices.run_wake_cmd("sleeper", {"text": "[inbox · 1 new]"})
     # Started and left to run (bus.delivery.wake_cmd): its output comes when it is done.
     wait_for(lambda: out.exists() and out.read_text().endswith("}"), 30, what="the dump")
     got = json.loads(out.read_text())

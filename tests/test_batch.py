@@ -1,4 +1,4 @@
-"""Many sessions delivered as one batch (bus.delivery.batch): the routing rules, the counters
+"""Many sessions delivered as one batch (bus.delivery.engine): the routing rules, the counters
 summed, due wakes each delivered once in process and through a worker's kick loop."""
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from bus.api import Bus
 from bus.core.clock import ManualClock
 from bus.core.models import SessionInfo
 from bus.core.settings import Settings
-from bus.delivery.batch import after_step, deliver_many, takes_batch
 from bus.delivery.dispatch import RecordingDispatcher
+from bus.delivery.engine import after_step, deliver_many, takes_batch
 from bus.ops.procs import WorkerProcess
 from bus.store.delivery import DeliveryStart
 from bus.telemetry.metrics import summed
 from tests.conftest import wait_for
+from tests.kicks import pop_kicks
 from tests.test_inbox_live import Scheduler, events
 
 
@@ -215,7 +216,7 @@ def test_a_dead_loops_taken_kicks_go_back_to_the_head_of_the_list(
     store.kick_beat(host, "l1", 3000)
     client, pool = store.kick_client(0.1, "test-kick")
     try:
-        assert store.pop_kicks(client, host, "l1", 0.1, 3) == ["a", "b", "c"]
+        assert pop_kicks(store, client, host, "l1", 0.1, 3) == ["a", "b", "c"]
     finally:
         if pool is not None:
             pool.disconnect()
@@ -232,8 +233,8 @@ def test_a_dead_loops_taken_kicks_go_back_to_the_head_of_the_list(
     store.kick_beat(host, "l2", 3000)
     client, pool = store.kick_client(0.1, "test-kick")
     try:
-        assert store.pop_kicks(client, host, "l2", 0.1, 64) == ["a", "b", "c", "d"]
-        assert store.pop_kicks(client, host, "l2", 0.1, 64) == []  # none came
+        assert pop_kicks(store, client, host, "l2", 0.1, 64) == ["a", "b", "c", "d"]
+        assert pop_kicks(store, client, host, "l2", 0.1, 64) == []  # none came
     finally:
         if pool is not None:
             pool.disconnect()

@@ -25,6 +25,7 @@ from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.scheduler import sweep_backlogs, tick
 from tests.conftest import WorkerProcess, wait_for
+from tests.kicks import pop_kicks
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
 
@@ -151,7 +152,7 @@ def test_a_dead_loops_kicks_are_reclaimed_on_the_cluster(cluster_settings: Setti
     store.kick_beat(host, "l1", 3000)
     client, pool = store.kick_client(0.1, "test-kick")
     try:
-        assert store.pop_kicks(client, host, "l1", 0.1, 2) == ["a", "b"]
+        assert pop_kicks(store, client, host, "l1", 0.1, 2) == ["a", "b"]
     finally:
         if pool is not None:
             pool.disconnect()

@@ -461,7 +461,7 @@ def test_a_batch_of_due_wakes_makes_three_script_calls_a_session(
     import time
 
     from bus.core.clock import ManualClock
-    from bus.delivery.batch import deliver_many
+    from bus.delivery.engine import deliver_many
     from tests.test_batch import idle_with_blockers
 
     clock = ManualClock(int(time.time() * 1000))

@@ -19,6 +19,7 @@ from bus.api import Bus
 from bus.core.clock import SYSTEM, ManualClock
 from bus.core.errors import Refused
 from bus.delivery.scheduler import tick
+from bus.store.inbox import AGE_MARK
 from bus.surfaces.listener import Listener
 
 
@@ -451,7 +452,16 @@ def test_send_answers_outlive_the_messages_but_not_forever(make_bus: Callable[..
     b.deliver_session("r")
     b.drain("r")
     b.turn("r", "end", answer="done")
-    b.store.r.zadd(b.store.k.s("r", "idsage"), {"old-1": 1})  # sent eight days ago
+    # Sent long ago: its age (append.lua: minus its first-seen ms, in ``threads``) and its
+    # receipt's last transition too (a receipt that moved lately keeps its answer).
+    k = b.store.k
+    b.store.r.zadd(k.s("r", "threads"), {f"{AGE_MARK}old-1": -1})
+    rc = json.loads(b.store.r.hget(k.s("r", "ids"), "~old-1"))
+    b.store.r.hset(
+        k.s("r", "ids"),
+        "~old-1",
+        json.dumps({f: 1 if isinstance(v, int) else v for f, v in rc.items()}),
+    )
     b.inbox.prune("r")
     assert marks(b, "r") == {}  # the inbox let go of both answered messages
     assert send(b, "r", "answered today", id="new-1")["answer"] == "done"

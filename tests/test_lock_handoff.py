@@ -1,4 +1,4 @@
-"""bus/delivery/lock_handoff.py: a delivery that finds the session busy hands its work to the holder."""
+"""bus/delivery/engine.py: a delivery that finds the session busy hands its work to the holder."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ def test_a_busy_delivery_hands_off_and_the_holder_takes_the_late_message(
     got: list[dict[str, Any]] = []
     listener = Listener.for_session(b.floor, "s", collect(got)).start()
     inside, release = threading.Event(), threading.Event()
-    real = b.inbox.after_delivery
+    real = b.inbox.notices.send
     calls = 0
 
-    def slow_after(*args: Any, **kw: Any) -> None:
+    def slow_send(*args: Any, **kw: Any) -> None:
         nonlocal calls
         calls += 1
         if calls == 1:  # the first delivery, past its last read, holds the lock here
@@ -35,7 +35,7 @@ def test_a_busy_delivery_hands_off_and_the_holder_takes_the_late_message(
             assert release.wait(10)
         real(*args, **kw)
 
-    monkeypatch.setattr(b.inbox, "after_delivery", slow_after)
+    monkeypatch.setattr(b.inbox.notices, "send", slow_send)
     first = b.send({"from": "hosta:me", "to_id": "s", "text": "first"})
     reports: list[Any] = []
     holder = threading.Thread(target=lambda: reports.append(b.deliver_session("s")))

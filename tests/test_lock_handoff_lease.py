@@ -1,5 +1,5 @@
 """The hand-off outlives its holder's lease's TTLs, and a batched run that lost its lease
-leaves its session delivered (bus.delivery.lock_handoff, bus.delivery.batch): two holes the scheduler's sweep
+leaves its session delivered (bus.delivery.engine, bus.delivery.engine): two holes the scheduler's sweep
 used to cover, seconds late."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.delivery.batch import deliver_many
+from bus.delivery.engine import deliver_many
 
 
 def elapse(b: Bus, keys: list[str], ms: int) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
+from tests.kicks import pop_kicks
 from tests.test_delivery_trips import Trips, trips  # noqa: F401 (the fixture)
 
 
@@ -32,11 +33,11 @@ def test_a_kick_waited_for_comes_alone_and_those_waiting_come_together(
     try:
         # None waiting: the loop waits, and the one it woke for is delivered at once
         # (no look behind it on the path of a lone send's notice).
-        assert store.pop_kicks(client, host, "l1", 0.5, 64) == ["a"]
+        assert pop_kicks(store, client, host, "l1", 0.5, 64) == ["a"]
         assert blocked == ["x"] and store.r.lrange(kicks, 0, -1) == ["b"]
         store.r.rpush(kicks, "c", "d")
         # Kicks waiting: taken together, without waiting.
-        assert store.pop_kicks(client, host, "l1", 0.5, 2) == ["b", "c"]
+        assert pop_kicks(store, client, host, "l1", 0.5, 2) == ["b", "c"]
         assert blocked == ["x"]
         assert store.r.lrange(taken, 0, -1) == ["a", "b", "c"]
         assert store.r.lrange(kicks, 0, -1) == ["d"]
@@ -50,7 +51,7 @@ def test_a_batch_whose_ingest_script_was_lost_still_notices_what_it_took(
 ) -> None:
     from redis.exceptions import NoScriptError
 
-    from bus.delivery.batch import deliver_many
+    from bus.delivery.engine import deliver_many
 
     b = make_bus()
     if b.store.cluster:
@@ -87,7 +88,7 @@ def test_a_lone_message_from_a_session_is_delivered_in_few_round_trips(
     make_bus: Callable[..., Bus],
     trips: Trips,  # noqa: F811 (the fixture imported above)
 ) -> None:
-    from bus.delivery.batch import deliver_many
+    from bus.delivery.engine import deliver_many
     from bus.surfaces.listener import Listener
     from tests.conftest import collect
 

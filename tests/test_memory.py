@@ -295,18 +295,13 @@ def test_a_quiet_sessions_events_are_dropped_and_a_waited_receipt_still_ends(bus
     assert store.r.exists(key) == 1  # made again by the next record
 
 
-def test_a_handles_sessions_are_a_small_hash_and_those_in_the_old_set_still_found(
-    bus: Bus,
-) -> None:
+def test_a_handles_sessions_are_a_small_hash(bus: Bus) -> None:
     store, k = bus.store, bus.store.k
     bus.open_session("h1", handle="ha:one")
-    assert store.r.type(k.handle_map("ha:one")) == "hash"
-    assert store.r.exists(k.handle("ha:one")) == 0
-    # A session opened before the hash is in the set: still found, beside the new one.
     bus.close_session("h1")
     bus.open_session("h0", handle="ha:one")
-    store.r.hdel(k.handle_map("ha:one"), "h0")
-    store.r.sadd(k.handle("ha:one"), "h0")
+    assert store.r.type(k.handle_map("ha:one")) == "hash"
+    assert not list(store.r.scan_iter(match=f"{k.prefix}:{{h:*}}:sids"))  # no set of them
     assert [s.session for s in store.sessions_by_handle("ha:one")] == ["h0", "h1"]
 
 

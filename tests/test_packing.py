@@ -272,7 +272,7 @@ def test_an_ingested_message_is_kept_in_one_pass_as_record_and_thread_keep_it(
 
 
 def test_the_records_the_batch_keeps_whole_are_what_their_readers_restore(bus: Bus) -> None:
-    # bus.delivery.batch's notice reads the records it ingested from ``wholes``, not restored: they
+    # bus.delivery.engine's notice reads the records it ingested from ``wholes``, not restored: they
     # must be what restore_record gives for the stored bytes.
     bus.open_session("s1")
     bus.open_session("s2")

@@ -9,7 +9,7 @@ import pytest
 from bus.api import Bus
 from bus.core.models import now_ms
 from bus.store import receipt_index
-from bus.store.receipt_index import BUCKETS, DAY_MS, KEEP_DAYS, OLD_BUCKETS, bucket_of, day_of
+from bus.store.receipt_index import BUCKETS, DAY_MS, KEEP_DAYS, bucket_of, day_of
 
 
 @pytest.mark.parametrize(
@@ -18,15 +18,6 @@ from bus.store.receipt_index import BUCKETS, DAY_MS, KEEP_DAYS, OLD_BUCKETS, buc
 )
 def test_an_ids_bucket_is_its_crc32_the_same_in_every_process(msg_id: str, bucket: int) -> None:
     assert bucket_of(msg_id) == bucket and 0 <= bucket < BUCKETS
-
-
-def test_ids_indexed_in_the_64_bucket_layout_are_still_found(bus: Bus) -> None:
-    r, k, now = bus.store.r, bus.store.k, now_ms()
-    assert (bucket_of("m1", OLD_BUCKETS), bucket_of("m1")) == (47, 15)
-    yesterday = day_of(now) - 1
-    r.hset(k.rcpt_bucket(yesterday, 47), "m1", "s-old-layout")  # as the 64 layout wrote it
-    r.expire(k.rcpt_bucket(yesterday, 47), 60)
-    assert bus.store.recipient_of("m1") == "s-old-layout"
 
 
 @pytest.mark.parametrize(
@@ -49,7 +40,7 @@ def test_a_batch_indexes_every_id_in_a_few_hashes_not_a_key_each(
         ]
     )
     r, k = b.store.r, b.store.k
-    assert not list(r.scan_iter(match=k.rcpt("*")))  # no per-id key
+    assert not list(r.scan_iter(match=f"{k.prefix}:{{m:*}}:rcpt"))  # no per-id key
     buckets = list(r.scan_iter(match=f"{k.prefix}:{{rc:*}}:rcpt"))
     assert 0 < len(buckets) <= BUCKETS
     assert all(0 < r.ttl(key) <= receipt_index.BUCKET_TTL_S for key in buckets)
@@ -58,14 +49,12 @@ def test_a_batch_indexes_every_id_in_a_few_hashes_not_a_key_each(
     assert b.store.recipient_of("ix-none") is None
 
 
-def test_ids_are_found_for_the_whole_retention_and_in_the_old_keys(bus: Bus) -> None:
+def test_ids_are_found_for_the_whole_retention(bus: Bus) -> None:
     r, k, now = bus.store.r, bus.store.k, now_ms()
     old = now - KEEP_DAYS * DAY_MS  # indexed seven days ago: still answered
     receipt_index.index(r, k, [("aged", "s-old")], old)
     assert receipt_index.lookup(r, k, "aged", now) == "s-old"
     assert receipt_index.lookup(r, k, "aged", now + DAY_MS) is None  # past the retention
-    r.set(k.rcpt("legacy"), "s-legacy", ex=60)  # written by a bus before the buckets
-    assert bus.store.recipient_of("legacy") == "s-legacy"
     receipt_index.index(r, k, [("gone", "s1")], now)
     receipt_index.unindex(r, k, "gone", now)
     assert bus.store.recipient_of("gone") is None

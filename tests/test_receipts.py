@@ -19,7 +19,6 @@ from bus.core.models import now_ms
 from bus.core.settings import Settings
 from bus.delivery import scheduler
 from bus.delivery.receipts import (
-    drained_ids,
     from_records,
     is_reached,
     receipt_state,
@@ -137,16 +136,6 @@ def test_inbox_records_back_a_missed_stamp(
     expected: dict[str, int | None],
 ) -> None:
     assert from_records(stamped, rec, answer) == expected
-
-
-def test_drained_ids_are_the_notices_messages_and_raw_lines() -> None:
-    lines = [
-        {"kind": "notice", "id": "ntc-1", "notice": {"messages": ["m1", "m2"]}},
-        {"kind": "message", "id": "m3"},
-        {"kind": "notice", "id": "ntc-2"},  # torn: no payload
-        {"kind": "message", "id": "bad id/../x"},  # never becomes a key
-    ]
-    assert drained_ids(lines) == ["m1", "m2", "m3"]
 
 
 # -- helpers --------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from bus.api import Bus
 from bus.core.models import now_ms
 from bus.delivery import scheduler
-from bus.store.delivery import POKE_WITHIN_MS
+from bus.store.schedule import POKE_WITHIN_MS
 from tests.conftest import wait_for
 
 

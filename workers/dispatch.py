@@ -8,7 +8,7 @@ from .app import host_queue
 
 # Sessions per inbox.deliver_many task: small enough that a burst of due wakes spreads over
 # the host's worker processes, large enough that a task's overhead is shared (a task
-# delivers its sessions as one batch, bus.delivery.batch: a few round trips for the lot).
+# delivers its sessions as one batch, bus.delivery.engine: a few round trips for the lot).
 MANY_CHUNK = 32
 
 

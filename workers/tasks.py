@@ -20,7 +20,7 @@ from celery.signals import (
 
 from bus import BusError, connect
 from bus.api import Bus
-from bus.delivery.batch import deliver_many as deliver_batch
+from bus.delivery.engine import deliver_many as deliver_batch
 from bus.delivery.kick_list import KickLoop
 from bus.delivery.scheduler import tick as run_tick
 from bus.store.outage_log import OUTAGE_ERRORS, Outage
@@ -126,7 +126,7 @@ def send(**fields: Any) -> dict[str, Any]:
 @app.task(name="inbox.deliver", bind=True, max_retries=None)
 def deliver(self: Task, sid: str) -> dict[str, Any]:
     """Deliver what is queued for one session of this host. When another delivery holds
-    the session it takes this one's work over (bus.delivery.lock_handoff): no retry, no sleep."""
+    the session it takes this one's work over (bus.delivery.engine): no retry, no sleep."""
     return _deliver_one(get_bus(), sid)
 
 
@@ -134,9 +134,7 @@ def _deliver_one(bus: Bus, sid: str) -> dict[str, Any]:
     # Redis restarting: one log line per outage; the scheduler's sweep redoes the delivery
     # once it is back (nothing was taken that is not still in the stream).
     try:
-        report = bus.deliver_session(
-            sid
-        )  # its counters in one round trip (bus.delivery.lock_handoff)
+        report = bus.deliver_session(sid)  # its counters in one round trip (bus.delivery.engine)
     except OUTAGE_ERRORS as exc:
         _outage.failed(exc)
         return {"ok": False, "error": "unavailable", "session": sid}
@@ -147,7 +145,7 @@ def _deliver_one(bus: Bus, sid: str) -> dict[str, Any]:
 @app.task(name="inbox.deliver_many")
 def deliver_many(sids: list[str]) -> list[dict[str, Any]]:
     """``inbox.deliver`` for many sessions of this host (the scheduler's due wakes, a
-    batch's receivers), delivered as one batch (bus.delivery.batch: a few round trips for the lot)."""
+    batch's receivers), delivered as one batch (bus.delivery.engine: a few round trips for the lot)."""
     bus = get_bus()
     try:
         reports = deliver_batch(bus, sids)

@@ -10,7 +10,7 @@ from typing import Any
 
 from bus.core import faults
 from bus.core.models import DeliverAnswer, check_session_id, parse_message
-from bus.delivery import lock_handoff
+from bus.delivery import engine as delivery_engine
 from bus.delivery.engine import DeliveryReport
 from bus.store.redis_errors import StoreError, translate_redis_errors
 from bus.telemetry.status import status_report
@@ -26,9 +26,9 @@ class Host(Parts):
 
     def deliver_session(self, sid: str) -> DeliveryReport:
         """The worker's job: deliver what is queued for ``sid`` on this host; ``busy`` when
-        a delivery already running for it takes the work over (:mod:`bus.delivery.lock_handoff`)."""
+        a delivery already running for it takes the work over (:mod:`bus.delivery.engine`)."""
         check_session_id(sid)
-        return lock_handoff.deliver(self, sid)
+        return delivery_engine.deliver(self, sid)
 
     def deliver_local(
         self, sid: str, *, sender: str, text: str, urgency: str = "queue", msg_id: str | None = None

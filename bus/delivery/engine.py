@@ -1,211 +1,411 @@
-"""The host worker's job for one session: take its queue and deliver it locally.
+"""The one delivery engine: sessions delivered as a batch; a lone session is a batch of one.
 
-``deliver_session`` holds the session's lock (a short lease, :mod:`bus.delivery.lease`), takes
-every stream entry after the cursor, and for each one either writes it raw (its own line on the socket or floor) or
-hands it to the inbox. A raw line is written at most once even when the worker is
-killed mid-write: the entry being written is recorded first (``rawflight``), and a redo
-that finds the record checks the floor for the id before writing again.
+:func:`deliver_many` (a host's kick loop, a due wake's sessions) and :func:`deliver` (one
+session: ``Bus.deliver_session``, a Celery task) run the same steps, each one round trip
+for the whole batch: the starts (``delivery_begin.lua`` each: the lock, the dispatch flag,
+the first read), the messages taken into the inboxes (:meth:`bus.delivery.inbox.Inbox.ingest`)
+with the snapshots and their fences behind them (a session with nothing to read: its
+snapshot in its start's call), the schedule, the notices (:meth:`bus.delivery.notice.Notices.send`:
+taken, written one by one, their records with their unlocks), the other unlocks. The plan
+is the pure :func:`bus.core.policy.decide` per session; each session keeps its own lock
+and lease, one notice per run, marks only on confirmation.
+
+The rarer shapes run the general loop from where they stand
+(:mod:`bus.delivery.queue_run`: a raw line in flight or raw mode, more entries than one
+read) or the inbox's whole plan (:meth:`~bus.delivery.inbox.Inbox.after_delivery`: a notice
+left in flight, unconfirmed floor notices, drain marks waiting on the floor, a wake
+command, a plan other than schedule/notice/wake).
+
+The lock hand-off: deliveries of one session are serialised by its lock. A delivery that
+finds the lock held (a send arrived after the holder cleared the dispatch flag) does not
+sleep and retry, which would keep a message waiting behind a delivery that had already
+finished: it sets ``P:{sid}:again`` and tries the lock once more; if that fails too it
+returns at once (``busy``). Every delivery takes the flag with its unlock and runs again
+if it was set. No hand-off is lost: the flag is set before the second try, so a holder
+that unlocks after that try fails sees the flag. A holder that dies with the flag set
+would leave the work to the scheduler's sweep; so a hand-off also puts a ``lease`` kick
+on the schedule for when the holder's lease runs out: a dead holder's session is taken
+over then (within ``INBOX_LOCK_TTL_S``), and for a live holder it is one empty delivery.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-from bus.core.models import SessionInfo
+from bus.core import policy
+from bus.core.models import SessionInfo, check_session_id, now_ms
+from bus.store.delivery import DeliverySnapshot, DeliveryStart
+from bus.store.redis_errors import StoreFailed
 
+from .fast_drain import PENDING_MARKS
 from .lease import Lease
+from .notice import NoticeJob
+from .queue_run import (
+    BATCH,
+    DeliveryHost,
+    continue_after,
+    continue_delivery,
+    inbox_entries,
+    raw_mode,
+)
 from .report import DeliveryReport
-
-if TYPE_CHECKING:
-    from bus.core.settings import Settings
-    from bus.store.delivery import DeliveryStart
-    from bus.store.store import Store
-    from bus.telemetry.metrics import Metrics
-
-    from .dispatch import Dispatcher
-    from .floor import Floor
-    from .inbox import Inbox
 
 log = logging.getLogger(__name__)
 
-BATCH = 200
+# Sessions per step: a step's pipeline stays short, and its fences fresh (bus.delivery.lease).
+CHUNK = 64
 
 
-class DeliveryHost(Protocol):
-    """What a host's delivery uses: the store, the floor, the inbox, metrics, dispatcher."""
-
-    settings: Settings
-    floor: Floor
-    inbox: Inbox
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def metrics(self) -> Metrics: ...
-
-    @property
-    def dispatcher(self) -> Dispatcher: ...
+def takes_batch(start: DeliveryStart, raw: bool) -> bool:
+    """Whether a started delivery goes the batched way: no raw line in flight, and its
+    entries (if any) go into the inbox, not raw."""
+    return start.rows is not None and (not start.rows or not raw)
 
 
-def raw_mode(bus: DeliveryHost, info: SessionInfo | None) -> bool:
-    """Raw delivery (one line per message): inbox switched off, or closing/closed."""
+def after_step(
+    info: SessionInfo | None,
+    notice_id: str | None,
+    floor_ids: list[str],
+    marks_waiting: bool,
+    action: str,
+) -> str:
+    """What the batch does after a session's snapshot: ``schedule``, ``notice`` (a notice
+    or a wake in the batch), ``none``, or ``one`` (the one-session code,
+    :meth:`~bus.delivery.inbox.Inbox.after_delivery`, for a recovery, a floor sweep or a rarer
+    plan). A wake with a command to run is ``one`` too (the command runs between writes)."""
     if info is None:
-        return True
-    if info.state in ("closing", "closed"):
-        return True
-    if info.agent_inbox is not None:
-        return not info.agent_inbox
-    return not bus.settings.agent_inbox
+        return "none"
+    if notice_id is not None or floor_ids or marks_waiting or info.wake_pending:
+        return "one"
+    if action == "schedule":
+        return "schedule"
+    if action == "notice" or (action == "wake" and not info.wake_cmd):
+        return "notice"
+    if action in ("wait", "nothing"):
+        return "none"
+    return "one"
 
 
-def deliver_session(bus: DeliveryHost, sid: str) -> DeliveryReport:
-    """Deliver everything queued for ``sid``; ``busy`` when another delivery holds it.
-
-    The fixed steps go in few round trips (bus.store.delivery): the lock, the dispatch
-    flag and the first read in one script; after each batch, the fence, the cursor's
-    move, the plan's reads and the next entries in one pipeline; the unlock with the
-    hand-off flag in one more."""
-    # Cleared with the lock taken, before reading: a send after this dispatches afresh.
-    start = bus.store.begin_delivery(sid, BATCH)
-    if start is None:
-        return DeliveryReport(session=sid, busy=True)
-    return continue_delivery(bus, sid, start)
+# A run whose report asks for another run: busy (its lease lost or the lock held
+# elsewhere), or handed work (``again``). Runs in a row for one session before the rest is
+# dispatched as a fresh task, so one busy session cannot hold a worker child forever
+# while others wait.
+MAX_RUNS = 20
+# After the holder's lease would have run out: a little past it, so the kick finds it free.
+LEASE_SLACK_MS = 100
 
 
-def continue_delivery(
-    bus: DeliveryHost, sid: str, start: DeliveryStart, lease: Lease | None = None
+@dataclass
+class _Run:
+    sid: str
+    start: DeliveryStart
+    lease: Lease
+    report: DeliveryReport
+    snap: DeliverySnapshot | None = None
+    plan: policy.Plan | None = None
+    done: bool = False  # its lease released (or handed to the general loop)
+    rerun: bool = False
+    # Its records as kept -> whole, as ingested (the notice reads them back unrestored).
+    wholes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
+    """Deliver ``sid``'s queue (a batch of one); ``busy`` only when the work was handed to
+    a running holder."""
+    return deliver_many(bus, [sid])[0]
+
+
+def deliver_many(
+    bus: DeliveryHost, sids: list[str], progress: Callable[[], object] | None = None
+) -> list[DeliveryReport]:
+    """Deliver each of ``sids``, a chunk at a time; one report per distinct session,
+    ``busy`` only for one whose work was handed to a running holder. Counters go in one
+    round trip (``Metrics.batched``). ``progress`` is called after each chunk and each
+    session run again on its own: a long batch (after a worker died, many take the
+    general way) still shows its worker's supervisor that it moves (bus.ops.supervise)."""
+    tick = progress or (lambda: None)
+    sids = list(dict.fromkeys(sids))
+    for sid in sids:
+        check_session_id(sid)
+    out: list[DeliveryReport] = []
+    with bus.metrics.batched():
+        for i in range(0, len(sids), CHUNK):
+            for report in run_once(bus, sids[i : i + CHUNK], tick):
+                out.append(_hand_off(bus, report, tick) if report.busy or report.again else report)
+            tick()
+    return out
+
+
+def _hand_off(
+    bus: DeliveryHost, first: DeliveryReport, tick: Callable[[], object]
 ) -> DeliveryReport:
-    """:func:`deliver_session` after its start (the lock taken, the first read made, as
-    :meth:`~bus.store.store.Store.begin_delivery` answered; ``lease``: its lease if adopted)."""
-    report = DeliveryReport(session=sid)
-    store = bus.store
-    if lease is None:
-        lease = Lease.adopt(store, sid, start.token, start.sent_at)
-    report.lease = lease
-    finished = False
-    try:
-        answers: list[dict[str, Any] | None] | None
-        if start.rows is None:  # a raw line was in flight: nothing was read
-            _recover_raw(bus, sid, report, start.rawflight)
-            rows = store.read_after(sid, store.cursor(sid), BATCH)
-            info, answers = (store.get_session(sid) if rows else None), None
-        else:
-            rows, info, answers = start.rows, start.info, start.answers
-        while True:
-            advance_to = read_from = None
-            if rows:
-                msgs = [json.loads(fields["m"]) for _eid, fields in rows]
-                if answers is None:
-                    answers = store.first_answers(sid, [m["id"] for m in msgs])
-                raw = raw_mode(bus, info)
-                if not _take(bus, sid, lease, rows, msgs, answers, raw, info, report):
-                    report.busy = True
-                    return report
-                # Taking a message into the inbox is idempotent, so the cursor moves once
-                # per batch (with the snapshot below); a raw line moves it one by one (it
-                # must be written once).
-                read_from = rows[-1][0]
-                advance_to = None if raw else read_from
-            # The fence, the cursor's move, the plan's reads and the next entries (sent
-            # while this batch was taken in) in one round trip.
-            snap = store.delivery_snapshot(
-                sid, lease.token, advance_to=advance_to, read_after=read_from, count=BATCH
-            )
-            if not lease.confirmed(snap.held, snap.sent_at):
-                report.busy = True
-                return report
-            if not snap.rows:
-                break
-            rows, info, answers = snap.rows, snap.info, None
-        if report.raw or report.inbox:
-            bus.metrics.incr("messages_in", report.raw + report.inbox)
-        bus.inbox.after_delivery(sid, report, snap)
-        store.set_trim_floor(sid, bus.settings.stream_keep, snap.stream_len)
-        finished = True
-    finally:
-        # The hand-off flag goes with the unlock only after a whole run (bus.delivery.lock_handoff).
-        report.again = lease.release(take_again=finished)
-        report.lease = None
+    """Run ``first``'s session again while its runs ask for it (the hand-off flag), up to
+    :data:`MAX_RUNS`; a busy one asks the holder to run again (see the module's docstring)."""
+    store, sid = bus.store, first.session
+    total = DeliveryReport(session=sid)
+    add_report(total, first)
+    report, runs = first, 1
+    while True:
+        if report.busy:
+            store.ask_again(sid, store.lock_ttl_ms)
+            report = _once(bus, sid, total, tick)
+            if report.busy:
+                total.busy = True  # the holder runs again after it unlocks
+                store.schedule("lease", sid, now_ms() + store.lock_ttl_ms + LEASE_SLACK_MS)
+                return total
+        if not report.again:
+            return total
+        if runs >= MAX_RUNS:
+            break
+        report, runs = _once(bus, sid, total, tick), runs + 1
+    if store.mark_pending(sid):
+        info = store.get_session(sid)
+        if info is not None:
+            bus.dispatcher.deliver(info.host, sid)
+    return total
+
+
+def _once(
+    bus: DeliveryHost, sid: str, total: DeliveryReport, tick: Callable[[], object]
+) -> DeliveryReport:
+    [report] = run_once(bus, [sid], tick)
+    add_report(total, report)
+    tick()
     return report
 
 
-def _take(
-    bus: DeliveryHost,
-    sid: str,
-    lease: Lease,
-    rows: list[tuple[str, dict[str, str]]],
-    msgs: list[dict[str, Any]],
-    answers: list[dict[str, Any] | None],
-    raw: bool,
-    info: SessionInfo | None,
-    report: DeliveryReport,
-) -> bool:
-    """Take one batch of entries: each raw line written, or all into the inbox. False
-    when the lease was lost first (nothing more may be written)."""
+def add_report(total: DeliveryReport, report: DeliveryReport) -> None:
+    """Add what ``report``'s run did to ``total``."""
+    for name in ("raw", "socket", "file", "skipped", "inbox"):
+        setattr(total, name, getattr(total, name) + getattr(report, name))
+    total.notices.extend(report.notices)
+
+
+def run_once(
+    bus: DeliveryHost, sids: list[str], tick: Callable[[], object] = lambda: None
+) -> list[DeliveryReport]:
+    """One run of each of ``sids`` (distinct), the starts in one round trip: the batched
+    steps for the common shape, the general loop for the rest. Each report says whether
+    its session must run again: ``busy`` (the lock held elsewhere, or its lease lost) or
+    ``again`` (handed work, or sent more while it ran)."""
     store = bus.store
-    batch: list[tuple[dict[str, Any], int]] = []
-    for (eid, _fields), msg, answer in zip(rows, msgs, answers, strict=True):
-        if raw and not lease.held():
-            return False  # past the lease another delivery may have started: not race it
-        if (answer or {}).get("state") == "withdrawn":
-            report.skipped += 1
-            if raw:
-                store.advance(sid, eid)
-        elif raw:
-            _write_raw(bus, sid, eid, msg, report)
-        else:
-            # The stream entry's id is the Redis clock when the bus stored it.
-            batch.append((msg, int(eid.split("-")[0])))
-    if raw:
-        return True
-    # Ingest writes only Redis, idempotently: a confirmation within the fresh window (the
-    # lock just taken, or the last snapshot) is the fence (bus.delivery.lease).
-    if not lease.held(fresh=True):
-        return False
-    bus.inbox.ingest(sid, batch, info, report)
-    return True
-
-
-def _write_raw(
-    bus: DeliveryHost, sid: str, eid: str, msg: dict[str, Any], report: DeliveryReport
-) -> None:
-    """The in-flight record goes first, the cursor after: a redo finds the record and
-    looks for the line on the floor (:func:`_recover_raw`) before writing it again."""
-    store = bus.store
-    bus.inbox.raw.write(
-        sid,
-        msg,
-        report,
-        unsure=False,
-        before=lambda: store.set_rawflight(sid, eid, msg["id"]),
-        after=lambda: store.advance(sid, eid),
-    )
-
-
-def _recover_raw(
-    bus: DeliveryHost, sid: str, report: DeliveryReport, flight: dict[str, str] | None
-) -> None:
-    """Finish a raw write a killed worker left: skip it if its line is on the floor."""
-    if not flight:
-        return
-    if bus.floor.contains_id(sid, flight["id"]):
-        log.info(
-            "delivery for %s: %s was written before a crash; not writing it again",
-            sid,
-            flight["id"],
+    reports = {sid: DeliveryReport(session=sid) for sid in sids}
+    runs: list[_Run] = []
+    for sid, start in zip(sids, store.begin_many(sids, BATCH, snapshot=True), strict=True):
+        if start is None:
+            reports[sid].busy = True  # held elsewhere: the hand-off does the rest
+            continue
+        if takes_batch(start, bool(start.rows) and raw_mode(bus, start.info)):
+            # Renewed with the others' by one thread (_renew), not a thread each.
+            lease = Lease.adopt(store, sid, start.token, start.sent_at, renew=False)
+            runs.append(_Run(sid, start, lease, reports[sid]))
+            continue
+        report = continue_delivery(bus, sid, start)
+        if len(sids) > 1:
+            tick()
+        report.again = report.again if report.again is not None else store.take_again(sid)
+        reports[sid] = report
+    if runs:
+        stop = threading.Event()
+        renewer = threading.Thread(
+            target=_renew, args=(store, runs, stop), name="batch-leases", daemon=True
         )
-        bus.store.advance(sid, flight["stream_id"])
-        report.skipped += 1
+        renewer.start()
+        try:
+            _run_batch(bus, runs)
+        finally:
+            stop.set()
+            for run in runs:
+                if not run.done:  # an error on the way: each lock freed on its own
+                    run.lease.release()
+                    run.done = True
+        for run in runs:
+            run.report.again = run.rerun and not run.report.busy
+    return [reports[sid] for sid in sids]
+
+
+def _renew(store: Any, runs: list[_Run], stop: threading.Event) -> None:
+    """Extend the batch's leases every third of their TTL while it runs, in one round
+    trip for all (as each :class:`~bus.delivery.lease.Lease` renews its own); a lease found held
+    by another is lost (its run writes nothing more); a Redis blip is retried, the
+    fences before each write decide."""
+    interval = max(0.05, store.lock_ttl_ms / 3000)
+    while not stop.wait(interval):
+        live = [r for r in runs if not r.done and not r.lease.lost]
+        if not live:
+            return
+        sent_at = time.monotonic()
+        try:
+            answers = store.extend_many([(r.sid, r.lease.token) for r in live])
+        except StoreFailed as exc:
+            log.info("batch lease renewal failed (%s); trying again", exc)
+            continue
+        for run, ok in zip(live, answers, strict=True):
+            if not run.done:
+                run.lease.confirmed(ok, sent_at)
+
+
+def _fence(bus: DeliveryHost, runs: list[_Run]) -> list[_Run]:
+    """The runs whose leases still stand: fresh ones as they are, the others checked in
+    one round trip (as :meth:`~bus.delivery.lease.Lease.held`, for all of them at once)."""
+    stale = [r for r in runs if not r.lease.fresh()]
+    if stale:
+        sent_at = time.monotonic()
+        answers = bus.store.extend_many([(r.sid, r.lease.token) for r in stale])
+        for run, ok in zip(stale, answers, strict=True):
+            run.lease.confirmed(ok, sent_at)
+    return [r for r in runs if not r.lease.lost]
+
+
+def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
+    if not runs:
+        return
+    store = bus.store
+    # The messages into the inboxes, every session's in one pipeline, behind the fence;
+    # then the fence again, the cursor's move, the plan's reads and what came since, in
+    # the same round trip (the snapshots read what the writes left).
+    taking = [r for r in runs if r.start.rows]
+    pipe = store.pipeline()
+    handles: dict[str, str | None] = {}
+    for run in _fence(bus, taking):
+        batch, raws = inbox_entries(run.start.rows or [], run.start.answers, run.report)
+        bus.inbox.ingest(
+            run.sid,
+            batch,
+            run.start.info,
+            run.report,
+            pipe=pipe,
+            handles=handles,
+            raws=raws,
+            wholes=run.wholes,
+        )
+    # A lease lost at the fence took nothing: the cursor stays. Its begin cleared the
+    # dispatch flag and the lock may have lapsed with nobody taking it: the session runs
+    # again after the batch (the hand-off: delivered, or handed to a holder), not left to
+    # the sweep. (One lost after the fence: its snapshot says so, below.)
+    live = []
+    for run in runs:
+        if run.lease.lost:
+            run.report.busy = True
+            run.lease.release()
+            run.done = run.rerun = True
+        else:
+            live.append(run)
+    # A run that read nothing has its snapshot from its start (a due wake: one call).
+    later = [r for r in live if r.start.snapshot is None]
+    items = [(r.sid, r.lease.token, r.start.rows[-1][0] if r.start.rows else None) for r in later]
+    # (None later: nothing was read, so nothing was queued on the pipeline either.)
+    got = store.snapshot_many_after(pipe, items, BATCH) if later else []
+    snaps = dict(zip((id(r) for r in later), got, strict=True))
+    planned = []
+    for run in live:
+        snap = run.start.snapshot or snaps[id(run)]
+        run.snap = snap
+        if not run.lease.confirmed(snap.held, snap.sent_at):
+            run.report.busy = True
+            run.lease.release()
+            run.done = run.rerun = True  # as above: runs again after the batch
+            continue
+        if run.report.inbox:
+            bus.metrics.incr("messages_in", run.report.inbox)
+        planned.append(run)
+    for run in planned:
+        assert run.snap is not None
+        store.set_trim_floor(run.sid, bus.settings.stream_keep, run.snap.stream_len)
+    _plan_and_notice(bus, planned)
+    # The unlocks with the hand-off flags, in one round trip (a run that wrote a notice
+    # was unlocked in its notice's last call: _notices).
+    ending = [r for r in planned if not r.done]
+    for run in ending:
+        run.lease.stop_renewing()
+    agains = store.unlock_many([(r.sid, r.lease.token) for r in ending])
+    for run, again in zip(ending, agains, strict=True):
+        run.done = True
+        # Lost on the way (a notice left in flight): as above, it runs again.
+        run.rerun = run.rerun or again or run.lease.lost
+
+
+def _plan_and_notice(bus: DeliveryHost, runs: list[_Run]) -> None:
+    due: list[tuple[str, int]] = []
+    noticing: list[_Run] = []
+    for run in runs:
+        snap = run.snap
+        assert snap is not None
+        if snap.rows:
+            # More to read (sent while this ran, or past the first read): the general
+            # loop takes the rest, its plan after it, and frees the lock.
+            more = continue_after(bus, run.sid, run.lease, snap)
+            run.done = True
+            add_report(run.report, more)
+            run.report.busy = more.busy
+            run.rerun = bool(
+                more.again if more.again is not None else bus.store.take_again(run.sid)
+            )
+            continue
+        info = snap.info
+        marks = info is not None and (bus.floor.session_dir(run.sid) / PENDING_MARKS).exists()
+        plan = None
+        if info is not None:
+            plan = bus.inbox.decide(bus.inbox.view_of(info, snap.view))
+        step = after_step(
+            info, snap.notice_id, snap.floor_ids, marks, plan.action if plan else "wait"
+        )
+        run.plan = plan
+        if step == "schedule" and plan is not None and plan.at is not None:
+            due.append((run.sid, plan.at))
+        elif step == "notice":
+            noticing.append(run)
+        elif step == "one":
+            run.report.lease = run.lease
+            bus.inbox.after_delivery(run.sid, run.report, snap)
+            run.report.lease = None
+    bus.store.schedule_many("due", due)
+    _notices(bus, _fence(bus, noticing))
+
+
+def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
+    """The runs' notices (no wake command among them), each freeing its lock and taking
+    its hand-off flag in its last call (:meth:`bus.delivery.notice.Notices.send`). A
+    lease lost before the write leaves its notice in flight, for the next holder to put
+    back (:meth:`bus.delivery.notice.Notices.recover`), as after a crash."""
+    jobs = []
+    for run in runs:
+        assert run.plan is not None
+        jobs.append(
+            NoticeJob(
+                run.sid,
+                run.plan.action == "wake",
+                run.plan.reason,
+                run.snap.info if run.snap is not None else None,
+                lease=run.lease,
+                unlock=True,
+                wholes=run.wholes,
+            )
+        )
+    bus.inbox.notices.send(jobs)
+    for run, job in zip(runs, jobs, strict=True):
+        if job.notice is not None:
+            run.report.notices.append(job.notice)
+        if job.unlocked:
+            run.done = True
+            # Sent more meanwhile, or the lock no longer ours (lost on the way): as after
+            # an unlock (_run_batch), it runs again.
+            run.rerun = run.rerun or job.again or not job.freed
 
 
 __all__ = [
-    "BATCH",
-    "DeliveryHost",
+    "CHUNK",
+    "MAX_RUNS",
     "DeliveryReport",
-    "continue_delivery",
-    "deliver_session",
-    "raw_mode",
+    "add_report",
+    "after_step",
+    "deliver",
+    "deliver_many",
+    "run_once",
+    "takes_batch",
 ]

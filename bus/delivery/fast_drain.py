@@ -4,8 +4,8 @@ A harness drains at every tool step; when something waits there, ``inbox drain S
 the ``PostToolUse`` hook come here from bus.surfaces.entry. The floor is drained exactly as
 :meth:`bus.api.Bus.drain` drains it (claim by rename, log, then unlink) and the notices
 taken are confirmed by the same script (``floor_drained.lua``, the one place marks move
-``new → noticed``), sent over bus.store.resp_client instead of redis-py, whose import alone costs more
-than the rest. With Redis down the marks wait in ``marks.pending.jsonl`` for the next
+``new → noticed``), sent over the store's fast lane (bus.store.fast_lane) instead of
+redis-py, whose import alone costs more than the rest. With Redis down the marks wait in ``marks.pending.jsonl`` for the next
 drain or delivery, as they do on the library's path, which this module's
 :func:`record_drained` also serves.
 """
@@ -28,7 +28,6 @@ from bus.core.settings import Settings
 from .floor import Floor, append_private
 
 PENDING_MARKS = "marks.pending.jsonl"
-_LUA = Path(__file__).parent.parent / "store" / "lua" / "floor_drained.lua"
 
 
 def pending_ids(path: Path) -> list[str]:
@@ -58,9 +57,9 @@ _OUTAGE_ERRNO = {
 
 def outage_words(exc: BaseException) -> str:
     """What kept Redis from taking the drain's marks, in words (never ``[Errno 2] ...``)."""
-    from bus.store.resp_client import RespError
+    from bus.store.fast_lane import is_refusal
 
-    if isinstance(exc, RespError):
+    if is_refusal(exc):
         return f"Redis refused ({exc})"
     if isinstance(exc, TimeoutError):
         return "Redis did not answer (no answer in time)"
@@ -105,42 +104,28 @@ def record_drained(
 
 
 def _mark_over_resp(settings: Settings, sid: str) -> Callable[[list[str]], object]:
-    from bus.store import resp_client
-    from bus.store.keys import Keys
+    from bus.store import fast_lane
 
     def mark(ids: list[str]) -> object:
-        conn = resp_client.connect(settings.store_url())
-        if conn is resp_client.UNSUPPORTED:  # TLS, a cluster: the library's own client
+        now = time.time_ns() // 1_000_000
+        done = fast_lane.confirm_drained(settings.store_url(), settings.key_prefix, sid, ids, now)
+        if done is fast_lane.UNSUPPORTED:  # TLS, a cluster: the library's own client
             from bus.store.connection import redis_client
+            from bus.store.keys import Keys
             from bus.store.store import Store
 
             store = Store(redis_client(settings), Keys(settings.key_prefix))
-            return store.confirm_notices(sid, ids, "drain", time.time_ns() // 1_000_000)
-        assert isinstance(conn, resp_client.Connection)
-        try:
-            k = Keys(settings.key_prefix)
-            keys = [
-                k.s(sid, n) for n in ("floor", "msgs", "carried", "events", "notice", "session")
-            ]
-            now = time.time_ns() // 1_000_000
-            return resp_client.run_script(conn, _LUA.read_text(), keys, [now, "drain", *ids])
-        finally:
-            conn.close()
+            return store.confirm_notices(sid, ids, "drain", now)
+        return done
 
     return mark
-
-
-_SEEN_LUA = """-- KEYS[1] P:{sid}:session; ARGV[1] now ms: the harness was seen (if the session exists)
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'last_seen', ARGV[1]) end
-return 1"""
 
 
 def touch_seen(sid: str) -> None:
     """Record that the session's harness was seen (``last_seen``), marked by the time of
     ``$INBOX_HOME/seen/<sid>``. Best effort: with Redis down the marker is taken back, so
     the next tool step tries again; a cluster URL skips it."""
-    from bus.store import resp_client
-    from bus.store.keys import Keys
+    from bus.store import fast_lane
 
     load_hook_env()  # a hook's Redis URL with a password is kept in hooks.env.json
     settings = Settings.from_env()
@@ -152,17 +137,9 @@ def touch_seen(sid: str) -> None:
         sys.stderr.write(f"inbox: last_seen of {sid} not recorded: {marker}: {exc.strerror}\n")
         return
     try:
-        conn = resp_client.connect(settings.store_url())
-        if not isinstance(conn, resp_client.Connection):
-            return
-        try:
-            now = time.time_ns() // 1_000_000
-            resp_client.run_script(
-                conn, _SEEN_LUA, [Keys(settings.key_prefix).s(sid, "session")], [now]
-            )
-        finally:
-            conn.close()
-    except (OSError, ValueError, resp_client.RespError) as exc:
+        now = time.time_ns() // 1_000_000
+        fast_lane.touch_seen(settings.store_url(), settings.key_prefix, sid, now)
+    except fast_lane.FAST_LANE_ERRORS as exc:
         marker.unlink(missing_ok=True)  # not recorded: due again at the next tool step
         sys.stderr.write(
             f"inbox: last_seen of {sid} not recorded ({outage_words(exc)}); "

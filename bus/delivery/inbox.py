@@ -16,22 +16,21 @@ import functools
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bus.core import faults, notices, policy
+from bus.core import notices, policy
 from bus.core.clock import SYSTEM, Clock
 from bus.core.models import SessionInfo
 from bus.core.stamp import render_stamp
 from bus.core.text import one_line
 from bus.core.threads import thread_of
 from bus.store import packing
-from bus.store.delivery import taken_records
-from bus.store.redis_errors import NOT_ANSWERING
+from bus.store.redis_errors import RedisUnavailable
 
-from . import heard, wake_cmd
+from . import heard
 from .fast_drain import PENDING_MARKS, notice_ids, pending_ids, record_drained
+from .notice import NoticeJob, Notices
 from .raw_lines import RawLines
 from .receipts import receipt_ttl_ms
 
@@ -42,6 +41,7 @@ if TYPE_CHECKING:
     from bus.telemetry.metrics import Metrics
 
     from .floor import Floor
+    from .lease import Lease
     from .receipts import Receipts
     from .report import DeliveryReport
 
@@ -151,6 +151,7 @@ class Inbox:
         self.receipts, self._metrics, self._blocking = receipts, metrics, blocking
         self.clock = clock
         self.raw = RawLines(store, floor, receipts, metrics, clock)
+        self.notices = Notices(store, floor, settings, metrics, clock)
 
     @property
     def store(self) -> Store:
@@ -178,7 +179,7 @@ class Inbox:
         cursor after the batch. Lookups are made once per sender; the writes (two
         idempotent scripts a message) go to Redis in one pipeline (``pipe``: queued on
         that one, which the caller sends; ``handles``: the senders' sessions by handle
-        as found for other sessions of the caller's batch, bus.delivery.batch; ``raws``: each
+        as found for other sessions of the caller's batch, bus.delivery.engine; ``raws``: each
         message's wire JSON as the queue holds it, logged as it is; ``wholes``: filled
         with each record as kept -> the record whole, what bus.store.packing.restore_record would
         give, for the notice that follows)."""
@@ -235,24 +236,28 @@ class Inbox:
             )
             report.inbox += 1
         for thread, args in appends.items():
-            store.run_thread("thread_append", thread, ("meta", "log", "seen"), args, client=pipe)
+            store.append_to_thread(thread, args, pipeline=pipe)
         if takes:
-            store.run(
-                "ingest", sid, ("msgs", "new", "wakeq", "threads", "events"), takes, client=pipe
-            )
+            store.take_into_inbox(sid, takes, pipeline=pipe)
         if own:
             pipe.execute()
 
     # -- deciding and noticing ------------------------------------------------------------
 
     def view(self, sid: str, info: SessionInfo) -> policy.InboxView:
-        return self._view_of(info, self.store.inbox_view(sid))
+        """The plan's view of ``sid``'s inbox, read now."""
+        return self.view_of(info, self.store.inbox_view(sid))
+
+    def decide(self, view: policy.InboxView) -> policy.Plan:
+        """The plan for a session's inbox now (:func:`bus.core.policy.decide` with this
+        bus's debounce and flush)."""
+        s = self.settings
+        return policy.decide(
+            view, self.clock.now_ms(), int(s.wake_debounce_s * 1000), int(s.fyi_flush_s * 1000)
+        )
 
     def view_of(self, info: SessionInfo, v: dict[str, int | None]) -> policy.InboxView:
-        """The plan's view from a snapshot's reads (bus.delivery.batch)."""
-        return self._view_of(info, v)
-
-    def _view_of(self, info: SessionInfo, v: dict[str, int | None]) -> policy.InboxView:
+        """The plan's view from the inbox's reads (a delivery's snapshot, or read now)."""
         agent_inbox = self.settings.agent_inbox if info.agent_inbox is None else info.agent_inbox
         return policy.InboxView(
             state=info.state,
@@ -278,9 +283,9 @@ class Inbox:
         info = snap.info if snap is not None else self.store.get_session(sid)
         if info is None:
             return
-        changed = self._recover_notice(sid, None if snap is None else snap.notice_id)
+        changed = self.notices.recover(sid, None if snap is None else snap.notice_id)
         if info.wake_pending and report.still_held():
-            self._finish_wake(sid, info.wake_pending, info)
+            self.notices.finish_wake(sid, info.wake_pending, info)
         if (self.floor.session_dir(sid) / PENDING_MARKS).exists():
             self.on_drain(sid, [])  # marks a drain made while Redis was down
             changed = True
@@ -288,13 +293,11 @@ class Inbox:
         if floor_ids is None or floor_ids:
             self.sweep_floor(sid, nids=floor_ids)
             changed = True
-        s = self.settings
         if snap is not None and not changed:
-            view = self._view_of(info, snap.view)
+            view = self.view_of(info, snap.view)
         else:
             view = self.view(sid, info)
-        now = self.clock.now_ms()
-        plan = policy.decide(view, now, int(s.wake_debounce_s * 1000), int(s.fyi_flush_s * 1000))
+        plan = self.decide(view)
         log.debug("plan for %s: %s", sid, plan)
         if plan.action == "schedule" and plan.at is not None:
             self.store.schedule("due", sid, plan.at)
@@ -307,174 +310,26 @@ class Inbox:
         elif plan.action == "wake_floor":
             if not report.still_held():
                 return
-            self._wake_for_floor(sid, plan.reason, info)
+            self.notices.wake_for_floor(sid, plan.reason, info)
         elif plan.action == "raw" and view.pending:
             self._pending_raw(sid, report)
 
-    def _finish_wake(self, sid: str, nid: str, info: SessionInfo) -> None:
-        """A wake whose worker died between the session's change to running and its wake
-        command (we hold the lock, so that delivery is over): run the command now if the
-        notice still waits on the floor (its harness was never told), then record it."""
-        lines = [x for x in self.floor.peek(sid) if x.get("id") == nid]
-        if lines:
-            self._run_wake_cmd(sid, lines[-1], info)
-            log.warning(
-                "wake of %s for %s: its worker died before the command ran; ran it", sid, nid
-            )
-        self.store.wake_done(sid, nid, "recovered" if lines else "drained")
-
-    def _wake_for_floor(self, sid: str, reason: str, info: SessionInfo) -> None:
-        """Wake an idle session for notices on its file floor that no drain took: written
-        for a running turn that ended before its harness drained them (the turn's end
-        raced the notice's write). Once per notice (``floor_woken.lua``)."""
-        nids = self.store.run("floor_woken", sid, ("floor",), [self.clock.now_ms()])
-        if not nids:
-            return
-        nids = [str(n) for n in nids]
-        lines = [x for x in self.floor.peek(sid) if x.get("id") in nids]
-        if not lines:
-            return  # drained meanwhile: the drain confirms them
-        # As a wake with a fresh notice (bus.delivery.inbox.notice): running first, the command,
-        # then the wake record.
-        self.store.update_session(sid, state="running")
-        if info.wake_cmd:
-            self._run_wake_cmd(sid, lines[-1], info)
-        else:
-            # A harness's waiter on the socket is woken by the line itself; it drains the
-            # floor, which confirms the notice (bus.surfaces.waiter).
-            self.floor.offer(sid, lines[-1])
-        self.store.record(sid, "wake", notice=str(lines[-1]["id"]), reason=reason)
-
     def notice(
-        self, sid: str, *, wake: bool, reason: str, info: SessionInfo | None = None
+        self,
+        sid: str,
+        *,
+        wake: bool,
+        reason: str,
+        info: SessionInfo | None = None,
+        lease: Lease | None = None,
     ) -> dict[str, Any] | None:
-        """Build the one notice in flight, deliver it, and record how it went. ``info``:
-        the session record as the plan read it (``None``: read when needed)."""
-        store = self.store
-        nid = f"ntc-{uuid.uuid4()}"
-        taken = store.run(
-            "notice_take",
-            sid,
-            ("notice", "new", "wakeq", "events", "msgs"),
-            [nid, self.clock.now_ms()],
-        )
-        if not taken:
-            return None
-        # The ids and their records in one round trip (the msgs key given).
-        records = [packing.restore_record(r, sid) for r in taken_records(taken)]
-        summaries = notices.summarize([self._summary_input(r) for r in records])
-        line = notices.notice_line(
-            nid,
-            sid,
-            summaries,
-            [r["id"] for r in records],
-            self.clock.now_ms(),
-            bus_host=self.settings.host,
-        )
-        if any((r.get("m") or {}).get("urgency") == "urgent" for r in records):
-            line["urgency"] = "urgent"  # a listening harness may interrupt its turn for it
-        try:
-            via, _ = self.floor.deliver(sid, line)
-        except OSError as exc:
-            self._revert(sid, nid, f"floor: {exc}")
-            return None
-        now = self.clock.now_ms()
-        # A wake starts a turn: until the harness reports its end the session counts as
-        # running, so later messages join a steer instead of waking it again. The wake
-        # command runs right after the state change (a Redis write failing in between, a
-        # restart, would leave the session running with its harness never told), and the
-        # wake record follows it; with no command to run the record goes with the rest.
-        run_cmd = wake and via == "file" and (info is None or bool(info.wake_cmd))
-        if via != "socket":
-            faults.point("notice:after_append")
-        # The ack is the confirmation (floor_drained.lua, as mark_noticed); a file line is
-        # recorded written (a drain may already have taken and confirmed it: then this
-        # finds nothing to record); a refused notice may be tried again now. One trip.
-        store.finish_notice(
-            sid,
-            nid,
-            via,
-            now,
-            heard=via == "socket",
-            running=wake,
-            wake=None if not wake or run_cmd else {"notice": nid, "reason": reason},
-            # A worker killed before the command ran leaves it: the next delivery runs
-            # the command (after_delivery), so the harness is not left unwoken while the
-            # session counts as running.
-            wake_pending=nid if run_cmd else None,
-        )
-        self.metrics.incr("notices")
-        oldest = min(int(r.get("at") or now) for r in records)
-        self.metrics.observe_latency(max(0, now - oldest) / 1000)
-        self.metrics.incr("deliveries", via=via)
-        if wake:
-            self.metrics.incr("wakes" if reason != "flush" else "flushes")
-        if run_cmd:
-            faults.point("wake:before_cmd")
-            self._run_wake_cmd(sid, line, info)
-            store.wake_done(sid, nid, reason)
-        return {"notice": nid, "via": via, "messages": len(records), "wake": wake, "reason": reason}
-
-    def _summary_input(self, rec: dict[str, Any]) -> dict[str, Any]:
-        msg = dict(rec.get("m") or {})
-        msg.update(
-            {
-                "thread": rec["thread"],
-                "class": rec.get("class"),
-                "key": rec.get("key"),
-                "from": rec.get("from"),
-                "ts": rec.get("at"),
-            }
-        )
-        return msg
-
-    def _revert(self, sid: str, nid: str, reason: str) -> None:
-        self.store.run(
-            "notice_revert",
-            sid,
-            ("notice", "new", "wakeq", "events"),
-            [nid, self.clock.now_ms(), reason],
-        )
-        retry_at = self.clock.now_ms() + int(self.settings.retry_s * 1000)
-        self.store.update_session(sid, retry_at=retry_at)
-        self.store.schedule("retry", sid, retry_at)
-        self.metrics.incr("retries")
-
-    def _recover_notice(self, sid: str, nid: str | None = "") -> bool:
-        """A notice left in flight by a killed worker: on the floor → written; else → new.
-        ``nid``: the notice in flight as already read (``""``: read it here). True when
-        there was one."""
-        if nid == "":
-            nid = self.store.notice_in_flight(sid)
-        if not nid:
-            return False
-        if self.floor.contains_id(sid, nid):
-            self.store.run(
-                "notice_done",
-                sid,
-                ("notice", "msgs", "carried", "floor", "events"),
-                [nid, self.clock.now_ms(), "file"],
-            )
-        else:
-            self.store.run(
-                "notice_revert",
-                sid,
-                ("notice", "new", "wakeq", "events"),
-                [nid, self.clock.now_ms(), "recovered after a crash"],
-            )
-        return True
-
-    def _run_wake_cmd(
-        self, sid: str, line: dict[str, Any], info: SessionInfo | None = None
-    ) -> None:
-        if info is None:
-            info = self.store.get_session(sid)
-        if info is None or not info.wake_cmd:
-            return
-        # No shell unless the command uses shell syntax, never the bus's secrets; the
-        # notice on stdin, never keystrokes into a terminal. A turn outlasts a delivery:
-        # the command is left to run, up to its limit (bus.delivery.wake_cmd).
-        wake_cmd.start(sid, info.wake_cmd, line["text"], limit_s=self.settings.wake_cmd_timeout_s)
+        """Build the one notice in flight, deliver it, and record how it went
+        (:meth:`bus.delivery.notice.Notices.send`, a job of one). ``info``: the session
+        record as the plan read it (``None``: read when needed); ``lease``: fenced before
+        the write (``None``: the caller fenced)."""
+        job = NoticeJob(sid, wake, reason, info, lease=lease)
+        self.notices.send([job])
+        return job.notice
 
     def _pending_raw(self, sid: str, report: DeliveryReport) -> None:
         """Closing or switched off: what waits in the inbox goes out raw, nothing lost."""
@@ -498,21 +353,10 @@ class Inbox:
         if event != "end":
             return {}
         # The ids the turn carried, read in one MULTI with the answer (the receipts' stamp).
-        pipe = self.store.pipeline(transaction=True)
-        pipe.smembers(self.store.k.s(sid, "carried"))
-        self.store.run(
-            "answer_turn",
-            sid,
-            ("carried", "msgs", "ids", "waiters", "events"),
-            [answer or "", self.clock.now_ms(), "1" if answer is not None else "0"],
-            client=pipe,
-        )
-        carried, waiting = pipe.execute()
+        carried, waiting = self.store.answer_turn(sid, answer, self.clock.now_ms())
         if answer is not None:
-            self.receipts.mark(sid, "answered", [str(i) for i in carried])
-        self.store.push_answers(
-            sid, [str(w) for w in waiting], {"ok": True, "state": "answered", "answer": answer}
-        )
+            self.receipts.mark(sid, "answered", carried)
+        self.store.push_answers(sid, waiting, {"ok": True, "state": "answered", "answer": answer})
         self.prune(sid)
         return {"answered": len(waiting)}
 
@@ -544,7 +388,7 @@ class Inbox:
         while True:
             try:
                 return self._wait_answer_once(sid, msg_id, stored, deadline, timeout)
-            except NOT_ANSWERING:
+            except RedisUnavailable:
                 if deadline is not None and time.monotonic() + pause >= deadline:
                     return _no_answer(stored, timeout)
                 time.sleep(pause)  # nothing to block on while the store is away
@@ -565,10 +409,10 @@ class Inbox:
         got = None
         if deadline is None or left > 0:
             # The blocking client: BLPOP's own timeout bounds the wait, not the socket's.
-            got = self._blocking().blpop([self.store.answer_key(sid, msg_id)], timeout=left)
+            got = self.store.pop_answer(self._blocking(), sid, msg_id, left)
         if got is None:
             return _no_answer(stored, timeout)
-        answer = json.loads(got[1])
+        answer = json.loads(got)
         return {**stored, **answer}
 
     def mark_noticed(self, sid: str, nids: list[str], via: str) -> int:
@@ -587,14 +431,9 @@ class Inbox:
         there = self.floor.pending_ids(sid)
         # Marks a drain deferred while Redis was down count as confirmations on their way.
         there.update(pending_ids(self.floor.session_dir(sid) / PENDING_MARKS))
-        pairs = [x for n in nids for x in (n, "1" if n in there else "0")]
-        return int(
-            self.store.run(
-                "floor_sweep",
-                sid,
-                ("floor", "msgs", "new", "wakeq", "events"),
-                [self.clock.now_ms() if now is None else now, heard.GONE_GRACE_MS, *pairs],
-            )
+        now = self.clock.now_ms() if now is None else now
+        return self.store.sweep_floor_notices(
+            sid, now, heard.GONE_GRACE_MS, {n: n in there for n in nids}
         )
 
     def on_drain(self, sid: str, lines: list[dict[str, Any]]) -> None:

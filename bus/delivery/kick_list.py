@@ -5,7 +5,7 @@ prefork pool pipes it to a child, 3-8 ms before the delivery starts (bench/READM
 With the kick list, the dispatcher pushes the session id onto the host's list
 (``P:{kick:<host>}:list``, one round trip) and a delivery loop in each worker process,
 blocked on BLPOP, takes the kicks waiting (up to ``POP_MAX``) and delivers their sessions
-as one batch (bus.delivery.batch: the same steps as the ``inbox.deliver`` task, a few round trips
+as one batch (bus.delivery.engine: the same steps as the ``inbox.deliver`` task, a few round trips
 for the lot).
 
 Celery stays the fallback. A push is refused when no loop of the host has said it is
@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 from bus.core import faults
 from bus.store.outage_log import OUTAGE_ERRORS, Outage
 
-from .batch import deliver_many
 from .dispatch import Dispatcher
 from .dispatch import deliver_many as dispatch_many
-from .engine import DeliveryHost
+from .engine import deliver_many
+from .queue_run import DeliveryHost
 
 if TYPE_CHECKING:
     from bus.store.store import Store
@@ -54,7 +54,7 @@ ALIVE_MS = 3000
 # decides from the stored state, under the session's lock).
 BEAT_S = 0.5
 STALE_MS = 2500
-# Kicks one loop takes at once and delivers as one batch (bus.delivery.batch): a burst of wakes or
+# Kicks one loop takes at once and delivers as one batch (bus.delivery.engine): a burst of wakes or
 # arrivals costs a few round trips per batch, not a few per session.
 POP_MAX = 64
 # Waits between tries while Redis is away (growing to the last).

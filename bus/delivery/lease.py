@@ -28,7 +28,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-import redis
+from bus.store.redis_errors import StoreFailed
 
 if TYPE_CHECKING:
     from bus.store.store import Store
@@ -59,7 +59,7 @@ class Lease:
         self._fresh_s = min(FRESH_S, self.ttl_s / 20)
 
     def _start_renewing(self) -> None:
-        # The thread made only here: a batch's leases (renewed together, bus.delivery.batch) make
+        # The thread made only here: a batch's leases (renewed together, bus.delivery.engine) make
         # none (a Thread object was a tenth of a due wake's Python).
         self._done = threading.Event()
         threading.Thread(target=self._renew, name=f"lease-{self.sid}", daemon=True).start()
@@ -81,7 +81,7 @@ class Lease:
         """The lease of a lock this process took with ``token`` (in a script that did more,
         :meth:`bus.store.store.Store.begin_delivery`) by a call sent at ``sent_at``
         (``time.monotonic()``); starts renewing it (``renew=False``: the caller renews it
-        with others, bus.delivery.batch, through :meth:`confirmed`)."""
+        with others, bus.delivery.engine, through :meth:`confirmed`)."""
         lease = cls(store, sid, token)
         lease._confirmed_at = sent_at
         if renew:
@@ -114,7 +114,7 @@ class Lease:
             return True
         try:
             ok = self.store.extend_lock(self.sid, self.token)
-        except redis.RedisError:
+        except StoreFailed:
             ok = False
         return self.confirmed(ok, sent_at)
 
@@ -124,7 +124,7 @@ class Lease:
         return not self._lost and (time.monotonic() - self._confirmed_at < self._fresh_s)
 
     def stop_renewing(self) -> None:
-        """Stop the renewals; the caller unlocks (many leases at once, bus.delivery.batch)."""
+        """Stop the renewals; the caller unlocks (many leases at once, bus.delivery.engine)."""
         if self._done is not None:
             self._done.set()
 
@@ -139,7 +139,7 @@ class Lease:
             if take_again:
                 return self.store.unlock_and_take_again(self.sid, self.token)
             self.store.unlock(self.sid, self.token)
-        except redis.RedisError as exc:
+        except StoreFailed as exc:
             log.info("delivery lock for %s left to lapse: %s", self.sid, exc)
         return None
 
@@ -161,7 +161,7 @@ class Lease:
                     continue
                 self._lose("another delivery holds it")
                 return
-            except redis.RedisError:
+            except StoreFailed:
                 # A blip: keep trying while the lease may still stand.
                 if time.monotonic() - self._last_ok >= self.ttl_s:
                     self._lose("Redis did not answer for a whole TTL")

@@ -1,7 +1,7 @@
 """Delivery receipts and the outbox: the sender's side of a message.
 
 A receipt is a small JSON per message beside its send answer, in its recipient's ``ids``
-hash (field ``~<id>``; a bounced one, or one opened before, a hash ``P:{sid}:rc:<id>``: see
+hash (field ``~<id>``; a bounced one, a hash ``P:{sid}:rc:<id>``: see
 :mod:`bus.store.keys`), opened in the send's own pipeline (``receipt_open.lua``, no extra round
 trip) and stamped by one call at each transition (``receipt_mark.lua``):
 ``stored → noticed → read → answered``, or a side exit ``withdrawn``, ``retracted``,
@@ -26,11 +26,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
 from bus.core.models import MESSAGE_ID_PATTERN, Message, check_session_id, now_ms
-from bus.store import receipt_index
+from bus.store.redis_errors import StoreFailed
 from bus.trust.tokens import SCOPE_READ
 
 if TYPE_CHECKING:
@@ -124,19 +122,6 @@ def from_records(
     return reached
 
 
-def drained_ids(lines: Iterable[dict[str, Any]]) -> list[str]:
-    """The message ids a drain took: every notice's messages and every raw line."""
-    out: list[str] = []
-    for line in lines:
-        if line.get("kind") == "notice":
-            payload = line.get("notice")
-            if isinstance(payload, dict) and isinstance(payload.get("messages"), list):
-                out.extend(str(i) for i in payload["messages"])
-        elif line.get("id"):
-            out.append(str(line["id"]))
-    return [i for i in out if _MESSAGE_ID_RE.fullmatch(i)]
-
-
 def check_message_id(msg_id: object) -> str:
     """A message id, before it becomes part of a key."""
     if not isinstance(msg_id, str) or not _MESSAGE_ID_RE.fullmatch(msg_id):
@@ -197,20 +182,18 @@ class Receipts:
         ``appended``, the ``stored`` rows' receipts were opened by their append
         (``append_many.lua``): only their outbox entries are written here."""
         store, now = self.store, now_ms()
-        by_to: dict[str, tuple[list[str], list[Any]]] = {}
+        by_to: dict[str, list[tuple[str, list[Any]]]] = {}
         outboxes: dict[str, dict[str, int]] = {}
         for msg, to, thread, state, reason in rows:
             if not (appended and state == "stored"):
-                keys, args = by_to.setdefault(to, ([store.k.s(to, "ids")], [now, self.ttl_ms, to]))
-                keys.append(store.k.receipt(to, msg.id))
-                args.extend(
-                    [msg.id, state, msg.from_, msg.from_session or "", thread or "", reason]
+                by_to.setdefault(to, []).append(
+                    (msg.id, [state, msg.from_, msg.from_session or "", thread or "", reason])
                 )
             if msg.from_session:
                 members = outboxes.setdefault(msg.from_session, {})
                 members.setdefault(f"{to}|{msg.id}", self._tick())
-        for keys, args in by_to.values():
-            store.script("receipt_open")(keys=keys, args=args, client=pipe)
+        for to, opened in by_to.items():
+            store.open_receipts(to, opened, now, self.ttl_ms, pipeline=pipe)
         for sender, members in outboxes.items():
             floor = max(members.values()) - KEEP_MS * 1000
             store.queue_outbox_add(pipe, sender, members, OUTBOX_MAX, floor)
@@ -226,7 +209,7 @@ class Receipts:
         """A send to no registered session: the receipt (and the outbox) say so."""
         store = self.store
         pipe = store.pipeline()
-        receipt_index.index(pipe, store.k, [(msg.id, to)], now_ms())
+        store.index_recipients([(msg.id, to)], now_ms(), pipeline=pipe)
         self.open(pipe, msg, to, None, state="bounced", reason=reason)
         pipe.execute()
 
@@ -261,11 +244,9 @@ class Receipts:
         ids = list(ids)
         if not ids and not touch:
             return
-        store = self.store
-        keys = [store.k.s(sid, "session"), store.k.s(sid, "events"), store.k.s(sid, "ids")]
-        keys += store.k.receipts(sid, ids)
-        args = [state, now_ms(), self.ttl_ms, "1" if touch else "0", *ids]
-        store.script("receipt_mark")(keys=keys, args=args, client=client)
+        self.store.mark_receipts(
+            sid, state, ids, now_ms(), self.ttl_ms, touch=touch, pipeline=client
+        )
 
     def seen(self, sid: str) -> None:
         """The session's harness was seen now (``last_seen``)."""
@@ -285,7 +266,7 @@ class Receipts:
             while not stop.is_set():
                 try:
                     self.seen(sid)
-                except redis.RedisError as exc:
+                except StoreFailed as exc:
                     log.debug("last_seen for %s not recorded: %s", sid, exc)
                 stop.wait(every)
 
@@ -386,7 +367,6 @@ class Receipts:
         """Block on the recipient's events stream (every transition writes a record there)
         and look again after each; no polling."""
         store = self.store
-        events = store.events_key(to)
         cursor = store.last_event_id(to)
         found = self._read([(to, msg_id)])[0] or found  # after the cursor: nothing missed
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -403,9 +383,7 @@ class Receipts:
                         f"it is {found['state']}",
                     }
                 block_ms = max(1, int(min(left, WAIT_CHUNK_S) * 1000))
-                got = conn.xread({events: cursor}, count=100, block=block_ms)
-                if got:
-                    cursor = str(got[0][1][-1][0])
+                cursor = store.wait_events(conn, to, cursor, block_ms) or cursor
                 found = self._read([(to, msg_id)])[0] or found
         finally:
             if pool is not None:
@@ -459,12 +437,7 @@ class Receipts:
         """Messages to ``sid`` no notice got in for ``expire_s`` end ``expired``."""
         store = self.store
         cutoff = now_ms() - int(self.settings.expire_s * 1000)
-        ids = [
-            str(i)
-            for i in store.run(
-                "expire", sid, ("new", "wakeq", "msgs", "floor", "events"), [cutoff, now_ms()]
-            )
-        ]
+        ids = store.expire_unnoticed(sid, cutoff, now_ms())
         self.mark(sid, "expired", ids)
         return ids
 

@@ -19,7 +19,7 @@ class DeliveryReport:
     inbox: int = 0
     notices: list[dict[str, Any]] = field(default_factory=list)
     lease: Lease | None = field(default=None, repr=False)
-    # The hand-off flag, taken with the unlock (bus.delivery.lock_handoff); None: not taken yet.
+    # The hand-off flag, taken with the unlock (bus.delivery.engine); None: not taken yet.
     again: bool | None = field(default=None, repr=False)
 
     def still_held(self) -> bool:

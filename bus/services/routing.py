@@ -4,7 +4,7 @@ The path of a send, top to bottom: the facade (:class:`bus.api.Bus`) validates a
 authenticates it, then :meth:`Router.post` looks the receiver up, computes the thread,
 appends it once (:meth:`bus.store.store.Store.append`, the sender's receipt in the same round
 trip) and asks the dispatcher for a delivery when none is pending. The host's worker
-then runs :func:`bus.delivery.lock_handoff.deliver` → :mod:`bus.delivery.engine` → :class:`bus.delivery.inbox.Inbox`.
+then runs :func:`bus.delivery.engine.deliver` → :mod:`bus.delivery.engine` → :class:`bus.delivery.inbox.Inbox`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
 """The Redis store: the only door to Redis.
 
-``store.Store`` (one class, its parts per aggregate: ``inbox``, ``delivery``, ``items``,
-``kick``, ``many``, ``metrics``, ``receipts``, ``stream_compact``, ``conversations``,
+``store.Store`` (one class, its parts one per aggregate: ``sessions``, ``queue``,
+``locks``, ``schedule``, ``inbox``, ``delivery``, ``receipts``, ``kick``, ``items``,
+``many``, ``ingest``, ``metrics``, ``stream_compact``, ``conversations``,
 ``subscriptions``), every key (``keys``), every Lua script (``lua/``, each headed by its
-KEYS and ARGV), the cluster adapters, the clients (``connection``, ``connect``, ``blocking``, the fast drain's
-``resp_client``, ``server_probe`` for the servers ``bus.ops`` starts and watches),
-and what "Redis is down" means (``redis_errors``, ``outage_log``).
+KEYS and ARGV), the cluster adapters, the clients (``connection``, ``connect``,
+``blocking``, ``server_probe`` for the servers ``bus.ops`` starts and watches), the small
+RESP client (``resp_client``) under the drain's fast lane (``fast_lane``) and the read
+commands' (``lite_reads``), and what "Redis is down" means (``redis_errors``: the store's
+own ``StoreFailed``, ``StoreError`` and ``Unavailable``; ``outage_log``).
 
 May import: ``bus.core``, redis.
 """

@@ -15,9 +15,16 @@ class StorePart:
 
     r: Any
     k: Any
+    lock_ttl_ms: int
+    cluster: bool
 
     def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
         raise NotImplementedError
 
     def pipeline(self, transaction: bool = False) -> Any:  # Store defines it
+        raise NotImplementedError
+
+    def run(  # a script on one session's keys; Store defines it
+        self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None
+    ) -> Any:
         raise NotImplementedError

@@ -26,10 +26,6 @@ from .base import StorePart
 from .inbox import view_of_replies
 from .packing import session_from_hash
 
-# A schedule entry due sooner than this from now wakes a sleeping scheduler (a second:
-# above the scheduler's half-second cap on its sleep, with room for a slow tick).
-POKE_WITHIN_MS = 1000
-
 
 @dataclass
 class DeliveryStart:
@@ -276,6 +272,27 @@ class DeliveryStore(StorePart):
         trip."""
         self.run_in_order(self.finish_calls(sid, nid, via, now, **options))
 
+    def finish_notices(self, finishes: list[dict[str, Any]]) -> list[tuple[bool, bool]]:
+        """What follows each notice's write, for many notices in one round trip, in their
+        order: each of ``finishes`` the arguments of :meth:`finish_calls`
+        (``sid``, ``nid``, ``via``, ``now`` and its options). Each one's ``(freed,
+        again)``: its lock freed and its hand-off flag taken (both false without
+        ``unlock``)."""
+        calls: list[tuple[Any, ...]] = []
+        ends: list[int] = []
+        for finish in finishes:
+            calls.extend(self.finish_calls(**finish))
+            ends.append(len(calls) - 1)
+        replies = self.run_in_order(calls) if calls else []
+        out = []
+        for finish, end in zip(finishes, ends, strict=True):
+            reply = replies[end]
+            if finish.get("unlock") and isinstance(reply, list):
+                out.append((bool(int(reply[0])), bool(int(reply[1]))))
+            else:
+                out.append((False, False))
+        return out
+
     def finish_calls(
         self,
         sid: str,
@@ -290,7 +307,7 @@ class DeliveryStore(StorePart):
         unlock: str | None = None,
     ) -> list[tuple[Any, ...]]:
         """What follows a notice's write, as script calls for :meth:`run_in_order` (a
-        batch's notices go with other sessions', bus.delivery.batch), the last one's reply
+        batch's notices go with other sessions', bus.delivery.engine), the last one's reply
         ``[freed, again]``: ``heard`` (a socket's ack) confirms it first
         (``floor_drained.lua``, as :meth:`~bus.store.inbox.InboxStore.confirm_notices`),
         else ``notice_finish.lua`` records it written (as ``notice_done.lua``); then, in
@@ -324,6 +341,43 @@ class DeliveryStore(StorePart):
             finish,
         ]
 
+    def take_notices(self, items: list[tuple[str, str]], now: int) -> list[Any]:
+        """Start the notice in flight ``nid`` for each ``(sid, nid)``, taking every new id
+        into it (``notice_take.lua``), all in one round trip: each one's reply, the ids and
+        their records (:func:`taken_records`), falsy when a notice was already in flight or
+        nothing was new."""
+        names = ("notice", "new", "wakeq", "events", "msgs")
+        return self.run_scripts(
+            [
+                self.script_call("notice_take", self.k.s_many(sid, names), [nid, now])
+                for sid, nid in items
+            ]
+        )
+
+    def revert_notice(
+        self, sid: str, nid: str, now: int, reason: str, *, pipeline: Any = None
+    ) -> None:
+        """The notice in flight ``nid`` did not go in: its ids back to new (and to the wake
+        queue), a ``notice_reverted`` record with ``reason`` (``notice_revert.lua``);
+        nothing when ``nid`` is not the one in flight."""
+        keys = self.k.s_many(sid, ("notice", "new", "wakeq", "events"))
+        self.script("notice_revert")(keys=keys, args=[nid, now, reason], client=pipeline)
+
+    def notice_written(
+        self, sid: str, nid: str, now: int, via: str, *, pipeline: Any = None
+    ) -> None:
+        """The notice in flight ``nid`` is on the floor (``via`` ``file``): recorded written,
+        waiting for a drain to confirm it (``notice_done.lua``); nothing when ``nid`` is
+        not the one in flight."""
+        keys = self.k.s_many(sid, ("notice", "msgs", "carried", "floor", "events"))
+        self.script("notice_done")(keys=keys, args=[nid, now, via], client=pipeline)
+
+    def floor_woken(self, sid: str, now: int) -> list[str]:
+        """Mark the floor's unconfirmed notices that no drain took as woken, once each
+        (``floor_woken.lua``): the ids of those marked."""
+        got = self.script("floor_woken")(keys=[self.k.s(sid, "floor")], args=[now])
+        return [str(n) for n in got or []]
+
     def wake_done(self, sid: str, nid: str, reason: str) -> None:
         """The wake command for notice ``nid`` ran: its ``wake`` record and the session's
         ``wake_pending`` cleared, one round trip."""
@@ -332,62 +386,3 @@ class DeliveryStore(StorePart):
         pipe.xadd(self.k.s(sid, "events"), record, maxlen=10000, approximate=True)
         pipe.hdel(self.k.s(sid, "session"), "wake_pending")
         pipe.execute()
-
-    def unlock_and_take_again(self, sid: str, token: str) -> bool:
-        """:meth:`~bus.store.store.Store.unlock`, then :meth:`~bus.store.inbox.InboxStore.take_again`,
-        in that order, one round trip: whether another run was asked for."""
-        keys = self.k.s_many(sid, ("lock", "again"))
-        return bool(int(self.script("unlock")(keys=keys, args=[token])[1]))
-
-    def unlock_many(self, held: list[tuple[str, str]]) -> list[bool]:
-        """:meth:`unlock_and_take_again` for each ``(sid, token)``, in one round trip (the
-        flag taken in the unlock's own call, after it: ``unlock.lua``)."""
-        calls = [
-            self.script_call("unlock", self.k.s_many(sid, ("lock", "again")), [token])
-            for sid, token in held
-        ]
-        return [bool(int(reply[1])) for reply in self.run_scripts(calls)]
-
-    def extend_many(self, held: list[tuple[str, str]]) -> list[bool]:
-        """:meth:`~bus.store.store.Store.extend_lock` for each ``(sid, token)``, in one round
-        trip: which are still ours (each extended to a full TTL)."""
-        calls = [
-            self.script_call(
-                "extend_lock", self.k.s_many(sid, ("lock", "again")), [token, self.lock_ttl_ms]
-            )
-            for sid, token in held
-        ]
-        return [bool(int(r)) for r in self.run_scripts(calls)]
-
-    def schedule_many(self, what: str, due: list[tuple[str, int]]) -> None:
-        """:meth:`~bus.store.store.Store.schedule` (earliest) for each ``(sid, at_ms)``, at once;
-        a sleeping scheduler poked (:meth:`poke_scheduler`) in the same round trip when
-        one is due soon."""
-        if not due:
-            return
-        pipe = self.pipeline()
-        pipe.zadd(self.k.due, {f"{what}|{sid}": at for sid, at in due}, lt=True)
-        self.poke_scheduler(min(at for _sid, at in due), pipe=pipe)
-        pipe.execute()
-
-    def poke_scheduler(self, at_ms: int, *, pipe: Any = None) -> bool:
-        """Wake a sleeping scheduler (:meth:`wait_poked`) for an entry due at ``at_ms`` when
-        that is within ``POKE_WITHIN_MS`` of now: the scheduler sleeps up to half a second
-        between ticks, so an entry scheduled less than that ahead (an arrival delivered
-        late, a short debounce) would be up to that late. At most one poke waits (the list
-        is cut to one): a burst of them wakes the scheduler once. Queued on ``pipe`` when
-        given; whether it poked."""
-        if at_ms - now_ms() >= POKE_WITHIN_MS:
-            return False
-        client = self.pipeline() if pipe is None else pipe
-        client.lpush(self.k.due_soon, "1")
-        client.ltrim(self.k.due_soon, 0, 0)
-        if pipe is None:
-            client.execute()
-        return True
-
-    def wait_poked(self, timeout_s: float) -> bool:
-        """Block up to ``timeout_s`` for a :meth:`poke_scheduler`; True when poked."""
-        # Milliseconds: BLPOP takes a decimal timeout; 0 would block for ever.
-        timeout = max(0.001, round(timeout_s, 3))
-        return self.r.blpop([self.k.due_soon], timeout=timeout) is not None

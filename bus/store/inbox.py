@@ -21,6 +21,24 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+
+def _store_failed(fn: Any) -> Any:
+    """:func:`bus.store.redis_errors.store_failed`, imported at the first call: the read
+    lane imports this module and must not import redis."""
+    wrapped: Any = None
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal wrapped
+        if wrapped is None:
+            from .redis_errors import store_failed
+
+            wrapped = store_failed(fn)
+        return wrapped(*args, **kwargs)
+
+    call.__doc__, call.__name__ = fn.__doc__, fn.__name__
+    return call
+
+
 # Send answers (what a resend of an id gets) outlive the messages themselves.
 IDS_KEEP_MS = 7 * 86400 * 1000
 GONE_MARKS = ("answered", "read", "removed", "retracted", "expired")
@@ -177,6 +195,46 @@ class InboxStore(StorePart):
         keys = ("floor", "msgs", "carried", "events", "notice", "session")
         return int(self.run("floor_drained", sid, keys, [now, via, *nids]))
 
+    def take_into_inbox(self, sid: str, args: list[Any], *, pipeline: Any = None) -> None:
+        """Take messages into ``sid``'s inbox (``ingest.lua``, one call for many; queued on
+        ``pipeline`` when given): ``args`` five a message (id, the record as kept, arrival
+        ms, ``"1"`` when it may wake, its thread), idempotent."""
+        keys = ("msgs", "new", "wakeq", "threads", "events")
+        self.run("ingest", sid, keys, args, client=pipeline)
+
+    def append_to_thread(self, thread: str, args: list[Any], *, pipeline: Any = None) -> None:
+        """Log messages into ``thread`` (``thread_append.lua``, one call for many, each once;
+        queued on ``pipeline`` when given): ``args`` twelve a message, as the script reads."""
+        keys = ("meta", "log", "seen")
+        self.run_thread("thread_append", thread, keys, args, client=pipeline)
+
+    def sweep_floor_notices(self, sid: str, now: int, grace_ms: int, there: dict[str, bool]) -> int:
+        """The floor's unconfirmed notices ``there`` (id -> still on the floor): those a
+        drainer took off and never confirmed past ``grace_ms`` give their messages back
+        to new (``floor_sweep.lua``); how many were given back."""
+        pairs = [x for n, on in there.items() for x in (n, "1" if on else "0")]
+        keys = ("floor", "msgs", "new", "wakeq", "events")
+        return int(self.run("floor_sweep", sid, keys, [now, grace_ms, *pairs]))
+
+    def answer_turn(self, sid: str, answer: str | None, now: int) -> tuple[list[str], list[str]]:
+        """The turn ended with ``answer`` (``None``: none given): the ids it carried and the
+        waiting senders' ids, read in one MULTI with the answer's writes
+        (``answer_turn.lua``)."""
+        pipe = self.pipeline(transaction=True)
+        pipe.smembers(self.k.s(sid, "carried"))
+        keys = ("carried", "msgs", "ids", "waiters", "events")
+        args = [answer or "", now, "1" if answer is not None else "0"]
+        self.run("answer_turn", sid, keys, args, client=pipe)
+        carried, waiting = pipe.execute()
+        return [str(i) for i in carried], [str(w) for w in waiting]
+
+    @_store_failed
+    def pop_answer(self, client: Any, sid: str, msg_id: str, timeout: float) -> str | None:
+        """Block up to ``timeout`` s on ``client`` (:meth:`~bus.store.store.Store.blocking_client`)
+        for the answer pushed for ``msg_id`` (BLPOP): its JSON, or ``None``."""
+        got = client.blpop([self.answer_key(sid, msg_id)], timeout=timeout)
+        return None if got is None else str(got[1])
+
     def run(  # provided by Store
         self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None
     ) -> Any:
@@ -233,9 +291,8 @@ class InboxStore(StorePart):
         r, k = self.r, self.k
         cutoff = now - IDS_KEEP_MS
         # Each stored id's age is in ``threads`` as ``#<id>`` at minus its first-seen ms
-        # (append.lua); ids stored before are in the old ``idsage`` zset.
+        # (append.lua).
         aged = r.zrangebyscore(k.s(sid, "threads"), -cutoff, f"({AGE_SCORE_BELOW}")
-        old_ids = r.zrangebyscore(k.s(sid, "idsage"), "-inf", cutoff)
         gone = [str(a)[len(AGE_MARK) :] for a in aged if str(a).startswith(AGE_MARK)]
         later = self._receipts_alive(sid, gone, now, receipt_ttl_ms) if gone else {}
         if later:
@@ -243,12 +300,10 @@ class InboxStore(StorePart):
             r.zadd(k.s(sid, "threads"), {AGE_MARK + i: -due for i, due in later.items()})
             gone = [i for i in gone if i not in later]
             aged = [a for a in aged if str(a)[len(AGE_MARK) :] not in later]
-        if gone or old_ids:
-            r.hdel(k.s(sid, "ids"), *gone, *[receipt_field(i) for i in gone], *old_ids)
+        if gone:
+            r.hdel(k.s(sid, "ids"), *gone, *[receipt_field(i) for i in gone])
         if aged:
             r.zrem(k.s(sid, "threads"), *aged)
-        if old_ids:
-            r.zrem(k.s(sid, "idsage"), *old_ids)
         if r.hlen(k.s(sid, "msgs")) <= keep:
             return 0
         recs = sorted(self.all_records(sid), key=lambda x: x["at"])

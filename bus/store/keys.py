@@ -12,10 +12,9 @@ buses, or several tests, share one server.
 | ``P:{sid}:trim`` | string: stream id below which entries may be trimmed | delivery | - |
 | ``P:{sid}:cursor`` | string: last stream id the delivery has taken (none: read from ``0-0``) | delivery | deleted with the emptied queue (queue_trim.lua) |
 | ``P:{sid}:ids`` | hash: message id → send answer JSON (idempotency; kept without what the key says, bus/store/packing.py); ``~<id>`` → the sender's receipt of a stored message, JSON: from, from_session, thread (only when not its answer's), reason, and the ms of each state reached (the ``rc:<id>`` hash's fields; one key and its expiry entry fewer a message) | send (append.lua, append_many.lua; receipts: receipt_open.lua, append_many.lua), delivery, withdraw, turn end; receipts: every transition (receipt_mark.lua) | an answer and its receipt are pruned together (at turn end, bus.store.inbox.prune) 7 days after the answer was first seen, or, when later, once the receipt TTL (8 days by default, longer when ``INBOX_EXPIRE_S`` is) has passed since the receipt's last transition (its age in ``threads`` moved on) |
-| ``P:{sid}:idsage`` | zset: message id → first-seen ms; no longer written (the ages are in ``threads``), still read and pruned | - | pruned after 7 days |
 | ``P:{sid}:pending`` | string: a delivery has been dispatched and not started | send; cleared by delivery | TTL (lock_ttl) |
 | ``P:{sid}:lock`` | string: token of the delivery running for the session | delivery | TTL (lock_ttl) |
-| ``P:{sid}:again`` | string: a delivery found the lock held and handed its work to the holder | delivery (bus/delivery/lock_handoff.py) | taken by the holder; TTL (lock_ttl), renewed with the holder's lease |
+| ``P:{sid}:again`` | string: a delivery found the lock held and handed its work to the holder | delivery (bus/delivery/engine.py) | taken by the holder; TTL (lock_ttl), renewed with the holder's lease |
 | ``P:{sid}:rawflight`` | string: JSON of the raw line being written | delivery | cleared after write |
 | ``P:{sid}:msgs`` | hash: message id → inbox record JSON (thread, class, mark, wakes; kept without what its message ``m`` says, bus/store/packing.py) | delivery | answered+read pruned past retain |
 | ``P:{sid}:new`` | zset: message id → arrival ms, messages not yet in a notice | delivery | - |
@@ -31,10 +30,8 @@ buses, or several tests, share one server.
 | ``P:{thr}:meta`` | hash: key, label, class, parties, state, type; ``one_m``: the thread's only message (no log yet), kept without its usual fields (bus.store.packing.keep_thread_message; ``one_id`` beside a whole one in a record written before; no ``newest_at`` / ``newest_preview`` when they are ``one_m``'s ts and text) | delivery, decide | - |
 | ``P:{thr}:log`` | stream: the thread's messages in order, from its second message | delivery, reply | bounded; compacted when short (bus/store/compaction.py) |
 | ``P:{thr}:seen`` | set: message ids already in the log (idempotent append), made with the log | delivery | - |
-| ``P:{h:<handle>}:sids`` | set: sessions that carry a handle (written before ``sidh``; read only) | - | - |
 | ``P:{h:<handle>}:sidh`` | hash: session id -> "" for the sessions that carry a handle | session open | - |
 | ``P:{snd:<sha256(sender)>}:bucket`` | hash: tokens, at: the sender's send rate bucket | send, reply (rate.lua) | expires once full again |
-| ``P:{m:<id>}:rcpt`` | string: the session a message id was addressed to (before bus.store.receipt_index; read only) | - | TTL 7 days |
 | ``P:{rc:<day>:<b>}:rcpt`` | hash: message id -> the session it was addressed to, for the ids stored on UTC day ``<day>`` in bucket ``<b>`` (bus.store.receipt_index) | send | TTL 8 days from its last write |
 | ``P:sessions`` | zset: session id → opened ms (registry) | session open | - |
 | ``P:revoked`` | set: ids (jti) of revoked tokens | token revoke | - |
@@ -60,7 +57,7 @@ buses, or several tests, share one server.
 | ``P:{thr}:meta`` (typed requests) | hash fields origin, recipient (session ids), offered_by (sender or recipient, only in OFFERED), windows (JSON list) | request, decide.lua | - |
 | ``P:{sid}:items`` | hash: item key → item JSON (title, text, status, answer, revision, ...) | item post/settle, item_update.lua | - |
 | ``P:{sid}:item:<key>:thread`` | list: the item's thread entries JSON (member or agent, text, files), oldest first | item write, reply_inbox (item_update.lua) | - |
-| ``P:{sid}:rc:<id>`` | hash: the sender's receipt of a *bounced* message addressed to ``sid`` (no registered session, so no prune of its ``ids``), or of a stored one opened before receipts moved into ``ids`` (read and stamped until it expires; a resend keeps it): from, from_session, thread, reason (the id and ``to`` are the key's; an older receipt may hold them too), and the ms of each state reached (stored, noticed, read, answered, withdrawn, retracted, bounced, expired) | send (receipt_open.lua), every transition (receipt_mark.lua) | TTL 8 days from its last transition by default (7 days, or ``INBOX_EXPIRE_S`` plus a day when longer) |
+| ``P:{sid}:rc:<id>`` | hash: the sender's receipt of a *bounced* message addressed to ``sid`` (no registered session, so no prune of its ``ids``); it gives way to one in ``ids`` when the id is later stored: from, from_session, thread, reason (the id and ``to`` are the key's), and the ms of each state reached (stored, noticed, read, answered, withdrawn, retracted, bounced, expired) | send (receipt_open.lua), every transition (receipt_mark.lua) | TTL 8 days from its last transition by default (7 days, or ``INBOX_EXPIRE_S`` plus a day when longer) |
 | ``P:{sid}:outbox`` | zset: ``<recipient>|<id>`` → sent µs, the messages ``sid`` sent | send | newest 10,000, none past 7 days |
 | ``P:{ws:<workspace>}:members`` | hash: member name → ``active`` or ``removed`` (a tombstone: the account is gone) | member add/remove | - |
 """
@@ -156,27 +153,18 @@ class Keys:
         """The messages ``sid`` sent, in the sender's slot."""
         return self.s(sid, "outbox")
 
-    def handle(self, handle: str) -> str:
-        if any(c in handle for c in "{}\n\r\0") or len(handle) > 300:
-            raise ValueError(f"bad handle {handle!r}")
-        return f"{self.prefix}:{{h:{handle}}}:sids"
-
     def handle_map(self, handle: str) -> str:
         """The sessions that carry ``handle``, as hash fields (a small hash is a listpack,
-        ~100 B; a set of strings is a table, ~270 B, before Redis 7.2); :meth:`handle`'s
-        set is still read for sessions opened before."""
-        return self.handle(handle)[: -len("sids")] + "sidh"
+        ~100 B; a set of strings is a table, ~270 B, before Redis 7.2)."""
+        if any(c in handle for c in "{}\n\r\0") or len(handle) > 300:
+            raise ValueError(f"bad handle {handle!r}")
+        return f"{self.prefix}:{{h:{handle}}}:sidh"
 
     def bucket(self, sender: str) -> str:
         """A sender's send-rate bucket; ``sender`` (a token subject, session or handle,
         self-reported without a secret) is hashed, so no label can shape a key."""
         digest = hashlib.sha256(sender.encode("utf-8", "surrogatepass")).hexdigest()[:32]
         return f"{self.prefix}:{{snd:{digest}}}:bucket"
-
-    def rcpt(self, msg_id: str) -> str:
-        """A message id's receiver, one key per id (written before bus.store.receipt_index; read as
-        a fallback so ids stored then are still found)."""
-        return f"{self.prefix}:{{m:{msg_id}}}:rcpt"
 
     def rcpt_bucket(self, day: int, bucket: int) -> str:
         """Message id -> receiver for the ids stored on ``day`` (days since the epoch, UTC)

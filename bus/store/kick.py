@@ -42,16 +42,6 @@ class KickStore(StorePart):
 
         return own_client(self.r, socket_timeout=block_s + 10, name=name)
 
-    def pop_kicks(self, client: Any, host: str, loop: str, block_s: float, count: int) -> list[str]:
-        """Up to ``count`` kicks off ``host``'s list into loop ``loop``'s taken list: those
-        already waiting without blocking (``kick_take.lua``), so a loop delivers a burst's
-        sessions as one batch (bus.delivery.batch); when none waits, the next one waited for up
-        to ``block_s`` on ``client`` (from :meth:`kick_client`; BLMOVE) and returned at
-        once, alone: a lone send's notice does not wait for a look behind its kick (the
-        look comes after its delivery, on the loop's next pop). A loop that dies leaves
-        them in its taken list (:meth:`reclaim_kicks`); :meth:`done_kicks` when delivered."""
-        return self.take_kicks(host, loop, count) or self.wait_kick(client, host, loop, block_s)
-
     def take_kicks(self, host: str, loop: str, count: int) -> list[str]:
         """Up to ``count`` kicks already waiting on ``host``'s list into loop ``loop``'s
         taken list (``kick_take.lua``), without blocking; ``[]`` when none waits."""

@@ -4,9 +4,7 @@ The ids stored on one UTC day are fields of
 :data:`BUCKETS` hashes (``P:{rc:<day>:<b>}:rcpt``, the bucket from the id's CRC32, so the
 hashes spread over a cluster's slots); a batch writes one HSET per bucket it touches, and
 each hash expires a day after the retention of its last day. A lookup reads the id's bucket
-of each day in the retention (one pipeline), newest first; it also reads the per-id key
-and the id's bucket in a 64-bucket layout (:data:`OLD_BUCKETS`, the same key names).
-16 buckets keep a batch of a few hundred messages to a few HSETs (docs/decisions).
+of each day in the retention (one pipeline), newest first. 16 buckets keep a batch of a few hundred messages to a few HSETs (docs/decisions).
 """
 
 from __future__ import annotations
@@ -25,14 +23,13 @@ if TYPE_CHECKING:
 DAY_MS = 86400 * 1000
 KEEP_DAYS = 7  # as long as the send answers are kept (bus.delivery.inbox.IDS_KEEP_MS)
 BUCKETS = 16
-OLD_BUCKETS = 64  # the layout before: read by lookups only
 # A day's hashes live until the retention of their last id has passed.
 BUCKET_TTL_S = (KEEP_DAYS + 1) * 86400
 
 
-def bucket_of(msg_id: str, buckets: int = BUCKETS) -> int:
+def bucket_of(msg_id: str) -> int:
     """The id's bucket, the same in every process (CRC32, not Python's salted hash)."""
-    return zlib.crc32(msg_id.encode("utf-8", "surrogatepass")) % buckets
+    return zlib.crc32(msg_id.encode("utf-8", "surrogatepass")) % BUCKETS
 
 
 def day_of(now_ms: int) -> int:
@@ -61,13 +58,10 @@ def unindex(r: Any, k: Keys, msg_id: str, now_ms: int) -> None:
 
 def lookup(r: Any, k: Keys, msg_id: str, now_ms: int) -> str | None:
     """The session ``msg_id`` was appended to within the retention; ``None`` if unknown."""
-    day, b, old = day_of(now_ms), bucket_of(msg_id), bucket_of(msg_id, OLD_BUCKETS)
+    day, b = day_of(now_ms), bucket_of(msg_id)
     pipe = r.pipeline(transaction=False)
     for back in range(KEEP_DAYS + 1):
         pipe.hget(k.rcpt_bucket(day - back, b), msg_id)
-        if old != b:
-            pipe.hget(k.rcpt_bucket(day - back, old), msg_id)
-    pipe.get(k.rcpt(msg_id))
     for found in pipe.execute():
         if found:
             return str(found)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 
+from . import receipt_index
 from .keys import receipt_field
+from .redis_errors import store_failed
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
 # (bus.surfaces.fast_read imports this module).
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 
 def receipt_hash(folded: str | bytes, answer: str | bytes | None) -> dict[str, str]:
     """A receipt kept in ``ids`` (JSON; its thread, when it is its answer's, left to the
-    answer) as the ``rc:<id>`` hash it replaced reads: every value a string."""
+    answer) as a bounced receipt's ``rc:<id>`` hash reads: every value a string."""
     rc = json.loads(folded)
     if "thread" not in rc and answer:
         thread = json.loads(answer).get("thread")
@@ -35,6 +37,52 @@ class ReceiptStore:
 
     r: Any
     k: Any
+
+    def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
+        raise NotImplementedError
+
+    def open_receipts(
+        self, to: str, rows: list[tuple[str, list[Any]]], now: int, ttl_ms: int, *, pipeline: Any
+    ) -> None:
+        """Queue on ``pipeline`` the opening of the receipts of messages to ``to``
+        (``receipt_open.lua``, one call): ``rows`` of ``(message id, [state, sender,
+        sender's session, thread, reason])``, each kept ``ttl_ms``."""
+        keys = [self.k.s(to, "ids"), *(self.k.receipt(to, msg_id) for msg_id, _ in rows)]
+        args: list[Any] = [now, ttl_ms, to]
+        for msg_id, fields in rows:
+            args.extend([msg_id, *fields])
+        self.script("receipt_open")(keys=keys, args=args, client=pipeline)
+
+    @store_failed
+    def mark_receipts(
+        self,
+        sid: str,
+        state: str,
+        ids: list[str],
+        now: int,
+        ttl_ms: int,
+        *,
+        touch: bool = False,
+        pipeline: Any = None,
+    ) -> None:
+        """Stamp ``state`` on the receipts of ``ids`` (messages to ``sid``), kept
+        ``ttl_ms``; with ``touch``, the session's ``last_seen`` set to ``now`` too
+        (``receipt_mark.lua``, one call; queued on ``pipeline`` when given)."""
+        k = self.k
+        keys = [k.s(sid, "session"), k.s(sid, "events"), k.s(sid, "ids"), *k.receipts(sid, ids)]
+        args = [state, now, ttl_ms, "1" if touch else "0", *ids]
+        self.script("receipt_mark")(keys=keys, args=args, client=pipeline)
+
+    def index_recipients(self, rows: list[tuple[str, str]], now: int, *, pipeline: Any) -> None:
+        """Queue on ``pipeline`` the recipient index entries of ``(message id, session)``
+        rows (:meth:`~bus.store.store.Store.recipient_of` finds them)."""
+        receipt_index.index(pipeline, self.k, rows, now)
+
+    def expire_unnoticed(self, sid: str, cutoff: int, now: int) -> list[str]:
+        """Messages to ``sid`` stored before ``cutoff`` that no notice took: dropped from
+        the inbox's new and wake sets and the floor's records (``expire.lua``); their ids."""
+        keys = self.k.s_many(sid, ("new", "wakeq", "msgs", "floor", "events"))
+        return [str(i) for i in self.script("expire")(keys=keys, args=[cutoff, now])]
 
     def queue_outbox_add(
         self, pipe: Any, sender: str, members: dict[str, int], keep: int, floor: int
@@ -67,7 +115,7 @@ class ReceiptStore:
     def receipt_rows(self, rows: list[tuple[str, str]]) -> list[list[Any]]:
         """For each ``(recipient, id)``: ``[receipt hash ({} if none), stored record,
         first answer, [recipient state, last_seen, opened_at]]`` (``None`` where unset).
-        A receipt kept in ``ids`` reads as the hash it was (:func:`receipt_hash`)."""
+        A receipt kept in ``ids`` reads as a bounced one's hash (:func:`receipt_hash`)."""
         pipe = self.r.pipeline(transaction=False)
         for to, msg_id in rows:
             ids = self.k.s(to, "ids")
@@ -100,3 +148,10 @@ class ReceiptStore:
         from .blocking import own_client
 
         return own_client(self.r, socket_timeout=block_s + 10, name=name)
+
+    def wait_events(self, client: Any, sid: str, after: str, block_ms: int) -> str | None:
+        """Block up to ``block_ms`` on ``client`` (:meth:`waiting_client`) for records of
+        ``sid``'s events stream after id ``after`` (XREAD BLOCK): the newest one's id, or
+        ``None`` when none came."""
+        got = client.xread({self.k.s(sid, "events"): after}, count=100, block=block_ms)
+        return str(got[0][1][-1][0]) if got else None

@@ -38,9 +38,15 @@ CONNECTION_ERRORS: tuple[type[Exception], ...] = (redis.ConnectionError, redis.T
 StoreError = redis.RedisError
 
 
-class RedisUnavailable(Unavailable, redis.ConnectionError):
-    """:class:`Unavailable`, and still a :data:`StoreError`: code that catches store
-    failures (the metrics scrape, the surfaces) catches it too."""
+class StoreFailed(Exception):
+    """A store write Redis did not carry out: it did not answer, or answered with an error
+    (a replica's ``READONLY`` during a failover, a server still loading). What code
+    outside the store catches where it retries or lets a lease lapse."""
+
+
+class RedisUnavailable(Unavailable, StoreFailed, redis.ConnectionError):
+    """:class:`Unavailable`, and still a ``redis.ConnectionError``: code that catches
+    Redis's own errors (the metrics scrape, older surfaces) keeps catching it."""
 
 
 HINT = "is `inbox up` running, or INBOX_REDIS_URL set?"
@@ -105,6 +111,27 @@ def translated(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise unavailable(exc) from exc
 
     return call
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def store_failed(fn: F) -> F:
+    """A store method whose every Redis error becomes the store's own: not answering,
+    :class:`RedisUnavailable`; any other error reply, :class:`StoreFailed`."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except RedisUnavailable:
+            raise
+        except NOT_ANSWERING as exc:
+            raise unavailable(exc) from exc
+        except redis.RedisError as exc:
+            raise StoreFailed(str(exc)) from exc
+
+    return call  # type: ignore[return-value]
 
 
 def translate_redis_errors(cls: C) -> C:

@@ -3,8 +3,7 @@
 -- KEYS[1] session   P:{sid}:session   its last_seen is set when ARGV[4] is '1'
 -- KEYS[2] events    P:{sid}:events    a 'receipt' record wakes `inbox receipt --wait-for`
 -- KEYS[3] ids       P:{sid}:ids       '~' .. id -> a stored message's receipt (JSON)
--- KEYS[3 + i] receipt P:{sid}:rc:<id_i>  the receipt hash of a bounced message, or of
---                                     one opened before receipts moved into ids
+-- KEYS[3 + i] receipt P:{sid}:rc:<id_i>  the receipt hash of a bounced message
 -- ARGV[1] state ('' = none: only last_seen), ARGV[2] now ms, ARGV[3] TTL ms,
 -- ARGV[4] '1' to record that the session's harness was seen now, ARGV[4 + i] id_i
 -- A receipt that does not exist is not created (its message had none, or it aged out);

@@ -10,7 +10,7 @@
 --                                   and the ms of each state reached)
 -- KEYS[1 + i] receipt  P:{sid}:rc:<id_i>  hash: a bounced message's receipt (its
 --                                         session is not registered, so nothing prunes
---                                         its ids), or one opened before the fold
+--                                         its ids)
 -- ARGV[1] now ms, ARGV[2] TTL ms, ARGV[3] to (recipient session: the key's, not written),
 -- then six per message
 -- from ARGV[4]: message id, state (stored | bounced), from handle, from session ('' =
@@ -24,7 +24,7 @@ for i = 4, #ARGV, 6 do
   local id, state = ARGV[i], ARGV[i + 1]
   local field = '~' .. id
   local folded = redis.call('HEXISTS', KEYS[1], field) == 1
-  local skip = folded or redis.call('HEXISTS', key, 'stored') == 1
+  local skip = folded
     or (state == 'stored' and redis.call('HEXISTS', KEYS[1], id) == 0)
     or (state == 'bounced' and redis.call('EXISTS', key) == 1)
   if not skip then

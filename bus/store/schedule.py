@@ -1,0 +1,160 @@
+"""The store's schedule: what is due when (wakes, flushes, retries, lease kicks), and the
+sweeps' claims and the workers' heartbeats.
+
+A part of :class:`~bus.store.store.Store` (one class per aggregate). The schedule is one
+sorted set of ``what|sid`` by due time (ms); entries are taken atomically
+(``take_due.lua``), so each goes to exactly one scheduler; a sleeping scheduler is poked
+through a one-element list when an entry falls due soon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bus.core.models import SessionInfo, check_session_id, now_ms
+
+from .base import StorePart
+from .many import SweepView, stream_id_after
+from .packing import session_from_hash
+
+# A schedule entry due sooner than this from now wakes a sleeping scheduler (a second:
+# above the scheduler's half-second cap on its sleep, with room for a slow tick).
+POKE_WITHIN_MS = 1000
+
+
+class ScheduleStore(StorePart):
+    """The schedule, the sweeps' claims and the heartbeats."""
+
+    def schedule(self, what: str, sid: str, at_ms: int, *, earliest: bool = True) -> None:
+        """Put ``what`` for ``sid`` on the schedule; keep the earlier time if one is there."""
+        check_session_id(sid)
+        # LT keeps the earlier of two times and still adds a new member.
+        pipe = self.pipeline()
+        pipe.zadd(self.k.due, {f"{what}|{sid}": at_ms}, lt=earliest)
+        # Due soon: a sleeping scheduler wakes for it (in the same round trip).
+        self.poke_scheduler(at_ms, pipe=pipe)
+        pipe.execute()
+
+    def unschedule(self, what: str, sid: str) -> None:
+        """Take ``what`` for ``sid`` off the schedule (nothing if it is not there)."""
+        self.r.zrem(self.k.due, f"{what}|{sid}")
+
+    def take_due(self, now: int, limit: int = 500) -> list[tuple[str, str]]:
+        """Take up to ``limit`` entries due at ``now`` (ms) or earlier, as ``(what, sid)``,
+        removing them atomically: each is returned to exactly one caller."""
+        items = self.script("take_due")(keys=[self.k.due], args=[now, limit])
+        out = []
+        for item in items:
+            what, _, sid = str(item).partition("|")
+            out.append((what, sid))
+        return out
+
+    def next_due(self) -> int | None:
+        """The earliest due time on the schedule (ms), ``None`` when it is empty."""
+        rows = self.r.zrange(self.k.due, 0, 0, withscores=True)
+        return int(rows[0][1]) if rows else None
+
+    def sweep_views(self, sids: list[str]) -> list[tuple[SessionInfo, SweepView]]:
+        """:meth:`get_session` and what the backlog sweep looks at (the notice in flight's
+        start, whether messages are new, the due and retry times on the schedule, the
+        floor's unconfirmed notice records) of many sessions, with whether each has queue
+        entries no delivery took (its stream's last id past its cursor), in one
+        round trip per node; sessions that do not exist are left out. The backlog sweep
+        reads a chunk of sessions this way."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hgetall(self.k.s(sid, "session"))
+            pipe.get(self.k.s(sid, "cursor"))
+            pipe.xrevrange(self.k.s(sid, "stream"), count=1)
+            pipe.hget(self.k.s(sid, "notice"), "at")
+            pipe.exists(self.k.s(sid, "new"))
+            for what in ("due", "retry"):
+                pipe.zscore(self.k.due, f"{what}|{sid}")
+            pipe.hvals(self.k.s(sid, "floor"))
+        got = pipe.execute()
+        out = []
+        for n in range(len(sids)):
+            data, cursor, last, flight_at, has_new, due_at, retry_at, floor = got[8 * n : 8 * n + 8]
+            if not data:
+                continue
+            view = SweepView(
+                backlog=bool(last) and stream_id_after(str(last[0][0]), cursor),
+                flight_at=None if flight_at is None else int(flight_at),
+                has_new=bool(has_new),
+                due_at=None if due_at is None else int(due_at),
+                retry_at=None if retry_at is None else int(retry_at),
+                floor_records=[str(r) for r in floor],
+            )
+            out.append((session_from_hash(data, sids[n]), view))
+        return out
+
+    def beat(self, name: str, fields: dict[str, Any], *, done: bool = False) -> None:
+        """Write ``name``'s heartbeat fields (``done``: one more task finished) and list
+        the name among those with a heartbeat."""
+        key = self.k.beat(name)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hset(key, mapping=fields)
+        if done:
+            pipe.hincrby(key, "done", 1)
+        pipe.sadd(self.k.workers, name)
+        pipe.execute()
+
+    def beats(self, queue_of: Callable[[str], str | None]) -> list[tuple[str, dict[str, str], int]]:
+        """Every heartbeat, by name: ``(name, fields, depth of queue_of(name))``, the depth
+        0 where ``queue_of`` names no broker queue; one round trip."""
+        names = sorted(str(n) for n in self.r.smembers(self.k.workers))
+        pipe = self.r.pipeline(transaction=False)
+        queues = [queue_of(name) for name in names]
+        for name, queue in zip(names, queues, strict=True):
+            pipe.hgetall(self.k.beat(name))
+            if queue is not None:
+                pipe.llen(self.k.celery_queue(queue))
+        replies = iter(pipe.execute() if names else [])
+        out = []
+        for name, queue in zip(names, queues, strict=True):
+            fields = dict(next(replies))
+            out.append((name, fields, int(next(replies)) if queue is not None else 0))
+        return out
+
+    def claim_sweep(self, every_ms: int, *, what: str = "backlog") -> bool:
+        """True for one caller per ``every_ms`` across every process (SET NX PX): the
+        backlog sweep (``what="backlog"``), the receipts' expiry pass (``"expiry"``) or
+        the short streams' compaction (``"compact"``, :mod:`bus.store.compaction`) then runs once
+        an interval, not once per scheduler or pool child."""
+        keys = {"backlog": self.k.sweep, "expiry": self.k.expiry_sweep}
+        key = keys.get(what) or self.k.compact_sweep
+        return bool(self.r.set(key, "1", nx=True, px=every_ms))
+
+    def schedule_many(self, what: str, due: list[tuple[str, int]]) -> None:
+        """:meth:`~bus.store.store.Store.schedule` (earliest) for each ``(sid, at_ms)``, at once;
+        a sleeping scheduler poked (:meth:`poke_scheduler`) in the same round trip when
+        one is due soon."""
+        if not due:
+            return
+        pipe = self.pipeline()
+        pipe.zadd(self.k.due, {f"{what}|{sid}": at for sid, at in due}, lt=True)
+        self.poke_scheduler(min(at for _sid, at in due), pipe=pipe)
+        pipe.execute()
+
+    def poke_scheduler(self, at_ms: int, *, pipe: Any = None) -> bool:
+        """Wake a sleeping scheduler (:meth:`wait_poked`) for an entry due at ``at_ms`` when
+        that is within ``POKE_WITHIN_MS`` of now: the scheduler sleeps up to half a second
+        between ticks, so an entry scheduled less than that ahead (an arrival delivered
+        late, a short debounce) would be up to that late. At most one poke waits (the list
+        is cut to one): a burst of them wakes the scheduler once. Queued on ``pipe`` when
+        given; whether it poked."""
+        if at_ms - now_ms() >= POKE_WITHIN_MS:
+            return False
+        client = self.pipeline() if pipe is None else pipe
+        client.lpush(self.k.due_soon, "1")
+        client.ltrim(self.k.due_soon, 0, 0)
+        if pipe is None:
+            client.execute()
+        return True
+
+    def wait_poked(self, timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` for a :meth:`poke_scheduler`; True when poked."""
+        # Milliseconds: BLPOP takes a decimal timeout; 0 would block for ever.
+        timeout = max(0.001, round(timeout_s, 3))
+        return self.r.blpop([self.k.due_soon], timeout=timeout) is not None

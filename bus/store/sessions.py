@@ -1,0 +1,83 @@
+"""The store's sessions: each session's record and the registry of them, by id and by handle.
+
+A part of :class:`~bus.store.store.Store` (one class per aggregate). The record is the
+hash ``P:{sid}:session``; the registry a sorted set by ``opened_at`` and one hash of
+sessions per handle. Reads of a missing session answer empty.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from bus.core.models import SessionInfo, now_ms
+
+from .base import StorePart
+from .packing import session_fields, session_from_hash
+
+
+class SessionStore(StorePart):
+    """Session records and their registry."""
+
+    def put_session(self, info: SessionInfo) -> None:
+        """Create or replace a session record and index its handle."""
+        fields: dict[str, str] = {}
+        for name, value in info.model_dump().items():
+            if isinstance(value, bool):
+                fields[name] = "1" if value else "0"
+            elif value is None:
+                continue  # unset reads as None; HSETNX (set_delegator_once) needs it absent
+            else:
+                fields[name] = str(value)
+        key = self.k.s(info.session, "session")
+        fields, _drop = session_fields(fields)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(key)
+        pipe.hset(key, mapping=fields)
+        pipe.execute()
+        self.r.zadd(self.k.sessions, {info.session: info.opened_at or now_ms()})
+        self.r.hset(self.k.handle_map(info.handle), info.session, "")
+
+    def get_session(self, sid: str) -> SessionInfo | None:
+        """The session record as last put or updated; ``None`` if never put."""
+        data = cast(dict[str, str], self.r.hgetall(self.k.s(sid, "session")))
+        return session_from_hash(data, sid) if data else None
+
+    def update_session(self, sid: str, **fields: object) -> None:
+        """Set some fields of the record (``None`` clears one) and ``updated_at`` to now."""
+        mapping: dict[str, str] = {"updated_at": str(now_ms())}
+        for name, value in fields.items():
+            if isinstance(value, bool):
+                mapping[name] = "1" if value else "0"
+            else:
+                mapping[name] = "" if value is None else str(value)
+        mapping, drop = session_fields(mapping)
+        key = self.k.s(sid, "session")
+        if not drop:
+            self.r.hset(key, mapping=mapping)
+            return
+        pipe = self.pipeline(transaction=True)
+        pipe.hset(key, mapping=mapping)
+        pipe.hdel(key, *drop)
+        pipe.execute()
+
+    def incr_turns(self, sid: str) -> int:
+        """Add one to the session's turn count atomically; return the new count."""
+        return int(self.r.hincrby(self.k.s(sid, "session"), "turns", 1))
+
+    def session_ids(self) -> list[str]:
+        """Every session ever put, oldest ``opened_at`` first."""
+        return [str(s) for s in self.r.zrange(self.k.sessions, 0, -1)]
+
+    def sessions(self) -> list[SessionInfo]:
+        """The records of :meth:`session_ids`, in that order (one round trip per node)."""
+        ids = self.session_ids()
+        pipe = self.r.pipeline(transaction=False)
+        for sid in ids:
+            pipe.hgetall(self.k.s(sid, "session"))
+        return [session_from_hash(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
+
+    def sessions_by_handle(self, handle: str) -> list[SessionInfo]:
+        """Sessions whose record carries ``handle`` now, sorted by id."""
+        sids = sorted(str(s) for s in self.r.hkeys(self.k.handle_map(handle)))
+        found = [self.get_session(sid) for sid in sids]
+        return [s for s in found if s is not None and s.handle == handle]

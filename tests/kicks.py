@@ -1,0 +1,16 @@
+"""What a kick loop does with its list, for the tests that drive the list by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bus.store.store import Store
+
+
+def pop_kicks(
+    store: Store, client: Any, host: str, loop: str, block_s: float, count: int
+) -> list[str]:
+    """Up to ``count`` kicks off ``host``'s list into loop ``loop``'s taken list, as a kick
+    loop takes them (bus.delivery.kick_list): those already waiting without blocking, else
+    the next one waited for up to ``block_s`` on ``client`` and returned alone."""
+    return store.take_kicks(host, loop, count) or store.wait_kick(client, host, loop, block_s)

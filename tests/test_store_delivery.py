@@ -1,0 +1,60 @@
+"""The store's delivery side (bus/store/delivery.py): a delivery's grouped round trips and
+the one notice's steps, held to their contract on every backend (a standalone Redis and a
+Redis Cluster: tests/store_backends.py)."""
+
+# ruff: noqa: F811  (the store fixture, imported from tests.store_backends)
+from __future__ import annotations
+
+from bus.store import packing
+from bus.store.delivery import taken_records
+from bus.store.store import Store
+from tests.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
+
+
+def ingest(store: Store, sid: str, msg_id: str, at: int = 1000) -> None:
+    """One message into ``sid``'s inbox, new, as the delivery takes it in."""
+    msg = {"id": msg_id, "from": "h:a", "to_id": sid, "text": "hi", "ts": at}
+    whole = packing.whole_record(
+        msg, key="", thread="thr_t", sender_sid=None, at=at, wakes=False, why="fyi"
+    )
+    record, _one_m = packing.keep_ingested(whole, sid)
+    store.take_into_inbox(sid, [msg_id, record, at, "0", "thr_t"])
+
+
+def test_nothing_new_takes_no_notice_and_a_stranger_changes_nothing(store: Store) -> None:
+    assert not any(store.take_notices([(sid, f"ntc-{sid}") for sid in SIDS], 1000))
+    store.revert_notice("s1", "ntc-none", 1000, "test")
+    store.notice_written("s1", "ntc-none", 1000, "file")
+    assert store.notice_in_flight("s1") is None and store.floor_notice_ids("s1") == []
+    assert store.floor_woken("s1", 1000) == []
+    assert store.finish_notices([]) == []
+
+
+def test_a_notice_takes_whats_new_across_slots_and_gives_it_back_on_revert(store: Store) -> None:
+    for sid in SIDS:
+        store.put_session(info(sid))
+        ingest(store, sid, f"{sid}-m")
+    taken = store.take_notices([(sid, f"ntc-{sid}") for sid in SIDS], 2000)
+    for sid, reply in zip(SIDS, taken, strict=True):
+        [record] = [packing.restore_record(r, sid) for r in taken_records(reply)]
+        assert record["id"] == f"{sid}-m"
+        assert store.notice_in_flight(sid) == f"ntc-{sid}" and store.new_ids(sid) == []
+    # One notice in flight at a time: nothing more is taken meanwhile.
+    assert not store.take_notices([(SIDS[0], "ntc-again")], 2001)[0]
+    store.revert_notice(SIDS[0], f"ntc-{SIDS[0]}", 2002, "floor: test")
+    assert store.notice_in_flight(SIDS[0]) is None and store.new_ids(SIDS[0]) == [f"{SIDS[0]}-m"]
+
+
+def test_a_written_notice_waits_on_the_floor_and_its_finish_frees_the_lock(store: Store) -> None:
+    store.put_session(info("s1"))
+    ingest(store, "s1", "m1")
+    assert store.take_notices([("s1", "ntc-1")], 2000)[0]
+    token = store.lock("s1")
+    assert token is not None
+    [(freed, again)] = store.finish_notices(
+        [{"sid": "s1", "nid": "ntc-1", "via": "file", "now": 2001, "heard": False, "unlock": token}]
+    )
+    assert freed and not again and store.lock("s1") is not None
+    assert store.notice_in_flight("s1") is None and store.floor_notice_ids("s1") == ["ntc-1"]
+    assert store.confirm_notices("s1", ["ntc-1"], "drain", 2002) == 1
+    assert store.floor_notice_ids("s1") == []

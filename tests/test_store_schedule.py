@@ -1,0 +1,85 @@
+"""The store's schedule: due times, the sweeps' claims, heartbeats (bus/store/schedule.py),
+held to its contract on every backend (a standalone Redis and a Redis Cluster:
+tests/store_backends.py)."""
+
+# ruff: noqa: F811  (the store fixture, imported from tests.store_backends)
+from __future__ import annotations
+
+import threading
+
+from bus.store.many import SweepView
+from bus.store.store import Store
+from tests.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
+
+
+def test_the_schedule_keeps_the_earlier_time_and_hands_each_entry_out_once(
+    store: Store,
+) -> None:
+    store.schedule("due", "s6", 2000)
+    store.schedule("due", "s6", 1000)  # earlier wins
+    store.schedule("due", "s6", 3000)  # later is ignored
+    store.schedule("retry", "s7", 5000, earliest=False)
+    store.schedule("retry", "s7", 6000, earliest=False)  # replaced
+    store.schedule("due", "s8", 1500)
+    store.unschedule("due", "s8")
+    assert store.next_due() == 1000
+    assert store.take_due(999) == []
+    assert store.take_due(5999) == [("due", "s6")]
+    assert store.take_due(5999) == []
+    assert store.take_due(6000) == [("retry", "s7")]
+    assert store.next_due() is None
+
+
+def test_take_due_from_many_threads_hands_out_each_entry_exactly_once(store: Store) -> None:
+    for i in range(200):
+        store.schedule("due", SIDS[i % len(SIDS)] + f"x{i}", 10)
+    got: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def taker() -> None:
+        while True:
+            batch = store.take_due(100, limit=7)
+            if not batch:
+                return
+            with lock:
+                got.extend(batch)
+
+    threads = [threading.Thread(target=taker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(got) == 200 and len(set(got)) == 200
+
+
+def test_one_sweep_claim_per_interval(store: Store) -> None:
+    assert store.claim_sweep(60_000) is True
+    assert store.claim_sweep(60_000) is False
+
+
+def test_heartbeats_and_the_sweep_view(store: Store) -> None:
+    store.beat("hosta", {"beat": 5, "pid": 42})
+    store.beat("hosta", {"progress": 6}, done=True)
+    store.beat("scheduler", {"beat": 7})
+    got = store.beats(lambda name: None if name == "scheduler" else f"inbox.{name}")
+    assert got == [
+        ("hosta", {"beat": "5", "pid": "42", "progress": "6", "done": "1"}, 0),
+        ("scheduler", {"beat": "7"}, 0),
+    ]
+    assert store.sweep_views(["nobody"]) == []
+    store.put_session(info("s1"))
+    store.schedule("due", "s1", 1000)
+    [(got, view)] = store.sweep_views(["s1"])
+    assert got.session == "s1"
+    assert view == SweepView(False, None, False, 1000, None, [])
+
+
+def test_many_entries_go_on_the_schedule_at_once_the_earlier_time_kept(store: Store) -> None:
+    store.schedule("due", SIDS[0], 5000)
+    store.schedule_many("due", [(SIDS[0], 7000), (SIDS[1], 3000), (SIDS[2], 4000)])
+    store.schedule_many("due", [])
+    assert store.take_due(10_000, limit=10) == [
+        ("due", SIDS[1]),
+        ("due", SIDS[2]),
+        ("due", SIDS[0]),
+    ]

@@ -25,7 +25,7 @@ from bus.core.settings import Settings
 from bus.delivery import receipts as lib_receipts
 from bus.services import items as lib_items
 from bus.store import lite_reads
-from bus.store import store as lib_store
+from bus.store import queue as lib_store
 from bus.surfaces import entry, fast_read
 from bus.surfaces import read_answers as answers
 from bus.telemetry import liveness

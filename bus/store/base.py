@@ -9,6 +9,23 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+def store_failed(fn: Any) -> Any:
+    """:func:`bus.store.redis_errors.store_failed`, imported at the first call: the read
+    lane imports the store's parts and must not import redis."""
+    wrapped: Any = None
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal wrapped
+        if wrapped is None:
+            from .redis_errors import store_failed
+
+            wrapped = store_failed(fn)
+        return wrapped(*args, **kwargs)
+
+    call.__doc__, call.__name__ = fn.__doc__, fn.__name__
+    return call
+
+
 class StorePart:
     """The client, the key builder, the registered scripts and pipelines: the Store
     defines them; a part declares them once here instead of each its own."""

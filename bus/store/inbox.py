@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from . import packing
-from .base import StorePart
+from .base import StorePart, store_failed
 from .keys import receipt_field
 from .packing import meta_of, session_from_hash
 
@@ -20,23 +20,6 @@ from .packing import meta_of, session_from_hash
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
-
-
-def _store_failed(fn: Any) -> Any:
-    """:func:`bus.store.redis_errors.store_failed`, imported at the first call: the read
-    lane imports this module and must not import redis."""
-    wrapped: Any = None
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        nonlocal wrapped
-        if wrapped is None:
-            from .redis_errors import store_failed
-
-            wrapped = store_failed(fn)
-        return wrapped(*args, **kwargs)
-
-    call.__doc__, call.__name__ = fn.__doc__, fn.__name__
-    return call
 
 
 # Send answers (what a resend of an id gets) outlive the messages themselves.
@@ -228,7 +211,7 @@ class InboxStore(StorePart):
         carried, waiting = pipe.execute()
         return [str(i) for i in carried], [str(w) for w in waiting]
 
-    @_store_failed
+    @store_failed
     def pop_answer(self, client: Any, sid: str, msg_id: str, timeout: float) -> str | None:
         """Block up to ``timeout`` s on ``client`` (:meth:`~bus.store.store.Store.blocking_client`)
         for the answer pushed for ``msg_id`` (BLPOP): its JSON, or ``None``."""

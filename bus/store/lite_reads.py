@@ -30,7 +30,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-BACKLOG_CAP = 10_000  # bus.store.store.BACKLOG_CAP (a test holds them equal)
+BACKLOG_CAP = 10_000  # bus.store.queue.BACKLOG_CAP (a test holds them equal)
 
 
 def _pairs(reply: list[Any] | None) -> dict[str, Any]:

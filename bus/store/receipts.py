@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 from . import receipt_index
+from .base import store_failed
 from .keys import receipt_field
-from .redis_errors import store_failed
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
 # (bus.surfaces.fast_read imports this module).

@@ -19,7 +19,7 @@ from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.ops.embedded import EmbeddedRedis
 from bus.services import send_many
-from bus.store import many
+from bus.store import ingest
 from bus.store.receipt_index import BUCKETS, KEEP_DAYS, bucket_of
 
 
@@ -185,7 +185,7 @@ def test_a_call_per_few_receivers_or_one_each_stores_the_same(
     b, client = counted
     b.send_many(batch(3, "warm"))
     for per_call, calls in ((1, 3), (20, 2), (1000, 1)):
-        monkeypatch.setattr(many, "CALL_MESSAGES", per_call)
+        monkeypatch.setattr(ingest, "CALL_MESSAGES", per_call)
         client.sent, client.trips = [], 0
         tag = f"c{per_call}"
         items = [*batch(30, tag), batch(1, tag)[0]]  # the same id twice: stored once

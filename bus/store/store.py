@@ -28,6 +28,7 @@ from . import packing, receipt_index
 from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .delivery import DeliveryStore
 from .host_claim import HostClaimStore
+from .ingest import IngestStore
 from .inbox import InboxStore
 from .items import ItemStore
 from .keys import Keys
@@ -86,6 +87,7 @@ def inline_script_loads(pipe: Any) -> Any:
 
 class Store(
     InboxStore,
+    IngestStore,
     ItemStore,
     MetricsStore,
     ManyStore,

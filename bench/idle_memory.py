@@ -96,9 +96,13 @@ def nodes(s: Settings) -> list[redis.Redis]:
 
 
 def used(ns: list[redis.Redis]) -> int:
-    """``used_memory`` less the clients' buffers, summed over the masters."""
+    """``used_memory`` less the clients' buffers, summed over the masters. Each server's
+    slow log is emptied first: its entries (at most ``slowlog-max-len``, 128 by default,
+    each keeping a slow command's first 32 arguments, ~200 KB in all after a loaded run
+    of batched appends) are the server's bounded log, not a session's memory."""
     total = 0
     for n in ns:
+        n.slowlog_reset()
         mem = int(n.info("memory")["used_memory"])
         clients = sum(int(c.get("tot-mem", 0)) for c in n.client_list())
         total += mem - clients

@@ -25,6 +25,7 @@ from bus.delivery.kick_list import ListDispatcher
 from bus.delivery.receipts import Receipts
 from bus.services.conversation import Conversation
 from bus.services.routing import Router
+from bus.services.send_many import BatchSender
 from bus.services.sessions import Sessions, check_host
 from bus.store.connection import redis_client
 from bus.store.keys import Keys
@@ -101,6 +102,18 @@ class Bus:
             s,
             session=self.sessions.get,
             member_status=lambda ws, name: self.store.member_status(ws, name),
+            clock=clk,
+        )
+        self.batches = BatchSender(
+            store,
+            s,
+            receipts=self.receipts,
+            dispatcher=lambda: self.dispatcher,
+            claims=self.access.claims,
+            settle=self.access.settle,
+            resolve=self.sessions.resolve,
+            floor_listening=self.router.floor_listening,
+            verified=self.auth.enabled,
             clock=clk,
         )
         self.conversation = Conversation(
@@ -356,7 +369,7 @@ class Bus:
         """Send a batch: validated whole (one bad item refuses it all, nothing written),
         each receiver looked up once, one pipelined append and one delivery per receiver.
         Answers as ``send`` would, one per item, in order. See :mod:`bus.services.send_many`."""
-        return send_many.send_many(self, items, token=token)
+        return self.batches.send_many(items, token=token)
 
     def send_local(self, data: dict[str, Any], *, token: str | None = None) -> tuple[Via, str]:
         """prox's ``POST /send``: deliver on this host, ``(via, id)`` (see :mod:`bus.services.door`)."""

@@ -14,9 +14,6 @@ from bus.telemetry.liveness import HasStore
 if TYPE_CHECKING:
     from bus.core.models import Message, SessionInfo
     from bus.core.settings import Settings
-    from bus.delivery.dispatch import Dispatcher
-    from bus.delivery.receipts import Receipts
-    from bus.trust.tokens import Authenticator, Claims
 
 
 class Streams(HasStore, Protocol):
@@ -36,27 +33,6 @@ class Poster(HasStore, Protocol):
     def post(
         self, msg: Message, *, wait: bool = False, timeout: float | None = None
     ) -> dict[str, Any]: ...
-
-
-class Sender(HasStore, Protocol):
-    """The batched ingest: what ``send`` checks and routes with."""
-
-    settings: Settings
-    auth: Authenticator
-    receipts: Receipts
-
-    @property
-    def dispatcher(self) -> Dispatcher: ...
-
-    def claims(
-        self, token: str | None, scope: str, *, session: str | None = None
-    ) -> Claims | None: ...
-
-    def settle_sender(self, data: dict[str, Any], claims: Claims | None) -> dict[str, Any]: ...
-
-    def resolve(self, handle: str) -> SessionInfo: ...
-
-    def floor_listening(self, info: SessionInfo) -> bool: ...
 
 
 class Issuer(HasStore, Protocol):

@@ -79,7 +79,9 @@ class IngestStore(StorePart):
                 keys.append(self.k.rcpt_bucket(day - back, b))
                 args.append(blob)
         if self.cluster:
-            calls = [self.script_call("ids_indexed", [k], [a]) for k, a in zip(keys, args)]
+            calls = [
+                self.script_call("ids_indexed", [k], [a]) for k, a in zip(keys, args, strict=True)
+            ]
         else:
             calls = [self.script_call("ids_indexed", keys, args)]
         found: dict[str, str] = {}

@@ -28,8 +28,8 @@ from . import packing, receipt_index
 from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .delivery import DeliveryStore
 from .host_claim import HostClaimStore
-from .ingest import IngestStore
 from .inbox import InboxStore
+from .ingest import IngestStore
 from .items import ItemStore
 from .keys import Keys
 from .kick import KickStore

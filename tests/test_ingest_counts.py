@@ -15,12 +15,12 @@ import pytest
 import redis
 
 from bus.api import Bus
+from bus.core.models import now_ms
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.ops.embedded import EmbeddedRedis
 from bus.services import send_many
 from bus.store import ingest
-from bus.core.models import now_ms
 from bus.store.receipt_index import BUCKETS, KEEP_DAYS, bucket_of, day_of
 
 

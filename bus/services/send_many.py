@@ -49,26 +49,23 @@ The same guarantees as a send per message, still batched:
 
 from __future__ import annotations
 
-import json
-import queue
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from concurrent.futures import Future
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import BadInput, BusError, RateLimited, Refused
 from bus.core.models import Message, SessionInfo, now_ms, parse_message
-from bus.core.threads import thread_id, thread_key
-from bus.delivery.dispatch import deliver_many
-from bus.delivery.receipts import recipient_state
-from bus.store import packing
 from bus.trust.tokens import SCOPE_WRITE, Claims
 
 from . import batch_wire as wire
 from . import id_owner
-from .batch_wire import Standing, inbox_full
+from .batch_wire import inbox_full
+from .batch_write import BatchWriter, Job
 from .conversation import _list as json_list
+from .overlap import Ahead, Writer
 
 if TYPE_CHECKING:
     from bus.core.settings import Settings
@@ -82,7 +79,6 @@ __all__ = ["BatchSender", "inbox_full", "party_refusal", "sender_of"]
 # holds Redis (a few ms), while keeping the round trips per message far below one.
 WRITE_CHUNK = 1000
 MAX_ERRORS_LISTED = 20
-MAX_ROUNDS = 8
 # The caches tests inspect, by the names they had here.
 _answer_parts = wire.answer_parts
 _RECORDS = wire.RECORDS
@@ -121,32 +117,6 @@ def over_rate(settings: Settings, sender: str, batch: int = 1) -> RateLimited:
 
 
 Checked = list[Message | BusError]
-T = TypeVar("T")
-_END = object()
-
-
-def _ahead(work: Callable[[Sequence[Any]], T], chunks: Iterator[Sequence[Any]]) -> Iterator[T]:
-    """``work`` of each chunk, in order, one chunk ahead on a daemon thread (a stream's
-    reader may wait on its input forever: nothing joins it). An error of the thread is
-    raised here, in its place."""
-    done: queue.Queue[Any] = queue.Queue(maxsize=1)
-
-    def run() -> None:
-        try:
-            for chunk in chunks:
-                done.put((work(chunk), None))
-        except BaseException as exc:  # raised in the consumer, in order
-            done.put((None, exc))
-        done.put((_END, None))
-
-    threading.Thread(target=run, name="send-ahead", daemon=True).start()
-    while True:
-        got, exc = done.get()
-        if exc is not None:
-            raise exc
-        if got is _END:
-            return
-        yield got
 
 
 class BatchSender:
@@ -166,10 +136,17 @@ class BatchSender:
         verified: bool,
         clock: Clock = SYSTEM,
     ) -> None:
-        self._store, self.settings, self.receipts = store, settings, receipts
-        self._dispatcher, self._claims, self._settle = dispatcher, claims, settle
-        self._resolve, self._listening = resolve, floor_listening
-        self.verified, self.clock = verified, clock
+        self._store, self.settings = store, settings
+        self._claims, self._settle, self._resolve = claims, settle, resolve
+        self.writes = BatchWriter(
+            store,
+            settings,
+            receipts=receipts,
+            dispatcher=dispatcher,
+            floor_listening=floor_listening,
+            verified=verified,
+            clock=clock,
+        )
 
     @property
     def store(self) -> Store:
@@ -338,164 +315,75 @@ class BatchSender:
     def send_stream(
         self, chunks: Iterator[Sequence[Any]], token: str | None = None
     ) -> Iterator[list[dict[str, Any] | BusError]]:
-        """:meth:`send_each` of each chunk, in order; the next chunk is taken and parsed
-        (read, JSON, validated: no round trip) on a thread of its own while this one is
-        checked and written, so a stream's Python work overlaps its round trips. Each
-        chunk's answers as soon as it is written."""
+        """:meth:`send_each` of each chunk, in order, each chunk's answers as soon as it is
+        written. The next chunk is taken and parsed (read, JSON, validated) on a thread
+        of its own, and written on another while the one after is checked and built, so
+        the stream's Python work overlaps its round trips; a chunk whose ids the chunk
+        being written holds is checked after it (``id_taken`` as one after the other)."""
         claims = self._claims(token, SCOPE_WRITE)
-        for checked, given in _ahead(lambda chunk: self._parse(chunk, claims), chunks):
-            self._check_parties(checked)
-            self._check_ids(checked, given)
-            yield self._store_each(checked, claims)
+        ahead = Ahead(lambda chunk: self._parse(chunk, claims), chunks)
+        flight: tuple[Future[list[dict[str, Any] | BusError]], set[str]] | None = None
+        with Writer() as writer:
+            while True:
+                if flight is not None and not ahead.ready():  # a producer may wait on it
+                    yield flight[0].result()
+                    flight = None
+                more, parsed = ahead.get()
+                if not more or parsed is None:
+                    break
+                checked, given = parsed
+                ids = {
+                    c.id
+                    for c, g in zip(checked, given, strict=True)
+                    if g and isinstance(c, Message)
+                }
+                if flight is not None and ids & flight[1]:
+                    yield flight[0].result()
+                    flight = None
+                self._check_parties(checked)
+                self._check_ids(checked, given)
+                keep = self._rate_each(checked, claims)
+                msgs = [m for _i, m in keep]
+                job = self.writes.build(msgs) if len(msgs) <= WRITE_CHUNK else msgs
+                done = writer.submit(partial(self._write_placed, checked, keep, job))
+                if flight is not None:
+                    yield flight[0].result()
+                sent = {m.id for _i, m in keep}
+                flight = (done, sent)
+            if flight is not None:
+                yield flight[0].result()
 
     def _store_each(
         self, checked: Checked, claims: Claims | None
     ) -> list[dict[str, Any] | BusError]:
         keep = self._rate_each(checked, claims)
+        return self._placed(checked, keep, self.store_many([m for _i, m in keep]))
+
+    def _write_placed(
+        self, checked: Checked, keep: list[tuple[int, Message]], job: Job | list[Message]
+    ) -> list[dict[str, Any] | BusError]:
+        """A stream chunk's write (built, or too large to be one), its items answered."""
+        answers = self.store_many(job) if isinstance(job, list) else self.writes.finish(job)
+        return self._placed(checked, keep, answers)
+
+    @staticmethod
+    def _placed(
+        checked: Checked, keep: list[tuple[int, Message]], answers: list[dict[str, Any]]
+    ) -> list[dict[str, Any] | BusError]:
+        """Each item's answer in order: the stored ones' from ``answers``, the refusals."""
         out: list[dict[str, Any] | BusError | Message] = list(checked)
-        for (i, _msg), answer in zip(keep, self.store_many([m for _i, m in keep]), strict=True):
+        for (i, _msg), answer in zip(keep, answers, strict=True):
             out[i] = answer
         return [o for o in out if not isinstance(o, Message)]
 
     def store_many(self, msgs: Sequence[Message]) -> list[dict[str, Any]]:
-        """Store and route messages already validated and rated."""
-        answers: list[dict[str, Any]] = []
-        for start in range(0, len(msgs), WRITE_CHUNK):
-            answers.extend(self._write(list(msgs[start : start + WRITE_CHUNK])))
-        return answers
-
-    def _standing(self, sid: str, found: wire.Found, now: int) -> Standing:
-        host, state, seen, opened = found
-        s = self.settings
-        return (
-            sid,
-            host,
-            recipient_state(state, seen or opened, now, s.stale_s),
-            # Not listening on another host (Router.floor_listening), without a SessionInfo.
-            host == s.host and self._listening(SessionInfo.model_construct(session=sid, host=host)),
-            seen or None,
-        )
-
-    def _write(self, msgs: list[Message]) -> list[dict[str, Any]]:
-        """Store ``msgs``: each receiver's appends made from the record it had when last
-        read (:data:`~bus.services.batch_wire.RECORDS`), all in one round trip; a receiver
-        whose record differs (or this process never read it) is written in a second, from
-        the record the first one read."""
-        # The records' times are the wall clock's, as Store.append writes them; the
-        # recipients' states are by the bus's clock, as Router.post answers them.
-        store, now, at = self.store, now_ms(), self.clock.now_ms()
-        prefix = store.k.prefix
-        per_sid: dict[str, list[int]] = {}
-        threads: list[str] = []
-        for i, msg in enumerate(msgs):
-            if msg.verified is None:
-                msg = msgs[i] = msg.model_copy(update={"verified": self.verified})
-            per_sid.setdefault(msg.to_id, []).append(i)
-            key = thread_key(
-                thread=msg.thread, pr=msg.pr, topic=msg.topic, sender=msg.from_, text=msg.text
-            )
-            threads.append(thread_id(msg.to_id, key))  # cached: the same in every batch
-        answers: list[dict[str, Any] | None] = [None] * len(msgs)
-        blobs: dict[str, tuple[str, str]] = {}
-        refused: list[tuple[Message, str]] = []
-        due: dict[str, list[str]] = {}
-        todo: list[str] = list(per_sid)
-        bounced: list[int] = []
-        # As text: the call packs without converting a number (bus.store.many.pack_commands).
-        head = [str(now), str(store.lock_ttl_ms), str(self.settings.max_unread)]
-        for round_ in range(MAX_ROUNDS):
-            if not todo and not bounced:
-                break
-            pipe = store.pipeline()
-            queued = 0
-            if round_ == 0:
-                # The id -> receiver index first (the replies after it are the appends'):
-                # one HSET per bucket the batch touches (bus.store.receipt_index).
-                queued = store.queue_index(pipe, ((m.id, m.to_id) for m in msgs), now)
-            standings: dict[str, Standing] = {}
-            receivers: list[tuple[str, list[str], list[str]]] = []
-            for sid in todo:
-                said, found = wire.RECORDS.get((prefix, sid), wire.UNREAD)
-                parts = ("", "")
-                if found is not None:
-                    standings[sid] = self._standing(sid, found, at)
-                    parts = wire.answer_parts(standings[sid])
-                if sid not in blobs:
-                    blobs[sid] = wire.blobs(msgs, threads, per_sid[sid])
-                ids = [msgs[i].id for i in per_sid[sid]]
-                receivers.append((sid, ids, [said, *blobs[sid], *parts]))
-            calls = store.queue_append_many(pipe, head, receivers)
-            # The appends open the stored messages' receipts; the bounced ones open theirs
-            # here (receipt_open.lua), and every message sent gets its outbox entry (ZADD
-            # NX: a message sent again next round keeps the entry of the first).
-            rows = wire.receipt_rows(msgs, threads, set(todo), set(bounced))
-            self.receipts.open_many(pipe, rows, appended=True)
-            replies = store.execute_loaded(pipe)
-            todo, bounced = [], []
-            for sids, reply in zip(calls, replies[queued : queued + len(calls)], strict=True):
-                said_all = wire.told(reply)
-                for r, sid in enumerate(sids, 1):
-                    lines = said_all.get(r, [])
-                    if lines and lines[0][0] == "s":  # its record, as read: nothing written
-                        if wire.remember((prefix, sid), json.loads(lines[0][1])) is None:
-                            bounced.extend(per_sid[sid])
-                        else:
-                            todo.append(sid)
-                        continue
-                    self._answered(
-                        msgs,
-                        threads,
-                        per_sid[sid],
-                        standings.get(sid),
-                        lines,
-                        answers,
-                        refused,
-                        due,
-                    )
-            for i in bounced:
-                answers[i] = wire.bounced_answer(msgs[i])
-        if todo or bounced:  # a record changed under every one of the rounds
-            raise BusError(f"the receivers' records kept changing; send again: {todo[:3]}")
-        for host, sids in due.items():  # a few tasks per host per batch, not one per receiver
-            deliver_many(self._dispatcher(), host, sids)
-        if refused:
-            self._unwrite(refused, now)
-        return [a for a in answers if a is not None]
-
-    def _answered(
-        self,
-        msgs: list[Message],
-        threads: list[str],
-        idx: list[int],
-        standing: Standing | None,
-        lines: list[tuple[str, str]],
-        answers: list[dict[str, Any] | None],
-        refused: list[tuple[Message, str]],
-        due: dict[str, list[str]],
-    ) -> None:
-        """One receiver's answers from what its append said: stored, each its template;
-        a resend its first answer; ``inbox_full`` what did not fit; its dispatch noted."""
-        if standing is None:  # never: the script writes only on a matching record
-            raise RuntimeError(f"append_many.lua wrote {msgs[idx[0]].to_id} on no record")
-        sid = standing[0]
-        template = wire.template(standing)
-        for i in idx:
-            answers[i] = {**template, "id": msgs[i].id, "thread": threads[i]}
-        for kind, rest in lines:
-            if kind == "d":
-                due.setdefault(standing[1], []).append(sid)
-                continue
-            n, _, prior = rest.partition(" ")
-            i = idx[int(n) - 1]
-            if prior == "-1":
-                cap = self.settings.max_unread
-                answers[i] = {**inbox_full(sid, cap).to_json(), "id": msgs[i].id}
-                refused.append((msgs[i], sid))
-            else:
-                answers[i] = {**packing.restore(prior, sid, msgs[i].id), "duplicate": True}
-
-    def _unwrite(self, refused: list[tuple[Message, str]], now: int) -> None:
-        """Messages refused ``inbox_full`` keep no recipient index and no outbox entry (as
-        ``Store.append`` and ``Bus.post`` leave a refused send); only on a refusal."""
-        self.store.unindex_many((msg.id for msg, _sid in refused), now)
-        self.receipts.unlist_refused(refused)
+        """Store and route messages already validated and rated, :data:`WRITE_CHUNK` a
+        pipeline: each chunk built while the one before is written (one writer thread,
+        in order; a chunk that fails stops the ones after it)."""
+        chunks = [list(msgs[at : at + WRITE_CHUNK]) for at in range(0, len(msgs), WRITE_CHUNK)]
+        if len(chunks) <= 1:
+            return self.writes.write(chunks[0]) if chunks else []
+        writes = self.writes
+        with Writer() as writer:
+            done = [writer.submit(partial(writes.finish, writes.build(c))) for c in chunks]
+        return [a for d in done for a in d.result()]

@@ -12,6 +12,7 @@ a Redis Cluster, see :mod:`bus.store.cluster`). Reads of a missing thing answer 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
@@ -21,7 +22,7 @@ from typing import Any, cast
 
 import redis
 
-from bus.core.errors import RateLimited
+from bus.core.errors import BadInput, RateLimited
 from bus.core.models import SessionInfo, check_session_id, now_ms
 
 from . import packing, receipt_index
@@ -187,7 +188,8 @@ class Store(
         pipe.hset(key, mapping=fields)
         pipe.execute()
         self.r.zadd(self.k.sessions, {info.session: info.opened_at or now_ms()})
-        self.r.hset(self.k.handle_map(info.handle), info.session, "")
+        if info.handle != f"{info.host}:{info.session}":  # a default handle names its session
+            self.r.hset(self.k.handle_map(info.handle), info.session, "")
 
     def get_session(self, sid: str) -> SessionInfo | None:
         """The session record as last put or updated; ``None`` if never put."""
@@ -229,12 +231,17 @@ class Store(
         return [session_from_hash(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
 
     def sessions_by_handle(self, handle: str) -> list[SessionInfo]:
-        """Sessions whose record carries ``handle`` now, sorted by id."""
+        """Sessions whose record carries ``handle`` now, sorted by id: those the handle's
+        hash lists, and the session a default handle (``<host>:<sid>``, not listed) names."""
         pipe = self.r.pipeline(transaction=False)
         pipe.hkeys(self.k.handle_map(handle))
         pipe.smembers(self.k.handle(handle))  # sessions opened before the hash
         now, before = pipe.execute()
-        sids = sorted({str(s) for s in now} | {str(s) for s in before})
+        named = {str(s) for s in now} | {str(s) for s in before}
+        _host, _, name = handle.partition(":")
+        with contextlib.suppress(BadInput):
+            named.add(check_session_id(name))
+        sids = sorted(named)
         found = [self.get_session(sid) for sid in sids]
         return [s for s in found if s is not None and s.handle == handle]
 

@@ -15,12 +15,13 @@ import pytest
 import redis
 
 from bus.api import Bus
+from bus.core.models import now_ms
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.ops.embedded import EmbeddedRedis
 from bus.services import send_many
-from bus.store import many
-from bus.store.receipt_index import BUCKETS, KEEP_DAYS, bucket_of
+from bus.store import ingest
+from bus.store.receipt_index import BUCKETS, KEEP_DAYS, bucket_of, day_of
 
 
 def named(args: tuple[Any, ...]) -> str:
@@ -112,13 +113,24 @@ def bare(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def owner_lookups(items: list[dict[str, Any]]) -> int:
-    """The id-owner check's commands for caller-chosen ids (bus.services.id_owner): one HMGET per
-    index bucket the ids fall in and day kept, in one round trip before any write."""
+    """The id-owner check's index buckets for caller-chosen ids (bus.services.id_owner):
+    each bucket the ids fall in, for each day kept, read in one ids_indexed.lua call."""
     return len({bucket_of(item["id"]) for item in items}) * (KEEP_DAYS + 1)
 
 
+def buckets_held(b: Bus, items: list[dict[str, Any]]) -> int:
+    """How many of today's index buckets the items' ids fall in exist already (the
+    lookup reads those: no other day's does)."""
+    day = day_of(now_ms())
+    keys = {b.store.k.rcpt_bucket(day, bucket_of(item["id"])) for item in items}
+    return sum(int(b.store.r.exists(key)) for key in keys)
+
+
 def scripts_run(b: Bus, sent: list[str]) -> Counter[str]:
-    names = {b.store.script(n).sha.upper(): n for n in ("append_many", "receipt_open", "rate")}
+    names = {
+        b.store.script(n).sha.upper(): n
+        for n in ("append_many", "receipt_open", "rate", "ids_indexed")
+    }
     return Counter(
         names.get(c.removeprefix("EVALSHA ").strip(), c) for c in sent if c.startswith("EVALSHA")
     )
@@ -155,8 +167,8 @@ def test_a_batch_is_one_script_call_and_one_round_trip_once_its_receivers_were_r
     client.sent, client.trips = [], 0
     answers = b.send_many(batch(90))
     assert [a["state"] for a in answers] == ["stored"] * 90
-    assert scripts_run(b, client.sent) == Counter({"append_many": 1})
-    assert client.sent.count("HMGET") == owner_lookups(batch(90)) <= BUCKETS * (KEEP_DAYS + 1)
+    assert scripts_run(b, client.sent) == Counter({"append_many": 1, "ids_indexed": 1})
+    assert "HMGET" not in client.sent
     assert client.trips == 1 + 1
     for n in (0, 45, 89):
         assert b.receipt(f"m-{n}", by="alice")["state"] == "stored"
@@ -185,12 +197,12 @@ def test_a_call_per_few_receivers_or_one_each_stores_the_same(
     b, client = counted
     b.send_many(batch(3, "warm"))
     for per_call, calls in ((1, 3), (20, 2), (1000, 1)):
-        monkeypatch.setattr(many, "CALL_MESSAGES", per_call)
+        monkeypatch.setattr(ingest, "CALL_MESSAGES", per_call)
         client.sent, client.trips = [], 0
         tag = f"c{per_call}"
         items = [*batch(30, tag), batch(1, tag)[0]]  # the same id twice: stored once
         answers = b.send_many(items)
-        assert scripts_run(b, client.sent) == Counter({"append_many": calls})
+        assert scripts_run(b, client.sent) == Counter({"append_many": calls, "ids_indexed": 1})
         assert client.trips == 1 + 1  # the writes, after the id-owner check (caller's ids)
         assert [a["state"] for a in answers] == ["stored"] * 31
         assert [a["duplicate"] for a in answers] == [False] * 30 + [True]
@@ -206,18 +218,20 @@ def test_a_call_per_few_receivers_or_one_each_stores_the_same(
 
 def test_redis_runs_two_commands_a_stored_message(counted: tuple[Bus, Recording]) -> None:
     b, client = counted
-    b.settings = replace(b.settings, max_unread=1000)  # the cap counted: once per receiver
+    b = b.with_settings(replace(b.settings, max_unread=1000))  # the cap counted: once per receiver
     b.send_many(batch(3, "warm"))  # this process has read the receivers' records
     client.delete(*(b.store.k.s(sid, "pending") for sid in ("s1", "s2", "s3")))
+    held = buckets_held(b, batch(90))
     before = redis_calls(client)
     b.send_many(batch(90))
     ran = redis_calls(client) - before
     ran.pop("info", None)
-    # The caller chose the ids: the id-owner check's HMGETs first, per batch (not per
-    # message: at most one per index bucket and day kept).
+    # The caller chose the ids: the id-owner check first, per batch (not per message):
+    # an EXISTS per index bucket and day kept, an HMGET of each that exists.
     lookups = owner_lookups(batch(90))
     assert lookups <= BUCKETS * (KEEP_DAYS + 1)
-    ran["hmget"] -= lookups
+    ran["exists"] -= lookups
+    ran["hmget"] -= held
     ran.pop("evalsha", None)
     # Each message: XADD queue, XADD events. Each receiver: HMGET session (the record the
     # answers were made from), HMGET ids (every message's prior answer at once), XLEN +
@@ -251,7 +265,8 @@ def test_scripts_lost_by_the_server_are_loaded_and_the_batch_stored_once(
     answers = b.send_many(batch(9))
     assert [a["state"] for a in answers] == ["stored"] * 9
     assert not any(a.get("duplicate") for a in answers)
-    assert client.sent.count("SCRIPT LOAD") == 1 and "SCRIPT EXISTS" not in client.sent
+    # The id lookup's script and the appends' each loaded once, when the server said NOSCRIPT.
+    assert client.sent.count("SCRIPT LOAD") == 2 and "SCRIPT EXISTS" not in client.sent
     for sid in ("s1", "s2", "s3"):
         assert b.store.r.xlen(b.store.k.s(sid, "stream")) == 2 + 3
     assert b.receipt("m-4", by="alice")["state"] == "stored"
@@ -282,8 +297,12 @@ def test_a_batch_on_the_cluster_opens_its_receipts_as_on_a_server(
         r.evalsha = real
         assert [a["state"] for a in answers] == ["stored"] * 30 + ["bounced"]
         # One script per receiver, each in its slot (the ghost's reads its record, writes
-        # nothing); only the bounce opens its receipt apart, next round trip.
-        assert scripts_run(b, shas) == Counter({"append_many": 4, "receipt_open": 1})
+        # nothing); only the bounce opens its receipt apart, next round trip. The id lookup
+        # a call per index bucket and day (each its own slot), in one round trip before.
+        lookups = owner_lookups(items)
+        assert scripts_run(b, shas) == Counter(
+            {"append_many": 4, "receipt_open": 1, "ids_indexed": lookups}
+        )
         assert all(a.get("duplicate") for a in b.send_many(batch(30)))
         for n in (0, 1, 2, 29):
             got = b.receipt(f"m-{n}", by="alice")
@@ -332,11 +351,12 @@ def test_a_batch_whose_replies_are_lost_is_resent_and_stored_once(
     b.send_many(batch(3, "warm"))
     real = redis.connection.AbstractConnection.send_packed_command
     failures = [1]
+    appends = b.store.script("append_many").sha.encode()
 
     def flaky(self: Any, command: Any, check_health: bool = True) -> None:
         real(self, command, check_health)
         packed = b"".join(command)
-        if failures and b"EVALSHA" in packed and len(packed) > 2000:  # the writes went out
+        if failures and appends in packed:  # the writes went out
             failures.pop()
             raise redis.exceptions.ConnectionError("connection reset")
 

@@ -305,6 +305,28 @@ def test_a_handles_sessions_are_a_small_hash(bus: Bus) -> None:
     assert [s.session for s in store.sessions_by_handle("ha:one")] == ["h0", "h1"]
 
 
+def test_a_default_handle_keeps_no_hash_and_still_finds_its_session(bus: Bus) -> None:
+    store, k = bus.store, bus.store.k
+    host = bus.settings.host
+    bus.open_session("d1")  # its handle is <host>:d1
+    assert bus.session("d1").handle == f"{host}:d1"
+    assert store.r.exists(k.handle_map(f"{host}:d1")) == 0
+    assert bus.resolve(f"{host}:d1").session == "d1"
+    # The default handle is held as any other: another session cannot take it while d1
+    # is live, and may once d1 is closed (both then carry it).
+    with pytest.raises(Refused) as taken:
+        bus.open_session("d2", handle=f"{host}:d1")
+    assert taken.value.code == "handle_taken"
+    bus.close_session("d1")
+    bus.open_session("d2", handle=f"{host}:d1")
+    assert [s.session for s in store.sessions_by_handle(f"{host}:d1")] == ["d1", "d2"]
+    assert bus.resolve(f"{host}:d1").session == "d2"
+    # A session moved to another host no longer carries the default handle it had.
+    bus.open_session("d1", handle="elsewhere:d1")
+    assert [s.session for s in store.sessions_by_handle(f"{host}:d1")] == ["d2"]
+    assert store.sessions_by_handle("nohost:nobody") == []
+
+
 def test_a_send_answers_age_is_kept_in_the_threads_zset_not_a_key_of_its_own(
     bus: Bus,
 ) -> None:

@@ -87,7 +87,7 @@ class Conversing(Parts):
         """Send a batch: validated whole (one bad item refuses it all, nothing written),
         each receiver looked up once, one pipelined append and one delivery per receiver.
         Answers as ``send`` would, one per item, in order. See :mod:`bus.services.send_many`."""
-        return send_many.send_many(self, items, token=token)
+        return self.batches.send_many(items, token=token)
 
     def send_local(self, data: dict[str, Any], *, token: str | None = None) -> tuple[Via, str]:
         """prox's ``POST /send``: deliver on this host, ``(via, id)`` (see :mod:`bus.services.door`)."""

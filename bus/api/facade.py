@@ -23,6 +23,7 @@ from bus.services.credentials import Credentials
 from bus.services.door import Door
 from bus.services.items import Items
 from bus.services.routing import Router
+from bus.services.send_many import BatchSender
 from bus.services.send_rate import SendRate
 from bus.services.sessions import Sessions
 from bus.services.signin_links import SigninLinks
@@ -102,6 +103,18 @@ class Bus(Conversing, Members, Host):
             s,
             session=self.sessions.get,
             member_status=lambda ws, name: self.store.member_status(ws, name),
+            clock=clk,
+        )
+        self.batches = BatchSender(
+            store,
+            s,
+            receipts=self.receipts,
+            dispatcher=lambda: self.dispatcher,
+            claims=self.access.claims,
+            settle=self.access.settle,
+            resolve=self.sessions.resolve,
+            floor_listening=self.router.floor_listening,
+            verified=self.auth.enabled,
             clock=clk,
         )
         self.conversation = Conversation(

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from bus.services.door import Door
     from bus.services.items import Items
     from bus.services.routing import Router
+    from bus.services.send_many import BatchSender
     from bus.services.send_rate import SendRate
     from bus.services.sessions import Sessions
     from bus.services.signin_links import SigninLinks
@@ -43,6 +44,7 @@ class Parts:
     conversation: Conversation
     credentials: Credentials
     send_rate: SendRate
+    batches: BatchSender
     items: Items
     requests: Requests
     watch: Watch

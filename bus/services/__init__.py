@@ -5,7 +5,8 @@
 local ``/send``), ``conversation`` (threads: read, reply, withdraw), ``typed_requests``,
 ``items`` and ``pictures`` (for members), ``watch`` and ``durable_watch`` (the
 coordinator's views), ``credentials`` (tokens issued, revoked, current),
-``signin_links``, ``id_owner``; ``ports`` names what ``send_many`` needs of the facade.
+``signin_links``, ``id_owner``; ``batch_wire``, ``batch_write`` and ``overlap`` are the
+batched ingest's parts.
 Each service is a class the facade builds once with what it uses; none receives the facade.
 
 May import: ``bus.delivery``, ``bus.trust``, ``bus.telemetry``, ``bus.store``,

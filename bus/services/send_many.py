@@ -11,13 +11,13 @@ never has to work out which half of a batch went in. Then:
   EXISTS`` round trip and packed without redis-py's per-argument packing
   (:meth:`~bus.store.many.ManyStore.execute_loaded`). A receiver's messages go as one
   argument, and the send answer JSON is built in the script from three parts kept per
-  receiver (joined with each id and thread), so the Python side packs a few arguments
+  receiver (:mod:`bus.services.batch_wire`), so the Python side packs a few arguments
   per message and encodes no JSON per receiver;
 - the answers are made from each receiver's session record as this process last read it
-  (:data:`_RECORDS`); the script reads the record and writes nothing of a receiver whose
-  record differs (or that has none): that receiver is written (or bounced) in a second
-  round trip, from the record read. A batch to receivers whose records stand is one
-  round trip;
+  (:data:`bus.services.batch_wire.RECORDS`); the script reads the record and writes
+  nothing of a receiver whose record differs (or that has none): that receiver is written
+  (or bounced) in a second round trip, from the record read. A batch to receivers whose
+  records stand is one round trip;
 - one delivery is dispatched per receiver per batch (the script's pending flag).
 
 The answers are what a :meth:`~bus.api.Bus.send` per message would have answered, in
@@ -28,12 +28,14 @@ The same guarantees as a send per message, still batched:
 - **Thread parties**: a message naming an existing thread its sender or receiver is no
   party to is refused ``not_a_party`` (all named threads looked up in one round trip);
   in a batch that is one bad item, so the batch is refused whole.
+- **Caller-chosen ids**: an id another sender used is refused ``id_taken``
+  (:mod:`bus.services.id_owner`); the batch's ids are looked up in one script call.
 - **Sender rate** (``INBOX_SEND_RATE``/``INBOX_SEND_BURST``): a batch takes one token per
-  message, each sender's in one ``rate.lua`` call. :func:`send_many` (and so
+  message, each sender's in one ``rate.lua`` call. :meth:`BatchSender.send_many` (and so
   ``POST /v1/send/batch``) is refused whole, ``rate_limited``, nothing written, when a
   sender's bucket lacks the tokens (a batch larger than the burst never fits: split it).
-  :func:`send_each` (``send --jsonl``, per chunk) takes what the bucket holds: the first
-  lines go in, the rest are refused ``rate_limited`` one by one, as sends would be.
+  :meth:`BatchSender.send_each` (``send --jsonl``, per chunk) takes what the bucket holds:
+  the first lines go in, the rest are refused ``rate_limited`` one by one, as sends would be.
 - **Unread cap** (``INBOX_MAX_UNREAD``): ``append_many.lua`` counts the session's held
   messages before each message, as ``append.lua`` does; what does not fit is answered
   ``{"ok": false, "error": "inbox_full", ...}`` (the single send's refusal, plus ``id``),
@@ -47,46 +49,39 @@ The same guarantees as a send per message, still batched:
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from collections.abc import Sequence
-from functools import lru_cache
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import BadInput, BusError, RateLimited, Refused
-from bus.core.models import Message, Recipient, SendAnswer, SessionInfo, now_ms, parse_message
-from bus.core.threads import thread_id, thread_key
-from bus.delivery.dispatch import deliver_many
-from bus.delivery.receipts import recipient_state
-from bus.store import packing, receipt_index
+from bus.core.models import Message, SessionInfo, now_ms, parse_message
 from bus.trust.tokens import SCOPE_WRITE, Claims
 
+from . import batch_wire as wire
 from . import id_owner
+from .batch_wire import inbox_full
+from .batch_write import BatchWriter, Job
 from .conversation import _list as json_list
+from .overlap import Ahead, Writer
 
 if TYPE_CHECKING:
-    from .ports import Sender
+    from bus.core.settings import Settings
+    from bus.delivery.dispatch import Dispatcher
+    from bus.delivery.receipts import Receipts
+    from bus.store.store import Store
+
+__all__ = ["BatchSender", "inbox_full", "party_refusal", "sender_of"]
 
 # Messages per pipeline: bounds the memory of one write and the time one script call
 # holds Redis (a few ms), while keeping the round trips per message far below one.
 WRITE_CHUNK = 1000
 MAX_ERRORS_LISTED = 20
-
-
-def _sender_data(
-    bus: Sender, item: dict[str, Any] | Message, claims: Any, handles: dict[str, str]
-) -> dict[str, Any]:
-    """``item`` as wire fields with its receiver and sender settled, as ``Bus.send`` does."""
-    data = item.wire() if isinstance(item, Message) else item
-    if not isinstance(data, dict):
-        raise BadInput("a message must be a JSON object")
-    data = dict(data)
-    if "to_id" not in data and data.get("to"):
-        to = str(data["to"])
-        if to not in handles:
-            handles[to] = bus.resolve(to).session
-        data["to_id"] = handles[to]
-    return bus.settle_sender(data, claims)
+# The caches tests inspect, by the names they had here.
+_answer_parts = wire.answer_parts
+_RECORDS = wire.RECORDS
 
 
 def party_refusal(msg: Message, parties: list[str], exists: bool) -> Refused | None:
@@ -101,94 +96,14 @@ def party_refusal(msg: Message, parties: list[str], exists: bool) -> Refused | N
     return None
 
 
-def _check_parties(bus: Sender, checked: list[Message | BusError]) -> None:
-    """Replace each message refused :func:`party_refusal` by its refusal; every named
-    thread read in one round trip."""
-    named = list(dict.fromkeys(c.thread for c in checked if isinstance(c, Message) and c.thread))
-    if not named:
-        return
-    got = bus.store.thread_parties_many(named)
-    found = {t: (json_list(raw), exists) for t, (raw, exists) in zip(named, got, strict=True)}
-    for i, c in enumerate(checked):
-        if isinstance(c, Message) and c.thread:
-            refusal = party_refusal(c, *found[c.thread])
-            if refusal is not None:
-                checked[i] = refusal
-
-
-def _check_ids(bus: Sender, checked: list[Message | BusError], given: list[bool]) -> None:
-    """Replace each message whose caller-given id is another sender's by ``id_taken``
-    (:mod:`bus.services.id_owner`); every given id looked up in one round trip."""
-    ids = [c.id for c, g in zip(checked, given, strict=True) if g and isinstance(c, Message)]
-    if not ids:
-        return
-    found = id_owner.owners(bus.store, ids)
-    if not found:
-        return
-    for i, c in enumerate(checked):
-        if given[i] and isinstance(c, Message):
-            refusal = id_owner.id_refusal(c, found.get(c.id))
-            if refusal is not None:
-                checked[i] = refusal
-
-
-def _check(bus: Sender, items: Sequence[Any], claims: Claims | None) -> list[Message | BusError]:
-    handles: dict[str, str] = {}
-    out: list[Message | BusError] = []
-    given: list[bool] = []
-    for item in items:
-        given.append(isinstance(item, Message) or (isinstance(item, dict) and "id" in item))
-        try:
-            out.append(parse_message(_sender_data(bus, item, claims, handles)))
-        except BusError as exc:
-            out.append(exc)
-    _check_parties(bus, out)
-    _check_ids(bus, out, given)
-    return out
-
-
-def check_each(
-    bus: Sender, items: Sequence[Any], token: str | None = None
-) -> list[Message | BusError]:
-    """Validate each item on its own: its message, or the refusal it would get (bad
-    input, a forged sender, ``not_a_party``)."""
-    return _check(bus, items, bus.claims(token, SCOPE_WRITE))
-
-
-def _prepare(bus: Sender, items: Sequence[Any], claims: Claims | None) -> list[Message]:
-    checked = _check(bus, items, claims)
-    errors = [
-        {"index": i, "error": c.code, "message": str(c)}
-        for i, c in enumerate(checked)
-        if isinstance(c, BusError)
-    ]
-    if errors:
-        first = errors[0]
-        raise BadInput(
-            f"{len(errors)} of {len(items)} messages refused, nothing was written; "
-            f"item {first['index']}: {first['message']}",
-            index=first["index"],
-            errors=errors[:MAX_ERRORS_LISTED],
-        )
-    return [c for c in checked if isinstance(c, Message)]
-
-
-def prepare(bus: Sender, items: Sequence[Any], token: str | None = None) -> list[Message]:
-    """Validate a whole batch; raise one BadInput listing the bad items, writing nothing."""
-    return _prepare(bus, items, bus.claims(token, SCOPE_WRITE))
-
-
-# -- the sender's rate ---------------------------------------------------------------------
-
-
 def sender_of(msg: Message, claims: Claims | None) -> str:
     """Whose bucket a message takes its token from (as ``Bus.send`` does)."""
     return claims.actor if claims else msg.from_session or msg.from_
 
 
-def over_rate(bus: Sender, sender: str, batch: int = 1) -> RateLimited:
+def over_rate(settings: Settings, sender: str, batch: int = 1) -> RateLimited:
     """The refusal of a send (``batch`` 1) or a batch over ``sender``'s rate."""
-    s = bus.settings
+    s = settings
     what = ""
     if batch > 1:
         what = f"; a batch of {batch} takes {batch} tokens at once"
@@ -201,332 +116,274 @@ def over_rate(bus: Sender, sender: str, batch: int = 1) -> RateLimited:
     )
 
 
-def take_tokens(bus: Sender, wanted: dict[str, int], *, partial: bool) -> dict[str, int] | None:
-    """Take ``wanted[sender]`` tokens from each sender's bucket, all senders in one round
-    trip: the number each got (``partial``: as many as there are, else all or none);
-    ``None`` when no rate is set."""
-    s, store = bus.settings, bus.store
-    if s.send_rate <= 0:
-        return None
-    senders = [k for k, n in wanted.items() if n > 0]
-    pipe = store.pipeline()
-    for sender in senders:
-        store.script("rate")(
-            keys=[store.k.bucket(sender)],
-            args=[s.send_rate, s.send_burst, wanted[sender], "1" if partial else "0"],
-            client=pipe,
+Checked = list[Message | BusError]
+
+
+class BatchSender:
+    """Validates, rates and stores batches for one store (providers are called on use)."""
+
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        settings: Settings,
+        *,
+        receipts: Receipts,
+        dispatcher: Callable[[], Dispatcher],
+        claims: Callable[[str | None, str], Claims | None],
+        settle: Callable[[dict[str, Any], Claims | None], dict[str, Any]],
+        resolve: Callable[[str], SessionInfo],
+        floor_listening: Callable[[SessionInfo], bool],
+        verified: bool,
+        clock: Clock = SYSTEM,
+    ) -> None:
+        self._store, self.settings = store, settings
+        self._claims, self._settle, self._resolve = claims, settle, resolve
+        self.writes = BatchWriter(
+            store,
+            settings,
+            receipts=receipts,
+            dispatcher=dispatcher,
+            floor_listening=floor_listening,
+            verified=verified,
+            clock=clock,
         )
-    return {k: int(n) for k, n in zip(senders, pipe.execute(), strict=True)}
 
+    @property
+    def store(self) -> Store:
+        return self._store()
 
-def _take_whole(bus: Sender, msgs: Sequence[Message], claims: Claims | None) -> None:
-    """Every message's token or none: ``rate_limited`` with nothing written (tokens one
-    sender's bucket gave are given back when another's could not)."""
-    wanted = dict(Counter(sender_of(m, claims) for m in msgs))
-    got = take_tokens(bus, wanted, partial=False)
-    if got is None:
-        return
-    short = [k for k, n in got.items() if n < wanted[k]]
-    if not short:
-        return
-    store = bus.store
-    taken = [k for k, n in got.items() if n > 0]
-    if taken:
-        pipe = store.pipeline()
-        for sender in taken:
-            store.script("rate")(
-                keys=[store.k.bucket(sender)],
-                args=[bus.settings.send_rate, bus.settings.send_burst, -got[sender]],
-                client=pipe,
+    # -- checking ------------------------------------------------------------------------
+
+    def _sender_data(
+        self, item: dict[str, Any] | Message, claims: Any, handles: dict[str, str]
+    ) -> dict[str, Any]:
+        """``item`` as wire fields with its receiver and sender settled, as ``Bus.send`` does."""
+        data = item.wire() if isinstance(item, Message) else item
+        if not isinstance(data, dict):
+            raise BadInput("a message must be a JSON object")
+        if "to_id" not in data and data.get("to"):
+            data = dict(data)
+            to = str(data["to"])
+            if to not in handles:
+                handles[to] = self._resolve(to).session
+            data["to_id"] = handles[to]
+        return self._settle(data, claims)
+
+    def _check_parties(self, checked: Checked) -> None:
+        """Replace each message refused :func:`party_refusal` by its refusal; every named
+        thread read in one round trip."""
+        named = list(
+            dict.fromkeys(c.thread for c in checked if isinstance(c, Message) and c.thread)
+        )
+        if not named:
+            return
+        got = self.store.thread_parties_many(named)
+        found = {t: (json_list(raw), ex) for t, (raw, ex) in zip(named, got, strict=True)}
+        for i, c in enumerate(checked):
+            if isinstance(c, Message) and c.thread:
+                refusal = party_refusal(c, *found[c.thread])
+                if refusal is not None:
+                    checked[i] = refusal
+
+    def _check_ids(self, checked: Checked, given: list[bool]) -> None:
+        """Replace each message whose caller-given id is another sender's by ``id_taken``
+        (:mod:`bus.services.id_owner`); every given id looked up in one script call, the
+        receipts of those found in one round trip more."""
+        ids = [c.id for c, g in zip(checked, given, strict=True) if g and isinstance(c, Message)]
+        if not ids:
+            return
+        store = self.store
+        found = store.indexed(ids, now_ms())
+        if not found:
+            return
+        pairs = list(found.items())
+        owners: dict[str, id_owner.Owner] = {}
+        rows = store.receipt_rows([(sid, msg_id) for msg_id, sid in pairs])
+        for (msg_id, _sid), row in zip(pairs, rows, strict=True):
+            if row[0]:
+                owners[msg_id] = (row[0].get("from_session") or None, row[0].get("from") or None)
+        for i, c in enumerate(checked):
+            if given[i] and isinstance(c, Message):
+                refusal = id_owner.id_refusal(c, owners.get(c.id))
+                if refusal is not None:
+                    checked[i] = refusal
+
+    def _parse(self, items: Sequence[Any], claims: Claims | None) -> tuple[Checked, list[bool]]:
+        """Each item's message or its refusal (bad input, a forged sender); whether the
+        caller gave its id. No round trip (but a handle resolved)."""
+        handles: dict[str, str] = {}
+        out: Checked = []
+        given: list[bool] = []
+        for item in items:
+            given.append(isinstance(item, Message) or (isinstance(item, dict) and "id" in item))
+            try:
+                out.append(parse_message(self._sender_data(item, claims, handles)))
+            except BusError as exc:
+                out.append(exc)
+        return out, given
+
+    def _check(self, items: Sequence[Any], claims: Claims | None) -> Checked:
+        out, given = self._parse(items, claims)
+        self._check_parties(out)
+        self._check_ids(out, given)
+        return out
+
+    def check_each(self, items: Sequence[Any], token: str | None = None) -> Checked:
+        """Validate each item on its own: its message, or the refusal it would get (bad
+        input, a forged sender, ``not_a_party``, ``id_taken``)."""
+        return self._check(items, self._claims(token, SCOPE_WRITE))
+
+    def prepare(self, items: Sequence[Any], claims: Claims | None) -> list[Message]:
+        """Validate a whole batch; raise one BadInput listing the bad items, writing nothing."""
+        checked = self._check(items, claims)
+        errors = [
+            {"index": i, "error": c.code, "message": str(c)}
+            for i, c in enumerate(checked)
+            if isinstance(c, BusError)
+        ]
+        if errors:
+            first = errors[0]
+            raise BadInput(
+                f"{len(errors)} of {len(items)} messages refused, nothing was written; "
+                f"item {first['index']}: {first['message']}",
+                index=first["index"],
+                errors=errors[:MAX_ERRORS_LISTED],
             )
-        pipe.execute()
-    raise over_rate(bus, short[0], wanted[short[0]])
+        return [c for c in checked if isinstance(c, Message)]
 
+    # -- the sender's rate -----------------------------------------------------------------
 
-# -- sending -----------------------------------------------------------------------------------
+    def take_tokens(self, wanted: dict[str, int], *, partial: bool) -> dict[str, int] | None:
+        """Take ``wanted[sender]`` tokens from each sender's bucket, all senders in one
+        round trip: the number each got (``partial``: as many as there are, else all or
+        none); ``None`` when no rate is set."""
+        s = self.settings
+        if s.send_rate <= 0:
+            return None
+        return self.store.take_tokens(wanted, s.send_rate, s.send_burst, partial=partial)
 
+    def _take_whole(self, msgs: Sequence[Message], claims: Claims | None) -> None:
+        """Every message's token or none: ``rate_limited`` with nothing written (tokens one
+        sender's bucket gave are given back when another's could not)."""
+        wanted = dict(Counter(sender_of(m, claims) for m in msgs))
+        got = self.take_tokens(wanted, partial=False)
+        if got is None:
+            return
+        short = [k for k, n in got.items() if n < wanted[k]]
+        if not short:
+            return
+        s = self.settings
+        self.store.give_tokens(got, s.send_rate, s.send_burst)
+        raise over_rate(s, short[0], wanted[short[0]])
 
-def send_many(
-    bus: Sender, items: Sequence[Any], *, token: str | None = None
-) -> list[dict[str, Any]]:
-    """Validate, rate and store a batch, each whole or not at all; one answer per item,
-    in order (see the module)."""
-    claims = bus.claims(token, SCOPE_WRITE)
-    msgs = _prepare(bus, items, claims)
-    _take_whole(bus, msgs, claims)
-    return store_many(bus, msgs)
-
-
-def send_each(
-    bus: Sender, items: Sequence[Any], token: str | None = None
-) -> list[dict[str, Any] | BusError]:
-    """A stream's chunk (``send --jsonl``): each item answered on its own, its answer or
-    its refusal (bad input, ``not_a_party``, ``rate_limited`` once its sender's bucket
-    is empty), the good ones stored as one batch."""
-    claims = bus.claims(token, SCOPE_WRITE)
-    checked = _check(bus, items, claims)
-    out: list[dict[str, Any] | BusError | Message] = list(checked)
-    good = [(i, c) for i, c in enumerate(checked) if isinstance(c, Message)]
-    got = take_tokens(bus, dict(Counter(sender_of(m, claims) for _i, m in good)), partial=True)
-    keep: list[tuple[int, Message]] = []
-    for i, msg in good:
-        sender = sender_of(msg, claims)
-        if got is not None and got.get(sender, 0) <= 0:
-            out[i] = over_rate(bus, sender)
-            continue
-        if got is not None:
+    def _rate_each(self, checked: Checked, claims: Claims | None) -> list[tuple[int, Message]]:
+        """The messages of ``checked`` their senders' buckets hold tokens for, by index;
+        each other one replaced by its ``rate_limited`` refusal."""
+        good = [(i, c) for i, c in enumerate(checked) if isinstance(c, Message)]
+        got = self.take_tokens(dict(Counter(sender_of(m, claims) for _i, m in good)), partial=True)
+        if got is None:
+            return good
+        keep: list[tuple[int, Message]] = []
+        for i, msg in good:
+            sender = sender_of(msg, claims)
+            if got.get(sender, 0) <= 0:
+                checked[i] = over_rate(self.settings, sender)
+                continue
             got[sender] -= 1
-        keep.append((i, msg))
-    for (i, _msg), answer in zip(keep, store_many(bus, [m for _i, m in keep]), strict=True):
-        out[i] = answer
-    return [o for o in out if not isinstance(o, Message)]
+            keep.append((i, msg))
+        return keep
 
+    # -- sending -----------------------------------------------------------------------------
 
-def store_many(bus: Sender, msgs: Sequence[Message]) -> list[dict[str, Any]]:
-    """Store and route messages already validated and rated (:func:`send_many`,
-    :func:`send_each`)."""
-    answers: list[dict[str, Any]] = []
-    for start in range(0, len(msgs), WRITE_CHUNK):
-        answers.extend(_write(bus, list(msgs[start : start + WRITE_CHUNK])))
-    return answers
+    def send_many(self, items: Sequence[Any], *, token: str | None = None) -> list[dict[str, Any]]:
+        """Validate, rate and store a batch, each whole or not at all; one answer per item,
+        in order (see the module)."""
+        claims = self._claims(token, SCOPE_WRITE)
+        msgs = self.prepare(items, claims)
+        self._take_whole(msgs, claims)
+        return self.store_many(msgs)
 
+    def send_each(
+        self, items: Sequence[Any], token: str | None = None
+    ) -> list[dict[str, Any] | BusError]:
+        """A stream's chunk (``send --jsonl``): each item answered on its own, its answer or
+        its refusal (bad input, ``not_a_party``, ``id_taken``, ``rate_limited`` once its
+        sender's bucket is empty), the good ones stored as one batch."""
+        claims = self._claims(token, SCOPE_WRITE)
+        return self._store_each(self._check(items, claims), claims)
 
-# A receiver's answer as it stands in one batch: (sid, host, recipient state, listening,
-# last_seen); the answers and their JSON parts are kept per such tuple (a swarm's batches
-# repeat them), so a batch builds neither anew.
-Standing = tuple[str, str, str, bool, int | None]
+    def send_stream(
+        self, chunks: Iterator[Sequence[Any]], token: str | None = None
+    ) -> Iterator[list[dict[str, Any] | BusError]]:
+        """:meth:`send_each` of each chunk, in order, each chunk's answers as soon as it is
+        written. The next chunk is taken and parsed (read, JSON, validated) on a thread
+        of its own, and written on another while the one after is checked and built, so
+        the stream's Python work overlaps its round trips; a chunk whose ids the chunk
+        being written holds is checked after it (``id_taken`` as one after the other)."""
+        claims = self._claims(token, SCOPE_WRITE)
+        ahead = Ahead(lambda chunk: self._parse(chunk, claims), chunks)
+        flight: tuple[Future[list[dict[str, Any] | BusError]], set[str]] | None = None
+        with Writer() as writer:
+            while True:
+                if flight is not None and not ahead.ready():  # a producer may wait on it
+                    yield flight[0].result()
+                    flight = None
+                more, parsed = ahead.get()
+                if not more or parsed is None:
+                    break
+                checked, given = parsed
+                ids = {
+                    c.id
+                    for c, g in zip(checked, given, strict=True)
+                    if g and isinstance(c, Message)
+                }
+                if flight is not None and ids & flight[1]:
+                    yield flight[0].result()
+                    flight = None
+                self._check_parties(checked)
+                self._check_ids(checked, given)
+                keep = self._rate_each(checked, claims)
+                msgs = [m for _i, m in keep]
+                job = self.writes.build(msgs) if len(msgs) <= WRITE_CHUNK else msgs
+                done = writer.submit(partial(self._write_placed, checked, keep, job))
+                if flight is not None:
+                    yield flight[0].result()
+                sent = {m.id for _i, m in keep}
+                flight = (done, sent)
+            if flight is not None:
+                yield flight[0].result()
 
+    def _store_each(
+        self, checked: Checked, claims: Claims | None
+    ) -> list[dict[str, Any] | BusError]:
+        keep = self._rate_each(checked, claims)
+        return self._placed(checked, keep, self.store_many([m for _i, m in keep]))
 
-def _standing(bus: Sender, sid: str, found: tuple[str, str, int, int], now: int) -> Standing:
-    host, state, seen, opened = found
-    return (
-        sid,
-        host,
-        recipient_state(state, seen or opened, now, bus.settings.stale_s),
-        # Not listening on another host (Router.floor_listening), without a SessionInfo.
-        host == bus.settings.host
-        and bus.floor_listening(SessionInfo.model_construct(session=sid, host=host)),
-        seen or None,
-    )
+    def _write_placed(
+        self, checked: Checked, keep: list[tuple[int, Message]], job: Job | list[Message]
+    ) -> list[dict[str, Any] | BusError]:
+        """A stream chunk's write (built, or too large to be one), its items answered."""
+        answers = self.store_many(job) if isinstance(job, list) else self.writes.finish(job)
+        return self._placed(checked, keep, answers)
 
+    @staticmethod
+    def _placed(
+        checked: Checked, keep: list[tuple[int, Message]], answers: list[dict[str, Any]]
+    ) -> list[dict[str, Any] | BusError]:
+        """Each item's answer in order: the stored ones' from ``answers``, the refusals."""
+        out: list[dict[str, Any] | BusError | Message] = list(checked)
+        for (i, _msg), answer in zip(keep, answers, strict=True):
+            out[i] = answer
+        return [o for o in out if not isinstance(o, Message)]
 
-@lru_cache(maxsize=4096)
-def _answer(standing: Standing) -> dict[str, Any]:
-    """A stored message's answer to the receiver but its id and thread (as ``Bus.post``
-    makes it; a test holds them equal). Shared: :func:`_template` copies it."""
-    sid, host, state, listening, seen = standing
-    return SendAnswer(
-        id="",
-        thread="",
-        state="stored",
-        recipient=Recipient(
-            session=sid, host=host, state=state, listening=listening, last_seen=seen
-        ),
-    ).to_json()
-
-
-def _template(standing: Standing) -> dict[str, Any]:
-    """:func:`_answer`, a copy a caller may change."""
-    answer = _answer(standing)
-    return {**answer, "recipient": dict(answer["recipient"])}
-
-
-@lru_cache(maxsize=4096)
-def _answer_parts(standing: Standing) -> tuple[str, str]:
-    """The send answer as ``ids`` keeps it (:func:`bus.store.packing.keep`: no id, the id's field
-    says it) split around the thread: ``append_many.lua`` joins the parts with each
-    message's thread (no JSON escaping needed: :data:`~bus.core.models.THREAD_ID_PATTERN`).
-    One per receiver's standing, whatever the threads: a batch to many sessions encodes
-    no JSON per receiver and thread."""
-    answer = {**_answer(standing), "thread": _THREAD_MARK}
-    head, mark, tail = packing.keep(answer, standing[0], "").partition(_THREAD_MARK_JSON)
-    if not mark:  # never: the template's thread is the mark
-        raise RuntimeError("the send answer template lost its thread")
-    return head, tail
-
-
-_THREAD_MARK = "\x02"
-_THREAD_MARK_JSON = json.dumps(_THREAD_MARK)[1:-1]
-
-
-# A receiver's session record as append_many.lua compares it (host, state, last_seen,
-# opened_at, each ended by a newline) and as read, by its session key: the appends assume
-# the record last seen and the script checks it, so no round trip reads the receivers
-# first. Shared by the process's buses: a wrong or missing guess costs that receiver a
-# second round trip (the script writes nothing of it and says the record), never a wrong
-# answer.
-Found = tuple[str, str, int, int]
-_RECORDS: dict[str, tuple[str, Found | None]] = {}
-_RECORDS_MAX = 65536
-_UNREAD = ("?", None)  # no guess: never a record's form
-MAX_ROUNDS = 8
-
-
-def _record(key: str, raw: list[Any]) -> Found | None:
-    """Remember the record ``append_many.lua`` read (four fields, false when unset);
-    ``(host, state, last_seen, opened_at)``, or ``None`` when it has no host."""
-    host, state, seen, opened = (str(f) if f else "" for f in raw)
-    found = (host, state or "idle", int(seen or 0), int(opened or 0)) if host else None
-    if len(_RECORDS) >= _RECORDS_MAX:
-        _RECORDS.clear()
-    _RECORDS[key] = (f"{host}\n{state}\n{seen}\n{opened}\n", found)
-    return found
-
-
-def _write(bus: Sender, msgs: list[Message]) -> list[dict[str, Any]]:
-    """Store ``msgs``: each receiver's appends made from the record it had when last read
-    (:data:`_RECORDS`), all in one round trip; a receiver whose record differs (or this
-    process never read it) is written in a second, from the record the first one read."""
-    store, now = bus.store, now_ms()
-    per_sid: dict[str, list[int]] = {}
-    threads: list[str] = []
-    for i, msg in enumerate(msgs):
-        if msg.verified is None:
-            msg = msgs[i] = msg.model_copy(update={"verified": bus.auth.enabled})
-        per_sid.setdefault(msg.to_id, []).append(i)
-        key = thread_key(
-            thread=msg.thread, pr=msg.pr, topic=msg.topic, sender=msg.from_, text=msg.text
-        )
-        threads.append(thread_id(msg.to_id, key))  # cached: the same in every batch
-    answers: list[dict[str, Any] | None] = [None] * len(msgs)
-    blobs: dict[str, tuple[str, str]] = {}
-    refused: list[tuple[Message, str]] = []
-    due: dict[str, list[str]] = {}
-    todo: list[str] = list(per_sid)
-    bounced: list[int] = []
-    # As text: the call packs without converting a number (bus.store.many.pack_commands).
-    head = [str(now), str(store.lock_ttl_ms), str(bus.settings.max_unread)]
-    for round_ in range(MAX_ROUNDS):
-        if not todo and not bounced:
-            break
-        pipe = store.pipeline()
-        queued = 0
-        if round_ == 0:
-            # The id -> receiver index first (the replies after it are the appends'): one
-            # HSET per bucket the batch touches, not one SET per message (bus.store.receipt_index).
-            queued = receipt_index.index(pipe, store.k, ((m.id, m.to_id) for m in msgs), now)
-        standings: dict[str, Standing] = {}
-        receivers: list[tuple[str, list[str], list[str]]] = []
-        for sid in todo:
-            said, found = _RECORDS.get(store.k.s(sid, "session"), _UNREAD)
-            parts = ("", "")
-            if found is not None:
-                standings[sid] = _standing(bus, sid, found, now)
-                parts = _answer_parts(standings[sid])
-            if sid not in blobs:
-                blobs[sid] = _blobs(msgs, threads, per_sid[sid])
-            ids = [msgs[i].id for i in per_sid[sid]]
-            receivers.append((sid, ids, [said, *blobs[sid], *parts]))
-        calls = store.queue_append_many(pipe, head, receivers)
-        # The appends open the stored messages' receipts; the bounced ones open theirs
-        # here (receipt_open.lua), and every message sent gets its outbox entry (ZADD NX:
-        # a message sent again next round keeps the entry of the first).
-        bus.receipts.open_many(pipe, _rows(msgs, threads, set(todo), set(bounced)), appended=True)
-        replies = store.execute_loaded(pipe)
-        todo, bounced = [], []
-        for sids, reply in zip(calls, replies[queued : queued + len(calls)], strict=True):
-            told = _told(reply)
-            for r, sid in enumerate(sids, 1):
-                lines = told.get(r, [])
-                standing = standings.get(sid)
-                if lines and lines[0][0] == "s":  # its record, as read: nothing written
-                    if _record(store.k.s(sid, "session"), json.loads(lines[0][1])) is None:
-                        bounced.extend(per_sid[sid])
-                    else:
-                        todo.append(sid)
-                    continue
-                if standing is None:  # never: the script writes only on a matching record
-                    raise RuntimeError(f"append_many.lua wrote {sid} on no record")
-                template = _template(standing)
-                for i in per_sid[sid]:
-                    answers[i] = {**template, "id": msgs[i].id, "thread": threads[i]}
-                for kind, rest in lines:
-                    if kind == "d":
-                        due.setdefault(standing[1], []).append(sid)
-                        continue
-                    n, _, prior = rest.partition(" ")
-                    i = per_sid[sid][int(n) - 1]
-                    if prior == "-1":
-                        answers[i] = {
-                            **inbox_full(sid, bus.settings.max_unread).to_json(),
-                            "id": msgs[i].id,
-                        }
-                        refused.append((msgs[i], sid))
-                    else:
-                        answers[i] = {**packing.restore(prior, sid, msgs[i].id), "duplicate": True}
-        for i in bounced:
-            sid = msgs[i].to_id
-            answers[i] = SendAnswer(
-                ok=False,
-                id=msgs[i].id,
-                state="bounced",
-                recipient=Recipient(session=sid, state="unknown"),
-                reason=_no_session(sid),
-            ).to_json()
-    if todo or bounced:  # a record changed under every one of the rounds
-        raise BusError(f"the receivers' records kept changing; send again: {todo[:3]}")
-    for host, sids in due.items():  # a few tasks per host per batch, not one per receiver
-        deliver_many(bus.dispatcher, host, sids)
-    if refused:
-        _unwrite(bus, refused, now)
-    return [a for a in answers if a is not None]
-
-
-def _no_session(sid: str) -> str:
-    return f"no session {sid!r} is registered"
-
-
-def _blobs(msgs: list[Message], threads: list[str], idx: list[int]) -> tuple[str, str]:
-    """One receiver's groups and messages as ``append_many.lua`` reads them."""
-    groups: dict[tuple[str, str, str], int] = {}
-    lines = []
-    for i in idx:
-        msg = msgs[i]
-        sender = (threads[i], msg.from_, msg.from_session or "")
-        group = groups.get(sender)
-        if group is None:
-            group = groups[sender] = len(groups) + 1
-        lines.append(f"{msg.id}\n{group}\n{msg.line()}\n")
-    return "".join(f"{t}\n{f}\n{fs}\n" for t, f, fs in groups), "".join(lines)
-
-
-def _rows(
-    msgs: list[Message], threads: list[str], appending: set[str], bounced: set[int]
-) -> list[tuple[Message, str, str | None, str, str]]:
-    """The receipt rows (:meth:`~bus.delivery.receipts.Receipts.open_many`) of a round, in the
-    order sent: the messages being appended, and those found bounced."""
-    rows: list[tuple[Message, str, str | None, str, str]] = []
-    for i, msg in enumerate(msgs):
-        sid = msg.to_id
-        if sid in appending:
-            rows.append((msg, sid, threads[i], "stored", ""))
-        elif i in bounced:
-            rows.append((msg, sid, None, "bounced", _no_session(sid)))
-    return rows
-
-
-def _told(reply: str) -> dict[int, list[tuple[str, str]]]:
-    """``append_many.lua``'s reply: each receiver's lines (1-based), kind and the rest."""
-    out: dict[int, list[tuple[str, str]]] = {}
-    for line in reply.split("\n"):
-        if line:
-            r, _, rest = line.partition(" ")
-            kind, _, rest = rest.partition(" ")
-            out.setdefault(int(r), []).append((kind, rest))
-    return out
-
-
-def inbox_full(sid: str, cap: int) -> RateLimited:
-    """What a send to a session holding ``cap`` messages is refused (``Store.append``)."""
-    return RateLimited(
-        f"session {sid} holds {cap} messages already; nothing was stored",
-        code="inbox_full",
-        session=sid,
-    )
-
-
-def _unwrite(bus: Sender, refused: list[tuple[Message, str]], now: int) -> None:
-    """Messages refused ``inbox_full`` keep no recipient index and no outbox entry (as
-    ``Store.append`` and ``Bus.post`` leave a refused send); only on a refusal."""
-    bus.store.unindex_many((msg.id for msg, _sid in refused), now)
-    bus.receipts.unlist_refused(refused)
+    def store_many(self, msgs: Sequence[Message]) -> list[dict[str, Any]]:
+        """Store and route messages already validated and rated, :data:`WRITE_CHUNK` a
+        pipeline: each chunk built while the one before is written (one writer thread,
+        in order; a chunk that fails stops the ones after it)."""
+        chunks = [list(msgs[at : at + WRITE_CHUNK]) for at in range(0, len(msgs), WRITE_CHUNK)]
+        if len(chunks) <= 1:
+            return self.writes.write(chunks[0]) if chunks else []
+        writes = self.writes
+        with Writer() as writer:
+            done = [writer.submit(partial(writes.finish, writes.build(c))) for c in chunks]
+        return [a for d in done for a in d.result()]

@@ -30,7 +30,7 @@ buses, or several tests, share one server.
 | ``P:{thr}:meta`` | hash: key, label, class, parties, state, type; ``one_m``: the thread's only message (no log yet), kept without its usual fields (bus.store.packing.keep_thread_message; ``one_id`` beside a whole one in a record written before; no ``newest_at`` / ``newest_preview`` when they are ``one_m``'s ts and text) | delivery, decide | - |
 | ``P:{thr}:log`` | stream: the thread's messages in order, from its second message | delivery, reply | bounded; compacted when short (bus/store/compaction.py) |
 | ``P:{thr}:seen`` | set: message ids already in the log (idempotent append), made with the log | delivery | - |
-| ``P:{h:<handle>}:sidh`` | hash: session id -> "" for the sessions that carry a handle | session open | - |
+| ``P:{h:<handle>}:sidh`` | hash: session id -> "" for the sessions that carry a handle other than their default ``<host>:<sid>`` (that one names its session) | session open | - |
 | ``P:{snd:<sha256(sender)>}:bucket`` | hash: tokens, at: the sender's send rate bucket | send, reply (rate.lua) | expires once full again |
 | ``P:{rc:<day>:<b>}:rcpt`` | hash: message id -> the session it was addressed to, for the ids stored on UTC day ``<day>`` in bucket ``<b>`` (bus.store.receipt_index) | send | TTL 8 days from its last write |
 | ``P:sessions`` | zset: session id → opened ms (registry) | session open | - |

@@ -85,13 +85,6 @@ def stream_id_after(last: str, cursor: str | None) -> bool:
     return (int(a), int(b or 0)) > (int(c), int(d or 0))
 
 
-# KEYS[3]: the send answers' ages are kept in ``threads`` .
-_APPEND_KEYS = ("stream", "ids", "threads", "pending", "trim", "events", "msgs", "session")
-# Messages an append_many.lua call takes on a standalone server before the next call
-# starts (whole receivers): bounds the time one call holds Redis (~2-3 ms).
-CALL_MESSAGES = 128
-
-
 class ManyStore(StorePart):
     """Several sessions' or threads' keys at once."""
 
@@ -155,36 +148,6 @@ class ManyStore(StorePart):
             receipt_index.unindex(pipe, self.k, msg_id, now)
         pipe.execute()
 
-    def queue_append_many(
-        self, pipe: Any, head: list[Any], receivers: list[tuple[str, list[str], list[str]]]
-    ) -> list[list[str]]:
-        """Queue on ``pipe`` the ``append_many.lua`` calls storing ``receivers`` (each
-        ``(sid, its message ids, its five arguments)``, ``head`` the calls' first three):
-        one call per receiver on a cluster (a call's keys in one slot), else one per
-        :data:`CALL_MESSAGES` messages or so (a swarm's batch has ~2 a receiver: a call each
-        was ~500 script calls a batch, their setup and replies). Bare ``EVALSHA`` calls: run
-        the pipeline with :meth:`execute_loaded`. Answers each call's receivers, in order."""
-        sha = self.script("append_many").sha
-        calls: list[list[str]] = []
-        keys: list[str] = []
-        args: list[Any] = []
-        sids: list[str] = []
-        count = 0
-        for sid, msg_ids, five in receivers:
-            keys.extend(self.k.s_many(sid, _APPEND_KEYS))
-            keys.extend(self.k.receipts(sid, msg_ids))
-            args.extend(five)
-            sids.append(sid)
-            count += len(msg_ids)
-            if self.cluster or count >= CALL_MESSAGES:
-                pipe.evalsha(sha, str(len(keys)), *keys, *head, *args)
-                calls.append(sids)
-                keys, args, sids, count = [], [], [], 0
-        if sids:
-            pipe.evalsha(sha, str(len(keys)), *keys, *head, *args)
-            calls.append(sids)
-        return calls
-
     def script_call(self, name: str, keys: list[str], args: list[Any]) -> tuple[Any, ...]:
         """Script ``name`` on ``keys`` with ``args`` as a bare ``EVALSHA`` argument tuple,
         for :meth:`run_scripts`: a batch's hundreds of calls skip redis-py's command layer
@@ -225,7 +188,7 @@ class ManyStore(StorePart):
         return replies[len(head) :]
 
     def execute_loaded(self, pipe: Any) -> list[Any]:
-        """Run a pipeline holding bare ``EVALSHA`` calls (:meth:`queue_append_many`)
+        """Run a pipeline holding bare ``EVALSHA`` calls (:meth:`~bus.store.ingest.IngestStore.queue_append_many`)
         without the ``SCRIPT EXISTS`` round trip redis-py sends before a pipeline that
         holds scripts: a call the server answers ``NOSCRIPT`` (it restarted, or its
         scripts were flushed) did not run; its script is loaded and it runs again. The

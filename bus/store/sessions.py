@@ -7,9 +7,11 @@ sessions per handle. Reads of a missing session answer empty.
 
 from __future__ import annotations
 
+import contextlib
 from typing import cast
 
-from bus.core.models import SessionInfo, now_ms
+from bus.core.errors import BadInput
+from bus.core.models import SessionInfo, check_session_id, now_ms
 
 from .base import StorePart
 from .packing import session_fields, session_from_hash
@@ -35,7 +37,8 @@ class SessionStore(StorePart):
         pipe.hset(key, mapping=fields)
         pipe.execute()
         self.r.zadd(self.k.sessions, {info.session: info.opened_at or now_ms()})
-        self.r.hset(self.k.handle_map(info.handle), info.session, "")
+        if info.handle != f"{info.host}:{info.session}":  # a default handle names its session
+            self.r.hset(self.k.handle_map(info.handle), info.session, "")
 
     def get_session(self, sid: str) -> SessionInfo | None:
         """The session record as last put or updated; ``None`` if never put."""
@@ -77,7 +80,12 @@ class SessionStore(StorePart):
         return [session_from_hash(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
 
     def sessions_by_handle(self, handle: str) -> list[SessionInfo]:
-        """Sessions whose record carries ``handle`` now, sorted by id."""
-        sids = sorted(str(s) for s in self.r.hkeys(self.k.handle_map(handle)))
+        """Sessions whose record carries ``handle`` now, sorted by id: those the handle's
+        hash lists, and the session a default handle (``<host>:<sid>``, not listed) names."""
+        named = {str(s) for s in self.r.hkeys(self.k.handle_map(handle))}
+        _host, _, name = handle.partition(":")
+        with contextlib.suppress(BadInput):
+            named.add(check_session_id(name))
+        sids = sorted(named)
         found = [self.get_session(sid) for sid in sids]
         return [s for s in found if s is not None and s.handle == handle]

@@ -23,6 +23,7 @@ from .conversations import ConversationStore
 from .delivery import DeliveryStore
 from .host_claim import HostClaimStore
 from .inbox import InboxStore
+from .ingest import IngestStore
 from .items import ItemStore
 from .keys import Keys
 from .kick import KickStore
@@ -86,6 +87,7 @@ class Store(
     LockStore,
     ScheduleStore,
     InboxStore,
+    IngestStore,
     ItemStore,
     MetricsStore,
     ManyStore,

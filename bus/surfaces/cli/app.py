@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -196,17 +197,29 @@ def _line_chunks(fd: int) -> Iterator[list[str]]:
 def _send_jsonl(b: Any, source: str) -> None:
     """Stream the input through the batched ingest (:mod:`bus.services.send_many`). A stream cannot
     be refused whole before it is read, so each bad line is refused on its own, with its
-    line number and nothing written for it, and the other lines go in."""
-    failed = 0
-    first_line = 1
+    line number and nothing written for it, and the other lines go in. Each chunk is one
+    batch (:meth:`bus.services.send_many.BatchSender.send_stream`: the next chunk is read
+    and parsed while this one is written): a line over its sender's rate or into a full
+    inbox is refused on its own, as a send would be."""
     try:
         fd = sys.stdin.fileno() if source == "-" else os.open(source, os.O_RDONLY)
     except OSError as exc:
         fail(f"cannot read {source}: {exc.strerror}", 2)
-    try:
+    numbered: deque[list[tuple[int, Any]]] = deque()  # the chunks parsed, not yet answered
+
+    def parsed() -> Iterator[list[Any]]:
+        first_line = 1
         for chunk in _line_chunks(fd):
-            failed += _send_chunk(b, chunk, first_line)
+            rows = _numbered(chunk, first_line)
             first_line += len(chunk)
+            numbered.append(rows)
+            yield [item for _n, item in rows if not isinstance(item, BusError)]
+
+    failed = 0
+    try:
+        stream = b.batches.send_stream(parsed())
+        while (answers := bus_call(lambda: next(stream, None))) is not None:
+            failed += _answer_chunk(numbered.popleft(), answers)
     finally:
         if source != "-":
             os.close(fd)
@@ -214,27 +227,28 @@ def _send_jsonl(b: Any, source: str) -> None:
         raise typer.Exit(1)
 
 
-def _send_chunk(b: Any, chunk: list[str], first_line: int) -> int:
-    """Answer each non-blank line of ``chunk`` in order; the number refused. The chunk is
-    one batch (:func:`bus.services.send_many.send_each`): a line over its sender's rate or into a full
-    inbox is refused on its own, as a send would be."""
-    from bus.services.send_many import send_each
-
-    numbered: list[tuple[int, Any]] = []
+def _numbered(chunk: list[str], first_line: int) -> list[tuple[int, Any]]:
+    """Each non-blank line of ``chunk`` by its number: its JSON, or its refusal."""
+    rows: list[tuple[int, Any]] = []
     for n, line in enumerate(chunk, first_line):
         if not line.strip():
             continue
         try:
-            numbered.append((n, json.loads(line)))
+            rows.append((n, json.loads(line)))
         except json.JSONDecodeError as exc:
-            numbered.append((n, BadInput(f"line {n} is not JSON: {exc}")))
-    parsed = [item for _n, item in numbered if not isinstance(item, BusError)]
-    answers = iter(bus_call(lambda: send_each(b, parsed)))
+            rows.append((n, BadInput(f"line {n} is not JSON: {exc}")))
+    return rows
+
+
+def _answer_chunk(numbered: list[tuple[int, Any]], answers: list[Any]) -> int:
+    """Write each line's answer in order (a refusal with its line number); the number
+    refused."""
+    got = iter(answers)
     failed = 0
     out: list[str] = []  # the chunk's answers in one write: a flush a line was a tenth of it
     dumps = json.JSONEncoder(ensure_ascii=False).encode
     for n, item in numbered:
-        r = item if isinstance(item, BusError) else next(answers)
+        r = item if isinstance(item, BusError) else next(got)
         if isinstance(r, BusError):
             failed += 1
             out.append(dumps({**r.to_json(), "line": n}))

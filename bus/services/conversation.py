@@ -15,6 +15,7 @@ from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import NotFound, Refused
 from bus.core.models import SessionInfo, check_session_id, check_text, parse_message
 from bus.core.models import now_ms as _now_ms
+from bus.store.packing import json_list
 
 if TYPE_CHECKING:
     from bus.delivery.receipts import Receipts
@@ -23,12 +24,6 @@ if TYPE_CHECKING:
     from .routing import Router
 
 WITHDRAW_WAIT_S = 10.0
-
-
-def _list(raw: str | None) -> list[str]:
-    # cjson encodes an empty Lua table as {}, not [].
-    value = json.loads(raw) if raw else []
-    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 class Conversation:
@@ -69,7 +64,7 @@ class Conversation:
                 "threadId": thr,
                 "key": meta.get("key", ""),
                 "label": meta.get("label", thr),
-                "from": _list(meta.get("senders")),
+                "from": json_list(meta.get("senders")),
                 "unread": len(unread),
                 "new": sum(1 for x in recs if x["mark"] == "new"),
                 "count": int(meta.get("count", 0)),
@@ -85,7 +80,7 @@ class Conversation:
         return out
 
     def parties(self, thread: str) -> list[str]:
-        return _list(self.store.thread_field(thread, "parties"))
+        return json_list(self.store.thread_field(thread, "parties"))
 
     def read(self, sid: str, thread: str, *, mark_read: bool = False) -> dict[str, Any]:
         """A whole thread, oldest first; refused for a session that is not a party."""
@@ -93,7 +88,7 @@ class Conversation:
         meta = self.store.thread_meta(thread)
         if not meta:
             raise NotFound(f"no thread {thread!r}")
-        if sid not in _list(meta.get("parties")):
+        if sid not in json_list(meta.get("parties")):
             raise Refused(f"session {sid!r} is not a party to {thread}", code="not_a_party")
         msgs = [json.loads(fields["m"]) for fields in self.store.thread_log(thread)]
         recs = {r["id"]: r for r in self.store.records(sid, [m["id"] for m in msgs])}

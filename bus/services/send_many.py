@@ -58,13 +58,13 @@ from typing import TYPE_CHECKING, Any
 from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import BadInput, BusError, RateLimited, Refused
 from bus.core.models import Message, SessionInfo, now_ms, parse_message
+from bus.store.packing import json_list
 from bus.trust.tokens import SCOPE_WRITE, Claims
 
 from . import batch_wire as wire
 from . import id_owner
 from .batch_wire import inbox_full
 from .batch_write import BatchWriter, Job
-from .conversation import _list as json_list
 from .overlap import Ahead, Writer
 
 if TYPE_CHECKING:

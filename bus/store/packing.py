@@ -398,3 +398,10 @@ def session_from_hash(data: dict[str, str], sid: str) -> SessionInfo:
     from bus.core.models import SessionInfo
 
     return SessionInfo(**session_row(data, sid))
+
+
+def json_list(raw: str | None) -> list[str]:
+    """A JSON list of strings as a script stored it; empty for none. cjson encodes an
+    empty Lua table as ``{}``, not ``[]``, so anything but a list reads empty."""
+    value = json.loads(raw) if raw else []
+    return [str(v) for v in value] if isinstance(value, list) else []

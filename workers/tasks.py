@@ -53,7 +53,7 @@ def heartbeat() -> Heartbeat:
     """This process's heartbeat for its host (``P:beat:<host>``)."""
     global _beat
     if _beat is None:
-        _beat = Heartbeat(get_bus(), get_bus().settings.host)
+        _beat = Heartbeat(get_bus().delivery, get_bus().settings.host)
     return _beat
 
 
@@ -100,7 +100,7 @@ def _start_kick_loop(**_: Any) -> None:
     global _kick
     bus = get_bus()
     if bus.settings.kick == "list" and _kick is None:
-        _kick = KickLoop(bus, threads=KICK_THREADS, on_done=heartbeat().progress).start()
+        _kick = KickLoop(bus.delivery, threads=KICK_THREADS, on_done=heartbeat().progress).start()
 
 
 @worker_process_shutdown.connect
@@ -148,7 +148,7 @@ def deliver_many(sids: list[str]) -> list[dict[str, Any]]:
     batch's receivers), delivered as one batch (bus.delivery.engine: a few round trips for the lot)."""
     bus = get_bus()
     try:
-        reports = deliver_batch(bus, sids)
+        reports = deliver_batch(bus.delivery, sids)
     except OUTAGE_ERRORS as exc:  # the sweep redoes them once Redis is back
         _outage.failed(exc)
         return [{"ok": False, "error": "unavailable", "session": sid} for sid in sids]
@@ -159,4 +159,4 @@ def deliver_many(sids: list[str]) -> list[dict[str, Any]]:
 @app.task(name="inbox.tick")
 def tick() -> dict[str, Any]:
     """Take due wakes, flushes and retries (atomically) and dispatch their deliveries."""
-    return run_tick(get_bus())
+    return run_tick(get_bus().delivery)

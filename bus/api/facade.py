@@ -15,6 +15,7 @@ from bus.core.models import SessionInfo, check_session_id
 from bus.core.settings import Settings
 from bus.delivery.dispatch import Dispatcher, default_dispatcher
 from bus.delivery.floor import Floor
+from bus.delivery.host import DeliveryParts
 from bus.delivery.inbox import Inbox
 from bus.delivery.kick_list import ListDispatcher
 from bus.delivery.receipts import Receipts
@@ -84,6 +85,15 @@ class Bus(Conversing, Members, Host):
             metrics=lambda: self.metrics,
             blocking=blocking,
             clock=clk,
+        )
+        self.delivery = DeliveryParts(
+            s,
+            self.floor,
+            self.inbox,
+            self.receipts,
+            store=store,
+            metrics=lambda: self.metrics,
+            dispatcher=lambda: self.dispatcher,
         )
         self.router = Router(
             store,

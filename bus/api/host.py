@@ -28,7 +28,7 @@ class Host(Parts):
         """The worker's job: deliver what is queued for ``sid`` on this host; ``busy`` when
         a delivery already running for it takes the work over (:mod:`bus.delivery.engine`)."""
         check_session_id(sid)
-        return delivery_engine.deliver(self, sid)
+        return delivery_engine.deliver(self.delivery, sid)
 
     def deliver_local(
         self, sid: str, *, sender: str, text: str, urgency: str = "queue", msg_id: str | None = None

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from bus.core.settings import Settings
     from bus.delivery.dispatch import Dispatcher
     from bus.delivery.floor import Floor
+    from bus.delivery.host import DeliveryParts
     from bus.delivery.inbox import Inbox
     from bus.delivery.receipts import Receipts
     from bus.services.conversation import Conversation
@@ -44,6 +45,7 @@ class Parts:
     conversation: Conversation
     credentials: Credentials
     send_rate: SendRate
+    delivery: DeliveryParts
     batches: BatchSender
     items: Items
     requests: Requests

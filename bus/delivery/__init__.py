@@ -1,6 +1,7 @@
 """From a session's queue to its socket or floor, and the one notice it hears.
 
-``dispatch`` (asking a host's worker), ``kick_list`` (the worker's delivery loops),
+``dispatch`` (asking a host's worker), ``kick_list`` (the worker's delivery loops), ``host``
+(``DeliveryParts``: what the engine, the loops and the scheduler are given, never the facade),
 ``engine`` (the one engine: sessions delivered as a batch, a lone one a batch of one, each
 under its ``lease``, the lock hand-off), ``queue_run`` (the general loop: raw lines, long
 queues), ``inbox`` (threads, marks and the plan), ``notice`` (the one notice), ``raw_lines`` (a

@@ -56,7 +56,7 @@ def scheduler() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        run_scheduler(b, stop)
+        run_scheduler(b.delivery, stop)
     except KeyboardInterrupt:
         pass
 

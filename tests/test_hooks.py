@@ -16,6 +16,7 @@ import redis
 from bus.api import Bus
 from bus.core.errors import BadInput
 from bus.core.hook_env import load_hook_env, redact
+from bus.surfaces.hook_install import print_or_install
 from bus.surfaces.hooks import (
     EVENTS,
     claude_settings,
@@ -24,7 +25,6 @@ from bus.surfaces.hooks import (
     hook_env,
     inbox_program,
     is_own_command,
-    print_or_install,
     run_hook,
 )
 from tests.conftest import wait_for

@@ -2,7 +2,7 @@
 
 ``inbox hooks codex`` prints a Codex ``hooks.json`` (``--install PATH`` writes it, usually
 ``.codex/hooks.json`` in a project or ``~/.codex/hooks.json``; ``--uninstall PATH`` takes
-it out), with the Claude Code installer's guarantees (bus.surfaces.hooks.print_or_install). Codex
+it out), with the Claude Code installer's guarantees (bus.surfaces.hook_install.print_or_install). Codex
 runs ``<inbox> hook codex <Event>`` through ``sh -c`` with the event's JSON on stdin, and
 reads a JSON answer on stdout:
 

@@ -26,7 +26,7 @@ def _print_or_install(
     harness: str, install: Path | None, uninstall: Path | None, yes: bool, command: str | None
 ) -> None:
     """One harness's hooks printed, or installed into / removed from the file given."""
-    from bus.surfaces.hooks import print_or_install
+    from bus.surfaces.hook_install import print_or_install
 
     if install is not None and uninstall is not None:
         fail("give --install PATH or --uninstall PATH, not both")

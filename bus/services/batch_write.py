@@ -107,7 +107,7 @@ class BatchWriter:
         # The records' times are the wall clock's, as Store.append writes them; the
         # recipients' states are by the bus's clock, as Router.post answers them.
         store, now = self.store, now_ms()
-        job = Job(msgs, now, self.clock.now_ms(), store.k.prefix)
+        job = Job(msgs, now, self.clock.now_ms(), self.settings.key_prefix)
         for i, msg in enumerate(msgs):
             if msg.verified is None:
                 msg = msgs[i] = msg.model_copy(update={"verified": self.verified})

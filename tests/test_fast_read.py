@@ -288,7 +288,6 @@ def test_the_argv_the_lane_takes(argv: list[str], parsed: object) -> None:
 
 def test_the_mirrored_names_agree() -> None:
     assert fast_read.COMMANDS == entry.READ_COMMANDS
-    assert (answers.ORDER, answers.EXITS) == (lib_receipts.ORDER, lib_receipts.EXITS)
     assert answers.SENT_LIMIT_MAX == lib_receipts.SENT_LIMIT_MAX
     assert lite_reads.BACKLOG_CAP == lib_store.BACKLOG_CAP
     assert answers.ITEM_VIEW_FIELDS == lib_items.VIEW_FIELDS
@@ -298,38 +297,6 @@ def test_the_mirrored_names_agree() -> None:
     assert answers.host_queue("h1") == liveness.host_queue("h1")
     state = SessionInfo.model_fields["state"].annotation
     assert typing.get_args(state) == answers.SESSION_STATES
-
-
-RECORDS: list[tuple[dict[str, int], dict[str, Any] | None, dict[str, Any] | None]] = [
-    ({}, None, None),
-    ({"stored": 1}, {"mark": "new"}, {"state": "stored"}),
-    ({"stored": 1}, {"mark": "noticed", "noticed_at": 5}, None),
-    ({"stored": 1, "noticed": 2}, {"mark": "read"}, None),
-    ({"stored": 1}, {"mark": "answered", "answered_at": 9}, {"state": "answered", "answer": "x"}),
-    ({"stored": 1}, {"mark": "removed"}, {"state": "withdrawn"}),
-    ({"stored": 1, "noticed": 3}, {"mark": "retracted"}, {"state": "retracted"}),
-    ({"stored": 1}, {"mark": "expired", "expired_at": 4}, None),
-    ({"stored": 1, "bounced": 1}, None, {"state": "bounced"}),
-    ({"stored": 1, "withdrawn": 2, "expired": 3}, None, None),
-]
-
-
-@pytest.mark.parametrize(("stamped", "rec", "answer"), RECORDS)
-def test_the_receipt_rules_are_the_librarys(
-    stamped: dict[str, int], rec: dict[str, Any] | None, answer: dict[str, Any] | None
-) -> None:
-    reached = lib_receipts.from_records(stamped, rec, answer)
-    assert answers.from_records(stamped, rec, answer) == reached
-    assert answers.receipt_state(reached) == lib_receipts.receipt_state(reached)
-
-
-@pytest.mark.parametrize(
-    ("state", "seen", "now"),
-    [(None, 0, 0), ("idle", 0, 10**7), ("idle", 1, 10**7), ("closed", 1, 10**9), ("running", 5, 6)],
-)
-def test_the_recipient_state_is_the_librarys(state: str | None, seen: int, now: int) -> None:
-    want = lib_receipts.recipient_state(state, seen, now, 3600.0)
-    assert answers.recipient_state(state, seen, now, 3600.0) == want
 
 
 @pytest.mark.parametrize(

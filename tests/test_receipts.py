@@ -16,14 +16,14 @@ from bus.api import Bus
 from bus.core.clock import ManualClock
 from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
 from bus.core.models import now_ms
-from bus.core.settings import Settings
-from bus.delivery import scheduler
-from bus.delivery.receipts import (
+from bus.core.receipt_rules import (
     from_records,
     is_reached,
     receipt_state,
     recipient_state,
 )
+from bus.core.settings import Settings
+from bus.delivery import scheduler
 from bus.trust.tokens import SCOPE_READ, SCOPE_WRITE, issue
 from tests.conftest import WorkerProcess, wait_for
 from tests.test_http import Gateway, gateway  # noqa: F401  (the fixture)

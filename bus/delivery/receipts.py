@@ -18,7 +18,6 @@ socket ack) for ``INBOX_STALE_S`` is ``stale``; messages no notice got in for
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -28,6 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
 from bus.core.models import MESSAGE_ID_PATTERN, Message, check_session_id, now_ms
+from bus.core.receipt_rules import (
+    STATES,
+    is_reached,
+    receipt_views,
+)
 from bus.store.redis_errors import StoreFailed
 from bus.trust.tokens import SCOPE_READ
 
@@ -38,9 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ORDER = ("stored", "noticed", "read", "answered")
-EXITS = ("withdrawn", "retracted", "bounced", "expired")
-STATES = ORDER + EXITS
 WAITABLE = ("noticed", "read", "answered")
 KEEP_MS = 7 * 86400 * 1000  # the retention of send answers (bus.store.inbox.IDS_KEEP_MS)
 OUTBOX_MAX = 10_000
@@ -58,68 +59,6 @@ def receipt_ttl_ms(expire_s: float) -> int:
     """How long a receipt lives after its last transition: it must outlive its message's
     expiry, so the sender can read "expired" (8 days by default)."""
     return max(KEEP_MS, int(expire_s * 1000) + 86400 * 1000)
-
-
-def receipt_state(reached: dict[str, int | None]) -> str:
-    """The state a receipt shows: the latest side exit, else the furthest step reached.
-
-    ``reached`` maps each state the message reached to when (``None``: reached, time
-    unknown).
-    """
-    exits = [(reached[s] or 0, s) for s in EXITS if s in reached]
-    if exits:
-        return max(exits)[1]
-    for state in reversed(ORDER):
-        if state in reached:
-            return state
-    return "stored"
-
-
-def is_reached(state: str, want: str) -> bool:
-    """Whether a message in ``state`` has reached ``want`` (a side exit ends any wait)."""
-    if state in EXITS:
-        return True
-    return ORDER.index(state) >= ORDER.index(want)
-
-
-def recipient_state(state: str | None, last_seen: int, now: int, stale_s: float) -> str:
-    """The recipient's state for a sender: ``stale`` when its harness has not been seen
-    for ``stale_s`` (a closed or closing session says so instead)."""
-    if state is None:
-        return "unknown"
-    if state in ("closing", "closed"):
-        return state
-    if last_seen and now - last_seen > stale_s * 1000:
-        return "stale"
-    return state
-
-
-def from_records(
-    stamped: dict[str, int], rec: dict[str, Any] | None, answer: dict[str, Any] | None
-) -> dict[str, int | None]:
-    """The states reached: the receipt's stamps, plus what the inbox's own records prove
-    (the recipient's mark, the send answer) for a stamp that was missed."""
-    reached: dict[str, int | None] = dict(stamped)
-    mark = (rec or {}).get("mark")
-    ans_state = (answer or {}).get("state")
-    proven: list[tuple[str, Any]] = []
-    if mark in ("noticed", "read", "answered", "retracted"):
-        # floor_drained.lua, the one place marks move new -> noticed, stamps noticed_at.
-        proven.append(("noticed", (rec or {}).get("noticed_at")))
-    if mark == "read":
-        proven.append(("read", None))
-    if ans_state == "answered" and "answer" in (answer or {}):
-        proven.append(("answered", (rec or {}).get("answered_at")))
-    if ans_state == "withdrawn" or mark == "removed":
-        proven.append(("withdrawn", None))
-    if ans_state == "retracted" or mark == "retracted":
-        proven.append(("retracted", None))
-    if mark == "expired":
-        proven.append(("expired", (rec or {}).get("expired_at")))
-    for state, at in proven:
-        if state not in reached:
-            reached[state] = int(at) if at else None
-    return reached
 
 
 def check_message_id(msg_id: object) -> str:
@@ -278,41 +217,8 @@ class Receipts:
     def _read(self, rows: list[tuple[str, str]]) -> list[dict[str, Any] | None]:
         """Receipts of ``(recipient, id)`` rows with the records behind them, one round trip
         (every key of one row is in its recipient's slot)."""
-        store = self.store
-        got = store.receipt_rows(rows)
-        now, stale_s = now_ms(), self.settings.stale_s
-        out: list[dict[str, Any] | None] = []
-        for n, (to, msg_id) in enumerate(rows):
-            h, rec, ans, (s_state, last_seen, opened_at) = got[n]
-            if not h:
-                out.append(None)
-                continue
-            stamped = {s: int(h[s]) for s in STATES if h.get(s)}
-            reached = from_records(
-                stamped, json.loads(rec) if rec else None, json.loads(ans) if ans else None
-            )
-            seen = int(last_seen or 0) or int(opened_at or 0)
-            receipt: dict[str, Any] = {
-                "ok": True,
-                "id": msg_id,
-                "to": to,
-                "thread": h.get("thread") or None,
-                "state": receipt_state(reached),
-                "at": {s: reached[s] for s in STATES if reached.get(s)},
-                "recipient": {
-                    "session": to,
-                    "state": recipient_state(s_state or None, seen, now, stale_s),
-                    "last_seen": seen or None,
-                },
-                "_from": h.get("from"),
-                "_from_session": h.get("from_session"),
-            }
-            if h.get("reason"):
-                receipt["reason"] = h["reason"]
-            if receipt["state"] == "answered" and ans and "answer" in json.loads(ans):
-                receipt["answer"] = json.loads(ans)["answer"]  # the turn's answer, as --wait gets
-            out.append(receipt)
-        return out
+        got = self.store.receipt_rows(rows)
+        return receipt_views(got, rows, now_ms(), self.settings.stale_s)
 
     def _caller(self, by: str | None, token: str | None) -> tuple[str | None, str | None]:
         """Who asks: ``(session, None)`` or, for a member's token, ``(None, handle)``."""

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import BusError
 from bus.core.models import Message, SessionInfo, now_ms
+from bus.core.receipt_rules import recipient_state
 from bus.core.threads import thread_id, thread_key
 from bus.delivery.dispatch import deliver_many
-from bus.delivery.receipts import recipient_state
 from bus.store import packing
 
 from . import batch_wire as wire

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import BadInput, RateLimited
 from bus.core.models import Message, Recipient, SendAnswer, SessionInfo
+from bus.core.receipt_rules import recipient_state
 from bus.core.threads import thread_of
-from bus.delivery.receipts import recipient_state
 from bus.store import packing
 
 if TYPE_CHECKING:

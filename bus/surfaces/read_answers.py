@@ -12,16 +12,15 @@ from __future__ import annotations
 import json
 import time
 
+from bus.core.receipt_rules import STATES, receipt_views
+
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the lane several ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-# -- the receipt rules (bus.delivery.receipts; tests/test_fast_read.py holds them equal) ------
+# -- names mirrored from the library (tests/test_fast_read.py holds them equal) ------------
 
-ORDER = ("stored", "noticed", "read", "answered")
-EXITS = ("withdrawn", "retracted", "bounced", "expired")
-STATES = ORDER + EXITS
 SENT_LIMIT_MAX = 1000
 SESSION_STATES = ("idle", "running", "closing", "closed")  # SessionInfo.state
 SCHEDULER = "scheduler"  # bus.telemetry.liveness.SCHEDULER
@@ -30,51 +29,6 @@ SCHEDULER = "scheduler"  # bus.telemetry.liveness.SCHEDULER
 def host_queue(host: str) -> str:
     """bus.telemetry.liveness.host_queue."""
     return f"host.{host}"
-
-
-def receipt_state(reached: dict[str, int | None]) -> str:
-    exits = [(reached[s] or 0, s) for s in EXITS if s in reached]
-    if exits:
-        return max(exits)[1]
-    for state in reversed(ORDER):
-        if state in reached:
-            return state
-    return "stored"
-
-
-def recipient_state(state: str | None, last_seen: int, now: int, stale_s: float) -> str:
-    if state is None:
-        return "unknown"
-    if state in ("closing", "closed"):
-        return state
-    if last_seen and now - last_seen > stale_s * 1000:
-        return "stale"
-    return state
-
-
-def from_records(
-    stamped: dict[str, int], rec: dict[str, Any] | None, answer: dict[str, Any] | None
-) -> dict[str, int | None]:
-    reached: dict[str, int | None] = dict(stamped)
-    mark = (rec or {}).get("mark")
-    ans_state = (answer or {}).get("state")
-    proven: list[tuple[str, Any]] = []
-    if mark in ("noticed", "read", "answered", "retracted"):
-        proven.append(("noticed", (rec or {}).get("noticed_at")))
-    if mark == "read":
-        proven.append(("read", None))
-    if ans_state == "answered" and "answer" in (answer or {}):
-        proven.append(("answered", (rec or {}).get("answered_at")))
-    if ans_state == "withdrawn" or mark == "removed":
-        proven.append(("withdrawn", None))
-    if ans_state == "retracted" or mark == "retracted":
-        proven.append(("retracted", None))
-    if mark == "expired":
-        proven.append(("expired", (rec or {}).get("expired_at")))
-    for state, at in proven:
-        if state not in reached:
-            reached[state] = int(at) if at else None
-    return reached
 
 
 class FullPath(Exception):
@@ -182,40 +136,7 @@ def _receipts(
     store: Any, settings: Any, rows: list[tuple[str, str]]
 ) -> list[dict[str, Any] | None]:
     """``Receipts._read``: each ``(recipient, id)``'s receipt, ``None`` where none."""
-    got = store.receipt_rows(rows)
-    now, stale_s = _now_ms(), settings.stale_s
-    out: list[dict[str, Any] | None] = []
-    for n, (to, msg_id) in enumerate(rows):
-        h, rec, ans, (s_state, last_seen, opened_at) = got[n]
-        if not h:
-            out.append(None)
-            continue
-        stamped = {s: int(h[s]) for s in STATES if h.get(s)}
-        reached = from_records(
-            stamped, json.loads(rec) if rec else None, json.loads(ans) if ans else None
-        )
-        seen = int(last_seen or 0) or int(opened_at or 0)
-        receipt: dict[str, Any] = {
-            "ok": True,
-            "id": msg_id,
-            "to": to,
-            "thread": h.get("thread") or None,
-            "state": receipt_state(reached),
-            "at": {s: reached[s] for s in STATES if reached.get(s)},
-            "recipient": {
-                "session": to,
-                "state": recipient_state(s_state or None, seen, now, stale_s),
-                "last_seen": seen or None,
-            },
-            "_from": h.get("from"),
-            "_from_session": h.get("from_session"),
-        }
-        if h.get("reason"):
-            receipt["reason"] = h["reason"]
-        if receipt["state"] == "answered" and ans and "answer" in json.loads(ans):
-            receipt["answer"] = json.loads(ans)["answer"]
-        out.append(receipt)
-    return out
+    return receipt_views(store.receipt_rows(rows), rows, _now_ms(), settings.stale_s)
 
 
 def _public(receipt: dict[str, Any]) -> dict[str, Any]:

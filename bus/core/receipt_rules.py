@@ -1,0 +1,119 @@
+"""The receipt rules: which state a receipt shows, what the inbox's records prove, and
+one receipt as a sender reads it. Pure, and standard library only: the library
+(:mod:`bus.delivery.receipts`) and the read lane (:mod:`bus.surfaces.read_answers`) both
+answer with these.
+"""
+
+from __future__ import annotations
+
+import json
+
+# Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+ORDER = ("stored", "noticed", "read", "answered")
+EXITS = ("withdrawn", "retracted", "bounced", "expired")
+STATES = ORDER + EXITS
+
+
+def receipt_state(reached: dict[str, int | None]) -> str:
+    """The state a receipt shows: the latest side exit, else the furthest step reached.
+
+    ``reached`` maps each state the message reached to when (``None``: reached, time
+    unknown).
+    """
+    exits = [(reached[s] or 0, s) for s in EXITS if s in reached]
+    if exits:
+        return max(exits)[1]
+    for state in reversed(ORDER):
+        if state in reached:
+            return state
+    return "stored"
+
+
+def is_reached(state: str, want: str) -> bool:
+    """Whether a message in ``state`` has reached ``want`` (a side exit ends any wait)."""
+    if state in EXITS:
+        return True
+    return ORDER.index(state) >= ORDER.index(want)
+
+
+def recipient_state(state: str | None, last_seen: int, now: int, stale_s: float) -> str:
+    """The recipient's state for a sender: ``stale`` when its harness has not been seen
+    for ``stale_s`` (a closed or closing session says so instead)."""
+    if state is None:
+        return "unknown"
+    if state in ("closing", "closed"):
+        return state
+    if last_seen and now - last_seen > stale_s * 1000:
+        return "stale"
+    return state
+
+
+def from_records(
+    stamped: dict[str, int], rec: dict[str, Any] | None, answer: dict[str, Any] | None
+) -> dict[str, int | None]:
+    """The states reached: the receipt's stamps, plus what the inbox's own records prove
+    (the recipient's mark, the send answer) for a stamp that was missed."""
+    reached: dict[str, int | None] = dict(stamped)
+    mark = (rec or {}).get("mark")
+    ans_state = (answer or {}).get("state")
+    proven: list[tuple[str, Any]] = []
+    if mark in ("noticed", "read", "answered", "retracted"):
+        # floor_drained.lua, the one place marks move new -> noticed, stamps noticed_at.
+        proven.append(("noticed", (rec or {}).get("noticed_at")))
+    if mark == "read":
+        proven.append(("read", None))
+    if ans_state == "answered" and "answer" in (answer or {}):
+        proven.append(("answered", (rec or {}).get("answered_at")))
+    if ans_state == "withdrawn" or mark == "removed":
+        proven.append(("withdrawn", None))
+    if ans_state == "retracted" or mark == "retracted":
+        proven.append(("retracted", None))
+    if mark == "expired":
+        proven.append(("expired", (rec or {}).get("expired_at")))
+    for state, at in proven:
+        if state not in reached:
+            reached[state] = int(at) if at else None
+    return reached
+
+
+def receipt_views(
+    got: list[Any], rows: list[tuple[str, str]], now: int, stale_s: float
+) -> list[dict[str, Any] | None]:
+    """Each ``(recipient, id)`` row's receipt from what the store read for it
+    (:meth:`bus.store.receipts.ReceiptStore.receipt_rows`), ``None`` where none."""
+    out: list[dict[str, Any] | None] = []
+    for n, (to, msg_id) in enumerate(rows):
+        h, rec, ans, (s_state, last_seen, opened_at) = got[n]
+        if not h:
+            out.append(None)
+            continue
+        stamped = {s: int(h[s]) for s in STATES if h.get(s)}
+        reached = from_records(
+            stamped, json.loads(rec) if rec else None, json.loads(ans) if ans else None
+        )
+        seen = int(last_seen or 0) or int(opened_at or 0)
+        receipt: dict[str, Any] = {
+            "ok": True,
+            "id": msg_id,
+            "to": to,
+            "thread": h.get("thread") or None,
+            "state": receipt_state(reached),
+            "at": {s: reached[s] for s in STATES if reached.get(s)},
+            "recipient": {
+                "session": to,
+                "state": recipient_state(s_state or None, seen, now, stale_s),
+                "last_seen": seen or None,
+            },
+            "_from": h.get("from"),
+            "_from_session": h.get("from_session"),
+        }
+        if h.get("reason"):
+            receipt["reason"] = h["reason"]
+        if receipt["state"] == "answered" and ans and "answer" in json.loads(ans):
+            receipt["answer"] = json.loads(ans)["answer"]  # the turn's answer, as --wait gets
+        out.append(receipt)
+    return out

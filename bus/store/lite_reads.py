@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import receipt_index
+from .beats import BeatStore
 from .host_claim import HostClaimStore
 from .inbox import InboxStore
 from .items import ItemStore
@@ -156,7 +157,7 @@ class LiteClient(_Calls):
         return LitePipeline(self.conn)
 
 
-class LiteStore(InboxStore, ItemStore, ReceiptStore, HostClaimStore, ConfigStore):
+class LiteStore(BeatStore, InboxStore, ItemStore, ReceiptStore, HostClaimStore, ConfigStore):
     """The store's reads on a :class:`LiteClient`; sessions as dicts (``session_row``)."""
 
     def __init__(self, conn: Connection, keys: Keys) -> None:
@@ -200,22 +201,6 @@ class LiteStore(InboxStore, ItemStore, ReceiptStore, HostClaimStore, ConfigStore
                 continue
             rows = self.r.xrange(self.k.s(sid, "stream"), min=f"({cursor or '0-0'}", count=cap)
             out.append(len(rows))
-        return out
-
-    def beats(self, queue_of: Callable[[str], str | None]) -> list[tuple[str, dict[str, str], int]]:
-        """Every heartbeat, by name: ``(name, fields, depth of queue_of(name))``."""
-        names = sorted(str(n) for n in self.r.smembers(self.k.workers))
-        pipe = self.r.pipeline()
-        queues = [queue_of(name) for name in names]
-        for name, queue in zip(names, queues, strict=True):
-            pipe.hgetall(self.k.beat(name))
-            if queue is not None:
-                pipe.llen(self.k.celery_queue(queue))
-        replies = iter(pipe.execute() if names else [])
-        out = []
-        for name, queue in zip(names, queues, strict=True):
-            fields = dict(next(replies))
-            out.append((name, fields, int(next(replies)) if queue is not None else 0))
         return out
 
     def recipient_of(self, msg_id: str, now_ms: int) -> str | None:

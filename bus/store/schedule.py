@@ -9,7 +9,6 @@ through a one-element list when an entry falls due soon.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from bus.core.models import SessionInfo, check_session_id, now_ms
@@ -99,23 +98,6 @@ class ScheduleStore(StorePart):
             pipe.hincrby(key, "done", 1)
         pipe.sadd(self.k.workers, name)
         pipe.execute()
-
-    def beats(self, queue_of: Callable[[str], str | None]) -> list[tuple[str, dict[str, str], int]]:
-        """Every heartbeat, by name: ``(name, fields, depth of queue_of(name))``, the depth
-        0 where ``queue_of`` names no broker queue; one round trip."""
-        names = sorted(str(n) for n in self.r.smembers(self.k.workers))
-        pipe = self.r.pipeline(transaction=False)
-        queues = [queue_of(name) for name in names]
-        for name, queue in zip(names, queues, strict=True):
-            pipe.hgetall(self.k.beat(name))
-            if queue is not None:
-                pipe.llen(self.k.celery_queue(queue))
-        replies = iter(pipe.execute() if names else [])
-        out = []
-        for name, queue in zip(names, queues, strict=True):
-            fields = dict(next(replies))
-            out.append((name, fields, int(next(replies)) if queue is not None else 0))
-        return out
 
     def claim_sweep(self, every_ms: int, *, what: str = "backlog") -> bool:
         """True for one caller per ``every_ms`` across every process (SET NX PX): the

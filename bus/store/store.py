@@ -18,6 +18,7 @@ from typing import Any
 
 import redis
 
+from .beats import BeatStore
 from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .conversations import ConversationStore
 from .delivery import DeliveryStore
@@ -86,6 +87,7 @@ class Store(
     QueueStore,
     LockStore,
     ScheduleStore,
+    BeatStore,
     InboxStore,
     IngestStore,
     ItemStore,

@@ -73,6 +73,10 @@ class Settings:
     memory_settings: bool = True
     # A quiet session's events (its audit trail) are dropped once this old (bus.store.compaction).
     events_keep_s: float = 30.0
+    # ``inbox up`` and ``compose/local.py`` keep an imported spare per worker and one for the
+    # scheduler (bus.ops.standby); the scheduler's follows the workers' unless set.
+    worker_standby: bool = True
+    scheduler_standby: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -108,6 +112,10 @@ class Settings:
             kick="celery" if (env.get("INBOX_KICK") or "").strip().lower() == "celery" else "list",
             memory_settings=_bool(env.get("INBOX_MEMORY_SETTINGS"), True),
             events_keep_s=_float(env, "INBOX_EVENTS_KEEP_S", 30.0),
+            worker_standby=_bool(env.get("INBOX_WORKER_STANDBY"), True),
+            scheduler_standby=_bool(
+                env.get("INBOX_SCHEDULER_STANDBY"), _bool(env.get("INBOX_WORKER_STANDBY"), True)
+            ),
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 
@@ -136,6 +144,10 @@ class Settings:
         }
         if not self.memory_settings:
             env["INBOX_MEMORY_SETTINGS"] = "0"
+        if not self.worker_standby:
+            env["INBOX_WORKER_STANDBY"] = "0"
+        if self.scheduler_standby != self.worker_standby:
+            env["INBOX_SCHEDULER_STANDBY"] = "1" if self.scheduler_standby else "0"
         if self.redis_cluster:
             env["INBOX_REDIS_CLUSTER"] = "1"
         if self.allowed_hosts:

@@ -1,18 +1,24 @@
-"""A worker started ahead: a killed worker's successor is already imported.
+"""Processes started ahead: a killed worker's or scheduler's successor is already imported.
 
 A Celery worker's start is mostly Python importing Celery, kombu and the bus: 2-3 s of
 CPU, 8-13 s of wall time on a loaded 2-core machine, during which the host's sessions
-hear nothing. So the supervisor (``inbox up``, ``compose/local.py``) keeps, beside each
-worker, one spare process (``python -m workers.standby``) that has done those imports
-and waits on its stdin. When the worker exits, the supervisor's restart writes one line
-to the spare, which then runs the worker in that process (the same ``celery worker``
-arguments as ``inbox worker``); a new spare is started :data:`SPARE_AFTER_S` later, so
-its imports do not compete with the promoted worker's start. Without a live spare the
-restart is the cold ``inbox worker``.
+hear nothing; the scheduler's is the command line, the bus and (for its dispatcher)
+Celery: 1.8-4.7 s on the same machine, during which no wake is taken. So the supervisor
+(``inbox up``, ``compose/local.py``) keeps, beside each worker and beside the scheduler,
+one spare process that has done those imports and waits on its stdin: a worker's is
+``python -m workers.standby``, the scheduler's ``inbox scheduler --standby``. When the
+child exits, the supervisor's restart writes one line to its spare, which then runs in
+that process (a worker with ``inbox worker``'s ``celery worker`` arguments, the scheduler's
+loop as ``inbox scheduler`` runs it); a new spare is started :data:`SPARE_AFTER_S` later,
+so its imports do not compete with the promoted one's start. Without a live spare the
+restart is the cold command.
 
-The spare takes no work and holds no claim before its line: it has not connected to
-anything. It ends when its stdin closes (the supervisor gone or stopping).
-``INBOX_WORKER_STANDBY=0`` runs no spare (one idle Python process less per worker).
+A spare takes no work and holds no claim before its line: it has not connected to
+anything. Its line is written only once the child it replaces has exited (and its process
+group is SIGKILLed), so one supervisor never runs two schedulers at once. A spare ends
+when its stdin closes (the supervisor gone or stopping). ``INBOX_WORKER_STANDBY=0`` runs
+no worker spare, ``INBOX_SCHEDULER_STANDBY=0`` no scheduler spare (default: as
+``INBOX_WORKER_STANDBY``); each is one idle Python process less.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +38,18 @@ SPARE_AFTER_S = 5.0
 GO = b"go\n"
 
 
-def standby_enabled(env: dict[str, str] | None = None) -> bool:
-    raw = (os.environ if env is None else env).get("INBOX_WORKER_STANDBY", "1")
+def _on(raw: str | None, default: bool) -> bool:
+    if raw is None or not raw.strip():
+        return default
     return raw.strip().lower() not in ("0", "false", "no", "off")
+
+
+def standby_enabled(env: Mapping[str, str] | None = None, *, scheduler: bool = False) -> bool:
+    """Whether ``env`` (a child's whole environment) asks for the worker's spare, or with
+    ``scheduler`` the scheduler's (``INBOX_SCHEDULER_STANDBY``, else as the worker's)."""
+    env = os.environ if env is None else env
+    worker = _on(env.get("INBOX_WORKER_STANDBY"), True)
+    return _on(env.get("INBOX_SCHEDULER_STANDBY"), worker) if scheduler else worker
 
 
 def standby_argv(concurrency: int, pool: str = "prefork", loglevel: str = "info") -> list[str]:
@@ -46,10 +61,16 @@ def standby_argv(concurrency: int, pool: str = "prefork", loglevel: str = "info"
     ]
 
 
-class Standby:
-    """A worker Child's spawn function that promotes its spare when it has one.
+def scheduler_standby_argv() -> list[str]:
+    """The scheduler's spare: ``inbox scheduler --standby``."""
+    return [sys.executable, "-m", "bus.surfaces.cli.app", "scheduler", "--standby"]
 
-    ``cold`` starts the worker from scratch; :meth:`tend` (the supervisor's poll) starts
+
+class Standby:
+    """A Child's spawn function (a worker's, the scheduler's) that promotes its spare when
+    it has one.
+
+    ``cold`` starts the child from scratch; :meth:`tend` (the supervisor's poll) starts
     the spare once due and replaces a dead one; :meth:`close` ends it.
     """
 
@@ -124,4 +145,10 @@ class Standby:
             spare.wait(5)
 
 
-__all__ = ["SPARE_AFTER_S", "Standby", "standby_argv", "standby_enabled"]
+__all__ = [
+    "SPARE_AFTER_S",
+    "Standby",
+    "scheduler_standby_argv",
+    "standby_argv",
+    "standby_enabled",
+]

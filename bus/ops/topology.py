@@ -23,7 +23,7 @@ from bus.core.settings import Settings
 from bus.store.server_probe import progress_client
 
 from .embedded import EmbeddedRedis
-from .standby import Standby, standby_argv, standby_enabled
+from .standby import Standby, scheduler_standby_argv, standby_argv, standby_enabled
 from .supervise import Child, HomeLock, Supervisor, signal_group, spawn_logged
 
 # Where `bus` and `workers` are imported from, so children find them from any directory.
@@ -188,11 +188,14 @@ def start_topology(
             topo.children.append(child)
         # Exactly one scheduler for the whole bus; it needs no floor of its own.
         log = base / "scheduler.log"
-        topo.children.append(
-            Child(
-                "scheduler", spawn_logged([*exe, "scheduler"], topo.env_for(hosts[0]), log), log=log
-            )
+        env_s = topo.env_for(hosts[0])
+        cold_s = spawn_logged([*exe, "scheduler"], env_s, log)
+        spare_s = (
+            Standby(scheduler_standby_argv(), env_s, log, cold_s)
+            if standby_enabled(env_s, scheduler=True)
+            else None
         )
+        topo.children.append(Child("scheduler", spare_s or cold_s, log=log, standby=spare_s))
         topo.supervisor.children[:0] = topo.children
         for child in topo.children:
             child.start()

@@ -6,7 +6,9 @@ child processes under :class:`bus.ops.supervise.Supervisor`, their output in
 ``$INBOX_HOME/logs/`` (the terminal gets the bus's own lines): a child that exits comes back
 (with backoff, one log line each time), a worker that holds work without progress is
 restarted, a worker refused its host (another floor serves it) or whose home is gone
-stops everything with its exit code (5 or 6, :mod:`bus.telemetry.host_floor`), and Ctrl-C (or SIGTERM) stops the worker and scheduler, then Redis. Once per
+stops everything with its exit code (5 or 6, :mod:`bus.telemetry.host_floor`), and Ctrl-C (or SIGTERM) stops the worker and scheduler, then Redis. The worker
+and the scheduler each have an imported spare that a restart promotes (bus.ops.standby;
+``INBOX_WORKER_STANDBY`` and ``INBOX_SCHEDULER_STANDBY`` of ``inbox up``'s settings). Once per
 ``INBOX_HOME``: a second ``inbox up`` says "already running (pid N)" and exits 1.
 """
 
@@ -23,7 +25,7 @@ from bus.store.server_probe import progress_on
 from bus.telemetry.host_floor import EXIT_HOME_GONE, EXIT_HOST_TAKEN
 
 from .embedded import EmbeddedRedis
-from .standby import Standby, standby_argv, standby_enabled
+from .standby import Standby, scheduler_standby_argv, standby_argv
 from .supervise import AlreadyRunning, Child, HomeLock, Supervisor, spawn_logged
 
 
@@ -58,6 +60,30 @@ def run_up(settings: Settings, *, concurrency: int = 2, redis_port: int = 0) -> 
         lock.release()
 
 
+def processes(
+    settings: Settings, env: dict[str, str], logs: Path, *, concurrency: int
+) -> list[Child]:
+    """The worker and the scheduler, each with its spare unless ``settings`` (read from
+    ``inbox up``'s own environment) turn it off."""
+    exe = [sys.executable, "-m", "bus.surfaces.cli.app"]
+    worker = [*exe, "worker", "--concurrency", str(concurrency)]
+    wlog, slog = logs / "worker.log", logs / "scheduler.log"
+    fatal = {
+        EXIT_HOST_TAKEN: f"another floor serves host {settings.host}; stopping",
+        EXIT_HOME_GONE: f"its INBOX_HOME {settings.home} is gone; stopping",
+    }
+    cold = spawn_logged(worker, env, wlog)
+    spare = Standby(standby_argv(concurrency), env, wlog, cold) if settings.worker_standby else None
+    cold_s = spawn_logged([*exe, "scheduler"], env, slog)
+    spare_s = (
+        Standby(scheduler_standby_argv(), env, slog, cold_s) if settings.scheduler_standby else None
+    )
+    return [
+        Child("worker", spare or cold, host=settings.host, log=wlog, fatal=fatal, standby=spare),
+        Child("scheduler", spare_s or cold_s, log=slog, standby=spare_s),
+    ]
+
+
 def _supervise(
     settings: Settings, stop: threading.Event, *, concurrency: int, redis_port: int
 ) -> int:
@@ -78,19 +104,7 @@ def _supervise(
     if "@" in url:  # never print the embedded server's password
         url = url.split("://", 1)[0] + "://***@" + url.rsplit("@", 1)[1]
     logs = private_dirs(settings.home / "logs")
-    exe = [sys.executable, "-m", "bus.surfaces.cli.app"]
-    worker = [*exe, "worker", "--concurrency", str(concurrency)]
-    wlog, slog = logs / "worker.log", logs / "scheduler.log"
-    fatal = {
-        EXIT_HOST_TAKEN: f"another floor serves host {settings.host}; stopping",
-        EXIT_HOME_GONE: f"its INBOX_HOME {settings.home} is gone; stopping",
-    }
-    cold = spawn_logged(worker, env, wlog)
-    spare = Standby(standby_argv(concurrency), env, wlog, cold) if standby_enabled(env) else None
-    children.append(
-        Child("worker", spare or cold, host=settings.host, log=wlog, fatal=fatal, standby=spare)
-    )
-    children.append(Child("scheduler", spawn_logged([*exe, "scheduler"], env, slog), log=slog))
+    children += processes(settings, env, logs, concurrency=concurrency)
     print(f"inbox up: starting Redis, the worker and the scheduler for {settings.host}", flush=True)
     # Progress is judged by the worker's beat in the store and its queue on the broker.
     store = progress_on(

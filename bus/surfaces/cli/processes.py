@@ -5,10 +5,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from typing import Any
 
 import typer
 
@@ -47,18 +49,40 @@ def worker(
     os.execv(sys.executable, [*argv, *worker_argv(settings, concurrency, pool, loglevel)])
 
 
-def scheduler() -> None:
+def scheduler(
+    standby: bool = typer.Option(
+        False,
+        hidden=True,
+        help="a spare (bus.ops.standby): import and build everything, then start only once"
+        " a line arrives on stdin; exit 0 at end of input",
+    ),
+) -> None:
     """The scheduled work (debounced wakes, flushes, retries); `inbox up` runs it for you."""
     run(Settings.from_env)  # a bad setting is refused before anything starts
     from bus.delivery.scheduler import run as run_scheduler
 
     b = connect()  # the dispatcher by name (INBOX_DISPATCHER): bus/ imports no workers
+    if standby and not _promoted(b):
+        return
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         run_scheduler(b.delivery, stop)
     except KeyboardInterrupt:
         pass
+
+
+def _promoted(b: Any) -> bool:
+    """A spare's wait: its dispatcher built (Celery imported) first, nothing connected;
+    True once the supervisor's line arrives, False when its stdin ends."""
+    with contextlib.suppress(Exception):  # the loop builds it again, and says why it fails
+        b.delivery.dispatcher  # noqa: B018
+    if not sys.stdin.buffer.readline():
+        return False  # dismissed (or the supervisor is gone): nothing was started
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # the supervisor's pipe is not the scheduler's to hold
+    os.close(null)
+    return True
 
 
 def serve(

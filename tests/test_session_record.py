@@ -1,5 +1,6 @@
-"""A session record keeps no ``session`` (its key's) and no ``prompt_waiting`` "0" (issue
-13, memory): every reader restores both, and a record written before reads the same."""
+"""A session record keeps no ``session`` (its key's), no ``prompt_waiting`` "0", no default
+handle and no ``idle`` state (memory): every reader restores them, and a record written
+before reads the same."""
 
 from __future__ import annotations
 
@@ -61,13 +62,21 @@ def test_a_session_record_is_kept_without_its_key_and_usual_prompt_and_read_whol
     # Queued, not delivered: a delivery's start reads it, and the record beside it.
     bus.send({"from": "ha:lane", "to_id": "coord", "text": "hi"})
     raw = store.r.hgetall(key)
-    assert "session" not in raw
+    assert "session" not in raw and "handle" not in raw
     assert raw.get("prompt_waiting") == ("1" if waiting else None)
     compact = [read() for read in readers(bus, "coord")]
     assert [i and i.session for i in compact] == ["coord"] * len(compact)
+    assert {i.handle for i in compact if i} == {f"{raw['host']}:coord"}
     assert {i.prompt_waiting for i in compact if i} == {waiting}
     # The same record as written before (both fields stored) reads the same everywhere.
-    store.r.hset(key, mapping={"session": "coord", "prompt_waiting": "1" if waiting else "0"})
+    store.r.hset(
+        key,
+        mapping={
+            "session": "coord",
+            "prompt_waiting": "1" if waiting else "0",
+            "handle": f"{raw['host']}:coord",
+        },
+    )
     whole = [read() for read in readers(bus, "coord")]
     strip = [i.model_copy(update={"updated_at": 0}) if i else None for i in compact]
     assert [i.model_copy(update={"updated_at": 0}) if i else None for i in whole] == strip
@@ -80,6 +89,7 @@ def test_a_prompt_no_longer_waiting_goes_from_the_record(bus: Bus) -> None:
     assert store.r.hget(key, "prompt_waiting") == "1"
     bus.turn("coord", "end")
     assert store.r.hget(key, "prompt_waiting") is None
+    assert store.r.hget(key, "state") is None  # idle: left out
     info = store.get_session("coord")
     assert info is not None and info.prompt_waiting is False and info.state == "idle"
 

@@ -41,3 +41,39 @@ def test_presence_touches_only_an_existing_session(store: Store) -> None:
     store.put_session(info("s1"))
     store.touch_seen("s1", 1234)
     assert store.last_seen("s1") == 1234
+
+
+def test_a_record_leaves_out_a_default_handle_and_the_idle_state(store: Store) -> None:
+    key = store.k.s("s1", "session")
+    store.put_session(info("s1", handle="hosta:s1"))
+    raw = store.r.hgetall(key)
+    assert "handle" not in raw and "state" not in raw and raw["host"] == "hosta"
+    got = store.get_session("s1")
+    assert got is not None and (got.handle, got.state) == ("hosta:s1", "idle")
+    assert [s.session for s in store.sessions_by_handle("hosta:s1")] == ["s1"]
+    # Another handle, and any state but idle, are kept; back to idle, the state goes.
+    store.put_session(info("s2", handle="h:named"))
+    assert store.r.hget(store.k.s("s2", "session"), "handle") == "h:named"
+    store.update_session("s1", state="running")
+    assert store.r.hget(key, "state") == "running"
+    store.update_session("s1", state="idle")
+    assert store.r.hget(key, "state") is None
+    # A new host moves the default with it; the old default stays the record's handle.
+    store.update_session("s1", host="hostb")
+    moved = store.get_session("s1")
+    assert moved is not None and (moved.host, moved.handle) == ("hostb", "hosta:s1")
+    store.update_session("s1", handle="hostb:s1")
+    assert "handle" not in store.r.hgetall(key)
+    # A record that keeps both (written before) reads the same.
+    store.put_session(info("s3", handle="hosta:s3"))
+    compact = store.get_session("s3")
+    store.r.hset(store.k.s("s3", "session"), mapping={"handle": "hosta:s3", "state": "idle"})
+    assert store.get_session("s3") == compact
+
+
+def test_a_receipt_reads_a_record_without_a_state_as_idle(store: Store) -> None:
+    store.put_session(info("s1", handle="hosta:s1"))
+    [[_h, _rec, _ans, (state, _seen, opened)]] = store.receipt_rows([("s1", "m-1")])
+    assert state == "idle" and opened is not None
+    [[_h, _rec, _ans, (none, *_)]] = store.receipt_rows([("ghost", "m-1")])
+    assert none is None

@@ -24,7 +24,7 @@ from bus.core.models import SessionInfo, now_ms
 
 from .base import StorePart
 from .inbox import view_of_replies
-from .packing import session_from_hash
+from .session_record import record_info
 
 
 @dataclass
@@ -86,7 +86,7 @@ def _start_of(reply: Any, token: str, sent_at: float, sid: str) -> DeliveryStart
         None,
         str(cursor),
         entries,
-        session_from_hash(data, sid) if data else None,
+        record_info(data, sid) if data else None,
         [json.loads(a) if a else None for a in answers],
     )
 
@@ -105,7 +105,7 @@ def _snapshot_from(fields: list[Any], sent_at: float, sid: str) -> DeliverySnaps
     return DeliverySnapshot(
         held=bool(int(held)),
         sent_at=sent_at,
-        info=session_from_hash(_flat_hash(session), sid) if session else None,
+        info=record_info(_flat_hash(session), sid) if session else None,
         notice_id=str(nid) if nid else None,
         floor_ids=list(floor_hash),
         rows=[(str(eid), _flat_hash(fields)) for eid, fields in rows],

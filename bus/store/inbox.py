@@ -13,7 +13,8 @@ import json
 from . import packing
 from .base import StorePart, store_failed
 from .keys import receipt_field
-from .packing import meta_of, session_from_hash
+from .packing import meta_of
+from .session_record import record_info
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
 # (bus.surfaces.fast_read imports this module).
@@ -109,7 +110,7 @@ class InboxStore(StorePart):
         pipe.sismember(self.k.s(giver, "gave"), to)
         pipe.hgetall(self.k.s(to, "session"))
         gave, data = pipe.execute()
-        return bool(gave), (session_from_hash(data, to) if data else None)
+        return bool(gave), (record_info(data, to) if data else None)
 
     # -- the inbox ------------------------------------------------------------------------
 

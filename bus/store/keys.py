@@ -7,7 +7,7 @@ buses, or several tests, share one server.
 
 | key | type | writer | retention |
 |---|---|---|---|
-| ``P:{sid}:session`` | hash: SessionInfo fields | session open/close, turns, delivery | kept after close |
+| ``P:{sid}:session`` | hash: SessionInfo fields, less ``session``, ``prompt_waiting`` "0", ``state`` ``idle`` and a default handle (bus/store/session_record.py) | session open/close, turns, delivery | kept after close |
 | ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | deleted with ``cursor`` once the delivery took every entry (queue_trim.lua); else trimmed by MINID below ``trim`` |
 | ``P:{sid}:trim`` | string: stream id below which entries may be trimmed | delivery | - |
 | ``P:{sid}:cursor`` | string: last stream id the delivery has taken (none: read from ``0-0``) | delivery | deleted with the emptied queue (queue_trim.lua) |

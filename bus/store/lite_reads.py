@@ -6,7 +6,7 @@
 the few redis-py calls they make spoken over :mod:`bus.store.resp_client`, plus the reads
 :class:`~bus.store.store.Store` makes itself (sessions, backlogs, heartbeats), with a
 session record as a dict of :class:`~bus.core.models.SessionInfo`'s fields
-(:func:`bus.store.packing.session_row`) instead of the model. Read only: nothing here
+(:func:`bus.store.session_record.record_row`) instead of the model. Read only: nothing here
 writes. bus.surfaces.fast_read renders what these answer.
 """
 
@@ -20,10 +20,10 @@ from .host_claim import HostClaimStore
 from .inbox import InboxStore
 from .items import ItemStore
 from .keys import Keys
-from .packing import session_row
 from .receipts import ReceiptStore
 from .resp_client import Connection
 from .server_config import ConfigStore
+from .session_record import record_row
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
 # (bus.surfaces.fast_read imports this module).
@@ -158,7 +158,7 @@ class LiteClient(_Calls):
 
 
 class LiteStore(BeatStore, InboxStore, ItemStore, ReceiptStore, HostClaimStore, ConfigStore):
-    """The store's reads on a :class:`LiteClient`; sessions as dicts (``session_row``)."""
+    """The store's reads on a :class:`LiteClient`; sessions as dicts (``record_row``)."""
 
     def __init__(self, conn: Connection, keys: Keys) -> None:
         self.r = LiteClient(conn)
@@ -173,9 +173,9 @@ class LiteStore(BeatStore, InboxStore, ItemStore, ReceiptStore, HostClaimStore, 
     # -- what bus.store.store.Store reads itself (the same commands) -----------------------
 
     def get_session(self, sid: str) -> dict[str, Any] | None:
-        """The session record's fields (``session_row``); ``None`` if never put."""
+        """The session record's fields (``record_row``); ``None`` if never put."""
         data = self.r.hgetall(self.k.s(sid, "session"))
-        return session_row(data, sid) if data else None
+        return record_row(data, sid) if data else None
 
     def sessions(self) -> list[dict[str, Any]]:
         """Every session's record, oldest ``opened_at`` first (one round trip)."""
@@ -183,7 +183,7 @@ class LiteStore(BeatStore, InboxStore, ItemStore, ReceiptStore, HostClaimStore, 
         pipe = self.r.pipeline()
         for sid in ids:
             pipe.hgetall(self.k.s(sid, "session"))
-        return [session_row(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
+        return [record_row(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
 
     def backlogs(self, sids: list[str], cap: int = BACKLOG_CAP) -> list[int]:
         """Each session's messages the delivery has not taken yet (up to ``cap``): the

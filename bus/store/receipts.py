@@ -13,6 +13,7 @@ import json
 from . import receipt_index
 from .base import store_failed
 from .keys import receipt_field
+from .session_record import seen_state
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
 # (bus.surfaces.fast_read imports this module).
@@ -122,11 +123,12 @@ class ReceiptStore:
             pipe.hmget(ids, [receipt_field(msg_id), msg_id])
             pipe.hgetall(self.k.receipt(to, msg_id))
             pipe.hget(self.k.s(to, "msgs"), msg_id)
-            pipe.hmget(self.k.s(to, "session"), ["state", "last_seen", "opened_at"])
+            pipe.hmget(self.k.s(to, "session"), ["host", "state", "last_seen", "opened_at"])
         got = pipe.execute()
         out = []
         for n in range(len(rows)):
-            (folded, answer), h, rec, seen = got[4 * n : 4 * n + 4]
+            (folded, answer), h, rec, (host, state, *seen) = got[4 * n : 4 * n + 4]
+            seen = [seen_state(host, state), *seen]
             out.append([receipt_hash(folded, answer) if folded else h, rec, answer, seen])
         return out
 

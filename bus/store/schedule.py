@@ -15,7 +15,7 @@ from bus.core.models import SessionInfo, check_session_id, now_ms
 
 from .base import StorePart
 from .many import SweepView, stream_id_after
-from .packing import session_from_hash
+from .session_record import record_info
 
 # A schedule entry due sooner than this from now wakes a sleeping scheduler (a second:
 # above the scheduler's half-second cap on its sleep, with room for a slow tick).
@@ -85,7 +85,7 @@ class ScheduleStore(StorePart):
                 retry_at=None if retry_at is None else int(retry_at),
                 floor_records=[str(r) for r in floor],
             )
-            out.append((session_from_hash(data, sids[n]), view))
+            out.append((record_info(data, sids[n]), view))
         return out
 
     def beat(self, name: str, fields: dict[str, Any], *, done: bool = False) -> None:

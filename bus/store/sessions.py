@@ -14,7 +14,7 @@ from bus.core.errors import BadInput
 from bus.core.models import SessionInfo, check_session_id, now_ms
 
 from .base import StorePart
-from .packing import session_fields, session_from_hash
+from .session_record import as_read, default_handle, record_info, stored
 
 
 class SessionStore(StorePart):
@@ -31,19 +31,19 @@ class SessionStore(StorePart):
             else:
                 fields[name] = str(value)
         key = self.k.s(info.session, "session")
-        fields, _drop = session_fields(fields)
+        fields, _drop = stored(fields, info.session)
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(key)
         pipe.hset(key, mapping=fields)
         pipe.execute()
         self.r.zadd(self.k.sessions, {info.session: info.opened_at or now_ms()})
-        if info.handle != f"{info.host}:{info.session}":  # a default handle names its session
+        if info.handle != default_handle(info.host, info.session):  # it names its session
             self.r.hset(self.k.handle_map(info.handle), info.session, "")
 
     def get_session(self, sid: str) -> SessionInfo | None:
         """The session record as last put or updated; ``None`` if never put."""
         data = cast(dict[str, str], self.r.hgetall(self.k.s(sid, "session")))
-        return session_from_hash(data, sid) if data else None
+        return record_info(data, sid) if data else None
 
     def update_session(self, sid: str, **fields: object) -> None:
         """Set some fields of the record (``None`` clears one) and ``updated_at`` to now."""
@@ -53,8 +53,14 @@ class SessionStore(StorePart):
                 mapping[name] = "1" if value else "0"
             else:
                 mapping[name] = "" if value is None else str(value)
-        mapping, drop = session_fields(mapping)
         key = self.k.s(sid, "session")
+        if "host" in mapping or "handle" in mapping:
+            # A default handle is judged against the host: the record's, unless set here.
+            was = as_read(cast(dict[str, str], self.r.hgetall(key)), sid)
+            for name in ("host", "handle"):
+                if name not in mapping and name in was:
+                    mapping[name] = was[name]
+        mapping, drop = stored(mapping, sid)
         if not drop:
             self.r.hset(key, mapping=mapping)
             return
@@ -77,13 +83,13 @@ class SessionStore(StorePart):
         pipe = self.r.pipeline(transaction=False)
         for sid in ids:
             pipe.hgetall(self.k.s(sid, "session"))
-        return [session_from_hash(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
+        return [record_info(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
 
     def sessions_by_handle(self, handle: str) -> list[SessionInfo]:
         """Sessions whose record carries ``handle`` now, sorted by id: those the handle's
         hash lists, and the session a default handle (``<host>:<sid>``, not listed) names."""
         named = {str(s) for s in self.r.hkeys(self.k.handle_map(handle))}
-        _host, _, name = handle.partition(":")
+        _host, _, name = handle.rpartition(":")  # a session id has no colon
         with contextlib.suppress(BadInput):
             named.add(check_session_id(name))
         sids = sorted(named)

@@ -1,0 +1,68 @@
+"""A session record as the ``P:{sid}:session`` hash keeps it, and back.
+
+A session's record lives as long as the session, idle or not, so it leaves out what
+reads back the same: ``session`` (its key's), ``prompt_waiting`` "0"
+(:func:`bus.store.packing.session_fields`), ``state`` ``idle`` and a default ``handle``
+(``<host>:<sid>``). :func:`as_read` puts the handle back; ``session_row`` reads a
+missing state as ``idle``. A record that keeps them (written before) reads the same.
+Standard library only (the read lane, bus.store.lite_reads, reads records through it).
+"""
+
+from __future__ import annotations
+
+from .packing import session_fields, session_from_hash, session_row
+
+# Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from bus.core.models import SessionInfo
+
+# Left out at this value (``handle``: at its default, which depends on the host).
+IDLE = "idle"
+
+
+def default_handle(host: str, sid: str) -> str:
+    """The handle a session gets when it names none: ``<host>:<sid>``."""
+    return f"{host}:{sid}"
+
+
+def stored(fields: dict[str, str], sid: str) -> tuple[dict[str, str], list[str]]:
+    """``fields`` (strings, as written) for session ``sid``'s record: what to set, and what
+    to delete (the fields at their unstored value). ``handle`` is judged against the
+    ``host`` in ``fields``; a caller that sets one without the other passes both."""
+    out, drop = session_fields(fields)
+    if out.get("state") == IDLE:
+        del out["state"]
+        drop.append("state")
+    host = out.get("host")
+    if host is not None and out.get("handle") == default_handle(host, sid):
+        del out["handle"]
+        drop.append("handle")
+    return out, drop
+
+
+def as_read(data: dict[str, str], sid: str) -> dict[str, str]:
+    """A record's hash with its default handle put back (``data`` when it keeps one)."""
+    if "handle" in data or not data.get("host"):
+        return data
+    return {**data, "handle": default_handle(data["host"], sid)}
+
+
+def record_row(data: dict[str, str], sid: str) -> dict[str, Any]:
+    """The record's fields (``session_row``), omitted defaults put back."""
+    return session_row(as_read(data, sid), sid)
+
+
+def record_info(data: dict[str, str], sid: str) -> SessionInfo:
+    """The record as a :class:`~bus.core.models.SessionInfo`, omitted defaults put back."""
+    return session_from_hash(as_read(data, sid), sid)
+
+
+def seen_state(host: str | None, state: str | None) -> str | None:
+    """A record's ``state`` read alone beside its ``host``: ``idle`` when the record
+    exists (it has a host) and keeps none; ``None`` for no record."""
+    if state:
+        return state
+    return IDLE if host else None

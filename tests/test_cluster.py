@@ -189,8 +189,8 @@ def test_inbox_up_restarts_a_stalled_worker_when_its_store_is_the_cluster(
         # On the broker. A read the worker had waiting when it was stopped still takes
         # one task off the queue (the server answers it); the second stays queued.
         dispatcher = CeleryDispatcher(make_app(cluster_settings))
-        dispatcher.deliver(host, "nobody")
-        dispatcher.deliver(host, "nobody-else")
+        dispatcher.request(host, "nobody")
+        dispatcher.request(host, "nobody-else")
         wait_for(
             lambda: int(store.r.hget(beat, "pid") or pid) != pid,
             60,

@@ -162,7 +162,6 @@ def test_the_scheduler_kicks_a_delivery_for_a_notice_due_a_look(bus: Bus, three:
         ({"ids": ["a"], "at": 1_000 - heard.CHECK_EVERY_MS}, True),
         ({"ids": ["a"], "at": 0, "checked": 1_000}, False),
         ({"ids": ["a"], "at": 1_000, "gone": 1_000}, True),
-        (["a"], True),  # a record from before records were objects
     ],
 )
 def test_needs_look(record: Any, look: bool) -> None:

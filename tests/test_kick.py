@@ -43,11 +43,11 @@ def heard_ids(lines: list[dict[str, object]]) -> set[str]:
 def test_with_no_loop_alive_the_kick_goes_to_the_fallback(settings: Settings) -> None:
     bus, fallback = kick_bus(replace(settings, kick="list"))
     assert isinstance(bus.dispatcher, ListDispatcher)
-    bus.dispatcher.deliver(settings.host, "nobody")
+    bus.dispatcher.request(settings.host, "nobody")
     assert fallback.calls == [(settings.host, "nobody")]
     assert bus.store.r.llen(bus.store.k.kick_list(settings.host)) == 0
     bus.store.kick_alive(settings.host, 10_000)  # a loop says it is alive
-    bus.dispatcher.deliver(settings.host, "somebody")
+    bus.dispatcher.request(settings.host, "somebody")
     assert fallback.calls == [(settings.host, "nobody")]
     assert bus.store.r.lrange(bus.store.k.kick_list(settings.host), 0, -1) == ["somebody"]
 

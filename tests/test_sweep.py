@@ -144,7 +144,7 @@ def test_a_wake_due_during_a_long_sweep_is_taken_between_its_chunks(
         order.append(len(chunks))
         calls.extend((host, sid) for sid in sids)
 
-    monkeypatch.setattr(b.dispatcher, "deliver_many", seen_at_chunk)
+    monkeypatch.setattr(b.dispatcher, "request_many", seen_at_chunk)
     got = tick(b, sweep=True, clock=clock)
     assert len(chunks) == 4  # 7 sessions, 2 a chunk
     assert got["taken"] == 1 and ("hosta", "waker") in calls

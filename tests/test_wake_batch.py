@@ -11,7 +11,7 @@ import pytest
 
 from bus.api import Bus
 from bus.core.settings import Settings
-from bus.delivery.dispatch import deliver_many
+from bus.delivery.dispatch import request_many
 from bus.delivery.scheduler import tick
 from tests.conftest import WorkerProcess, wait_for
 from tests.test_inbox_live import Scheduler, celery_bus, events
@@ -25,10 +25,10 @@ class ManyRecorder:
         self.single: list[tuple[str, str]] = []
         self.many: list[tuple[str, list[str]]] = []
 
-    def deliver(self, host: str, sid: str) -> None:
+    def request(self, host: str, sid: str) -> None:
         self.single.append((host, sid))
 
-    def deliver_many(self, host: str, sids: list[str]) -> None:
+    def request_many(self, host: str, sids: list[str]) -> None:
         self.many.append((host, list(sids)))
 
 
@@ -36,7 +36,7 @@ class SingleOnly:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def deliver(self, host: str, sid: str) -> None:
+    def request(self, host: str, sid: str) -> None:
         self.calls.append((host, sid))
 
 
@@ -84,9 +84,9 @@ def test_due_wakes_are_dispatched_per_host_in_one_call_each(
         assert not b.store.mark_pending(sid)
 
 
-def test_deliver_many_falls_back_to_one_deliver_per_session() -> None:
+def test_request_many_falls_back_to_one_request_per_session() -> None:
     single = SingleOnly()
-    deliver_many(single, "h", ["s1", "s2"])
+    request_many(single, "h", ["s1", "s2"])
     assert single.calls == [("h", "s1"), ("h", "s2")]
 
 
@@ -94,12 +94,12 @@ def test_the_celery_dispatcher_sends_chunks_to_the_host_queue() -> None:
     app = FakeApp()
     d = CeleryDispatcher(app)  # type: ignore[arg-type]
     sids = [f"s{i}" for i in range(MANY_CHUNK * 2 + 1)]
-    d.deliver_many("hq", sids)
+    d.request_many("hq", sids)
     assert [name for name, _kw, _q in app.sent] == ["inbox.deliver_many"] * 3
     assert {q for _n, _kw, q in app.sent} == {"host.hq"}
     assert [s for _n, kw, _q in app.sent for s in kw["sids"]] == sids
     app.sent.clear()
-    d.deliver_many("hq", ["only"])  # one session: the ordinary task
+    d.request_many("hq", ["only"])  # one session: the ordinary task
     assert app.sent == [("inbox.deliver", {"sid": "only"}, "host.hq")]
 
 

@@ -3,11 +3,14 @@ few ``inbox.deliver_many`` tasks, run concurrently in a real worker."""
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis
 
 from bus.api import Bus
 from bus.core.settings import Settings
@@ -15,6 +18,7 @@ from bus.delivery.dispatch import request_many
 from bus.delivery.scheduler import tick
 from tests.conftest import WorkerProcess, wait_for
 from tests.test_inbox_live import Scheduler, celery_bus, events
+from workers.app import make_app
 from workers.dispatch import MANY_CHUNK, CeleryDispatcher
 
 
@@ -44,7 +48,7 @@ class FakeApp:
     def __init__(self) -> None:
         self.sent: list[tuple[str, dict[str, Any], str]] = []
 
-    def send_task(self, name: str, kwargs: dict[str, Any], queue: str) -> None:
+    def send_task(self, name: str, kwargs: dict[str, Any], queue: str, **_opts: Any) -> None:
         self.sent.append((name, kwargs, queue))
 
 
@@ -101,6 +105,31 @@ def test_the_celery_dispatcher_sends_chunks_to_the_host_queue() -> None:
     app.sent.clear()
     d.request_many("hq", ["only"])  # one session: the ordinary task
     assert app.sent == [("inbox.deliver", {"sid": "only"}, "host.hq")]
+
+
+def test_a_chunks_task_on_the_broker_names_its_sessions_by_count(settings: Settings) -> None:
+    # Celery writes a task's argument reprs into its headers (and sent event); a chunk's
+    # says how many sessions, its body carries them all.
+    app = make_app(settings)
+    sids = [f"s{i}" for i in range(MANY_CHUNK + 1)]
+    try:
+        CeleryDispatcher(app).request_many("hq", sids)
+    finally:
+        app.close()
+    r = redis.Redis.from_url(settings.celery_broker_url())
+    try:
+        raws = r.lrange(f"{settings.key_prefix}:celery:host.hq", 0, -1)
+    finally:
+        r.close()
+    sent = sorted((json.loads(raw) for raw in raws), key=lambda m: -len(m["body"]))
+    assert [m["headers"]["task"] for m in sent] == ["inbox.deliver_many"] * 2
+    assert [m["headers"]["kwargsrepr"] for m in sent] == [
+        f"{{'sids': <sessions: {MANY_CHUNK}>}}",
+        "{'sids': <sessions: 1>}",
+    ]
+    assert {m["headers"]["argsrepr"] for m in sent} == {"()"}
+    bodies = [json.loads(base64.b64decode(m["body"])) for m in sent]
+    assert [s for body in bodies for s in body[1]["sids"]] == sids
 
 
 def test_a_batch_to_many_receivers_dispatches_per_host_not_per_receiver(

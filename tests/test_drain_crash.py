@@ -148,10 +148,10 @@ def test_the_scheduler_kicks_a_delivery_for_a_notice_due_a_look(bus: Bus, three:
     [nid] = bus.store.r.hkeys(key)
     rec = json.loads(bus.store.r.hget(key, nid))
     bus.store.r.delete(bus.store.k.s(SID, "pending"))
-    assert sweep_backlogs(bus) == 0  # just written: nothing to look at yet
+    assert sweep_backlogs(bus.delivery) == 0  # just written: nothing to look at yet
     rec["at"] = now_ms() - heard.CHECK_EVERY_MS
     bus.store.r.hset(key, nid, json.dumps(rec))
-    assert sweep_backlogs(bus) == 1
+    assert sweep_backlogs(bus.delivery) == 1
     assert bus.dispatcher.calls[-1] == ("hosta", SID)  # type: ignore[attr-defined]
 
 

@@ -75,7 +75,7 @@ def test_due_wakes_are_dispatched_per_host_in_one_call_each(
     time.sleep(b.settings.wake_debounce_s)  # let the due times pass
     rec.single.clear()
     rec.many.clear()
-    out = tick(b, sweep=False)
+    out = tick(b.delivery, sweep=False)
     assert out["taken"] == 8 and out["dispatched"] == 7
     assert rec.single == []
     assert sorted((h, sorted(s)) for h, s in rec.many) == [

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 c0, w0, r0 = time.process_time(), time.perf_counter(), cpu_s(rpid)
                 taken = 0
                 for _ in range(20):  # a batch reads BATCH entries a session; again for more
-                    got = sum(rep.inbox for rep in deliver_many(b, sids))
+                    got = sum(rep.inbox for rep in deliver_many(b.delivery, sids))
                     taken += got
                     if taken >= n or not got:
                         break

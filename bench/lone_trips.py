@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         s = bench_settings(tmp / "home", url, prefix, own_server=how == STARTED)
         stack.callback(delete_prefix, url, prefix)
         worker_bus = Bus(s)
-        loop = KickLoop(worker_bus, threads=KICK_THREADS).start()
+        loop = KickLoop(worker_bus.delivery, threads=KICK_THREADS).start()
         stack.callback(loop.stop)
         observer = Bus(s)
         open_running(observer, ["lat", "snd"] if args.from_session else ["lat"])

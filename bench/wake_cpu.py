@@ -70,7 +70,7 @@ def step(
                 if not chunks:
                     return
                 chunk = chunks.pop(0)
-            deliver_many(b, chunk)
+            deliver_many(b.delivery, chunk)
 
     c0, r0, t0, w0 = time.process_time(), cpu_s(rpid), _trips[0], time.perf_counter()
     if prof is not None:

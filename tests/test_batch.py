@@ -120,7 +120,7 @@ def test_due_wakes_delivered_as_one_batch_each_wake_once(make_bus: Callable[...,
     idle_with_blockers(b, sids)
     clock.set(int(time.time() * 1000))  # the arrivals' Redis time is the debounce's start
     # The arrivals, as one batch: each planned (a due entry), none woken yet.
-    reports = deliver_many(b, sids)
+    reports = deliver_many(b.delivery, sids)
     assert [r.session for r in reports] == sids
     assert sum(r.inbox for r in reports) == len(sids)
     assert all(not events(b, sid, "wake") for sid in sids)
@@ -132,7 +132,7 @@ def test_due_wakes_delivered_as_one_batch_each_wake_once(make_bus: Callable[...,
     ticks: list[int] = []
     # A session twice: delivered once. The progress callback (a worker's heartbeat)
     # hears of each chunk and of each session delivered on its own (the held one).
-    reports = deliver_many(b, sids + sids[1:3], progress=lambda: ticks.append(1))
+    reports = deliver_many(b.delivery, sids + sids[1:3], progress=lambda: ticks.append(1))
     assert len(ticks) >= 3  # 2 chunks + the held one's hand-off
     assert len(reports) == len(sids)
     assert reports[0].busy and not reports[0].notices
@@ -145,9 +145,9 @@ def test_due_wakes_delivered_as_one_batch_each_wake_once(make_bus: Callable[...,
     assert b.store.r.exists(b.store.k.s(sids[0], "again"))
     assert f"lease|{sids[0]}" in b.store.r.zrange(b.store.k.due, 0, -1)
     b.store.unlock(sids[0], held)
-    assert [n["wake"] for n in deliver_many(b, [sids[0]])[0].notices] == [True]
+    assert [n["wake"] for n in deliver_many(b.delivery, [sids[0]])[0].notices] == [True]
     # Run again: nothing more to do, no second wake, every lock free.
-    assert all(not r.notices for r in deliver_many(b, sids))
+    assert all(not r.notices for r in deliver_many(b.delivery, sids))
     for sid in sids:
         assert len(events(b, sid, "wake")) == 1
         assert not b.store.r.exists(b.store.k.s(sid, "lock"))
@@ -162,7 +162,7 @@ def test_a_running_session_gets_a_steer_notice_and_no_wake(make_bus: Callable[..
     b.send_many(
         [{"from": "hx:peer", "to_id": sid, "text": f"m{n}"} for n in range(3) for sid in sids]
     )
-    reports = deliver_many(b, sids)
+    reports = deliver_many(b.delivery, sids)
     for sid, report in zip(sids, reports, strict=True):
         assert [(n["wake"], n["messages"]) for n in report.notices] == [(False, 3)]
         assert not events(b, sid, "wake")

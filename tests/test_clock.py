@@ -31,11 +31,11 @@ def test_the_scheduler_takes_an_entry_when_the_clock_reaches_it(
     b.open_session("later")
     clock = ManualClock()
     b.store.schedule("due", "later", clock.now_ms() + 60_000)
-    assert tick(b, sweep=False, clock=clock)["taken"] == 0
+    assert tick(b.delivery, sweep=False, clock=clock)["taken"] == 0
     clock.advance(59_999)
-    assert tick(b, sweep=False, clock=clock)["taken"] == 0
+    assert tick(b.delivery, sweep=False, clock=clock)["taken"] == 0
     clock.advance(1)
-    assert tick(b, sweep=False, clock=clock) == {
+    assert tick(b.delivery, sweep=False, clock=clock) == {
         "taken": 1,
         "dispatched": 1,
         "swept": 0,
@@ -53,9 +53,9 @@ def test_one_tick_of_many_sweeps_per_interval(make_bus: Callable[..., Bus]) -> N
     one.store.append("stuck", "m1", "{}", "{}")
     one.store.clear_pending("stuck")  # the dispatch was lost
     assert one.store.claim_sweep(60_000)  # another process swept just now
-    assert tick(two)["swept"] == 0 and tick(one)["swept"] == 0
+    assert tick(two.delivery)["swept"] == 0 and tick(one.delivery)["swept"] == 0
     one.store.r.delete(one.store.k.sweep)  # the interval passed
-    assert tick(two)["swept"] == 1
+    assert tick(two.delivery)["swept"] == 1
     assert recorder.calls == [("hosta", "stuck")]
 
 

@@ -124,14 +124,14 @@ def test_watch_all_status_top_and_the_sweep_cross_the_cluster_nodes(
     for sid in sids:
         b.store.clear_pending(sid)
     recorder.calls.clear()
-    assert sweep_backlogs(b) == len(sids)
+    assert sweep_backlogs(b.delivery) == len(sids)
     assert sorted(sid for _h, sid in recorder.calls) == sorted(sids)
     # The sweep's interval is claimed in the cluster: a second tick right after does not.
-    tick(b)
+    tick(b.delivery)
     recorder.calls.clear()
     for sid in sids:
         b.store.clear_pending(sid)
-    assert tick(b)["swept"] == 0
+    assert tick(b.delivery)["swept"] == 0
 
 
 def test_a_sentinel_broker_gets_its_master_name(cluster_settings: Settings) -> None:
@@ -189,8 +189,8 @@ def test_inbox_up_restarts_a_stalled_worker_when_its_store_is_the_cluster(
         # On the broker. A read the worker had waiting when it was stopped still takes
         # one task off the queue (the server answers it); the second stays queued.
         dispatcher = CeleryDispatcher(make_app(cluster_settings))
-        dispatcher.deliver(host, "nobody")
-        dispatcher.deliver(host, "nobody-else")
+        dispatcher.request(host, "nobody")
+        dispatcher.request(host, "nobody-else")
         wait_for(
             lambda: int(store.r.hget(beat, "pid") or pid) != pid,
             60,

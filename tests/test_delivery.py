@@ -136,7 +136,7 @@ def test_worker_killed_mid_delivery_loses_nothing_and_writes_once(
     from bus.delivery.scheduler import sweep_backlogs
 
     def delivered() -> bool:
-        sweep_backlogs(b)
+        sweep_backlogs(b.delivery)
         return len(floor_ids(s.home, "victim")) >= 5
 
     wait_for(delivered, timeout=30, what="redelivery", interval=0.5)
@@ -233,7 +233,7 @@ def test_the_sweep_redoes_a_wake_whose_dispatch_was_lost(make_bus: Callable[...,
     calls = b.dispatcher.calls  # type: ignore[attr-defined]
     calls.clear()
     b.store.clear_pending("lost")
-    assert sweep_backlogs(b) == 1 and calls == [("hosta", "lost")]
+    assert sweep_backlogs(b.delivery) == 1 and calls == [("hosta", "lost")]
     b.deliver_session("lost")
     assert b.store.next_due() is not None  # planned again
 

@@ -469,12 +469,12 @@ def test_a_batch_of_due_wakes_makes_three_script_calls_a_session(
     sids = [f"tw{i}" for i in range(10)]
     idle_with_blockers(b, sids)
     clock.set(int(time.time() * 1000))
-    deliver_many(b, sids)  # the arrivals: each wake planned
+    deliver_many(b.delivery, sids)  # the arrivals: each wake planned
     clock.advance(61_000)
     due = [sid for _what, sid in b.store.take_due(clock.now_ms() + 1_000, limit=100)]
     assert sorted(due) == sorted(sids)
     before = len(trips.commands)
-    reports = deliver_many(b, due)
+    reports = deliver_many(b.delivery, due)
     assert all(n["wake"] for r in reports for n in r.notices)
     assert sum(len(r.notices) for r in reports) == len(sids)
     evals = trips.commands[before:].count("EVALSHA")

@@ -48,7 +48,7 @@ def send(b: Bus, to: str, text: str, **kw: Any) -> dict[str, Any]:
 
 def run_due(b: Bus, sid: str) -> None:
     """What the scheduler and the worker do when a due time has come."""
-    tick(b, sweep=False, clock=b.clock)
+    tick(b.delivery, sweep=False, clock=b.clock)
     b.deliver_session(sid)
 
 

@@ -34,7 +34,7 @@ class Scheduler:
         self.stop_event = threading.Event()
         self.thread = threading.Thread(
             target=run_scheduler,
-            args=(self.bus, self.stop_event),
+            args=(self.bus.delivery, self.stop_event),
             kwargs={"max_sleep_s": 0.05},
             daemon=True,
         )
@@ -163,7 +163,7 @@ def test_worker_killed_between_notice_built_and_ack_leaves_messages_new(
         from bus.delivery.scheduler import sweep_backlogs
 
         def all_noticed() -> bool:
-            sweep_backlogs(b)  # what the scheduler does every few seconds
+            sweep_backlogs(b.delivery)  # what the scheduler does every few seconds
             return set(marks(b, "k").values()) == {"noticed"} and len(marks(b, "k")) == 3
 
         wait_for(all_noticed, timeout=30, interval=0.5, what="the next notice")

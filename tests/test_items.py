@@ -290,7 +290,7 @@ def test_a_members_message_wakes_an_idle_agent(agent: Bus) -> None:
     b.items.item_write("agent", "deploy:prod", member="luke", text="Please look again")
     b.deliver_session("agent")
     time.sleep(b.settings.wake_debounce_s)
-    tick(b, sweep=False)
+    tick(b.delivery, sweep=False)
     b.deliver_session("agent")
     wakes = [f for _e, f in b.store.r.xrange(b.store.k.s("agent", "events")) if f["kind"] == "wake"]
     assert len(wakes) == 1

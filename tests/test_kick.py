@@ -15,6 +15,7 @@ import redis
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
+from bus.delivery.host import DeliveryParts
 from bus.delivery.kick_list import ListDispatcher
 from bus.ops.embedded import EmbeddedRedis
 from bus.ops.procs import WorkerProcess
@@ -43,11 +44,11 @@ def heard_ids(lines: list[dict[str, object]]) -> set[str]:
 def test_with_no_loop_alive_the_kick_goes_to_the_fallback(settings: Settings) -> None:
     bus, fallback = kick_bus(replace(settings, kick="list"))
     assert isinstance(bus.dispatcher, ListDispatcher)
-    bus.dispatcher.deliver(settings.host, "nobody")
+    bus.dispatcher.request(settings.host, "nobody")
     assert fallback.calls == [(settings.host, "nobody")]
     assert bus.store.r.llen(bus.store.k.kick_list(settings.host)) == 0
     bus.store.kick_alive(settings.host, 10_000)  # a loop says it is alive
-    bus.dispatcher.deliver(settings.host, "somebody")
+    bus.dispatcher.request(settings.host, "somebody")
     assert fallback.calls == [(settings.host, "nobody")]
     assert bus.store.r.lrange(bus.store.k.kick_list(settings.host), 0, -1) == ["somebody"]
 
@@ -94,7 +95,7 @@ def test_a_worker_killed_after_popping_a_kick_leaves_the_message_to_the_sweep(
         doomed.kill()
         start_worker(s)  # the host's worker comes back
         sched_bus, _ = kick_bus(s)
-        threading.Thread(target=run_scheduler, args=(sched_bus, stop), daemon=True).start()
+        threading.Thread(target=run_scheduler, args=(sched_bus.delivery, stop), daemon=True).start()
         try:
             wait_for(lambda: sent["id"] in heard_ids(lines), timeout=30, what="the recovery")
         finally:
@@ -156,7 +157,7 @@ def test_a_loop_beats_while_it_delivers_a_long_batch(
     monkeypatch.setattr(
         b.store, "kick_beat", lambda host, loop, ms: (beats.append(loop), real(host, loop, ms))
     )
-    loop = kick_list.KickLoop(b)
+    loop = kick_list.KickLoop(b.delivery)
     assert loop._deliver(sids, loop._beater(b.store, "l1"))
     assert len(beats) >= 2 and set(beats) == {"l1"}  # during the batch, not only between
 
@@ -193,7 +194,9 @@ def test_a_process_runs_one_batch_at_a_time_and_leaves_the_rest_on_the_list(
     batches: list[list[str]] = []
     hold = threading.Event()
 
-    def deliver_many(_bus: Bus, sids: list[str], progress: object = None) -> list[object]:
+    def deliver_many(
+        _parts: DeliveryParts, sids: list[str], progress: object = None
+    ) -> list[object]:
         running.append(sids)
         batches.append(list(sids))
         try:
@@ -204,7 +207,7 @@ def test_a_process_runs_one_batch_at_a_time_and_leaves_the_rest_on_the_list(
         return []
 
     monkeypatch.setattr(kick_list, "deliver_many", deliver_many)
-    loop = kick_list.KickLoop(b, threads=3)
+    loop = kick_list.KickLoop(b.delivery, threads=3)
     gate = loop._gate = _Gate()  # type: ignore[assignment]
     store.kick_beat(host, "seed", 3000)  # alive: the pushes go on the list
     assert store.push_kicks(host, ["a", "b", "c"])
@@ -252,7 +255,9 @@ def test_a_burst_on_a_quiet_list_is_one_lone_kick_and_one_batch_not_a_lone_kick_
         finally:
             waiting[0] -= 1
 
-    def deliver_many(_bus: Bus, sids: list[str], progress: object = None) -> list[object]:
+    def deliver_many(
+        _parts: DeliveryParts, sids: list[str], progress: object = None
+    ) -> list[object]:
         batches.append(list(sids))
         return []
 
@@ -263,7 +268,7 @@ def test_a_burst_on_a_quiet_list_is_one_lone_kick_and_one_batch_not_a_lone_kick_
     )
     monkeypatch.setattr(store, "wait_kick", wait_kick)
     monkeypatch.setattr(kick_list, "deliver_many", deliver_many)
-    loop = kick_list.KickLoop(b, threads=4).start()
+    loop = kick_list.KickLoop(b.delivery, threads=4).start()
     try:
         assert listening.wait(10)
         # Settled: every loop has been round its pop once (beaten twice), or a second's

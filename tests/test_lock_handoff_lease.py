@@ -101,7 +101,7 @@ def test_a_batched_run_that_lost_its_lease_leaves_its_session_delivered(
         return starts
 
     monkeypatch.setattr(store, "begin_many", begin_then_lapse)
-    reports = deliver_many(b, sids)
+    reports = deliver_many(b.delivery, sids)
     monkeypatch.setattr(store, "begin_many", real)
     # Every session delivered in this call: none left behind a cleared dispatch flag.
     for sid, msg_id, report in zip(sids, sent, reports, strict=True):

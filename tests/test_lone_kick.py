@@ -77,7 +77,7 @@ def test_a_batch_whose_ingest_script_was_lost_still_notices_what_it_took(
         return replies
 
     monkeypatch.setattr(store, "run_packed", forget_the_ingest)
-    [report] = deliver_many(b, ["s"])
+    [report] = deliver_many(b.delivery, ["s"])
     assert lost  # the fault ran
     assert [n["messages"] for n in report.notices] == [1]
     assert [n["notice"]["messages"] for n in b.floor.peek("s")] == [[sent["id"]]]
@@ -104,7 +104,7 @@ def test_a_lone_message_from_a_session_is_delivered_in_few_round_trips(
         for n in range(2):  # the first warms the connections and scripts
             sent = b.send({"from": "hosta:me", "from_session": "snd", "to_id": "s", "text": "x"})
             trips.count, trips.commands = 0, []
-            [report] = deliver_many(b, ["s"])
+            [report] = deliver_many(b.delivery, ["s"])
             assert [n["messages"] for n in report.notices] == [1]
     finally:
         listener.stop()

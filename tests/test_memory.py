@@ -214,10 +214,9 @@ def test_a_one_message_thread_keeps_its_message_in_its_record_until_a_second(bus
     [thread] = store.threads_of("coord")
     # No log and no seen set for one message: it is in the thread's record.
     assert store.r.exists(k.t(thread, "log"), k.t(thread, "seen")) == 0
-    # Kept compact: no one_id (its id is one_m's), no field at its usual value; the
-    # history reads it whole, as the recipient's record has it.
+    # Kept compact: no field at its usual value; the history reads it whole, as the
+    # recipient's record has it.
     one = json.loads(store.r.hget(k.t(thread, "meta"), "one_m"))
-    assert store.r.hget(k.t(thread, "meta"), "one_id") is None
     assert one["id"] == sent["id"] and "urgency" not in one and "v" not in one
     [record] = store.all_records("coord")
     [entry] = store.thread_log(thread)
@@ -235,27 +234,6 @@ def test_a_one_message_thread_keeps_its_message_in_its_record_until_a_second(bus
     assert json.loads(store.thread_log(thread)[0]["m"]) == record["m"]
     assert [m["text"] for m in bus.read("coord", thread)["messages"]] == ["hello", "hi back"]
     assert reply["ok"] is True
-
-
-def test_a_one_message_thread_written_before_reads_and_moves_whole(bus: Bus) -> None:
-    # The layout before the seventh round: one_id beside a whole one_m.
-    store, k = bus.store, bus.store.k
-    bus.open_session("coord")
-    bus.open_session("lane")
-    bus.turn("coord", "start")
-    sent = bus.send({"from": "ha:lane", "from_session": "lane", "to_id": "coord", "text": "hello"})
-    bus.deliver_session("coord")
-    [thread] = store.threads_of("coord")
-    [record] = store.all_records("coord")
-    whole = json.dumps(record["m"], separators=(",", ":"))
-    store.r.hset(k.t(thread, "meta"), mapping={"one_id": sent["id"], "one_m": whole})
-    assert store.thread_log(thread) == [{"id": sent["id"], "m": whole}]
-    bus.reply("coord", thread, "hi back")
-    bus.deliver_session("lane")
-    rows = store.thread_log(thread)
-    assert rows[0]["id"] == sent["id"] and len(rows) == 2
-    assert rows[0]["m"] == whole
-    assert store.r.hmget(k.t(thread, "meta"), ["one_id", "one_m"]) == [None, None]
 
 
 def test_a_quiet_sessions_events_are_dropped_and_a_waited_receipt_still_ends(bus: Bus) -> None:
@@ -503,7 +481,7 @@ def test_a_one_message_threads_newest_is_stored_when_its_message_does_not_give_i
 def test_a_one_message_thread_written_with_its_newest_reads_it_and_a_newer_one_wins(
     clocked: Bus, clock: ManualClock
 ) -> None:
-    # The layout before: newest_* stored beside one_m (here one the message does not give).
+    # newest_* stored beside one_m (as when the message does not give them).
     bus, t = clocked, clock.ms
     store, k = bus.store, bus.store.k
     thread = _coord_thread(bus, clock, ("hello", t + 5_000))
@@ -546,11 +524,15 @@ def test_a_records_arrival_left_to_its_ts_is_read_by_the_floors_scripts(
     assert expired == ([sent["id"]] if age_days else [])
     if age_days:
         return
-    # A notice gone from the floor unconfirmed, its record without scores: given back at
-    # its message's arrival.
+    # A notice gone from the floor unconfirmed, its record with no score for it: given
+    # back at its message's arrival.
     bus.floor.drain("coord")  # taken by a drainer that died before recording it
     [nid] = store.r.hkeys(k.s("coord", "floor"))
-    store.r.hset(k.s("coord", "floor"), nid, json.dumps({"ids": [sent["id"]], "gone": 1}))
+    store.r.hset(
+        k.s("coord", "floor"),
+        nid,
+        json.dumps({"ids": [sent["id"]], "new": [], "wake": [], "gone": 1}),
+    )
     store.r.zrem(k.s("coord", "new"), sent["id"])
     assert bus.inbox.sweep_floor("coord", now=now_ms(), nids=[nid]) == 1
     assert store.r.zscore(k.s("coord", "new"), sent["id"]) == ts

@@ -47,8 +47,7 @@ def test_an_answer_is_kept_without_what_its_place_says_and_restored_whole(
     assert packing.keep(answer, "s1", "m1") == stored
     back = packing.restore(stored, "s1", "m1")
     assert json.dumps(back) == json.dumps(answer)  # the same fields, in the same order
-    # An answer kept whole (before) or re-encoded in another order (cjson) restores too.
-    assert json.dumps(packing.restore(json.dumps(answer), "s1", "m1")) == json.dumps(answer)
+    # Re-encoded in another order (cjson) it restores too.
     shuffled = json.dumps(dict(reversed(list(json.loads(stored).items()))))
     assert json.dumps(packing.restore(shuffled, "s1", "m1")) == json.dumps(answer)
 
@@ -130,15 +129,14 @@ def test_an_inbox_record_is_kept_without_what_its_message_says_and_restored_whol
     assert set(record) - set(json.loads(stored)) == dropped
     back = packing.restore_record(stored, "s1")
     assert list(back) == list(record) and back == record  # the message's order may differ
-    # A record kept whole (before), or re-encoded in another order (cjson), restores too.
-    assert json.dumps(packing.restore_record(json.dumps(record), "s1")) == json.dumps(record)
+    # Re-encoded in another order (cjson) it restores too.
     shuffled = json.dumps(dict(reversed(list(json.loads(stored).items()))))
     assert packing.restore_record(shuffled, "s1") == record
 
 
 def test_every_reader_of_an_inbox_record_reads_the_compact_one_as_the_whole_one(bus: Bus) -> None:
-    """The compact record, then the same record kept whole (as before): the inbox, the
-    thread views, the notice and the receipt read the same."""
+    """The compact record: the inbox, the thread views, the notice and the receipt read
+    it whole."""
     bus.open_session("s1")
     bus.open_session("lane")
     bus.turn("s1", "start")
@@ -170,8 +168,6 @@ def test_every_reader_of_an_inbox_record_reads_the_compact_one_as_the_whole_one(
     # The notice summarises the thread from the record's restored sender and class.
     [summary] = notice["notice"]["threads"]
     assert summary["senders"] == ["ha:lane"] and summary["blocker"] is (cls == "blocker")
-    bus.store.r.hset(msgs, sent["id"], json.dumps(packing.restore_record(raw, "s1")))
-    assert views() == compact_views
     # Marked read through the views (re-kept compact), then the turn's answer (Lua).
     bus.read("s1", thread, mark_read=True)
     assert {"class", "kind", "from"}.isdisjoint(json.loads(bus.store.r.hget(msgs, sent["id"])))
@@ -229,7 +225,7 @@ def test_a_one_message_threads_message_is_kept_compact_and_restored_whole(
     assert packing.keep_thread_message(msg) == kept_form
     assert json.loads(packing.restore_thread_message(kept_form)) == msg
     assert packing.thread_message_id(kept_form) == "m1"
-    whole = json.dumps(msg)  # kept whole before: read as it is
+    whole = json.dumps(msg)  # a log entry past the first is kept whole: read as it is
     assert packing.restore_thread_message(whole) == whole
 
 

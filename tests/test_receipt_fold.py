@@ -17,7 +17,6 @@ from bus.core.models import now_ms
 from bus.core.settings import Settings
 from bus.delivery.receipts import receipt_ttl_ms
 from bus.store.inbox import IDS_KEEP_MS
-from bus.store.receipts import receipt_hash
 from tests.test_http import Gateway, gateway  # noqa: F401  (the fixture)
 from tests.test_mcp import anyio_backend, call, mcp_client, ok  # noqa: F401
 from tests.test_receipts import inbox, pair, send
@@ -30,17 +29,6 @@ def folded(b: Bus, to: str, msg_id: str) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
-def to_old_layout(b: Bus, to: str, msg_id: str) -> None:
-    """Put a folded receipt back in the ``rc:<id>`` hash a send before the fold wrote
-    (with its TTL), as an upgraded server finds it."""
-    r, k = b.store.r, b.store.k
-    ids = k.s(to, "ids")
-    h = receipt_hash(r.hget(ids, f"~{msg_id}"), r.hget(ids, msg_id))
-    r.hset(k.receipt(to, msg_id), mapping=h)
-    r.pexpire(k.receipt(to, msg_id), receipt_ttl_ms(b.settings.expire_s))
-    r.hdel(ids, f"~{msg_id}")
-
-
 def every_reader(b: Bus, gw: Gateway, msg_id: str) -> list[Any]:
     """The receipt through the API, the CLI and HTTP, and the sender's outbox."""
     out = inbox(b.settings.child_env(), "receipt", msg_id, "--by", "alice")
@@ -51,7 +39,7 @@ def every_reader(b: Bus, gw: Gateway, msg_id: str) -> list[Any]:
     return [b.receipt(msg_id, by="alice"), json.loads(out.stdout), http.json(), sent]
 
 
-def test_every_reader_answers_the_same_receipt_from_ids_as_from_the_hash(
+def test_every_reader_answers_the_same_receipt_from_ids(
     bus: Bus,
     gateway: Callable[[Bus], Gateway],  # noqa: F811
 ) -> None:
@@ -70,21 +58,18 @@ def test_every_reader_answers_the_same_receipt_from_ids_as_from_the_hash(
     assert list(rc["at"]) == ["stored", "noticed", "read", "answered"]
     assert (rc["thread"], rc["to"]) == (sent["thread"], "bob")
     assert new[1] == new[2] == rc and new[3] == [rc]
-    to_old_layout(bus, "bob", sent["id"])
-    assert every_reader(bus, gw, sent["id"]) == new
 
 
 @pytest.mark.anyio
-async def test_mcp_reads_a_folded_receipt_as_the_hash(settings: Settings, bus: Bus) -> None:
+async def test_mcp_reads_a_folded_receipt(settings: Settings, bus: Bus) -> None:
     bus.open_session("me", handle="hosta:me")
     bus.open_session("peer", handle="hosta:peer")
     async with mcp_client(settings, "me") as me:
         sent = ok(await call(me, "send", handle="hosta:peer", text="look"))
         assert folded(bus, "peer", sent["id"]) is not None
-        new = ok(await call(me, "receipt", message_id=sent["id"]))
-        to_old_layout(bus, "peer", sent["id"])
-        old = ok(await call(me, "receipt", message_id=sent["id"]))
-    assert new == old and new["state"] == "stored" and new["thread"] == sent["thread"]
+        got = ok(await call(me, "receipt", message_id=sent["id"]))
+    assert got["state"] == "stored" and got["thread"] == sent["thread"]
+    assert got == bus.receipt(sent["id"], by="me")
 
 
 def test_a_bounced_receipt_is_a_hash_and_gives_way_to_one_in_ids(bus: Bus) -> None:

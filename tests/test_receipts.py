@@ -431,7 +431,7 @@ def test_messages_unnoticed_past_the_bound_end_expired(make_bus: Callable[..., B
     fresh = send(b, text="from today")
     b.deliver_session("bob")
     assert b.floor.peek("bob")
-    assert scheduler.tick(b, sweep=True)["expired"] == 1
+    assert scheduler.tick(b.delivery, sweep=True)["expired"] == 1
     assert b.receipt(old["id"], by="alice")["state"] == "expired"
     assert b.receipt(fresh["id"], by="alice")["state"] == "stored"
     assert [r["id"] for r in b.sent("alice", state="expired")["sent"]] == [old["id"]]

@@ -11,6 +11,7 @@ import pytest
 from bus.api import Bus
 from bus.core.models import now_ms
 from bus.delivery import scheduler
+from bus.delivery.host import DeliveryParts
 from bus.store.schedule import POKE_WITHIN_MS
 from tests.conftest import wait_for
 
@@ -53,7 +54,7 @@ def test_a_sleeping_scheduler_takes_an_entry_scheduled_due_soon(
     stop = threading.Event()
     # A cap far longer than the wait below: the entry is taken only if the poke wakes it.
     loop = threading.Thread(
-        target=scheduler.run, args=(bus, stop), kwargs={"max_sleep_s": 60.0}, daemon=True
+        target=scheduler.run, args=(bus.delivery, stop), kwargs={"max_sleep_s": 60.0}, daemon=True
     )
     loop.start()
     try:
@@ -94,7 +95,7 @@ def test_a_scheduler_whose_next_entry_is_already_due_ticks_again_at_once_if_it_t
     log: list[object] = []
     stop = threading.Event()
 
-    def tick(_bus: Bus, **_: object) -> dict[str, int]:
+    def tick(_parts: DeliveryParts, **_: object) -> dict[str, int]:
         log.append("tick")
         if log.count("tick") >= 2:
             stop.set()
@@ -104,12 +105,12 @@ def test_a_scheduler_whose_next_entry_is_already_due_ticks_again_at_once_if_it_t
     monkeypatch.setattr(bus.store, "next_due", lambda: now_ms() - 1)  # already due
 
     class Pokes(scheduler.Pokes):
-        def __init__(self, b: Bus, s: threading.Event) -> None:
+        def __init__(self, b: DeliveryParts, s: threading.Event) -> None:
             super().__init__(b, s)
             self.poked = _Waits(log)
 
     monkeypatch.setattr(scheduler, "Pokes", Pokes)
-    loop = threading.Thread(target=scheduler.run, args=(bus, stop), daemon=True)
+    loop = threading.Thread(target=scheduler.run, args=(bus.delivery, stop), daemon=True)
     loop.start()
     loop.join(15)
     assert not loop.is_alive()

@@ -1,6 +1,5 @@
 """A session record keeps no ``session`` (its key's), no ``prompt_waiting`` "0", no default
-handle and no ``idle`` state (memory): every reader restores them, and a record written
-before reads the same."""
+handle and no ``idle`` state (memory): every reader restores them."""
 
 from __future__ import annotations
 
@@ -68,18 +67,6 @@ def test_a_session_record_is_kept_without_its_key_and_usual_prompt_and_read_whol
     assert [i and i.session for i in compact] == ["coord"] * len(compact)
     assert {i.handle for i in compact if i} == {f"{raw['host']}:coord"}
     assert {i.prompt_waiting for i in compact if i} == {waiting}
-    # The same record as written before (both fields stored) reads the same everywhere.
-    store.r.hset(
-        key,
-        mapping={
-            "session": "coord",
-            "prompt_waiting": "1" if waiting else "0",
-            "handle": f"{raw['host']}:coord",
-        },
-    )
-    whole = [read() for read in readers(bus, "coord")]
-    strip = [i.model_copy(update={"updated_at": 0}) if i else None for i in compact]
-    assert [i.model_copy(update={"updated_at": 0}) if i else None for i in whole] == strip
 
 
 def test_a_prompt_no_longer_waiting_goes_from_the_record(bus: Bus) -> None:

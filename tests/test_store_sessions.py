@@ -64,7 +64,7 @@ def test_a_record_leaves_out_a_default_handle_and_the_idle_state(store: Store) -
     assert moved is not None and (moved.host, moved.handle) == ("hostb", "hosta:s1")
     store.update_session("s1", handle="hostb:s1")
     assert "handle" not in store.r.hgetall(key)
-    # A record that keeps both (written before) reads the same.
+    # A record that keeps both reads the same.
     store.put_session(info("s3", handle="hosta:s3"))
     compact = store.get_session("s3")
     store.r.hset(store.k.s("s3", "session"), mapping={"handle": "hosta:s3", "state": "idle"})

@@ -110,10 +110,10 @@ def test_the_sweep_dispatches_each_lost_dispatch_once(make_bus: Callable[..., Bu
         b.store.clear_pending(sid)
     calls = b.dispatcher.calls  # type: ignore[attr-defined]
     calls.clear()
-    assert sweep_backlogs(b) == 3
+    assert sweep_backlogs(b.delivery) == 3
     assert sorted(calls) == [("hosta", "q1"), ("hosta", "q2"), ("hosta", "q3")]
     calls.clear()
-    assert sweep_backlogs(b) == 0 and calls == []  # their flags are set: not twice
+    assert sweep_backlogs(b.delivery) == 0 and calls == []  # their flags are set: not twice
 
 
 def test_a_wake_due_during_a_long_sweep_is_taken_between_its_chunks(
@@ -144,8 +144,8 @@ def test_a_wake_due_during_a_long_sweep_is_taken_between_its_chunks(
         order.append(len(chunks))
         calls.extend((host, sid) for sid in sids)
 
-    monkeypatch.setattr(b.dispatcher, "deliver_many", seen_at_chunk)
-    got = tick(b, sweep=True, clock=clock)
+    monkeypatch.setattr(b.dispatcher, "request_many", seen_at_chunk)
+    got = tick(b.delivery, sweep=True, clock=clock)
     assert len(chunks) == 4  # 7 sessions, 2 a chunk
     assert got["taken"] == 1 and ("hosta", "waker") in calls
     assert order == [1]  # dispatched right after the first chunk, not after the sweep

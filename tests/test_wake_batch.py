@@ -3,18 +3,22 @@ few ``inbox.deliver_many`` tasks, run concurrently in a real worker."""
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis
 
 from bus.api import Bus
 from bus.core.settings import Settings
-from bus.delivery.dispatch import deliver_many
+from bus.delivery.dispatch import request_many
 from bus.delivery.scheduler import tick
 from tests.conftest import WorkerProcess, wait_for
 from tests.test_inbox_live import Scheduler, celery_bus, events
+from workers.app import make_app
 from workers.dispatch import MANY_CHUNK, CeleryDispatcher
 
 
@@ -25,10 +29,10 @@ class ManyRecorder:
         self.single: list[tuple[str, str]] = []
         self.many: list[tuple[str, list[str]]] = []
 
-    def deliver(self, host: str, sid: str) -> None:
+    def request(self, host: str, sid: str) -> None:
         self.single.append((host, sid))
 
-    def deliver_many(self, host: str, sids: list[str]) -> None:
+    def request_many(self, host: str, sids: list[str]) -> None:
         self.many.append((host, list(sids)))
 
 
@@ -36,7 +40,7 @@ class SingleOnly:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def deliver(self, host: str, sid: str) -> None:
+    def request(self, host: str, sid: str) -> None:
         self.calls.append((host, sid))
 
 
@@ -44,7 +48,7 @@ class FakeApp:
     def __init__(self) -> None:
         self.sent: list[tuple[str, dict[str, Any], str]] = []
 
-    def send_task(self, name: str, kwargs: dict[str, Any], queue: str) -> None:
+    def send_task(self, name: str, kwargs: dict[str, Any], queue: str, **_opts: Any) -> None:
         self.sent.append((name, kwargs, queue))
 
 
@@ -71,7 +75,7 @@ def test_due_wakes_are_dispatched_per_host_in_one_call_each(
     time.sleep(b.settings.wake_debounce_s)  # let the due times pass
     rec.single.clear()
     rec.many.clear()
-    out = tick(b, sweep=False)
+    out = tick(b.delivery, sweep=False)
     assert out["taken"] == 8 and out["dispatched"] == 7
     assert rec.single == []
     assert sorted((h, sorted(s)) for h, s in rec.many) == [
@@ -84,9 +88,9 @@ def test_due_wakes_are_dispatched_per_host_in_one_call_each(
         assert not b.store.mark_pending(sid)
 
 
-def test_deliver_many_falls_back_to_one_deliver_per_session() -> None:
+def test_request_many_falls_back_to_one_request_per_session() -> None:
     single = SingleOnly()
-    deliver_many(single, "h", ["s1", "s2"])
+    request_many(single, "h", ["s1", "s2"])
     assert single.calls == [("h", "s1"), ("h", "s2")]
 
 
@@ -94,13 +98,38 @@ def test_the_celery_dispatcher_sends_chunks_to_the_host_queue() -> None:
     app = FakeApp()
     d = CeleryDispatcher(app)  # type: ignore[arg-type]
     sids = [f"s{i}" for i in range(MANY_CHUNK * 2 + 1)]
-    d.deliver_many("hq", sids)
+    d.request_many("hq", sids)
     assert [name for name, _kw, _q in app.sent] == ["inbox.deliver_many"] * 3
     assert {q for _n, _kw, q in app.sent} == {"host.hq"}
     assert [s for _n, kw, _q in app.sent for s in kw["sids"]] == sids
     app.sent.clear()
-    d.deliver_many("hq", ["only"])  # one session: the ordinary task
+    d.request_many("hq", ["only"])  # one session: the ordinary task
     assert app.sent == [("inbox.deliver", {"sid": "only"}, "host.hq")]
+
+
+def test_a_chunks_task_on_the_broker_names_its_sessions_by_count(settings: Settings) -> None:
+    # Celery writes a task's argument reprs into its headers (and sent event); a chunk's
+    # says how many sessions, its body carries them all.
+    app = make_app(settings)
+    sids = [f"s{i}" for i in range(MANY_CHUNK + 1)]
+    try:
+        CeleryDispatcher(app).request_many("hq", sids)
+    finally:
+        app.close()
+    r = redis.Redis.from_url(settings.celery_broker_url())
+    try:
+        raws = r.lrange(f"{settings.key_prefix}:celery:host.hq", 0, -1)
+    finally:
+        r.close()
+    sent = sorted((json.loads(raw) for raw in raws), key=lambda m: -len(m["body"]))
+    assert [m["headers"]["task"] for m in sent] == ["inbox.deliver_many"] * 2
+    assert [m["headers"]["kwargsrepr"] for m in sent] == [
+        f"{{'sids': <sessions: {MANY_CHUNK}>}}",
+        "{'sids': <sessions: 1>}",
+    ]
+    assert {m["headers"]["argsrepr"] for m in sent} == {"()"}
+    bodies = [json.loads(base64.b64decode(m["body"])) for m in sent]
+    assert [s for body in bodies for s in body[1]["sids"]] == sids
 
 
 def test_a_batch_to_many_receivers_dispatches_per_host_not_per_receiver(

@@ -254,7 +254,7 @@ def test_five_minutes_as_written(
     start_worker(s)  # terminal 1's `make up`: a worker and the scheduler for this bus
     bus = Bus(s, dispatcher=CeleryDispatcher(make_app(s)))
     stop = threading.Event()
-    ticker = threading.Thread(target=run_scheduler, args=(bus, stop), daemon=True)
+    ticker = threading.Thread(target=run_scheduler, args=(bus.delivery, stop), daemon=True)
     ticker.start()
     try:
         outs = run_block("Five minutes", shell_env, tmp_path)
@@ -312,7 +312,7 @@ def test_receipts_as_written(
     start_worker(s)  # `make up`: a worker and the scheduler for this bus
     bus = Bus(s, dispatcher=CeleryDispatcher(make_app(s)))
     stop = threading.Event()
-    ticker = threading.Thread(target=run_scheduler, args=(bus, stop), daemon=True)
+    ticker = threading.Thread(target=run_scheduler, args=(bus.delivery, stop), daemon=True)
     ticker.start()
     try:
         outs = run_block("Receipts and the outbox", shell_env, tmp_path)

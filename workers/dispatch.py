@@ -22,17 +22,26 @@ class CeleryDispatcher:
             celery_app = default_app
         self.app: Celery = celery_app
 
-    def deliver(self, host: str, sid: str) -> None:
+    def request(self, host: str, sid: str) -> None:
         self.app.send_task("inbox.deliver", kwargs={"sid": sid}, queue=host_queue(host))
 
-    def deliver_many(self, host: str, sids: list[str]) -> None:
-        """One ``inbox.deliver_many`` per chunk of sessions (a single session: ``deliver``).
+    def request_many(self, host: str, sids: list[str]) -> None:
+        """One ``inbox.deliver_many`` per chunk of sessions (a single session: ``inbox.deliver``).
 
         Chunks, not one task for all: the host's worker processes share the chunks, and
         each runs its chunk's deliveries concurrently (workers.tasks.deliver_many)."""
         if len(sids) == 1:
-            self.deliver(host, sids[0])
+            self.request(host, sids[0])
             return
+        queue = host_queue(host)
         for start in range(0, len(sids), MANY_CHUNK):
             chunk = sids[start : start + MANY_CHUNK]
-            self.app.send_task("inbox.deliver_many", kwargs={"sids": chunk}, queue=host_queue(host))
+            # Celery's saferepr of the session list (for the message headers and the sent
+            # event) costs more than the rest of a send; a count says enough to an operator.
+            self.app.send_task(
+                "inbox.deliver_many",
+                kwargs={"sids": chunk},
+                queue=queue,
+                argsrepr="()",
+                kwargsrepr=f"{{'sids': <sessions: {len(chunk)}>}}",
+            )

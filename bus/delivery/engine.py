@@ -166,7 +166,7 @@ def _hand_off(
     if store.mark_pending(sid):
         info = store.get_session(sid)
         if info is not None:
-            bus.dispatcher.deliver(info.host, sid)
+            bus.dispatcher.request(info.host, sid)
     return total
 
 

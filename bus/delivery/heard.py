@@ -32,8 +32,6 @@ def needs_look(record_json: str, now_ms: int) -> bool:
         rec = json.loads(record_json)
     except ValueError:
         return True
-    if not isinstance(rec, dict):
-        return True  # an old-style record (the bare id list): look once, it is upgraded
     if rec.get("gone") is not None:
         return True
     last = rec.get("checked") or rec.get("at") or 0

@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING, Any
 from bus.core import faults
 from bus.store.outage_log import OUTAGE_ERRORS, Outage
 
-from .dispatch import Dispatcher
-from .dispatch import deliver_many as dispatch_many
+from .dispatch import Dispatcher, request_many
 from .engine import deliver_many
 from .queue_run import DeliveryHost
 
@@ -81,13 +80,13 @@ class ListDispatcher:
             log.debug("kick list unavailable (%s); dispatching through the fallback", exc)
             return False
 
-    def deliver(self, host: str, sid: str) -> None:
+    def request(self, host: str, sid: str) -> None:
         if not self._push(host, [sid]):
-            self.fallback.deliver(host, sid)
+            self.fallback.request(host, sid)
 
-    def deliver_many(self, host: str, sids: list[str]) -> None:
+    def request_many(self, host: str, sids: list[str]) -> None:
         if sids and not self._push(host, sids):
-            dispatch_many(self.fallback, host, sids)
+            request_many(self.fallback, host, sids)
 
 
 class KickLoop:

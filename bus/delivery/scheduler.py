@@ -26,7 +26,7 @@ from bus.store.server_memory import Keeper
 from bus.telemetry.liveness import SCHEDULER, Heartbeat
 
 from . import heard
-from .dispatch import deliver_many
+from .dispatch import request_many
 
 if TYPE_CHECKING:
     from bus.core.settings import Settings
@@ -105,7 +105,7 @@ def dispatch_due(bus: Scheduled, *, clock: Clock = SYSTEM) -> tuple[int, int]:
     dispatched = 0
     for host, sids in _by_host(bus, [sid for _what, sid in taken]).items():
         log.debug("due on %s: %s", host, sids)
-        deliver_many(bus.dispatcher, host, sids)
+        request_many(bus.dispatcher, host, sids)
         dispatched += len(sids)
     return len(taken), dispatched
 
@@ -174,7 +174,7 @@ def sweep_backlogs(
             if ok:
                 by_host.setdefault(info.host, []).append(info.session)
         for host, sids in by_host.items():
-            deliver_many(bus.dispatcher, host, sids)
+            request_many(bus.dispatcher, host, sids)
             kicked += len(sids)
         if between is not None:
             between()

@@ -20,7 +20,7 @@ from bus.core.errors import BusError
 from bus.core.models import Message, SessionInfo, now_ms
 from bus.core.receipt_rules import recipient_state
 from bus.core.threads import thread_id, thread_key
-from bus.delivery.dispatch import deliver_many
+from bus.delivery.dispatch import request_many
 from bus.store import packing
 
 from . import batch_wire as wire
@@ -179,7 +179,7 @@ class BatchWriter:
         if job.todo or job.bounced:  # a record changed under every one of the rounds
             raise BusError(f"the receivers' records kept changing; send again: {job.todo[:3]}")
         for host, sids in job.due.items():  # a few tasks per host per batch, not one each
-            deliver_many(self._dispatcher(), host, sids)
+            request_many(self._dispatcher(), host, sids)
         if job.refused:
             self._unwrite(job.refused, job.now)
         return [a for a in job.answers if a is not None]

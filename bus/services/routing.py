@@ -54,7 +54,7 @@ class Router:
     def kick(self, host: str, sid: str) -> None:
         """Ask ``host``'s worker for a delivery of ``sid`` unless one is pending already."""
         if self.store.mark_pending(sid):
-            self._dispatcher().deliver(host, sid)
+            self._dispatcher().request(host, sid)
 
     def thread_for(self, msg: Message) -> str:
         """The thread ``msg`` lands in (see :func:`bus.core.threads.thread_of`)."""
@@ -129,7 +129,7 @@ class Router:
                 store.drop_waiter(sid, msg.id)
             return prior
         if dispatch:
-            self._dispatcher().deliver(info.host, sid)
+            self._dispatcher().request(info.host, sid)
         if wait:
             return self.inbox.wait_answer(sid, msg.id, answer.to_json(), timeout)
         return answer.to_json()

@@ -364,16 +364,14 @@ class InboxStore(StorePart):
         record is read before the log: a second message moving it in between leaves it
         in the log, so it is never missed (even on a cluster, without MULTI)."""
         pipe = self.pipeline(transaction=True)
-        pipe.hmget(self.k.t(thread, "meta"), ["one_id", "one_m"])
+        pipe.hget(self.k.t(thread, "meta"), "one_m")
         pipe.xrange(self.k.t(thread, "log"))
-        (one_id, one_m), rows = pipe.execute()
+        one_m, rows = pipe.execute()
         # The one message is kept compact (bus.store.packing.keep_thread_message), so is the log's
-        # first entry once a second message moved it there; a record written before kept
-        # one_id and a whole one_m.
+        # first entry once a second message moved it there.
         if not rows and one_m:
             m = str(one_m)
-            first = str(one_id or packing.thread_message_id(m))
-            return [{"id": first, "m": packing.restore_thread_message(m)}]
+            return [{"id": packing.thread_message_id(m), "m": packing.restore_thread_message(m)}]
         return [
             {**f, "m": packing.restore_thread_message(f["m"])} if "m" in f else dict(f)
             for _eid, f in rows

@@ -27,7 +27,7 @@ buses, or several tests, share one server.
 | ``P:{sid}:threads`` | zset: thread id → newest ms, the session's inbox; also ``#<message id>`` → minus its first-seen ms (a send answer's age: below 0, where no thread sorts) | delivery, reply; send | ages pruned after 7 days with the answer (or moved on while its receipt lives: see ``ids``) |
 | ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000; compacted when short, dropped once its newest record is 10 min old (bus/store/compaction.py) |
 | ``P:{sid}:gave`` | set: sessions this session gave work to | delivery | - |
-| ``P:{thr}:meta`` | hash: key, label, class, parties, state, type; ``one_m``: the thread's only message (no log yet), kept without its usual fields (bus.store.packing.keep_thread_message; ``one_id`` beside a whole one in a record written before; no ``newest_at`` / ``newest_preview`` when they are ``one_m``'s ts and text) | delivery, decide | - |
+| ``P:{thr}:meta`` | hash: key, label, class, parties, state, type; ``one_m``: the thread's only message (no log yet), kept without its usual fields (bus.store.packing.keep_thread_message; no ``newest_at`` / ``newest_preview`` when they are ``one_m``'s ts and text) | delivery, decide | - |
 | ``P:{thr}:log`` | stream: the thread's messages in order, from its second message | delivery, reply | bounded; compacted when short (bus/store/compaction.py) |
 | ``P:{thr}:seen`` | set: message ids already in the log (idempotent append), made with the log | delivery | - |
 | ``P:{h:<handle>}:sidh`` | hash: session id -> "" for the sessions that carry a handle other than their default ``<host>:<sid>`` (that one names its session) | session open | - |

@@ -4,8 +4,7 @@ Every stored message's answer is kept for 7 days for its resends, so it is kept 
 what its place says already: the message id (the hash field), the recipient's session
 (the key's), ``"ok": true`` and ``"duplicate": false`` (every stored answer's), with no
 spaces. :func:`restore` puts them back in :class:`~bus.core.models.SendAnswer`'s field order,
-so a resend gets the answer the first send got. An answer kept whole (written before)
-restores to itself. The Lua readers (``withdraw.lua``, ``answer_turn.lua``,
+so a resend gets the answer the first send got. The Lua readers (``withdraw.lua``, ``answer_turn.lua``,
 ``receipt_open.lua``, the delivery) read only ``state`` (``receipt_open.lua`` and
 ``append_many.lua`` also ``thread``: a receipt beside its answer leaves it there) and keep
 what they do not know.
@@ -182,8 +181,7 @@ def keep_record(rec: dict[str, Any], sid: str) -> str:
 
 def restore_record(raw: str | bytes, sid: str) -> dict[str, Any]:
     """The record :func:`keep_record` kept for ``sid``, whole again, in ``RECORD_FIELDS``
-    order then any other field (marks' times); a record kept whole (written before)
-    restores to itself."""
+    order then any other field (marks' times)."""
     kept = json.loads(raw)
     msg = kept.get("m")
     if not isinstance(msg, dict):
@@ -229,7 +227,7 @@ def keep_thread_message(msg: dict[str, Any]) -> str:
 
 def restore_thread_message(raw: str) -> str:
     """A thread's message as wire JSON: :func:`keep_thread_message`'s form whole again (its
-    usual fields after the others); any other (a message kept whole) as it was."""
+    usual fields after the others); one with no ``md`` (a log entry past the first) as it was."""
     if f'"{THREAD_LETTERS}":' not in raw:  # cheap: most log entries are kept whole
         return raw
     msg = json.loads(raw)
@@ -271,7 +269,7 @@ def meta_of(raw: dict[str, str]) -> dict[str, str]:
 
 
 def thread_message_id(raw: str) -> str:
-    """The id of a thread's one message as kept (``one_m``; the record keeps no ``one_id``)."""
+    """The id of a thread's one message as kept (``one_m``)."""
     return str(json.loads(raw)["id"])
 
 
@@ -364,8 +362,8 @@ SESSION_FIELDS = (
 
 def session_row(data: dict[str, str], sid: str) -> dict[str, Any]:
     """A session record read whole, as :class:`~bus.core.models.SessionInfo`'s fields in
-    their order: ``sid`` (its key's) when it keeps no ``session``; a record written before
-    keeps it, and a "0" ``prompt_waiting`` (both read the same). Standard library only
+    their order: ``session`` is ``sid`` (its key's), ``prompt_waiting`` absent is false
+    (:func:`session_fields` stores neither). Standard library only
     (the read commands' fast lane, bus.surfaces.fast_read, uses it as it is)."""
 
     def opt(name: str) -> str | None:
@@ -374,7 +372,7 @@ def session_row(data: dict[str, str], sid: str) -> dict[str, Any]:
 
     agent_inbox = data.get("agent_inbox")
     return {
-        "session": data.get("session") or sid,
+        "session": sid,
         "handle": data["handle"],
         "host": data["host"],
         "state": data.get("state", "idle"),

@@ -4,7 +4,7 @@ A session's record lives as long as the session, idle or not, so it leaves out w
 reads back the same: ``session`` (its key's), ``prompt_waiting`` "0"
 (:func:`bus.store.packing.session_fields`), ``state`` ``idle`` and a default ``handle``
 (``<host>:<sid>``). :func:`as_read` puts the handle back; ``session_row`` reads a
-missing state as ``idle``. A record that keeps them (written before) reads the same.
+missing state as ``idle``. A record that keeps them reads the same.
 Standard library only (the read lane, bus.store.lite_reads, reads records through it).
 """
 

@@ -16,9 +16,8 @@
 -- KEYS[b+7] msgs     P:{sid}:msgs     the session's inbox records (counted against the cap)
 -- KEYS[b+8] session  P:{sid}:session  the session's record (its host, state, last_seen,
 --                                      opened_at: the send answers are made from them)
--- KEYS[b+8+j] receipt P:{sid}:rc:<id_j>  the j-th message's receipt hash as opened before
---                                     receipts moved into ids, or a bounced one: kept when
---                                     it says stored, else it gives way (receipt_open.lua)
+-- KEYS[b+8+j] receipt P:{sid}:rc:<id_j>  the j-th message's bounced receipt hash: it gives
+--                                     way once the message is stored (receipt_open.lua)
 -- ARGV[1] now ms, ARGV[2] pending TTL ms, ARGV[3] cap on held messages (0 = none); then
 -- five per receiver, receiver r's from a = 3 + 5 (r - 1):
 -- ARGV[a+1] the session record the answers were made from: host, state, last_seen and
@@ -96,13 +95,12 @@ local function append(r, b, a, mids, mgroups, mfrom, mto, floor, flagged, hashes
       end
     end
     if stored then
-      -- receipt_open.lua for a stored message: kept when it says stored already (in ids,
-      -- or a hash opened before); a bounced one gives way (the session was opened since).
+      -- receipt_open.lua for a stored message: kept when it says stored already (in ids);
+      -- a bounced one gives way (the session was opened since).
       local key, field = KEYS[b + 8 + n], '~' .. id
       local exists = hashes and redis.call('EXISTS', key) == 1
       -- (a new id has no answer, so no receipt in ids: prune drops both together)
-      if not (fresh[field] or (prior and redis.call('HEXISTS', ids, field) == 1)
-          or (exists and redis.call('HEXISTS', key, 'stored') == 1)) then
+      if not (fresh[field] or (prior and redis.call('HEXISTS', ids, field) == 1)) then
         if exists then redis.call('DEL', key) end
         local rc = {from = group[g + 2], stored = tonumber(now)}  -- id and to: the key's
         if group[g + 3] ~= '' then rc.from_session = group[g + 3] end
@@ -157,9 +155,8 @@ for a = 3, #ARGV - 5, 5 do
   b = b + 8 + #mids
 end
 -- The trims and dispatch flags in one MGET, and one EXISTS over every receipt hash key (a
--- hash is rare: a receipt from before they moved into ids, or a bounce), not a GET and a
--- SET NX a receiver and an EXISTS a message. (On a cluster a call holds one receiver: its
--- keys share a slot.)
+-- hash is rare: a bounce), not a GET and a SET NX a receiver and an EXISTS a message. (On
+-- a cluster a call holds one receiver: its keys share a slot.)
 local trims, hashes = {}, false
 for s = 1, #flags, step do
   local got = redis.call('MGET', unpack(flags, s, math.min(s + step - 1, #flags)))

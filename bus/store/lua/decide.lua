@@ -3,8 +3,8 @@
 -- writes it only if the thread is still in that state, so two parties deciding at once
 -- cannot both win. All keys are in the thread's slot {<thr>}.
 -- KEYS[1] meta  P:{thr}:meta  hash: state, offered_by, windows, count, newest_at, ...;
---                             one_m: a one-message thread's message as kept (one_id:
---                             its id, in a record written before; else one_m's)
+--                             one_m: a one-message thread's message as kept (its id
+--                             is one_m's)
 -- KEYS[2] log   P:{thr}:log   stream of the thread's messages (fields id, m = JSON)
 -- KEYS[3] seen  P:{thr}:seen  ids already in the log (the notice of the decision reuses
 --                             the envelope id, so its delivery does not log it twice)
@@ -30,13 +30,13 @@ if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'windows', ARGV[5])
 end
 -- A one-message thread keeps its message in meta (thread_append.lua): to the log first.
-local one = redis.call('HMGET', KEYS[1], 'one_id', 'one_m')
-if one[2] and redis.call('EXISTS', KEYS[2]) == 0 then
-  local one_id = one[1] or cjson.decode(one[2]).id
-  redis.call('XADD', KEYS[2], '*', 'id', one_id, 'm', one[2])
+local one_m = redis.call('HGET', KEYS[1], 'one_m')
+if one_m and redis.call('EXISTS', KEYS[2]) == 0 then
+  local one_id = cjson.decode(one_m).id
+  redis.call('XADD', KEYS[2], '*', 'id', one_id, 'm', one_m)
   redis.call('SADD', KEYS[3], one_id)
 end
-redis.call('HDEL', KEYS[1], 'one_id', 'one_m')
+redis.call('HDEL', KEYS[1], 'one_m')
 redis.call('SADD', KEYS[3], ARGV[6])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(ARGV[11]), '*', 'id', ARGV[6], 'm', ARGV[7])
 local senders = cjson.decode(redis.call('HGET', KEYS[1], 'senders') or '[]')

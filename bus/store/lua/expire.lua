@@ -5,7 +5,7 @@
 -- KEYS[2] wakeq   P:{sid}:wakeq   the wake-worthy subset of new
 -- KEYS[3] msgs    P:{sid}:msgs    message id -> inbox record JSON
 -- KEYS[4] floor   P:{sid}:floor   notice id -> record of a notice on the floor no drain
---                                 took: {"ids": [...], ...} (older records: the id list)
+--                                 took: {"ids": [...], ...}
 -- KEYS[5] events  P:{sid}:events  durability records (inbox_expired)
 -- ARGV[1] cutoff ms (arrived before it: expired), ARGV[2] now ms
 -- Returns the ids that expired.
@@ -27,7 +27,7 @@ end
 local floor = redis.call('HGETALL', KEYS[4])
 for i = 2, #floor, 2 do
   local rec = cjson.decode(floor[i])
-  for _, id in ipairs(rec.ids or rec) do
+  for _, id in ipairs(rec.ids) do
     local raw = redis.call('HGET', KEYS[3], id)
     if raw then
       local rec = cjson.decode(raw)

@@ -2,7 +2,7 @@
 -- off the floor); their messages move new -> noticed. The one place that transition is
 -- made. A notice is found in the floor hash, or still in flight (a drain that ran between
 -- the worker's append and its notice_done): either way it is confirmed exactly once.
--- KEYS[1] floor P:{sid}:floor, KEYS[2] msgs, KEYS[3] carried, KEYS[4] events,
+-- KEYS[1] floor P:{sid}:floor (notice id -> {ids, ...}: parts/notice_done.lua), KEYS[2] msgs, KEYS[3] carried, KEYS[4] events,
 -- KEYS[5] notice P:{sid}:notice, KEYS[6] session P:{sid}:session (its last_seen: the
 -- harness that acked or drained was seen now; receipts read it)
 -- ARGV[1] now ms, ARGV[2] via ("drain" or "socket"), ARGV[3..] notice ids
@@ -13,8 +13,7 @@ for i = 3, #ARGV do
   local ids = nil
   local rec_json = redis.call('HGET', KEYS[1], nid)
   if rec_json then
-    local rec = cjson.decode(rec_json)
-    ids = rec.ids or rec -- a record written before records were objects is the id list
+    ids = cjson.decode(rec_json).ids
     redis.call('HDEL', KEYS[1], nid)
   elseif redis.call('HGET', KEYS[5], 'id') == nid then
     ids = cjson.decode(redis.call('HGET', KEYS[5], 'ids'))

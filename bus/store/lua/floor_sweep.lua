@@ -3,7 +3,8 @@
 -- (its drainer died between taking it and recording it) is marked gone; still gone after
 -- the grace, its messages that are still new go back to `new` (and `wakeq`), so the next
 -- notice carries them: a duplicate notice after a crash rather than a silent loss.
--- KEYS[1] floor P:{sid}:floor, KEYS[2] msgs, KEYS[3] new, KEYS[4] wakeq, KEYS[5] events
+-- KEYS[1] floor P:{sid}:floor (notice id -> {ids, new, wake, at, ...}: parts/notice_done.lua),
+-- KEYS[2] msgs, KEYS[3] new, KEYS[4] wakeq, KEYS[5] events
 -- ARGV[1] now ms, ARGV[2] grace ms, ARGV[3..] pairs: notice id, "1" on the floor / "0" gone
 -- Returns how many notices were given back.
 local now = tonumber(ARGV[1])
@@ -14,7 +15,6 @@ for i = 3, #ARGV, 2 do
   local rec_json = redis.call('HGET', KEYS[1], nid)
   if rec_json then
     local rec = cjson.decode(rec_json)
-    if rec.ids == nil then rec = {ids = rec} end -- a record from before records were objects
     if ARGV[i + 1] == '1' then
       rec.gone = nil
       rec.checked = now
@@ -24,10 +24,8 @@ for i = 3, #ARGV, 2 do
       redis.call('HSET', KEYS[1], nid, cjson.encode(rec))
     elseif now - rec.gone >= grace then
       local score, wakes = {}, {}
-      local new = rec.new or {}
-      for j = 1, #new, 2 do score[new[j]] = new[j + 1] end
-      local wake = rec.wake or {}
-      for j = 1, #wake, 2 do wakes[wake[j]] = wake[j + 1] end
+      for j = 1, #rec.new, 2 do score[rec.new[j]] = rec.new[j + 1] end
+      for j = 1, #rec.wake, 2 do wakes[rec.wake[j]] = rec.wake[j + 1] end
       for _, id in ipairs(rec.ids) do
         local raw = redis.call('HGET', KEYS[2], id)
         if raw then
@@ -38,8 +36,6 @@ for i = 3, #ARGV, 2 do
             redis.call('ZADD', KEYS[3], score[id] or msg.at or now, id)
             if wakes[id] then
               redis.call('ZADD', KEYS[4], wakes[id], id)
-            elseif rec.wake == nil and msg.wakes then
-              redis.call('ZADD', KEYS[4], msg.at or now, id)
             end
           end
         end

@@ -4,8 +4,7 @@
 --                             count, newest_at, newest_preview, class; one_m: the
 --                             first message while it is the only one, kept without its
 --                             usual fields (bus.store.packing.keep_thread_message: its own "md"
---                             lists them), with no one_id (its id is one_m's); a record
---                             written before keeps one_id and a whole one_m (read too)
+--                             lists them; its id is one_m's)
 --                             Not written: label when ARGV[5] is ''
 --                             (the readers take bus.core.threads.thread_label of key), class
 --                             when 'action' (the readers' default), created (unread)
@@ -27,9 +26,9 @@
 local function append(A)
   local fresh = false
   if redis.call('EXISTS', KEYS[2]) == 0 then
-    local one = redis.call('HMGET', KEYS[1], 'one_id', 'one_m')
-    local one_id = one[1] or (one[2] and cjson.decode(one[2]).id)
-    if not one[2] then
+    local one_m = redis.call('HGET', KEYS[1], 'one_m')
+    local one_id = one_m and cjson.decode(one_m).id
+    if not one_m then
       redis.call('HSET', KEYS[1], 'one_m', A[11])
       fresh = true
     elseif one_id == A[1] then
@@ -37,15 +36,15 @@ local function append(A)
     else
       -- newest_* left to one_m (ARGV[12]): written back before one_m goes.
       if redis.call('HEXISTS', KEYS[1], 'newest_at') == 0 then
-        local m = cjson.decode(one[2])
+        local m = cjson.decode(one_m)
         if type(m.ts) == 'number' and type(m.text) == 'string' then
           redis.call('HSET', KEYS[1], 'newest_at', string.format('%.0f', m.ts),
             'newest_preview', m.text)
         end
       end
-      redis.call('XADD', KEYS[2], '*', 'id', one_id, 'm', one[2])
+      redis.call('XADD', KEYS[2], '*', 'id', one_id, 'm', one_m)
       redis.call('SADD', KEYS[3], one_id)
-      redis.call('HDEL', KEYS[1], 'one_id', 'one_m')
+      redis.call('HDEL', KEYS[1], 'one_m')
     end
   end
   if redis.call('EXISTS', KEYS[2]) == 1 then

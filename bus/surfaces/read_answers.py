@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 import time
 
+from bus.core.item_views import inbox_view
 from bus.core.receipt_rules import STATES, receipt_views
+from bus.core.thread_views import thread_rows, thread_view
+from bus.store.packing import json_list
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the lane several ms.
 TYPE_CHECKING = False
@@ -42,11 +45,6 @@ def _now_ms() -> int:
 # -- the commands ---------------------------------------------------------------------------
 
 
-def _list(raw: str | None) -> list[str]:
-    value = json.loads(raw) if raw else []
-    return [str(v) for v in value] if isinstance(value, list) else []
-
-
 def _session(store: Any, sid: str) -> dict[str, Any]:
     row = store.get_session(sid)
     if row is None:
@@ -68,31 +66,8 @@ def threads(store: Any, settings: Any, sid: str) -> dict[str, Any]:
     """``Bus.threads``: the session's threads, newest first."""
     _session(store, sid)
     thread_ids = store.threads_of(sid)
-    mine: dict[str, list[dict[str, Any]]] = {}
-    for rec in store.all_records(sid):
-        mine.setdefault(rec["thread"], []).append(rec)
-    out = []
-    for thr, meta in zip(thread_ids, store.thread_metas(thread_ids), strict=True):
-        recs = mine.get(thr, [])
-        unread = [x for x in recs if x["mark"] in ("new", "noticed")]
-        row: dict[str, Any] = {
-            "threadId": thr,
-            "key": meta.get("key", ""),
-            "label": meta.get("label", thr),
-            "from": _list(meta.get("senders")),
-            "unread": len(unread),
-            "new": sum(1 for x in recs if x["mark"] == "new"),
-            "count": int(meta.get("count", 0)),
-            "newestAt": int(meta.get("newest_at", 0)),
-            "newestPreview": meta.get("newest_preview", ""),
-            "class": "blocker"
-            if any(x["class"] == "blocker" for x in unread)
-            else meta.get("class", "action"),
-        }
-        if meta.get("state"):
-            row["state"] = meta["state"]
-        out.append(row)
-    return {"ok": True, "session": sid, "threads": out}
+    rows = thread_rows(thread_ids, store.thread_metas(thread_ids), store.all_records(sid), json_list)
+    return {"ok": True, "session": sid, "threads": rows}
 
 
 def read(store: Any, settings: Any, sid: str, thread: str) -> dict[str, Any]:
@@ -101,35 +76,11 @@ def read(store: Any, settings: Any, sid: str, thread: str) -> dict[str, Any]:
 
     check_session_id(sid)
     meta = store.thread_meta(thread)
-    if not meta or sid not in _list(meta.get("parties")):
+    if not meta or sid not in json_list(meta.get("parties")):
         raise FullPath("no such thread, or not a party")
     msgs = [json.loads(fields["m"]) for fields in store.thread_log(thread)]
     recs = {r["id"]: r for r in store.records(sid, [m["id"] for m in msgs])}
-    out = []
-    for m in msgs:
-        rec = recs.get(m["id"])
-        mark = rec["mark"] if rec else "read"
-        item: dict[str, Any] = {
-            "id": m["id"],
-            "from": m["from"],
-            "fromSession": m.get("from_session"),
-            "class": m.get("class", "action"),
-            "kind": m.get("kind", "message"),
-            "at": m.get("ts"),
-            "text": m.get("text", ""),
-            "read": mark in ("read", "answered"),
-            "verified": m.get("verified") is True,
-        }
-        if mark in ("retracted", "removed"):
-            item["withdrawn"] = mark
-        if m.get("files"):
-            item["files"] = m["files"]
-        out.append(item)
-    result: dict[str, Any] = {"threadId": thread, "label": meta.get("label", thread)}
-    result["messages"] = out
-    if meta.get("state"):
-        result["state"] = meta["state"]
-    return {"ok": True, **result}
+    return {"ok": True, **thread_view(thread, meta, msgs, recs)}
 
 
 def _receipts(
@@ -182,41 +133,17 @@ def receipt(store: Any, settings: Any, msg_id: str, by: str | None) -> dict[str,
     return _public(found)
 
 
-# bus.services.items's (a test holds them equal).
-ITEM_VIEW_FIELDS = ("key", "title", "status", "answer", "revision", "settledAt", "updatedAt")
-YOU, FORMER_MEMBER, ACTIVE = "you", "a former member", "active"
-
-
-def _entry_view(entry: dict[str, Any], statuses: dict[str, str]) -> dict[str, Any]:
-    if entry.get("by") == "agent":
-        who = YOU
-    else:
-        name = str(entry.get("member", ""))
-        who = name if statuses.get(name) == ACTIVE else FORMER_MEMBER
-    out: dict[str, Any] = {"from": who, "text": entry.get("text", "")}
-    if entry.get("files"):
-        out["files"] = list(entry["files"])
-    return out
-
-
 def read_inbox(store: Any, settings: Any, sid: str) -> dict[str, Any]:
     """``read-inbox``: every item, newest update first, each with its thread oldest first."""
     from bus.core.ids import check_session_id
 
     _session(store, sid)
-    items = store.items_of(sid)
-    items.sort(key=lambda i: (-int(i.get("updatedAt") or 0), str(i.get("key"))))
-    statuses: dict[str, dict[str, str]] = {}
-    out = []
-    for item in items:
-        ws = item.get("workspace")
-        if ws and ws not in statuses:
-            statuses[ws] = store.members(check_session_id(ws, "workspace"))
-        view = {f: item.get(f) for f in ITEM_VIEW_FIELDS}
-        member_of = statuses.get(ws or "", {})
-        view["thread"] = [_entry_view(e, member_of) for e in store.item_thread(sid, item["key"])]
-        out.append(view)
-    return {"ok": True, "items": out}
+    items = inbox_view(
+        store.items_of(sid),
+        lambda ws: store.members(check_session_id(ws, "workspace")),
+        lambda key: store.item_thread(sid, key),
+    )
+    return {"ok": True, "items": items}
 
 
 def _floor_json(fields: dict[str, str]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 ORDER = ("stored", "noticed", "read", "answered")
 EXITS = ("withdrawn", "retracted", "bounced", "expired")
 STATES = ORDER + EXITS
+SENT_LIMIT_MAX = 1000  # the most receipts one ``sent`` lists
 
 
 def receipt_state(reached: dict[str, int | None]) -> str:

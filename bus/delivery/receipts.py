@@ -27,11 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
 from bus.core.models import MESSAGE_ID_PATTERN, Message, check_session_id, now_ms
-from bus.core.receipt_rules import (
-    STATES,
-    is_reached,
-    receipt_views,
-)
+from bus.core.receipt_rules import SENT_LIMIT_MAX as SENT_LIMIT_MAX
+from bus.core.receipt_rules import STATES, is_reached, receipt_views
 from bus.store.redis_errors import StoreFailed
 from bus.trust.tokens import SCOPE_READ
 
@@ -45,7 +42,6 @@ log = logging.getLogger(__name__)
 WAITABLE = ("noticed", "read", "answered")
 KEEP_MS = 7 * 86400 * 1000  # the retention of send answers (bus.store.inbox.IDS_KEEP_MS)
 OUTBOX_MAX = 10_000
-SENT_LIMIT_MAX = 1000
 WAIT_CHUNK_S = 60.0  # one blocking read at most this long; the loop re-blocks, never polls
 EXPIRE_EVERY_S = 60.0
 # Sessions an expiry pass reads per round trip (due entries are taken between chunks).

@@ -1,7 +1,7 @@
 """What the read commands' fast lane answers: each command's JSON, rendered as the
 library's :class:`~bus.api.Bus` method renders it, from the store's reads
-(bus.store.lite_reads); the rules it mirrors (the receipt states, the item view, the
-heartbeat names) are held equal to the library's by tests/test_fast_read.py.
+(bus.store.lite_reads) with the library's own views (the receipt rules, the thread rows,
+the item view, the status report: the stdlib-only modules of bus.core both use).
 
 Each answer raises :class:`FullPath` where the full command line would refuse or write;
 bus.surfaces.fast_read then hands the command on.
@@ -13,7 +13,8 @@ import json
 import time
 
 from bus.core.item_views import inbox_view
-from bus.core.receipt_rules import STATES, receipt_views
+from bus.core.receipt_rules import SENT_LIMIT_MAX, STATES, receipt_views
+from bus.core.status_view import memory_report, queue_of, status_report, worker_rows
 from bus.core.thread_views import thread_rows, thread_view
 from bus.store.packing import json_list
 
@@ -24,14 +25,7 @@ if TYPE_CHECKING:
 
 # -- names mirrored from the library (tests/test_fast_read.py holds them equal) ------------
 
-SENT_LIMIT_MAX = 1000
 SESSION_STATES = ("idle", "running", "closing", "closed")  # SessionInfo.state
-SCHEDULER = "scheduler"  # bus.telemetry.liveness.SCHEDULER
-
-
-def host_queue(host: str) -> str:
-    """bus.telemetry.liveness.host_queue."""
-    return f"host.{host}"
 
 
 class FullPath(Exception):
@@ -66,7 +60,9 @@ def threads(store: Any, settings: Any, sid: str) -> dict[str, Any]:
     """``Bus.threads``: the session's threads, newest first."""
     _session(store, sid)
     thread_ids = store.threads_of(sid)
-    rows = thread_rows(thread_ids, store.thread_metas(thread_ids), store.all_records(sid), json_list)
+    rows = thread_rows(
+        thread_ids, store.thread_metas(thread_ids), store.all_records(sid), json_list
+    )
     return {"ok": True, "session": sid, "threads": rows}
 
 
@@ -146,72 +142,17 @@ def read_inbox(store: Any, settings: Any, sid: str) -> dict[str, Any]:
     return {"ok": True, "items": items}
 
 
-def _floor_json(fields: dict[str, str]) -> dict[str, Any]:
-    """bus.telemetry.host_floor's ``_floor_json``."""
-    machine, _, home = fields.get("floor", "").partition("\t")
-    out: dict[str, Any] = {"machine": machine, "home": home}
-    if fields.get("pid", "").isdigit():
-        out["pid"] = int(fields["pid"])
-    return out
-
-
-def _workers(store: Any) -> list[dict[str, Any]]:
-    """bus.telemetry.liveness.workers: each heartbeat's ages, queue depth and floor."""
-    beats = store.beats(lambda name: None if name == SCHEDULER else host_queue(name))
-    now = _now_ms()
-    rows = []
-    for name, beat, depth in beats:
-        row: dict[str, Any] = {"name": name, "role": "scheduler" if name == SCHEDULER else "worker"}
-        for field, out in (("beat", "beat_age_s"), ("progress", "progress_age_s")):
-            if beat.get(field):
-                row[out] = round(max(0, now - int(beat[field])) / 1000, 1)
-        if beat.get("pid"):
-            row["pid"] = int(beat["pid"])
-        if beat.get("done"):
-            row["done"] = int(beat["done"])
-        if name != SCHEDULER:
-            row["queue"] = depth
-        rows.append(row)
-    hosts = [row["name"] for row in rows if row["role"] == "worker"]
-    for row, (claim, refusal) in zip(
-        [r for r in rows if r["role"] == "worker"], store.host_floors(hosts), strict=True
-    ):
-        if claim.get("floor"):
-            row["floor"] = _floor_json(claim)
-        if refusal.get("floor"):
-            refused = _floor_json(refusal)
-            if refusal.get("at", "").isdigit():
-                refused["at"] = int(refusal["at"])
-            refused["holder"] = _floor_json(
-                {"floor": refusal.get("holder", ""), "pid": refusal.get("holder_pid", "")}
-            )
-            row["refused"] = refused
-    return rows
-
-
 def status(store: Any, settings: Any) -> dict[str, Any]:
     """``Bus.status``: sessions, their states and backlogs, workers, memory settings."""
     from bus.core.locate import redact
 
     rows = [_checked(row) for row in store.sessions()]
-    sessions = []
-    for row, backlog in zip(rows, store.backlogs([r["session"] for r in rows]), strict=True):
-        shown = {k: v for k, v in row.items() if v is not None}
-        shown["backlog"] = backlog
-        sessions.append(shown)
-    workers = _workers(store)
-    memory: dict[str, Any] = {}
-    for name, raw in store.memory_report().items():
-        try:
-            memory[name] = json.loads(raw)
-        except ValueError:
-            continue
-    return {
-        "ok": True,
-        "host": settings.host,
-        "store": redact(settings.store_url()),
-        "home": str(settings.home),
-        "sessions": sessions,
-        "workers": workers,
-        "memory_settings": memory,
-    }
+    return status_report(
+        host=settings.host,
+        store=redact(settings.store_url()),
+        home=str(settings.home),
+        sessions=rows,
+        backlogs=store.backlogs([r["session"] for r in rows]),
+        workers=worker_rows(store.beats(queue_of), _now_ms(), store.host_floors),
+        memory=memory_report(store.memory_report()),
+    )

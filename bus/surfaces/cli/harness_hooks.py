@@ -84,7 +84,7 @@ def hooks_codex(
 @hook_app.command("claude")
 def hook_claude(event: str = arg("EVENT", EVENT_HELP)) -> None:
     """Run one Claude Code hook (its JSON on stdin); exits 0 whatever breaks."""
-    from bus.surfaces.hooks import hook_entry
+    from bus.surfaces.hook_run import hook_entry
 
     raise typer.Exit(hook_entry(event))
 
@@ -92,7 +92,7 @@ def hook_claude(event: str = arg("EVENT", EVENT_HELP)) -> None:
 @hook_app.command("codex")
 def hook_codex(event: str = arg("EVENT", EVENT_HELP)) -> None:
     """Run one Codex hook (its JSON on stdin); exits 0 whatever breaks."""
-    from bus.surfaces.hooks import hook_entry
+    from bus.surfaces.hook_run import hook_entry
 
     raise typer.Exit(hook_entry(event, harness="codex"))
 

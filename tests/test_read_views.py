@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.core import item_views, status_view, thread_views
+from bus.core import item_views, receipt_rules, status_view, thread_views
 from bus.store.packing import json_list
 
 # -- the thread rows ---------------------------------------------------------------------
@@ -233,3 +233,35 @@ def test_the_backlogs_count_what_the_delivery_has_not_taken(bus: Bus) -> None:
     assert store.backlog("bl1") == 2
     store.advance("bl1", rows[-1][0])
     assert store.backlog("bl1") == 0
+
+
+# -- the outbox --------------------------------------------------------------------------
+
+
+def test_the_outbox_view_pages_filters_and_drops_what_aged_out() -> None:
+    outbox = [f"to{n}|m{n}" for n in range(250)]
+    aged = {"m3", "m120"}
+    dropped: list[str] = []
+
+    def page_of(start: int, count: int) -> list[str]:
+        return outbox[start : start + count]
+
+    def receipts_of(rows: list[tuple[str, str]]) -> list[dict[str, Any] | None]:
+        return [
+            None if i in aged else {"id": i, "to": to, "state": "read" if int(i[1:]) % 2 else "stored", "_from": "x"}
+            for to, i in rows
+        ]  # fmt: skip
+
+    def gone(entries: list[str]) -> None:
+        dropped.extend(entries)
+        for e in entries:
+            outbox.remove(e)
+
+    got = receipt_rules.outbox_view(150, None, page_of, receipts_of, gone)
+    assert dropped == ["to3|m3", "to120|m120"]
+    assert got[0] == {"id": "m0", "to": "to0", "state": "stored"}  # no "_" fields
+    # The second page starts where the first ended, one entry up for the one dropped.
+    assert [r["id"] for r in got] == [f"m{n}" for n in range(250) if n not in (3, 120)][:150]
+    read = receipt_rules.outbox_view(20, "read", page_of, receipts_of, gone)
+    assert [r["id"] for r in read] == [f"m{n}" for n in range(1, 250, 2) if n != 3][:20]
+    assert receipt_rules.outbox_view(5, None, lambda s, c: [], receipts_of, gone) == []

@@ -13,7 +13,7 @@ import json
 import time
 
 from bus.core.item_views import inbox_view
-from bus.core.receipt_rules import SENT_LIMIT_MAX, STATES, receipt_views
+from bus.core.receipt_rules import SENT_LIMIT_MAX, STATES, outbox_view, public, receipt_views
 from bus.core.status_view import memory_report, queue_of, status_report, worker_rows
 from bus.core.thread_views import thread_rows, thread_view
 from bus.store.packing import json_list
@@ -86,10 +86,6 @@ def _receipts(
     return receipt_views(store.receipt_rows(rows), rows, _now_ms(), settings.stale_s)
 
 
-def _public(receipt: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in receipt.items() if not k.startswith("_")}
-
-
 def sent(store: Any, settings: Any, sid: str, state: str | None, limit: int) -> dict[str, Any]:
     """``Bus.sent``: the outbox, newest first, each with its receipt."""
     from bus.core.ids import check_session_id
@@ -97,20 +93,18 @@ def sent(store: Any, settings: Any, sid: str, state: str | None, limit: int) -> 
     check_session_id(sid)
     if (state is not None and state not in STATES) or not 1 <= limit <= SENT_LIMIT_MAX:
         raise FullPath("a bad --state or --limit")
-    rows: list[dict[str, Any]] = []
-    start, page = 0, max(limit, 100)
-    while len(rows) < limit:
-        members = store.outbox_page(sid, start, page)
-        if not members:
-            break
-        start += page
-        pairs = [tuple(m.split("|", 1)) for m in members]
-        for found in _receipts(store, settings, [(p[0], p[1]) for p in pairs]):
-            if found is None:
-                raise FullPath("a receipt aged out: the full path drops it from the outbox")
-            if state is None or found["state"] == state:
-                rows.append(_public(found))
-    return {"ok": True, "session": sid, "sent": rows[:limit]}
+    rows = outbox_view(
+        limit,
+        state,
+        lambda start, count: store.outbox_page(sid, start, count),
+        lambda rows: _receipts(store, settings, rows),
+        _aged_out,
+    )
+    return {"ok": True, "session": sid, "sent": rows}
+
+
+def _aged_out(entries: list[str]) -> None:
+    raise FullPath("a receipt aged out: the full path drops it from the outbox")
 
 
 def receipt(store: Any, settings: Any, msg_id: str, by: str | None) -> dict[str, Any]:
@@ -126,7 +120,7 @@ def receipt(store: Any, settings: Any, msg_id: str, by: str | None) -> dict[str,
     found = _receipts(store, settings, [(to, msg_id)])[0] if to else None
     if found is None or found["_from_session"] != me:
         raise FullPath("no receipt, or not the sender")
-    return _public(found)
+    return public(found)
 
 
 def read_inbox(store: Any, settings: Any, sid: str) -> dict[str, Any]:

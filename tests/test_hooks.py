@@ -17,11 +17,11 @@ from bus.api import Bus
 from bus.core.errors import BadInput
 from bus.core.hook_env import load_hook_env, redact
 from bus.surfaces.hook_install import print_or_install
+from bus.surfaces.hook_run import hook_entry
 from bus.surfaces.hooks import (
     EVENTS,
     claude_settings,
     hook_command,
-    hook_entry,
     hook_env,
     inbox_program,
     is_own_command,

@@ -10,8 +10,8 @@ import pytest
 
 from bus.api import Bus
 from bus.core.errors import BadInput, BusError, NotFound, Refused
+from bus.core.item_views import FORMER_MEMBER
 from bus.core.policy import from_member
-from bus.services.items import FORMER_MEMBER
 from tests.test_pictures import png_bytes
 
 WS = "acme"

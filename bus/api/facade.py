@@ -7,11 +7,10 @@ Its calls are grouped in parts by concept: sessions and tokens here, sending and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from bus.core.clock import SYSTEM, Clock
-from bus.core.models import SessionInfo, check_session_id
+from bus.core.models import SessionInfo
 from bus.core.settings import Settings
 from bus.delivery.dispatch import Dispatcher, default_dispatcher
 from bus.delivery.floor import Floor
@@ -37,6 +36,7 @@ from bus.trust.access import Access
 from bus.trust.tokens import Authenticator, Claims
 
 from .conversing import Conversing
+from .forward import same_as
 from .host import Host
 from .members import Members
 
@@ -106,7 +106,14 @@ class Bus(Conversing, Members, Host):
             clock=clk,
         )
         self.sessions = Sessions(
-            store, self.floor, s, inbox=self.inbox, router=self.router, clock=clk
+            store,
+            self.floor,
+            s,
+            inbox=self.inbox,
+            router=self.router,
+            opener=lambda sid, token: self._opener(sid, token),
+            auth=self.auth.enabled,
+            clock=clk,
         )
         self.access = Access(
             self.auth,
@@ -204,19 +211,9 @@ class Bus(Conversing, Members, Host):
         """Whether a member token is of its member's current generation."""
         return self.credentials.token_current(claims)
 
-    def issue_token(
-        self,
-        *,
-        session: str | None = None,
-        member: str | None = None,
-        scopes: Sequence[str],
-        ttl_s: int | None = None,
-        operator: str | None = None,
-    ) -> dict[str, Any]:
-        """A signed token for a session, a member or an operator (``INBOX_SECRET`` must be set)."""
-        return self.credentials.issue_token(
-            session=session, member=member, scopes=scopes, ttl_s=ttl_s, operator=operator
-        )
+    @same_as(Credentials.issue_token)
+    def issue_token(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.credentials.issue_token(*args, **kwargs)
 
     def revoke_token(self, token: str) -> dict[str, Any]:
         """Revoke a token: every later use is refused (``token_revoked``)."""
@@ -224,37 +221,14 @@ class Bus(Conversing, Members, Host):
 
     # -- sessions ---------------------------------------------------------------------
 
-    def open_session(
-        self,
-        sid: str,
-        *,
-        handle: str | None = None,
-        host: str | None = None,
-        parent: str | None = None,
-        wake_cmd: str | None = None,
-        workspace: str | None = None,
-        starter: str | None = None,
-        agent_inbox: bool | None = None,
-        token: str | None = None,
-    ) -> dict[str, Any]:
-        """Register a session (or re-register it after a harness restart). Its workspace
-        is fixed once set: only an operator's token may move it to another. With
-        ``INBOX_SECRET`` set, joining a workspace takes the token of its starter (an active
-        member of it) or an operator's."""
-        check_session_id(sid)
+    @same_as(Sessions.open)
+    def open_session(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.sessions.open(*args, **kwargs)
+
+    def _opener(self, sid: str, token: str | None) -> tuple[str, str] | None:
+        """Who opens ``sid`` by ``token`` (kind, subject), checked; ``None`` for no token."""
         claims = self.access.only_as(sid, token, operator_ok=True, member_ok=True)
-        return self.sessions.open(
-            sid,
-            handle=handle,
-            host=host,
-            parent=parent,
-            wake_cmd=wake_cmd,
-            workspace=workspace,
-            starter=starter,
-            agent_inbox=agent_inbox,
-            opener=None if claims is None else (claims.sub_kind, claims.sub),
-            auth=self.access.auth.enabled,
-        )
+        return None if claims is None else (claims.sub_kind, claims.sub)
 
     def seen(self, sid: str) -> None:
         """The harness of ``sid`` is alive now (``last_seen``, ms): open, turn, drain."""

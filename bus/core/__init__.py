@@ -1,7 +1,8 @@
 """The pure core: models, errors, ids, the clock, settings, and the rules.
 
 Wake policy (``policy``), typed-request rules (``decisions``), receipt rules
-(``receipt_rules``, standard library only: the read lane uses them too), thread keying
+(``receipt_rules``), the answers' views (``thread_views``, ``item_views``, ``status_view``;
+these four standard library only: the read lane uses them too), thread keying
 (``threads``), what the model reads (``stamp``, ``notices``, ``text``). No I/O beyond
 reading the environment and the clock.
 

@@ -25,14 +25,14 @@ from pydantic import (
 from .errors import BadInput
 from .ids import MESSAGE_ID_PATTERN, SESSION_ID_PATTERN
 from .ids import check_session_id as check_session_id
+from .item_views import ACTIVE as ACTIVE  # a member's status in a workspace
+from .item_views import REMOVED as REMOVED
 
 THREAD_ID_PATTERN = r"^thr_[a-z2-7]{1,60}$"
 HANDLE_PATTERN = r"^[^\s:]{1,100}:[^\s]{1,180}$"
 MAX_TEXT = 8000
 MAX_FILES = 4
 
-# A member's status in a workspace (``P:{ws:<w>}:members``).
-ACTIVE, REMOVED = "active", "removed"
 # Workspace names no member may be added under (the operator's handles live there).
 RESERVED_WORKSPACES = frozenset({"operator"})
 

@@ -11,11 +11,13 @@ import json
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 ORDER = ("stored", "noticed", "read", "answered")
 EXITS = ("withdrawn", "retracted", "bounced", "expired")
 STATES = ORDER + EXITS
+SENT_LIMIT_MAX = 1000  # the most receipts one ``sent`` lists
 
 
 def receipt_state(reached: dict[str, int | None]) -> str:
@@ -117,3 +119,39 @@ def receipt_views(
             receipt["answer"] = json.loads(ans)["answer"]  # the turn's answer, as --wait gets
         out.append(receipt)
     return out
+
+
+def public(receipt: dict[str, Any]) -> dict[str, Any]:
+    """A receipt as its sender reads it: without the fields kept for the checks (``_…``)."""
+    return {k: v for k, v in receipt.items() if not k.startswith("_")}
+
+
+def outbox_view(
+    limit: int,
+    state: str | None,
+    page_of: Callable[[int, int], list[str]],
+    receipts_of: Callable[[list[tuple[str, str]]], list[dict[str, Any] | None]],
+    gone: Callable[[list[str]], None],
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` sent messages' receipts, newest first, those in ``state`` only if
+    given. ``page_of(start, count)`` reads the outbox's ``recipient|id`` entries,
+    ``receipts_of`` their receipts; the entries whose receipt aged out go to ``gone``,
+    which drops them from the outbox (the pages after move up by as many)."""
+    rows: list[dict[str, Any]] = []
+    start, page = 0, max(limit, 100)
+    while len(rows) < limit:
+        members = page_of(start, page)
+        if not members:
+            break
+        start += page
+        pairs = [tuple(m.split("|", 1)) for m in members]
+        lost = []
+        for member, found in zip(members, receipts_of([(p[0], p[1]) for p in pairs]), strict=True):
+            if found is None:
+                lost.append(member)
+            elif state is None or found["state"] == state:
+                rows.append(public(found))
+        if lost:
+            gone(lost)
+            start -= len(lost)
+    return rows[:limit]

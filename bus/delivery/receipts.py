@@ -27,11 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
 from bus.core.models import MESSAGE_ID_PATTERN, Message, check_session_id, now_ms
-from bus.core.receipt_rules import (
-    STATES,
-    is_reached,
-    receipt_views,
-)
+from bus.core.receipt_rules import SENT_LIMIT_MAX as SENT_LIMIT_MAX
+from bus.core.receipt_rules import STATES, is_reached, outbox_view, public, receipt_views
 from bus.store.redis_errors import StoreFailed
 from bus.trust.tokens import SCOPE_READ
 
@@ -45,7 +42,6 @@ log = logging.getLogger(__name__)
 WAITABLE = ("noticed", "read", "answered")
 KEEP_MS = 7 * 86400 * 1000  # the retention of send answers (bus.store.inbox.IDS_KEEP_MS)
 OUTBOX_MAX = 10_000
-SENT_LIMIT_MAX = 1000
 WAIT_CHUNK_S = 60.0  # one blocking read at most this long; the loop re-blocks, never polls
 EXPIRE_EVERY_S = 60.0
 # Sessions an expiry pass reads per round trip (due entries are taken between chunks).
@@ -265,7 +261,7 @@ class Receipts:
             raise Refused("only the sender may read a message's receipt", code="not_sender")
         if wait_for is not None:
             found = self._wait(to or "", msg_id, found, wait_for, timeout)
-        return _public(found)
+        return public(found)
 
     def _wait(
         self, to: str, msg_id: str, found: dict[str, Any], want: str, timeout: float | None
@@ -316,26 +312,14 @@ class Receipts:
                 f"the token is {claims.actor}'s, not a session's", code="token_subject"
             )
         store = self.store
-        rows: list[dict[str, Any]] = []
-        start, page = 0, max(limit, 100)
-        while len(rows) < limit:
-            members = store.outbox_page(sid, start, page)
-            if not members:
-                break
-            start += page
-            pairs = [tuple(m.split("|", 1)) for m in members]
-            gone = []
-            for member, found in zip(
-                members, self._read([(p[0], p[1]) for p in pairs]), strict=True
-            ):
-                if found is None:
-                    gone.append(member)  # its receipt aged out
-                elif state is None or found["state"] == state:
-                    rows.append(_public(found))
-            if gone:
-                store.drop_from_outbox(sid, gone)
-                start -= len(gone)
-        return {"ok": True, "session": sid, "sent": rows[:limit]}
+        rows = outbox_view(
+            limit,
+            state,
+            lambda start, count: store.outbox_page(sid, start, count),
+            self._read,
+            lambda gone: store.drop_from_outbox(sid, gone),
+        )
+        return {"ok": True, "session": sid, "sent": rows}
 
     # -- expiry -------------------------------------------------------------------------------
 
@@ -370,7 +354,3 @@ class Receipts:
             if between is not None:
                 between()
         return expired
-
-
-def _public(receipt: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in receipt.items() if not k.startswith("_")}

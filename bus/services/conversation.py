@@ -15,6 +15,7 @@ from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import NotFound, Refused
 from bus.core.models import SessionInfo, check_session_id, check_text, parse_message
 from bus.core.models import now_ms as _now_ms
+from bus.core.thread_views import UNREAD, thread_rows, thread_view
 from bus.store.packing import json_list
 
 if TYPE_CHECKING:
@@ -53,31 +54,8 @@ class Conversation:
         check_session_id(sid)
         store = self.store
         thread_ids = store.threads_of(sid)
-        mine: dict[str, list[dict[str, Any]]] = {}
-        for rec in store.all_records(sid):
-            mine.setdefault(rec["thread"], []).append(rec)
-        out = []
-        for thr, meta in zip(thread_ids, store.thread_metas(thread_ids), strict=True):
-            recs = mine.get(thr, [])
-            unread = [x for x in recs if x["mark"] in ("new", "noticed")]
-            row: dict[str, Any] = {
-                "threadId": thr,
-                "key": meta.get("key", ""),
-                "label": meta.get("label", thr),
-                "from": json_list(meta.get("senders")),
-                "unread": len(unread),
-                "new": sum(1 for x in recs if x["mark"] == "new"),
-                "count": int(meta.get("count", 0)),
-                "newestAt": int(meta.get("newest_at", 0)),
-                "newestPreview": meta.get("newest_preview", ""),
-                "class": "blocker"
-                if any(x["class"] == "blocker" for x in unread)
-                else meta.get("class", "action"),
-            }
-            if meta.get("state"):
-                row["state"] = meta["state"]
-            out.append(row)
-        return out
+        metas = store.thread_metas(thread_ids)
+        return thread_rows(thread_ids, metas, store.all_records(sid), json_list)
 
     def parties(self, thread: str) -> list[str]:
         return json_list(self.store.thread_field(thread, "parties"))
@@ -92,35 +70,9 @@ class Conversation:
             raise Refused(f"session {sid!r} is not a party to {thread}", code="not_a_party")
         msgs = [json.loads(fields["m"]) for fields in self.store.thread_log(thread)]
         recs = {r["id"]: r for r in self.store.records(sid, [m["id"] for m in msgs])}
-        out = []
-        for m in msgs:
-            rec = recs.get(m["id"])
-            mark = rec["mark"] if rec else "read"
-            item: dict[str, Any] = {
-                "id": m["id"],
-                "from": m["from"],
-                "fromSession": m.get("from_session"),
-                "class": m.get("class", "action"),
-                "kind": m.get("kind", "message"),
-                "at": m.get("ts"),
-                "text": m.get("text", ""),
-                "read": mark in ("read", "answered") or (mark_read and mark in ("new", "noticed")),
-                "verified": m.get("verified") is True,
-            }
-            if mark in ("retracted", "removed"):
-                item["withdrawn"] = mark
-            if m.get("files"):
-                item["files"] = m["files"]
-            out.append(item)
+        result = thread_view(thread, meta, msgs, recs, mark_read=mark_read)
         if mark_read:
-            self._mark_read(sid, [r for r in recs.values() if r["mark"] in ("new", "noticed")])
-        result: dict[str, Any] = {
-            "threadId": thread,
-            "label": meta.get("label", thread),
-            "messages": out,
-        }
-        if meta.get("state"):
-            result["state"] = meta["state"]
+            self._mark_read(sid, [r for r in recs.values() if r["mark"] in UNREAD])
         return result
 
     def _mark_read(self, sid: str, recs: list[dict[str, Any]]) -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bus.core.errors import BadInput, NotFound, RateLimited, Refused
+from bus.core.item_views import VIEW_FIELDS, entry_view, inbox_view
 from bus.core.models import (
     ACTIVE,
     MAX_TEXT,
@@ -37,13 +39,8 @@ if TYPE_CHECKING:
     from bus.store.store import Store
 
 OPEN, SETTLED = "open", "settled"
-FORMER_MEMBER = "a former member"
-# Workspace names no member may have: ``operator:<name>`` is the web operator's handle.
-YOU = "you"
 MAX_TITLE = 200
 MAX_TOPIC = 200
-# The fields read_inbox shows for each item, in this order.
-VIEW_FIELDS = ("key", "title", "status", "answer", "revision", "settledAt", "updatedAt")
 
 
 # -- pure helpers -------------------------------------------------------------------------
@@ -65,27 +62,6 @@ def check_text(text: str | None, what: str = "text") -> str | None:
 
 def has_words(text: str | None) -> bool:
     return bool(text and text.strip())
-
-
-def entry_view(entry: dict[str, Any], statuses: dict[str, str]) -> dict[str, Any]:
-    """One thread entry as read_inbox shows it: ``{from, text, files?}``."""
-    if entry.get("by") == "agent":
-        who = YOU
-    else:
-        name = str(entry.get("member", ""))
-        who = name if statuses.get(name) == ACTIVE else FORMER_MEMBER
-    out: dict[str, Any] = {"from": who, "text": entry.get("text", "")}
-    if entry.get("files"):
-        out["files"] = list(entry["files"])
-    return out
-
-
-def item_view(
-    item: dict[str, Any], entries: list[dict[str, Any]], statuses: dict[str, str]
-) -> dict[str, Any]:
-    out = {f: item.get(f) for f in VIEW_FIELDS}
-    out["thread"] = [entry_view(e, statuses) for e in entries]
-    return out
 
 
 def _moved(item: dict[str, Any]) -> int:
@@ -332,17 +308,8 @@ class Items:
     def read_inbox(self, sid: str) -> dict[str, Any]:
         """Every item of the agent, newest update first, each with its thread oldest first."""
         self.session(sid)
-        items = self.store.items_of(sid)
-        items.sort(key=lambda i: (-int(i.get("updatedAt") or 0), str(i.get("key"))))
-        statuses: dict[str, dict[str, str]] = {}
-        out = []
-        for item in items:
-            ws = item.get("workspace")
-            if ws and ws not in statuses:
-                statuses[ws] = self._members(ws)
-            thread = self.store.item_thread(sid, item["key"])
-            out.append(item_view(item, thread, statuses.get(ws or "", {})))
-        return {"items": out}
+        thread_of = partial(self.store.item_thread, sid)
+        return {"items": inbox_view(self.store.items_of(sid), self._members, thread_of)}
 
     def reply_inbox(
         self,

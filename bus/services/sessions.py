@@ -44,10 +44,14 @@ class Sessions:
         *,
         inbox: Inbox,
         router: Router,
+        opener: Callable[[str, str | None], tuple[str, str] | None] = lambda sid, token: None,
+        auth: bool = False,
         clock: Clock = SYSTEM,
     ) -> None:
         self._store, self.floor, self.settings = store, floor, settings
         self.inbox, self.router, self.clock = inbox, router, clock
+        # Who a token opens a session as (kind, subject), checked; whether tokens are.
+        self.opener, self.auth = opener, auth
 
     @property
     def store(self) -> Store:
@@ -64,16 +68,15 @@ class Sessions:
         workspace: str | None = None,
         starter: str | None = None,
         agent_inbox: bool | None = None,
-        opener: tuple[str, str] | None = None,
-        auth: bool = False,
+        token: str | None = None,
     ) -> dict[str, Any]:
-        """Register a session (or re-register it after a harness restart).
-
-        ``opener`` is the caller's verified token (kind, subject), ``auth`` whether tokens
-        are checked. A session's workspace is fixed once set: re-registering without one
-        keeps it, naming another is refused ``workspace_fixed`` unless an operator opens
-        it. With ``auth``, joining a workspace takes its starter's member token or an
+        """Register a session (or re-register it after a harness restart). Its workspace
+        is fixed once set: re-registering without one keeps it, naming another is refused
+        ``workspace_fixed`` unless an operator's token opens it. With ``INBOX_SECRET`` set,
+        joining a workspace takes the token of its starter (an active member of it) or an
         operator's (:func:`bus.trust.rules.join_refusal`)."""
+        check_session_id(sid)
+        opener = self.opener(sid, token)
         host = check_host(host or self.settings.host)
         handle = handle or f"{host}:{sid}"
         if ":" not in handle or any(c.isspace() for c in handle):
@@ -90,7 +93,7 @@ class Sessions:
             None if prior is None else (prior.workspace, prior.starter),
             (workspace, starter),
             opener,
-            auth=auth,
+            auth=self.auth,
         )
         if why == "workspace_fixed":
             assert prior is not None

@@ -1,13 +1,12 @@
 """The store's reads for the read commands' fast lane, without redis-py.
 
-:class:`LiteStore` is the store's own read methods (the :class:`~bus.store.inbox.InboxStore`,
-:class:`~bus.store.items.ItemStore`, :class:`~bus.store.receipts.ReceiptStore`, :class:`~bus.store.host_claim.HostClaimStore` and
-:class:`~bus.store.server_config.ConfigStore` parts, unchanged) on :class:`LiteClient`,
-the few redis-py calls they make spoken over :mod:`bus.store.resp_client`, plus the reads
-:class:`~bus.store.store.Store` makes itself (sessions, backlogs, heartbeats), with a
-session record as a dict of :class:`~bus.core.models.SessionInfo`'s fields
-(:func:`bus.store.session_record.record_row`) instead of the model. Read only: nothing here
-writes. bus.surfaces.fast_read renders what these answer.
+:class:`LiteStore` is the store's own read methods (its backlog, heartbeat, inbox, item,
+receipt, host claim and server config parts, unchanged) on :class:`LiteClient`, the few
+redis-py calls they make spoken over :mod:`bus.store.resp_client`, plus the session reads
+:class:`~bus.store.store.Store` makes itself, with a session record as a dict of
+:class:`~bus.core.models.SessionInfo`'s fields (:func:`bus.store.session_record.record_row`)
+instead of the model. Read only: nothing here writes. bus.surfaces.fast_read renders what
+these answer.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import receipt_index
+from .backlogs import BacklogStore
 from .beats import BeatStore
 from .host_claim import HostClaimStore
 from .inbox import InboxStore
@@ -30,8 +30,6 @@ from .session_record import record_row
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
-
-BACKLOG_CAP = 10_000  # bus.store.queue.BACKLOG_CAP (a test holds them equal)
 
 
 def _pairs(reply: list[Any] | None) -> dict[str, Any]:
@@ -157,7 +155,9 @@ class LiteClient(_Calls):
         return LitePipeline(self.conn)
 
 
-class LiteStore(BeatStore, InboxStore, ItemStore, ReceiptStore, HostClaimStore, ConfigStore):
+class LiteStore(
+    BacklogStore, BeatStore, InboxStore, ItemStore, ReceiptStore, HostClaimStore, ConfigStore
+):
     """The store's reads on a :class:`LiteClient`; sessions as dicts (``record_row``)."""
 
     def __init__(self, conn: Connection, keys: Keys) -> None:
@@ -170,7 +170,7 @@ class LiteStore(BeatStore, InboxStore, ItemStore, ReceiptStore, HostClaimStore, 
     def script(self, name: str) -> Any:
         raise TypeError(f"the read lane runs no script ({name})")
 
-    # -- what bus.store.store.Store reads itself (the same commands) -----------------------
+    # -- the sessions bus.store.store.Store reads itself (the same commands) ---------------
 
     def get_session(self, sid: str) -> dict[str, Any] | None:
         """The session record's fields (``record_row``); ``None`` if never put."""
@@ -185,27 +185,9 @@ class LiteStore(BeatStore, InboxStore, ItemStore, ReceiptStore, HostClaimStore, 
             pipe.hgetall(self.k.s(sid, "session"))
         return [record_row(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
 
-    def backlogs(self, sids: list[str], cap: int = BACKLOG_CAP) -> list[int]:
-        """Each session's messages the delivery has not taken yet (up to ``cap``): the
-        store's ``backlog`` of each, one round trip for the usual 0s."""
-        pipe = self.r.pipeline()
-        for sid in sids:
-            pipe.get(self.k.s(sid, "cursor"))
-            pipe.xrevrange(self.k.s(sid, "stream"), count=1)
-        got = pipe.execute()
-        out = []
-        for n, sid in enumerate(sids):
-            cursor, last = got[2 * n], got[2 * n + 1]
-            if not last or (cursor and str(last[0][0]) == cursor):
-                out.append(0)
-                continue
-            rows = self.r.xrange(self.k.s(sid, "stream"), min=f"({cursor or '0-0'}", count=cap)
-            out.append(len(rows))
-        return out
-
     def recipient_of(self, msg_id: str, now_ms: int) -> str | None:
         """The session ``msg_id`` was appended to (kept 7 days); ``None`` if unknown."""
         return receipt_index.lookup(self.r, self.k, msg_id, now_ms)
 
 
-__all__ = ["BACKLOG_CAP", "LiteClient", "LitePipeline", "LiteStore"]
+__all__ = ["LiteClient", "LitePipeline", "LiteStore"]

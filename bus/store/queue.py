@@ -20,8 +20,6 @@ from . import packing, receipt_index
 from .base import StorePart
 from .redis_errors import store_failed
 
-BACKLOG_CAP = 10_000
-
 
 class QueueStore(StorePart):
     """A session's queue: append, read, cursor, trim."""
@@ -124,19 +122,6 @@ class QueueStore(StorePart):
         ``(stream id, {"id": msg id, "m": wire JSON})``."""
         rows = self.r.xrange(self.k.s(sid, "stream"), min=f"({cursor}", count=count)
         return [(str(eid), cast(dict[str, str], fields)) for eid, fields in rows]
-
-    def backlog(self, sid: str, cap: int = BACKLOG_CAP) -> int:
-        """Messages in the queue that the delivery has not taken yet (counted up to ``cap``).
-
-        The usual answer, 0, costs one round trip: the cursor is the stream's last id.
-        """
-        pipe = self.r.pipeline(transaction=False)
-        pipe.get(self.k.s(sid, "cursor"))
-        pipe.xrevrange(self.k.s(sid, "stream"), count=1)
-        cursor, last = pipe.execute()
-        if not last or (cursor and str(last[0][0]) == cursor):
-            return 0
-        return len(self.read_after(sid, cursor or "0-0", count=cap))
 
     def advance(self, sid: str, stream_id: str) -> None:
         """Move the cursor past ``stream_id`` and clear the raw in-flight record, atomically."""

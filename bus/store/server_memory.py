@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from bus.core.models import now_ms
+from bus.core.status_view import memory_report
 
 from .cluster import REDIS_ERRORS
 
@@ -123,13 +124,7 @@ def keep(store: Store, *, enabled: bool = True) -> dict[str, dict[str, Any]]:
 
 def report(store: Store) -> dict[str, Any]:
     """The scheduler's last outcome per setting; ``{}`` before its first check."""
-    out: dict[str, Any] = {}
-    for name, raw in store.memory_report().items():
-        try:
-            out[name] = json.loads(raw)
-        except ValueError:
-            continue
-    return out
+    return memory_report(store.memory_report())
 
 
 class Keeper:

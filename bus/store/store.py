@@ -18,6 +18,7 @@ from typing import Any
 
 import redis
 
+from .backlogs import BacklogStore
 from .beats import BeatStore
 from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .conversations import ConversationStore
@@ -85,6 +86,7 @@ def inline_script_loads(pipe: Any) -> Any:
 class Store(
     SessionStore,
     QueueStore,
+    BacklogStore,
     LockStore,
     ScheduleStore,
     BeatStore,

@@ -1,7 +1,7 @@
 """What the read commands' fast lane answers: each command's JSON, rendered as the
 library's :class:`~bus.api.Bus` method renders it, from the store's reads
-(bus.store.lite_reads); the rules it mirrors (the receipt states, the item view, the
-heartbeat names) are held equal to the library's by tests/test_fast_read.py.
+(bus.store.lite_reads) with the library's own views (the receipt rules, the thread rows,
+the item view, the status report: the stdlib-only modules of bus.core both use).
 
 Each answer raises :class:`FullPath` where the full command line would refuse or write;
 bus.surfaces.fast_read then hands the command on.
@@ -12,7 +12,11 @@ from __future__ import annotations
 import json
 import time
 
-from bus.core.receipt_rules import STATES, receipt_views
+from bus.core.item_views import inbox_view
+from bus.core.receipt_rules import SENT_LIMIT_MAX, STATES, outbox_view, public, receipt_views
+from bus.core.status_view import memory_report, queue_of, status_report, worker_rows
+from bus.core.thread_views import thread_rows, thread_view
+from bus.store.packing import json_list
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the lane several ms.
 TYPE_CHECKING = False
@@ -21,14 +25,7 @@ if TYPE_CHECKING:
 
 # -- names mirrored from the library (tests/test_fast_read.py holds them equal) ------------
 
-SENT_LIMIT_MAX = 1000
 SESSION_STATES = ("idle", "running", "closing", "closed")  # SessionInfo.state
-SCHEDULER = "scheduler"  # bus.telemetry.liveness.SCHEDULER
-
-
-def host_queue(host: str) -> str:
-    """bus.telemetry.liveness.host_queue."""
-    return f"host.{host}"
 
 
 class FullPath(Exception):
@@ -40,11 +37,6 @@ def _now_ms() -> int:
 
 
 # -- the commands ---------------------------------------------------------------------------
-
-
-def _list(raw: str | None) -> list[str]:
-    value = json.loads(raw) if raw else []
-    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def _session(store: Any, sid: str) -> dict[str, Any]:
@@ -68,31 +60,10 @@ def threads(store: Any, settings: Any, sid: str) -> dict[str, Any]:
     """``Bus.threads``: the session's threads, newest first."""
     _session(store, sid)
     thread_ids = store.threads_of(sid)
-    mine: dict[str, list[dict[str, Any]]] = {}
-    for rec in store.all_records(sid):
-        mine.setdefault(rec["thread"], []).append(rec)
-    out = []
-    for thr, meta in zip(thread_ids, store.thread_metas(thread_ids), strict=True):
-        recs = mine.get(thr, [])
-        unread = [x for x in recs if x["mark"] in ("new", "noticed")]
-        row: dict[str, Any] = {
-            "threadId": thr,
-            "key": meta.get("key", ""),
-            "label": meta.get("label", thr),
-            "from": _list(meta.get("senders")),
-            "unread": len(unread),
-            "new": sum(1 for x in recs if x["mark"] == "new"),
-            "count": int(meta.get("count", 0)),
-            "newestAt": int(meta.get("newest_at", 0)),
-            "newestPreview": meta.get("newest_preview", ""),
-            "class": "blocker"
-            if any(x["class"] == "blocker" for x in unread)
-            else meta.get("class", "action"),
-        }
-        if meta.get("state"):
-            row["state"] = meta["state"]
-        out.append(row)
-    return {"ok": True, "session": sid, "threads": out}
+    rows = thread_rows(
+        thread_ids, store.thread_metas(thread_ids), store.all_records(sid), json_list
+    )
+    return {"ok": True, "session": sid, "threads": rows}
 
 
 def read(store: Any, settings: Any, sid: str, thread: str) -> dict[str, Any]:
@@ -101,35 +72,11 @@ def read(store: Any, settings: Any, sid: str, thread: str) -> dict[str, Any]:
 
     check_session_id(sid)
     meta = store.thread_meta(thread)
-    if not meta or sid not in _list(meta.get("parties")):
+    if not meta or sid not in json_list(meta.get("parties")):
         raise FullPath("no such thread, or not a party")
     msgs = [json.loads(fields["m"]) for fields in store.thread_log(thread)]
     recs = {r["id"]: r for r in store.records(sid, [m["id"] for m in msgs])}
-    out = []
-    for m in msgs:
-        rec = recs.get(m["id"])
-        mark = rec["mark"] if rec else "read"
-        item: dict[str, Any] = {
-            "id": m["id"],
-            "from": m["from"],
-            "fromSession": m.get("from_session"),
-            "class": m.get("class", "action"),
-            "kind": m.get("kind", "message"),
-            "at": m.get("ts"),
-            "text": m.get("text", ""),
-            "read": mark in ("read", "answered"),
-            "verified": m.get("verified") is True,
-        }
-        if mark in ("retracted", "removed"):
-            item["withdrawn"] = mark
-        if m.get("files"):
-            item["files"] = m["files"]
-        out.append(item)
-    result: dict[str, Any] = {"threadId": thread, "label": meta.get("label", thread)}
-    result["messages"] = out
-    if meta.get("state"):
-        result["state"] = meta["state"]
-    return {"ok": True, **result}
+    return {"ok": True, **thread_view(thread, meta, msgs, recs)}
 
 
 def _receipts(
@@ -139,10 +86,6 @@ def _receipts(
     return receipt_views(store.receipt_rows(rows), rows, _now_ms(), settings.stale_s)
 
 
-def _public(receipt: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in receipt.items() if not k.startswith("_")}
-
-
 def sent(store: Any, settings: Any, sid: str, state: str | None, limit: int) -> dict[str, Any]:
     """``Bus.sent``: the outbox, newest first, each with its receipt."""
     from bus.core.ids import check_session_id
@@ -150,20 +93,18 @@ def sent(store: Any, settings: Any, sid: str, state: str | None, limit: int) -> 
     check_session_id(sid)
     if (state is not None and state not in STATES) or not 1 <= limit <= SENT_LIMIT_MAX:
         raise FullPath("a bad --state or --limit")
-    rows: list[dict[str, Any]] = []
-    start, page = 0, max(limit, 100)
-    while len(rows) < limit:
-        members = store.outbox_page(sid, start, page)
-        if not members:
-            break
-        start += page
-        pairs = [tuple(m.split("|", 1)) for m in members]
-        for found in _receipts(store, settings, [(p[0], p[1]) for p in pairs]):
-            if found is None:
-                raise FullPath("a receipt aged out: the full path drops it from the outbox")
-            if state is None or found["state"] == state:
-                rows.append(_public(found))
-    return {"ok": True, "session": sid, "sent": rows[:limit]}
+    rows = outbox_view(
+        limit,
+        state,
+        lambda start, count: store.outbox_page(sid, start, count),
+        lambda rows: _receipts(store, settings, rows),
+        _aged_out,
+    )
+    return {"ok": True, "session": sid, "sent": rows}
+
+
+def _aged_out(entries: list[str]) -> None:
+    raise FullPath("a receipt aged out: the full path drops it from the outbox")
 
 
 def receipt(store: Any, settings: Any, msg_id: str, by: str | None) -> dict[str, Any]:
@@ -179,24 +120,7 @@ def receipt(store: Any, settings: Any, msg_id: str, by: str | None) -> dict[str,
     found = _receipts(store, settings, [(to, msg_id)])[0] if to else None
     if found is None or found["_from_session"] != me:
         raise FullPath("no receipt, or not the sender")
-    return _public(found)
-
-
-# bus.services.items's (a test holds them equal).
-ITEM_VIEW_FIELDS = ("key", "title", "status", "answer", "revision", "settledAt", "updatedAt")
-YOU, FORMER_MEMBER, ACTIVE = "you", "a former member", "active"
-
-
-def _entry_view(entry: dict[str, Any], statuses: dict[str, str]) -> dict[str, Any]:
-    if entry.get("by") == "agent":
-        who = YOU
-    else:
-        name = str(entry.get("member", ""))
-        who = name if statuses.get(name) == ACTIVE else FORMER_MEMBER
-    out: dict[str, Any] = {"from": who, "text": entry.get("text", "")}
-    if entry.get("files"):
-        out["files"] = list(entry["files"])
-    return out
+    return public(found)
 
 
 def read_inbox(store: Any, settings: Any, sid: str) -> dict[str, Any]:
@@ -204,62 +128,12 @@ def read_inbox(store: Any, settings: Any, sid: str) -> dict[str, Any]:
     from bus.core.ids import check_session_id
 
     _session(store, sid)
-    items = store.items_of(sid)
-    items.sort(key=lambda i: (-int(i.get("updatedAt") or 0), str(i.get("key"))))
-    statuses: dict[str, dict[str, str]] = {}
-    out = []
-    for item in items:
-        ws = item.get("workspace")
-        if ws and ws not in statuses:
-            statuses[ws] = store.members(check_session_id(ws, "workspace"))
-        view = {f: item.get(f) for f in ITEM_VIEW_FIELDS}
-        member_of = statuses.get(ws or "", {})
-        view["thread"] = [_entry_view(e, member_of) for e in store.item_thread(sid, item["key"])]
-        out.append(view)
-    return {"ok": True, "items": out}
-
-
-def _floor_json(fields: dict[str, str]) -> dict[str, Any]:
-    """bus.telemetry.host_floor's ``_floor_json``."""
-    machine, _, home = fields.get("floor", "").partition("\t")
-    out: dict[str, Any] = {"machine": machine, "home": home}
-    if fields.get("pid", "").isdigit():
-        out["pid"] = int(fields["pid"])
-    return out
-
-
-def _workers(store: Any) -> list[dict[str, Any]]:
-    """bus.telemetry.liveness.workers: each heartbeat's ages, queue depth and floor."""
-    beats = store.beats(lambda name: None if name == SCHEDULER else host_queue(name))
-    now = _now_ms()
-    rows = []
-    for name, beat, depth in beats:
-        row: dict[str, Any] = {"name": name, "role": "scheduler" if name == SCHEDULER else "worker"}
-        for field, out in (("beat", "beat_age_s"), ("progress", "progress_age_s")):
-            if beat.get(field):
-                row[out] = round(max(0, now - int(beat[field])) / 1000, 1)
-        if beat.get("pid"):
-            row["pid"] = int(beat["pid"])
-        if beat.get("done"):
-            row["done"] = int(beat["done"])
-        if name != SCHEDULER:
-            row["queue"] = depth
-        rows.append(row)
-    hosts = [row["name"] for row in rows if row["role"] == "worker"]
-    for row, (claim, refusal) in zip(
-        [r for r in rows if r["role"] == "worker"], store.host_floors(hosts), strict=True
-    ):
-        if claim.get("floor"):
-            row["floor"] = _floor_json(claim)
-        if refusal.get("floor"):
-            refused = _floor_json(refusal)
-            if refusal.get("at", "").isdigit():
-                refused["at"] = int(refusal["at"])
-            refused["holder"] = _floor_json(
-                {"floor": refusal.get("holder", ""), "pid": refusal.get("holder_pid", "")}
-            )
-            row["refused"] = refused
-    return rows
+    items = inbox_view(
+        store.items_of(sid),
+        lambda ws: store.members(check_session_id(ws, "workspace")),
+        lambda key: store.item_thread(sid, key),
+    )
+    return {"ok": True, "items": items}
 
 
 def status(store: Any, settings: Any) -> dict[str, Any]:
@@ -267,24 +141,12 @@ def status(store: Any, settings: Any) -> dict[str, Any]:
     from bus.core.locate import redact
 
     rows = [_checked(row) for row in store.sessions()]
-    sessions = []
-    for row, backlog in zip(rows, store.backlogs([r["session"] for r in rows]), strict=True):
-        shown = {k: v for k, v in row.items() if v is not None}
-        shown["backlog"] = backlog
-        sessions.append(shown)
-    workers = _workers(store)
-    memory: dict[str, Any] = {}
-    for name, raw in store.memory_report().items():
-        try:
-            memory[name] = json.loads(raw)
-        except ValueError:
-            continue
-    return {
-        "ok": True,
-        "host": settings.host,
-        "store": redact(settings.store_url()),
-        "home": str(settings.home),
-        "sessions": sessions,
-        "workers": workers,
-        "memory_settings": memory,
-    }
+    return status_report(
+        host=settings.host,
+        store=redact(settings.store_url()),
+        home=str(settings.home),
+        sessions=rows,
+        backlogs=store.backlogs([r["session"] for r in rows]),
+        workers=worker_rows(store.beats(queue_of), _now_ms(), store.host_floors),
+        memory=memory_report(store.memory_report()),
+    )

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from bus.core.errors import Refused
 from bus.core.models import now_ms
 from bus.core.private_files import private_dirs
+from bus.core.status_view import floor_json, split_floor
 from bus.store.redis_errors import CONNECTION_ERRORS, StoreError
 
 if TYPE_CHECKING:
@@ -59,12 +60,6 @@ def machine_name() -> str:
 def floor_id(machine: str, home: Path | str) -> str:
     """The floor a worker delivers to: its machine and its home's absolute path."""
     return f"{machine}\t{os.path.abspath(os.fspath(home))}"
-
-
-def split_floor(floor: str) -> tuple[str, str]:
-    """``(machine, home)`` of a :func:`floor_id`."""
-    machine, _, home = floor.partition("\t")
-    return machine, home
 
 
 @dataclass(frozen=True)
@@ -159,7 +154,7 @@ class HostFloor:
             )
         except StoreError:
             pass
-        raise HostTaken(text, host=self.host, holder=_floor_json(holder))
+        raise HostTaken(text, host=self.host, holder=floor_json(holder))
 
     def check(self) -> str | None:
         """Renew the claim and look at the home; why to stop serving, or ``None``."""
@@ -219,14 +214,6 @@ def _terminate_self(_reason: str) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _floor_json(fields: dict[str, str]) -> dict[str, Any]:
-    machine, home = split_floor(fields.get("floor", ""))
-    out: dict[str, Any] = {"machine": machine, "home": home}
-    if fields.get("pid", "").isdigit():
-        out["pid"] = int(fields["pid"])
-    return out
-
-
 def claim_floor(store: Store, host: str, home: Path, *, wait_s: float = 60.0) -> HostFloor:
     """Claim ``host`` for this process and ``home`` (:class:`HostTaken` if another floor
     serves it) and keep renewing it; Redis not answering is waited for up to ``wait_s``."""
@@ -257,23 +244,3 @@ def serve_host(
     finally:
         floor.release()
     return floor.exit_code
-
-
-def floor_rows(store: Store, hosts: list[str]) -> dict[str, dict[str, Any]]:
-    """Per host: ``floor`` (who serves it: machine, home, pid) and ``refused`` (the last
-    worker refused it within the hour: machine, home, pid, at), where there are."""
-    out: dict[str, dict[str, Any]] = {}
-    for host, (claim, refusal) in zip(hosts, store.host_floors(hosts), strict=True):
-        row: dict[str, Any] = {}
-        if claim.get("floor"):
-            row["floor"] = _floor_json(claim)
-        if refusal.get("floor"):
-            refused = _floor_json(refusal)
-            if refusal.get("at", "").isdigit():
-                refused["at"] = int(refusal["at"])
-            refused["holder"] = _floor_json(
-                {"floor": refusal.get("holder", ""), "pid": refusal.get("holder_pid", "")}
-            )
-            row["refused"] = refused
-        out[host] = row
-    return out

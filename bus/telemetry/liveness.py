@@ -19,9 +19,10 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bus.core.models import now_ms
+from bus.core.status_view import SCHEDULER as SCHEDULER
+from bus.core.status_view import host_queue as host_queue
+from bus.core.status_view import queue_of, worker_rows
 from bus.store.redis_errors import StoreError
-
-from . import host_floor
 
 if TYPE_CHECKING:
     from bus.store.store import Store
@@ -30,7 +31,6 @@ log = logging.getLogger(__name__)
 
 BEAT_EVERY_S = 2.0
 PROGRESS_EVERY_S = 1.0  # progress is written at most this often per process
-SCHEDULER = "scheduler"
 
 
 class HasStore(Protocol):
@@ -40,13 +40,9 @@ class HasStore(Protocol):
     def store(self) -> Store: ...
 
 
-# The Celery queues (workers.app uses these names): the shared one, and each host's own.
+# The Celery queues (workers.app uses these names): the shared one, and each host's own
+# (``host_queue``).
 SHARED_QUEUE = "inbox"
-
-
-def host_queue(host: str) -> str:
-    """Host ``host``'s own Celery queue (deliveries to its sessions)."""
-    return f"host.{host}"
 
 
 # A worker not yet ready is judged against this many times the stall bound (stalled),
@@ -132,24 +128,4 @@ class Heartbeat:
 def workers(store: Store) -> list[dict[str, Any]]:
     """Each heartbeat's ages (seconds) and, for a host, its queue's depth, the floor that
     serves it (``floor``: machine, home, pid) and the last worker refused it (``refused``)."""
-    beats = store.beats(lambda name: None if name == SCHEDULER else host_queue(name))
-    now = now_ms()
-    rows = []
-    for name, beat, depth in beats:
-        row: dict[str, Any] = {"name": name, "role": "scheduler" if name == SCHEDULER else "worker"}
-        for field, out in (("beat", "beat_age_s"), ("progress", "progress_age_s")):
-            if beat.get(field):
-                row[out] = round(max(0, now - int(beat[field])) / 1000, 1)
-        if beat.get("pid"):
-            row["pid"] = int(beat["pid"])
-        if beat.get("done"):
-            row["done"] = int(beat["done"])
-        if name != SCHEDULER:
-            row["queue"] = depth
-        rows.append(row)
-    # Who serves each host (its floor) and the last worker refused it (bus.telemetry.host_floor).
-    hosts = [row["name"] for row in rows if row["role"] == "worker"]
-    floors = host_floor.floor_rows(store, hosts)
-    for row in rows:
-        row.update(floors.get(row["name"], {}) if row["role"] == "worker" else {})
-    return rows
+    return worker_rows(store.beats(queue_of), now_ms(), store.host_floors)

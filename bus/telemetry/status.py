@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bus.core.hook_env import redact
+from bus.core.status_view import status_report as report
 from bus.store import server_memory
 
 from . import liveness
@@ -18,17 +19,13 @@ def status_report(store: Store, settings: Settings) -> dict[str, Any]:
     """The host, the store's address (its password hidden), the floor's home, every
     session with its backlog, each host's worker and the scheduler (heartbeat ages and
     queue depth), and the server memory settings the scheduler keeps."""
-    sessions = []
-    for s in store.sessions():
-        row = s.model_dump(exclude_none=True)
-        row["backlog"] = store.backlog(s.session)
-        sessions.append(row)
-    return {
-        "ok": True,
-        "host": settings.host,
-        "store": redact(settings.store_url()),
-        "home": str(settings.home),
-        "sessions": sessions,
-        "workers": liveness.workers(store),
-        "memory_settings": server_memory.report(store),
-    }
+    sessions = store.sessions()
+    return report(
+        host=settings.host,
+        store=redact(settings.store_url()),
+        home=str(settings.home),
+        sessions=[s.model_dump() for s in sessions],
+        backlogs=store.backlogs([s.session for s in sessions]),
+        workers=liveness.workers(store),
+        memory=server_memory.report(store),
+    )

@@ -6,6 +6,7 @@ and ``hook claude|codex`` (the entry point each of those hooks calls).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -43,48 +44,55 @@ def _print_or_install(
     raise typer.Exit(code)
 
 
-@hooks_app.command("claude")
-def hooks_claude(
-    install: Path | None = typer.Option(
-        None, "--install", help="write the hooks into this settings.json (replacing earlier ones)"
-    ),
-    uninstall: Path | None = typer.Option(
-        None, "--uninstall", help="remove exactly the inbox hooks from this settings.json"
-    ),
-    yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
-    command: str | None = typer.Option(None, "--command", help=COMMAND_HELP),
-) -> None:
-    """Print Claude Code's hooks settings for the inbox, or --install / --uninstall them.
+def _hooks_command(harness: str, file: str, where: str, doc: str) -> Callable[..., None]:
+    """The ``hooks HARNESS`` command: its hooks printed, or written into ``file``."""
+
+    def hooks_command(
+        install: Path | None = typer.Option(
+            None, "--install", help=f"write the hooks into this {file} ({where})"
+        ),
+        uninstall: Path | None = typer.Option(
+            None, "--uninstall", help=f"remove exactly the inbox hooks from this {file}"
+        ),
+        yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
+        command: str | None = typer.Option(None, "--command", help=COMMAND_HELP),
+    ) -> None:
+        _print_or_install(harness, install, uninstall, yes, command)
+
+    hooks_command.__doc__ = doc
+    return hooks_command
+
+
+hooks_app.command("claude")(
+    _hooks_command(
+        "claude",
+        "settings.json",
+        "replacing earlier ones",
+        """Print Claude Code's hooks settings for the inbox, or --install / --uninstall them.
 
     Each hook command is this inbox's absolute path with INBOX_HOME, INBOX_REDIS_URL (and
     the other bus-locating settings) that are set now, so it works from Claude Code's
-    own environment."""
-    _print_or_install("claude", install, uninstall, yes, command)
-
-
-@hooks_app.command("codex")
-def hooks_codex(
-    install: Path | None = typer.Option(
-        None, "--install", help="write the hooks into this hooks.json (e.g. .codex/hooks.json)"
-    ),
-    uninstall: Path | None = typer.Option(
-        None, "--uninstall", help="remove exactly the inbox hooks from this hooks.json"
-    ),
-    yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
-    command: str | None = typer.Option(None, "--command", help=COMMAND_HELP),
-) -> None:
-    """Print Codex's hooks.json for the inbox, or --install / --uninstall it.
+    own environment.""",
+    )
+)
+hooks_app.command("codex")(
+    _hooks_command(
+        "codex",
+        "hooks.json",
+        "e.g. .codex/hooks.json",
+        """Print Codex's hooks.json for the inbox, or --install / --uninstall it.
 
     Install into .codex/hooks.json (a project) or ~/.codex/hooks.json (every session); Codex
     runs the hooks once they are trusted: --install prints the config.toml lines that trust
-    them (as the codex on PATH computes them), or trust them in Codex (/hooks)."""
-    _print_or_install("codex", install, uninstall, yes, command)
+    them (as the codex on PATH computes them), or trust them in Codex (/hooks).""",
+    )
+)
 
 
 @hook_app.command("claude")
 def hook_claude(event: str = arg("EVENT", EVENT_HELP)) -> None:
     """Run one Claude Code hook (its JSON on stdin); exits 0 whatever breaks."""
-    from bus.surfaces.hooks import hook_entry
+    from bus.surfaces.hook_run import hook_entry
 
     raise typer.Exit(hook_entry(event))
 
@@ -92,7 +100,7 @@ def hook_claude(event: str = arg("EVENT", EVENT_HELP)) -> None:
 @hook_app.command("codex")
 def hook_codex(event: str = arg("EVENT", EVENT_HELP)) -> None:
     """Run one Codex hook (its JSON on stdin); exits 0 whatever breaks."""
-    from bus.surfaces.hooks import hook_entry
+    from bus.surfaces.hook_run import hook_entry
 
     raise typer.Exit(hook_entry(event, harness="codex"))
 

@@ -1,0 +1,131 @@
+"""``inbox status`` as one JSON answer: the sessions with their backlogs, each heartbeat's
+row (ages, queue depth, the floor serving its host), the memory settings' report. Pure,
+and standard library only: the library (:mod:`bus.telemetry.status`,
+:mod:`bus.telemetry.liveness`) and the read lane (:mod:`bus.surfaces.read_answers`) both
+answer with these; the caller reads the store.
+"""
+
+from __future__ import annotations
+
+import json
+
+# Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    # One host's floor claim and its last refusal, as the store reads them.
+    FloorPair = tuple[dict[str, str], dict[str, str]]
+
+SCHEDULER = "scheduler"
+
+
+def host_queue(host: str) -> str:
+    """Host ``host``'s own Celery queue (deliveries to its sessions)."""
+    return f"host.{host}"
+
+
+def queue_of(name: str) -> str | None:
+    """The broker queue heartbeat ``name`` works off; ``None`` for the scheduler."""
+    return None if name == SCHEDULER else host_queue(name)
+
+
+def split_floor(floor: str) -> tuple[str, str]:
+    """``(machine, home)`` of a floor id (``machine<TAB>home``)."""
+    machine, _, home = floor.partition("\t")
+    return machine, home
+
+
+def floor_json(fields: dict[str, str]) -> dict[str, Any]:
+    """A floor as status shows it: machine, home, and the pid where one is kept."""
+    machine, home = split_floor(fields.get("floor", ""))
+    out: dict[str, Any] = {"machine": machine, "home": home}
+    if fields.get("pid", "").isdigit():
+        out["pid"] = int(fields["pid"])
+    return out
+
+
+def floor_row(claim: dict[str, str], refusal: dict[str, str]) -> dict[str, Any]:
+    """``floor`` (who serves the host) and ``refused`` (the last worker refused it: its
+    floor, when, and the holder it was refused for), where there are."""
+    row: dict[str, Any] = {}
+    if claim.get("floor"):
+        row["floor"] = floor_json(claim)
+    if refusal.get("floor"):
+        refused = floor_json(refusal)
+        if refusal.get("at", "").isdigit():
+            refused["at"] = int(refusal["at"])
+        refused["holder"] = floor_json(
+            {"floor": refusal.get("holder", ""), "pid": refusal.get("holder_pid", "")}
+        )
+        row["refused"] = refused
+    return row
+
+
+def worker_rows(
+    beats: list[tuple[str, dict[str, str], int]],
+    now: int,
+    floors: Callable[[list[str]], list[FloorPair]],
+) -> list[dict[str, Any]]:
+    """Each heartbeat's row from ``(name, fields, queue depth)``: its ages in seconds at
+    ``now``, pid, tasks done, and for a host its queue's depth and its floor row
+    (``floors`` reads the hosts' floor pairs, in order)."""
+    rows = []
+    for name, beat, depth in beats:
+        row: dict[str, Any] = {"name": name, "role": "scheduler" if name == SCHEDULER else "worker"}
+        for field, out in (("beat", "beat_age_s"), ("progress", "progress_age_s")):
+            if beat.get(field):
+                row[out] = round(max(0, now - int(beat[field])) / 1000, 1)
+        if beat.get("pid"):
+            row["pid"] = int(beat["pid"])
+        if beat.get("done"):
+            row["done"] = int(beat["done"])
+        if name != SCHEDULER:
+            row["queue"] = depth
+        rows.append(row)
+    hosts = [row for row in rows if row["role"] == "worker"]
+    pairs = floors([row["name"] for row in hosts])
+    for row, (claim, refusal) in zip(hosts, pairs, strict=True):
+        row.update(floor_row(claim, refusal))
+    return rows
+
+
+def memory_report(raw: dict[str, str]) -> dict[str, Any]:
+    """The scheduler's last outcome per memory setting, from their stored JSON (one that
+    does not parse is left out)."""
+    out: dict[str, Any] = {}
+    for name, text in raw.items():
+        try:
+            out[name] = json.loads(text)
+        except ValueError:
+            continue
+    return out
+
+
+def status_report(
+    *,
+    host: str,
+    store: str,
+    home: str,
+    sessions: list[dict[str, Any]],
+    backlogs: list[int],
+    workers: list[dict[str, Any]],
+    memory: dict[str, Any],
+) -> dict[str, Any]:
+    """The status answer: each session's record without its unset (``None``) fields and
+    with its backlog, beside the host, the store's (redacted) address and the home."""
+    rows = []
+    for row, backlog in zip(sessions, backlogs, strict=True):
+        shown = {k: v for k, v in row.items() if v is not None}
+        shown["backlog"] = backlog
+        rows.append(shown)
+    return {
+        "ok": True,
+        "host": host,
+        "store": store,
+        "home": home,
+        "sessions": rows,
+        "workers": workers,
+        "memory_settings": memory,
+    }

@@ -1,0 +1,34 @@
+"""The sessions' backlogs: the messages each queue holds that its delivery has not taken.
+Standard library only: the read lane (:mod:`bus.store.lite_reads`) mixes it in too."""
+
+from __future__ import annotations
+
+from .base import StorePart
+
+BACKLOG_CAP = 10_000
+
+
+class BacklogStore(StorePart):
+    """Reads how far each session's delivery lags behind its queue."""
+
+    def backlogs(self, sids: list[str], cap: int = BACKLOG_CAP) -> list[int]:
+        """Each session's messages after its cursor (counted up to ``cap``). The usual
+        answer, all 0, costs one round trip: each cursor is its stream's last id."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.get(self.k.s(sid, "cursor"))
+            pipe.xrevrange(self.k.s(sid, "stream"), count=1)
+        got = pipe.execute() if sids else []
+        out = []
+        for n, sid in enumerate(sids):
+            cursor, last = got[2 * n], got[2 * n + 1]
+            if not last or (cursor and str(last[0][0]) == cursor):
+                out.append(0)
+                continue
+            rows = self.r.xrange(self.k.s(sid, "stream"), min=f"({cursor or '0-0'}", count=cap)
+            out.append(len(rows))
+        return out
+
+    def backlog(self, sid: str, cap: int = BACKLOG_CAP) -> int:
+        """One session's :meth:`backlogs`."""
+        return self.backlogs([sid], cap)[0]

@@ -10,7 +10,7 @@ not measured), then delivers the burst as a worker's kick list does (``deliver_m
 every session, again until nothing is left). Per message: this process's CPU
 (``time.process_time``: the delivery and the listeners' reads), the redis-server's CPU
 (``/proc/<pid>/stat``, 10 ms ticks) and the wall time; the median (and best) round. Run two
-trees interleaved to compare them (issue 13: the end to end goal's worker side).
+trees interleaved to compare them (the end to end goal's worker side).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Round trips on the send → notice path of a lone message (issue 13's latency row).
+"""Round trips on the send → notice path of a lone message (the latency row of swarm.py).
 
 In one process: a worker's delivery loops (``KickLoop``, the kick list, as many threads as a
 worker runs), a listener that acks on the session's socket, and a sender sending one

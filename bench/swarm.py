@@ -1,4 +1,4 @@
-"""Swarm benchmark: many sessions, many messages, the bus against its baselines (issue 13).
+"""Swarm benchmark: many sessions, many messages, the bus against its baselines.
 
     python bench/swarm.py [--size 50|500|tiny] [--workers 1,2,4] [--redis-url URL]
 

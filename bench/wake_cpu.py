@@ -1,4 +1,4 @@
-"""CPU and round trips a due wake costs, arrivals and wakes apart (issue 13's wake lateness).
+"""CPU and round trips a due wake costs, arrivals and wakes apart (the wake lateness goal).
 
     python bench/wake_cpu.py [--sessions 500] [--rounds 3] [--threads 1] [--profile FILE]
 

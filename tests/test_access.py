@@ -1,4 +1,4 @@
-"""Authenticated senders on a real Redis store (SPEC section 9)."""
+"""Authenticated senders on a real Redis store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Signed tokens (bus/trust/tokens.py, SPEC section 9)."""
+"""Signed tokens (bus/trust/tokens.py)."""
 
 from __future__ import annotations
 

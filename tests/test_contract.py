@@ -1,4 +1,4 @@
-"""SPEC section 12 is a contract: these commands, options and settings must stay."""
+"""The documented interface is a contract: these commands, options and settings must stay."""
 
 from __future__ import annotations
 

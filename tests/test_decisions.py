@@ -24,7 +24,7 @@ OFFERED_BY = ["sender", "recipient", None]
 
 
 def expected(state, decision, actor, offered_by):
-    """Written from SPEC section 7 and the seed's prose, independently of RULES."""
+    """Written from the documented wake rules, independently of RULES."""
     if state == "OFFERED" and offered_by is None:
         return ValueError
     if actor == "other":

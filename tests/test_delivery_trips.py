@@ -370,7 +370,7 @@ def test_a_message_sent_while_a_batch_is_taken_in_goes_in_the_same_notice(
 def test_a_batch_of_a_senders_messages_is_two_script_calls_and_lands_in_order(
     bus: Bus, trips: Trips
 ) -> None:
-    # thread_append.lua and ingest.lua take many messages a call (issue 13): a session's
+    # thread_append.lua and ingest.lua take many messages a call: a session's
     # 30 messages from two senders are one call per thread and one for the inbox, not two
     # calls a message, each message logged and taken once, in order.
     store = standalone(bus).store

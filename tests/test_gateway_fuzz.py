@@ -1,4 +1,4 @@
-"""Property: whatever body arrives, the gateway answers it without a 500 (issue 9)."""
+"""Property: whatever body arrives, the gateway answers it without a 500."""
 
 from __future__ import annotations
 

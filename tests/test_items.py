@@ -1,4 +1,4 @@
-"""Items for members, with pictures, against real Redis and real files (SPEC section 8)."""
+"""Items for members, with pictures, against real Redis and real files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A lone send's path (issue 13's latency): a kick the loop waited for is delivered at once,
+"""A lone send's path: a kick the loop waited for is delivered at once,
 alone; the kicks already waiting go greedily as one batch (bus.store.kick)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What an idle session keeps in Redis (issue 13, memory): counts, not timings.
+"""What an idle session keeps in Redis: counts, not timings.
 
 An idle session here is one that was registered and had one message delivered and noticed
 (bench/swarm.py's memory row)."""

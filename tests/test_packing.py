@@ -1,5 +1,5 @@
 """A send answer kept compact in ``ids`` (bus/store/packing.py): smaller, and every resend still
-gets the first answer, the same bytes in the same order (issue 13, memory)."""
+gets the first answer, the same bytes in the same order."""
 
 from __future__ import annotations
 

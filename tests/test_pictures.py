@@ -1,4 +1,4 @@
-"""Pictures read from a sandbox root (bus/services/pictures.py, SPEC section 8)."""
+"""Pictures read from a sandbox root (bus/services/pictures.py)."""
 
 from __future__ import annotations
 

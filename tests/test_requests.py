@@ -1,4 +1,4 @@
-"""Typed request threads against real Redis (bus/services/typed_requests.py, SPEC section 7)."""
+"""Typed request threads against real Redis (bus/services/typed_requests.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A sleeping scheduler wakes for an entry due soon (bus.delivery.scheduler, issue 13's wake
+"""A sleeping scheduler wakes for an entry due soon (bus.delivery.scheduler, the wake
 lateness): it sleeps up to ``max_sleep_s`` between ticks, so without the poke an entry
 scheduled less than that ahead of its time waited for the end of the sleep."""
 

@@ -1,4 +1,4 @@
-"""A member token against every session-scoped operation, on every surface (issue 9).
+"""A member token against every session-scoped operation, on every surface.
 
 A member token acts only on items of sessions in its workspace while the member is
 active; it never reads a session's threads or writes, replies or decides as a session.

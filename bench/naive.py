@@ -23,5 +23,5 @@ def _floor() -> Floor:
 @app.task(name="bench.naive_deliver")
 def naive_deliver(sid: str, msg: dict[str, Any]) -> str:
     """Write one message as one line: local precedence (socket, else the file)."""
-    via, _path = _floor().deliver(sid, msg)
+    via, _path = _floor().write_line(sid, msg)
     return via

@@ -208,14 +208,14 @@ def test_a_delivery_that_lost_its_lock_stops_before_the_next_write(
 ) -> None:
     bus.open_session("slow")
     ids = [bus.send({"from": "hosta:me", "to_id": "slow", "text": f"m{i}"})["id"] for i in range(3)]
-    real = bus.floor.deliver
+    real = bus.floor.write_line
 
     def slow_write(sid: str, obj: dict[str, Any], **kw: Any) -> Any:
         # The write outlived the lock's TTL and another delivery took the session.
         bus.store.r.set(bus.store.k.s(sid, "lock"), "someone-else")
         return real(sid, obj, **kw)
 
-    monkeypatch.setattr(bus.floor, "deliver", slow_write)
+    monkeypatch.setattr(bus.floor, "write_line", slow_write)
     report = bus.deliver_session("slow")
     assert report.busy and report.raw == 1
     assert floor_ids(bus.settings.home, "slow") == ids[:1]

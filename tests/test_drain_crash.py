@@ -126,7 +126,7 @@ def test_a_drain_between_the_append_and_notice_done_confirms_the_notice(
     bus.open_session(SID)
     bus.turn(SID, "start")
     sent = bus.send({"from": "hosta:peer", "to_id": SID, "text": "racing"})
-    real = bus.floor.deliver
+    real = bus.floor.write_line
     drained: list[dict[str, Any]] = []
 
     def deliver_then_drain(sid: str, obj: dict[str, Any], **kw: Any) -> Any:
@@ -134,7 +134,7 @@ def test_a_drain_between_the_append_and_notice_done_confirms_the_notice(
         drained.extend(bus.drain(sid))  # the harness drains right after the append
         return out
 
-    monkeypatch.setattr(bus.floor, "deliver", deliver_then_drain)
+    monkeypatch.setattr(bus.floor, "write_line", deliver_then_drain)
     bus.deliver_session(SID)
     assert carried(drained) == {sent["id"]}
     assert marks(bus) == {sent["id"]: "noticed"}

@@ -88,7 +88,7 @@ class SilentServer:
 def test_socket_delivery_acked_leaves_file_empty(fl: Floor) -> None:
     got: list[dict[str, Any]] = []
     with Listener.for_session(fl, SID, collect(got)):
-        via, path = fl.deliver(SID, msg(1))
+        via, path = fl.write_line(SID, msg(1))
     assert via == "socket" and path == fl.socket_path(SID)
     assert got == [msg(1)]
     assert not (fl.session_dir(SID) / "messages.jsonl").exists()
@@ -101,7 +101,7 @@ def test_stale_socket_file_falls_back_to_file(fl: Floor) -> None:
     s.bind(os.fspath(d / "inbox.sock"))
     s.close()  # bound, never listened, closed: the file stays behind, nobody answers
     assert (d / "inbox.sock").exists()
-    via, path = fl.deliver(SID, msg(1))
+    via, path = fl.write_line(SID, msg(1))
     assert (via, path.name) == ("file", "messages.jsonl")
     assert file_lines(path) == [msg(1)]
 
@@ -115,7 +115,7 @@ def test_unacked_socket_lands_on_file(fl: Floor, answer: bytes | None) -> None:
     d = fl.session_dir(SID, create=True)
     server = SilentServer(d / "inbox.sock", answer)
     try:
-        via, path = fl.deliver(SID, msg(1), ack_timeout=0.3)
+        via, path = fl.write_line(SID, msg(1), ack_timeout=0.3)
         assert server.got.is_set()  # the listener did get the line
     finally:
         server.close()
@@ -130,7 +130,7 @@ def test_too_long_socket_path_goes_to_file(tmp_path: Path) -> None:
     assert len(os.fsencode(sock)) > 108 and not socket_path_fits(sock)
     fl.session_dir(SID, create=True)
     sock.write_text("")  # exists, but could never be a bound socket
-    via, path = fl.deliver(SID, msg(1))
+    via, path = fl.write_line(SID, msg(1))
     assert via == "file" and file_lines(path) == [msg(1)]
     with pytest.raises(BadInput, match="too long"):
         Listener.for_session(fl, SID, lambda o: True).start()
@@ -339,7 +339,7 @@ def test_bad_session_ids_create_nothing(fl: Floor, home: Path, sid: str) -> None
     for call in (
         lambda: fl.session_dir(sid, create=True),
         lambda: fl.append(sid, msg(1)),
-        lambda: fl.deliver(sid, msg(1)),
+        lambda: fl.write_line(sid, msg(1)),
         lambda: fl.drain(sid),
         lambda: fl.peek(sid),
         lambda: fl.contains_id(sid, "m1"),

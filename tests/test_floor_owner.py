@@ -59,7 +59,7 @@ def test_a_symlinked_queue_file_is_refused_and_its_target_untouched(
     os.symlink(target, d / "messages.jsonl")
     fl = Floor(home)
     for write in (
-        lambda: fl.deliver(SID, line("a")),
+        lambda: fl.write_line(SID, line("a")),
         lambda: fl.append(SID, line("b")),
         lambda: fl.prepare(SID),
         lambda: fl.drain(SID),
@@ -90,7 +90,7 @@ def test_a_folder_owned_by_someone_else_is_refused(home: Path) -> None:
         fl.prepare(SID)
     assert str(d) in str(got.value) and "INBOX_HOME" in str(got.value)
     with pytest.raises(UnsafeFloor, match="belongs to another user"):
-        fl.deliver(SID, line("a"))
+        fl.write_line(SID, line("a"))
     assert os.listdir(d) == []  # nothing written into it
     assert os.stat(d).st_uid == NOBODY and mode(d) == 0o755  # and it was not changed
 
@@ -129,9 +129,9 @@ def test_a_foreign_socket_is_never_connected_to(home: Path) -> None:
         return True
 
     with Listener.for_session(fl, SID, take) as lis:
-        assert fl.deliver(SID, line("ours"))[0] == "socket"  # our own socket is used
+        assert fl.write_line(SID, line("ours"))[0] == "socket"  # our own socket is used
         os.chown(lis.path, NOBODY, NOBODY)
-        via, path = fl.deliver(SID, line("theirs"))
+        via, path = fl.write_line(SID, line("theirs"))
     assert via == "file" and path.name == "messages.jsonl"
     assert [o["id"] for o in got] == ["ours"]
     assert [o["id"] for o in fl.drain(SID).lines] == ["theirs"]
@@ -147,7 +147,7 @@ def test_a_socket_in_a_foreign_folder_gets_nothing(home: Path) -> None:
     os.chown(d, NOBODY, NOBODY)
     try:
         with pytest.raises(UnsafeFloor, match="belongs to another user"):
-            Floor(home).deliver(SID, line("a"))
+            Floor(home).write_line(SID, line("a"))
         with pytest.raises(BlockingIOError):
             server.accept()  # nobody connected
     finally:

@@ -472,17 +472,17 @@ def test_a_refused_notice_stays_new_and_is_tried_again_at_the_next_turn_boundary
     bus: Bus, running: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent = send(bus, running, "hello")
-    real_deliver = bus.floor.deliver
+    real_deliver = bus.floor.write_line
 
     def full_disk(sid: str, obj: dict[str, Any], **kw: Any) -> Any:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(bus.floor, "deliver", full_disk)
+    monkeypatch.setattr(bus.floor, "write_line", full_disk)
     bus.deliver_session(running)
     assert marks(bus, running) == {sent["id"]: "new"}
     retry_at = bus.store.r.zscore(bus.store.k.due, f"retry|{running}")
     assert retry_at is not None and retry_at - time.time() * 1000 > 0
-    monkeypatch.setattr(bus.floor, "deliver", real_deliver)
+    monkeypatch.setattr(bus.floor, "write_line", real_deliver)
     bus.deliver_session(running)
     assert notices_on_floor(bus, running) == []  # waits for the retry time...
     bus.turn(running, "end")

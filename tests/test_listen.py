@@ -101,7 +101,7 @@ def test_handler_exception_acks_false(fl: Floor) -> None:
         raise RuntimeError("handler bug")
 
     with Listener.for_session(fl, SID, boom):
-        via, _ = fl.deliver(SID, msg(1))
+        via, _ = fl.write_line(SID, msg(1))
     assert via == "file"
     assert [m["id"] for m in fl.peek(SID)] == ["m1"]
 
@@ -125,7 +125,7 @@ def test_stale_socket_is_replaced(fl: Floor) -> None:
     stale.close()
     got: list[dict[str, Any]] = []
     with Listener.for_session(fl, SID, collect(got)):
-        assert fl.deliver(SID, msg(1))[0] == "socket"
+        assert fl.write_line(SID, msg(1))[0] == "socket"
     assert got == [msg(1)]
 
 
@@ -133,7 +133,7 @@ def test_a_live_listener_is_not_stolen(fl: Floor) -> None:
     with Listener.for_session(fl, SID, lambda o: True) as first:
         with pytest.raises(Refused, match="already live"):
             Listener.for_session(fl, SID, lambda o: True).start()
-        assert fl.deliver(SID, msg(1))[0] == "socket"
+        assert fl.write_line(SID, msg(1))[0] == "socket"
         assert first.path.exists()
 
 
@@ -144,7 +144,7 @@ def test_many_concurrent_senders(fl: Floor) -> None:
 
         def send(k: int) -> None:
             for i in range(25):
-                vias.append(fl.deliver(SID, msg(k * 100 + i), ack_timeout=5)[0])
+                vias.append(fl.write_line(SID, msg(k * 100 + i), ack_timeout=5)[0])
 
         threads = [threading.Thread(target=send, args=(k,)) for k in range(8)]
         for t in threads:
@@ -164,7 +164,7 @@ def test_run_listener_prints_lines_until_stopped(fl: Floor) -> None:
     t.start()
     try:
         assert ready.wait(5)
-        assert fl.deliver(SID, msg(1, text="ünï\nline2"))[0] == "socket"
+        assert fl.write_line(SID, msg(1, text="ünï\nline2"))[0] == "socket"
     finally:
         stop.set()
         t.join(5)
@@ -188,8 +188,8 @@ def test_run_listener_exec_acks_on_exit_status(fl: Floor, tmp_path: Path) -> Non
     t.start()
     try:
         assert ready.wait(5)
-        assert fl.deliver(SID, msg(1), ack_timeout=10)[0] == "socket"
-        assert fl.deliver(SID, msg(2, text="no"), ack_timeout=10)[0] == "file"
+        assert fl.write_line(SID, msg(1), ack_timeout=10)[0] == "socket"
+        assert fl.write_line(SID, msg(2, text="no"), ack_timeout=10)[0] == "file"
     finally:
         stop.set()
         t.join(5)

@@ -44,7 +44,7 @@ class Host(Parts):
         if msg_id:
             fields["id"] = msg_id
         msg = parse_message(fields)
-        via, path = self.floor.deliver(sid, msg.wire())
+        via, path = self.floor.write_line(sid, msg.wire())
         return DeliverAnswer(via=via, id=msg.id, path=str(path)).model_dump()
 
     def peek(self, sid: str, *, stamped: bool = False) -> list[dict[str, Any]] | str:

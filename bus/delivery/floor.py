@@ -164,7 +164,7 @@ def _inbox_dir(home: Path, sid: str) -> Path:
 
 
 class Floor:
-    """The inbox tree under ``home`` (``$INBOX_HOME``): deliver, append, drain, peek."""
+    """The inbox tree under ``home`` (``$INBOX_HOME``): write a line, append, drain, peek."""
 
     def __init__(self, home: Path, clock: Clock = SYSTEM) -> None:
         self.home = Path(home)
@@ -197,7 +197,7 @@ class Floor:
 
     # --- writing -----------------------------------------------------------------------
 
-    def deliver(
+    def write_line(
         self,
         sid: str,
         obj: dict[str, Any],

@@ -153,7 +153,7 @@ class Notices:
             if job.lease is not None and job.lease.lost:
                 continue
             try:
-                via, _ = self.floor.deliver(job.sid, line)
+                via, _ = self.floor.write_line(job.sid, line)
             except OSError as exc:
                 self.revert(job.sid, nid, f"floor: {exc}")
                 continue

@@ -62,7 +62,7 @@ class RawLines:
             return None
         if before is not None:
             before()
-        via, _path = self.floor.deliver(sid, msg)
+        via, _path = self.floor.write_line(sid, msg)
         if after is not None:
             after()
         if via == "socket":

@@ -73,5 +73,5 @@ class Door:
             self.limit_sender(sender_of(msg, claims))
         except (Unavailable, StoreError):
             pass  # prox's door works without Redis; when Redis answers, its senders are bounded
-        via, _path = self.floor.deliver(msg.to_id, msg.wire())
+        via, _path = self.floor.write_line(msg.to_id, msg.wire())
         return via, msg.id

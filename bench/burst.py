@@ -47,12 +47,12 @@ import redis  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from bench.worker_proc import WorkerProcess  # noqa: E402
 from bus.api import Bus  # noqa: E402
 from bus.core.models import now_ms, parse_message  # noqa: E402
 from bus.core.settings import Settings  # noqa: E402
 from bus.delivery.scheduler import run as run_scheduler  # noqa: E402
 from bus.ops.embedded import EmbeddedRedis  # noqa: E402
-from bus.ops.procs import WorkerProcess  # noqa: E402
 from bus.surfaces.cli.app import worker_argv  # noqa: E402
 from workers.app import host_queue, make_app  # noqa: E402
 from workers.dispatch import CeleryDispatcher  # noqa: E402

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import redis
 
+from bench.worker_proc import WorkerProcess, inbox_worker_argv
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.ops.embedded import EmbeddedRedis
-from bus.ops.procs import WorkerProcess, inbox_worker_argv
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,13 +9,13 @@ from dataclasses import replace
 
 import pytest
 
+from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.clock import ManualClock
 from bus.core.models import SessionInfo
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.engine import after_step, deliver_many, takes_batch
-from bus.ops.procs import WorkerProcess
 from bus.store.delivery import DeliveryStart
 from bus.telemetry.metrics import summed
 from tests.conftest import wait_for

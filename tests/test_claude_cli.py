@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.settings import Settings
-from bus.ops.procs import WorkerProcess
 from tests.conftest import wait_for
 from tests.harness_support import Tmux, bare_env, find_cli, install_hooks, only_session
 from tests.model_stub import ModelStub, request_text

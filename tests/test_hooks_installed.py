@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.settings import Settings
-from bus.ops.procs import WorkerProcess
 from bus.surfaces.hooks import EVENTS
 from tests.conftest import wait_for
 from workers.app import make_app

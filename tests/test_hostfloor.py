@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.worker_proc import inbox_worker_argv
 from bus.api import Bus
 from bus.core.settings import SOURCE_ROOT, Settings
-from bus.ops.procs import inbox_worker_argv
 from bus.telemetry.host_floor import (
     EXIT_HOME_GONE,
     EXIT_HOST_TAKEN,

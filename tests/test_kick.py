@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.host import DeliveryParts
 from bus.delivery.kick_list import ListDispatcher
 from bus.ops.embedded import EmbeddedRedis
-from bus.ops.procs import WorkerProcess
 from bus.surfaces.listener import Listener
 from tests.conftest import _free_port, collect, wait_for
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import redis
 
+from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.lease import Lease
 from bus.ops.embedded import EmbeddedRedis
-from bus.ops.procs import WorkerProcess
 from bus.store.outage_log import Outage
 from bus.surfaces.listener import Listener
 from bus.telemetry import liveness

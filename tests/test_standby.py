@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from bench.worker_proc import inbox_worker_argv
 from bus.api import Bus
 from bus.core.settings import Settings
-from bus.ops.procs import inbox_worker_argv
 from bus.ops.standby import Standby, standby_argv, standby_enabled
 from bus.ops.supervise import Child, Supervisor, spawn_logged
 from tests.conftest import wait_for

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.worker_proc import WorkerProcess
 from bus.core.settings import Settings
-from bus.ops.procs import WorkerProcess
 from tests.conftest import wait_for
 from tests.test_inbox_live import Scheduler, celery_bus, events
 

@@ -475,8 +475,6 @@ def test_naming_a_thread_one_is_no_party_to_refuses_the_batch(bus: Bus) -> None:
     # One message ever stored (its send answer and receipt; the delivered queue was emptied).
     assert len(bus.store.r.hkeys(bus.store.k.s("bob", "ids"))) == 2
     assert bus.store.r.hget(bus.store.k.s("bob", "ids"), first["id"])
-    checked = bus.batches.check_each([ok, intruder])
-    assert isinstance(checked[1], Refused) and checked[1].code == "not_a_party"
     # A party naming its own thread goes in, batched as sent.
     assert bus.send_many([ok])[0]["thread"] == thread
 

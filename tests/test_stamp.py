@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from bus.core.stamp import is_anonymous, render_raw, render_stamp
+from bus.core.stamp import is_anonymous, render_stamp
 
 UTC = ZoneInfo("UTC")
 TS = 1790186280000  # 2026-09-23 17:58 UTC
@@ -151,14 +151,6 @@ def test_body_cannot_pass_for_a_header() -> None:
 )
 def test_is_anonymous(label: str, anon: bool) -> None:
     assert is_anonymous(label) is anon
-
-
-def test_render_raw_joins_with_a_blank_line() -> None:
-    out = render_raw([m(), m(text="second", urgency="urgent")], tz=UTC)
-    first, second = out.split("\n\n")
-    assert first == render_stamp(m(), tz=UTC)
-    assert second == render_stamp(m(text="second", urgency="urgent"), tz=UTC)
-    assert render_raw([], tz=UTC) == ""
 
 
 def test_default_zone_is_local() -> None:

@@ -77,10 +77,6 @@ class Conversing(Parts):
         (see :meth:`bus.trust.access.Access.claims`)."""
         return self.access.claims(token, scope, session=session)
 
-    def settle_sender(self, data: dict[str, Any], claims: Claims | None) -> dict[str, Any]:
-        """A sent message's sender and time as stored (:meth:`bus.trust.access.Access.settle`)."""
-        return self.access.settle(data, claims)
-
     def send_many(
         self, items: Sequence[dict[str, Any] | Message], *, token: str | None = None
     ) -> list[dict[str, Any]]:

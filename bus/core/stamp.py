@@ -90,13 +90,3 @@ def render_stamp(
         ]
         body = (body + "\n" if body else "") + "(attached: " + ", ".join(names) + ")"
     return SEP.join(parts) + "]\n" + indent_body(body)
-
-
-def render_raw(
-    lines: list[dict[str, Any]],
-    *,
-    now_ms: int | None = None,
-    tz: tzinfo | None = None,
-) -> str:
-    """Stamps for several raw messages, separated by a blank line."""
-    return "\n\n".join(render_stamp(m, now_ms=now_ms, tz=tz) for m in lines)

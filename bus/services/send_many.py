@@ -228,11 +228,6 @@ class BatchSender:
         self._check_ids(out, given)
         return out
 
-    def check_each(self, items: Sequence[Any], token: str | None = None) -> Checked:
-        """Validate each item on its own: its message, or the refusal it would get (bad
-        input, a forged sender, ``not_a_party``, ``id_taken``)."""
-        return self._check(items, self._claims(token, SCOPE_WRITE))
-
     def prepare(self, items: Sequence[Any], claims: Claims | None) -> list[Message]:
         """Validate a whole batch; raise one BadInput listing the bad items, writing nothing."""
         checked = self._check(items, claims)

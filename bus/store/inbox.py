@@ -388,10 +388,6 @@ class InboxStore(StorePart):
         last = self.r.xrevrange(self.k.s(sid, "events"), count=1)
         return str(last[0][0]) if last else "0-0"
 
-    def events_key(self, sid: str) -> str:
-        """The session's durability records (a stream a caller may block on)."""
-        return str(self.k.s(sid, "events"))
-
     # -- the sender's outbox ------------------------------------------------------------------
 
     def outbox_page(self, sid: str, start: int, count: int) -> list[str]:

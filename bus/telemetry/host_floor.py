@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bus.core.errors import Refused
 from bus.core.models import now_ms
@@ -231,16 +231,3 @@ def claim_floor(store: Store, host: str, home: Path, *, wait_s: float = 60.0) ->
                 raise
             time.sleep(0.5)
     return floor.start()
-
-
-def serve_host(
-    store: Store, host: str, home: Path, run_worker: Callable[[], Any], *, wait_s: float = 60.0
-) -> int:
-    """Claim ``host``, run the worker while the claim is kept, give it up; the exit code
-    (0, or why it stopped serving)."""
-    floor = claim_floor(store, host, home, wait_s=wait_s)
-    try:
-        run_worker()
-    finally:
-        floor.release()
-    return floor.exit_code

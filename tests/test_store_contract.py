@@ -82,6 +82,23 @@ def test_reading_many_streams_answers_each_after_its_position(store: Store) -> N
     assert read_streams(store.r, latest, count=10, block_ms=50, stop=threading.Event()) == []
 
 
+def test_a_quiet_read_of_many_streams_on_a_cluster_backs_off(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Polled every POLL_S for a second, a quiet watch of 100 lanes was 2,000 XRANGEs a second.
+    if not store.cluster:
+        pytest.skip("a standalone server answers one blocking XREAD")
+    from bus.store import cluster
+
+    reads = []
+    real = store.r.pipeline
+    monkeypatch.setattr(store.r, "pipeline", lambda **kw: (reads.append(1), real(**kw))[1])
+    positions = {store.k.s(sid, "stream"): "0-0" for sid in SIDS}
+    assert read_streams(store.r, positions, count=10, block_ms=1000, stop=threading.Event()) == []
+    # 0.05 + 0.1 + 0.2 + 0.4 + the rest (0.25): six reads, not 1 + 1 / POLL_S.
+    assert len(reads) <= 6 < 1 + 1 / cluster.POLL_S
+
+
 # -- the inbox, thread, member and item side (bus/store/inbox.py, bus/store/items.py) ------
 
 

@@ -25,7 +25,11 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 
+# A cluster's multi-stream read polls: first after POLL_S, each wait twice the last while
+# nothing comes, up to POLL_MAX_S (a quiet watch of many lanes costs a few reads a second,
+# not one every POLL_S).
 POLL_S = 0.05
+POLL_MAX_S = 0.4
 
 # What a Redis that does not answer raises (a cluster client that finds no node raises
 # RedisClusterException, which is not a RedisError; a dropped socket, OSError).
@@ -133,14 +137,15 @@ def read_streams(
 
     A standalone server answers one blocking ``XREAD``. On a cluster each stream sits in
     its own slot, so each is read without blocking, pipelined per node, and the read is
-    repeated every :data:`POLL_S` until something arrives, ``block_ms`` passes or ``stop``.
+    repeated until something arrives, ``block_ms`` passes or ``stop``: after :data:`POLL_S`,
+    then each wait doubled up to :data:`POLL_MAX_S`.
     """
     if not is_cluster(client):
         reply = client.xread(positions, count=count, block=block_ms)
         if isinstance(reply, dict):  # RESP3 answers a dict key -> entries
             return [(str(k), v[0] if v and isinstance(v[0], list) else v) for k, v in reply.items()]
         return [(str(k), entries) for k, entries in reply or []]
-    waited = 0.0
+    waited, wait = 0.0, POLL_S
     keys = list(positions)
     while True:
         pipe = client.pipeline(transaction=False)
@@ -149,5 +154,7 @@ def read_streams(
         rows = [(k, e) for k, e in zip(keys, pipe.execute(), strict=True) if e]
         if rows or waited * 1000 >= block_ms or stop.is_set():
             return [(str(k), [(str(i), f) for i, f in e]) for k, e in rows]
-        stop.wait(POLL_S)
-        waited += POLL_S
+        wait = min(wait, max(0.001, block_ms / 1000 - waited))
+        stop.wait(wait)
+        waited += wait
+        wait = min(wait * 2, POLL_MAX_S)

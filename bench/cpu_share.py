@@ -169,7 +169,9 @@ class _Slowlog:
                     name = "lua:" + self.shas.get(words[1], words[1][:8])
                 client = e.get("client_address", b"")
                 client = client.decode() if isinstance(client, bytes) else str(client)
-                self.counts[(self.roles.get(self.addr.get(client, -1), "?"), name)] += 1
+                # A command a script runs is logged too, with no client address.
+                role = self.roles.get(self.addr.get(client, -1), "?") if client else "(lua)"
+                self.counts[(role, name)] += 1
 
     def close(self) -> None:
         for n, saved in zip(self.nodes, self.saved, strict=True):

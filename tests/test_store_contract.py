@@ -8,6 +8,7 @@ own suite beside this one: ``tests/test_store_<aggregate>.py``.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 import redis
@@ -90,13 +91,28 @@ def test_a_quiet_read_of_many_streams_on_a_cluster_backs_off(
         pytest.skip("a standalone server answers one blocking XREAD")
     from bus.store import cluster
 
-    reads = []
+    reads: list[int] = []
     real = store.r.pipeline
-    monkeypatch.setattr(store.r, "pipeline", lambda **kw: (reads.append(1), real(**kw))[1])
+
+    def pipeline(**kw: object) -> object:
+        reads.append(1)
+        return real(**kw)
+
+    monkeypatch.setattr(store.r, "pipeline", pipeline)
     positions = {store.k.s(sid, "stream"): "0-0" for sid in SIDS}
-    assert read_streams(store.r, positions, count=10, block_ms=1000, stop=threading.Event()) == []
+    poll = cluster.Poll()
+    quiet: dict[str, Any] = {"count": 10, "block_ms": 1000, "stop": threading.Event(), "poll": poll}
+    assert read_streams(store.r, positions, **quiet) == []
     # 0.05 + 0.1 + 0.2 + 0.4 + the rest (0.25): six reads, not 1 + 1 / POLL_S.
     assert len(reads) <= 6 < 1 + 1 / cluster.POLL_S
+    del reads[:]
+    # The next quiet second goes on at POLL_MAX_S: 0.4 + 0.4 + 0.2.
+    assert read_streams(store.r, positions, **quiet) == []
+    assert len(reads) <= 3
+    store.append(SIDS[0], "one", "{}", "{}")
+    got = read_streams(store.r, positions, **quiet)
+    assert [f["id"] for _k, entries in got for _e, f in entries] == ["one"]
+    assert poll.wait == cluster.POLL_S  # heard: quick again
 
 
 # -- the inbox, thread, member and item side (bus/store/inbox.py, bus/store/items.py) ------

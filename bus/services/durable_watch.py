@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
 from bus.core.models import check_session_id, now_ms
+from bus.store.cluster import Poll
 from bus.store.many import stream_id_after
 from bus.trust.tokens import SCOPE_READ
 
@@ -111,6 +112,7 @@ class Durable:
         self.refresh_s = refresh_s
         self.count = count
         self.pos: dict[str, str] = {}  # session id -> the last events id read
+        self.poll = Poll()  # the wait between reads on a cluster, kept across them
         self._acked: dict[str, str] = {}
         self.store.check_sub_name(name)  # checked before anything is written
         for owner in lanes_of or []:
@@ -208,6 +210,7 @@ class Durable:
                 count=self.count,
                 block_ms=self.block_ms,
                 stop=self.stop,
+                poll=self.poll,
             )
             moved: dict[str, str] = {}
             for sid, entries in rows:

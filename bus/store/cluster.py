@@ -125,6 +125,15 @@ class OrderedBatch:
         return out
 
 
+class Poll:
+    """A cluster watch's wait between reads, kept from one :func:`read_streams` call to the
+    next: a quiet watch polls every :data:`POLL_MAX_S`, one that just heard every
+    :data:`POLL_S` first."""
+
+    def __init__(self) -> None:
+        self.wait = POLL_S
+
+
 def read_streams(
     client: Any,
     positions: dict[str, str],
@@ -132,29 +141,37 @@ def read_streams(
     count: int,
     block_ms: int,
     stop: threading.Event,
+    poll: Poll | None = None,
 ) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
     """New entries of several streams after their positions: ``[(key, entries)]``.
 
     A standalone server answers one blocking ``XREAD``. On a cluster each stream sits in
     its own slot, so each is read without blocking, pipelined per node, and the read is
     repeated until something arrives, ``block_ms`` passes or ``stop``: after :data:`POLL_S`,
-    then each wait doubled up to :data:`POLL_MAX_S`.
+    then each wait doubled up to :data:`POLL_MAX_S`. With ``poll`` the wait goes on from
+    the last call's (a quiet call waits before its first read, which would repeat the
+    last call's final one).
     """
     if not is_cluster(client):
         reply = client.xread(positions, count=count, block=block_ms)
         if isinstance(reply, dict):  # RESP3 answers a dict key -> entries
             return [(str(k), v[0] if v and isinstance(v[0], list) else v) for k, v in reply.items()]
         return [(str(k), entries) for k, entries in reply or []]
-    waited, wait = 0.0, POLL_S
+    poll = poll or Poll()
+    waited = 0.0
     keys = list(positions)
     while True:
-        pipe = client.pipeline(transaction=False)
-        for key in keys:
-            pipe.xrange(key, min=f"({positions[key]}", count=count)
-        rows = [(k, e) for k, e in zip(keys, pipe.execute(), strict=True) if e]
-        if rows or waited * 1000 >= block_ms or stop.is_set():
-            return [(str(k), [(str(i), f) for i, f in e]) for k, e in rows]
-        wait = min(wait, max(0.001, block_ms / 1000 - waited))
+        if waited > 0 or poll.wait <= POLL_S:
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                pipe.xrange(key, min=f"({positions[key]}", count=count)
+            rows = [(k, e) for k, e in zip(keys, pipe.execute(), strict=True) if e]
+            if rows:
+                poll.wait = POLL_S
+                return [(str(k), [(str(i), f) for i, f in e]) for k, e in rows]
+        if waited * 1000 >= block_ms or stop.is_set():
+            return []
+        wait = min(poll.wait, max(0.001, block_ms / 1000 - waited))
         stop.wait(wait)
         waited += wait
-        wait = min(wait * 2, POLL_MAX_S)
+        poll.wait = min(poll.wait * 2, POLL_MAX_S)

@@ -71,6 +71,31 @@ def test_a_pipeline_script_is_loaded_again_on_a_node_that_lost_it(store: Store) 
     assert [store.extend_lock(sid, "nobody") for sid in SIDS] == [False] * len(SIDS)
 
 
+def test_independent_scripts_on_a_cluster_go_as_one_pipeline_a_node(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not store.cluster:
+        pytest.skip("the standalone server is shared with other tests: no SCRIPT FLUSH there")
+    sids = [f"{sid}-{n}" for sid in SIDS for n in range(10)]  # over every node
+    for sid in sids[:5]:
+        store.r.set(store.k.s(sid, "lock"), "me")
+    store.r.script_flush()  # loaded again at each node's head
+    sent: list[int] = []
+    real = store.r.get_redis_connection
+
+    def connection(node: object) -> object:
+        sent.append(1)
+        return real(node)
+
+    monkeypatch.setattr(store.r, "get_redis_connection", connection)
+    calls = [
+        store.script_call("extend_lock", list(store.k.s_many(sid, ("lock", "again"))), ["me", 1000])
+        for sid in sids
+    ]
+    assert store.run_scripts(calls) == [1] * 5 + [0] * (len(sids) - 5)  # in order
+    assert len(sent) <= 3  # one pipeline a node, not a round trip a call
+
+
 def test_reading_many_streams_answers_each_after_its_position(store: Store) -> None:
     for sid in SIDS:
         store.append(sid, f"{sid}-a", "{}", "{}")

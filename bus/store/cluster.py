@@ -8,6 +8,7 @@ slot here:
 - a pipeline that also runs scripts (redis-py refuses ``EVALSHA`` inside a cluster
   pipeline) becomes an :class:`OrderedBatch`: runs of plain commands go as one cluster
   pipeline (one round trip per node), each script as its own call, in the queued order;
+- independent script calls (:func:`run_per_node`) go as one pipeline per node;
 - a multi-stream ``XREAD`` (``inbox watch --all``) becomes :func:`read_streams`: one
   non-blocking ``XREAD`` per stream, pipelined per node, polled until ``block_ms``.
 
@@ -123,6 +124,38 @@ class OrderedBatch:
                 run.append((name, args, kwargs))
         flush()
         return out
+
+
+def run_per_node(
+    client: RedisCluster, calls: list[tuple[Any, ...]], sources: dict[str, str]
+) -> list[Any]:
+    """Independent ``("EVALSHA", sha, numkeys, *keys, *args)`` calls, each on one slot: one
+    pipeline per node (its scripts' ``SCRIPT LOAD`` at its head, so none is missing), not a
+    round trip per call. A call the node answers ``MOVED``/``ASK`` (a slot moving, a
+    failover) did not run there: it runs again in turn through the cluster client, which
+    follows the redirect. The replies in the calls' order; the first error raised."""
+    by_node: dict[str, tuple[Any, list[int]]] = {}
+    for n, call in enumerate(calls):
+        node = client.nodes_manager.get_node_from_slot(client.keyslot(call[3]))
+        by_node.setdefault(node.name, (node, []))[1].append(n)
+    out: list[Any] = [None] * len(calls)
+    for node, ns in by_node.values():
+        shas = list(dict.fromkeys(calls[n][1] for n in ns))
+        pipe = client.get_redis_connection(node).pipeline(transaction=False)
+        for sha in shas:
+            pipe.execute_command("SCRIPT LOAD", sources[sha])
+        for n in ns:
+            pipe.execute_command(*calls[n])
+        replies = pipe.execute(raise_on_error=False)[len(shas) :]
+        for n, reply in zip(ns, replies, strict=True):
+            moved = isinstance(reply, redis.ResponseError) and str(reply).startswith(
+                ("MOVED", "ASK")
+            )
+            out[n] = client.execute_command(*calls[n]) if moved else reply
+    for reply in out:
+        if isinstance(reply, Exception):
+            raise reply
+    return out
 
 
 class Poll:

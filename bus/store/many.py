@@ -15,6 +15,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from . import receipt_index
 from .base import StorePart
+from .cluster import run_per_node
 
 _TEXT = frozenset((str, int, float))
 
@@ -157,12 +158,10 @@ class ManyStore(StorePart):
     def run_scripts(self, calls: list[tuple[Any, ...]]) -> list[Any]:
         """:meth:`script_call` tuples in one round trip, as :meth:`execute_loaded` runs a
         pipeline of them: raw replies in order, a call answered ``NOSCRIPT`` loaded and run
-        again, the first error raised. On a cluster, through its ordered batch."""
+        again, the first error raised. On a cluster, one pipeline per node
+        (:func:`bus.store.cluster.run_per_node`): the calls are independent."""
         if self.cluster:
-            pipe = self.pipeline()
-            for call in calls:
-                pipe.evalsha(*call[1:])
-            return list(pipe.execute())
+            return run_per_node(self.r, calls, self._sources)
         return self._run_loaded(calls)
 
     def run_in_order(self, calls: list[tuple[Any, ...]]) -> list[Any]:

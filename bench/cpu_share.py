@@ -156,8 +156,10 @@ class _Slowlog:
     def poll(self) -> None:
         self.addr.update(_sockets(list(self.roles)))
         for n in self.nodes:
-            entries = n.slowlog_get(-1)
-            n.slowlog_reset()
+            pipe = n.pipeline(transaction=True)  # atomic: no entry logged in between lost
+            pipe.slowlog_get(-1)
+            pipe.slowlog_reset()
+            entries = pipe.execute()[0]
             for e in entries:
                 cmd = e.get("command", b"")
                 cmd = cmd.decode(errors="replace") if isinstance(cmd, bytes) else str(cmd)
@@ -289,6 +291,11 @@ def sample(
         for (role, _), c in log.counts.items():
             by_role[role] += c
         res["client_calls_s_by_role"] = {r: round(c / wall, 1) for r, c in by_role.most_common()}
+        res["script_calls_s"] = {
+            f"{r} {n[4:]}": round(c / wall, 1)
+            for (r, n), c in log.counts.most_common()
+            if n.startswith("lua:")
+        }
         res["client_calls_s_top"] = {
             f"{r} {n}": round(c / wall, 1) for (r, n), c in log.counts.most_common(20)
         }
@@ -312,6 +319,9 @@ def report(res: dict[str, Any]) -> str:
             + ", ".join(f"{k} {v}" for k, v in res["client_calls_s_by_role"].items())
         )
         lines += [f"    {k}: {v}" for k, v in res["client_calls_s_top"].items()]
+        lines.append(
+            "  script calls/s: " + ", ".join(f"{k} {v}" for k, v in res["script_calls_s"].items())
+        )
     for who, top in res.get("pyspy", {}).items():
         lines.append(f"  py-spy {who}:")
         lines += [f"    {t}" for t in top]

@@ -39,7 +39,16 @@ import redis
 
 TICK = os.sysconf("SC_CLK_TCK")
 LUA = Path(__file__).resolve().parent.parent / "bus" / "store" / "lua"
-_QUIET = {"slowlog", "info", "config", "cluster", "ping", "command"}  # the sampler's own
+_QUIET = {
+    "slowlog",
+    "info",
+    "config",
+    "cluster",
+    "ping",
+    "command",
+    "multi",
+    "exec",
+}  # the sampler's own
 
 
 def role_of(cmd: list[str], broker_port: int | None = None) -> str:
@@ -148,6 +157,8 @@ class _Slowlog:
         self.shas = _script_names()
         self.saved = [n.config_get("slowlog-*") for n in nodes]
         for n in nodes:
+            # Raw entries: redis-py's parser fails on them inside a MULTI.
+            n.set_response_callback("SLOWLOG GET", lambda r, **_kw: r)
             n.config_set("slowlog-max-len", 1_000_000)
             n.config_set("slowlog-log-slower-than", 0)
             n.slowlog_reset()
@@ -160,17 +171,14 @@ class _Slowlog:
             pipe.slowlog_get(-1)
             pipe.slowlog_reset()
             entries = pipe.execute()[0]
-            for e in entries:
-                cmd = e.get("command", b"")
-                cmd = cmd.decode(errors="replace") if isinstance(cmd, bytes) else str(cmd)
-                words = cmd.split()
+            for e in entries:  # [id, time, µs, [args], client address, client name]
+                words = [str(w) for w in e[3]]
                 if not words or words[0].lower() in _QUIET:
                     continue
                 name = words[0].lower()
                 if name == "evalsha" and len(words) > 1:
                     name = "lua:" + self.shas.get(words[1], words[1][:8])
-                client = e.get("client_address", b"")
-                client = client.decode() if isinstance(client, bytes) else str(client)
+                client = str(e[4]) if len(e) > 4 else ""
                 # A command a script runs is logged too, with no client address.
                 role = self.roles.get(self.addr.get(client, -1), "?") if client else "(lua)"
                 self.counts[(role, name)] += 1

@@ -152,6 +152,13 @@ class _Slowlog:
     """Every command of ``nodes`` for the window, counted per (role, command or script)."""
 
     def __init__(self, nodes: list[Any], roles: dict[int, str]) -> None:
+        # Clients of their own that do not decode: a logged DUMP or RESTORE is binary.
+        nodes = [
+            redis.Redis(
+                host=kw["host"], port=kw["port"], password=kw.get("password"), socket_timeout=10
+            )
+            for kw in (n.connection_pool.connection_kwargs for n in nodes)
+        ]
         self.nodes, self.roles = nodes, roles
         self.counts: collections.Counter[tuple[str, str]] = collections.Counter()
         self.shas = _script_names()
@@ -172,13 +179,13 @@ class _Slowlog:
             pipe.slowlog_reset()
             entries = pipe.execute()[0]
             for e in entries:  # [id, time, µs, [args], client address, client name]
-                words = [str(w) for w in e[3]]
+                words = [w.decode(errors="replace") for w in e[3]]
                 if not words or words[0].lower() in _QUIET:
                     continue
                 name = words[0].lower()
                 if name == "evalsha" and len(words) > 1:
                     name = "lua:" + self.shas.get(words[1], words[1][:8])
-                client = str(e[4]) if len(e) > 4 else ""
+                client = e[4].decode() if len(e) > 4 else ""
                 # A command a script runs is logged too, with no client address.
                 role = self.roles.get(self.addr.get(client, -1), "?") if client else "(lua)"
                 self.counts[(role, name)] += 1

@@ -360,3 +360,58 @@ def swarm_sample(soak: Any) -> dict[str, Any]:
         slowlog=soak.args.slowlog,
         pyspy=soak.args.pyspy,
     )
+
+
+def _servers(root: int) -> tuple[list[Any], Any, int | None]:
+    """The cluster masters and the broker of ``root``'s run: their URLs from a child's
+    ``INBOX_REDIS_URL`` and ``INBOX_BROKER_URL`` (a redis-server rewrites its own title)."""
+    from urllib.parse import urlsplit
+
+    env: dict[str, str] = {}
+    for pid in tree(root):
+        try:
+            raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        got = dict(e.decode(errors="replace").partition("=")[::2] for e in raw if b"=" in e)
+        if "INBOX_BROKER_URL" in got:
+            env = got
+            break
+    store = urlsplit(env["INBOX_REDIS_URL"].split(",")[0])
+    broker = urlsplit(env["INBOX_BROKER_URL"])
+    first = redis.Redis(
+        host=str(store.hostname), port=int(store.port or 6379), password=store.password,
+        decode_responses=True,
+    )  # fmt: skip
+    masters = []
+    for addr, info in first.execute_command("CLUSTER NODES").items():
+        if "master" in info.get("flags", "") and "fail" not in info.get("flags", ""):
+            host, _, port = addr.partition("@")[0].rpartition(":")
+            masters.append(
+                redis.Redis(host=host, port=int(port), password=store.password,
+                            socket_timeout=10, decode_responses=True)
+            )  # fmt: skip
+    port = int(broker.port or 6379)
+    node = redis.Redis(host=str(broker.hostname), port=port, password=broker.password)
+    return masters, node, port
+
+
+def main() -> int:
+    """``python bench/cpu_share.py ROOT_PID SECONDS [--slowlog]``: sample a running swarm
+    (e.g. ``swarm_hosts.py`` while it sends) from outside."""
+    import json
+
+    root, seconds = int(sys.argv[1]), float(sys.argv[2])
+    masters, broker, port = _servers(root)
+    res = sample(
+        root, seconds, nodes=masters, broker=broker, broker_port=port,
+        slowlog="--slowlog" in sys.argv,
+    )  # fmt: skip
+    print(report(res))
+    print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.exit(main())

@@ -4,6 +4,8 @@
     res = sample(os.getpid(), 60, nodes=[redis.Redis(...), ...], slowlog=True)
     print(report(res))
 
+or from outside a running run: ``python bench/cpu_share.py RIG_PID SECONDS [--slowlog]``.
+
 - CPU: ``utime + stime`` of every process descended from ``root`` (``/proc/<pid>/stat``),
   at the start and the end of the window, summed per role (:func:`role_of` reads the
   command line) and divided by the wall: cores per role.

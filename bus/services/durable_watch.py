@@ -53,7 +53,12 @@ class CursorExpired(Refused):
 def lanes(store: Store, sid: str) -> list[str]:
     """The sessions ``sid`` started (their ``parent``) or gave work to, sorted."""
     check_session_id(sid)
-    started = {s.session for s in store.sessions() if s.parent == sid}
+    # The parent field alone: a watch looks its lanes up every few seconds, and whole
+    # records of every session were most of an idle coordinator's reads.
+    ids = store.session_ids()
+    started = {
+        s for s, parent in zip(ids, store.session_parents(ids), strict=True) if parent == sid
+    }
     return sorted(started | set(store.gave_to(sid)))
 
 

@@ -100,6 +100,14 @@ class ManyStore(StorePart):
             pipe.hget(self.k.s(sid, "session"), "host")
         return list(pipe.execute())
 
+    def session_parents(self, sids: list[str]) -> list[str | None]:
+        """Each session's ``parent`` field, in order (``None``: none, or no session), one
+        round trip per node: a field a session, not its whole record."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hget(self.k.s(sid, "session"), "parent")
+        return [str(p) if p else None for p in pipe.execute()]
+
     def flag_dispatched(self, sids: Iterable[str]) -> None:
         """Set each session's dispatch flag (``pending``, for the lock TTL) in one round trip,
         whether or not it was set: the caller is sending the delivery now."""

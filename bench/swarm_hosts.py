@@ -46,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import chaos
+from bench import chaos, cpu_share
 from bench.chaos import Soak
 from bench.cluster_nodes import Broker, ReplicatedCluster, _wait
 from bench.netns import HostNet
@@ -85,6 +85,7 @@ class HostsSoak(Soak):
         self.t_send: tuple[float, float] = (0.0, 0.0)
         self.coord: Coordinator | None = None
         self.lanes: set[str] = set()
+        self.idle: dict[str, Any] = {}
 
     # -- settings --------------------------------------------------------------------
 
@@ -192,6 +193,9 @@ class HostsSoak(Soak):
             self.coord.start()
             self.coord.wait_following()
             print(f"swarm: coordinator follows {len(lanes)} lanes", flush=True)
+        if a.idle_sample:
+            self.idle = cpu_share.swarm_sample(self)
+            print(f"swarm: {cpu_share.report(self.idle)}", flush=True)
 
     def child(self, host: str, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
         with open(log, "ab") as out:
@@ -391,6 +395,8 @@ class HostsSoak(Soak):
         print(f"swarm: {kind} on {rec['host']}: recovery {rec.get('recovery_s')} s", flush=True)
 
     def fault_plan(self) -> list[str]:
+        if self.args.calm:
+            return []
         plan = ["worker_kill", "partition"]
         if len(self.hosts) > 1:
             plan.append("remove")
@@ -482,6 +488,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--coordinator-kills", type=int, default=2, help="coordinator SIGKILLs")
     p.add_argument("--progress-s", type=float, default=30.0, help="a progress line this often")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
+    p.add_argument("--calm", action="store_true", help="no faults (and no coordinator kills)")
+    p.add_argument("--idle-sample", type=float, default=0.0, help="sample the idle swarm S s")
+    p.add_argument("--pyspy", action="store_true", help="py-spy in the idle sample")
+    p.add_argument("--slowlog", action="store_true", help="calls per role/script (SLOWLOG)")
     add_role_args(p)
     args = p.parse_args(argv)
     if args.role == "sender":
@@ -489,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "harness":
         return role_harness(args)
     args.stale_s = args.stale_s or 2 * args.partition_s
+    if args.calm:
+        args.coordinator_kills = 0
     args.deadline = args.deadline or args.duration + 400.0
     faulthandler.dump_traceback_later(
         args.deadline + args.settle + args.memory_wait + 900.0, exit=True
@@ -497,8 +509,13 @@ def main(argv: list[str] | None = None) -> int:
     soak = HostsSoak(args, base)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     try:
+        if not args.messages:  # the idle sample alone
+            soak.setup()
+            print(json.dumps({"idle": soak.idle}), flush=True)
+            return 0
         res = soak.run()
         res["memory"] = measure_memory(soak)
+        res["idle"] = soak.idle
     finally:
         soak.close()
         if not args.keep:

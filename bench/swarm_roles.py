@@ -37,7 +37,7 @@ from bus.core.settings import Settings
 from bus.delivery.floor import DRAINING_PREFIX, MESSAGES
 from bus.surfaces.listener import Listener
 
-FULL_DRAIN_EVERY_S = 5.0  # a drain even when the file looks empty (orphaned claims)
+FULL_DRAIN_EVERY_S = 20.0  # a drain even when the file looks empty (orphaned claims)
 
 
 def _now() -> float:
@@ -131,12 +131,17 @@ def role_harness(args: argparse.Namespace) -> int:
             for sid in spec["wake"]:
                 flag = wakes_dir / f"{sid}.wakes"
                 if flag.exists() or full:
+                    woken = True
                     try:
                         flag.unlink()
                     except FileNotFoundError:
                         if not full:
                             continue
-                    if _drain(bus, sid, "wake", heard) is not None:
+                        woken = False
+                    got = _drain(bus, sid, "wake", heard)
+                    # A full pass ends the turn of a session it woke or drained, not of
+                    # every idle one (a turn's end is a few writes a session).
+                    if got is not None and (woken or got):
                         try:
                             bus.turn(sid, "end", answer="done")
                         except Exception:

@@ -72,6 +72,22 @@ def test_lanes_are_the_sessions_started_or_given_work(bus: Bus) -> None:
     assert lanes(bus.store, "coord") == ["lane1", "lane2"]
 
 
+def test_lanes_are_found_by_the_parent_field_not_whole_records(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A watch of lanes looks them up every few seconds: every session's whole record was
+    # most of an idle 1,010-session coordinator's reads.
+    bus.open_session("coord")
+    bus.open_session("lane1", parent="coord")
+    bus.open_session("other", parent="elsewhere")
+
+    def whole_records() -> None:
+        raise AssertionError("every session's whole record read")
+
+    monkeypatch.setattr(bus.store, "sessions", whole_records)
+    assert lanes(bus.store, "coord") == ["lane1"]
+
+
 def test_live_watch_of_lanes_follows_a_lane_started_later(bus: Bus) -> None:
     bus.open_session("coord")
     bus.open_session("lane1", parent="coord")

@@ -287,3 +287,46 @@ def test_a_burst_on_a_quiet_list_is_one_lone_kick_and_one_batch_not_a_lone_kick_
         assert waiting[1] == 1  # never two loops of the process on BLMOVE
     finally:
         loop.stop()
+
+
+def test_an_idle_process_s_other_loops_wait_for_the_listener_not_the_clock(
+    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Polling the list every BEAT_S, four idle loops of 1,010 sessions' hosts cost a few
+    # script calls a second each: the loops that do not listen wait for the one that does.
+    from bus.delivery import kick_list
+
+    b = make_bus()
+    store, host = b.store, b.settings.host
+    monkeypatch.setattr(kick_list, "LISTEN_WAIT_S", 60.0)  # no bounded wake in the test
+    takes: list[str] = []
+    quiet = [0]
+    real_take, real_wait = store.take_kicks, store.wait_kick
+
+    def take_kicks(h: str, lp: str, n: int) -> list[str]:
+        takes.append(lp)
+        return real_take(h, lp, n)
+
+    def wait_kick(*args: object) -> list[str]:
+        got = real_wait(*args)  # type: ignore[arg-type]
+        quiet[0] += not got
+        return got
+
+    delivered: list[list[str]] = []
+    monkeypatch.setattr(store, "take_kicks", take_kicks)
+    monkeypatch.setattr(store, "wait_kick", wait_kick)
+    monkeypatch.setattr(
+        kick_list, "deliver_many", lambda _b, sids, progress=None: delivered.append(sids)
+    )
+    loop = kick_list.KickLoop(b, threads=4).start()
+    try:
+        wait_for(lambda: quiet[0] >= 4, 30, "four quiet BLMOVEs")
+        # One look a loop at the start, then one a quiet BLMOVE (the listener's).
+        assert len(takes) <= 4 + quiet[0] + 1, (len(takes), quiet[0])
+        # A kick heard wakes the others: they look at the list (a burst behind it).
+        before = len(takes)
+        assert store.push_kicks(host, ["one"])
+        wait_for(lambda: delivered == [["one"]], 10, "the kick delivered")
+        wait_for(lambda: len(set(takes[before:])) >= 3, 10, "the other loops looked again")
+    finally:
+        loop.stop()

@@ -8,6 +8,7 @@ own suite beside this one: ``tests/test_store_<aggregate>.py``.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 import redis
@@ -70,6 +71,31 @@ def test_a_pipeline_script_is_loaded_again_on_a_node_that_lost_it(store: Store) 
     assert [store.extend_lock(sid, "nobody") for sid in SIDS] == [False] * len(SIDS)
 
 
+def test_independent_scripts_on_a_cluster_go_as_one_pipeline_a_node(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not store.cluster:
+        pytest.skip("the standalone server is shared with other tests: no SCRIPT FLUSH there")
+    sids = [f"{sid}-{n}" for sid in SIDS for n in range(10)]  # over every node
+    for sid in sids[:5]:
+        store.r.set(store.k.s(sid, "lock"), "me")
+    store.r.script_flush()  # loaded again at each node's head
+    sent: list[int] = []
+    real = store.r.get_redis_connection
+
+    def connection(node: object) -> object:
+        sent.append(1)
+        return real(node)
+
+    monkeypatch.setattr(store.r, "get_redis_connection", connection)
+    calls = [
+        store.script_call("extend_lock", list(store.k.s_many(sid, ("lock", "again"))), ["me", 1000])
+        for sid in sids
+    ]
+    assert store.run_scripts(calls) == [1] * 5 + [0] * (len(sids) - 5)  # in order
+    assert len(sent) <= 3  # one pipeline a node, not a round trip a call
+
+
 def test_reading_many_streams_answers_each_after_its_position(store: Store) -> None:
     for sid in SIDS:
         store.append(sid, f"{sid}-a", "{}", "{}")
@@ -80,6 +106,38 @@ def test_reading_many_streams_answers_each_after_its_position(store: Store) -> N
     }
     latest = {key: entries[-1][0] for key, entries in got}
     assert read_streams(store.r, latest, count=10, block_ms=50, stop=threading.Event()) == []
+
+
+def test_a_quiet_read_of_many_streams_on_a_cluster_backs_off(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Polled every POLL_S for a second, a quiet watch of 100 lanes was 2,000 XRANGEs a second.
+    if not store.cluster:
+        pytest.skip("a standalone server answers one blocking XREAD")
+    from bus.store import cluster
+
+    reads: list[int] = []
+    real = store.r.pipeline
+
+    def pipeline(**kw: object) -> object:
+        reads.append(1)
+        return real(**kw)
+
+    monkeypatch.setattr(store.r, "pipeline", pipeline)
+    positions = {store.k.s(sid, "stream"): "0-0" for sid in SIDS}
+    poll = cluster.Poll()
+    quiet: dict[str, Any] = {"count": 10, "block_ms": 1000, "stop": threading.Event(), "poll": poll}
+    assert read_streams(store.r, positions, **quiet) == []
+    # 0.05 + 0.1 + 0.2 + 0.4 + the rest (0.25): six reads, not 1 + 1 / POLL_S.
+    assert len(reads) <= 6 < 1 + 1 / cluster.POLL_S
+    del reads[:]
+    # The next quiet second goes on at POLL_MAX_S: 0.4 + 0.4 + 0.2.
+    assert read_streams(store.r, positions, **quiet) == []
+    assert len(reads) <= 3
+    store.append(SIDS[0], "one", "{}", "{}")
+    got = read_streams(store.r, positions, **quiet)
+    assert [f["id"] for _k, entries in got for _e, f in entries] == ["one"]
+    assert poll.wait == cluster.POLL_S  # heard: quick again
 
 
 # -- the inbox, thread, member and item side (bus/store/inbox.py, bus/store/items.py) ------

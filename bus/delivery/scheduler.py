@@ -153,7 +153,8 @@ def sweep_backlogs(
 
     The safety net under the dispatch flag: a queue entry whose delivery was lost with its
     broker message (or sent with no dispatcher), or a notice left in flight by a worker
-    that died, is still delivered. A chunk of sessions is read in one round trip, their
+    that died, is still delivered. A chunk of sessions is tested on the server in one round
+    trip (most are quiet), those with anything to look at read in one more, their
     flags set in one more and their deliveries dispatched a host's at once; ``between``
     runs after each chunk (the scheduler takes due entries there).
     """
@@ -165,7 +166,7 @@ def sweep_backlogs(
         now = now_ms()
         found = [
             info
-            for info, view in store.sweep_views(ids[i : i + SWEEP_CHUNK])
+            for info, view in store.sweep_views(store.sweep_candidates(ids[i : i + SWEEP_CHUNK]))
             if needs_delivery(info, view, stale_before, now)
         ]
         marked = store.mark_pending_many([info.session for info in found]) if found else []

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
 from bus.core.models import check_session_id, now_ms
+from bus.store.cluster import Poll
 from bus.store.many import stream_id_after
 from bus.trust.tokens import SCOPE_READ
 
@@ -52,7 +53,12 @@ class CursorExpired(Refused):
 def lanes(store: Store, sid: str) -> list[str]:
     """The sessions ``sid`` started (their ``parent``) or gave work to, sorted."""
     check_session_id(sid)
-    started = {s.session for s in store.sessions() if s.parent == sid}
+    # The parent field alone: a watch looks its lanes up every few seconds, and whole
+    # records of every session were most of an idle coordinator's reads.
+    ids = store.session_ids()
+    started = {
+        s for s, parent in zip(ids, store.session_parents(ids), strict=True) if parent == sid
+    }
     return sorted(started | set(store.gave_to(sid)))
 
 
@@ -111,6 +117,7 @@ class Durable:
         self.refresh_s = refresh_s
         self.count = count
         self.pos: dict[str, str] = {}  # session id -> the last events id read
+        self.poll = Poll()  # the wait between reads on a cluster, kept across them
         self._acked: dict[str, str] = {}
         self.store.check_sub_name(name)  # checked before anything is written
         for owner in lanes_of or []:
@@ -208,6 +215,7 @@ class Durable:
                 count=self.count,
                 block_ms=self.block_ms,
                 stop=self.stop,
+                poll=self.poll,
             )
             moved: dict[str, str] = {}
             for sid, entries in rows:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 from bus.core.models import check_session_id, now_ms
+from bus.store.cluster import Poll
 
 from .durable_watch import ClaimsOf, Durable, lanes, reader_of, reader_subscription, resolve
 
@@ -57,6 +58,7 @@ class Subscription:
         self.refresh_s = refresh_s
         self.count = count
         self.pos: dict[str, str] = {}  # session id -> the last stream id handed over
+        self.poll = Poll()  # the wait between reads on a cluster, kept across them
         named = [] if sessions is None and lanes_of else sessions
         for sid in resolve(self.store, named, self.lanes_of, named is None and not self.lanes_of):
             self.follow(check_session_id(sid), newcomer=False)
@@ -92,6 +94,7 @@ class Subscription:
                 count=self.count,
                 block_ms=self.block_ms,
                 stop=self.stop,
+                poll=self.poll,
             )
             for sid, entries in rows:
                 for eid, fields in entries:

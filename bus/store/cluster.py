@@ -8,6 +8,7 @@ slot here:
 - a pipeline that also runs scripts (redis-py refuses ``EVALSHA`` inside a cluster
   pipeline) becomes an :class:`OrderedBatch`: runs of plain commands go as one cluster
   pipeline (one round trip per node), each script as its own call, in the queued order;
+- independent script calls (:func:`run_per_node`) go as one pipeline per node;
 - a multi-stream ``XREAD`` (``inbox watch --all``) becomes :func:`read_streams`: one
   non-blocking ``XREAD`` per stream, pipelined per node, polled until ``block_ms``.
 
@@ -25,7 +26,11 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 
+# A cluster's multi-stream read polls: first after POLL_S, each wait twice the last while
+# nothing comes, up to POLL_MAX_S (a quiet watch of many lanes costs a few reads a second,
+# not one every POLL_S).
 POLL_S = 0.05
+POLL_MAX_S = 0.4
 
 # What a Redis that does not answer raises (a cluster client that finds no node raises
 # RedisClusterException, which is not a RedisError; a dropped socket, OSError).
@@ -121,6 +126,47 @@ class OrderedBatch:
         return out
 
 
+def run_per_node(
+    client: RedisCluster, calls: list[tuple[Any, ...]], sources: dict[str, str]
+) -> list[Any]:
+    """Independent ``("EVALSHA", sha, numkeys, *keys, *args)`` calls, each on one slot: one
+    pipeline per node (its scripts' ``SCRIPT LOAD`` at its head, so none is missing), not a
+    round trip per call. A call the node answers ``MOVED``/``ASK`` (a slot moving, a
+    failover) did not run there: it runs again in turn through the cluster client, which
+    follows the redirect. The replies in the calls' order; the first error raised."""
+    by_node: dict[str, tuple[Any, list[int]]] = {}
+    for n, call in enumerate(calls):
+        node = client.nodes_manager.get_node_from_slot(client.keyslot(call[3]))
+        by_node.setdefault(node.name, (node, []))[1].append(n)
+    out: list[Any] = [None] * len(calls)
+    for node, ns in by_node.values():
+        shas = list(dict.fromkeys(calls[n][1] for n in ns))
+        pipe = client.get_redis_connection(node).pipeline(transaction=False)
+        for sha in shas:
+            pipe.execute_command("SCRIPT LOAD", sources[sha])
+        for n in ns:
+            pipe.execute_command(*calls[n])
+        replies = pipe.execute(raise_on_error=False)[len(shas) :]
+        for n, reply in zip(ns, replies, strict=True):
+            moved = isinstance(reply, redis.ResponseError) and str(reply).startswith(
+                ("MOVED", "ASK")
+            )
+            out[n] = client.execute_command(*calls[n]) if moved else reply
+    for reply in out:
+        if isinstance(reply, Exception):
+            raise reply
+    return out
+
+
+class Poll:
+    """A cluster watch's wait between reads, kept from one :func:`read_streams` call to the
+    next: a quiet watch polls every :data:`POLL_MAX_S`, one that just heard every
+    :data:`POLL_S` first."""
+
+    def __init__(self) -> None:
+        self.wait = POLL_S
+
+
 def read_streams(
     client: Any,
     positions: dict[str, str],
@@ -128,26 +174,37 @@ def read_streams(
     count: int,
     block_ms: int,
     stop: threading.Event,
+    poll: Poll | None = None,
 ) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
     """New entries of several streams after their positions: ``[(key, entries)]``.
 
     A standalone server answers one blocking ``XREAD``. On a cluster each stream sits in
     its own slot, so each is read without blocking, pipelined per node, and the read is
-    repeated every :data:`POLL_S` until something arrives, ``block_ms`` passes or ``stop``.
+    repeated until something arrives, ``block_ms`` passes or ``stop``: after :data:`POLL_S`,
+    then each wait doubled up to :data:`POLL_MAX_S`. With ``poll`` the wait goes on from
+    the last call's (a quiet call waits before its first read, which would repeat the
+    last call's final one).
     """
     if not is_cluster(client):
         reply = client.xread(positions, count=count, block=block_ms)
         if isinstance(reply, dict):  # RESP3 answers a dict key -> entries
             return [(str(k), v[0] if v and isinstance(v[0], list) else v) for k, v in reply.items()]
         return [(str(k), entries) for k, entries in reply or []]
+    poll = poll or Poll()
     waited = 0.0
     keys = list(positions)
     while True:
-        pipe = client.pipeline(transaction=False)
-        for key in keys:
-            pipe.xrange(key, min=f"({positions[key]}", count=count)
-        rows = [(k, e) for k, e in zip(keys, pipe.execute(), strict=True) if e]
-        if rows or waited * 1000 >= block_ms or stop.is_set():
-            return [(str(k), [(str(i), f) for i, f in e]) for k, e in rows]
-        stop.wait(POLL_S)
-        waited += POLL_S
+        if waited > 0 or poll.wait <= POLL_S:
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                pipe.xrange(key, min=f"({positions[key]}", count=count)
+            rows = [(k, e) for k, e in zip(keys, pipe.execute(), strict=True) if e]
+            if rows:
+                poll.wait = POLL_S
+                return [(str(k), [(str(i), f) for i, f in e]) for k, e in rows]
+        if waited * 1000 >= block_ms or stop.is_set():
+            return []
+        wait = min(poll.wait, max(0.001, block_ms / 1000 - waited))
+        stop.wait(wait)
+        waited += wait
+        poll.wait = min(poll.wait * 2, POLL_MAX_S)

@@ -6,8 +6,9 @@ however short its entries, so a quiet session's ``events`` and a one-message thr
 receipts' expiry pass is; a few :data:`CHUNK` sessions a tick) the scheduler rewrites each such stream of at most
 :data:`MAX_ENTRIES` entries whose memory exceeds its entries' bytes by more than
 :data:`SLACK_BYTES` plus :data:`NODE_BYTES` a node (``stream_compact.lua``: DUMP + RESTORE REPLACE in one script, the
-same entries, last id and TTL in nodes sized to fit). A stream already compact, or
-long (its nodes then full but the last), is left alone. A server that refuses DUMP,
+same entries, last id and TTL in nodes sized to fit). A stream already compact,
+long (its nodes then full but the last), or written in the last :data:`SETTLED_MS`, is
+left alone. A server that refuses DUMP,
 RESTORE or MEMORY (some managed services) turns the pass off for the process, once logged.
 
 The same pass drops the ``events`` of a session quiet for ``INBOX_EVENTS_KEEP_S``
@@ -46,20 +47,23 @@ GAP_S = 0.5
 # withdrawal) only waits for newer records. An idle session's ~1.7 KB, the most of its
 # memory, is then gone within a minute of its turn's end.
 QUIET_MS = 30 * 1000
+# A stream whose newest entry is younger than this is left for a later pass: still being
+# written, it would take a fresh node at its next entry and be compacted again.
+SETTLED_MS = 20 * 1000
 
 _refused = False
 _left: dict[str, list[str]] = {}  # key prefix -> sessions this process's pass has left
 _next: dict[str, float] = {}  # key prefix -> when its pass may go on (time.monotonic)
 
 
-def compact_sessions(store: Store, sids: list[str], quiet_ms: int) -> int:
+def compact_sessions(store: Store, sids: list[str], quiet_ms: int, settled_ms: int = 0) -> int:
     """One pass over ``sids``: events quiet for ``quiet_ms`` dropped, queues taken whole
-    dropped with their cursors, short streams compacted; the bytes saved (MEMORY USAGE,
-    the queues' not counted)."""
+    dropped with their cursors, short streams written ``settled_ms`` ago or earlier
+    compacted; the bytes saved (MEMORY USAGE, the queues' not counted)."""
     saved = store.drop_quiet_events(sids, quiet_ms)
     store.drop_taken_queues(sids)
     keys = store.session_streams(sids)
-    return saved + store.compact_streams(keys, MAX_ENTRIES, SLACK_BYTES, NODE_BYTES)
+    return saved + store.compact_streams(keys, MAX_ENTRIES, SLACK_BYTES, NODE_BYTES, settled_ms)
 
 
 def compact_all(store: Store, *, force: bool = False, quiet_ms: int = QUIET_MS) -> int:
@@ -68,8 +72,9 @@ def compact_all(store: Store, *, force: bool = False, quiet_ms: int = QUIET_MS) 
     A pass starts at most every COMPACT_EVERY_S across every process and goes :data:`CHUNK`
     sessions a round trip, as many chunks a call (one scheduler tick) as fit in
     :data:`BUDGET_S` (one at least), a tick every :data:`GAP_S` at most, so a large
-    registry never holds up a tick's wakes; ``force`` does every session now. Events
-    quiet for ``quiet_ms`` are dropped."""
+    registry never holds up a tick's wakes; ``force`` does every session now, its streams
+    written moments ago too (the pass leaves those for :data:`SETTLED_MS`). Events quiet
+    for ``quiet_ms`` are dropped."""
     global _refused
     if _refused:
         return 0
@@ -88,7 +93,7 @@ def compact_all(store: Store, *, force: bool = False, quiet_ms: int = QUIET_MS) 
     try:
         while left:
             chunk, left = left[:CHUNK], left[CHUNK:]
-            saved += compact_sessions(store, chunk, quiet_ms)
+            saved += compact_sessions(store, chunk, quiet_ms, 0 if force else SETTLED_MS)
             if not force and time.monotonic() - started >= BUDGET_S:
                 break
     except redis.ResponseError as exc:

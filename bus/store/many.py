@@ -15,6 +15,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from . import receipt_index
 from .base import StorePart
+from .cluster import run_per_node
 
 _TEXT = frozenset((str, int, float))
 
@@ -99,6 +100,14 @@ class ManyStore(StorePart):
             pipe.hget(self.k.s(sid, "session"), "host")
         return list(pipe.execute())
 
+    def session_parents(self, sids: list[str]) -> list[str | None]:
+        """Each session's ``parent`` field, in order (``None``: none, or no session), one
+        round trip per node: a field a session, not its whole record."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hget(self.k.s(sid, "session"), "parent")
+        return [str(p) if p else None for p in pipe.execute()]
+
     def flag_dispatched(self, sids: Iterable[str]) -> None:
         """Set each session's dispatch flag (``pending``, for the lock TTL) in one round trip,
         whether or not it was set: the caller is sending the delivery now."""
@@ -157,12 +166,10 @@ class ManyStore(StorePart):
     def run_scripts(self, calls: list[tuple[Any, ...]]) -> list[Any]:
         """:meth:`script_call` tuples in one round trip, as :meth:`execute_loaded` runs a
         pipeline of them: raw replies in order, a call answered ``NOSCRIPT`` loaded and run
-        again, the first error raised. On a cluster, through its ordered batch."""
+        again, the first error raised. On a cluster, one pipeline per node
+        (:func:`bus.store.cluster.run_per_node`): the calls are independent."""
         if self.cluster:
-            pipe = self.pipeline()
-            for call in calls:
-                pipe.evalsha(*call[1:])
-            return list(pipe.execute())
+            return run_per_node(self.r, calls, self._sources)
         return self._run_loaded(calls)
 
     def run_in_order(self, calls: list[tuple[Any, ...]]) -> list[Any]:

@@ -9,6 +9,7 @@ through a one-element list when an entry falls due soon.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from bus.core.models import SessionInfo, check_session_id, now_ms
@@ -24,6 +25,9 @@ POKE_WITHIN_MS = 1000
 
 class ScheduleStore(StorePart):
     """The schedule, the sweeps' claims and the heartbeats."""
+
+    # Script calls in one round trip per node (bus.store.many).
+    run_scripts: Callable[[list[tuple[Any, ...]]], list[Any]]
 
     def schedule(self, what: str, sid: str, at_ms: int, *, earliest: bool = True) -> None:
         """Put ``what`` for ``sid`` on the schedule; keep the earlier time if one is there."""
@@ -53,6 +57,19 @@ class ScheduleStore(StorePart):
         """The earliest due time on the schedule (ms), ``None`` when it is empty."""
         rows = self.r.zrange(self.k.due, 0, 0, withscores=True)
         return int(rows[0][1]) if rows else None
+
+    def sweep_candidates(self, sids: list[str]) -> list[str]:
+        """Those of ``sids`` the backlog sweep must read (:meth:`sweep_views`): each
+        session's quiet test (``sweep_quiet.lua``: nothing past its cursor, in flight, new,
+        on the floor or wake pending) runs on the server, one small reply a session in
+        one round trip per node. A session it leaves out is one the sweep would not
+        deliver; one it keeps may still be (the sweep decides from its view)."""
+        if not sids:
+            return []
+        sha = self.script("sweep_quiet").sha
+        keys = ("session", "cursor", "stream", "notice", "new", "floor")
+        calls = [("EVALSHA", sha, len(keys), *self.k.s_many(sid, keys)) for sid in sids]
+        return [sid for sid, r in zip(sids, self.run_scripts(calls), strict=True) if int(r)]
 
     def sweep_views(self, sids: list[str]) -> list[tuple[SessionInfo, SweepView]]:
         """:meth:`get_session` and what the backlog sweep looks at (the notice in flight's

@@ -6,6 +6,9 @@ A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.many`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from .base import StorePart
 from .keys import is_thread_id
 
@@ -13,42 +16,45 @@ from .keys import is_thread_id
 class CompactStore(StorePart):
     """Short streams rewritten to the memory their entries need."""
 
+    # Independent script calls in one round trip per node (bus.store.many).
+    script_call: Callable[[str, list[str], list[Any]], tuple[Any, ...]]
+    run_scripts: Callable[[list[tuple[Any, ...]]], list[Any]]
+
     def compact_streams(
-        self, keys: list[str], max_entries: int, slack: int, node_bytes: int
+        self, keys: list[str], max_entries: int, slack: int, node_bytes: int, settled_ms: int
     ) -> int:
         """Run ``stream_compact.lua`` on each stream of ``keys`` (built by
-        :class:`~bus.store.keys.Keys`); the bytes saved, by MEMORY USAGE. One round trip per
-        node; raises the server's error when it refuses DUMP, RESTORE or MEMORY."""
+        :class:`~bus.store.keys.Keys`) whose newest entry is ``settled_ms`` old; the bytes
+        saved, by MEMORY USAGE. One round trip per node; raises the server's error when it
+        refuses DUMP, RESTORE or MEMORY."""
         if not keys:
             return 0
-        script = self.script("stream_compact")
-        pipe = self.pipeline()
-        for key in keys:
-            script(keys=[key], args=[max_entries, slack, node_bytes], client=pipe)
-        return sum(int(x or 0) for x in pipe.execute())
+        args = [max_entries, slack, node_bytes, settled_ms]
+        calls = [self.script_call("stream_compact", [key], args) for key in keys]
+        return sum(int(x or 0) for x in self.run_scripts(calls))
 
     def drop_quiet_events(self, sids: list[str], quiet_ms: int) -> int:
         """Drop the ``events`` of each of ``sids`` whose newest record is older than
         ``quiet_ms`` (``events_quiet.lua``); the bytes freed, by MEMORY USAGE."""
         if not sids:
             return 0
-        script = self.script("events_quiet")
-        pipe = self.pipeline()
-        for sid in sids:
-            keys = self.k.s_many(sid, ("events", "subs"))
-            script(keys=keys, args=[int(quiet_ms)], client=pipe)
-        return sum(int(x or 0) for x in pipe.execute())
+        calls = [
+            self.script_call(
+                "events_quiet", list(self.k.s_many(sid, ("events", "subs"))), [int(quiet_ms)]
+            )
+            for sid in sids
+        ]
+        return sum(int(x or 0) for x in self.run_scripts(calls))
 
     def drop_taken_queues(self, sids: list[str]) -> None:
         """``queue_trim.lua`` on each of ``sids``: a queue the delivery took whole goes
         with its cursor (one a delivery trimmed within its cursor's ms kept)."""
         if not sids:
             return
-        script = self.script("queue_trim")
-        pipe = self.pipeline()
-        for sid in sids:
-            script(keys=[self.k.s(sid, "stream"), self.k.s(sid, "cursor")], args=[], client=pipe)
-        pipe.execute()
+        keys = ("stream", "cursor")
+        self.run_scripts(
+            [self.script_call("queue_trim", list(self.k.s_many(sid, keys)), []) for sid in sids]
+        )
 
     def session_streams(self, sids: list[str]) -> list[str]:
         """The streams a quiet session keeps: its ``events`` and each of its threads'

@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from .base import StorePart
-from .cluster import read_streams
+from .cluster import Poll, read_streams
 
 
 class SubsStore(StorePart):
@@ -30,15 +30,17 @@ class SubsStore(StorePart):
         count: int,
         block_ms: int,
         stop: threading.Event,
+        poll: Poll | None = None,
     ) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
         """New entries after each session's position in its ``stream`` (``stream``: the
         messages addressed to it; ``events``: its durability records), read on ``client``
-        (one that may block): ``[(sid, entries)]`` (:func:`bus.store.cluster.read_streams`)."""
+        (one that may block): ``[(sid, entries)]`` (:func:`bus.store.cluster.read_streams`;
+        ``poll``: a watch's wait between reads on a cluster, kept across calls)."""
         if stream not in ("stream", "events"):
             raise ValueError(f"no session stream {stream!r}")
         sid_of = {self.k.s(sid, stream): sid for sid in positions}
         keyed = {key: positions[sid] for key, sid in sid_of.items()}
-        rows = read_streams(client, keyed, count=count, block_ms=block_ms, stop=stop)
+        rows = read_streams(client, keyed, count=count, block_ms=block_ms, stop=stop, poll=poll)
         return [(sid_of[key], entries) for key, entries in rows]
 
     def has_event(self, sid: str, event_id: str) -> bool:

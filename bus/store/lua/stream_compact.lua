@@ -9,9 +9,19 @@
 -- ARGV[2] slack bytes, ARGV[3] bytes a node: compact only when MEMORY USAGE exceeds the
 -- entries' own bytes by more than slack + bytes a node x nodes (a compact stream costs
 -- ~450-650 B over its entries for one node, ~330 B for each more: it is never redone).
+-- ARGV[4] settled ms: a stream whose newest entry is younger than that (the server's clock,
+-- the one its ids come from) is left for a later pass: it is still being written, and
+-- compacted now it would take a fresh node at the next entry and be redone.
 -- Returns the bytes saved by MEMORY USAGE (0: left as it was).
 local n = redis.call('XLEN', KEYS[1])
 if n == 0 or n > tonumber(ARGV[1]) then
+  return 0
+end
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local now = redis.call('TIME')
+local settled = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - tonumber(ARGV[4])
+local ms = last[1] and tonumber(string.match(last[1][1], '^(%d+)'))
+if ms == nil or ms > settled then
   return 0
 end
 local used = redis.call('MEMORY', 'USAGE', KEYS[1], 'SAMPLES', 0)

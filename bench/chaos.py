@@ -45,9 +45,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
+from bench.local_servers import free_port
 from bus.api import Bus
 from bus.core.settings import Settings
-from bus.ops.embedded import free_port, server_binary
+from bus.ops.embedded import server_binary
 from bus.ops.procs import die_with_parent
 from bus.ops.topology import Topology, _signal_group, start_topology
 from bus.surfaces.listener import Listener

@@ -23,7 +23,8 @@ from typing import Any
 
 import redis
 
-from bus.ops.embedded import MEMORY_ARGS, free_cluster_ports, server_binary
+from bench.local_servers import free_cluster_ports
+from bus.ops.embedded import MEMORY_ARGS, server_binary
 from bus.ops.procs import die_with_parent
 
 SLOTS = 16384

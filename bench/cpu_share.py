@@ -401,14 +401,19 @@ def _servers(root: int) -> tuple[list[Any], Any, int | None]:
 def main() -> int:
     """``python bench/cpu_share.py ROOT_PID SECONDS [--slowlog]``: sample a running swarm
     (e.g. ``swarm_hosts.py`` while it sends) from outside."""
+    import argparse
     import json
 
-    root, seconds = int(sys.argv[1]), float(sys.argv[2])
+    ap = argparse.ArgumentParser(description="cores per role and Redis calls of a running swarm")
+    ap.add_argument("root_pid", type=int, help="the swarm's root process (e.g. swarm_hosts.py)")
+    ap.add_argument("seconds", type=float, help="how long to sample")
+    ap.add_argument("--slowlog", action="store_true", help="match each command to its process")
+    args = ap.parse_args()
+    root, seconds = args.root_pid, args.seconds
     masters, broker, port = _servers(root)
     res = sample(
-        root, seconds, nodes=masters, broker=broker, broker_port=port,
-        slowlog="--slowlog" in sys.argv,
-    )  # fmt: skip
+        root, seconds, nodes=masters, broker=broker, broker_port=port, slowlog=args.slowlog
+    )
     print(report(res))
     print(json.dumps(res))
     return 0

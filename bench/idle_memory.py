@@ -42,10 +42,10 @@ if str(REPO) not in sys.path:
 import redis  # noqa: E402
 
 from bench.burst import BenchError, bench_settings, celery_bus, close_bus, wait_until  # noqa: E402
+from bench.local_servers import EmbeddedCluster, free_cluster_ports, free_port  # noqa: E402
 from bench.swarm import key_kind, open_running, send_all, wire  # noqa: E402
 from bench.worker_proc import WorkerProcess, inbox_worker_argv  # noqa: E402
 from bus.core.settings import Settings  # noqa: E402
-from bus.ops.embedded import EmbeddedCluster, free_cluster_ports, free_port  # noqa: E402
 
 
 def stock_binary() -> str:

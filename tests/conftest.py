@@ -40,7 +40,7 @@ def _answers(url: str) -> bool:
 
 def _free_port() -> int:
     # Outside the ephemeral range: some tests restart a server on it while clients reconnect.
-    from bus.ops.embedded import free_port
+    from bench.local_servers import free_port
 
     return free_port()
 
@@ -214,7 +214,7 @@ def redis_cluster_url() -> Iterator[str]:
     if url:
         yield url
         return
-    from bus.ops.embedded import EmbeddedCluster, free_cluster_ports
+    from bench.local_servers import EmbeddedCluster, free_cluster_ports
 
     tmp = Path(tempfile.mkdtemp(prefix="inbox-test-cluster-"))
     cluster = EmbeddedCluster(tmp, free_cluster_ports(3)).start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bus.ops.embedded import free_port
+from bench.local_servers import free_port
 from bus.store.cluster import cluster_client, split_nodes
 
 

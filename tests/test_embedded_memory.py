@@ -44,7 +44,7 @@ def test_a_free_port_lies_outside_the_ephemeral_range_and_binds() -> None:
     # connection (or a client's self-connect while reconnecting to it).
     import socket
 
-    from bus.ops.embedded import _ephemeral_range, free_port
+    from bench.local_servers import _ephemeral_range, free_port
 
     low, high = _ephemeral_range()
     for _ in range(20):

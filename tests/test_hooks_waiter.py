@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.local_servers import free_port
 from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.errors import Unavailable
 from bus.core.settings import Settings
-from bus.ops.embedded import EmbeddedRedis, free_port
+from bus.ops.embedded import EmbeddedRedis
 from tests.conftest import wait_for
 from tests.harness_support import install_hooks
 from tests.test_inbox_live import Scheduler, celery_bus, events, marks

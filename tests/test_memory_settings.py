@@ -57,28 +57,36 @@ def stock(tmp_path: Path) -> Iterator[Callable[..., str]]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(*extra: str) -> str:
-        port = free_port()
-        d = tmp_path / str(port)
-        d.mkdir()
-        args = [_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d)]
-        proc = subprocess.Popen(
-            [*args, "--save", "", "--appendonly", "no", *extra],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        procs.append(proc)
-        url = f"redis://127.0.0.1:{port}/0"
-        client = redis.Redis.from_url(url)
+        # Another test process may take the same free port first: then this server exits
+        # and the one answering is the other's. Only our own process's answer counts.
+        for _ in range(5):
+            port = free_port()
+            d = tmp_path / str(port)
+            d.mkdir()
+            args = [_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d)]
+            proc = subprocess.Popen(
+                [*args, "--save", "", "--appendonly", "no", *extra],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            procs.append(proc)
+            url = f"redis://127.0.0.1:{port}/0"
+            client = redis.Redis.from_url(url)
 
-        def answers() -> bool:
-            try:
-                return bool(client.ping())
-            except redis.RedisError:
-                return False
+            def answers(proc: subprocess.Popen[bytes] = proc, client: redis.Redis = client) -> bool:
+                if proc.poll() is not None:
+                    return True  # it exited: try another port
+                try:
+                    return bool(client.ping())
+                except redis.RedisError:
+                    return False
 
-        wait_for(answers, 20, "the stock server")
-        client.close()
-        return url
+            wait_for(answers, 20, "the stock server")
+            own = proc.poll() is None and int(client.info("server")["process_id"]) == proc.pid
+            client.close()
+            if own:
+                return url
+        raise RuntimeError("no stock server of this test's own started")
 
     yield start
     for proc in procs:

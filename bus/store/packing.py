@@ -22,7 +22,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from bus.core.models import SessionInfo
 
 # SendAnswer's and Recipient's fields, in their order (a test holds them equal).
 ANSWER_FIELDS = ("ok", "id", "thread", "state", "recipient", "reason", "answer", "error")
@@ -335,67 +334,6 @@ def keep_ingested(whole: dict[str, Any], sid: str) -> tuple[str, str]:
     if letters:
         rec["md"] = letters
     return json.dumps(rec, separators=(",", ":")), thread_json
-
-
-# Session record fields not stored at their value here (memory): ``session`` is
-# its key's, ``prompt_waiting`` absent is "0". :func:`session_from_hash` puts them back.
-_SESSION_UNSTORED = {"prompt_waiting": "0"}
-
-
-def session_fields(fields: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """``fields`` for the session record: what to set, and what to delete (the fields at
-    their unstored value; ``session``, always its key's, never set)."""
-    out = {f: v for f, v in fields.items() if f != "session"}
-    drop = [f for f, v in _SESSION_UNSTORED.items() if out.get(f) == v]
-    for f in drop:
-        del out[f]
-    return out, drop
-
-
-# SessionInfo's fields in their order (bus.core.models; a test holds them equal).
-SESSION_FIELDS = (
-    "session", "handle", "host", "state", "parent", "delegator", "turns", "wake_cmd",
-    "wake_pending", "prompt_waiting", "agent_inbox", "workspace", "starter", "opened_at",
-    "updated_at", "last_seen",
-)  # fmt: skip
-
-
-def session_row(data: dict[str, str], sid: str) -> dict[str, Any]:
-    """A session record read whole, as :class:`~bus.core.models.SessionInfo`'s fields in
-    their order: ``session`` is ``sid`` (its key's), ``prompt_waiting`` absent is false
-    (:func:`session_fields` stores neither). Standard library only
-    (the read commands' fast lane, bus.surfaces.fast_read, uses it as it is)."""
-
-    def opt(name: str) -> str | None:
-        v = data.get(name)
-        return v if v else None
-
-    agent_inbox = data.get("agent_inbox")
-    return {
-        "session": sid,
-        "handle": data["handle"],
-        "host": data["host"],
-        "state": data.get("state", "idle"),
-        "parent": opt("parent"),
-        "delegator": opt("delegator"),
-        "turns": int(data.get("turns", "0") or 0),
-        "wake_cmd": opt("wake_cmd"),
-        "wake_pending": opt("wake_pending"),
-        "prompt_waiting": data.get("prompt_waiting") == "1",
-        "agent_inbox": None if not agent_inbox else agent_inbox == "1",
-        "workspace": opt("workspace"),
-        "starter": opt("starter"),
-        "opened_at": int(data.get("opened_at", "0") or 0),
-        "updated_at": int(data.get("updated_at", "0") or 0),
-        "last_seen": int(data.get("last_seen", "0") or 0),
-    }
-
-
-def session_from_hash(data: dict[str, str], sid: str) -> SessionInfo:
-    """:func:`session_row` as a :class:`~bus.core.models.SessionInfo`."""
-    from bus.core.models import SessionInfo
-
-    return SessionInfo(**session_row(data, sid))
 
 
 def json_list(raw: str | None) -> list[str]:

@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from bus.core.settings import Settings
+
 from .procs import die_with_parent
 
 # After a (re)start the spare waits this long before it is started itself.
@@ -38,18 +40,12 @@ SPARE_AFTER_S = 5.0
 GO = b"go\n"
 
 
-def _on(raw: str | None, default: bool) -> bool:
-    if raw is None or not raw.strip():
-        return default
-    return raw.strip().lower() not in ("0", "false", "no", "off")
-
-
 def standby_enabled(env: Mapping[str, str] | None = None, *, scheduler: bool = False) -> bool:
     """Whether ``env`` (a child's whole environment) asks for the worker's spare, or with
-    ``scheduler`` the scheduler's (``INBOX_SCHEDULER_STANDBY``, else as the worker's)."""
-    env = os.environ if env is None else env
-    worker = _on(env.get("INBOX_WORKER_STANDBY"), True)
-    return _on(env.get("INBOX_SCHEDULER_STANDBY"), worker) if scheduler else worker
+    ``scheduler`` the scheduler's: :class:`Settings`' ``worker_standby`` and
+    ``scheduler_standby`` as read from it."""
+    settings = Settings.from_env(dict(os.environ if env is None else env))
+    return settings.scheduler_standby if scheduler else settings.worker_standby
 
 
 def standby_argv(concurrency: int, pool: str = "prefork", loglevel: str = "info") -> list[str]:

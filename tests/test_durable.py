@@ -305,7 +305,11 @@ def test_the_gateway_streams_a_durable_subscription_as_server_sent_events(
         return conn, resp
 
     def event(resp: Any) -> dict[str, Any]:
-        lines = [resp.readline() for _ in range(4)]
+        first = resp.readline()
+        while first.startswith(b":"):  # a comment (the quiet keep-alive): clients skip it
+            assert resp.readline() == b"\n"
+            first = resp.readline()
+        lines = [first, *(resp.readline() for _ in range(3))]
         assert lines[1] == b"event: message\n" and lines[3] == b"\n"
         data = json.loads(lines[2].removeprefix(b"data: "))
         assert lines[0] == f"id: {data['session']}/{data['stream_id']}\n".encode()
@@ -351,3 +355,37 @@ def test_the_gateway_streams_a_durable_subscription_as_server_sent_events(
             server.kill()
             server.wait(10)
             raise
+
+
+@pytest.mark.parametrize(("step_s", "comments"), [(0.0, 0), (1.0, 1)])
+def test_the_gateway_s_quiet_comment_is_timed_not_counted(
+    monkeypatch: pytest.MonkeyPatch, step_s: float, comments: int
+) -> None:
+    """Reads that return at once with no message (other records) bring no ``: quiet``
+    comment before SSE_KEEPALIVE_S has passed on the clock; 20 s of them bring one."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from bus.services import durable_watch
+    from bus.surfaces.http import gateway
+
+    stop = threading.Event()
+    clock = [0.0]
+    calls = [0]
+
+    def fake_poll(sub: Any, *, max_events: int, wait_ms: int) -> tuple[list[Any], dict[str, str]]:
+        calls[0] += 1
+        clock[0] += step_s
+        if calls[0] >= 20:
+            stop.set()
+        return [], {}
+
+    monkeypatch.setattr(durable_watch, "poll", fake_poll)
+    monkeypatch.setattr(gateway, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+
+    async def collect() -> list[bytes]:
+        return [chunk async for chunk in gateway._sse(object(), stop)]
+
+    got = asyncio.run(collect())
+    assert got[0] == b": subscribed\n\n"
+    assert got[1:] == [b": quiet\n\n"] * comments

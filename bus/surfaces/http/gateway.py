@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -93,7 +94,7 @@ async def _sse(sub: Any, stop: threading.Event) -> AsyncIterator[bytes]:
     handed to the connection, a comment line every :data:`SSE_KEEPALIVE_S` when quiet."""
     from bus.services.durable_watch import poll
 
-    quiet = 0.0
+    quiet_since = time.monotonic()
     try:
         yield b": subscribed\n\n"
         while not stop.is_set():
@@ -106,9 +107,13 @@ async def _sse(sub: Any, stop: threading.Event) -> AsyncIterator[bytes]:
                 yield f"{head}data: {data}\n\n".encode()
             if cursors:
                 await run_in_threadpool(sub.commit, cursors)
-            quiet = 0.0 if events else quiet + 1.0
-            if quiet >= SSE_KEEPALIVE_S:
-                quiet = 0.0
+            # Timed, not counted: a read that returns early (records that are not
+            # messages) must not bring the comment sooner.
+            now = time.monotonic()
+            if events:
+                quiet_since = now
+            elif now - quiet_since >= SSE_KEEPALIVE_S:
+                quiet_since = now
                 yield b": quiet\n\n"
     finally:
         stop.set()

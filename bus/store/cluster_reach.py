@@ -5,8 +5,11 @@ a partition, the whole cluster restarting), raises ``RedisClusterException`` ("R
 Cluster cannot be connected"), which is neither a ``redis.ConnectionError`` nor an
 ``OSError``: a loop that waits out outages (``bus.store.outage_log.OUTAGE_ERRORS``) did
 not take it for one and ended, e.g. a worker's delivery loops and its heartbeat during a
-partition. :func:`as_outage` makes the client raise :class:`ClusterUnreachable` instead,
-which is both (a ``RedisClusterException`` and a builtin ``ConnectionError``).
+partition; nor a ``redis.RedisError`` (``StoreError``, which code outside the store
+catches for any failed store call): a worker's host-floor thread ended on it too.
+:func:`as_outage` makes the client raise :class:`ClusterUnreachable` instead, which is
+all three: a ``RedisClusterException``, a ``redis.RedisError`` and a builtin
+``ConnectionError``.
 
 Not a ``redis.ConnectionError``: redis-py's cluster pipeline retries those at once, ten
 times, each walking every node again.
@@ -27,7 +30,7 @@ T = TypeVar("T")
 _NOT_ANSWERING = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
-class ClusterUnreachable(RedisClusterException, ConnectionError):
+class ClusterUnreachable(RedisClusterException, redis.RedisError, ConnectionError):
     """No node of the cluster answered (each refused, timed out, or had no route)."""
 
 

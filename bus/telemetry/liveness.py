@@ -22,12 +22,7 @@ from bus.core.models import now_ms
 from bus.core.status_view import SCHEDULER as SCHEDULER
 from bus.core.status_view import host_queue as host_queue
 from bus.core.status_view import queue_of, worker_rows
-from bus.store.outage_log import OUTAGE_ERRORS
 from bus.store.redis_errors import StoreError
-
-# What a heartbeat's write swallows: any store failure, and an outage (a cluster with no
-# node answering raises bus.store.cluster_reach.ClusterUnreachable, not a StoreError).
-BEAT_ERRORS: tuple[type[BaseException], ...] = (StoreError, *OUTAGE_ERRORS)
 
 if TYPE_CHECKING:
     from bus.store.store import Store
@@ -100,7 +95,7 @@ class Heartbeat:
             fields["started"] = now
         try:
             self.store.beat(self.name, fields)
-        except BEAT_ERRORS:
+        except StoreError:
             pass
 
     def progress(self) -> None:
@@ -112,7 +107,7 @@ class Heartbeat:
         now = now_ms()
         try:
             self.store.beat(self.name, {"progress": now, "beat": now}, done=True)
-        except BEAT_ERRORS:
+        except StoreError:
             self._last_progress = 0.0
 
     def start(self, every_s: float = BEAT_EVERY_S) -> Heartbeat:

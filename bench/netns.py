@@ -19,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import random
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 
@@ -35,6 +36,8 @@ def unavailable() -> str | None:
     """Why network namespaces cannot be made here, or ``None`` when they can."""
     if os.geteuid() != 0:
         return "network namespaces need root"
+    if shutil.which("bridge") is None:
+        return "no bridge command (iproute2), which cuts a host"
     tag = f"inbprobe{os.getpid() % 100000}"
     try:
         made = _ip("netns", "add", tag, check=False)

@@ -3,9 +3,11 @@
 :class:`HostNet` makes a bridge in the root namespace (the store's and the broker's side,
 ``gateway`` address) and, per host, a namespace with a veth pair whose root end is on
 the bridge. A process started with :meth:`HostNet.wrap` runs in its host's namespace:
-its only way to Redis is its veth. :meth:`cut` sets the root end down (a black hole:
-packets are dropped, TCP retransmits, as in a network partition), :meth:`restore` sets
-it up again, :meth:`remove` deletes the namespace for good.
+its only way to Redis is its veth. :meth:`cut` disables the root end's bridge port (a
+black hole, as in a network partition: every link stays up and every packet leaves its
+sender's stack, then the bridge drops it, both ways; TCP retransmits on its growing
+timer, a connect's SYNs go unanswered), :meth:`restore` enables it again, :meth:`remove`
+deletes the namespace for good.
 
 Names carry a per-run tag, so runs of several people on one machine never collide;
 :meth:`close` removes everything made. Needs root (``ip netns``); :func:`unavailable`
@@ -17,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import random
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 
@@ -25,10 +28,16 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
 
 
+def _bridge(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bridge", *args], capture_output=True, text=True, check=True, timeout=30)
+
+
 def unavailable() -> str | None:
     """Why network namespaces cannot be made here, or ``None`` when they can."""
     if os.geteuid() != 0:
         return "network namespaces need root"
+    if shutil.which("bridge") is None:
+        return "no bridge command (iproute2), which cuts a host"
     tag = f"inbprobe{os.getpid() % 100000}"
     try:
         made = _ip("netns", "add", tag, check=False)
@@ -114,12 +123,16 @@ class HostNet:
         return ["ip", "netns", "exec", self.ns(host), *argv]
 
     def cut(self, host: str) -> None:
-        """The host can no longer reach the bridge (nor anything on it): a partition."""
-        _ip("link", "set", self.veth(host), "down")
+        """The host can no longer reach the bridge (nor anything on it): a partition.
+
+        Its bridge port is disabled (state 0), not its link set down: with the link down
+        the host's own stack would see no carrier and fail at once (no route to host),
+        which a real partition never says."""
+        _bridge("link", "set", "dev", self.veth(host), "state", "0")
         self.cut_hosts.add(host)
 
     def restore(self, host: str) -> None:
-        _ip("link", "set", self.veth(host), "up")
+        _bridge("link", "set", "dev", self.veth(host), "state", "3")  # forwarding
         self.cut_hosts.discard(host)
 
     def remove(self, host: str) -> None:

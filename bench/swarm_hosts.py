@@ -20,7 +20,8 @@ Setup (all started by this script as root, all stopped and removed at the end):
 Faults, spread over the run: a worker SIGKILL, the workers of several hosts SIGKILLed at
 once, a cluster master SIGKILLed (its replica takes over; the old node rejoins), a host's
 namespace cut from the bridge for ``--partition-s`` and restored, and the last host
-removed for good (its senders must learn it: send answers show its sessions ``stale``).
+removed for good (its senders must learn it: send answers show its sessions ``stale``);
+``--plan`` runs only some of them (bench/swarm_faults.py).
 
 The accounting (chaos.py's, on the cluster) then says: sent, stored once, lost, stored
 twice, left ``new``, notices per tool step, send → heard p50/p99 calm and under faults per
@@ -53,6 +54,7 @@ from bench.netns import HostNet
 from bench.swarm_account import account_extra, report_extra
 from bench.swarm_coordinator import COORD, Coordinator, pick_lanes, progress, run_kills
 from bench.swarm_coordinator import report as coordinator_report
+from bench.swarm_faults import Faults, kill_ns, parse_plan
 from bench.swarm_roles import add_role_args, role_harness, role_sender
 from bus.api import Bus
 from bus.core.settings import SOURCE_ROOT, Settings
@@ -62,7 +64,7 @@ PREFIX = "swarm"
 KINDS = ("sock", "floor", "wake")
 
 
-class HostsSoak(Soak):
+class HostsSoak(Faults, Soak):
     """chaos.Soak with its hosts in namespaces and its store on a replicated cluster."""
 
     def __init__(self, args: argparse.Namespace, base: Path) -> None:
@@ -298,113 +300,6 @@ class HostsSoak(Soak):
         if self.coord is not None:
             self.coord.tend()
 
-    # -- faults ----------------------------------------------------------------------
-
-    def live_hosts(self) -> list[str]:
-        return [h for h in self.hosts if h not in self.removed and h not in self.net.cut_hosts]
-
-    def kill_worker(self, host: str) -> None:
-        """SIGKILL the worker ``inbox up`` runs on ``host`` (its process group: the pool too)."""
-        up = self.ups[host].pid
-        parents: dict[int, int] = {}
-        workers = []
-        for pid in _ns_pids(self.net.ns(host)):
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            parents[pid] = int(stat[1])
-            if int(stat[1]) == up and b"worker" in cmd:
-                workers.append(pid)
-        # The worker, not its spare (bus.ops.standby, idle: no pool processes yet).
-        busy = [w for w in workers if w in parents.values()]
-        if not (busy or workers):
-            raise RuntimeError(f"no worker found on {host}")
-        os.killpg((busy or workers)[0], signal.SIGKILL)
-
-    def probes(self, hosts: list[str], label: str, t: float) -> float | None:
-        got: dict[str, float | None] = {}
-        threads = [
-            threading.Thread(target=lambda h=h: got.__setitem__(h, self.probe(h, f"{label}{h}", t)))
-            for h in hosts
-        ]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        values = list(got.values())
-        return None if None in values or not values else max(v for v in values if v is not None)
-
-    def fault(self, kind: str, n: int) -> None:
-        assert self.cluster is not None
-        live = self.live_hosts()
-        rec: dict[str, Any] = {"fault": kind, "host": "-"}
-        t = chaos._now()
-        if kind == "worker_kill":
-            host = live[(n * 3 + 1) % len(live)]
-            rec["host"] = host
-            self.kill_worker(host)
-            rec["recovery_s"] = self.probe(host, f"w{n}", t)
-        elif kind == "workers_kill":
-            hosts = live[: max(2, len(live) // 2)]
-            rec["host"] = ",".join(hosts)
-            for host in hosts:
-                self.kill_worker(host)
-            rec["recovery_s"] = self.probes(hosts, f"ww{n}", t)
-        elif kind == "master_kill":
-            node = self.cluster.master_of(
-                self.bus(live[0]).store.k.s(f"probe-{live[0]}", "session")
-            )
-            rec["host"] = f"node:{node.port}"
-            dead = self.cluster.kill_master(node)
-            promoted = self.cluster.wait_promoted(dead)
-            back = chaos._now()
-            rec["failover_s"] = round(back - t, 3)
-            rec["recovery_s"] = self.probes(live, f"m{n}", back)
-            rec["outage_s"] = round(back - t + (rec["recovery_s"] or 0), 3)
-            rec["until"] = back + (rec["recovery_s"] or 0)
-            rec["promoted"] = promoted.port
-            self.cluster.restart_node(node)  # it rejoins as a replica
-        elif kind == "partition":
-            host = live[min(1, len(live) - 1)]
-            rec["host"] = host
-            self.net.cut(host)
-            time.sleep(self.args.partition_s)
-            self.net.restore(host)
-            back = chaos._now()
-            rec["cut_s"] = round(back - t, 3)
-            rec["recovery_s"] = self.probe(host, f"p{n}", back)
-            rec["until"] = back
-        elif kind == "remove":
-            host = self.hosts[-1]
-            rec["host"] = host
-            self.removed[host] = t
-            for pid in _ns_pids(self.net.ns(host)):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self.net.remove(host)
-            rec["recovery_s"] = None  # filled in by the accounting (when senders learned it)
-        rec["t"] = t
-        rec.setdefault("until", t)
-        if isinstance(rec.get("recovery_s"), float):
-            rec["recovery_s"] = round(rec["recovery_s"], 3)
-        self.faults.append(rec)
-        print(f"swarm: {kind} on {rec['host']}: recovery {rec.get('recovery_s')} s", flush=True)
-
-    def fault_plan(self) -> list[str]:
-        if self.args.calm:
-            return []
-        plan = ["worker_kill", "partition"]
-        if len(self.hosts) > 1:
-            plan.append("remove")
-        plan += ["master_kill", "workers_kill"]
-        if self.args.faults > 1:
-            plan += ["worker_kill"] * (self.args.faults - 1)
-        return plan
-
     # -- accounting ------------------------------------------------------------------
 
     def read_sent(self) -> dict[str, tuple[str, float]]:
@@ -448,21 +343,12 @@ class HostsSoak(Soak):
                 except subprocess.TimeoutExpired:
                     proc.kill()
         for host in self.hosts:  # anything left in a namespace (a sender, a pool child)
-            for pid in _ns_pids(self.net.ns(host)):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            kill_ns(self.net.ns(host))
         if self.cluster is not None:
             self.cluster.stop()
         if self.broker is not None:
             self.broker.stop()
         self.net.close()
-
-
-def _ns_pids(ns: str) -> list[int]:
-    got = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=False)
-    return [int(p) for p in got.stdout.split() if p.isdigit()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -475,6 +361,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partition-s", type=float, default=30.0, help="how long a host is cut")
     p.add_argument("--stale-s", type=float, default=0.0, help="INBOX_STALE_S (2x partition)")
     p.add_argument("--faults", type=int, default=2, help="single worker kills")
+    p.add_argument(
+        "--plan",
+        type=parse_plan,
+        default=None,
+        help="only these faults, in this order (comma list: worker_kill, workers_kill, "
+        "master_kill, partition, remove); default: all of them",
+    )
     p.add_argument("--resend", type=float, default=0.03, help="share of ids sent twice")
     p.add_argument("--concurrency", type=int, default=1, help="worker processes per host")
     p.add_argument("--wake-debounce", type=float, default=2.0, help="INBOX_WAKE_DEBOUNCE_S")

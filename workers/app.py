@@ -68,12 +68,34 @@ class FastReconnectConsumer(Consumer):
         return super().ensure_connected(conn)
 
 
+# kombu's check of its long-lived connections runs this often; the worker's BRPOP (sent
+# with a 1 s server-side timeout) is dropped and made again once its reply is this much
+# overdue (with kombu's default, 25 s, a worker's consumer heard nothing for 25-26 s
+# after a 30 s partition ended; kombu documents up to 51 s).
+BROKER_CHECK_S = 2.0
+
+
+def broker_link_options(settings: Settings) -> dict[str, object]:
+    """kombu's redis transport options for a broker that may vanish without closing the
+    connection (a partition): every call waits ``INBOX_REDIS_TIMEOUT_S`` for its answer
+    (kombu's default is forever: a publish on a dead connection never returned), a
+    connect ``INBOX_REDIS_CONNECT_TIMEOUT_S``, and the consumer's BRPOP is checked every
+    :data:`BROKER_CHECK_S`."""
+    return {
+        "socket_timeout": settings.redis_timeout_s,
+        "socket_connect_timeout": settings.redis_connect_timeout_s,
+        "socket_keepalive": True,
+        "health_check_interval": BROKER_CHECK_S,
+    }
+
+
 def make_app(settings: Settings | None = None) -> Celery:
     settings = settings or Settings.from_env()
     app = Celery("workers", broker=settings.celery_broker_url(), include=["workers.tasks"])
     transport: dict[str, object] = {
         "visibility_timeout": settings.visibility_timeout_s,
         "global_keyprefix": f"{settings.key_prefix}:celery:",
+        **broker_link_options(settings),
     }
     if settings.broker_master_name:  # a sentinel:// broker URL names its master here
         transport["master_name"] = settings.broker_master_name

@@ -28,6 +28,13 @@ def _float(env: dict[str, str], name: str, default: float) -> float:
         raise ValueError(f"{name} must be a number, got {raw!r}") from exc
 
 
+def _positive(env: dict[str, str], name: str, default: float) -> float:
+    value = _float(env, name, default)
+    if value <= 0:
+        raise ValueError(f"{name} must be more than 0 seconds, got {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the bus reads from the environment, with their defaults."""
@@ -77,6 +84,14 @@ class Settings:
     # scheduler (bus.ops.standby); the scheduler's follows the workers' unless set.
     worker_standby: bool = True
     scheduler_standby: bool = True
+    # How long a call to Redis (the store or the broker) waits for its answer before its
+    # connection is dropped and the call tried again on a new one, and a new connection
+    # for its server's answer. A host that lost its network (a partition) serves again
+    # within about these once the network is back, not when TCP's retransmission, backed
+    # off for as long as the cut lasted, comes round. Commands that block (BLPOP, XREAD
+    # BLOCK) wait their own block plus ``redis_timeout_s``.
+    redis_timeout_s: float = 5.0
+    redis_connect_timeout_s: float = 2.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -116,6 +131,8 @@ class Settings:
             scheduler_standby=_bool(
                 env.get("INBOX_SCHEDULER_STANDBY"), _bool(env.get("INBOX_WORKER_STANDBY"), True)
             ),
+            redis_timeout_s=_positive(env, "INBOX_REDIS_TIMEOUT_S", 5.0),
+            redis_connect_timeout_s=_positive(env, "INBOX_REDIS_CONNECT_TIMEOUT_S", 2.0),
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 
@@ -141,6 +158,8 @@ class Settings:
             "INBOX_MAX_PICTURE_BYTES": str(self.max_picture_bytes),
             "INBOX_KICK": self.kick,
             "INBOX_EVENTS_KEEP_S": str(self.events_keep_s),
+            "INBOX_REDIS_TIMEOUT_S": str(self.redis_timeout_s),
+            "INBOX_REDIS_CONNECT_TIMEOUT_S": str(self.redis_connect_timeout_s),
         }
         if not self.memory_settings:
             env["INBOX_MEMORY_SETTINGS"] = "0"

@@ -20,6 +20,15 @@ def _kwargs(pool: Any) -> dict[str, Any]:
     return {k: v for k, v in pool.connection_kwargs.items() if not k.startswith(_POOL_OWN)}
 
 
+def outlasting(client: Any, block_s: float) -> float:
+    """A read timeout for a command that blocks ``block_s`` on ``client``'s server: the
+    block plus the timeout of ``client``'s ordinary calls (``INBOX_REDIS_TIMEOUT_S``), so
+    a dead connection is given up that long after the block, not never."""
+    pool = getattr(client, "connection_pool", None)
+    ordinary = pool.connection_kwargs.get("socket_timeout") if pool is not None else None
+    return block_s + (ordinary if ordinary else 5.0)
+
+
 def own_client(client: Any, *, socket_timeout: float | None, name: str) -> tuple[Any, Any]:
     """``(client, pool)``: one connection of its own on ``client``'s server, with this read
     timeout and ``name`` in ``CLIENT LIST`` (who waits for what); the caller disconnects
@@ -50,4 +59,4 @@ def blocking_client(client: Any) -> Any:
     )
 
 
-__all__ = ["blocking_client", "own_client"]
+__all__ = ["blocking_client", "outlasting", "own_client"]

@@ -57,15 +57,28 @@ def split_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
     return f"{scheme}://{auth}{at}{names[0]}{slash}{path}", others
 
 
-def cluster_client(url: str) -> RedisCluster:
+def cluster_client(
+    url: str, *, timeout_s: float = 5.0, connect_timeout_s: float = 2.0
+) -> RedisCluster:
     """A cluster client from a URL naming any node, or several (``h1:p1,h2:p2``: tried in
     turn, so a client starting while one of them is down still connects); it discovers
-    the others."""
+    the others. A call waits ``timeout_s`` for its answer and a connect
+    ``connect_timeout_s`` (``INBOX_REDIS_TIMEOUT_S``, ``INBOX_REDIS_CONNECT_TIMEOUT_S``);
+    a command that blocks on it must block for less. No node answering raises
+    :class:`~bus.store.cluster_reach.ClusterUnreachable` (an outage, as a standalone
+    server's ``ConnectionError``)."""
+    from .cluster_reach import as_outage, reraised
+
     first, others = split_nodes(url)
     nodes = [ClusterNode(host, port) for host, port in others]
-    return RedisCluster.from_url(
-        first, startup_nodes=nodes, decode_responses=True, socket_connect_timeout=5
+    client = reraised(RedisCluster.from_url)(
+        first,
+        startup_nodes=nodes,
+        decode_responses=True,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=connect_timeout_s,
     )
+    return as_outage(client)
 
 
 def is_cluster(client: object) -> bool:

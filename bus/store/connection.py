@@ -69,13 +69,20 @@ class AfterFirstAnswer(Retry):
 
 def redis_client(settings: Settings) -> Any:
     """A client for the bus store: ``INBOX_REDIS_URL`` or the embedded server's socket;
-    a :class:`~redis.cluster.RedisCluster` with ``INBOX_REDIS_CLUSTER=1``."""
+    a :class:`~redis.cluster.RedisCluster` with ``INBOX_REDIS_CLUSTER=1``. Its calls wait
+    ``INBOX_REDIS_TIMEOUT_S`` for an answer, its connects ``INBOX_REDIS_CONNECT_TIMEOUT_S``
+    (commands that block use clients of their own: bus.store.blocking)."""
     if settings.redis_cluster:
-        return cluster_client(settings.store_url())
+        return cluster_client(
+            settings.store_url(),
+            timeout_s=settings.redis_timeout_s,
+            connect_timeout_s=settings.redis_connect_timeout_s,
+        )
     return redis.Redis.from_url(
         settings.store_url(),
         decode_responses=True,
-        socket_connect_timeout=5,
+        socket_timeout=settings.redis_timeout_s,
+        socket_connect_timeout=settings.redis_connect_timeout_s,
         health_check_interval=30,
         retry=AfterFirstAnswer(ExponentialBackoff(cap=0.5, base=0.05), 4),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError],

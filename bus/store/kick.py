@@ -38,9 +38,9 @@ class KickStore(StorePart):
     def kick_client(self, block_s: float, name: str) -> tuple[Any, Any]:
         """``(client, pool)``: a connection of its own whose socket outlasts a ``block_s``
         pop; the caller disconnects ``pool`` (``None`` for a cluster client)."""
-        from .blocking import own_client
+        from .blocking import outlasting, own_client
 
-        return own_client(self.r, socket_timeout=block_s + 10, name=name)
+        return own_client(self.r, socket_timeout=outlasting(self.r, block_s), name=name)
 
     def take_kicks(self, host: str, loop: str, count: int) -> list[str]:
         """Up to ``count`` kicks already waiting on ``host``'s list into loop ``loop``'s

@@ -147,9 +147,9 @@ class ReceiptStore:
         blocking read (the shared client's may be shorter), on a pool of its own the caller
         disconnects (``pool`` is ``None`` for a cluster client, returned as it is).
         ``name`` shows in ``CLIENT LIST``: who is waiting for what."""
-        from .blocking import own_client
+        from .blocking import outlasting, own_client
 
-        return own_client(self.r, socket_timeout=block_s + 10, name=name)
+        return own_client(self.r, socket_timeout=outlasting(self.r, block_s), name=name)
 
     def wait_events(self, client: Any, sid: str, after: str, block_ms: int) -> str | None:
         """Block up to ``block_ms`` on ``client`` (:meth:`waiting_client`) for records of

@@ -23,9 +23,13 @@ def _kwargs(pool: Any) -> dict[str, Any]:
 def own_client(client: Any, *, socket_timeout: float | None, name: str) -> tuple[Any, Any]:
     """``(client, pool)``: one connection of its own on ``client``'s server, with this read
     timeout and ``name`` in ``CLIENT LIST`` (who waits for what); the caller disconnects
-    ``pool``. A cluster client is returned as it is, with ``None``."""
+    ``pool``. On a cluster, a cluster client of its own (:func:`~bus.store.cluster.own_cluster_client`)."""
     pool = getattr(client, "connection_pool", None)
     if pool is None:
+        from .cluster import is_cluster, own_cluster_client
+
+        if is_cluster(client):
+            return own_cluster_client(client, socket_timeout=socket_timeout, name=name)
         return client, None
     kwargs = _kwargs(pool)
     kwargs.update(socket_timeout=socket_timeout, client_name=name)

@@ -68,6 +68,36 @@ def cluster_client(url: str) -> RedisCluster:
     )
 
 
+class ClusterPools:
+    """The ``pool`` :func:`own_cluster_client` hands back: ``disconnect()`` closes the
+    client's connections to every node."""
+
+    def __init__(self, client: RedisCluster) -> None:
+        self.client = client
+
+    def disconnect(self) -> None:
+        self.client.close()
+
+
+def own_cluster_client(
+    client: RedisCluster, *, socket_timeout: float | None, name: str
+) -> tuple[RedisCluster, ClusterPools]:
+    """A cluster client of its own on ``client``'s cluster (its nodes, password, TLS and
+    decoding), each connection with this read timeout and ``name`` in ``CLIENT LIST``:
+    for a read that blocks longer than the shared client's socket allows (5 s by default).
+    The caller disconnects the pools it comes with."""
+    kwargs = {
+        k: v
+        for k, v in client.nodes_manager.connection_kwargs.items()
+        if k not in ("host", "port", "db", "retry", "socket_timeout", "client_name")
+    }
+    nodes = [ClusterNode(n.host, n.port) for n in client.get_nodes()]
+    own = RedisCluster(
+        startup_nodes=nodes, socket_timeout=socket_timeout, client_name=name, **kwargs
+    )
+    return own, ClusterPools(own)
+
+
 def is_cluster(client: object) -> bool:
     return isinstance(client, RedisCluster)
 

@@ -8,7 +8,7 @@ answers in its callers' order, one round trip per node, and a missing thing read
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError, ResponseError
@@ -92,6 +92,7 @@ class ManyStore(StorePart):
     lock_ttl_ms: int
     cluster: bool
     _sources: dict[str, str]
+    session_ids: Callable[[], list[str]]  # bus.store.sessions
 
     def session_hosts(self, sids: list[str]) -> list[str | None]:
         """Each session's host, in order; ``None`` for a session that does not exist."""
@@ -107,6 +108,38 @@ class ManyStore(StorePart):
         for sid in sids:
             pipe.hget(self.k.s(sid, "session"), "parent")
         return [str(p) if p else None for p in pipe.execute()]
+
+    def lanes_of(self, parent: str) -> list[str]:
+        """The sessions whose ``parent`` is ``parent`` now, sorted: the entries of its
+        lanes set, each checked against its record's ``parent`` (an entry of a session
+        gone or given another parent is taken out). Two round trips and a field a lane,
+        whatever the number of other sessions; the first lookup of a bus indexes the
+        sessions opened before the sets (:meth:`index_lanes`)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.exists(self.k.lanes_indexed)
+        pipe.smembers(self.k.lanes(parent))
+        indexed, members = pipe.execute()
+        if not indexed:
+            self.index_lanes()
+            members = self.r.smembers(self.k.lanes(parent))
+        candidates = sorted(str(s) for s in members)
+        parents = self.session_parents(candidates)
+        stale = [s for s, p in zip(candidates, parents, strict=True) if p != parent]
+        if stale:
+            self.r.srem(self.k.lanes(parent), *stale)
+        return [s for s, p in zip(candidates, parents, strict=True) if p == parent]
+
+    def index_lanes(self) -> None:
+        """Put every registered session with a parent in its parent's lanes set, then
+        mark the bus indexed: for the sessions opened before the sets (their open wrote
+        none). Reads every session's ``parent``: once."""
+        ids = self.session_ids()
+        pipe = self.r.pipeline(transaction=False)
+        for sid, parent in zip(ids, self.session_parents(ids), strict=True):
+            if parent:
+                pipe.sadd(self.k.lanes(parent), sid)
+        pipe.set(self.k.lanes_indexed, "1")
+        pipe.execute()
 
     def flag_dispatched(self, sids: Iterable[str]) -> None:
         """Set each session's dispatch flag (``pending``, for the lock TTL) in one round trip,

@@ -21,7 +21,7 @@ class SessionStore(StorePart):
     """Session records and their registry."""
 
     def put_session(self, info: SessionInfo) -> None:
-        """Create or replace a session record and index its handle."""
+        """Create or replace a session record and index its handle and its parent's lane."""
         fields: dict[str, str] = {}
         for name, value in info.model_dump().items():
             if isinstance(value, bool):
@@ -32,6 +32,10 @@ class SessionStore(StorePart):
                 fields[name] = str(value)
         key = self.k.s(info.session, "session")
         fields, _drop = stored(fields, info.session)
+        if info.parent:
+            # The parent's lanes set first (another slot than the record): a lookup checks
+            # each entry against the record, so an entry ahead of its record is harmless.
+            self.r.sadd(self.k.lanes(info.parent), info.session)
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(key)
         pipe.hset(key, mapping=fields)
@@ -61,6 +65,8 @@ class SessionStore(StorePart):
                 if name not in mapping and name in was:
                     mapping[name] = was[name]
         mapping, drop = stored(mapping, sid)
+        if mapping.get("parent"):
+            self.r.sadd(self.k.lanes(mapping["parent"]), sid)  # as put_session does
         if not drop:
             self.r.hset(key, mapping=mapping)
             return

@@ -149,3 +149,17 @@ def test_a_script_lost_where_a_moved_call_runs_again_is_loaded_there(store: Stor
     queue_script(store, pipe, sid, "me")
     queue_script(store, pipe, sid, "you")
     assert pipe.execute() == [True, 1, 0]
+
+
+def test_independent_script_calls_a_node_answers_moved_run_again_where_their_slot_is(
+    store: Store,
+) -> None:
+    cluster_only(store)
+    for sid in SIDS[:3]:
+        store.r.set(lock(store, sid), "me")
+    wrong_node(store, lock(store, SIDS[0]))
+    calls = [
+        store.script_call("extend_lock", list(store.k.s_many(sid, ("lock", "again"))), ["me", 1000])
+        for sid in SIDS
+    ]
+    assert store.run_scripts(calls) == [1] * 3 + [0] * (len(SIDS) - 3)

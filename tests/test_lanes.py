@@ -1,4 +1,4 @@
-"""A session's lanes (bus/services/durable_watch.py ``lanes``) from its parent's lanes set
+"""A session's lanes (bus/services/durable_watch.py ``lanes``) from its parent's lanes index
 (bus/store/many.py ``lanes_of``), on every backend: the same lanes as reading every
 session's ``parent``, in a table of cases, and a lookup whose Redis calls do not grow with
 the sessions that are not its lanes."""
@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import redis.connection
 
-from bus.core.models import SessionInfo
+from bus.core.models import SessionInfo, now_ms
 from bus.services.durable_watch import lanes
+from bus.store import many
 from bus.store.store import Store
 from tests.store_backends import store  # noqa: F401  (the fixture)
 
@@ -31,8 +32,8 @@ def every_parent(s: Store, sid: str) -> list[str]:
     return sorted(started | set(s.gave_to(sid)))
 
 
-def before_the_sets(s: Store) -> None:
-    """The bus as a store without lanes sets left it: no set, not indexed."""
+def before_the_index(s: Store) -> None:
+    """The bus as a store without lanes indexes left it: none, not indexed."""
     for key in s.r.scan_iter(match=f"{s.k.prefix}:*:lanes"):
         s.r.delete(key)
     s.r.delete(s.k.lanes_indexed)
@@ -72,26 +73,48 @@ CASES: dict[str, tuple[Callable[[Store], None], list[str]]] = {
         lambda s: (open_(s, "l1", "coord"), open_(s, "g1"), s.add_gave("coord", "g1")),
         ["g1", "l1"],
     ),
-    "lanes opened before the sets": (
-        lambda s: (open_(s, "l1", "coord"), open_(s, "o1", "other"), before_the_sets(s)),
+    "lanes opened before the index": (
+        lambda s: (open_(s, "l1", "coord"), open_(s, "o1", "other"), before_the_index(s)),
         ["l1"],
     ),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_lanes_found_are_those_of_every_sessions_parent(store: Store, case: str) -> None:
+def test_the_lanes_found_are_those_of_every_sessions_parent(
+    store: Store, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(many, "LANE_SETTLE_MS", 0)  # a disagreeing entry is taken out at once
     open_(store, "coord")
     change, expected = CASES[case]
     change(store)
     assert lanes(store, "coord") == every_parent(store, "coord") == expected
     # An entry of a session gone or re-parented was taken out of the set.
-    assert sorted(store.r.smembers(store.k.lanes("coord"))) == sorted(
+    assert sorted(store.r.zrange(store.k.lanes("coord"), 0, -1)) == sorted(
         set(expected) - set(store.gave_to("coord"))
     )
 
 
-def test_a_session_without_a_parent_has_no_lanes_set(store: Store) -> None:
+def test_a_young_entry_ahead_of_its_record_stays_until_its_record_comes(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The index is written before the record: a lookup in between must not lose the lane.
+    open_(store, "coord")
+    zadd = store.r.zadd
+    zadd(store.k.lanes("coord"), {"l1": now_ms()})  # l1 being opened: no record yet
+    assert lanes(store, "coord") == []
+    with monkeypatch.context() as m:
+        m.setattr(store.r, "zadd", lambda *a, **kw: 0)  # the open's index write came first
+        open_(store, "l1", "coord")
+    assert lanes(store, "coord") == ["l1"]
+    # Re-parented a minute ago (its entry that old): taken out.
+    open_(store, "l1", "other")
+    store.r.zadd(store.k.lanes("coord"), {"l1": now_ms() - many.LANE_SETTLE_MS - 1})
+    assert lanes(store, "coord") == []
+    assert store.r.zcard(store.k.lanes("coord")) == 0
+
+
+def test_a_session_without_a_parent_has_no_lanes_index(store: Store) -> None:
     for sid in ("a", "b", "c"):
         open_(store, sid)
     lanes(store, "a")

@@ -53,7 +53,7 @@ class CursorExpired(Refused):
 def lanes(store: Store, sid: str) -> list[str]:
     """The sessions ``sid`` started (their ``parent``) or gave work to, sorted."""
     check_session_id(sid)
-    # From the parent's lanes set (bus.store.many.lanes_of): a watch looks its lanes up
+    # From the parent's lanes index (bus.store.many.lanes_of): a watch looks its lanes up
     # every few seconds, and reading every session's parent grew with the bus.
     return sorted(set(store.lanes_of(sid)) | set(store.gave_to(sid)))
 

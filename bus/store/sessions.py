@@ -33,9 +33,10 @@ class SessionStore(StorePart):
         key = self.k.s(info.session, "session")
         fields, _drop = stored(fields, info.session)
         if info.parent:
-            # The parent's lanes set first (another slot than the record): a lookup checks
-            # each entry against the record, so an entry ahead of its record is harmless.
-            self.r.sadd(self.k.lanes(info.parent), info.session)
+            # The parent's lanes first (another slot than the record), stamped now: a
+            # lookup checks each entry against the record and leaves a fresh one that
+            # disagrees (its record may be on its way) in the index.
+            self.r.zadd(self.k.lanes(info.parent), {info.session: now_ms()})
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(key)
         pipe.hset(key, mapping=fields)
@@ -66,7 +67,7 @@ class SessionStore(StorePart):
                     mapping[name] = was[name]
         mapping, drop = stored(mapping, sid)
         if mapping.get("parent"):
-            self.r.sadd(self.k.lanes(mapping["parent"]), sid)  # as put_session does
+            self.r.zadd(self.k.lanes(mapping["parent"]), {sid: now_ms()})  # as put_session
         if not drop:
             self.r.hset(key, mapping=mapping)
             return

@@ -11,6 +11,8 @@ slot here:
 - independent script calls (:func:`run_per_node`) go the same way;
 - a multi-stream ``XREAD`` (``inbox watch --all``) becomes :func:`read_streams`: one
   non-blocking ``XREAD`` per stream, pipelined per node, polled until ``block_ms``.
+- a read that blocks longer than the shared client's sockets allow (a receipt's wait, a
+  kick loop's pop) gets a cluster client of its own (:func:`own_cluster_client`).
 
 The Celery broker is not here: kombu has no cluster transport, so the broker stays a
 standalone Redis (``INBOX_BROKER_URL``).

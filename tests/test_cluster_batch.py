@@ -163,3 +163,51 @@ def test_independent_script_calls_a_node_answers_moved_run_again_where_their_slo
         for sid in SIDS
     ]
     assert store.run_scripts(calls) == [1] * 3 + [0] * (len(SIDS) - 3)
+
+
+def _move_slot(s: Store, slot: int, src: Any, dst: Any, *, finish: bool = True) -> None:
+    """Move ``slot`` from node ``src`` to ``dst`` as ``redis-cli --cluster reshard`` does:
+    IMPORTING/MIGRATING, then (``finish``) its keys MIGRATEd and the slot given to ``dst``
+    on every master."""
+    a, b = s.r.get_redis_connection(src), s.r.get_redis_connection(dst)
+    a_id, b_id = a.execute_command("CLUSTER MYID"), b.execute_command("CLUSTER MYID")
+    b.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", a_id)
+    a.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", b_id)
+    if not finish:
+        return
+    keys = a.execute_command("CLUSTER GETKEYSINSLOT", slot, 1000)
+    if keys:
+        a.execute_command("MIGRATE", dst.host, dst.port, "", 0, 5000, "KEYS", *keys)
+    for node in s.r.get_primaries():
+        s.r.get_redis_connection(node).execute_command("CLUSTER SETSLOT", slot, "NODE", b_id)
+
+
+def test_a_batch_during_and_after_a_slot_migration_answers_in_order(store: Store) -> None:
+    cluster_only(store)
+    moving, still = SIDS[3], SIDS[4]
+    slot = store.r.keyslot(lock(store, moving))
+    src = store.r.nodes_manager.get_node_from_slot(slot)
+    dst = next(n for n in store.r.get_primaries() if n.name != src.name)
+    # On src, both of the script's keys: it runs there during the move (with one of them
+    # moved or missing the node would answer TRYAGAIN until the move is done).
+    store.r.set(lock(store, moving), "me")
+    store.r.set(store.k.s(moving, "again"), "1")
+    try:
+        _move_slot(store, slot, src, dst, finish=False)
+        pipe = store.pipeline()
+        pipe.set(store.k.s(moving, "cursor"), "1-0")  # new: ASK, written on dst
+        queue_script(store, pipe, moving, "me")  # its keys on src: runs there
+        pipe.get(store.k.s(moving, "cursor"))  # ASK: read on dst
+        pipe.set(lock(store, still), "me")
+        assert pipe.execute() == [True, 1, "1-0", True]
+        _move_slot(store, slot, src, dst)  # done: src answers MOVED for the slot
+        pipe = store.pipeline()
+        queue_script(store, pipe, moving, "me")
+        pipe.get(store.k.s(moving, "cursor"))
+        queue_script(store, pipe, still, "me")
+        assert pipe.execute() == [1, "1-0", 1]
+    finally:
+        node = store.r.nodes_manager.get_node_from_slot(slot)
+        if node.name != src.name:
+            _move_slot(store, slot, node, src)  # back where it was, for the other tests
+        store.r.nodes_manager.initialize()

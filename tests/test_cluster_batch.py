@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis
 import redis.connection
 
 from bus.store.store import Store
@@ -211,3 +212,29 @@ def test_a_batch_during_and_after_a_slot_migration_answers_in_order(store: Store
         if node.name != src.name:
             _move_slot(store, slot, node, src)  # back where it was, for the other tests
         store.r.nodes_manager.initialize()
+
+
+def test_a_blocking_reads_own_cluster_client_is_named_and_outlasts_its_block(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster_only(store)
+    from redis.cluster import ClusterNode
+
+    from bus.store.cluster import own_cluster_client
+
+    key = lock(store, SIDS[0])
+    own, pools = own_cluster_client(store.r, socket_timeout=70.0, name="inbox-wait:m1")
+    try:
+        assert own.blpop([key], timeout=0.1) is None
+        node = own.get_node_from_key(key)
+        conn = own.get_redis_connection(node).connection_pool.get_connection()
+        assert conn.socket_timeout == 70.0
+        own.get_redis_connection(node).connection_pool.release(conn)
+        names = [c.get("name") for c in store.r.client_list(target_nodes=node)]
+        assert "inbox-wait:m1" in names
+    finally:
+        pools.disconnect()
+    # No node answering is an outage (what a delivery loop waits out), not a crash.
+    monkeypatch.setattr(store.r, "get_nodes", lambda: [ClusterNode("127.0.0.1", 1)])
+    with pytest.raises(redis.ConnectionError):
+        own_cluster_client(store.r, socket_timeout=70.0, name="inbox-wait:m2")

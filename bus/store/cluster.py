@@ -87,16 +87,21 @@ def own_cluster_client(
     """A cluster client of its own on ``client``'s cluster (its nodes, password, TLS and
     decoding), each connection with this read timeout and ``name`` in ``CLIENT LIST``:
     for a read that blocks longer than the shared client's socket allows (5 s by default).
-    The caller disconnects the pools it comes with."""
+    The caller disconnects the pools it comes with. No node answering raises
+    ``redis.ConnectionError`` (an outage, as a plain client's first command would say;
+    redis-py's ``RedisClusterException`` is not one)."""
     kwargs = {
         k: v
         for k, v in client.nodes_manager.connection_kwargs.items()
         if k not in ("host", "port", "db", "retry", "socket_timeout", "client_name")
     }
     nodes = [ClusterNode(n.host, n.port) for n in client.get_nodes()]
-    own = RedisCluster(
-        startup_nodes=nodes, socket_timeout=socket_timeout, client_name=name, **kwargs
-    )
+    try:
+        own = RedisCluster(
+            startup_nodes=nodes, socket_timeout=socket_timeout, client_name=name, **kwargs
+        )
+    except RedisClusterException as exc:
+        raise redis.ConnectionError(str(exc)) from exc
     return own, ClusterPools(own)
 
 

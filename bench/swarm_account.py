@@ -210,14 +210,21 @@ def idle_memory(soak: HostsSoak) -> dict[str, Any]:
     time.sleep(soak.args.memory_wait)
     roles = cluster.roles()
     after, k1 = cluster.memory(), keys()
-    return {
+    grown, grown_all = after["masters"] - before["masters"], after["all"] - before["all"]
+    out: dict[str, Any] = {
         "sessions": n,
         "waited_s": soak.args.memory_wait,
         "server": "memory args" if soak.args.memory_args else "stock",
-        "bytes_per_session": round((after["masters"] - before["masters"]) / n),
-        "bytes_per_session_with_replicas": round((after["all"] - before["all"]) / n),
+        "bytes_per_session": round(grown / n),
+        "bytes_per_session_with_replicas": round(grown_all / n),
         "keys_per_session": round((k1 - k0) / n, 2),
     }
+    if grown <= 0 or grown_all <= 0:
+        # The rest of the run's housekeeping (compaction, trims) freed more than these
+        # sessions took: no figure, rather than a negative one.
+        out["bytes_per_session"] = out["bytes_per_session_with_replicas"] = None
+        out["unmeasured"] = f"the run freed more memory than {n} sessions took; use more"
+    return out
 
 
 def report_extra(res: dict[str, Any]) -> str:

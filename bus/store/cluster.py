@@ -82,11 +82,12 @@ class ClusterPools:
 
 
 def own_cluster_client(
-    client: RedisCluster, *, socket_timeout: float | None, name: str
+    client: RedisCluster, *, socket_timeout: float | None, name: str | None
 ) -> tuple[RedisCluster, ClusterPools]:
     """A cluster client of its own on ``client``'s cluster (its nodes, password, TLS and
-    decoding), each connection with this read timeout and ``name`` in ``CLIENT LIST``:
-    for a read that blocks longer than the shared client's socket allows (5 s by default).
+    decoding), each connection with this read timeout (``None``: none) and ``name`` in
+    ``CLIENT LIST`` (if given): for a read that blocks longer than the shared client's
+    socket allows (5 s by default).
     The caller disconnects the pools it comes with. No node answering raises
     ``redis.ConnectionError`` (an outage, as a plain client's first command would say;
     redis-py's ``RedisClusterException`` is not one)."""
@@ -97,9 +98,9 @@ def own_cluster_client(
     }
     nodes = [ClusterNode(n.host, n.port) for n in client.get_nodes()]
     try:
-        own = RedisCluster(
-            startup_nodes=nodes, socket_timeout=socket_timeout, client_name=name, **kwargs
-        )
+        if name is not None:
+            kwargs["client_name"] = name
+        own = RedisCluster(startup_nodes=nodes, socket_timeout=socket_timeout, **kwargs)
     except RedisClusterException as exc:
         raise redis.ConnectionError(str(exc)) from exc
     return own, ClusterPools(own)

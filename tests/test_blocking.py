@@ -17,6 +17,7 @@ import pytest
 from bus.api import Bus
 from bus.core.errors import Refused
 from bus.core.settings import Settings
+from bus.delivery.dispatch import RecordingDispatcher
 from bus.surfaces.listener import Listener
 from tests.conftest import settings_env, wait_for
 
@@ -132,3 +133,42 @@ def test_watch_blocks_idle_past_the_socket_timeout_then_prints(settings: Setting
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_receipt_waited_on_a_cluster_blocks_past_the_socket_timeout(
+    cluster_settings: Settings,
+) -> None:
+    # The cluster client's sockets time out after 5 s: the wait has a client of its own.
+    b = Bus(cluster_settings, dispatcher=RecordingDispatcher())
+    try:
+        b.open_session("me")
+        b.open_session("coord")
+        b.turn("coord", "start")
+        sent = b.send({"from": "ha:me", "from_session": "me", "to_id": "coord", "text": "hi"})
+        key = b.store.k.s("coord", "events")
+        node = b.store.r.get_node_from_key(key)
+        got: list[dict[str, Any]] = []
+        waiter = threading.Thread(
+            target=lambda: got.append(
+                b.receipt(sent["id"], by="me", wait_for="noticed", timeout=30)
+            )
+        )
+        waiter.start()
+        try:
+            wait_for(
+                lambda: any(
+                    c.get("name") == f"inbox-wait:{sent['id']}" and c.get("cmd") == "xread"
+                    for c in b.store.r.client_list(target_nodes=node)
+                ),
+                what="the waiter blocked on the events' node",
+            )
+            time.sleep(IDLE_S)  # the waiter blocks all along
+            assert waiter.is_alive()
+            b.deliver_session("coord")
+            b.drain("coord")
+        finally:
+            waiter.join(30)
+        assert not waiter.is_alive()
+        assert got[0]["state"] == "noticed", got
+    finally:
+        b.store.r.close()

@@ -205,7 +205,14 @@ def test_an_armed_waiter_survives_a_redis_restart_and_a_blocker_still_wakes_it(
     # A server of the test's own (the suite's is shared), restarted while the waiter waits.
     server = EmbeddedRedis(tmp_path / "r.sock", tmp_path / "rdata", port=free_port()).start()
     url = f"redis://:{server.password}@127.0.0.1:{server.port}/0"
-    s = replace(settings, redis_url=url, broker_url=url, wake_debounce_s=0.5, fyi_flush_s=600.0)
+    s = replace(
+        settings,
+        redis_url=url,
+        broker_url=url,
+        redis_cluster=False,  # the server of its own is standalone (also in a cluster run)
+        wake_debounce_s=0.5,
+        fyi_flush_s=600.0,
+    )
     try:
         with running(s, start_worker, tmp_path) as (bus, commands, worker):
             sid = str(uuid.uuid4())

@@ -285,27 +285,22 @@ def test_a_batch_on_the_cluster_opens_its_receipts_as_on_a_server(
         # The nodes have the scripts (a first call may load them).
         b.send_many([*batch(3, "warm"), {**batch(1, "warm")[0], "to_id": "ghost"}])
         items = [*batch(30), {**batch(1)[0], "id": "ghost-1", "to_id": "ghost"}]
-        r, shas = b.store.r, []
-        real = r.evalsha
+        shas: list[str] = []
+        # Scripts and commands go one pipeline per node (bus.store.cluster.run_commands):
+        # the ordered batch of appends and the independent id lookups alike.
+        from bus.store import cluster
 
-        def evalsha(sha: str, *args: Any) -> Any:
-            shas.append(f"EVALSHA {sha.upper()}")
-            return real(sha, *args)
+        real = cluster.run_commands
 
-        # Independent script calls (the id lookup) go one pipeline per node.
-        from bus.store import many
+        def counted(client: Any, commands: list[Any], sources: Any) -> list[Any]:
+            shas.extend(named(args) for args, _o in commands if str(args[0]) == "EVALSHA")
+            return real(client, commands, sources)
 
-        per_node = many.run_per_node
-
-        def counted(client: Any, calls: list[tuple[Any, ...]], sources: Any) -> list[Any]:
-            shas.extend(f"EVALSHA {c[1].upper()}" for c in calls)
-            return per_node(client, calls, sources)
-
-        r.evalsha, many.run_per_node = evalsha, counted
+        cluster.run_commands = counted
         try:
             answers = b.send_many(items)
         finally:
-            r.evalsha, many.run_per_node = real, per_node
+            cluster.run_commands = real
         assert [a["state"] for a in answers] == ["stored"] * 30 + ["bounced"]
         # One script per receiver, each in its slot (the ghost's reads its record, writes
         # nothing); only the bounce opens its receipt apart, next round trip. The id lookup

@@ -237,6 +237,13 @@ def test_a_one_message_thread_keeps_its_message_in_its_record_until_a_second(bus
     assert reply["ok"] is True
 
 
+def clients_of(store: Any, key: str) -> list[dict[str, Any]]:
+    """``CLIENT LIST`` of the server holding ``key`` (on a cluster, the node of its slot)."""
+    if store.cluster:
+        return list(store.r.client_list(target_nodes=store.r.get_node_from_key(key)))
+    return list(store.r.client_list())
+
+
 def test_a_quiet_sessions_events_are_dropped_and_a_waited_receipt_still_ends(bus: Bus) -> None:
     store, k = bus.store, bus.store.k
     bus.open_session("me")
@@ -257,7 +264,7 @@ def test_a_quiet_sessions_events_are_dropped_and_a_waited_receipt_still_ends(bus
         wait_for(
             lambda: any(
                 c.get("name") == f"inbox-wait:{sent['id']}" and c.get("cmd") == "xread"
-                for c in store.r.client_list()
+                for c in clients_of(store, key)
             ),
             what="the waiter blocked",
         )

@@ -204,7 +204,8 @@ def test_a_message_after_a_redis_restart_is_heard_without_waiting_out_a_lock(
     server = EmbeddedRedis(tmp_path / "r.sock", tmp_path / "rdata", port=port).start()
     # On TCP the embedded server requires its generated password.
     url = f"redis://:{server.password}@127.0.0.1:{port}/0"
-    s = replace(settings, redis_url=url, broker_url=url)
+    # Its own standalone server, restarted (also when the suite's store is a cluster).
+    s = replace(settings, redis_url=url, broker_url=url, redis_cluster=False)
     stop = threading.Event()
     try:
         worker = start_worker(s)

@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import redis
 
 from bench.worker_proc import inbox_worker_argv
 from bus.api import Bus
@@ -55,8 +54,8 @@ def test_a_killed_workers_restart_is_its_spare_and_delivers(
     log = tmp_path / "worker.log"
     cold = spawn_logged(inbox_worker_argv("prefork", 1), env, log)
     spare = Standby(standby_argv(1), env, log, cold, after_s=0)
-    client = redis.Redis.from_url(settings.store_url(), decode_responses=True)
     bus = Bus(settings, dispatcher=CeleryDispatcher(make_app(settings)))
+    client = bus.store.r  # the store's own client: a standalone server's or a cluster's
     beat = bus.store.k.beat(settings.host)
     child = Child("worker", spare, host=settings.host, log=log, standby=spare)
     sup = Supervisor([child], log=lambda _line: None, stall_s=0).start()
@@ -82,6 +81,6 @@ def test_a_killed_workers_restart_is_its_spare_and_delivers(
         left = spare.spare
     finally:
         sup.stop(20)
-        client.close()
+        bus.store.r.close()
     assert child.proc.poll() is not None
     assert left.poll() is not None  # stopping the supervisor ends its spare too

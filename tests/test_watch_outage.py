@@ -36,7 +36,9 @@ def test_a_durable_watch_carries_on_through_a_redis_restart(
     port = _free_port()
     server = EmbeddedRedis(tmp_path / "r.sock", tmp_path / "rdata", port=port).start()
     url = f"redis://:{server.password}@127.0.0.1:{port}/0"
-    bus = Bus(replace(settings, redis_url=url, broker_url=url), dispatcher=RecordingDispatcher())
+    # Its own standalone server, restarted (also when the suite's store is a cluster).
+    s = replace(settings, redis_url=url, broker_url=url, redis_cluster=False)
+    bus = Bus(s, dispatcher=RecordingDispatcher())
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
     out = io.StringIO()

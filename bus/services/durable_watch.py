@@ -53,13 +53,9 @@ class CursorExpired(Refused):
 def lanes(store: Store, sid: str) -> list[str]:
     """The sessions ``sid`` started (their ``parent``) or gave work to, sorted."""
     check_session_id(sid)
-    # The parent field alone: a watch looks its lanes up every few seconds, and whole
-    # records of every session were most of an idle coordinator's reads.
-    ids = store.session_ids()
-    started = {
-        s for s, parent in zip(ids, store.session_parents(ids), strict=True) if parent == sid
-    }
-    return sorted(started | set(store.gave_to(sid)))
+    # From the parent's lanes index (bus.store.many.lanes_of): a watch looks its lanes up
+    # every few seconds, and reading every session's parent grew with the bus.
+    return sorted(set(store.lanes_of(sid)) | set(store.gave_to(sid)))
 
 
 def resolve(

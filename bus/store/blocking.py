@@ -32,9 +32,13 @@ def outlasting(client: Any, block_s: float) -> float:
 def own_client(client: Any, *, socket_timeout: float | None, name: str) -> tuple[Any, Any]:
     """``(client, pool)``: one connection of its own on ``client``'s server, with this read
     timeout and ``name`` in ``CLIENT LIST`` (who waits for what); the caller disconnects
-    ``pool``. A cluster client is returned as it is, with ``None``."""
+    ``pool``. On a cluster, a cluster client of its own (:func:`~bus.store.cluster.own_cluster_client`)."""
     pool = getattr(client, "connection_pool", None)
     if pool is None:
+        from .cluster import is_cluster, own_cluster_client
+
+        if is_cluster(client):
+            return own_cluster_client(client, socket_timeout=socket_timeout, name=name)
         return client, None
     kwargs = _kwargs(pool)
     kwargs.update(socket_timeout=socket_timeout, client_name=name)
@@ -45,10 +49,15 @@ def own_client(client: Any, *, socket_timeout: float | None, name: str) -> tuple
 def blocking_client(client: Any) -> Any:
     """A client on the same server as ``client`` whose sockets never time out on a read.
 
-    ``client`` itself is returned when its reads already have no timeout.
+    ``client`` itself is returned when its reads already have no timeout. On a cluster, a
+    cluster client of its own (:func:`~bus.store.cluster.own_cluster_client`).
     """
     pool = getattr(client, "connection_pool", None)
-    if pool is None:  # not a plain client (a cluster client): leave it as it is
+    if pool is None:
+        from .cluster import is_cluster, own_cluster_client
+
+        if is_cluster(client):
+            return own_cluster_client(client, socket_timeout=None, name=None)[0]
         return client
     kwargs = _kwargs(pool)
     if kwargs.get("socket_timeout", 5) is None:

@@ -6,11 +6,13 @@ runs in one slot. What a single server does in one command across sessions is do
 slot here:
 
 - a pipeline that also runs scripts (redis-py refuses ``EVALSHA`` inside a cluster
-  pipeline) becomes an :class:`OrderedBatch`: runs of plain commands go as one cluster
-  pipeline (one round trip per node), each script as its own call, in the queued order;
-- independent script calls (:func:`run_per_node`) go as one pipeline per node;
+  pipeline) becomes an :class:`OrderedBatch`: its commands and scripts go as one pipeline
+  per node (:func:`run_commands`), each key's in the queued order;
+- independent script calls (:func:`run_per_node`) go the same way;
 - a multi-stream ``XREAD`` (``inbox watch --all``) becomes :func:`read_streams`: one
   non-blocking ``XREAD`` per stream, pipelined per node, polled until ``block_ms``.
+- a read that blocks longer than the shared client's sockets allow (a receipt's wait, a
+  kick loop's pop) gets a cluster client of its own (:func:`own_cluster_client`).
 
 The Celery broker is not here: kombu has no cluster transport, so the broker stays a
 standalone Redis (``INBOX_BROKER_URL``).
@@ -24,7 +26,7 @@ from typing import Any
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
-from redis.exceptions import RedisClusterException
+from redis.exceptions import AskError, NoScriptError, RedisClusterException, TryAgainError
 
 # A cluster's multi-stream read polls: first after POLL_S, each wait twice the last while
 # nothing comes, up to POLL_MAX_S (a quiet watch of many lanes costs a few reads a second,
@@ -81,16 +83,60 @@ def cluster_client(
     return as_outage(client)
 
 
+class ClusterPools:
+    """The ``pool`` :func:`own_cluster_client` hands back: ``disconnect()`` closes the
+    client's connections to every node."""
+
+    def __init__(self, client: RedisCluster) -> None:
+        self.client = client
+
+    def disconnect(self) -> None:
+        self.client.close()
+
+
+def own_cluster_client(
+    client: RedisCluster, *, socket_timeout: float | None, name: str | None
+) -> tuple[RedisCluster, ClusterPools]:
+    """A cluster client of its own on ``client``'s cluster (its nodes, password, TLS and
+    decoding), each connection with this read timeout (``None``: none) and ``name`` in
+    ``CLIENT LIST`` (if given): for a read that blocks longer than the shared client's
+    socket allows (5 s by default).
+    The caller disconnects the pools it comes with. No node answering raises
+    ``redis.ConnectionError`` (an outage, as a plain client's first command would say;
+    redis-py's ``RedisClusterException`` is not one)."""
+    kwargs = {
+        k: v
+        for k, v in client.nodes_manager.connection_kwargs.items()
+        if k not in ("host", "port", "db", "retry", "socket_timeout", "client_name")
+    }
+    nodes = [ClusterNode(n.host, n.port) for n in client.get_nodes()]
+    try:
+        if name is not None:
+            kwargs["client_name"] = name
+        own = RedisCluster(startup_nodes=nodes, socket_timeout=socket_timeout, **kwargs)
+    except RedisClusterException as exc:
+        raise redis.ConnectionError(str(exc)) from exc
+    return own, ClusterPools(own)
+
+
 def is_cluster(client: object) -> bool:
     return isinstance(client, RedisCluster)
+
+
+Command = tuple[tuple[Any, ...], dict[str, Any]]  # (arguments, redis-py's parse options)
+
+# What a node answers for a call it did not run: the slot is served elsewhere (MOVED),
+# moving (ASK), or its keys are split by a move under way (TRYAGAIN).
+_REDIRECTS = (AskError, TryAgainError)  # MovedError is an AskError
 
 
 class OrderedBatch:
     """A stand-in for ``pipeline(transaction=False)`` on a cluster that may run scripts.
 
     Commands are queued by attribute (``batch.hget(...)``, and ``Script(..., client=batch)``
-    queues an ``evalsha``); :meth:`execute` returns the replies in the queued order.
-    ``scripts`` maps a SHA to its source, to load it again on a node that lost it.
+    queues an ``evalsha``); :meth:`execute` sends them all, scripts and plain commands, as
+    one pipeline per node (:func:`run_commands`) and returns the replies in the queued
+    order. ``scripts`` maps a SHA to its source, loaded at the head of each node's pipeline.
     """
 
     def __init__(self, client: RedisCluster, scripts: dict[str, str]) -> None:
@@ -108,67 +154,98 @@ class OrderedBatch:
 
         return queue
 
-    def _evalsha(self, sha: str, *args: Any) -> Any:
-        try:
-            return self.client.evalsha(sha, *args)
-        except redis.exceptions.NoScriptError:
-            self.client.script_load(self.scripts[sha])
-            return self.client.evalsha(sha, *args)
-
     def execute(self) -> list[Any]:
         queued, self.queued = self.queued, []
-        out: list[Any] = []
-        run: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-
-        def flush() -> None:
-            if not run:
-                return
-            pipe = self.client.pipeline(transaction=False)
-            for name, args, kwargs in run:
-                getattr(pipe, name)(*args, **kwargs)
-            out.extend(pipe.execute())
-            run.clear()
-
+        if not queued:
+            return []
+        # redis-py's own command methods turn each call into its arguments and parse
+        # options: queued on a node client's pipeline that is never sent.
+        recorder = self.client.get_redis_connection(self.client.get_default_node()).pipeline(
+            transaction=False
+        )
         for name, args, kwargs in queued:
-            if name == "evalsha":
-                flush()
-                out.append(self._evalsha(*args, **kwargs))
+            getattr(recorder, name)(*args, **kwargs)
+        commands: list[Command] = list(recorder.command_stack)
+        recorder.reset()
+        return raise_first(run_commands(self.client, commands, self.scripts))
+
+
+def run_commands(
+    client: RedisCluster, commands: list[Command], sources: dict[str, str]
+) -> list[Any]:
+    """``commands`` (each on one slot) as one pipeline per node, each node's in their
+    order, with a ``SCRIPT LOAD`` of its ``EVALSHA`` calls' scripts at its head (so none is
+    missing): the replies (an error as its exception) in the commands' order.
+
+    A command's keys live on one node, so each key's commands keep their order. A command
+    the node answers ``MOVED``/``ASK``/``TRYAGAIN`` (a slot moved or moving, a failover), or
+    ``NOSCRIPT`` (its scripts flushed since), did not run: it runs again in turn through
+    the cluster client, which follows the redirect (and refreshes its slot map); a node
+    that does not answer has its commands run again in turn the same way."""
+    by_node: dict[str, tuple[Any, list[int]]] = {}
+    for n, (args, _options) in enumerate(commands):
+        slot = client.determine_slot(*args)
+        if slot is None:
+            raise RedisClusterException(f"{args[0]} names no key: not for a batch")
+        node = client.nodes_manager.get_node_from_slot(slot)
+        by_node.setdefault(node.name, (node, []))[1].append(n)
+    out: list[Any] = [None] * len(commands)
+    again: list[int] = []
+    for node, ns in by_node.values():
+        shas = list(dict.fromkeys(commands[n][0][1] for n in ns if _is_evalsha(commands[n])))
+        pipe = client.get_redis_connection(node).pipeline(transaction=False)
+        pipe.command_stack.extend((("SCRIPT LOAD", sources[sha]), {}) for sha in shas)
+        pipe.command_stack.extend((commands[n][0], dict(commands[n][1])) for n in ns)
+        try:
+            replies = pipe.execute(raise_on_error=False)[len(shas) :]
+        except (redis.ConnectionError, redis.TimeoutError):
+            again.extend(ns)
+            continue
+        for n, reply in zip(ns, replies, strict=True):
+            if isinstance(reply, (*_REDIRECTS, NoScriptError)):
+                again.append(n)
             else:
-                run.append((name, args, kwargs))
-        flush()
-        return out
+                out[n] = reply
+    for n in sorted(again):
+        out[n] = _run_again(client, commands[n], sources)
+    return out
+
+
+def _is_evalsha(command: Command) -> bool:
+    return str(command[0][0]).upper() == "EVALSHA"
+
+
+def _run_again(client: RedisCluster, command: Command, sources: dict[str, str]) -> Any:
+    """One command through the cluster client (its redirects and retries), a script it
+    says ``NOSCRIPT`` for loaded and the command run once more; an error as its exception."""
+    args, options = command
+    try:
+        try:
+            return client.execute_command(*args, **options)
+        except NoScriptError:
+            if not _is_evalsha(command):
+                raise
+            client.script_load(sources[args[1]])
+            return client.execute_command(*args, **options)
+    except redis.ResponseError as exc:
+        return exc
+
+
+def raise_first(replies: list[Any]) -> list[Any]:
+    """``replies``, or the first error among them raised, as a pipeline's ``execute()``."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 def run_per_node(
     client: RedisCluster, calls: list[tuple[Any, ...]], sources: dict[str, str]
 ) -> list[Any]:
-    """Independent ``("EVALSHA", sha, numkeys, *keys, *args)`` calls, each on one slot: one
-    pipeline per node (its scripts' ``SCRIPT LOAD`` at its head, so none is missing), not a
-    round trip per call. A call the node answers ``MOVED``/``ASK`` (a slot moving, a
-    failover) did not run there: it runs again in turn through the cluster client, which
-    follows the redirect. The replies in the calls' order; the first error raised."""
-    by_node: dict[str, tuple[Any, list[int]]] = {}
-    for n, call in enumerate(calls):
-        node = client.nodes_manager.get_node_from_slot(client.keyslot(call[3]))
-        by_node.setdefault(node.name, (node, []))[1].append(n)
-    out: list[Any] = [None] * len(calls)
-    for node, ns in by_node.values():
-        shas = list(dict.fromkeys(calls[n][1] for n in ns))
-        pipe = client.get_redis_connection(node).pipeline(transaction=False)
-        for sha in shas:
-            pipe.execute_command("SCRIPT LOAD", sources[sha])
-        for n in ns:
-            pipe.execute_command(*calls[n])
-        replies = pipe.execute(raise_on_error=False)[len(shas) :]
-        for n, reply in zip(ns, replies, strict=True):
-            moved = isinstance(reply, redis.ResponseError) and str(reply).startswith(
-                ("MOVED", "ASK")
-            )
-            out[n] = client.execute_command(*calls[n]) if moved else reply
-    for reply in out:
-        if isinstance(reply, Exception):
-            raise reply
-    return out
+    """Independent ``("EVALSHA", sha, numkeys, *keys, *args)`` calls, each on one slot, as
+    :func:`run_commands` sends them: one pipeline per node, not a round trip per call. The
+    raw replies in the calls' order; the first error raised."""
+    return raise_first(run_commands(client, [(call, {}) for call in calls], sources))
 
 
 class Poll:

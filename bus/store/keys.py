@@ -27,6 +27,7 @@ buses, or several tests, share one server.
 | ``P:{sid}:threads`` | zset: thread id → newest ms, the session's inbox; also ``#<message id>`` → minus its first-seen ms (a send answer's age: below 0, where no thread sorts) | delivery, reply; send | ages pruned after 7 days with the answer (or moved on while its receipt lives: see ``ids``) |
 | ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000; compacted when short, dropped once its newest record is 10 min old (bus/store/compaction.py) |
 | ``P:{sid}:gave`` | set: sessions this session gave work to | delivery | - |
+| ``P:{sid}:lanes`` | zset: session id → ms its open named ``sid`` its ``parent`` (0: indexed later); a session with no parent is in none | session open, before the record (bus/store/sessions.py) | an entry whose session is gone or has another parent now is taken out by the lookup once a minute old (bus/store/many.py ``lanes_of``) |
 | ``P:{thr}:meta`` | hash: key, label, class, parties, state, type; ``one_m``: the thread's only message (no log yet), kept without its usual fields (bus.store.packing.keep_thread_message; no ``newest_at`` / ``newest_preview`` when they are ``one_m``'s ts and text) | delivery, decide | - |
 | ``P:{thr}:log`` | stream: the thread's messages in order, from its second message | delivery, reply | bounded; compacted when short (bus/store/compaction.py) |
 | ``P:{thr}:seen`` | set: message ids already in the log (idempotent append), made with the log | delivery | - |
@@ -34,6 +35,7 @@ buses, or several tests, share one server.
 | ``P:{snd:<sha256(sender)>}:bucket`` | hash: tokens, at: the sender's send rate bucket | send, reply (rate.lua) | expires once full again |
 | ``P:{rc:<day>:<b>}:rcpt`` | hash: message id -> the session it was addressed to, for the ids stored on UTC day ``<day>`` in bucket ``<b>`` (bus.store.receipt_index) | send | TTL 8 days from its last write |
 | ``P:sessions`` | zset: session id → opened ms (registry) | session open | - |
+| ``P:lanes:indexed`` | string: ``1``: every session's ``parent`` is in its parent's ``lanes`` index (the sessions opened before the index were put there by the first lookup) | the lanes lookup, once | - |
 | ``P:revoked`` | set: ids (jti) of revoked tokens | token revoke | - |
 | ``P:metrics`` | hash: counter name (with labels) → count | send, delivery, scheduler | - |
 | ``P:latency`` | hash: histogram bucket → count, plus ``sum`` and ``count`` | delivery | - |
@@ -174,6 +176,14 @@ class Keys:
     @property
     def sessions(self) -> str:
         return f"{self.prefix}:sessions"
+
+    def lanes(self, parent: str) -> str:
+        """The sessions opened with ``parent`` as their parent, in the parent's slot."""
+        return self.s(parent, "lanes")
+
+    @property
+    def lanes_indexed(self) -> str:
+        return f"{self.prefix}:lanes:indexed"
 
     @property
     def revoked(self) -> str:

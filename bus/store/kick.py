@@ -37,7 +37,7 @@ class KickStore(StorePart):
 
     def kick_client(self, block_s: float, name: str) -> tuple[Any, Any]:
         """``(client, pool)``: a connection of its own whose socket outlasts a ``block_s``
-        pop; the caller disconnects ``pool`` (``None`` for a cluster client)."""
+        pop; the caller disconnects ``pool`` (on a cluster, a cluster client of its own)."""
         from .blocking import outlasting, own_client
 
         return own_client(self.r, socket_timeout=outlasting(self.r, block_s), name=name)

@@ -8,7 +8,8 @@ answers in its callers' order, one round trip per node, and a missing thing read
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError, ResponseError
@@ -18,6 +19,11 @@ from .base import StorePart
 from .cluster import run_per_node
 
 _TEXT = frozenset((str, int, float))
+
+# A lanes index entry whose session's record names another parent (or none) is taken out
+# by a lookup once it is this old, in ms: a younger one may be a session being opened now,
+# its index entry written and its record not yet.
+LANE_SETTLE_MS = 60_000
 
 
 def pack_commands(commands: list[tuple[Any, ...]]) -> bytes:
@@ -92,6 +98,7 @@ class ManyStore(StorePart):
     lock_ttl_ms: int
     cluster: bool
     _sources: dict[str, str]
+    session_ids: Callable[[], list[str]]  # bus.store.sessions
 
     def session_hosts(self, sids: list[str]) -> list[str | None]:
         """Each session's host, in order; ``None`` for a session that does not exist."""
@@ -107,6 +114,46 @@ class ManyStore(StorePart):
         for sid in sids:
             pipe.hget(self.k.s(sid, "session"), "parent")
         return [str(p) if p else None for p in pipe.execute()]
+
+    def lanes_of(self, parent: str) -> list[str]:
+        """The sessions whose ``parent`` is ``parent`` now, sorted: the entries of its
+        lanes index, each checked against its record's ``parent``. An entry that
+        disagrees (its session gone or given another parent) is taken out once it is
+        :data:`LANE_SETTLE_MS` old (a younger one's record may still be on its way: the
+        index is written first). Two round trips and a field a lane, whatever the number
+        of other sessions; the first lookup of a bus indexes the sessions opened before
+        the index (:meth:`index_lanes`)."""
+        key = self.k.lanes(parent)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.exists(self.k.lanes_indexed)
+        pipe.zrange(key, 0, -1, withscores=True)
+        indexed, entries = pipe.execute()
+        if not indexed:
+            self.index_lanes()
+            entries = self.r.zrange(key, 0, -1, withscores=True)
+        stamped = sorted((str(sid), int(at)) for sid, at in entries)
+        parents = self.session_parents([sid for sid, _at in stamped])
+        settled = int(time.time() * 1000) - LANE_SETTLE_MS
+        stale = [
+            sid
+            for (sid, at), p in zip(stamped, parents, strict=True)
+            if p != parent and at <= settled
+        ]
+        if stale:
+            self.r.zrem(key, *stale)
+        return [sid for (sid, _at), p in zip(stamped, parents, strict=True) if p == parent]
+
+    def index_lanes(self) -> None:
+        """Put every registered session with a parent in its parent's lanes index, then
+        mark the bus indexed: for the sessions opened before the index (their open wrote
+        none). Reads every session's ``parent``: once."""
+        ids = self.session_ids()
+        pipe = self.r.pipeline(transaction=False)
+        for sid, parent in zip(ids, self.session_parents(ids), strict=True):
+            if parent:
+                pipe.zadd(self.k.lanes(parent), {sid: 0}, nx=True)
+        pipe.set(self.k.lanes_indexed, "1")
+        pipe.execute()
 
     def flag_dispatched(self, sids: Iterable[str]) -> None:
         """Set each session's dispatch flag (``pending``, for the lock TTL) in one round trip,

@@ -145,7 +145,7 @@ class ReceiptStore:
     def waiting_client(self, block_s: float, name: str) -> tuple[Any, Any]:
         """``(client, pool)``: a connection whose socket timeout outlasts a ``block_s``
         blocking read (the shared client's may be shorter), on a pool of its own the caller
-        disconnects (``pool`` is ``None`` for a cluster client, returned as it is).
+        disconnects (on a cluster, a cluster client of its own and its pools).
         ``name`` shows in ``CLIENT LIST``: who is waiting for what."""
         from .blocking import outlasting, own_client
 

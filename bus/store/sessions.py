@@ -21,7 +21,7 @@ class SessionStore(StorePart):
     """Session records and their registry."""
 
     def put_session(self, info: SessionInfo) -> None:
-        """Create or replace a session record and index its handle."""
+        """Create or replace a session record and index its handle and its parent's lane."""
         fields: dict[str, str] = {}
         for name, value in info.model_dump().items():
             if isinstance(value, bool):
@@ -32,6 +32,11 @@ class SessionStore(StorePart):
                 fields[name] = str(value)
         key = self.k.s(info.session, "session")
         fields, _drop = stored(fields, info.session)
+        if info.parent:
+            # The parent's lanes first (another slot than the record), stamped now: a
+            # lookup checks each entry against the record and leaves a fresh one that
+            # disagrees (its record may be on its way) in the index.
+            self.r.zadd(self.k.lanes(info.parent), {info.session: now_ms()})
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(key)
         pipe.hset(key, mapping=fields)
@@ -61,6 +66,8 @@ class SessionStore(StorePart):
                 if name not in mapping and name in was:
                     mapping[name] = was[name]
         mapping, drop = stored(mapping, sid)
+        if mapping.get("parent"):
+            self.r.zadd(self.k.lanes(mapping["parent"]), {sid: now_ms()})  # as put_session
         if not drop:
             self.r.hset(key, mapping=mapping)
             return

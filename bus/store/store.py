@@ -145,7 +145,8 @@ class Store(
     def blocking_client(self) -> Any:
         """The store's server on a client without a read timeout, for BLPOP and XREAD
         BLOCK: the command's own bound holds the wait (see :mod:`bus.store.blocking`); the
-        store's own client where its reads already never time out (or on a cluster)."""
+        store's own client where its reads already never time out (on a cluster, a cluster
+        client of its own)."""
         from .blocking import blocking_client
 
         return blocking_client(self.r)

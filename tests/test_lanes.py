@@ -121,6 +121,18 @@ def test_a_session_without_a_parent_has_no_lanes_index(store: Store) -> None:
     assert not list(store.r.scan_iter(match=f"{store.k.prefix}:*:lanes"))
 
 
+def test_a_parent_that_is_no_session_id_is_kept_and_indexes_nothing(store: Store) -> None:
+    # A parent may name a handle (host:name); a lanes lookup is by session id, so such a
+    # parent has no index, and the open (and the first lookup's backfill) still succeeds.
+    open_(store, "lane", parent="hosta:lead")
+    store.update_session("lane", parent="hosta:lead")
+    before_the_index(store)
+    open_(store, "lead")
+    assert lanes(store, "lead") == []
+    assert store.get_session("lane").parent == "hosta:lead"
+    assert not list(store.r.scan_iter(match=f"{store.k.prefix}:*:lanes"))
+
+
 def names(packed: Any) -> list[str]:
     """The command names in a packed buffer (RESP arrays of bulk strings)."""
     parts = b"".join(bytes(c) for c in (packed if isinstance(packed, list) else [packed]))

@@ -25,4 +25,13 @@ def check_session_id(sid: object, what: str = "session id") -> str:
     return sid
 
 
-__all__ = ["MESSAGE_ID_PATTERN", "SESSION_ID_PATTERN", "check_session_id"]
+def is_session_id(value: object) -> bool:
+    """Whether ``value`` is a valid session id (:func:`check_session_id` would pass it)."""
+    return (
+        isinstance(value, str)
+        and bool(_SESSION_ID_RE.fullmatch(value))
+        and value not in (".", "..")
+    )
+
+
+__all__ = ["MESSAGE_ID_PATTERN", "SESSION_ID_PATTERN", "check_session_id", "is_session_id"]

@@ -14,6 +14,8 @@ from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError, ResponseError
 
+from bus.core.ids import is_session_id
+
 from . import receipt_index
 from .base import StorePart
 from .cluster import run_per_node
@@ -150,7 +152,7 @@ class ManyStore(StorePart):
         ids = self.session_ids()
         pipe = self.r.pipeline(transaction=False)
         for sid, parent in zip(ids, self.session_parents(ids), strict=True):
-            if parent:
+            if is_session_id(parent):  # as put_session indexes
                 pipe.zadd(self.k.lanes(parent), {sid: 0}, nx=True)
         pipe.set(self.k.lanes_indexed, "1")
         pipe.execute()

@@ -11,6 +11,7 @@ import contextlib
 from typing import cast
 
 from bus.core.errors import BadInput
+from bus.core.ids import is_session_id
 from bus.core.models import SessionInfo, check_session_id, now_ms
 
 from .base import StorePart
@@ -32,8 +33,9 @@ class SessionStore(StorePart):
                 fields[name] = str(value)
         key = self.k.s(info.session, "session")
         fields, _drop = stored(fields, info.session)
-        if info.parent:
-            # The parent's lanes first (another slot than the record), stamped now: a
+        if is_session_id(info.parent):
+            # A parent that is no session id (a handle, say) has no lanes index: a lanes
+            # lookup is by session id. The parent's lanes first (another slot than the record), stamped now: a
             # lookup checks each entry against the record and leaves a fresh one that
             # disagrees (its record may be on its way) in the index.
             self.r.zadd(self.k.lanes(info.parent), {info.session: now_ms()})
@@ -66,7 +68,7 @@ class SessionStore(StorePart):
                 if name not in mapping and name in was:
                     mapping[name] = was[name]
         mapping, drop = stored(mapping, sid)
-        if mapping.get("parent"):
+        if is_session_id(mapping.get("parent")):
             self.r.zadd(self.k.lanes(mapping["parent"]), {sid: now_ms()})  # as put_session
         if not drop:
             self.r.hset(key, mapping=mapping)

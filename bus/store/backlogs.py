@@ -14,7 +14,7 @@ class BacklogStore(StorePart):
     def backlogs(self, sids: list[str], cap: int = BACKLOG_CAP) -> list[int]:
         """Each session's messages after its cursor (counted up to ``cap``). The usual
         answer, all 0, costs one round trip: each cursor is its stream's last id."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid in sids:
             pipe.get(self.k.s(sid, "cursor"))
             pipe.xrevrange(self.k.s(sid, "stream"), count=1)

@@ -18,7 +18,7 @@ class BeatStore(StorePart):
         """Every heartbeat, by name: ``(name, fields, depth of queue_of(name))``, the depth
         0 where ``queue_of`` names no broker queue; one round trip."""
         names = sorted(str(n) for n in self.r.smembers(self.k.workers))
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         queues = [queue_of(name) for name in names]
         for name, queue in zip(names, queues, strict=True):
             pipe.hgetall(self.k.beat(name))

@@ -36,7 +36,7 @@ class HostClaimStore(StorePart):
         """Per host: its claim and its last refusal as stored (each empty when none)."""
         if not hosts:
             return []
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for host in hosts:
             pipe.hgetall(self.k.host_claim(host))
             pipe.hgetall(self.k.host_refused(host))

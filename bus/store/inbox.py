@@ -119,7 +119,7 @@ class InboxStore(StorePart):
         ``first_pending_at``, ``building`` (1 while a notice is in flight), ``retry_at``,
         and of the floor's notices no drain took ``floor_wake_at`` / ``floor_first_at``
         (:func:`bus.core.policy.floor_times`)."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         pipe.zcard(self.k.s(sid, "new"))
         pipe.zrange(self.k.s(sid, "wakeq"), 0, 0, withscores=True)
         pipe.zrange(self.k.s(sid, "new"), 0, 0, withscores=True)
@@ -142,7 +142,7 @@ class InboxStore(StorePart):
     def marks_and_last_arrival(self, sids: list[str]) -> list[tuple[list[str], int]]:
         """For each session, one round trip per node: the marks of its inbox records and
         when its newest queued message came (ms, 0 for none)."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid in sids:
             pipe.hvals(self.k.s(sid, "msgs"))
             pipe.xrevrange(self.k.s(sid, "stream"), count=1)
@@ -348,7 +348,7 @@ class InboxStore(StorePart):
 
     def thread_metas(self, threads: list[str]) -> list[dict[str, str]]:
         """The records of several threads, one round trip, in order."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for thr in threads:
             pipe.hgetall(self.k.t(thr, "meta"))
         return [meta_of(m) for m in pipe.execute()]

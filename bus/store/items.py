@@ -33,7 +33,7 @@ class ItemStore(StorePart):
 
     def items_of_many(self, sids: list[str]) -> list[list[dict[str, Any]]]:
         """The items of several sessions, one round trip per node, in order."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid in sids:
             pipe.hvals(self.k.items(sid))
         return [[json.loads(v) for v in vals] for vals in pipe.execute()]
@@ -44,7 +44,7 @@ class ItemStore(StorePart):
 
     def last_item_entries(self, pairs: list[tuple[str, str]]) -> list[dict[str, Any] | None]:
         """The newest thread entry of each ``(sid, key)`` item (``None`` for an empty one)."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid, key in pairs:
             pipe.lindex(self.k.item_thread(sid, key), -1)
         return [json.loads(e) if e else None for e in pipe.execute()]

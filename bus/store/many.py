@@ -104,7 +104,7 @@ class ManyStore(StorePart):
 
     def session_hosts(self, sids: list[str]) -> list[str | None]:
         """Each session's host, in order; ``None`` for a session that does not exist."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid in sids:
             pipe.hget(self.k.s(sid, "session"), "host")
         return list(pipe.execute())
@@ -112,7 +112,7 @@ class ManyStore(StorePart):
     def session_parents(self, sids: list[str]) -> list[str | None]:
         """Each session's ``parent`` field, in order (``None``: none, or no session), one
         round trip per node: a field a session, not its whole record."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid in sids:
             pipe.hget(self.k.s(sid, "session"), "parent")
         return [str(p) if p else None for p in pipe.execute()]
@@ -126,7 +126,7 @@ class ManyStore(StorePart):
         of other sessions; the first lookup of a bus indexes the sessions opened before
         the index (:meth:`index_lanes`)."""
         key = self.k.lanes(parent)
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         pipe.exists(self.k.lanes_indexed)
         pipe.zrange(key, 0, -1, withscores=True)
         indexed, entries = pipe.execute()
@@ -150,7 +150,7 @@ class ManyStore(StorePart):
         mark the bus indexed: for the sessions opened before the index (their open wrote
         none). Reads every session's ``parent``: once."""
         ids = self.session_ids()
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid, parent in zip(ids, self.session_parents(ids), strict=True):
             if is_session_id(parent):  # as put_session indexes
                 pipe.zadd(self.k.lanes(parent), {sid: 0}, nx=True)
@@ -160,7 +160,7 @@ class ManyStore(StorePart):
     def flag_dispatched(self, sids: Iterable[str]) -> None:
         """Set each session's dispatch flag (``pending``, for the lock TTL) in one round trip,
         whether or not it was set: the caller is sending the delivery now."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid in sids:
             pipe.set(self.k.s(sid, "pending"), "1", px=self.lock_ttl_ms)
         pipe.execute()
@@ -182,7 +182,7 @@ class ManyStore(StorePart):
     def mark_pending_many(self, sids: list[str]) -> list[bool]:
         """:meth:`~bus.store.store.Store.mark_pending` for each of ``sids`` in one round trip:
         True for each whose dispatch flag this set (the caller dispatches it)."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid in sids:
             pipe.set(self.k.s(sid, "pending"), "1", nx=True, px=self.lock_ttl_ms)
         return [bool(x) for x in pipe.execute()]
@@ -190,7 +190,7 @@ class ManyStore(StorePart):
     def thread_parties_many(self, threads: list[str]) -> list[tuple[Any, bool]]:
         """Each named thread's raw ``parties`` field (``None`` if unset) and whether the
         thread exists, in order."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for thread in threads:
             meta = self.k.t(thread, "meta")
             pipe.hget(meta, "parties")
@@ -201,7 +201,7 @@ class ManyStore(StorePart):
     def unindex_many(self, msg_ids: Iterable[str], now: int) -> None:
         """Forget the recipient index entries just written for ``msg_ids`` (their appends
         were refused), in one round trip."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for msg_id in msg_ids:
             receipt_index.unindex(pipe, self.k, msg_id, now)
         pipe.execute()

@@ -92,11 +92,11 @@ class QueueStore(StorePart):
 
     def recipient_of(self, msg_id: str) -> str | None:
         """The session ``msg_id`` was appended to (kept 7 days); ``None`` if unknown."""
-        return receipt_index.lookup(self.r, self.k, msg_id, now_ms())
+        return receipt_index.lookup(self, self.k, msg_id, now_ms())
 
     def recipients_of(self, msg_ids: list[str]) -> dict[str, str]:
         """The session each of ``msg_ids`` was appended to, those found (one round trip)."""
-        return receipt_index.lookup_many(self.r, self.k, msg_ids, now_ms())
+        return receipt_index.lookup_many(self, self.k, msg_ids, now_ms())
 
     def mark_pending(self, sid: str) -> bool:
         """Set the dispatch flag; True when the caller should dispatch a delivery."""

@@ -59,7 +59,7 @@ def unindex(r: Any, k: Keys, msg_id: str, now_ms: int) -> None:
 def lookup(r: Any, k: Keys, msg_id: str, now_ms: int) -> str | None:
     """The session ``msg_id`` was appended to within the retention; ``None`` if unknown."""
     day, b = day_of(now_ms), bucket_of(msg_id)
-    pipe = r.pipeline(transaction=False)
+    pipe = r.pipeline()
     for back in range(KEEP_DAYS + 1):
         pipe.hget(k.rcpt_bucket(day - back, b), msg_id)
     for found in pipe.execute():
@@ -78,7 +78,7 @@ def lookup_many(r: Any, k: Keys, msg_ids: Iterable[str], now_ms: int) -> dict[st
     if not by_bucket:
         return {}
     day = day_of(now_ms)
-    pipe = r.pipeline(transaction=False)
+    pipe = r.pipeline()
     asked: list[list[str]] = []
     for back in range(KEEP_DAYS + 1):
         for b, ids in by_bucket.items():

@@ -78,7 +78,7 @@ class ScheduleStore(StorePart):
         entries no delivery took (its stream's last id past its cursor), in one
         round trip per node; sessions that do not exist are left out. The backlog sweep
         reads a chunk of sessions this way."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid in sids:
             pipe.hgetall(self.k.s(sid, "session"))
             pipe.get(self.k.s(sid, "cursor"))
@@ -109,7 +109,7 @@ class ScheduleStore(StorePart):
         """Write ``name``'s heartbeat fields (``done``: one more task finished) and list
         the name among those with a heartbeat."""
         key = self.k.beat(name)
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         pipe.hset(key, mapping=fields)
         if done:
             pipe.hincrby(key, "done", 1)

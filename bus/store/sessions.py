@@ -89,7 +89,7 @@ class SessionStore(StorePart):
     def sessions(self) -> list[SessionInfo]:
         """The records of :meth:`session_ids`, in that order (one round trip per node)."""
         ids = self.session_ids()
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid in ids:
             pipe.hgetall(self.k.s(sid, "session"))
         return [record_info(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]

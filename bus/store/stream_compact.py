@@ -59,7 +59,7 @@ class CompactStore(StorePart):
     def session_streams(self, sids: list[str]) -> list[str]:
         """The streams a quiet session keeps: its ``events`` and each of its threads'
         ``log``s (a thread shared by two sessions once), one round trip per node."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid in sids:
             pipe.zrangebyscore(self.k.s(sid, "threads"), 0, "+inf")  # not the ids' ages
         keys = [self.k.s(sid, "events") for sid in sids]

@@ -56,7 +56,7 @@ class SubsStore(StorePart):
     def sub_cursors(self, name: str, sids: list[str]) -> dict[str, str | None]:
         """Each session's cursor of subscription ``name`` (``None``: none yet)."""
         self.k.sub(name)  # the name checked
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid in sids:
             pipe.hget(self.k.s(sid, "subs"), name)
         return {sid: (str(c) if c else None) for sid, c in zip(sids, pipe.execute(), strict=True)}
@@ -65,14 +65,14 @@ class SubsStore(StorePart):
         """Move subscription ``name``'s cursors (one round trip per node)."""
         if not cursors:
             return
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         for sid, cursor in cursors.items():
             pipe.hset(self.k.s(sid, "subs"), name, cursor)
         pipe.execute()
 
     def sub_reset(self, name: str, sids: list[str]) -> None:
         """Forget subscription ``name`` (its record, its cursors on ``sids``)."""
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.pipeline()
         pipe.delete(self.k.sub(name))
         for sid in sids:
             pipe.hdel(self.k.s(sid, "subs"), name)

@@ -53,7 +53,7 @@ class MetricsStore:
     def counters_read(self) -> tuple[dict[Any, Any], dict[Any, Any]]:
         """Both hashes as stored, ``(counters, latency)``, in one round trip; empty when
         nothing was counted. Field names and values are str or bytes as the client gives."""
-        pipe = self.pipeline()
+        pipe = self.r.pipeline(transaction=False)
         pipe.hgetall(self.k.metrics)
         pipe.hgetall(self.k.latency)
         counters, latency = pipe.execute()

@@ -98,7 +98,7 @@ class ReceiptStore:
 
     def receipts_exist(self, rows: list[tuple[str, str]]) -> list[bool]:
         """Whether a receipt exists for each ``(recipient, id)``, in order."""
-        pipe = self.pipeline()
+        pipe = self.r.pipeline(transaction=False)
         for to, msg_id in rows:
             pipe.hexists(self.k.s(to, "ids"), receipt_field(msg_id))
             pipe.exists(self.k.receipt(to, msg_id))
@@ -108,7 +108,7 @@ class ReceiptStore:
     def outbox_remove(self, entries: list[tuple[str, str, str]]) -> None:
         """Drop each ``(sender, recipient, id)`` from its sender's outbox, one round trip
         (none for no entries)."""
-        pipe = self.pipeline()
+        pipe = self.r.pipeline(transaction=False)
         for sender, to, msg_id in entries:
             pipe.zrem(self.k.outbox(sender), f"{to}|{msg_id}")
         pipe.execute()
@@ -117,7 +117,7 @@ class ReceiptStore:
         """For each ``(recipient, id)``: ``[receipt hash ({} if none), stored record,
         first answer, [recipient state, last_seen, opened_at]]`` (``None`` where unset).
         A receipt kept in ``ids`` reads as a bounced one's hash (:func:`receipt_hash`)."""
-        pipe = self.pipeline()
+        pipe = self.r.pipeline(transaction=False)
         for to, msg_id in rows:
             ids = self.k.s(to, "ids")
             pipe.hmget(ids, [receipt_field(msg_id), msg_id])
@@ -135,7 +135,7 @@ class ReceiptStore:
     def may_expire(self, sids: list[str], cutoff: int) -> list[bool]:
         """Whether each session holds an unnoticed message older than ``cutoff`` ms or a
         floor entry (so an expiry pass there may find work), in order."""
-        pipe = self.pipeline()
+        pipe = self.r.pipeline(transaction=False)
         for sid in sids:
             pipe.zrangebyscore(self.k.s(sid, "new"), "-inf", f"({cutoff}", start=0, num=1)
             pipe.hlen(self.k.s(sid, "floor"))

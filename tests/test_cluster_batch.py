@@ -13,6 +13,8 @@ import pytest
 import redis
 import redis.connection
 
+from bus.store.cluster_reach import ClusterUnreachable
+from bus.store.outage_log import OUTAGE_ERRORS
 from bus.store.store import Store
 from tests.store_backends import SIDS, store  # noqa: F401  (the fixture)
 
@@ -236,5 +238,6 @@ def test_a_blocking_reads_own_cluster_client_is_named_and_outlasts_its_block(
         pools.disconnect()
     # No node answering is an outage (what a delivery loop waits out), not a crash.
     monkeypatch.setattr(store.r, "get_nodes", lambda: [ClusterNode("127.0.0.1", 1)])
-    with pytest.raises(redis.ConnectionError):
+    with pytest.raises(OUTAGE_ERRORS) as got:
         own_cluster_client(store.r, socket_timeout=70.0, name="inbox-wait:m2")
+    assert isinstance(got.value, ClusterUnreachable)

@@ -251,10 +251,18 @@ def test_a_cluster_whose_nodes_all_went_away_is_an_outage_and_a_heartbeat_surviv
         store.r.set(store.k.beat("x"), "1")
         beat = Heartbeat(type("B", (), {"store": store})(), "hosta")
         beat.beat()
+        kicks, pools = store.kick_client(1.0, "inbox-kick:test")  # a pop's own client
     finally:
         cluster.stop()
     with pytest.raises(OUTAGE_ERRORS) as got:
         store.kick_alive("hosta", 1000)
     assert isinstance(got.value, ClusterUnreachable)
+    with pytest.raises(OUTAGE_ERRORS) as got:
+        store.take_kicks("hosta", "loop", 1)  # its slot table is refreshed in vain
+    assert isinstance(got.value, ClusterUnreachable)
+    with pytest.raises(OUTAGE_ERRORS) as got:
+        kicks.blmove("k{a}", "l{a}", 0.1)
+    assert isinstance(got.value, ClusterUnreachable)
+    pools.disconnect()
     beat.beat()  # swallowed: the heartbeat thread carries on
     beat.progress()

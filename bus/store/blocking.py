@@ -24,8 +24,9 @@ def outlasting(client: Any, block_s: float) -> float:
     """A read timeout for a command that blocks ``block_s`` on ``client``'s server: the
     block plus the timeout of ``client``'s ordinary calls (``INBOX_REDIS_TIMEOUT_S``), so
     a dead connection is given up that long after the block, not never."""
-    pool = getattr(client, "connection_pool", None)
-    ordinary = pool.connection_kwargs.get("socket_timeout") if pool is not None else None
+    # A plain client's pool, or a cluster client's node settings, hold it.
+    holder = getattr(client, "connection_pool", None) or getattr(client, "nodes_manager", None)
+    ordinary = getattr(holder, "connection_kwargs", {}).get("socket_timeout")
     return block_s + (ordinary if ordinary else 5.0)
 
 

@@ -101,22 +101,21 @@ def own_cluster_client(
     decoding), each connection with this read timeout (``None``: none) and ``name`` in
     ``CLIENT LIST`` (if given): for a read that blocks longer than the shared client's
     socket allows (5 s by default).
-    The caller disconnects the pools it comes with. No node answering raises
-    ``redis.ConnectionError`` (an outage, as a plain client's first command would say;
-    redis-py's ``RedisClusterException`` is not one)."""
+    The caller disconnects the pools it comes with. No node answering, now or at a later
+    slot-table refresh, raises :class:`~bus.store.cluster_reach.ClusterUnreachable` (an
+    outage), as on :func:`cluster_client`'s."""
     kwargs = {
         k: v
         for k, v in client.nodes_manager.connection_kwargs.items()
         if k not in ("host", "port", "db", "retry", "socket_timeout", "client_name")
     }
+    from .cluster_reach import as_outage, reraised
+
     nodes = [ClusterNode(n.host, n.port) for n in client.get_nodes()]
-    try:
-        if name is not None:
-            kwargs["client_name"] = name
-        own = RedisCluster(startup_nodes=nodes, socket_timeout=socket_timeout, **kwargs)
-    except RedisClusterException as exc:
-        raise redis.ConnectionError(str(exc)) from exc
-    return own, ClusterPools(own)
+    if name is not None:
+        kwargs["client_name"] = name
+    own = reraised(RedisCluster)(startup_nodes=nodes, socket_timeout=socket_timeout, **kwargs)
+    return as_outage(own), ClusterPools(own)
 
 
 def is_cluster(client: object) -> bool:

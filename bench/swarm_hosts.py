@@ -151,13 +151,7 @@ class HostsSoak(Faults, Soak):
             self.start_up(host)
         deadline = time.monotonic() + 300
         for host in self.hosts:
-            # `inbox up` writes its worker's output to $INBOX_HOME/logs/worker.log.
-            log = self.base / "hosts" / host / "logs" / "worker.log"
-            _wait(
-                f"{host}'s worker ready",
-                deadline,
-                lambda p=log: p.exists() and " ready." in p.read_text(errors="replace"),
-            )
+            self.wait_worker_ready(host, deadline)
         for host in self.hosts:
             for i in range(a.sessions_per_host):
                 self.sessions[f"{host}-{KINDS[i % 3]}{i}"] = (host, KINDS[i % 3])
@@ -210,6 +204,27 @@ class HostsSoak(Faults, Soak):
                 start_new_session=True,
                 preexec_fn=die_with_parent,
             )
+
+    def wait_worker_ready(self, host: str, deadline: float) -> None:
+        """Until the host's worker says it is ready. If ``inbox up`` exits first, or the
+        deadline passes, the error carries the ends of its log and the worker's."""
+        # `inbox up` writes its worker's output to $INBOX_HOME/logs/worker.log.
+        log = self.base / "hosts" / host / "logs" / "worker.log"
+        up = self.ups[host]
+
+        def ready() -> bool:
+            if up.poll() is not None:
+                raise _UpExited(f"exited with {up.returncode}")
+            return log.exists() and " ready." in log.read_text(errors="replace")
+
+        try:
+            _wait(f"{host}'s worker ready", deadline, ready)
+        except (_UpExited, RuntimeError) as exc:
+            tails = "".join(
+                f"\n--- the end of {p.name} ---\n{_tail(p)}"
+                for p in (self.base / f"up-{host}.log", log)
+            )
+            raise RuntimeError(f"{host}'s worker is not ready: {exc}{tails}") from None
 
     def start_up(self, host: str) -> None:
         argv = [
@@ -349,6 +364,17 @@ class HostsSoak(Faults, Soak):
         if self.broker is not None:
             self.broker.stop()
         self.net.close()
+
+
+class _UpExited(Exception):
+    """``inbox up`` ended while its worker was awaited."""
+
+
+def _tail(path: Path, limit: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError as exc:
+        return f"(not readable: {exc.strerror})"
 
 
 def main(argv: list[str] | None = None) -> int:

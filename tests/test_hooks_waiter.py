@@ -60,6 +60,12 @@ def live(
         yield bus, commands
 
 
+def assert_heard(bus: Bus, sid: str, nid: str) -> None:
+    """``nid`` is marked heard. The waiter's ack is its last act before it exits, and the
+    worker records it after that, so the mark is awaited (bounded), not read at once."""
+    wait_for(lambda: marks(bus, sid).get(nid) == "noticed", 60, what=f"{nid} marked heard")
+
+
 def run(command: str, sid: str, event: str, **extra: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["env", "-i", "PATH=/usr/bin:/bin", f"AI_AGENT={AGENT}", "sh", "-c", command],
@@ -104,7 +110,7 @@ def test_a_blocker_wakes_the_waiter_an_fyi_does_not(live: tuple[Bus, dict[str, s
         assert waiter.returncode == 2
         assert err.startswith("[inbox · 2 new in 2 threads") and "blocked" in err
         # Handed over by exit 2: heard, as a socket ack.
-        assert marks(bus, sid)[sent["id"]] == "noticed"
+        assert_heard(bus, sid, sent["id"])
         assert bus.session(sid).state == "running"
     finally:
         if waiter.poll() is None:
@@ -175,7 +181,9 @@ def test_a_burst_of_300_blockers_to_an_idle_session_is_one_wake_with_one_notice(
             _out, err = waiter.communicate(timeout=60)
             assert waiter.returncode == 2
             assert err.startswith(f"[inbox · {BURST} new in 7 threads"), err[:200]
-            # Heard exactly once: one notice carried every message, each once.
+            # Heard exactly once: one notice carried every message, each once. The ack is
+            # the waiter's last act; the worker records it after the waiter has gone.
+            wait_for(lambda: events(bus, sid, "inbox_noticed"), 60, what="the ack recorded")
             heard = events(bus, sid, "inbox_noticed")
             assert len(heard) == 1
             assert sorted(json.loads(heard[0]["ids"])) == sorted(ids)
@@ -240,7 +248,7 @@ def test_an_armed_waiter_survives_a_redis_restart_and_a_blocker_still_wakes_it(
                 _out, err = waiter.communicate(timeout=60)
                 assert waiter.returncode == 2, err
                 assert "still blocked" in err
-                assert marks(bus, sid)[sent["id"]] == "noticed"
+                assert_heard(bus, sid, sent["id"])
                 assert worker.proc.poll() is None  # the same worker carried on
             finally:
                 if waiter.poll() is None:

@@ -10,8 +10,10 @@ ends them. The dark path is a TCP proxy here that stops forwarding without closi
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +24,7 @@ import pytest
 import redis
 
 from bus.core.settings import Settings
+from bus.store import blocking
 from bus.store.blocking import outlasting
 from bus.store.cluster import cluster_client
 from bus.store.cluster_reach import ClusterUnreachable, unreachable
@@ -156,6 +159,54 @@ def test_a_store_call_on_a_dark_connection_is_answered_on_a_new_one(
     # Given up after its 1 s and carried on a new connection; redis-py's own default
     # (5 s, what the client had before INBOX_REDIS_TIMEOUT_S) is past this bound.
     assert _within(lambda: client.get(key), bound_s=4.0) == "1"
+
+
+def test_a_wait_for_ever_whose_connection_goes_dark_still_gets_its_answer(
+    settings: Settings, redis_url: str, proxy: DarkProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A waited send with no timeout (BLPOP for ever) and a watch's long read, on the
+    # store's blocking client. Its blocks are 1 s here and its read timeout 1 s past one:
+    # the dark connection is given up about 2 s on and the wait goes on over a new one.
+    monkeypatch.setattr(blocking, "BLOCK_CHUNK_S", 1.0)
+    s = replace(settings, redis_url=_via(redis_url, proxy.port), redis_timeout_s=1.0)
+    store, direct = open_store(s), open_store(settings)
+    sid = f"dark-{uuid.uuid4().hex[:8]}"
+    waiting, reading = store.blocking_client(), store.blocking_client()
+    assert store.pop_answer(waiting, sid, "m1", 0.05) is None  # their connections made
+    stop = threading.Event()
+    assert not store.read_session_streams(
+        reading, {sid: "0-0"}, stream="events", count=1, block_ms=50, stop=stop
+    )
+    proxy.darken()
+    direct.push_answers(sid, ["m1"], {"ok": True, "state": "answered"})
+    direct.r.xadd(direct.k.s(sid, "events"), {"kind": "probe"})
+    got = _within(lambda: store.pop_answer(waiting, sid, "m1", 0), bound_s=15.0)
+    assert got is not None and json.loads(got)["state"] == "answered"
+    rows = _within(
+        lambda: store.read_session_streams(
+            reading, {sid: "0-0"}, stream="events", count=1, block_ms=600_000, stop=stop
+        ),
+        bound_s=15.0,
+    )
+    assert [f["kind"] for _sid, entries in rows for _id, f in entries] == ["probe"]
+
+
+@pytest.mark.parametrize(
+    ("timeout_s", "kwargs_s"),
+    [(None, [60.0]), (150.0, [60.0, 60.0, 30.0]), (0.5, [0.5]), (0.0, [])],
+)
+def test_a_wait_is_made_of_blocks_no_longer_than_the_chunk(
+    timeout_s: float | None, kwargs_s: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(blocking.time, "monotonic", lambda: clock[0])
+    got = []
+    for block in blocking.blocks(timeout_s):
+        got.append(block)
+        clock[0] += block  # each block waited out in full
+        if len(got) == len(kwargs_s):
+            break
+    assert got == kwargs_s
 
 
 @pytest.mark.parametrize(

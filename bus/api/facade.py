@@ -187,8 +187,8 @@ class Bus(Conversing, Members, Host):
 
     @property
     def blocking(self) -> Any:
-        """The store's server on a client without a read timeout, for BLPOP and XREAD BLOCK:
-        the command's own bound holds the wait (see bus.store.blocking)."""
+        """The store's server on a client whose read timeout outlasts one block, for BLPOP
+        and XREAD BLOCK (longer waits are several blocks; see bus.store.blocking)."""
         if self._blocking is None:
             self._blocking = self.store.blocking_client()
         return self._blocking

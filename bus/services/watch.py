@@ -86,7 +86,7 @@ class Subscription:
                 self.stop.wait(self.block_ms / 1000)
                 continue
             # A copy: positions move while the caller handles the batch. The blocking
-            # client has no socket timeout: block_ms bounds each read.
+            # client's read timeout outlasts a block: block_ms bounds each read.
             rows = self.store.read_session_streams(
                 self.blocking,
                 dict(self.pos),

@@ -267,7 +267,8 @@ def read_streams(
 ) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
     """New entries of several streams after their positions: ``[(key, entries)]``.
 
-    A standalone server answers one blocking ``XREAD``. On a cluster each stream sits in
+    A standalone server answers a blocking ``XREAD`` (a wait past
+    :data:`~bus.store.blocking.BLOCK_CHUNK_S` is several). On a cluster each stream sits in
     its own slot, so each is read without blocking, pipelined per node, and the read is
     repeated until something arrives, ``block_ms`` passes or ``stop``: after :data:`POLL_S`,
     then each wait doubled up to :data:`POLL_MAX_S`. With ``poll`` the wait goes on from
@@ -275,10 +276,15 @@ def read_streams(
     last call's final one).
     """
     if not is_cluster(client):
-        reply = client.xread(positions, count=count, block=block_ms)
-        if isinstance(reply, dict):  # RESP3 answers a dict key -> entries
-            return [(str(k), v[0] if v and isinstance(v[0], list) else v) for k, v in reply.items()]
-        return [(str(k), entries) for k, entries in reply or []]
+        from .blocking import blocks
+
+        for block in blocks(block_ms / 1000):  # blocks the client's read timeout outlasts
+            reply = client.xread(positions, count=count, block=max(1, int(block * 1000)))
+            if isinstance(reply, dict):  # RESP3 answers a dict key -> entries
+                reply = [(k, v[0] if v and isinstance(v[0], list) else v) for k, v in reply.items()]
+            if reply or stop.is_set():
+                return [(str(k), entries) for k, entries in reply or []]
+        return []
     poll = poll or Poll()
     waited = 0.0
     keys = list(positions)

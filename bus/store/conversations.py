@@ -26,9 +26,14 @@ class ConversationStore(StorePart):
         return [str(x) for x in out]
 
     def wait_event(self, client: Any, sid: str, cursor: str, block_ms: int) -> str | None:
-        """Block on ``client`` (one that may block) up to ``block_ms`` for a record of the
-        session's ``events`` stream after ``cursor``: the newest id read, ``None`` if none came."""
-        got = client.xread({self.k.s(sid, "events"): cursor}, block=max(1, block_ms))
+        """Block on ``client`` (one that may block) up to ``block_ms`` (at most one
+        :data:`~bus.store.blocking.BLOCK_CHUNK_S` block: the caller loops) for a record of
+        the session's ``events`` stream after ``cursor``: the newest id read, ``None`` if
+        none came."""
+        from .blocking import BLOCK_CHUNK_S
+
+        block = max(1, min(block_ms, int(BLOCK_CHUNK_S * 1000)))
+        got = client.xread({self.k.s(sid, "events"): cursor}, block=block)
         if isinstance(got, dict):  # RESP3 answers a dict key -> entries
             entries = next(iter(got.values()), None)
             entries = entries[0] if entries and isinstance(entries[0], list) else entries

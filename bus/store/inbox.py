@@ -214,10 +214,18 @@ class InboxStore(StorePart):
 
     @store_failed
     def pop_answer(self, client: Any, sid: str, msg_id: str, timeout: float) -> str | None:
-        """Block up to ``timeout`` s on ``client`` (:meth:`~bus.store.store.Store.blocking_client`)
-        for the answer pushed for ``msg_id`` (BLPOP): its JSON, or ``None``."""
-        got = client.blpop([self.answer_key(sid, msg_id)], timeout=timeout)
-        return None if got is None else str(got[1])
+        """Block up to ``timeout`` s (``0``: for ever) on ``client``
+        (:meth:`~bus.store.store.Store.blocking_client`) for the answer pushed for
+        ``msg_id`` (BLPOP, in blocks no longer than the client's read timeout allows):
+        its JSON, or ``None``."""
+        from .blocking import blocks
+
+        for block in blocks(timeout if timeout > 0 else None):
+            # Milliseconds: BLPOP takes a decimal timeout; 0 would block for ever.
+            got = client.blpop([self.answer_key(sid, msg_id)], timeout=max(0.001, round(block, 3)))
+            if got is not None:
+                return str(got[1])
+        return None
 
     def run(  # provided by Store
         self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None

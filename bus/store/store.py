@@ -143,9 +143,9 @@ class Store(
         return inline_script_loads(self.r.pipeline(transaction=transaction))
 
     def blocking_client(self) -> Any:
-        """The store's server on a client without a read timeout, for BLPOP and XREAD
-        BLOCK: the command's own bound holds the wait (see :mod:`bus.store.blocking`); the
-        store's own client where its reads already never time out (on a cluster, a cluster
+        """The store's server on a client for BLPOP and XREAD BLOCK: its read timeout
+        outlasts one block, and longer waits are several (see :mod:`bus.store.blocking`);
+        the store's own client where its reads never time out (on a cluster, a cluster
         client of its own)."""
         from .blocking import blocking_client
 

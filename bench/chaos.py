@@ -603,7 +603,7 @@ class Soak:
             "marks": dict(marks),
             "not_heard": unheard,
             "heard_twice": self.heard_twice,
-            "heard_twice_ids": self.twice,
+            "heard_twice_ids": [{**x, "fault": self.fault_before(x["again"])} for x in self.twice],
             "not_heard_ids": unheard_ids,
             "notices_per_session": {
                 "min": min(per, default=0),
@@ -624,6 +624,15 @@ class Soak:
             "supervised": getattr(self.topo, "supervisor", None) is not None,
             "incidents": self.incidents,
         }
+
+    def fault_before(self, t: float) -> dict[str, Any] | None:
+        """The last fault begun by time ``t``, and how long before ``t`` (a message heard
+        twice is tied to the kill that made its notice be carried again)."""
+        began = [f for f in self.faults if f["t"] <= t]
+        if not began:
+            return None
+        f = max(began, key=lambda f: f["t"])
+        return {"fault": f["fault"], "host": f["host"], "before_s": round(t - f["t"], 3)}
 
     def close(self) -> None:
         self.closing = True  # the watcher, if still running, restarts nothing from now on
@@ -661,6 +670,13 @@ def report(res: dict[str, Any]) -> str:
             for kind, v in res.get("heard_calm_by_kind_s", {}).items()
         ),
     ]
+    for x in res.get("heard_twice_ids", []):
+        f = x.get("fault")
+        when = f"{f['before_s']} s after {f['fault']} on {f['host']}" if f else "before any fault"
+        lines.append(
+            f"  heard twice: {x['id']} on {x['sid']}, again {x['again'] - x['first']:.1f} s"
+            f" after its first notice, {when}"
+        )
     for what in res["incidents"]:
         lines.append(f"INCIDENT: {what}")
     for f in res["faults"]:

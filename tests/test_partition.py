@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from bus.core.settings import Settings
-from bus.store import blocking
+from bus.store import block_chunks
 from bus.store.blocking import outlasting
 from bus.store.cluster import cluster_client
 from bus.store.cluster_reach import ClusterUnreachable, unreachable
@@ -167,7 +167,7 @@ def test_a_wait_for_ever_whose_connection_goes_dark_still_gets_its_answer(
     # A waited send with no timeout (BLPOP for ever) and a watch's long read, on the
     # store's blocking client. Its blocks are 1 s here and its read timeout 1 s past one:
     # the dark connection is given up about 2 s on and the wait goes on over a new one.
-    monkeypatch.setattr(blocking, "BLOCK_CHUNK_S", 1.0)
+    monkeypatch.setattr(block_chunks, "BLOCK_CHUNK_S", 1.0)
     s = replace(settings, redis_url=_via(redis_url, proxy.port), redis_timeout_s=1.0)
     store, direct = open_store(s), open_store(settings)
     sid = f"dark-{uuid.uuid4().hex[:8]}"
@@ -199,9 +199,9 @@ def test_a_wait_is_made_of_blocks_no_longer_than_the_chunk(
     timeout_s: float | None, kwargs_s: list[float], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = [1000.0]
-    monkeypatch.setattr(blocking.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(block_chunks.time, "monotonic", lambda: clock[0])
     got = []
-    for block in blocking.blocks(timeout_s):
+    for block in block_chunks.blocks(timeout_s):
         got.append(block)
         clock[0] += block  # each block waited out in full
         if len(got) == len(kwargs_s):

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from redis.crc import key_slot
 
 from bus.api import Bus
 from bus.core.models import now_ms
 from bus.store import receipt_index
 from bus.store.receipt_index import BUCKETS, DAY_MS, KEEP_DAYS, bucket_of, day_of
+from tests.conftest import wait_for
 
 
 @pytest.mark.parametrize(
@@ -41,7 +43,7 @@ def test_a_batch_indexes_every_id_in_a_few_hashes_not_a_key_each(
     )
     r, k = b.store.r, b.store.k
     assert not list(r.scan_iter(match=f"{k.prefix}:{{m:*}}:rcpt"))  # no per-id key
-    buckets = list(r.scan_iter(match=f"{k.prefix}:{{rc:*}}:rcpt"))
+    buckets = list(r.scan_iter(match=f"{k.prefix}:{{rc:*}}:rcpt:*"))
     assert 0 < len(buckets) <= BUCKETS
     assert all(0 < r.ttl(key) <= receipt_index.BUCKET_TTL_S for key in buckets)
     for n in range(300):
@@ -58,3 +60,60 @@ def test_ids_are_found_for_the_whole_retention(bus: Bus) -> None:
     receipt_index.index(r, k, [("gone", "s1")], now)
     receipt_index.unindex(r, k, "gone", now)
     assert bus.store.recipient_of("gone") is None
+
+
+def test_a_buckets_days_share_one_slot_and_buckets_spread_over_slots(bus: Bus) -> None:
+    # One lookup reads a bucket's every day kept: on a cluster, one node answers it.
+    k, day = bus.store.k, day_of(now_ms())
+    slots = {
+        b: {key_slot(k.rcpt_bucket(day - back, b).encode()) for back in range(KEEP_DAYS + 2)}
+        for b in range(BUCKETS)
+    }
+    assert all(len(s) == 1 for s in slots.values())
+    assert len({next(iter(s)) for s in slots.values()}) == BUCKETS
+
+
+def test_the_buckets_of_earlier_versions_are_moved_once_and_keep_their_expiry(bus: Bus) -> None:
+    r, k, now = bus.store.r, bus.store.k, now_ms()
+    day = day_of(now)
+    ids = {f"old-{n}": f"s{n % 3}" for n in range(40)}
+    written: dict[str, tuple[str, int]] = {}  # old name -> (new name, its expiry)
+    for n, (msg_id, sid) in enumerate(ids.items()):
+        back = n % (KEEP_DAYS + 1)  # spread over the days kept, newest to oldest
+        old = k.rcpt_bucket_day_first(day - back, bucket_of(msg_id))
+        r.hset(old, msg_id, sid)
+        r.expire(old, 1000 + back)
+        written[old] = (k.rcpt_bucket(day - back, bucket_of(msg_id)), 1000 + back)
+    assert bus.store.recipient_of("old-1") is None  # not found under the new names
+    assert bus.store.move_recipient_index() == len(written)
+    for msg_id, sid in ids.items():
+        assert bus.store.recipient_of(msg_id) == sid
+    assert bus.store.recipients_of(list(ids)) == ids
+    for old, (new, ttl) in written.items():
+        assert not r.exists(old)
+        assert ttl - 30 < r.ttl(new) <= ttl
+    # Once: a bucket written under the old name now stays where it is.
+    again = k.rcpt_bucket_day_first(day, 0)
+    r.hset(again, "late", "s9")
+    assert bus.store.move_recipient_index() == 0
+    assert r.exists(again) and bus.store.recipient_of("late") is None
+    r.delete(again)
+
+
+def test_the_scheduler_moves_them_when_it_starts(bus: Bus) -> None:
+    import threading
+
+    from bus.delivery import scheduler
+
+    r, k = bus.store.r, bus.store.k
+    old = k.rcpt_bucket_day_first(day_of(now_ms()), bucket_of("early"))
+    r.hset(old, "early", "s1")
+    stop = threading.Event()
+    loop = threading.Thread(target=scheduler.run, args=(bus, stop), daemon=True)
+    loop.start()
+    try:
+        wait_for(lambda: bus.store.recipient_of("early") == "s1", 30, what="the bucket moved")
+    finally:
+        stop.set()
+        loop.join(30)
+    assert not r.exists(old) and r.exists(k.rcpt_moved)

@@ -202,9 +202,16 @@ def run(
         bus.dispatcher  # noqa: B018
     pokes = Pokes(bus, stop).start()
     memory = Keeper(bus.store, enabled=bus.settings.memory_settings)
+    moved = False
     try:
         while not stop.is_set():
             memory(time.monotonic())  # the server's memory settings, once a minute
+            if not moved:  # an earlier version's recipient index, renamed once
+                with contextlib.suppress(*OUTAGE_ERRORS):
+                    n = bus.store.move_recipient_index()
+                    moved = True
+                    if n:
+                        log.info("moved %d recipient index buckets to their new names", n)
             pokes.poked.clear()  # before the tick: a poke during it makes the sleep short
             took = 0
             try:

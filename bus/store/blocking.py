@@ -3,7 +3,7 @@
 redis-py gives every connection a socket timeout (5 s by default in redis-py 8), so a
 BLPOP or an XREAD that blocks longer fails with "Timeout reading from socket" although
 the server is up. Commands that block get their own client whose socket timeout outlasts
-one block of at most :data:`BLOCK_CHUNK_S` by the ordinary call timeout
+one block of at most :data:`~bus.store.block_chunks.BLOCK_CHUNK_S` by the ordinary call timeout
 (``INBOX_REDIS_TIMEOUT_S``); the store splits a longer wait into blocks that long. So a
 wait of any length holds, and a connection that died under it (a partition, a server
 gone without a word) is given up one call timeout after its block, not never.
@@ -11,14 +11,11 @@ gone without a word) is given up one call timeout after its block, not never.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import redis
 
-# The longest single blocking read; a longer wait is several in a row.
-BLOCK_CHUNK_S = 60.0
+from . import block_chunks
 
 # Set by the pool itself from the other arguments; passing them back would be refused.
 _POOL_OWN = ("orig_", "maint_notifications", "himport_registry")
@@ -57,13 +54,13 @@ def own_client(client: Any, *, socket_timeout: float | None, name: str) -> tuple
 
 def blocking_client(client: Any) -> Any:
     """A client on the same server as ``client`` whose read timeout outlasts a block of
-    :data:`BLOCK_CHUNK_S` (:func:`outlasting`).
+    :data:`~bus.store.block_chunks.BLOCK_CHUNK_S` (:func:`outlasting`).
 
     ``client`` itself is returned when its reads have no timeout at all (its owner chose
     that). On a cluster, a cluster client of its own
     (:func:`~bus.store.cluster.own_cluster_client`).
     """
-    timeout = outlasting(client, BLOCK_CHUNK_S)
+    timeout = outlasting(client, block_chunks.BLOCK_CHUNK_S)
     pool = getattr(client, "connection_pool", None)
     if pool is None:
         from .cluster import is_cluster, own_cluster_client
@@ -80,16 +77,4 @@ def blocking_client(client: Any) -> Any:
     )
 
 
-def blocks(timeout_s: float | None) -> Iterator[float]:
-    """The blocks (seconds, each at most :data:`BLOCK_CHUNK_S`) a wait of ``timeout_s``
-    is made of, as the caller runs them; ``None`` waits for ever. Each is computed when
-    the previous one is over, so time spent between them counts."""
-    end = None if timeout_s is None else time.monotonic() + timeout_s
-    while True:
-        left = BLOCK_CHUNK_S if end is None else end - time.monotonic()
-        if left <= 0:
-            return
-        yield min(left, BLOCK_CHUNK_S)
-
-
-__all__ = ["BLOCK_CHUNK_S", "blocking_client", "blocks", "outlasting", "own_client"]
+__all__ = ["blocking_client", "outlasting", "own_client"]

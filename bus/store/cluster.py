@@ -268,7 +268,7 @@ def read_streams(
     """New entries of several streams after their positions: ``[(key, entries)]``.
 
     A standalone server answers a blocking ``XREAD`` (a wait past
-    :data:`~bus.store.blocking.BLOCK_CHUNK_S` is several). On a cluster each stream sits in
+    :data:`~bus.store.block_chunks.BLOCK_CHUNK_S` is several). On a cluster each stream sits in
     its own slot, so each is read without blocking, pipelined per node, and the read is
     repeated until something arrives, ``block_ms`` passes or ``stop``: after :data:`POLL_S`,
     then each wait doubled up to :data:`POLL_MAX_S`. With ``poll`` the wait goes on from
@@ -276,7 +276,7 @@ def read_streams(
     last call's final one).
     """
     if not is_cluster(client):
-        from .blocking import blocks
+        from .block_chunks import blocks
 
         for block in blocks(block_ms / 1000):  # blocks the client's read timeout outlasts
             reply = client.xread(positions, count=count, block=max(1, int(block * 1000)))

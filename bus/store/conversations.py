@@ -27,10 +27,10 @@ class ConversationStore(StorePart):
 
     def wait_event(self, client: Any, sid: str, cursor: str, block_ms: int) -> str | None:
         """Block on ``client`` (one that may block) up to ``block_ms`` (at most one
-        :data:`~bus.store.blocking.BLOCK_CHUNK_S` block: the caller loops) for a record of
+        :data:`~bus.store.block_chunks.BLOCK_CHUNK_S` block: the caller loops) for a record of
         the session's ``events`` stream after ``cursor``: the newest id read, ``None`` if
         none came."""
-        from .blocking import BLOCK_CHUNK_S
+        from .block_chunks import BLOCK_CHUNK_S
 
         block = max(1, min(block_ms, int(BLOCK_CHUNK_S * 1000)))
         got = client.xread({self.k.s(sid, "events"): cursor}, block=block)

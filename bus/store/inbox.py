@@ -218,7 +218,7 @@ class InboxStore(StorePart):
         (:meth:`~bus.store.store.Store.blocking_client`) for the answer pushed for
         ``msg_id`` (BLPOP, in blocks no longer than the client's read timeout allows):
         its JSON, or ``None``."""
-        from .blocking import blocks
+        from .block_chunks import blocks
 
         for block in blocks(timeout if timeout > 0 else None):
             # Milliseconds: BLPOP takes a decimal timeout; 0 would block for ever.

@@ -62,9 +62,8 @@ class IngestStore(StorePart):
     def indexed(self, msg_ids: Iterable[str], now_ms: int) -> dict[str, str]:
         """The session each of ``msg_ids`` was appended to, for those in the recipient
         index (:mod:`bus.store.receipt_index`) within its retention, newest day first:
-        one ``ids_indexed.lua`` call on a standalone server (one per bucket and day on a
-        cluster, each its own slot), in one round trip, whose reply names only the ids
-        found."""
+        one ``ids_indexed.lua`` call on a standalone server (one per bucket on a cluster,
+        each its own slot), in one round trip, whose reply names only the ids found."""
         by_bucket: dict[int, list[str]] = {}
         for msg_id in dict.fromkeys(msg_ids):
             by_bucket.setdefault(receipt_index.bucket_of(msg_id), []).append(msg_id)
@@ -78,9 +77,11 @@ class IngestStore(StorePart):
             for back in range(receipt_index.KEEP_DAYS + 1):
                 keys.append(self.k.rcpt_bucket(day - back, b))
                 args.append(blob)
-        if self.cluster:
+        if self.cluster:  # a bucket's days share a slot: a call per bucket
+            days = receipt_index.KEEP_DAYS + 1
             calls = [
-                self.script_call("ids_indexed", [k], [a]) for k, a in zip(keys, args, strict=True)
+                self.script_call("ids_indexed", keys[at : at + days], args[at : at + days])
+                for at in range(0, len(keys), days)
             ]
         else:
             calls = [self.script_call("ids_indexed", keys, args)]

@@ -33,7 +33,8 @@ buses, or several tests, share one server.
 | ``P:{thr}:seen`` | set: message ids already in the log (idempotent append), made with the log | delivery | - |
 | ``P:{h:<handle>}:sidh`` | hash: session id -> "" for the sessions that carry a handle other than their default ``<host>:<sid>`` (that one names its session) | session open | - |
 | ``P:{snd:<sha256(sender)>}:bucket`` | hash: tokens, at: the sender's send rate bucket | send, reply (rate.lua) | expires once full again |
-| ``P:{rc:<day>:<b>}:rcpt`` | hash: message id -> the session it was addressed to, for the ids stored on UTC day ``<day>`` in bucket ``<b>`` (bus.store.receipt_index) | send | TTL 8 days from its last write |
+| ``P:{rc:<b>}:rcpt:<day>`` | hash: message id -> the session it was addressed to, for the ids stored on UTC day ``<day>`` in bucket ``<b>`` (bus.store.receipt_index); a bucket's days share a slot | send | TTL 8 days from its last write |
+| ``P:rcpt:moved`` | string: ``1``: the index's buckets named ``P:{rc:<day>:<b>}:rcpt`` (a slot per day, as earlier versions wrote them) were moved to the names above | the scheduler, once | - |
 | ``P:sessions`` | zset: session id → opened ms (registry) | session open | - |
 | ``P:lanes:indexed`` | string: ``1``: every session's ``parent`` is in its parent's ``lanes`` index (the sessions opened before the index were put there by the first lookup) | the lanes lookup, once | - |
 | ``P:revoked`` | set: ids (jti) of revoked tokens | token revoke | - |
@@ -170,8 +171,18 @@ class Keys:
 
     def rcpt_bucket(self, day: int, bucket: int) -> str:
         """Message id -> receiver for the ids stored on ``day`` (days since the epoch, UTC)
-        whose hash falls in ``bucket`` (bus.store.receipt_index); each bucket in its own slot."""
+        whose hash falls in ``bucket`` (bus.store.receipt_index); a bucket's days share its
+        slot, so a lookup of an id reads every day kept on one node."""
+        return f"{self.prefix}:{{rc:{int(bucket)}}}:rcpt:{int(day)}"
+
+    def rcpt_bucket_day_first(self, day: int, bucket: int) -> str:
+        """The name a bucket had when each day of it had a slot of its own: moved into
+        :meth:`rcpt_bucket` once (:func:`bus.store.receipt_index.move_day_first`)."""
         return f"{self.prefix}:{{rc:{int(day)}:{int(bucket)}}}:rcpt"
+
+    @property
+    def rcpt_moved(self) -> str:
+        return f"{self.prefix}:rcpt:moved"
 
     @property
     def sessions(self) -> str:

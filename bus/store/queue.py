@@ -98,6 +98,11 @@ class QueueStore(StorePart):
         """The session each of ``msg_ids`` was appended to, those found (one round trip)."""
         return receipt_index.lookup_many(self, self.k, msg_ids, now_ms())
 
+    def move_recipient_index(self) -> int:
+        """The recipient index's buckets of earlier versions moved to today's names, once
+        (:func:`~bus.store.receipt_index.move_day_first`): how many were moved."""
+        return receipt_index.move_day_first(self, self.k, now_ms())
+
     def mark_pending(self, sid: str) -> bool:
         """Set the dispatch flag; True when the caller should dispatch a delivery."""
         return bool(self.r.set(self.k.s(sid, "pending"), "1", nx=True, px=self.lock_ttl_ms))

@@ -1,10 +1,12 @@
 """Which session a message id was appended to, for 7 days: receipts and replies look it up.
 
-The ids stored on one UTC day are fields of
-:data:`BUCKETS` hashes (``P:{rc:<day>:<b>}:rcpt``, the bucket from the id's CRC32, so the
-hashes spread over a cluster's slots); a batch writes one HSET per bucket it touches, and
-each hash expires a day after the retention of its last day. A lookup reads the id's bucket
-of each day in the retention (one pipeline), newest first. 16 buckets keep a batch of a few hundred messages to a few HSETs (docs/decisions).
+The ids stored on one UTC day are fields of :data:`BUCKETS` hashes
+(``P:{rc:<b>}:rcpt:<day>``, the bucket from the id's CRC32, so the hashes spread over a
+cluster's slots, a bucket's days in one slot); a batch writes one HSET per bucket it
+touches, and each hash expires a day after the retention of its last day. A lookup reads
+the id's bucket of each day in the retention, newest first: one pipeline, and on a
+cluster one node. 16 buckets keep a batch of a few hundred messages to a few HSETs
+(docs/decisions).
 """
 
 from __future__ import annotations
@@ -90,3 +92,37 @@ def lookup_many(r: Any, k: Keys, msg_ids: Iterable[str], now_ms: int) -> dict[st
             if sid and msg_id not in found:
                 found[msg_id] = str(sid)
     return found
+
+
+def move_day_first(r: Any, k: Keys, now_ms: int) -> int:
+    """Move the buckets named with a slot per day (``P:{rc:<day>:<b>}:rcpt``, as earlier
+    versions wrote them) to :meth:`~bus.store.keys.Keys.rcpt_bucket`'s names, keeping
+    their expiry; then mark it done (``P:rcpt:moved``). Idempotent; answers how many
+    buckets were moved. Their names are known (the days kept, the 16 buckets), so no
+    key is scanned for."""
+    day = day_of(now_ms)
+    olds = [
+        (k.rcpt_bucket_day_first(day - back, b), k.rcpt_bucket(day - back, b))
+        for back in range(KEEP_DAYS + 2)
+        for b in range(BUCKETS)
+    ]
+    pipe = r.pipeline()
+    pipe.exists(k.rcpt_moved)
+    for old, _new in olds:
+        pipe.hgetall(old)
+        pipe.ttl(old)
+    done, *got = pipe.execute()
+    if done:
+        return 0
+    moved = 0
+    pipe = r.pipeline()
+    for n, (old, new) in enumerate(olds):
+        fields, ttl = got[2 * n], got[2 * n + 1]
+        if fields:
+            pipe.hset(new, mapping=fields)
+            pipe.expire(new, ttl if ttl and int(ttl) > 0 else BUCKET_TTL_S)
+            pipe.delete(old)
+            moved += 1
+    pipe.set(k.rcpt_moved, "1")
+    pipe.execute()
+    return moved

@@ -1,7 +1,7 @@
 -- ids_indexed.lua: which of a batch's message ids the recipient index holds, and the
 -- session each was appended to (bus/store/receipt_index.py), in one call: the replies
 -- carry only the ids found, not one nil per id and day.
--- KEYS[i]  P:{rc:<day>:<b>}:rcpt  hash: message id -> session (one bucket of one day);
+-- KEYS[i]  P:{rc:<b>}:rcpt:<day>  hash: message id -> session (one bucket of one day);
 --          the keys of one bucket come newest day first
 -- ARGV[i]  the ids to look up in KEYS[i], each ended by a newline
 -- Returns a flat array: id, session, id, session, ... (an id at most once: the first key

@@ -46,6 +46,7 @@ def test_the_fast_drain_with_redis_down_says_so_and_keeps_its_marks_private(
     env = {
         **settings.child_env(),
         "INBOX_REDIS_URL": f"unix://{tmp_path / 'nothing-here.sock'}",
+        "INBOX_REDIS_CLUSTER": "",  # a standalone server's socket, with nobody there
     }
     out = subprocess.run(
         [sys.executable, "-c", "import os; os.umask(0o022); from bus.surfaces.entry import main; main()",
@@ -98,12 +99,45 @@ def test_a_last_seen_not_recorded_is_tried_again_at_the_next_step(
     for name, value in settings.child_env().items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("INBOX_REDIS_URL", f"unix://{tmp_path / 'nothing-here.sock'}")
+    monkeypatch.setenv("INBOX_REDIS_CLUSTER", "")  # a standalone server's, nobody there
     touch_seen("bob")
     assert "Redis did not answer (no server socket there)" in capsys.readouterr().err
     assert not (settings.home / "seen" / "bob").exists()
     assert entry.seen_due("bob")  # the next empty tool step tells Redis again
 
-    monkeypatch.setenv("INBOX_REDIS_URL", settings.redis_url or "")
+    for name, value in settings.child_env().items():
+        monkeypatch.setenv(name, value)
     touch_seen("bob")  # Redis back: recorded, and marked
     assert bus.store.last_seen("bob") is not None
     assert not entry.seen_due("bob")
+
+
+def test_on_a_cluster_a_hooks_drain_and_last_seen_are_recorded_whichever_node_is_named(
+    cluster_settings: Settings,
+    make_bus: Callable[..., Bus],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The URL names one node; the session's keys sit on whichever node owns their slot.
+    # The small client would be answered MOVED there: the marks would never be recorded
+    # and every tool step would print so. The library's cluster client writes them.
+    b = make_bus(redis_url=cluster_settings.redis_url, redis_cluster=True)
+    for name, value in b.settings.child_env().items():
+        monkeypatch.setenv(name, value)
+    sids = [f"cx{n}" for n in range(6)]  # several slots: on more than one node
+    b.open_session("alice")
+    for sid in sids:
+        b.open_session(sid)
+        b.turn(sid, "start")
+        sent = b.send({"from": "hosta:alice", "from_session": "alice", "to_id": sid, "text": "x"})
+        b.deliver_session(sid)
+        out = subprocess.run(
+            [sys.executable, "-m", "bus.surfaces.entry", "drain", sid],
+            env={**os.environ}, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 0 and '"kind": "notice"' in out.stdout, out.stderr
+        assert out.stderr == ""
+        assert b.receipt(sent["id"], by="alice")["state"] == "noticed"
+        touch_seen(sid)
+        assert capsys.readouterr().err == ""
+        assert b.store.last_seen(sid) is not None

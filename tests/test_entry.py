@@ -119,7 +119,9 @@ def run_entry(env: dict[str, str], *argv: str, stdin: str = "") -> subprocess.Co
 @pytest.fixture
 def env(settings: Settings) -> dict[str, str]:
     # Redis unreachable: the fast path must not need it.
-    return dict(settings_env(settings), INBOX_REDIS_URL="redis://127.0.0.1:1/0")
+    return dict(
+        settings_env(settings), INBOX_REDIS_URL="redis://127.0.0.1:1/0", INBOX_REDIS_CLUSTER=""
+    )
 
 
 def test_an_empty_floor_is_answered_without_the_library(
@@ -176,6 +178,7 @@ def test_importing_bus_is_light() -> None:
     assert LazyBus is Bus
 
 
+@pytest.mark.usefixtures("standalone_store")
 def test_a_waiting_notice_is_drained_and_confirmed_without_the_library(
     settings: Settings, bus: Bus
 ) -> None:
@@ -215,6 +218,7 @@ def test_the_small_client_speaks_the_urls_it_can() -> None:
         resp_client.connect("redis://127.0.0.1:1/0")
 
 
+@pytest.mark.usefixtures("standalone_store")
 def test_an_empty_look_tells_redis_the_harness_was_seen_once_a_minute(
     settings: Settings,
 ) -> None:

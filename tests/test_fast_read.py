@@ -29,6 +29,8 @@ from tests.conftest import settings_env
 from tests.test_pictures import png_bytes
 
 INBOX = Path(sys.executable).parent / "inbox"
+# The lane reads one standalone server; on a cluster the full command line answers.
+pytestmark = pytest.mark.usefixtures("standalone_store")
 
 
 def full(env: dict[str, str], argv: list[str]) -> subprocess.CompletedProcess[str]:

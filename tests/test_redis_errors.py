@@ -9,7 +9,9 @@ import redis
 
 from bus.api import Bus
 from bus.core.errors import BusError, Unavailable
-from bus.store.redis_errors import NOT_ANSWERING, translated
+from bus.delivery.fast_drain import outage_words
+from bus.store.cluster_reach import ClusterUnreachable
+from bus.store.redis_errors import NOT_ANSWERING, down_message, translated, unavailable
 from tests.test_http import Gateway, wire
 
 
@@ -67,3 +69,30 @@ def test_prox_send_with_a_token_and_redis_down_is_503(make_bus: Callable[..., Bu
         gw.stop()
     assert r.status_code == 503 and r.json()["ok"] is False
     assert not (dead.settings.home / "inbox" / "s1").exists()
+
+
+def _caused(exc: BaseException, cause: BaseException) -> BaseException:
+    exc.__cause__ = cause
+    return exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "words"),
+    [
+        (redis.ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused."),
+         "Redis did not answer at 127.0.0.1:1 (connection refused)"),
+        # No node of a cluster answered: the last node's own words, not redis-py's.
+        (_caused(ClusterUnreachable("Redis Cluster cannot be connected. Please provide at "
+                                    "least one reachable node: Error 111 connecting to "
+                                    "127.0.0.1:1. Connection refused."),
+                 redis.ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused.")),
+         "Redis did not answer at 127.0.0.1:1 (connection refused)"),
+        # Said already (a nested call's refusal): the same words, never wrapped twice.
+        (unavailable(redis.ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused.")),
+         "Redis did not answer at 127.0.0.1:1 (connection refused)"),
+        (redis.TimeoutError("Timeout reading from socket"), "Redis did not answer (no answer in time)"),
+    ],
+)  # fmt: skip
+def test_what_a_redis_that_did_not_answer_is_called(exc: BaseException, words: str) -> None:
+    assert down_message(exc) == (words, "no_answer")
+    assert outage_words(exc) == words

@@ -67,7 +67,9 @@ def outage_words(exc: BaseException) -> str:
         return f"Redis did not answer ({_OUTAGE_ERRNO[exc.errno]})"
     if isinstance(exc, OSError) and exc.strerror:
         return f"Redis did not answer ({exc.strerror.lower()})"
-    if "redis" in type(exc).__module__:  # the library's path: redis-py is imported already
+    if type(exc).__module__.startswith(
+        ("redis", "bus.store")
+    ):  # the library's path: redis-py is loaded
         from bus.store.redis_errors import down_message
 
         return down_message(exc)[0]
@@ -103,20 +105,39 @@ def record_drained(
         )
 
 
+def _library_store(settings: Settings) -> Any:
+    """The library's own store (redis-py): for what the fast lane does not speak."""
+    from bus.store.connection import redis_client
+    from bus.store.keys import Keys
+    from bus.store.store import Store
+
+    return Store(redis_client(settings), Keys(settings.key_prefix))
+
+
+def _lane_errors(settings: Settings) -> tuple[type[BaseException], ...]:
+    """What a drain's or a touch's write raises when Redis does not take it: the fast
+    lane's, and on a cluster (the library's path) redis-py's."""
+    from bus.store import fast_lane
+
+    if not settings.redis_cluster:
+        return fast_lane.FAST_LANE_ERRORS
+    from bus.store.outage_log import OUTAGE_ERRORS
+
+    return (*fast_lane.FAST_LANE_ERRORS, *OUTAGE_ERRORS)
+
+
 def _mark_over_resp(settings: Settings, sid: str) -> Callable[[list[str]], object]:
     from bus.store import fast_lane
 
     def mark(ids: list[str]) -> object:
         now = time.time_ns() // 1_000_000
-        done = fast_lane.confirm_drained(settings.store_url(), settings.key_prefix, sid, ids, now)
-        if done is fast_lane.UNSUPPORTED:  # TLS, a cluster: the library's own client
-            from bus.store.connection import redis_client
-            from bus.store.keys import Keys
-            from bus.store.store import Store
-
-            store = Store(redis_client(settings), Keys(settings.key_prefix))
-            return store.confirm_notices(sid, ids, "drain", now)
-        return done
+        if not settings.redis_cluster:  # a cluster's keys live on several nodes
+            done = fast_lane.confirm_drained(
+                settings.store_url(), settings.key_prefix, sid, ids, now
+            )
+            if done is not fast_lane.UNSUPPORTED:
+                return done
+        return _library_store(settings).confirm_notices(sid, ids, "drain", now)  # TLS, a cluster
 
     return mark
 
@@ -124,7 +145,8 @@ def _mark_over_resp(settings: Settings, sid: str) -> Callable[[list[str]], objec
 def touch_seen(sid: str) -> None:
     """Record that the session's harness was seen (``last_seen``), marked by the time of
     ``$INBOX_HOME/seen/<sid>``. Best effort: with Redis down the marker is taken back, so
-    the next tool step tries again; a cluster URL skips it."""
+    the next tool step tries again. On a cluster (or TLS) the library's client writes it:
+    at most once a minute a session, so its import is paid rarely."""
     from bus.store import fast_lane
 
     load_hook_env()  # a hook's Redis URL with a password is kept in hooks.env.json
@@ -138,8 +160,12 @@ def touch_seen(sid: str) -> None:
         return
     try:
         now = time.time_ns() // 1_000_000
-        fast_lane.touch_seen(settings.store_url(), settings.key_prefix, sid, now)
-    except fast_lane.FAST_LANE_ERRORS as exc:
+        spoken = not settings.redis_cluster and fast_lane.touch_seen(
+            settings.store_url(), settings.key_prefix, sid, now
+        )
+        if not spoken:
+            _library_store(settings).touch_seen(sid, now)
+    except _lane_errors(settings) as exc:
         marker.unlink(missing_ok=True)  # not recorded: due again at the next tool step
         sys.stderr.write(
             f"inbox: last_seen of {sid} not recorded ({outage_words(exc)}); "

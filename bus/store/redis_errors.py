@@ -21,6 +21,8 @@ from redis.exceptions import ClusterError, RedisClusterException
 
 from bus.core.errors import Unavailable
 
+from .cluster_reach import ClusterUnreachable
+
 NOT_ANSWERING: tuple[type[Exception], ...] = (
     redis.ConnectionError,
     redis.TimeoutError,
@@ -48,6 +50,8 @@ class RedisUnavailable(Unavailable, StoreFailed, redis.ConnectionError):
     """:class:`Unavailable`, and still a ``redis.ConnectionError``: code that catches
     Redis's own errors (the metrics scrape, older surfaces) keeps catching it."""
 
+    words: str | None = None  # what failed, without the hint (down_message)
+
 
 HINT = "is `inbox up` running, or INBOX_REDIS_URL set?"
 PASSWORD_HINT = (
@@ -73,6 +77,10 @@ def down_message(exc: BaseException, where: str | None = None) -> tuple[str, str
     """The words for a Redis that cannot be used (without the hint), and the reason code:
     ``no_answer`` (nothing there, refused, timed out) or ``password`` (it answered, and
     refused the password). ``where`` names the server when the error does not."""
+    if isinstance(exc, RedisUnavailable):  # said already: its words, never wrapped twice
+        return exc.words or str(exc), str(exc.details.get("reason", "no_answer"))
+    if isinstance(exc, ClusterUnreachable) and exc.__cause__ is not None:
+        return down_message(exc.__cause__, where)  # the last node's own words
     text = (str(exc).strip().splitlines() or [""])[0]
     if isinstance(exc, redis.AuthenticationError):
         low = text.lower()
@@ -97,7 +105,9 @@ def unavailable(exc: BaseException, where: str | None = None) -> RedisUnavailabl
         return exc
     words, reason = down_message(exc, where)
     hint = PASSWORD_HINT if reason == "password" else HINT
-    return RedisUnavailable(f"{words}; {hint}", reason=reason)
+    err = RedisUnavailable(f"{words}; {hint}", reason=reason)
+    err.words = words
+    return err
 
 
 def translated(fn: Callable[..., Any]) -> Callable[..., Any]:

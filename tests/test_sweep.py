@@ -137,7 +137,7 @@ def test_the_sweep_reads_only_the_sessions_its_server_side_test_keeps(
 
     monkeypatch.setattr(store, "sweep_views", views)
     sweep_backlogs(b)
-    # The sweep takes the sessions in the set's order (SMEMBERS has none to rely on).
+    # The sweep takes the sessions oldest first: those opened in one millisecond by name.
     assert [sorted(ids) for ids in read] == [sorted(kept)]
 
 

@@ -201,7 +201,7 @@ class Bus(Conversing, Members, Host):
                 Metrics,  # prometheus_client: not for a drain or a hook
             )
 
-            self._metrics = Metrics(self.store)
+            self._metrics = Metrics(self.store, flush_s=self.settings.metrics_flush_s or 0.0)
         return self._metrics
 
     def is_revoked(self, jti: str) -> bool:

@@ -35,6 +35,15 @@ def _positive(env: dict[str, str], name: str, default: float) -> float:
     return value
 
 
+def _not_negative(env: dict[str, str], name: str) -> float | None:
+    if (env.get(name) or "") == "":
+        return None
+    value = _float(env, name, 0.0)
+    if value < 0:
+        raise ValueError(f"{name} must be 0 seconds or more, got {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the bus reads from the environment, with their defaults."""
@@ -92,6 +101,9 @@ class Settings:
     # BLOCK) wait their own block plus ``redis_timeout_s``.
     redis_timeout_s: float = 5.0
     redis_connect_timeout_s: float = 2.0
+    # How often a process writes the counters it holds (bus.telemetry.counter_flush); 0:
+    # each delivery's at once. None: the process's own default (a worker 1 s, others 0).
+    metrics_flush_s: float | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -133,6 +145,7 @@ class Settings:
             ),
             redis_timeout_s=_positive(env, "INBOX_REDIS_TIMEOUT_S", 5.0),
             redis_connect_timeout_s=_positive(env, "INBOX_REDIS_CONNECT_TIMEOUT_S", 2.0),
+            metrics_flush_s=_not_negative(env, "INBOX_METRICS_FLUSH_S"),
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 
@@ -180,6 +193,8 @@ class Settings:
             "INBOX_TOKEN": self.token,
         }
         env.update({k: v for k, v in optional.items() if v})
+        if self.metrics_flush_s is not None:
+            env["INBOX_METRICS_FLUSH_S"] = str(self.metrics_flush_s)
         return env
 
     def child_env(self, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -40,6 +40,7 @@ from prometheus_client.utils import floatToGoString
 from bus.store.redis_errors import StoreError
 
 from . import liveness
+from .counter_flush import HeldCounters
 
 if TYPE_CHECKING:
     from bus.store.metrics import MetricsStore
@@ -107,10 +108,13 @@ def summed(writes: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]
 class Metrics:
     """Writes and reads the shared counters of one bus (one key prefix)."""
 
-    def __init__(self, store: MetricsStore) -> None:
+    def __init__(self, store: MetricsStore, *, flush_s: float = 0.0) -> None:
+        """``flush_s`` > 0: additions are held in this process and written that often
+        (:class:`~bus.telemetry.counter_flush.HeldCounters`); 0: each batch at once."""
         # Every Redis command goes through the store (bus.store.metrics).
         self.store = store
         self._local = threading.local()  # this thread's writes held by batched()
+        self.held = HeldCounters(store.counter_add_many, flush_s) if flush_s > 0 else None
 
     @contextmanager
     def batched(self) -> Iterator[None]:
@@ -125,17 +129,22 @@ class Metrics:
             yield
         finally:
             self._local.held = None
-            if held:
+            if held and self.held is not None:
+                self.held.add(held)
+            elif held:
                 # MULTI where it can be (a cluster refuses one over two keys' slots).
                 self.store.counter_add_many(summed(held))
 
     def _write(self, writes: list[tuple[str, str, float]]) -> bool:
         """Queue ``writes`` when batched(); False when the caller must send them now."""
         held = getattr(self._local, "held", None)
-        if held is None:
-            return False
-        held.extend(writes)
-        return True
+        if held is not None:
+            held.extend(writes)
+            return True
+        if self.held is not None:
+            self.held.add(writes)
+            return True
+        return False
 
     def incr(self, name: str, n: int = 1, **labels: str) -> None:
         """Add ``n`` to counter ``name`` (with ``labels``)."""

@@ -8,6 +8,7 @@ own suite beside this one: ``tests/test_store_<aggregate>.py``.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -137,7 +138,46 @@ def test_a_quiet_read_of_many_streams_on_a_cluster_backs_off(
     store.append(SIDS[0], "one", "{}", "{}")
     got = read_streams(store.r, positions, **quiet)
     assert [f["id"] for _k, entries in got for _e, f in entries] == ["one"]
-    assert poll.wait == cluster.POLL_S  # heard: quick again
+    assert poll.wait == cluster.POLL_MAX_S / 2  # heard after the longest wait: half of it
+
+
+@pytest.mark.parametrize(
+    ("wait", "heard", "then"),
+    [
+        (0.05, False, 0.1),  # quiet: twice as long
+        (0.4, False, 0.4),  # not past POLL_MAX_S
+        (0.4, True, 0.2),  # heard: half as long
+        (0.1, True, 0.05),
+        (0.05, True, 0.05),  # not below POLL_S: read again at once
+    ],
+)
+def test_a_cluster_watch_s_next_wait(wait: float, heard: bool, then: float) -> None:
+    from bus.store.cluster import POLL_MAX_S, POLL_S, next_wait
+
+    assert (POLL_S, POLL_MAX_S) == (0.05, 0.4)
+    assert next_wait(wait, heard) == then
+
+
+def test_a_watch_heard_every_so_often_settles_near_that_interval() -> None:
+    # A lane message every 0.25 s: the reads between two hits (each read after a wait of
+    # poll.wait, doubled at each miss) fall from ~4 to ~1-2, as read_streams runs them.
+    from bus.store.cluster import POLL_S, next_wait
+
+    def reads_per_hit(after_hit: Callable[[float], float]) -> float:
+        wait, clock, reads, hits, next_at = POLL_S, 0.0, 0, 0, 0.25
+        while clock < 60:
+            clock += wait
+            reads += 1
+            if clock >= next_at:
+                hits += 1
+                next_at = clock + 0.25
+                wait = after_hit(wait)
+            else:
+                wait = next_wait(wait, heard=False)
+        return reads / hits
+
+    assert reads_per_hit(lambda w: next_wait(w, heard=True)) < 2.5
+    assert reads_per_hit(lambda _w: POLL_S) >= 3  # started again at POLL_S each time
 
 
 # -- the inbox, thread, member and item side (bus/store/inbox.py, bus/store/items.py) ------

@@ -331,3 +331,22 @@ def test_an_idle_process_s_other_loops_wait_for_the_listener_not_the_clock(
         wait_for(lambda: len(set(takes[before:])) >= 3, 10, "the other loops looked again")
     finally:
         loop.stop()
+
+
+def test_a_loops_taken_kicks_and_a_dispatch_flag_go_without_a_pipeline_on_a_cluster(
+    cluster_settings: Settings, make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cluster client's delete() splits its keys by slot through a pipeline of its own:
+    # for one key, on every delivery loop's turn, that was a pipeline's cost for nothing.
+    store = make_bus(redis_url=cluster_settings.redis_url, redis_cluster=True).store
+    taken, flag = store.k.kick_taken("hosta", "0"), store.k.s("s1", "pending")
+    store.r.rpush(taken, "s1")
+    assert store.mark_pending("s1")
+
+    def no_pipeline(*_a: object, **_k: object) -> None:
+        pytest.fail("a pipeline for one key")
+
+    monkeypatch.setattr(store.r, "pipeline", no_pipeline)
+    store.done_kicks("hosta", "0")
+    store.clear_pending("s1")
+    assert [store.r.execute_command("EXISTS", key) for key in (taken, flag)] == [0, 0]

@@ -6,6 +6,10 @@ tests/store_backends.py)."""
 from __future__ import annotations
 
 import threading
+import time
+from typing import Any
+
+import pytest
 
 from bus.store.many import SweepView
 from bus.store.store import Store
@@ -55,6 +59,33 @@ def test_take_due_from_many_threads_hands_out_each_entry_exactly_once(store: Sto
 def test_one_sweep_claim_per_interval(store: Store) -> None:
     assert store.claim_sweep(60_000) is True
     assert store.claim_sweep(60_000) is False
+
+
+def test_a_claim_held_elsewhere_is_not_asked_for_before_it_can_be_free(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = Store(store.r, store.k)  # another scheduler process, on the same prefix
+    assert other.claim_sweep(2_000, what="expiry")
+    calls: list[object] = []
+    real = store.pipeline
+
+    def pipeline(*a: Any, **k: Any) -> Any:
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(store, "pipeline", pipeline)
+    now = time.monotonic()
+    monkeypatch.setattr(store, "claim_clock", lambda: now)
+    assert store.claim_sweep(2_000, what="expiry") is False
+    assert len(calls) == 1  # asked once: held, with its time left
+    for _ in range(5):  # a scheduler's ticks meanwhile
+        assert store.claim_sweep(2_000, what="expiry") is False
+    assert len(calls) == 1
+    assert store.claim_sweep(2_000) is True  # another claim is its own
+    store.r.delete(store.k.expiry_sweep)  # the key expired...
+    assert store.claim_sweep(2_000, what="expiry") is False  # ...unseen before its time
+    monkeypatch.setattr(store, "claim_clock", lambda: now + 2.1)
+    assert store.claim_sweep(2_000, what="expiry") is True
 
 
 def test_heartbeats_and_the_sweep_view(store: Store) -> None:

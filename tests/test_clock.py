@@ -46,9 +46,7 @@ def test_the_scheduler_takes_an_entry_when_the_clock_reaches_it(
     assert recorder.calls == [("hosta", "later")]
 
 
-def interval_passed(
-    one: Bus, two: Bus, monkeypatch: pytest.MonkeyPatch, claim_key: str
-) -> None:
+def interval_passed(one: Bus, two: Bus, monkeypatch: pytest.MonkeyPatch, claim_key: str) -> None:
     """A minute on: the claim's key expired, and the processes' clocks moved on."""
     one.store.r.delete(claim_key)
     later = time.monotonic() + 61

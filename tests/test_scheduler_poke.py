@@ -11,6 +11,7 @@ import pytest
 from bus.api import Bus
 from bus.core.models import now_ms
 from bus.delivery import scheduler
+from bus.delivery.due_taker import Taker
 from bus.delivery.host import DeliveryParts
 from bus.store.schedule import POKE_WITHIN_MS
 from tests.conftest import wait_for
@@ -38,14 +39,13 @@ def test_a_sleeping_scheduler_takes_an_entry_scheduled_due_soon(
 ) -> None:
     bus.open_session("s1", host="h1")
     ticked = threading.Event()
-    real = bus.store.next_due
 
-    def spy() -> int | None:  # the end of a tick: the loop goes to sleep next
-        got = real()
-        ticked.set()
-        return got
+    class Pokes(scheduler.Pokes):
+        def listening(self, on: bool) -> None:  # the end of a tick: the loop sleeps next
+            super().listening(on)
+            ticked.set()
 
-    monkeypatch.setattr(bus.store, "next_due", spy)
+    monkeypatch.setattr(scheduler, "Pokes", Pokes)
 
     def pokers() -> int:
         return sum(1 for t in threading.enumerate() if t.name == "scheduler-pokes")
@@ -95,14 +95,14 @@ def test_a_scheduler_whose_next_entry_is_already_due_ticks_again_at_once_if_it_t
     log: list[object] = []
     stop = threading.Event()
 
-    def tick(_parts: DeliveryParts, **_: object) -> dict[str, int]:
+    def tick(_parts: DeliveryParts, *, taker: Taker, **_: object) -> dict[str, int]:
         log.append("tick")
         if log.count("tick") >= 2:
             stop.set()
+        taker.holds, taker.next_due = True, now_ms() - 1  # the taker, its next entry due
         return {"taken": taken}
 
     monkeypatch.setattr(scheduler, "tick", tick)
-    monkeypatch.setattr(bus.store, "next_due", lambda: now_ms() - 1)  # already due
 
     class Pokes(scheduler.Pokes):
         def __init__(self, b: DeliveryParts, s: threading.Event) -> None:

@@ -27,6 +27,7 @@ from bus.telemetry.liveness import SCHEDULER, Heartbeat
 
 from . import heard
 from .dispatch import request_many
+from .due_taker import Taker, taker_name
 
 if TYPE_CHECKING:
     from bus.core.settings import Settings
@@ -61,13 +62,21 @@ DUE_AGAIN_MS = 20
 POKE_WAIT_S = 1.0
 
 
-def tick(bus: Scheduled, *, sweep: bool | None = None, clock: Clock = SYSTEM) -> dict[str, Any]:
+def tick(
+    bus: Scheduled,
+    *,
+    sweep: bool | None = None,
+    clock: Clock = SYSTEM,
+    taker: Taker | None = None,
+) -> dict[str, Any]:
     """Dispatch deliveries for due entries; every few seconds also sweep for backlogs.
 
     The sweep's interval is kept in Redis (:meth:`Store.claim_sweep`), so however many
     schedulers and worker pool children tick, one of them sweeps per interval. Due entries
     are taken again between the sweep's chunks and after each pass: over thousands of
     sessions a sweep takes seconds, and a wake due meanwhile must not wait for its end.
+    With ``taker`` (the scheduler loop's) due entries are taken only while it holds the
+    taker claim (:mod:`bus.delivery.due_taker`).
     """
     store = bus.store
     counts = {"taken": 0, "dispatched": 0, "at": 0}
@@ -78,7 +87,7 @@ def tick(bus: Scheduled, *, sweep: bool | None = None, clock: Clock = SYSTEM) ->
         if not always and clock.now_ms() - counts["at"] < DUE_AGAIN_MS:
             return
         counts["at"] = clock.now_ms()
-        taken, dispatched = dispatch_due(bus, clock=clock)
+        taken, dispatched = dispatch_due(bus, clock=clock, taker=taker)
         counts["taken"] += taken
         counts["dispatched"] += dispatched
 
@@ -98,10 +107,15 @@ def tick(bus: Scheduled, *, sweep: bool | None = None, clock: Clock = SYSTEM) ->
     return {**counts, "swept": swept, "expired": expired, "compacted": compacted}
 
 
-def dispatch_due(bus: Scheduled, *, clock: Clock = SYSTEM) -> tuple[int, int]:
-    """Take the entries due now and dispatch their sessions' deliveries, a host's at once:
-    ``(taken, dispatched)``."""
-    taken = bus.store.take_due(clock.now_ms())
+def dispatch_due(
+    bus: Scheduled, *, clock: Clock = SYSTEM, taker: Taker | None = None
+) -> tuple[int, int]:
+    """Take the entries due now (``taker``: while it holds the claim) and dispatch their
+    sessions' deliveries, a host's at once: ``(taken, dispatched)``."""
+    if taker is None:
+        taken = bus.store.take_due(clock.now_ms())
+    else:
+        taken = taker.take(bus.store, clock.now_ms())
     dispatched = 0
     for host, sids in _by_host(bus, [sid for _what, sid in taken]).items():
         log.debug("due on %s: %s", host, sids)
@@ -201,6 +215,7 @@ def run(
     with contextlib.suppress(Exception):
         bus.dispatcher  # noqa: B018
     pokes = Pokes(bus, stop).start()
+    taker = Taker(taker_name(bus.settings.host, bus.settings.home))
     memory = Keeper(bus.store, enabled=bus.settings.memory_settings)
     moved = False
     try:
@@ -215,8 +230,10 @@ def run(
             pokes.poked.clear()  # before the tick: a poke during it makes the sleep short
             took = 0
             try:
-                took = tick(bus, clock=clock)["taken"]
-                nxt = bus.store.next_due()
+                took = tick(bus, clock=clock, taker=taker)["taken"]
+                # Not the taker: no due time to wake for, nor the pokes (the taker's).
+                pokes.listening(taker.holds)
+                nxt = taker.next_due
                 beat.progress()
                 outage.ok()
             except OUTAGE_ERRORS as exc:  # Redis restarting: one line per outage, not per tick
@@ -241,6 +258,8 @@ def run(
             # over tens of ms is taken as it falls due, not 10 ms a step.
     finally:
         pokes.stop()
+        with contextlib.suppress(*OUTAGE_ERRORS):
+            taker.release(bus.store)  # another scheduler takes over at its next look
 
 
 class Pokes:
@@ -253,6 +272,9 @@ class Pokes:
     def __init__(self, bus: Scheduled, stop: threading.Event) -> None:
         self.bus = bus
         self.poked = threading.Event()
+        # Cleared while another scheduler takes the due entries: a poke is for the taker.
+        self._listening = threading.Event()
+        self._listening.set()
         self._stop = stop
         self._thread = threading.Thread(target=self._run, name="scheduler-pokes", daemon=True)
 
@@ -260,11 +282,25 @@ class Pokes:
         self._thread.start()
         return self
 
+    def listening(self, on: bool) -> None:
+        """Take pokes (this scheduler takes the due entries) or leave them."""
+        if on:
+            self._listening.set()
+        else:
+            self._listening.clear()
+
     def _run(self) -> None:
         while not self._stop.is_set():
+            if not self._listening.is_set():
+                self._listening.wait(POKE_WAIT_S)
+                continue
             try:
-                if self.bus.store.wait_poked(POKE_WAIT_S):
+                if not self.bus.store.wait_poked(POKE_WAIT_S):
+                    continue
+                if self._listening.is_set():
                     self.poked.set()
+                else:  # left the pokes while this wait ran: this one is the taker's
+                    self.bus.store.poke_scheduler(0)
             except OUTAGE_ERRORS:  # the loop's tick says so, once per outage
                 self._stop.wait(POKE_WAIT_S)
             # Broad on purpose, as the loop's: the sleep then only waits out its time.

@@ -213,6 +213,13 @@ class Keys:
         return f"{self.prefix}:due"
 
     @property
+    def due_taker(self) -> str:
+        """The scheduler that takes due entries now (``take_due.lua``). Its hash tag is
+        :attr:`due`'s whole name, so both sit in one slot (a key without a tag is hashed
+        whole)."""
+        return f"{{{self.prefix}:due}}:taker"
+
+    @property
     def due_soon(self) -> str:
         return f"{self.prefix}:due:soon"
 

@@ -54,6 +54,26 @@ class ScheduleStore(StorePart):
             out.append((what, sid))
         return out
 
+    def take_due_as(
+        self, taker: str, claim_ms: int, now: int, limit: int = 500
+    ) -> tuple[list[tuple[str, str]], int, int | None]:
+        """:meth:`take_due` by scheduler ``taker``, only while it holds the taker claim
+        (claimed when free, renewed for ``claim_ms`` by each take): ``(taken, left_ms,
+        next_due)``. ``left_ms`` 0: it holds the claim and took; else another holds it for
+        that long and nothing was taken. ``next_due``: the earliest due time left (ms),
+        ``None`` when the schedule is empty or nothing was taken."""
+        keys = [self.k.due, self.k.due_taker]
+        items, left, first = self.script("take_due")(keys=keys, args=[now, limit, taker, claim_ms])
+        out = []
+        for item in items:
+            what, _, sid = str(item).partition("|")
+            out.append((what, sid))
+        return out, int(left), (int(float(first)) if first else None)
+
+    def release_taker(self, taker: str) -> bool:
+        """Give the taker claim up if ``taker`` holds it (a scheduler stopping)."""
+        return bool(self.script("unlock")(keys=[self.k.due_taker], args=[taker]))
+
     def next_due(self) -> int | None:
         """The earliest due time on the schedule (ms), ``None`` when it is empty."""
         rows = self.r.zrange(self.k.due, 0, 0, withscores=True)

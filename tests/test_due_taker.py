@@ -1,0 +1,116 @@
+"""One scheduler at a time takes the due entries (bus.delivery.due_taker): the claim in
+``take_due.lua`` on both backends, the others' looks without round trips, and two real
+scheduler loops on one prefix handing the entries over when the taker stops."""
+
+# ruff: noqa: F811  (the store fixture, imported from tests.store_backends)
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from bus.api import Bus
+from bus.core.models import now_ms
+from bus.delivery import scheduler
+from bus.delivery.dispatch import RecordingDispatcher
+from bus.delivery.due_taker import CLAIM_MS, Taker, taker_name
+from bus.store.store import Store
+from tests.conftest import wait_for
+from tests.store_backends import store  # noqa: F401  (the fixture)
+
+
+def test_only_the_claim_s_holder_takes_and_each_take_renews_it(store: Store) -> None:
+    store.schedule("due", "s1", 1000)
+    store.schedule("due", "s2", 2000)
+    store.schedule("retry", "s3", 9000)
+    taken, left, nxt = store.take_due_as("one", 1500, 1500)
+    assert (taken, left, nxt) == ([("due", "s1")], 0, 2000)
+    got, left, nxt = store.take_due_as("two", 1500, 5000)  # s2 is due: not two's to take
+    assert got == [] and 0 < left <= 1500 and nxt is None
+    assert store.next_due() == 2000
+    assert store.r.pttl(store.k.due_taker) > 0
+    assert store.take_due_as("one", 1500, 5000) == ([("due", "s2")], 0, 9000)  # renewed
+    assert store.release_taker("two") is False  # not two's to give up
+    assert store.release_taker("one") is True
+    assert store.take_due_as("two", 1500, 9000) == ([("retry", "s3")], 0, None)
+
+
+def test_a_scheduler_s_restart_takes_the_claim_at_once_and_another_host_s_waits(
+    store: Store,
+) -> None:
+    name = taker_name("h1", "/home/a/.local/share/inbox")
+    store.schedule("due", "s1", 1000)
+    assert store.take_due_as(name, 1500, 0)[1] == 0  # the scheduler, before its kill
+    restarted = taker_name("h1", "/home/a/.local/share/inbox")  # its restart, or the spare
+    assert store.take_due_as(restarted, 1500, 1000)[:2] == ([("due", "s1")], 0)
+    assert store.take_due_as(taker_name("h2", "/home/b"), 1500, 1000)[1] > 0
+
+
+class _Counting:
+    """A store that answers ``take_due_as`` as another scheduler's claim would."""
+
+    def __init__(self, left_ms: int) -> None:
+        self.left_ms = left_ms
+        self.calls = 0
+
+    def take_due_as(self, *_: Any) -> tuple[list[tuple[str, str]], int, int | None]:
+        self.calls += 1
+        return [], self.left_ms, None
+
+
+def test_a_scheduler_that_does_not_hold_the_claim_looks_again_once_it_can_have_lapsed() -> None:
+    clock = [100.0]
+    taker = Taker("me", clock=lambda: clock[0])
+    other = _Counting(left_ms=1200)
+    assert taker.take(other, now_ms()) == [] and other.calls == 1  # type: ignore[arg-type]
+    assert not taker.holds and taker.next_due is None
+    for step in (0.1, 0.5, 0.5):  # its ticks within the 1.2 s: no round trip
+        clock[0] += step
+        assert taker.take(other, now_ms()) == []  # type: ignore[arg-type]
+    assert other.calls == 1
+    clock[0] += 0.11
+    taker.take(other, now_ms())  # type: ignore[arg-type]
+    assert other.calls == 2
+
+
+def _run(b: Bus, stop: threading.Event) -> threading.Thread:
+    t = threading.Thread(target=scheduler.run, args=(b.delivery, stop), daemon=True)
+    t.start()
+    return t
+
+
+def test_of_two_schedulers_one_takes_the_entries_and_the_other_takes_over_when_it_stops(
+    make_bus: Callable[..., Bus],
+) -> None:
+    a_calls, b_calls = RecordingDispatcher(), RecordingDispatcher()
+    # Two hosts' schedulers (their names in the claim differ).
+    a = make_bus(dispatcher=a_calls, host="ha")
+    b = make_bus(dispatcher=b_calls, host="hb")
+    sids = [f"t{n}" for n in range(6)]
+    for sid in sids:
+        a.open_session(sid, host="h1")
+    stops = {"a": threading.Event(), "b": threading.Event()}
+    loops = {"a": _run(a, stops["a"]), "b": _run(b, stops["b"])}
+    try:
+        for n, sid in enumerate(sids):
+            a.store.schedule("due", sid, now_ms() + 20 * n)
+        wait_for(lambda: len(a_calls.calls) + len(b_calls.calls) >= len(sids), 15, "all taken")
+        # One scheduler took them all, each once: the other did not race it for each.
+        first, second = ("a", "b") if a_calls.calls else ("b", "a")
+        calls = {"a": a_calls, "b": b_calls}
+        assert sorted(sid for _h, sid in calls[first].calls) == sids
+        assert calls[second].calls == []
+        stops[first].set()  # it stops (and gives the claim up)
+        a.store.poke_scheduler(0)
+        loops[first].join(10)
+        assert not loops[first].is_alive()
+        a.store.schedule("due", "t0", now_ms())
+        # The other takes over at its next look: within a claim's time and a sleep.
+        wait_for(lambda: calls[second].calls != [], CLAIM_MS / 1000 + 10, "taken over")
+        assert calls[second].calls == [("h1", "t0")]
+    finally:
+        for stop in stops.values():
+            stop.set()
+        a.store.poke_scheduler(0)
+        for loop in loops.values():
+            loop.join(10)

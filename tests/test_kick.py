@@ -308,8 +308,14 @@ def test_an_idle_process_s_other_loops_wait_for_the_listener_not_the_clock(
         takes.append(lp)
         return real_take(h, lp, n)
 
+    in_blmove: list[float] = []  # when the listener's BLMOVE began, while it waits
+
     def wait_kick(*args: object) -> list[str]:
-        got = real_wait(*args)  # type: ignore[arg-type]
+        in_blmove.append(time.monotonic())
+        try:
+            got = real_wait(*args)  # type: ignore[arg-type]
+        finally:
+            in_blmove.clear()
         quiet[0] += not got
         return got
 
@@ -324,9 +330,18 @@ def test_an_idle_process_s_other_loops_wait_for_the_listener_not_the_clock(
         wait_for(lambda: quiet[0] >= 4, 30, "four quiet BLMOVEs")
         # One look a loop at the start, then one a quiet BLMOVE (the listener's).
         assert len(takes) <= 4 + quiet[0] + 1, (len(takes), quiet[0])
+
         # A kick heard: the listener looks at the list again (a burst behind it) and wakes
         # one other loop, which looks too and listens, or waits again; not all three
         # (each looked at the empty list in turn: four script calls a lone kick).
+        # Pushed while the listener's BLMOVE has most of its second left, so the listener
+        # hears it (pushed as it looked at the list between two BLMOVEs, it would take it
+        # from the list as a batch, which wakes nobody).
+        def fresh_blmove() -> bool:
+            began = list(in_blmove)
+            return bool(began) and time.monotonic() - began[0] < 0.3
+
+        wait_for(fresh_blmove, 10, "the listener in a fresh BLMOVE")
         before = len(takes)
         assert store.push_kicks(host, ["one"])
         wait_for(lambda: delivered == [["one"]], 10, "the kick delivered")

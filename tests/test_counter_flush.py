@@ -4,6 +4,7 @@ delivery's own path; real Redis, a real worker."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -129,3 +130,23 @@ def test_a_worker_writes_its_held_counters_when_it_stops(
     assert b.metrics.snapshot()["counters"].get("notices", 0) == 0  # held in the worker
     worker.stop()  # SIGTERM to its group: the pool process too, as systemd stops it
     assert b.metrics.snapshot()["counters"].get("notices", 0) >= 1
+
+
+def test_a_forked_child_writes_its_own_counts_and_not_its_parents(bus: Bus) -> None:
+    # A prefork pool process is forked from the worker: the parent's flush thread is not
+    # in it, and the parent's held counts are the parent's to write.
+    m = Metrics(bus.store, flush_s=0.05)
+    m.incr("wakes")  # held in the parent, its flush thread started
+    pid = os.fork()
+    if pid == 0:  # the child: its own count must reach Redis by its own thread
+        code = 1
+        try:
+            m.incr("flushes")
+            wait_for(lambda: m.snapshot()["counters"].get("flushes") == 1, 10, "the child's")
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's count was never written"
+    wait_for(lambda: m.snapshot()["counters"].get("wakes") == 1, 10, "the parent's")
+    assert m.snapshot()["counters"] == {"wakes": 1, "flushes": 1}

@@ -6,8 +6,11 @@ scheduler loops on one prefix handing the entries over when the taker stops."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from bus.api import Bus
 from bus.core.models import now_ms
@@ -23,16 +26,18 @@ def test_only_the_claim_s_holder_takes_and_each_take_renews_it(store: Store) -> 
     store.schedule("due", "s1", 1000)
     store.schedule("due", "s2", 2000)
     store.schedule("retry", "s3", 9000)
+    two = Store(store.r, store.k)  # the other scheduler's process
     taken, left, nxt = store.take_due_as("one", 1500, 1500)
     assert (taken, left, nxt) == ([("due", "s1")], 0, 2000)
-    got, left, nxt = store.take_due_as("two", 1500, 5000)  # s2 is due: not two's to take
+    got, left, nxt = two.take_due_as("two", 1500, 5000)  # s2 is due: not two's to take
     assert got == [] and 0 < left <= 1500 and nxt is None
     assert store.next_due() == 2000
     assert store.r.pttl(store.k.due_taker) > 0
     assert store.take_due_as("one", 1500, 5000) == ([("due", "s2")], 0, 9000)  # renewed
-    assert store.release_taker("two") is False  # not two's to give up
+    assert two.release_taker("two") is False  # not two's to give up
     assert store.release_taker("one") is True
-    assert store.take_due_as("two", 1500, 9000) == ([("retry", "s3")], 0, None)
+    two.claim_clock = lambda: time.monotonic() + 1.5  # type: ignore[method-assign]
+    assert two.take_due_as("two", 1500, 9000) == ([("retry", "s3")], 0, None)
 
 
 def test_a_scheduler_s_restart_takes_the_claim_at_once_and_another_host_s_waits(
@@ -46,31 +51,33 @@ def test_a_scheduler_s_restart_takes_the_claim_at_once_and_another_host_s_waits(
     assert store.take_due_as(taker_name("h2", "/home/b"), 1500, 1000)[1] > 0
 
 
-class _Counting:
-    """A store that answers ``take_due_as`` as another scheduler's claim would."""
+def test_a_scheduler_that_does_not_hold_the_claim_looks_again_once_it_can_have_lapsed(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = Store(store.r, store.k)  # another host's scheduler
+    assert other.take_due_as(taker_name("h2", "/b"), 1200, 0)[1] == 0
+    calls: list[str] = []
+    real = store.script
 
-    def __init__(self, left_ms: int) -> None:
-        self.left_ms = left_ms
-        self.calls = 0
+    def script(name: str) -> Any:
+        calls.append(name)
+        return real(name)
 
-    def take_due_as(self, *_: Any) -> tuple[list[tuple[str, str]], int, int | None]:
-        self.calls += 1
-        return [], self.left_ms, None
-
-
-def test_a_scheduler_that_does_not_hold_the_claim_looks_again_once_it_can_have_lapsed() -> None:
     clock = [100.0]
-    taker = Taker("me", clock=lambda: clock[0])
-    other = _Counting(left_ms=1200)
-    assert taker.take(other, now_ms()) == [] and other.calls == 1  # type: ignore[arg-type]
-    assert not taker.holds and taker.next_due is None
+    monkeypatch.setattr(store, "script", script)
+    monkeypatch.setattr(store, "claim_clock", lambda: clock[0])
+    taker = Taker(taker_name("h1", "/a"), claim_ms=1200)
+    assert taker.take(store, now_ms()) == [] and not taker.holds and taker.next_due is None
+    assert calls == ["take_due"]  # asked once: held, with its time left
     for step in (0.1, 0.5, 0.5):  # its ticks within the 1.2 s: no round trip
         clock[0] += step
-        assert taker.take(other, now_ms()) == []  # type: ignore[arg-type]
-    assert other.calls == 1
+        assert taker.take(store, now_ms()) == []
+    assert calls == ["take_due"]
+    store.r.delete(store.k.due_taker)  # the other's claim lapsed (its host went)
+    store.schedule("due", "s1", 0)
     clock[0] += 0.11
-    taker.take(other, now_ms())  # type: ignore[arg-type]
-    assert other.calls == 2
+    assert taker.take(store, now_ms()) == [("due", "s1")] and taker.holds
+    assert calls == ["take_due", "take_due"]
 
 
 def _run(b: Bus, stop: threading.Event) -> threading.Thread:

@@ -13,8 +13,6 @@ paused one coming back, two schedulers of one name) never take one twice.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,29 +31,22 @@ def taker_name(host: str, home: object) -> str:
 
 
 class Taker:
-    """One scheduler's side of the claim: whether it holds it, and when to look again."""
+    """One scheduler's side of the claim: whether it holds it, and its next due time."""
 
-    def __init__(
-        self, name: str, claim_ms: int = CLAIM_MS, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, name: str, claim_ms: int = CLAIM_MS) -> None:
         self.name = name
         self.claim_ms = claim_ms
-        self.clock = clock
         self.holds = False
         # The earliest due time left after this scheduler's last take (its sleep's end).
         self.next_due: int | None = None
-        self._look_at = float("-inf")
 
     def take(self, store: Store, now_ms: int, limit: int = 500) -> list[tuple[str, str]]:
         """The entries due at ``now_ms`` when this scheduler holds (or gets) the claim;
-        ``[]`` with no round trip while another's claim cannot have lapsed."""
-        if self.clock() < self._look_at:
-            return []
+        ``[]`` while another holds it (with no round trip until it can have lapsed:
+        :meth:`~bus.store.schedule.ScheduleStore.take_due_as`)."""
         taken, left_ms, next_due = store.take_due_as(self.name, self.claim_ms, now_ms, limit)
         self.holds = left_ms == 0
         self.next_due = next_due if self.holds else None
-        if not self.holds:
-            self._look_at = self.clock() + left_ms / 1000
         return taken
 
     def release(self, store: Store) -> None:

@@ -67,9 +67,8 @@ def outage_words(exc: BaseException) -> str:
         return f"Redis did not answer ({_OUTAGE_ERRNO[exc.errno]})"
     if isinstance(exc, OSError) and exc.strerror:
         return f"Redis did not answer ({exc.strerror.lower()})"
-    if type(exc).__module__.startswith(
-        ("redis", "bus.store")
-    ):  # the library's path: redis-py is loaded
+    # The library's path (redis-py's errors, the store's own): redis-py is loaded already.
+    if type(exc).__module__.startswith(("redis", "bus.store")):
         from bus.store.redis_errors import down_message
 
         return down_message(exc)[0]

@@ -45,3 +45,9 @@ class StorePart:
         self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None
     ) -> Any:
         raise NotImplementedError
+
+    def delete_one(self, key: str) -> None:
+        """``DEL`` of one key, sent as one command: a cluster client's ``delete()`` splits
+        its keys by slot through a pipeline of its own, even for one (a delivery loop's
+        turn paid one)."""
+        self.r.execute_command("DEL", key)

@@ -60,8 +60,7 @@ class KickStore(StorePart):
 
     def done_kicks(self, host: str, loop: str) -> None:
         """Loop ``loop``'s taken kicks were delivered: its taken list goes."""
-        # One key: a cluster client's delete() builds a pipeline to split keys by slot.
-        self.r.execute_command("DEL", self.k.kick_taken(host, loop))
+        self.delete_one(self.k.kick_taken(host, loop))
 
     def kick_beat(self, host: str, loop: str, ttl_ms: int) -> None:
         """Loop ``loop`` of ``host`` is running: the host's alive key (for ``ttl_ms``) and

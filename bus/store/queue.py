@@ -109,7 +109,7 @@ class QueueStore(StorePart):
 
     def clear_pending(self, sid: str) -> None:
         """Drop the dispatch flag: the next :meth:`mark_pending` answers True."""
-        self.r.execute_command("DEL", self.k.s(sid, "pending"))  # one key: no slot split
+        self.delete_one(self.k.s(sid, "pending"))
 
     def last_stream_id(self, sid: str) -> str:
         """The id of the newest entry of the session's queue, ``0-0`` when it has none."""

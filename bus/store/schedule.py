@@ -47,12 +47,7 @@ class ScheduleStore(StorePart):
     def take_due(self, now: int, limit: int = 500) -> list[tuple[str, str]]:
         """Take up to ``limit`` entries due at ``now`` (ms) or earlier, as ``(what, sid)``,
         removing them atomically: each is returned to exactly one caller."""
-        items = self.script("take_due")(keys=[self.k.due], args=[now, limit])
-        out = []
-        for item in items:
-            what, _, sid = str(item).partition("|")
-            out.append((what, sid))
-        return out
+        return _entries(self.script("take_due")(keys=[self.k.due], args=[now, limit]))
 
     def take_due_as(
         self, taker: str, claim_ms: int, now: int, limit: int = 500
@@ -61,14 +56,17 @@ class ScheduleStore(StorePart):
         (claimed when free, renewed for ``claim_ms`` by each take): ``(taken, left_ms,
         next_due)``. ``left_ms`` 0: it holds the claim and took; else another holds it for
         that long and nothing was taken. ``next_due``: the earliest due time left (ms),
-        ``None`` when the schedule is empty or nothing was taken."""
-        keys = [self.k.due, self.k.due_taker]
+        ``None`` when the schedule is empty or nothing was taken. While another's claim
+        cannot have lapsed, answered without a round trip (:meth:`claim_sweep`'s rule)."""
+        key = self.k.due_taker
+        wait_ms = self._claim_wait_ms(key)
+        if wait_ms:
+            return [], wait_ms, None
+        keys = [self.k.due, key]
         items, left, first = self.script("take_due")(keys=keys, args=[now, limit, taker, claim_ms])
-        out = []
-        for item in items:
-            what, _, sid = str(item).partition("|")
-            out.append((what, sid))
-        return out, int(left), (int(float(first)) if first else None)
+        if int(left):
+            self._claim_held(key, int(left))
+        return _entries(items), int(left), (int(float(first)) if first else None)
 
     def release_taker(self, taker: str) -> bool:
         """Give the taker claim up if ``taker`` holds it (a scheduler stopping)."""
@@ -152,16 +150,26 @@ class ScheduleStore(StorePart):
         with a restarted server is asked for again within one interval."""
         keys = {"backlog": self.k.sweep, "expiry": self.k.expiry_sweep}
         key = keys.get(what) or self.k.compact_sweep
-        free_at: dict[str, float] = self.__dict__.setdefault("_claims_free_at", {})
-        now = self.claim_clock()
-        if now < free_at.get(key, float("-inf")):
+        if self._claim_wait_ms(key):
             return False
         pipe = self.pipeline()
         pipe.set(key, "1", nx=True, px=every_ms)
         pipe.pttl(key)  # one key: one slot, one round trip
         ok, left_ms = pipe.execute()
-        free_at[key] = now + (every_ms if ok else max(0, int(left_ms))) / 1000
+        self._claim_held(key, every_ms if ok else max(0, int(left_ms)))
         return bool(ok)
+
+    def _claim_wait_ms(self, key: str) -> int:
+        """How long (ms) the claim ``key`` was last seen held for yet: 0 when it may be
+        free (ask the server)."""
+        free_at: dict[str, float] = self.__dict__.get("_claims_free_at", {})
+        left = free_at.get(key, float("-inf")) - self.claim_clock()
+        return max(1, int(left * 1000)) if left > 0 else 0
+
+    def _claim_held(self, key: str, left_ms: int) -> None:
+        """The claim ``key`` is held (by anyone) for ``left_ms`` more: not asked before."""
+        free_at: dict[str, float] = self.__dict__.setdefault("_claims_free_at", {})
+        free_at[key] = self.claim_clock() + left_ms / 1000
 
     def schedule_many(self, what: str, due: list[tuple[str, int]]) -> None:
         """:meth:`~bus.store.store.Store.schedule` (earliest) for each ``(sid, at_ms)``, at once;
@@ -195,3 +203,8 @@ class ScheduleStore(StorePart):
         # Milliseconds: BLPOP takes a decimal timeout; 0 would block for ever.
         timeout = max(0.001, round(timeout_s, 3))
         return self.r.blpop([self.k.due_soon], timeout=timeout) is not None
+
+
+def _entries(items: list[Any]) -> list[tuple[str, str]]:
+    """``take_due.lua``'s ``<what>|<sid>`` members as ``(what, sid)``."""
+    return [(what, sid) for what, _, sid in (str(item).partition("|") for item in items)]

@@ -2,7 +2,8 @@
 second, for a process that writes them often (a worker's delivery loops).
 
 A lone delivery wrote its 3-5 counters in a round trip of their own (on a cluster one per
-node holding a counter hash): about a fifth of its CPU. Held here they are summed per
+node holding a counter hash): 3.33 ms of CPU a lone delivery on a 3-master cluster with
+them, 2.88 ms held. Held here they are summed per
 field, so what waits is bounded by the number of distinct fields, whatever the rate, and
 one write carries a flush period's deliveries. A process killed outright loses at most
 its last period's counts; they are telemetry, never delivery state.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 from collections.abc import Callable
 
@@ -33,6 +35,14 @@ class HeldCounters:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        # A forked child (a prefork pool process) has no flush thread and a lock that may
+        # have been held at the fork: fresh ones, and nothing of the parent's counts.
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._held = {}
+        self._thread = None
 
     def add(self, writes: Writes) -> None:
         """Hold ``writes`` until the next flush."""

@@ -15,7 +15,8 @@ or from outside a running run: ``python bench/cpu_share.py RIG_PID SECONDS [--sl
   window, read and reset every second; each entry's client address is matched to the
   process holding that socket (``/proc/<pid>/fd`` and the namespace's ``/proc/<pid>/net/tcp``),
   so the client commands/s are given per role and per script (``EVALSHA`` by the SHA of
-  ``bus/store/lua/<name>.lua``). The settings are put back at the end.
+  ``bus/store/lua/<name>.lua``), with the server time of each (the slow log's µs: a
+  script's hold the commands it ran). The settings are put back at the end.
 - ``pyspy``: py-spy (``pip install py-spy`` in the venv), when installed, records the
   busiest Python processes for the window's last part; their top functions are printed.
 
@@ -117,10 +118,19 @@ def _sockets(pids: list[int]) -> dict[str, int]:
     tables: dict[str, str] = {}  # netns -> its tcp table, read once
     for pid in pids:
         try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            # An fd closed since the listing (the listing's own, one a thread closed) is
+            # skipped alone: the process's other sockets still count.
+            try:
                 link = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if link.startswith("socket:["):
-                    inode_pid[link[8:-1]] = pid
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inode_pid[link[8:-1]] = pid
+        try:
             ns = os.readlink(f"/proc/{pid}/ns/net")
             if ns not in tables:
                 tables[ns] = Path(f"/proc/{pid}/net/tcp").read_text()
@@ -163,6 +173,8 @@ class _Slowlog:
         ]
         self.nodes, self.roles = nodes, roles
         self.counts: collections.Counter[tuple[str, str]] = collections.Counter()
+        # Server time (µs, as the slow log times it) per command or script, whoever sent it.
+        self.micros: collections.Counter[str] = collections.Counter()
         self.shas = _script_names()
         self.saved = [n.config_get("slowlog-*") for n in nodes]
         for n in nodes:
@@ -188,9 +200,13 @@ class _Slowlog:
                 if name == "evalsha" and len(words) > 1:
                     name = "lua:" + self.shas.get(words[1], words[1][:8])
                 client = e[4].decode() if len(e) > 4 else ""
-                # A command a script runs is logged too, with no client address.
-                role = self.roles.get(self.addr.get(client, -1), "?") if client else "(lua)"
+                # A command a script runs is logged too, from no client ("?:0"; none on
+                # older servers): "(lua)".
+                inner = client in ("", "?:0")
+                role = "(lua)" if inner else self.roles.get(self.addr.get(client, -1), "?")
                 self.counts[(role, name)] += 1
+                if not inner:  # a script's own commands' time is inside its time
+                    self.micros[name] += int(e[2])
 
     def close(self) -> None:
         for n, saved in zip(self.nodes, self.saved, strict=True):
@@ -316,6 +332,12 @@ def sample(
         res["client_calls_s_top"] = {
             f"{r} {n}": round(c / wall, 1) for (r, n), c in log.counts.most_common(20)
         }
+        # Milliseconds of server time a second (1,000: one node's core), by command or
+        # script as clients sent them.
+        res["server_ms_s_top"] = {
+            n.removeprefix("lua:"): round(us / wall / 1000, 1)
+            for n, us in log.micros.most_common(20)
+        }
     if spy:
         res["pyspy"] = spy
     return res
@@ -338,6 +360,10 @@ def report(res: dict[str, Any]) -> str:
         lines += [f"    {k}: {v}" for k, v in res["client_calls_s_top"].items()]
         lines.append(
             "  script calls/s: " + ", ".join(f"{k} {v}" for k, v in res["script_calls_s"].items())
+        )
+        lines.append(
+            "  server ms/s (slow log times): "
+            + ", ".join(f"{k} {v}" for k, v in res["server_ms_s_top"].items())
         )
     for who, top in res.get("pyspy", {}).items():
         lines.append(f"  py-spy {who}:")

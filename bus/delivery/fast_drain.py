@@ -177,7 +177,8 @@ def drain(settings: Settings, sid: str, *, stamped: bool) -> list[dict[str, Any]
     floor = Floor(settings.home)
     result = floor.drain(check_session_id(sid))
     faults.point("drain:after_unlink")
-    record_drained(floor, sid, notice_ids(result.lines), _mark_over_resp(settings, sid))
+    heard = [*result.lines, *result.heard]  # a listener's lines, on the file too: heard
+    record_drained(floor, sid, notice_ids(heard), _mark_over_resp(settings, sid))
     if not stamped:
         return result.lines
     from bus.core.notices import render_drained

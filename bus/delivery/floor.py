@@ -55,6 +55,10 @@ DRAINING_PREFIX = "messages.draining."
 LOG = "log.jsonl"
 MALFORMED = "malformed.jsonl"
 SOCKET = "inbox.sock"
+# Ids of the lines a socket listener handed on (bus.surfaces.listener), its last HEARD_KEEP:
+# a line whose ack came late is on the file too, and a drain does not hand it on again.
+HEARD = "heard.jsonl"
+HEARD_KEEP = 1000
 LOG_LOCK = "log.lock"
 LOG_KEEP = 500
 # sun_path is 104 bytes on macOS and 108 on Linux; a longer path cannot be bound.
@@ -86,6 +90,10 @@ class DrainResult:
 
     lines: list[dict[str, Any]] = field(default_factory=list)
     malformed: list[str] = field(default_factory=list)
+    # Lines the session's socket listener handed on already (their ack came after the
+    # sender's wait, so the sender put them on the file too): not handed on again, but
+    # confirmed like the rest.
+    heard: list[dict[str, Any]] = field(default_factory=list)
 
 
 _name_lock = threading.Lock()
@@ -109,6 +117,39 @@ def _draining_key(name: str) -> tuple[int, str]:
     except ValueError:
         return (sys.maxsize, name)
     return (value * 1_000_000 if value < 10**14 else value, name)
+
+
+def heard_ids(session_dir: Path) -> set[str]:
+    """The ids a socket listener recorded handing on (:func:`record_heard`)."""
+    try:
+        raw = (session_dir / HEARD).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+    out = set()
+    for line in raw.splitlines():
+        obj = _parse(line)
+        if obj is not None and isinstance(obj.get("id"), str):
+            out.add(obj["id"])  # a torn last line: that id is not skipped (at least once)
+    return out
+
+
+def record_heard(session_dir: Path, ids: list[str], keep: int = HEARD_KEEP) -> None:
+    """Record ``ids`` as handed on by the session's one socket listener (its only
+    writer); past about twice ``keep`` lines (an id's line is under 64 bytes) the file
+    is replaced by its last ``keep``."""
+    path = session_dir / HEARD
+    append_private(path, b"".join(encode_line({"id": i}) for i in ids))
+    try:
+        if os.stat(path).st_size <= 2 * keep * 64:
+            return
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        return
+    if len(lines) > keep:
+        tmp = session_dir / f"{HEARD}.tmp"
+        tmp.unlink(missing_ok=True)
+        append_private(tmp, b"".join(x + b"\n" for x in lines[-keep:]))
+        os.replace(tmp, path)  # a drain reads the old file or the new, never a part
 
 
 def append_private(path: Path, data: bytes) -> None:
@@ -208,8 +249,9 @@ class Floor:
         """Local precedence: the socket if a listener acks ``{"ok": true}``, else the file.
 
         Returns ``("socket", sock_path)`` or ``("file", messages_path)``. A late ack
-        (after ``ack_timeout``) still lands the line on the file, so a harness may see
-        it twice; lines carry ids for that.
+        (after ``ack_timeout``) still lands the line on the file; the reference listener
+        records what it took (``heard.jsonl``) and a drain skips it there (other
+        listeners: lines carry ids for that).
         """
         data = encode_line(obj)
         sock = self.socket_path(sid)
@@ -317,6 +359,7 @@ class Floor:
             good: list[bytes] = []
             bad: list[bytes] = []
             at = self.clock.now_ms()
+            heard = heard_ids(d) if claimed else set()
             for path, fd in claimed:
                 for raw in _read_fd(fd).split(b"\n"):
                     if not raw.strip():
@@ -327,7 +370,8 @@ class Floor:
                         result.malformed.append(text)
                         bad.append(encode_line({"raw": text, "at": at, "source": path.name}))
                     else:
-                        result.lines.append(obj)
+                        taken = obj.get("id") in heard
+                        (result.heard if taken else result.lines).append(obj)
                         good.append(raw.rstrip(b"\r") + b"\n")
             if bad:
                 append_private(d / MALFORMED, b"".join(bad))

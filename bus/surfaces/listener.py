@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any, TextIO
 
 from bus.core.errors import BadInput, Refused
-from bus.delivery.floor import SOCKET, Floor, socket_path_fits
+from bus.delivery.floor import HEARD, SOCKET, Floor, record_heard, socket_path_fits
 
 ACK_OK = b'{"ok": true}\n'
 ACK_NO = b'{"ok": false}\n'
@@ -38,7 +38,8 @@ class Listener:
     ``on_line(obj) -> bool`` decides the ack. Calls are serialised, one line at a time.
     A line whose ``id`` was handed on already (the last ``remember`` ids) is acked ok
     and not handed on again: a sender that timed out and retried must not cause a
-    second delivery.
+    second delivery. Those ids are also kept in ``heard.jsonl``: a sender that timed out
+    waiting for the ack put the line on the file floor too, and a drain skips it there.
     """
 
     def __init__(
@@ -231,6 +232,13 @@ class Listener:
                 print(f"inbox listen: handler failed: {exc!r}", file=sys.stderr)
                 ok = False
             if ok and key is not None:
+                # On the file too if our ack comes after the sender's wait: the drain
+                # then skips it (bus.delivery.floor.heard_ids). Not recorded, it is seen
+                # twice at worst.
+                try:
+                    record_heard(self.session_dir, [key], self.remember)
+                except OSError as exc:
+                    print(f"inbox listen: {HEARD} not written: {exc}", file=sys.stderr)
                 self._seen[key] = None
                 while len(self._seen) > self.remember:
                     self._seen.popitem(last=False)

@@ -95,9 +95,9 @@ def _heard_again(soak: HostsSoak) -> dict[str, Any]:
     worker (or the master holding its marks) was killed is carried again, once: allowed
     when the message was first heard from ``FAULT_WINDOW_S`` before such a kill on its
     session's host (a master's: any host) to the kill's end; anything else is not."""
-    counts = Counter(mid for mid, _sid, _t in soak.again)
+    counts = Counter(mid for mid, *_rest in soak.again)
     explained, unexplained = 0, []
-    for mid, sid, t in soak.again:
+    for mid, sid, t, how, first_how in soak.again:
         first, host = soak.heard[mid], soak.host_of(sid)
         after_kill = counts[mid] == 1 and any(
             f["t"] - FAULT_WINDOW_S <= first <= f["until"] + 1.0
@@ -108,7 +108,11 @@ def _heard_again(soak: HostsSoak) -> dict[str, Any]:
         if after_kill:
             explained += 1
         else:
-            unexplained.append({"id": mid, "sid": sid, "first": first, "again": t})
+            # how: as the harness took it each time (sock, sock-floor: a socket session's
+            # floor drained, floor, wake)
+            unexplained.append(
+                {"id": mid, "sid": sid, "first": first, "again": t, "how": [first_how, how]}
+            )
     return {
         "heard_twice_after_kill": explained,
         "heard_again_unexplained": len(unexplained),

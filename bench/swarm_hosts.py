@@ -79,9 +79,9 @@ class HostsSoak(Faults, Soak):
         self.gone_sent: dict[str, tuple[str, float]] = {}
         self.steps: dict[str, list[int]] = {}  # kind -> notice lines per tool step
         self.sock_lines: list[tuple[str, float]] = []  # (sid, heard at) per socket line
-        self.again: list[
-            tuple[str, str, float]
-        ] = []  # (id, sid, t) of each hearing after the first
+        # (id, sid, t, how it was heard, how first) of each hearing after the first
+        self.again: list[tuple[str, str, float, str, str]] = []
+        self.first_how: dict[str, str] = {}  # id -> how it was heard first ("sock", ...)
         self.buses: dict[str, Bus] = {}
         self.bus_lock = threading.Lock()
         self.t_send: tuple[float, float] = (0.0, 0.0)
@@ -290,16 +290,20 @@ class HostsSoak(Faults, Soak):
                 if "sid" not in rec:
                     self.incidents.append(f"{path.name}: {rec}")
                     continue
-                self.hear(rec["sid"], rec["ids"], rec["t"])
+                self.hear(rec["sid"], rec["ids"], rec["t"], rec.get("k", ""))
                 with self.lock:
                     if rec.get("k") == "sock":  # a socket's lines, counted per tool step below
                         self.sock_lines.append((rec["sid"], rec["t"]))
                     elif "n" in rec:
                         self.steps.setdefault(rec["k"], []).append(int(rec["n"]))
 
-    def hear(self, sid: str, ids: list[str], t: float) -> None:
+    def hear(self, sid: str, ids: list[str], t: float, how: str = "") -> None:
         with self.lock:
-            self.again.extend((mid, sid, t) for mid in ids if mid in self.heard)
+            for mid in ids:
+                if mid in self.heard:
+                    self.again.append((mid, sid, t, how, self.first_how.get(mid, "")))
+                else:
+                    self.first_how.setdefault(mid, how)
         super().hear(sid, ids, t)
 
     def restart_dead(self) -> None:

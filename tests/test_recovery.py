@@ -103,6 +103,32 @@ def test_stalled(
 
 
 @pytest.mark.parametrize(
+    ("cpu_share", "booted", "stalled"),
+    [
+        (None, True, True),  # not known (another system): the bound alone
+        (0.0, True, True),  # hung: no CPU while work waits
+        (0.004, True, True),  # an idle worker's own threads
+        (0.02, True, False),  # starved on a saturated machine, but working
+        (0.9, True, False),
+        (0.9, False, True),  # a boot past its own bound is killed however busy
+    ],
+)
+def test_a_worker_using_cpu_is_starved_not_stalled(
+    cpu_share: float | None, booted: bool, stalled: bool
+) -> None:
+    got = liveness.stalled(
+        queued=3,
+        progress_ms=None,
+        started_ms=0,
+        now=200_000,
+        bound_s=10,
+        booted=booted,
+        cpu_share=cpu_share,
+    )
+    assert got is stalled
+
+
+@pytest.mark.parametrize(
     ("now", "booted", "stalled"),
     [
         (3_000, True, True),  # ready, work waits, nothing done for 3 s: past the 2 s bound

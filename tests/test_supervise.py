@@ -201,6 +201,38 @@ def test_a_worker_holding_work_without_progress_is_restarted(redis_url: str, pre
         client.close()
 
 
+def _burner() -> subprocess.Popen[bytes]:
+    # Busy for its whole life (a worker delivering on starved cores): all CPU, no progress.
+    code = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
+    return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+
+
+def test_a_worker_busy_without_progress_is_starved_and_left_running(
+    redis_url: str, prefix: str
+) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = Keys(prefix)
+    lines: list[str] = []
+    child = Child("worker-h", _burner, host="h")
+    sup = Supervisor([child], log=lines.append, store=Progress(client, keys), stall_s=0.3).start()
+    try:
+        first = child.proc.pid
+        client.hset(keys.beat("h"), "started", now_ms())
+        client.lpush(keys.celery_queue(host_queue("h")), "a delivery")
+        # Checked past three bounds (the sleeper of the test above is killed past one).
+        end = time.monotonic() + 1.2
+        while time.monotonic() < end:
+            sup._next_liveness = 0.0
+            sup.poll()
+        assert child.proc.pid == first and child.proc.poll() is None
+        assert not any("made no progress" in line for line in lines), lines
+        shares = [b - a for (_, a), (_, b) in zip(child.cpu, child.cpu[1:], strict=False)]
+        assert child.cpu and sum(shares) > 0
+    finally:
+        sup.stop(5)
+        client.close()
+
+
 @pytest.mark.slow
 def test_a_killed_supervisor_leaves_no_child_behind(tmp_path: Path) -> None:
     home = tmp_path / "home"

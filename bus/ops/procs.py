@@ -3,6 +3,7 @@ their parent (``inbox up``, ``compose/local.py``, the embedded Redis, Flower).""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import Any
@@ -45,3 +46,34 @@ def die_with_parent() -> None:
     supervisor. Elsewhere nothing happens."""
     if _PRCTL is not None:
         _PRCTL(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user and system) ``pid`` and its descendants have used, from
+    ``/proc`` (Linux); ``None`` where that cannot be read (another system, gone)."""
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                stat = f.read()
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            if p == pid:
+                return None
+            continue  # a child gone meanwhile: its time is gone with it
+        fields = stat[stat.rindex(b")") + 2 :].split()  # after the name, which may hold spaces
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children", "rb") as f:
+                    todo.extend(int(c) for c in f.read().split())
+            except OSError:
+                continue
+    return total / _TICK

@@ -7,7 +7,8 @@ bounded, then SIGKILL. A child that exits is started again after a backoff (0.2 
 doubling to 10 s; reset once it ran 10 s), with one log line each time; a worker's
 restart promotes its spare, already imported, when it has one (bus.ops.standby). A worker whose
 host queue holds work while it made no progress for ``INBOX_WORKER_STALL_S`` (default
-10 s, :func:`bus.telemetry.liveness.stalled`) is killed and restarted. A child exiting with one of its ``fatal`` codes (a worker refused its host)
+10 s, :func:`bus.telemetry.liveness.stalled`) and used almost no CPU meanwhile (hung, not
+starved on a saturated machine) is killed and restarted. A child exiting with one of its ``fatal`` codes (a worker refused its host)
 stops everything; :attr:`Supervisor.failed` holds the code. One supervisor per home:
 :class:`HomeLock` (``fcntl.flock`` on ``<home>/up.pid``).
 """
@@ -30,7 +31,7 @@ from bus.core.models import now_ms
 from bus.store.server_probe import Progress
 from bus.telemetry.liveness import host_queue, stalled
 
-from .procs import die_with_parent
+from .procs import die_with_parent, tree_cpu_s
 from .standby import Standby
 
 BACKOFF_START_S = 0.2
@@ -120,6 +121,9 @@ class Child:
     started_ms: int = 0
     failures: int = 0
     restart_at: float | None = None
+    # (monotonic time, CPU seconds of its process tree) at each progress check, the
+    # bound's worth: what share of a core it used (bus.telemetry.liveness.stalled).
+    cpu: list[tuple[float, float]] = field(default_factory=list)
 
     def tail(self, n: int = 2000) -> str:
         try:
@@ -132,6 +136,22 @@ class Child:
         self.started = time.monotonic()
         self.started_ms = now_ms()
         self.restart_at = None
+        self.cpu = []
+
+    def cpu_share(self, window_s: float) -> float | None:
+        """The share of a core its processes used over about the last ``window_s``
+        (sampled now; ``None`` until half the window is sampled, or off Linux)."""
+        used = tree_cpu_s(self.proc.pid)
+        if used is None:
+            return None
+        now = time.monotonic()
+        self.cpu.append((now, used))
+        while len(self.cpu) > 2 and self.cpu[1][0] <= now - window_s:
+            self.cpu.pop(0)
+        t0, used0 = self.cpu[0]
+        if now - t0 < window_s / 2:
+            return None
+        return (used - used0) / (now - t0)
 
 
 def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -240,6 +260,7 @@ class Supervisor:
                 bound_s=self.stall_s,
                 # The worker writes "started" once ready (workers.tasks, worker_ready).
                 booted=ready is not None and ready >= child.started_ms,
+                cpu_share=child.cpu_share(self.stall_s),
             ):
                 self.log(
                     f"{self.name}: {child.name} holds {queued} queued but made no progress"

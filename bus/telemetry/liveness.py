@@ -50,6 +50,11 @@ SHARED_QUEUE = "inbox"
 # bound on a boot, which takes 5-15 s on a loaded 2-core machine.
 BOOT_FACTOR = 3
 BOOT_MIN_S = 60.0
+# A ready worker whose processes used at least this share of a core over the bound is
+# starved (a saturated machine: a batch outlasts the bound), not stalled: its kill would
+# redo its work, and carry again a notice a listener acked before its record. A hung
+# worker (the case the bound is for) uses about none; an idle one 0.4%.
+BUSY_SHARE = 0.02
 
 
 def stalled(
@@ -60,6 +65,7 @@ def stalled(
     now: int,
     bound_s: float,
     booted: bool = True,
+    cpu_share: float | None = None,
 ) -> bool:
     """A worker holds work (its queue is not empty) and made no progress for ``bound_s``.
 
@@ -68,13 +74,17 @@ def stalled(
     said it is ready since it started (``booted`` False: still importing and forking its
     pool, which takes seconds on a loaded machine) gets :data:`BOOT_FACTOR` times the
     bound from its start, at least :data:`BOOT_MIN_S`: killed sooner, each restart would
-    be killed before it could ever be ready, while its queue only grows.
+    be killed before it could ever be ready, while its queue only grows. A ready one that
+    used ``cpu_share`` of a core over the bound, at least :data:`BUSY_SHARE` (``None``:
+    not known), is working, only slowly: not stalled.
     """
     if queued <= 0:
         return False
     if not booted:
         return now - started_ms > max(bound_s * BOOT_FACTOR, BOOT_MIN_S) * 1000
     since = max(progress_ms or 0, started_ms)
+    if cpu_share is not None and cpu_share >= BUSY_SHARE:
+        return False
     return now - since > bound_s * 1000
 
 

@@ -127,9 +127,21 @@ def test_a_worker_writes_its_held_counters_when_it_stops(
     sent = b.send({"from": "hosta:me", "from_session": "me", "to_id": "w1", "text": "hi"})
     floor = s.home / "inbox" / "w1" / "messages.jsonl"
     assert wait_for(lambda: floor.exists() and sent["id"] in floor.read_text(), timeout=30)
+    # The delivery over: its lock freed in the notice's record, which the worker counts
+    # the notice after (the line on the floor comes before both: a stop then raced them).
+    wait_for(lambda: _free(b, "w1"), 30, "the delivery's end")
     assert b.metrics.snapshot()["counters"].get("notices", 0) == 0  # held in the worker
     worker.stop()  # SIGTERM to its group: the pool process too, as systemd stops it
     assert b.metrics.snapshot()["counters"].get("notices", 0) >= 1
+
+
+def _free(b: Bus, sid: str) -> bool:
+    """Whether nobody holds ``sid``'s delivery lock (taken and given back at once)."""
+    token = b.store.lock(sid)
+    if token is None:
+        return False
+    b.store.unlock(sid, token)
+    return True
 
 
 def test_a_forked_child_writes_its_own_counts_and_not_its_parents(bus: Bus) -> None:

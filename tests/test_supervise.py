@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -179,12 +180,20 @@ def test_a_child_that_exits_is_restarted_with_one_line(tmp_path: Path) -> None:
     assert child.proc.poll() is not None
 
 
-def test_a_worker_holding_work_without_progress_is_restarted(redis_url: str, prefix: str) -> None:
+def _stall_rig(
+    redis_url: str, prefix: str, spawn: Callable[[], subprocess.Popen[bytes]]
+) -> tuple[redis.Redis, Keys, list[str], Child, Supervisor]:
+    """A supervised "worker" of host h, its progress read under ``prefix``, a 0.3 s bound."""
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     keys = Keys(prefix)
     lines: list[str] = []
-    child = Child("worker-h", _sleeper, host="h")
-    sup = Supervisor([child], log=lines.append, store=Progress(client, keys), stall_s=0.3).start()
+    child = Child("worker-h", spawn, host="h")
+    sup = Supervisor([child], log=lines.append, store=Progress(client, keys), stall_s=0.3)
+    return client, keys, lines, child, sup.start()
+
+
+def test_a_worker_holding_work_without_progress_is_restarted(redis_url: str, prefix: str) -> None:
+    client, keys, lines, child, sup = _stall_rig(redis_url, prefix, _sleeper)
     try:
         first = child.proc.pid
         sup.poll()
@@ -210,11 +219,7 @@ def _burner() -> subprocess.Popen[bytes]:
 def test_a_worker_busy_without_progress_is_starved_and_left_running(
     redis_url: str, prefix: str
 ) -> None:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    keys = Keys(prefix)
-    lines: list[str] = []
-    child = Child("worker-h", _burner, host="h")
-    sup = Supervisor([child], log=lines.append, store=Progress(client, keys), stall_s=0.3).start()
+    client, keys, lines, child, sup = _stall_rig(redis_url, prefix, _burner)
     try:
         first = child.proc.pid
         client.hset(keys.beat("h"), "started", now_ms())

@@ -55,7 +55,7 @@ class Host(Parts):
         """Claim the floor; notices drained here are marked noticed (now or when Redis is back)."""
         result = self.floor.drain(check_session_id(sid))
         faults.point("drain:after_unlink")
-        self.inbox.on_drain(sid, [*result.lines, *result.heard])  # those too were heard
+        self.inbox.on_drain(sid, result.taken)
         with contextlib.suppress(StoreError):
             self.seen(sid)  # the drain works without Redis; presence is best effort
         return self.render(result.lines) if stamped else result.lines

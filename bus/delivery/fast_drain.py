@@ -177,8 +177,7 @@ def drain(settings: Settings, sid: str, *, stamped: bool) -> list[dict[str, Any]
     floor = Floor(settings.home)
     result = floor.drain(check_session_id(sid))
     faults.point("drain:after_unlink")
-    heard = [*result.lines, *result.heard]  # a listener's lines, on the file too: heard
-    record_drained(floor, sid, notice_ids(heard), _mark_over_resp(settings, sid))
+    record_drained(floor, sid, notice_ids(result.taken), _mark_over_resp(settings, sid))
     if not stamped:
         return result.lines
     from bus.core.notices import render_drained

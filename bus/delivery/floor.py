@@ -95,6 +95,12 @@ class DrainResult:
     # confirmed like the rest.
     heard: list[dict[str, Any]] = field(default_factory=list)
 
+    @property
+    def taken(self) -> list[dict[str, Any]]:
+        """Every good line the drain took: those it hands on and those already heard (a
+        drain confirms them all)."""
+        return [*self.lines, *self.heard]
+
 
 _name_lock = threading.Lock()
 _last_ns = 0

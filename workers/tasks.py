@@ -11,6 +11,7 @@ from typing import Any
 
 from celery import Task
 from celery.signals import (
+    celeryd_after_setup,
     task_postrun,
     worker_init,
     worker_process_init,
@@ -31,12 +32,17 @@ from bus.telemetry.liveness import Heartbeat
 
 from .app import app
 from .dispatch import CeleryDispatcher
+from .events import FlowerReporter
 
 log = logging.getLogger(__name__)
 _bus: Bus | None = None
 _beat: Heartbeat | None = None
 _outage = Outage("worker", log)
 _kick: KickLoop | None = None
+_reporter: FlowerReporter | None = None
+# The worker's node name (``-n``, expanded), set before the pool forks its processes: the
+# kick loops' task events carry it, so Flower counts them under this worker.
+_nodename: str | None = None
 
 # Delivery loops per worker process with INBOX_KICK=list (bus.delivery.kick_list): each waits on the
 # host's kick list and runs one delivery at a time, so a few overlap their Redis waits.
@@ -104,20 +110,33 @@ def _stop_beating(**_: Any) -> None:
         _beat.stop()
 
 
+@celeryd_after_setup.connect
+def _remember_nodename(sender: str, **_: Any) -> None:
+    global _nodename
+    _nodename = sender
+
+
 @worker_process_init.connect
 def _start_kick_loop(**_: Any) -> None:
     """With ``INBOX_KICK=list``, each pool process runs delivery loops on the host's kick
-    list (bus.delivery.kick_list); Celery's ``inbox.deliver`` stays for the fallback and the sweeps."""
-    global _kick
+    list (bus.delivery.kick_list), each batch reported to Flower as a task (workers.events);
+    Celery's ``inbox.deliver`` stays for the fallback and the sweeps."""
+    global _kick, _reporter
     bus = get_bus()
     if bus.settings.kick == "list" and _kick is None:
-        _kick = KickLoop(bus.delivery, threads=KICK_THREADS, on_done=heartbeat().progress).start()
+        if _nodename is not None:
+            _reporter = FlowerReporter(app, _nodename).start()
+        _kick = KickLoop(
+            bus.delivery, threads=KICK_THREADS, on_done=heartbeat().progress, reporter=_reporter
+        ).start()
 
 
 @worker_process_shutdown.connect
 def _stop_kick_loop(**_: Any) -> None:
     if _kick is not None:
         _kick.stop()
+    if _reporter is not None:
+        _reporter.stop()
     if _bus is not None and _bus.metrics.held is not None:
         # The counters held since the last flush (billiard ends a pool process stopped by
         # a signal through this hook).
@@ -145,6 +164,11 @@ def deliver(self: Task, sid: str) -> dict[str, Any]:
     return _deliver_one(get_bus(), sid)
 
 
+class DeliveryFailed(Exception):
+    """A delivery task that could not do its work: a FAILURE in Flower, with the reason
+    (Redis away, a notice that could not be written). The scheduler's sweep retries it."""
+
+
 def _deliver_one(bus: Bus, sid: str) -> dict[str, Any]:
     # Redis restarting: one log line per outage; the scheduler's sweep redoes the delivery
     # once it is back (nothing was taken that is not still in the stream).
@@ -152,8 +176,10 @@ def _deliver_one(bus: Bus, sid: str) -> dict[str, Any]:
         report = bus.deliver_session(sid)  # its counters in one round trip (bus.delivery.engine)
     except OUTAGE_ERRORS as exc:
         _outage.failed(exc)
-        return {"ok": False, "error": "unavailable", "session": sid}
+        raise DeliveryFailed(f"Redis unavailable, retried by the sweep: {exc}") from exc
     _outage.ok()
+    if report.errors:
+        raise DeliveryFailed(f"{sid}: " + "; ".join(report.errors))
     return report.to_json()
 
 
@@ -166,8 +192,11 @@ def deliver_many(sids: list[str]) -> list[dict[str, Any]]:
         reports = deliver_batch(bus.delivery, sids)
     except OUTAGE_ERRORS as exc:  # the sweep redoes them once Redis is back
         _outage.failed(exc)
-        return [{"ok": False, "error": "unavailable", "session": sid} for sid in sids]
+        raise DeliveryFailed(f"Redis unavailable, retried by the sweep: {exc}") from exc
     _outage.ok()
+    errors = [f"{r.session}: {e}" for r in reports for e in r.errors]
+    if errors:
+        raise DeliveryFailed("; ".join(errors))
     return [report.to_json() for report in reports]
 
 

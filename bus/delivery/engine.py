@@ -184,6 +184,7 @@ def add_report(total: DeliveryReport, report: DeliveryReport) -> None:
     for name in ("raw", "socket", "file", "skipped", "inbox"):
         setattr(total, name, getattr(total, name) + getattr(report, name))
     total.notices.extend(report.notices)
+    total.errors.extend(report.errors)
 
 
 def run_once(
@@ -391,6 +392,8 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
     for run, job in zip(runs, jobs, strict=True):
         if job.notice is not None:
             run.report.notices.append(job.notice)
+        if job.error is not None:
+            run.report.errors.append(job.error)
         if job.unlocked:
             run.done = True
             # Sent more meanwhile, or the lock no longer ours (lost on the way): as after

@@ -304,9 +304,12 @@ class Inbox:
         elif plan.action in ("notice", "wake"):
             if not report.still_held():
                 return  # the lease lapsed: another delivery may be writing (bus/delivery/lease.py)
-            notice = self.notice(sid, wake=plan.action == "wake", reason=plan.reason, info=info)
-            if notice:
-                report.notices.append(notice)
+            job = NoticeJob(sid, plan.action == "wake", plan.reason, info)
+            self.notices.send([job])
+            if job.notice:
+                report.notices.append(job.notice)
+            if job.error:
+                report.errors.append(job.error)
         elif plan.action == "wake_floor":
             if not report.still_held():
                 return

@@ -35,6 +35,7 @@ from bus.store.outage_log import OUTAGE_ERRORS, Outage
 from .dispatch import Dispatcher, request_many
 from .engine import deliver_many
 from .queue_run import DeliveryHost
+from .report import WorkReporter, works_of
 
 if TYPE_CHECKING:
     from bus.store.store import Store
@@ -97,12 +98,19 @@ class KickLoop:
     """Delivery loops of one worker process: each pops a kick and delivers its session."""
 
     def __init__(
-        self, bus: DeliveryHost, *, threads: int = 1, on_done: Callable[[], Any] | None = None
+        self,
+        bus: DeliveryHost,
+        *,
+        threads: int = 1,
+        on_done: Callable[[], Any] | None = None,
+        reporter: WorkReporter | None = None,
     ) -> None:
         self.bus = bus
         self.host = bus.settings.host
         self.threads = threads
         self.on_done = on_done
+        # Told what each batch did (workers.events: Flower's tasks), or nobody.
+        self.reporter = reporter
         self.stop_event = threading.Event()
         self._outage = Outage("kick loop", log)
         self._alive_at = 0.0
@@ -264,17 +272,27 @@ class KickLoop:
     def _deliver(self, sids: list[str], progress: Callable[[], None] | None = None) -> bool:
         """Deliver ``sids`` as one batch; False when Redis went away first (the loop tries
         them again)."""
+        started, t0 = time.time(), time.perf_counter()
         try:
-            deliver_many(self.bus, sids, progress=progress or self.on_done)
+            reports = deliver_many(self.bus, sids, progress=progress or self.on_done)
         except OUTAGE_ERRORS as exc:
             self._outage.failed(exc)
+            self._report_failed(sids, started, t0, f"Redis unavailable, retried: {exc}")
             return False
         # Broad on purpose: one bad delivery must not end the loop; the sweep retries it.
-        except Exception:
+        except Exception as exc:
             log.exception("delivery of %s from the kick list failed", sids)
+            self._report_failed(sids, started, t0, f"{type(exc).__name__}: {exc}")
+        else:
+            if self.reporter is not None:
+                self.reporter.done(works_of(reports), started, time.perf_counter() - t0)
         if self.on_done is not None:
             self.on_done()
         return True
+
+    def _report_failed(self, sids: list[str], started: float, t0: float, error: str) -> None:
+        if self.reporter is not None:
+            self.reporter.failed(sids, started, time.perf_counter() - t0, error)
 
 
 def _kept_if_any(

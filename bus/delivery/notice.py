@@ -79,7 +79,8 @@ class NoticeJob:
     batch's run; not when a wake command is to run, which runs under the lock);
     ``wholes``: records as kept -> whole, as the batch ingested them (not restored again).
     After :meth:`Notices.send`: ``notice`` (what the report lists; ``None`` when nothing
-    was sent), ``unlocked``, and with it ``freed`` and ``again``."""
+    was sent), ``error`` (why the notice could not be written: put back for a retry),
+    ``unlocked``, and with it ``freed`` and ``again``."""
 
     sid: str
     wake: bool
@@ -89,6 +90,7 @@ class NoticeJob:
     unlock: bool = False
     wholes: dict[str, dict[str, Any]] | None = None
     notice: dict[str, Any] | None = None
+    error: str | None = None
     unlocked: bool = False
     freed: bool = False
     again: bool = False
@@ -155,7 +157,8 @@ class Notices:
             try:
                 via, _ = self.floor.write_line(job.sid, line)
             except OSError as exc:
-                self.revert(job.sid, nid, f"floor: {exc}")
+                job.error = f"floor: {type(exc).__name__}: {exc}"
+                self.revert(job.sid, nid, job.error)
                 continue
             now = clock.now_ms()
             # A wake starts a turn: until the harness reports its end the session counts

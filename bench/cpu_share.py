@@ -148,7 +148,7 @@ def _sockets(pids: list[int]) -> dict[str, int]:
 
 
 def _script_names() -> dict[str, str]:
-    from bus.store.store import lua_source
+    from bus.store.lua_files import lua_source
 
     return {
         hashlib.sha1(lua_source(p.stem).encode()).hexdigest(): p.stem for p in LUA.glob("*.lua")

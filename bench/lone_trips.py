@@ -57,7 +57,10 @@ class Trips:
         names = []
         for i, part in enumerate(parts):
             if part.startswith(b"*") and i + 2 < len(parts) and parts[i + 1].startswith(b"$"):
-                names.append(parts[i + 2].upper().decode(errors="replace"))
+                name = parts[i + 2].upper().decode(errors="replace")
+                if name == "EVALSHA" and i + 4 < len(parts):  # the script's sha, named later
+                    name += ":" + parts[i + 4].decode(errors="replace")
+                names.append(name)
         entry = (time.perf_counter(), threading.current_thread().name, names)
         with self.lock:
             self.sent.append(entry)
@@ -71,6 +74,16 @@ class Trips:
             real(conn, command, check_health)
 
         redis.connection.AbstractConnection.send_packed_command = counting  # type: ignore[method-assign]
+
+
+def script_names(commands: list[str], bus: Bus) -> list[str]:
+    """``EVALSHA:<sha>`` as ``EVALSHA:<script name>`` (the scripts the store loaded)."""
+    names = {script.sha: name for name, script in bus.store._scripts.items()}
+    out = []
+    for c in commands:
+        head, _, sha = c.partition(":")
+        out.append(f"{head}:{names.get(sha, sha[:8])}" if sha else c)
+    return out
 
 
 def between(trips: Trips, start: float, end: float) -> list[tuple[float, str, list[str]]]:
@@ -139,7 +152,10 @@ def main(argv: list[str] | None = None) -> int:
             total.append(len(between(trips, t0, t_after)))
             lat.append((t1 - t0) * 1000)
             if n == len(order) // 2:
-                example = [f"{(t - t0) * 1000:6.2f} ms {th:12s} {'+'.join(c)}" for t, th, c in path]
+                example = [
+                    f"{(t - t0) * 1000:6.2f} ms {th:12s} {'+'.join(script_names(c, worker_bus))}"
+                    for t, th, c in path
+                ]
         out = {
             "count": args.count,
             "rate_per_s": args.rate,

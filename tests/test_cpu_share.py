@@ -14,7 +14,7 @@ import redis
 
 from bench import cpu_share
 from bench.idle_memory import stock_server
-from bus.store.store import lua_source
+from bus.store.lua_files import lua_source
 
 
 def test_the_slowlog_sampler_counts_and_times_each_script_by_its_name() -> None:

@@ -214,7 +214,7 @@ def test_batched_reads_answer_in_order_and_missing_reads_empty(store: Store) -> 
 
 def test_every_script_loads_whole_and_every_part_is_included() -> None:
     # A step two scripts run is written once (bus/store/lua/parts); Redis gets plain scripts.
-    from bus.store.store import LUA_DIR, lua_source
+    from bus.store.lua_files import LUA_DIR, lua_source
 
     used: set[str] = set()
     for path in sorted(LUA_DIR.glob("*.lua")):

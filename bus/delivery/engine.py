@@ -31,7 +31,6 @@ over then (within ``INBOX_LOCK_TTL_S``), and for a live holder it is one empty d
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +39,6 @@ from typing import Any
 from bus.core import policy
 from bus.core.models import SessionInfo, check_session_id, now_ms
 from bus.store.delivery import DeliverySnapshot, DeliveryStart
-from bus.store.redis_errors import StoreFailed
 
 from .fast_drain import PENDING_MARKS
 from .lease import Lease
@@ -53,6 +51,7 @@ from .queue_run import (
     inbox_entries,
     raw_mode,
 )
+from .renewer import renewer_for
 from .report import DeliveryReport
 
 log = logging.getLogger(__name__)
@@ -202,7 +201,7 @@ def run_once(
             reports[sid].busy = True  # held elsewhere: the hand-off does the rest
             continue
         if takes_batch(start, bool(start.rows) and raw_mode(bus, start.info)):
-            # Renewed with the others' by one thread (_renew), not a thread each.
+            # Renewed with the others' by the process's renewer (bus.delivery.renewer).
             lease = Lease.adopt(store, sid, start.token, start.sent_at, renew=False)
             runs.append(_Run(sid, start, lease, reports[sid]))
             continue
@@ -212,15 +211,12 @@ def run_once(
         report.again = report.again if report.again is not None else store.take_again(sid)
         reports[sid] = report
     if runs:
-        stop = threading.Event()
-        renewer = threading.Thread(
-            target=_renew, args=(store, runs, stop), name="batch-leases", daemon=True
-        )
-        renewer.start()
+        renewer = renewer_for(store)
+        handle = renewer.add(runs)
         try:
             _run_batch(bus, runs)
         finally:
-            stop.set()
+            renewer.remove(handle)
             for run in runs:
                 if not run.done:  # an error on the way: each lock freed on its own
                     run.lease.release()
@@ -228,27 +224,6 @@ def run_once(
         for run in runs:
             run.report.again = run.rerun and not run.report.busy
     return [reports[sid] for sid in sids]
-
-
-def _renew(store: Any, runs: list[_Run], stop: threading.Event) -> None:
-    """Extend the batch's leases every third of their TTL while it runs, in one round
-    trip for all (as each :class:`~bus.delivery.lease.Lease` renews its own); a lease found held
-    by another is lost (its run writes nothing more); a Redis blip is retried, the
-    fences before each write decide."""
-    interval = max(0.05, store.lock_ttl_ms / 3000)
-    while not stop.wait(interval):
-        live = [r for r in runs if not r.done and not r.lease.lost]
-        if not live:
-            return
-        sent_at = time.monotonic()
-        try:
-            answers = store.extend_many([(r.sid, r.lease.token) for r in live])
-        except StoreFailed as exc:
-            log.info("batch lease renewal failed (%s); trying again", exc)
-            continue
-        for run, ok in zip(live, answers, strict=True):
-            if not run.done:
-                run.lease.confirmed(ok, sent_at)
 
 
 def _fence(bus: DeliveryHost, runs: list[_Run]) -> list[_Run]:

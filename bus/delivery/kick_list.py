@@ -54,9 +54,10 @@ ALIVE_MS = 3000
 # decides from the stored state, under the session's lock).
 BEAT_S = 0.5
 STALE_MS = 2500
-# A loop of a process whose listening loop waits on the list waits for it to hear a kick
-# (or to stop) this long at most: an idle process's other loops do not poll on a clock.
-# They hold no kicks meanwhile, so their beats may lapse (a reclaim finds nothing taken).
+# A loop of a process whose listening loop waits on the list waits this long (or until
+# stopped) before it looks again: the listening loop looks at the list itself after each
+# kick it heard, so the others stay still (one ``kick_take`` a lone kick). They hold no
+# kicks meanwhile, so their beats may lapse (a reclaim finds nothing taken).
 LISTEN_WAIT_S = 5.0
 # Kicks one loop takes at once and delivers as one batch (bus.delivery.engine): a burst of wakes or
 # arrivals costs a few round trips per batch, not a few per session.
@@ -126,10 +127,6 @@ class KickLoop:
         # on was delivered first as one lone kick a loop (each ~6x a batched session's
         # CPU), then in batches.
         self._listen = threading.Lock()
-        # Notified when the listening loop heard a kick (the others look at the list again
-        # first) and at stop; ``_heard_n`` counts those, so a notice is never missed.
-        self._heard = threading.Condition()
-        self._heard_n = 0
 
     def start(self) -> KickLoop:
         # The lazy parts are built here, once, not raced by the threads.
@@ -143,7 +140,6 @@ class KickLoop:
 
     def stop(self, timeout: float = BLOCK_S + 1) -> None:
         self.stop_event.set()
-        self._hear(everyone=True)
         for t in self._running:
             t.join(timeout)
 
@@ -195,10 +191,10 @@ class KickLoop:
                     faults.point("kick:after_pop")
                     undone = [] if self._deliver(sids, self._beater(store, loop)) else sids
                 finally:
+                    # A lone kick's loop looks at the list itself next (one kick_take a
+                    # lone kick): the others stay still, not woken to look too.
                     if held is not None:
                         held.release()
-                    if held is self._listen:
-                        self._hear()
                 if not undone:
                     self._done(store, loop)
         if not undone:
@@ -215,36 +211,20 @@ class KickLoop:
         the process's other loops stay still meanwhile (a loop that woke to look at the
         list would cost the lone send's notice its CPU). ``[]`` when another loop holds
         the gate or listens: this loop beats and looks again once that one is done (the
-        gate) or heard a kick (the listening lock; :data:`LISTEN_WAIT_S` at most)."""
+        gate), or :data:`LISTEN_WAIT_S` later (the listening lock: the listening loop
+        looks at the list itself after each kick it heard)."""
         if not self._gate.acquire(timeout=BEAT_S):
             return [], None
-        with self._heard:
-            seen = self._heard_n
         got = _kept_if_any(self._gate, lambda: store.take_kicks(self.host, loop, POP_MAX))
         if got[0]:
             return got
         if not self._listen.acquire(blocking=False):
-            # Another loop listens, or delivers what it heard: once it heard a kick and
-            # delivered it, look at the list again first (a burst behind its kick goes as
-            # a batch); while it hears nothing, wait (bounded), not poll the list.
-            with self._heard:
-                self._heard.wait_for(
-                    lambda: self._heard_n != seen or self.stop_event.is_set(), LISTEN_WAIT_S
-                )
+            # Another loop listens, or delivers what it heard, and looks at the list
+            # again itself after it (a burst behind its kick goes as a batch): wait
+            # (bounded, or until stopped), not poll the list.
+            self.stop_event.wait(LISTEN_WAIT_S)
             return [], None
         return _kept_if_any(self._listen, lambda: store.wait_kick(client, self.host, loop, BLOCK_S))
-
-    def _hear(self, *, everyone: bool = False) -> None:
-        """Wake one loop waiting for the listening one (``everyone``: all, at stop). One
-        is enough: it looks at the list, then listens or takes what waits; woken all at
-        once, each looked at the empty list in turn (four ``kick_take`` calls a lone kick
-        where two do)."""
-        with self._heard:
-            self._heard_n += 1
-            if everyone:
-                self._heard.notify_all()
-            else:
-                self._heard.notify()
 
     def _done(self, store: Store, loop: str) -> None:
         try:

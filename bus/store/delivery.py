@@ -308,37 +308,32 @@ class DeliveryStore(StorePart):
     ) -> list[tuple[Any, ...]]:
         """What follows a notice's write, as script calls for :meth:`run_in_order` (a
         batch's notices go with other sessions', bus.delivery.engine), the last one's reply
-        ``[freed, again]``: ``heard`` (a socket's ack) confirms it first
-        (``floor_drained.lua``, as :meth:`~bus.store.inbox.InboxStore.confirm_notices`),
-        else ``notice_finish.lua`` records it written (as ``notice_done.lua``); then, in
-        that call, the session's ``retry_at`` dropped, ``running`` sets its state so,
-        ``wake`` appends a ``wake`` record with those fields, ``wake_pending``: the notice
-        whose wake command is about to run (:meth:`wake_done` clears it); ``unlock``: the
-        lock token, the lock freed and the hand-off flag taken last (as
-        :meth:`unlock_and_take_again`). A due wake's notice is one call."""
+        ``[freed, again]``: one ``notice_finish.lua`` call. ``heard`` (a socket's ack)
+        confirms it first (parts/drained.lua, as ``floor_drained.lua`` and
+        :meth:`~bus.store.inbox.InboxStore.confirm_notices`), else it is recorded written
+        (as ``notice_done.lua``); then the session's ``retry_at`` dropped, ``running`` sets
+        its state so, ``wake`` appends a ``wake`` record with those fields,
+        ``wake_pending``: the notice whose wake command is about to run (:meth:`wake_done`
+        clears it); ``unlock``: the lock token, the lock freed and the hand-off flag taken
+        last (as :meth:`unlock_and_take_again`)."""
         fields = [x for pair in (wake or {}).items() for x in pair]
         names = ("notice", "msgs", "carried", "floor", "events", "session", "lock", "again")
-        finish = self.script_call(
-            "notice_finish",
-            self.k.s_many(sid, names),
-            [
-                nid,
-                now,
-                via,
-                "" if heard else "1",
-                str(now_ms()),
-                "1" if running else "",
-                wake_pending or "",
-                unlock or "",
-                *fields,
-            ],
-        )
-        if not heard:
-            return [finish]
-        drained = ("floor", "msgs", "carried", "events", "notice", "session")
         return [
-            self.script_call("floor_drained", self.k.s_many(sid, drained), [now, via, nid]),
-            finish,
+            self.script_call(
+                "notice_finish",
+                self.k.s_many(sid, names),
+                [
+                    nid,
+                    now,
+                    via,
+                    "heard" if heard else "1",
+                    str(now_ms()),
+                    "1" if running else "",
+                    wake_pending or "",
+                    unlock or "",
+                    *fields,
+                ],
+            )
         ]
 
     def take_notices(self, items: list[tuple[str, str]], now: int) -> list[Any]:

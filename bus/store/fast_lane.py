@@ -2,20 +2,19 @@
 
 A harness drains at every tool step; importing redis-py alone costs more than the rest of
 the drain, so these two writes go over :mod:`bus.store.resp_client` (plain sockets). The
-scripts are the library's own (``floor_drained.lua``, ``seen.lua``), read from ``lua/``
-beside this module. A URL the small client does not speak (TLS, a cluster) answers
+scripts are the library's own (``floor_drained.lua``, ``seen.lua``, their parts included,
+bus.store.lua_files). A URL the small client does not speak (TLS, a cluster) answers
 :data:`UNSUPPORTED`: the caller takes the library's path.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from . import resp_client
 from .keys import Keys
+from .lua_files import lua_source
 
-LUA_DIR = Path(__file__).parent / "lua"
 UNSUPPORTED = resp_client.UNSUPPORTED
 # What the fast lane raises when Redis cannot take its write (besides OSError).
 FAST_LANE_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError, resp_client.RespError)
@@ -27,7 +26,7 @@ def _run(url: str, script: str, keys: list[str], args: list[str | int]) -> Any:
     if not isinstance(conn, resp_client.Connection):
         return UNSUPPORTED
     try:
-        return resp_client.run_script(conn, (LUA_DIR / f"{script}.lua").read_text(), keys, args)
+        return resp_client.run_script(conn, lua_source(script), keys, args)
     finally:
         conn.close()
 

@@ -12,8 +12,6 @@ a Redis Cluster, see :mod:`bus.store.cluster`). Reads of a missing thing answer 
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import redis
@@ -30,6 +28,7 @@ from .items import ItemStore
 from .keys import Keys
 from .kick import KickStore
 from .locks import LockStore
+from .lua_files import lua_source
 from .many import ManyStore
 from .metrics import MetricsStore
 from .queue import QueueStore
@@ -41,20 +40,7 @@ from .sessions import SessionStore
 from .stream_compact import CompactStore
 from .subscriptions import SubsStore
 
-LUA_DIR = Path(__file__).parent / "lua"
 _SCRIPTS = ("append", "unlock", "extend_lock", "take_due")
-
-
-_INCLUDE = re.compile(r"^--@include (\w+)$", re.M)
-
-
-def lua_source(name: str) -> str:
-    """The text of ``bus/store/lua/<name>.lua`` with each ``--@include <part>`` line replaced by
-    ``bus/store/lua/parts/<part>.lua`` (a ``local function`` of its own): a step two scripts
-    run (the snapshot in the start and in its own call, the unlock after a notice's
-    records) is written once. Redis sees one plain script."""
-    text = (LUA_DIR / f"{name}.lua").read_text()
-    return _INCLUDE.sub(lambda m: (LUA_DIR / "parts" / f"{m[1]}.lua").read_text().rstrip(), text)
 
 
 def load_script(client: redis.Redis, name: str) -> Any:

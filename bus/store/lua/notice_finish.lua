@@ -10,8 +10,9 @@
 -- KEYS[7] lock    P:{sid}:lock
 -- KEYS[8] again   P:{sid}:again
 -- ARGV[1] notice id, ARGV[2] now ms (the notice's clock), ARGV[3] via
--- ARGV[4] '1': record the notice written to the floor first (parts/notice_done.lua); ''
---         not (a socket's ack confirmed it: floor_drained.lua ran before this call)
+-- ARGV[4] '1': record the notice written to the floor first (parts/notice_done.lua);
+--         'heard': a socket's ack confirmed it: its messages noticed first (parts/drained.lua,
+--         as floor_drained.lua); '' neither
 -- ARGV[5] now ms (the system clock's: the session's and the wake record's times)
 -- ARGV[6] '1': the session's state set running (updated_at ARGV[5]); '' not
 -- ARGV[7] wake_pending: the notice whose wake command is about to run; '' none
@@ -21,9 +22,12 @@
 -- Drops the session's retry_at. Returns {freed, again} (parts/unlock.lua) with a token,
 -- else {0, 0}.
 --@include notice_done
+--@include drained
 --@include unlock
 if ARGV[4] == '1' then
   notice_done(KEYS, ARGV[1], ARGV[2], ARGV[3])
+elseif ARGV[4] == 'heard' then
+  drained(KEYS[4], KEYS[2], KEYS[3], KEYS[5], KEYS[1], KEYS[6], ARGV[2], ARGV[3], {ARGV[1]})
 end
 redis.call('HDEL', KEYS[6], 'retry_at')
 if ARGV[6] == '1' then

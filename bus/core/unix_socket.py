@@ -28,6 +28,8 @@ import stat
 import sys
 from pathlib import Path
 
+from .ids import is_session_id
+
 # sun_path is 104 bytes on macOS and 108 on Linux; a longer address cannot be bound.
 SOCKET_PATH_MAX = 104 if sys.platform == "darwin" else 108
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -35,8 +37,12 @@ _NAME_CHARS = 24  # of a sha256 in hex: 96 bits, no two folders share a link
 
 
 class Unreachable(OSError):
-    """A socket path that can be neither bound nor connected to; the message says why
-    and what fixes it."""
+    """A socket path that can be neither bound nor connected to: ``reason`` says why,
+    ``fix`` what mends it (the message holds both)."""
+
+    def __init__(self, reason: str, fix: str) -> None:
+        super().__init__(f"{reason}; {fix}")
+        self.reason, self.fix = reason, fix
 
 
 def fits(path: str | os.PathLike[str]) -> bool:
@@ -54,8 +60,17 @@ def link_name(folder: Path) -> str:
     return hashlib.sha256(os.fsencode(os.path.abspath(folder))).hexdigest()[:_NAME_CHARS]
 
 
+# What a session whose socket cannot be had loses (said by status, doctor and its start).
+EFFECT = "cannot be woken while idle nor hear a message mid-turn; deliveries wait for its next turn"
+SOCKET = "inbox.sock"  # a session's socket, in its floor folder (bus.delivery.floor)
+SHORTER = (
+    "or set INBOX_HOME to a shorter folder (a session's folder path of at most "
+    f"{SOCKET_PATH_MAX - len(SOCKET) - 1} bytes needs no link)"
+)
+
+
 def _fix(root: Path) -> str:
-    return f"remove {root} (it is remade 0700 for this user), or set INBOX_HOME to a shorter folder"
+    return f"remove {root} (it is remade 0700 for this user), {SHORTER}"
 
 
 def _open_root(root: Path) -> int:
@@ -67,14 +82,15 @@ def _open_root(root: Path) -> int:
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | _NOFOLLOW)
     except OSError as exc:
         if exc.errno in (errno.ENOTDIR, errno.ELOOP):
-            raise Unreachable(f"{root} is a link or a file, not a folder; {_fix(root)}") from None
-        raise Unreachable(f"{root} cannot be opened ({exc.strerror}); {_fix(root)}") from None
+            raise Unreachable(f"{root} is a link or a file, not a folder", _fix(root)) from None
+        raise Unreachable(f"{root} cannot be opened ({exc.strerror})", _fix(root)) from None
     st = os.fstat(fd)
     if st.st_uid != os.geteuid():
         os.close(fd)
         raise Unreachable(
             f"{root} belongs to another user (uid {st.st_uid}); a socket's short link is "
-            f"kept only in a folder of this user's; {_fix(root)}"
+            "kept only in a folder of this user's",
+            _fix(root),
         )
     if st.st_mode & 0o777 != 0o700:
         os.fchmod(fd, 0o700)
@@ -101,8 +117,8 @@ def _place_link(dfd: int, name: str, target: str, root: Path) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=dfd)
         raise Unreachable(
-            f"{root / name} is in the way of the socket's short link ({exc.strerror}); "
-            f"remove it, or set INBOX_HOME to a shorter folder"
+            f"{root / name} is in the way of the socket's short link ({exc.strerror})",
+            f"remove {root / name}, {SHORTER}",
         ) from None
 
 
@@ -139,34 +155,50 @@ def address(path: Path, root: Path | None = None) -> str:
     short = os.path.join(root, name, path.name)
     if not fits(short):
         raise Unreachable(
-            f"the socket's short address {short} is too long too; set INBOX_HOME to a "
-            "shorter folder"
+            f"the socket's short address {short} is too long for a unix socket too",
+            SHORTER.removeprefix("or "),
         )
     try:
         dfd = _open_root(root)
     except Unreachable:
         raise
     except OSError as exc:
-        raise Unreachable(f"{root} cannot be made ({exc.strerror}); {_fix(root)}") from None
+        raise Unreachable(f"{root} cannot be made ({exc.strerror})", _fix(root)) from None
     try:
         _place_link(dfd, name, folder, root)
     except Unreachable:
         raise
     except OSError as exc:
-        raise Unreachable(f"the short link in {root} cannot be made ({exc.strerror})") from None
+        raise Unreachable(
+            f"the short link in {root} cannot be made ({exc.strerror})", _fix(root)
+        ) from None
     finally:
         os.close(dfd)
     return short
 
 
-def problem(path: Path, root: Path | None = None) -> str | None:
-    """Why the socket at ``path`` can be neither bound nor connected to (the reason and
-    its fix, in words), or None when it can."""
+def problem(path: Path, root: Path | None = None) -> dict[str, str] | None:
+    """Why the socket at ``path`` can be neither bound nor connected to, as
+    ``{"reason", "fix"}``, or None when it can (a short link it needs is made here)."""
     try:
         address(path, root)
     except Unreachable as exc:
-        return str(exc)
+        return {"reason": exc.reason, "fix": exc.fix}
     return None
+
+
+def session_problems(home: Path, sids: list[str]) -> dict[str, dict[str, str]]:
+    """The sessions of ``sids`` whose socket under ``home`` can be neither bound nor
+    connected to, each with its ``{"reason", "fix"}``: they cannot be woken while idle nor
+    hear a message mid-turn. An invalid id is left out (it never becomes a path)."""
+    out = {}
+    for sid in sids:
+        if not is_session_id(sid):
+            continue
+        found = problem(home / "inbox" / sid / SOCKET)
+        if found is not None:
+            out[sid] = found
+    return out
 
 
 def connect(path: Path, timeout: float, root: Path | None = None) -> socket.socket:
@@ -212,6 +244,8 @@ def listen(path: Path, backlog: int, root: Path | None = None) -> socket.socket:
 
 
 __all__ = [
+    "EFFECT",
+    "SOCKET",
     "SOCKET_PATH_MAX",
     "Unreachable",
     "address",
@@ -222,4 +256,5 @@ __all__ = [
     "live",
     "problem",
     "runtime_root",
+    "session_problems",
 ]

@@ -53,7 +53,7 @@ MESSAGES = "messages.jsonl"
 DRAINING_PREFIX = "messages.draining."
 LOG = "log.jsonl"
 MALFORMED = "malformed.jsonl"
-SOCKET = "inbox.sock"
+SOCKET = unix_socket.SOCKET
 # Ids of the lines a socket listener handed on (bus.surfaces.listener), its last HEARD_KEEP:
 # a line whose ack came late is on the file too, and a drain does not hand it on again.
 HEARD = "heard.jsonl"

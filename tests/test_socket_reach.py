@@ -14,6 +14,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -94,6 +95,14 @@ def test_a_wrong_link_is_mended_and_dangling_ones_pruned(tmp_path: Path, root: P
     other = deep(tmp_path)
     address(other / "inbox.sock", root)  # a new link: the dangling ones go
     assert sorted(os.listdir(root)) == sorted([link_name(folder), link_name(other)])
+
+
+def test_threads_making_the_same_link_at_once_all_get_it(tmp_path: Path, root: Path) -> None:
+    sock = deep(tmp_path) / "inbox.sock"
+    with ThreadPoolExecutor(8) as pool:
+        got = set(pool.map(lambda _: address(sock, root), range(32)))
+    assert got == {f"{root}/{link_name(sock.parent)}/inbox.sock"}
+    assert os.listdir(root) == [link_name(sock.parent)]  # no temporary link left behind
 
 
 def _link_root(root: Path) -> None:

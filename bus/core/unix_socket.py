@@ -70,7 +70,10 @@ SHORTER = (
 
 
 def _fix(root: Path) -> str:
-    return f"remove {root} (it is remade 0700 for this user), {SHORTER}"
+    return (
+        f"remove {root} (its owner or an administrator, when it is not yours; it is remade "
+        f"0700 for this user), {SHORTER}"
+    )
 
 
 def _open_root(root: Path) -> int:
@@ -107,9 +110,8 @@ def _place_link(dfd: int, name: str, target: str, root: Path) -> None:
         _prune(dfd)
     except OSError:
         pass  # not a link: replaced below, or refused when a folder is in the way
-    tmp = f".{name}.{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp, dir_fd=dfd)
+    # A name of this call's own: threads of one process (a worker's) may make it together.
+    tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}"
     os.symlink(target, tmp, dir_fd=dfd)
     try:
         os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)

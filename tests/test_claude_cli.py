@@ -44,10 +44,17 @@ class Claude:
 
 @pytest.fixture
 def claude(
-    settings: Settings, start_worker: Callable[..., WorkerProcess], tmp_path: Path
+    settings: Settings,
+    start_worker: Callable[..., WorkerProcess],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Claude]:
+    """Claude Code set up as a person sets it up; parametrized ``deep`` (indirect), its
+    INBOX_HOME is deep enough that a session's socket path is over 200 bytes."""
     binary = find_cli("claude", "@anthropic-ai/claude-code")
     s = replace(settings, wake_debounce_s=DEBOUNCE_S, fyi_flush_s=600.0)
+    if getattr(request, "param", None) == "deep":
+        s = replace(s, home=s.home / ("d" * 100) / ("e" * 60))
     project, home = tmp_path / "project", tmp_path / "user"
     (project / ".claude").mkdir(parents=True)
     home.mkdir()
@@ -255,6 +262,56 @@ def test_a_compacted_session_hears_its_unread_thread_again(claude: Claude) -> No
             lambda b: "please say hi" in request_text(b), 60, "the first request after it"
         )
         assert "unread in" in request_text(after) and "fyi: still unread" in request_text(after)
+    finally:
+        tmux.close()
+
+
+@pytest.mark.parametrize("claude", ["deep"], indirect=True)
+def test_a_session_whose_socket_path_is_over_200_bytes_is_woken_and_hears_mid_turn(
+    claude: Claude,
+) -> None:
+    bus, stub = claude.bus, claude.stub
+    tmux = Tmux([str(claude.bin)], claude.project, claude.env())
+    try:
+        tmux.wait_screen(lambda s: "❯" in s, 120, "the prompt")
+        sid = only_session(bus)
+        sock = bus.floor.socket_path(sid)
+        assert len(str(sock).encode()) > 200
+        tmux.type("please run: echo first-turn")
+        first = stub.wait_for(lambda b: "first-turn" in request_text(b), 60, "turn 1")
+        assert "cannot be woken" not in request_text(first)  # SessionStart found no problem
+        wait_for(
+            lambda: bus.session(sid).state == "idle" and sock.exists(),
+            30,
+            what="the turn's end and the waiter listening through its short link",
+        )
+        go = Path(tempfile.mkdtemp(prefix="go-")) / "go"
+        sent = time.monotonic()
+        bus.send(
+            {
+                "from": "hostb:lead",
+                "to_id": sid,
+                "class": "blocker",
+                "text": f"please run: until [ -e {go} ]; do sleep 0.05; done; echo deep-tool",
+            }
+        )
+        stub.wait_for(_has("woke this idle session"), DEBOUNCE_S + 15, "the woken turn")
+        assert time.monotonic() - sent < DEBOUNCE_S + 15
+        wait_for(lambda: bus.session(sid).state == "running", 30, what="the woken turn running")
+        bus.send({"from": "hostb:lead", "to_id": sid, "class": "blocker", "text": "mid-turn"})
+        wait_for(
+            lambda: any("mid-turn" in x.get("text", "") for x in bus.floor.peek(sid)),
+            30,
+            what="the steer on the floor",
+        )
+        go.touch()
+        step = stub.wait_for(
+            lambda b: _is_result(b) and "deep-tool" in json.dumps(b["messages"][-3:]),
+            60,
+            "the woken turn's tool result",
+        )
+        assert "mid-turn" in request_text(step)
+        wait_for(lambda: sock.exists() and bus.session(sid).state == "idle", 60, what="re-armed")
     finally:
         tmux.close()
 

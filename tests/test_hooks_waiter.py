@@ -117,6 +117,33 @@ def test_a_blocker_wakes_the_waiter_an_fyi_does_not(live: tuple[Bus, dict[str, s
             waiter.kill()
 
 
+def test_a_session_whose_floor_path_is_over_200_bytes_is_woken_through_its_short_link(
+    settings: Settings, start_worker: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    # A deep INBOX_HOME with a UUID session id: the socket's own path is past what a unix
+    # socket address holds (108 bytes), so the waiter binds and the worker connects
+    # through the short per-user link to the session's folder.
+    deep = settings.home / ("d" * 100) / ("e" * 60)
+    s = replace(settings, home=deep, wake_debounce_s=0.5, fyi_flush_s=600.0)
+    with running(s, start_worker, tmp_path) as (bus, commands, _worker):
+        sid = str(uuid.uuid4())
+        assert len(str(bus.floor.socket_path(sid)).encode()) > 200
+        assert run(commands["SessionStart"], sid, "SessionStart", source="startup").returncode == 0
+        waiter = arm(commands["wait"], sid)
+        try:
+            wait_for(lambda: listening(bus, sid), 60, what="the waiter listening")
+            assert " listening" in _log(bus, sid)
+            sent = bus.send(
+                {"from": "hostb:lead", "to_id": sid, "text": "deep", "class": "blocker"}
+            )
+            _out, err = waiter.communicate(timeout=60)
+            assert waiter.returncode == 2 and "deep" in err
+            assert_heard(bus, sid, sent["id"])
+        finally:
+            if waiter.poll() is None:
+                waiter.kill()
+
+
 def test_a_newer_waiter_or_a_turn_start_stops_it_quietly_and_a_killed_one_loses_nothing(
     live: tuple[Bus, dict[str, str]],
 ) -> None:

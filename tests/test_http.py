@@ -106,6 +106,31 @@ def test_send_reaches_a_listening_socket(bus: Bus, gw: httpx.Client) -> None:
     assert floor_lines(bus, "s1") == []  # nothing on the file
 
 
+def test_send_to_an_unknown_session_is_404_unknown_session_and_makes_no_folder(
+    bus: Bus, gw: httpx.Client
+) -> None:
+    r = gw.post("/send", json=wire(to_id="h-1"))
+    assert r.status_code == 404
+    answer = r.json()
+    assert answer["ok"] is False and answer["error"] == "unknown_session"
+    assert answer["message"].startswith("no session 'h-1' on this host;")
+    assert not (Path(bus.settings.home) / "inbox" / "h-1").exists()
+
+
+def test_send_reaches_a_listener_whose_socket_path_is_over_200_bytes(
+    make_bus: Callable[..., Bus], gateway: Callable[[Bus], Gateway], home: Path
+) -> None:
+    b = make_bus(home=home / ("d" * 100) / ("e" * 60))
+    sid = "0f5c2a9e-8d1b-4c3e-9a7f-6b2d1e0c4f8a"
+    b.open_session(sid)
+    assert len(str(b.floor.socket_path(sid)).encode()) > 200
+    got: list[dict[str, Any]] = []
+    with Listener.for_session(b.floor, sid, lambda o: got.append(o) or True):
+        r = gateway(b).client.post("/send", json=wire(to_id=sid, text="deep"))
+    assert r.json()["via"] == "socket" and [g["text"] for g in got] == ["deep"]
+    assert floor_lines(b, sid) == []
+
+
 @pytest.mark.parametrize(
     ("body", "needle"),
     [
@@ -125,8 +150,8 @@ def test_send_refuses_bad_input_and_writes_nothing(
     r = gw.post("/send", content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 400
     answer = r.json()
-    assert answer["ok"] is False and needle in answer["error"]
-    assert "\n" not in answer["error"]
+    assert answer["ok"] is False and answer["error"] == "bad_input"
+    assert needle in answer["message"] and "\n" not in answer["message"]
     inbox = Path(bus.settings.home) / "inbox"
     assert [p.name for p in inbox.iterdir()] == ["s1"] and not bus.floor.peek("s1")
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -170,3 +173,38 @@ def test_worker_killed_between_notice_built_and_ack_leaves_messages_new(
     carried = [m for n in got for m in n["notice"]["messages"]]
     assert sorted(carried) == sorted(ids)
     assert b.floor.peek("k") == []
+
+
+def test_a_session_whose_floor_path_is_over_200_bytes_hears_a_mid_turn_message_on_inbox_listen(
+    settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # `inbox listen` binds through the short per-user link to the session's folder, and
+    # the worker connects the same way: the notice is heard on the socket, not the file.
+    s = replace(settings, home=settings.home / ("d" * 100) / ("e" * 60))
+    sid = str(uuid.uuid4())
+    b = celery_bus(s)
+    sock = b.floor.socket_path(sid)
+    assert len(str(sock).encode()) > 200
+    b.open_session(sid)
+    b.turn(sid, "start")
+    env = s.child_env()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bus.surfaces.cli.app", "listen", sid],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(sock.exists, timeout=20, what="the listener's socket")
+        start_worker(s)
+        sent = b.send({"from": "ha:x", "to_id": sid, "text": "mid-turn"})
+        assert proc.stdout is not None
+        heard = json.loads(proc.stdout.readline())
+        assert heard["kind"] == "notice" and heard["notice"]["messages"] == [sent["id"]]
+        wait_for(lambda: marks(b, sid).get(sent["id"]) == "noticed", 30, what="marked heard")
+        assert b.floor.peek(sid) == []  # heard on the socket; nothing waits on the file
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert not sock.exists()

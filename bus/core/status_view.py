@@ -103,6 +103,11 @@ def memory_report(raw: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+def local_sessions(host: str, sessions: list[dict[str, Any]]) -> list[str]:
+    """The ids of ``sessions`` that live on ``host`` (whose sockets this host serves)."""
+    return [row["session"] for row in sessions if row.get("host") == host]
+
+
 def status_report(
     *,
     host: str,
@@ -112,13 +117,18 @@ def status_report(
     backlogs: list[int],
     workers: list[dict[str, Any]],
     memory: dict[str, Any],
+    unreachable: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The status answer: each session's record without its unset (``None``) fields and
-    with its backlog, beside the host, the store's (redacted) address and the home."""
+    with its backlog, beside the host, the store's (redacted) address and the home. A
+    session in ``unreachable`` (this host's, its socket neither bindable nor reachable:
+    no wake while idle, no message mid-turn) carries its ``{"reason", "fix"}`` there."""
     rows = []
     for row, backlog in zip(sessions, backlogs, strict=True):
         shown = {k: v for k, v in row.items() if v is not None}
         shown["backlog"] = backlog
+        if unreachable and row.get("session") in unreachable:
+            shown["unreachable"] = unreachable[row["session"]]
         rows.append(shown)
     return {
         "ok": True,

@@ -34,7 +34,6 @@ import fcntl
 import functools
 import json
 import os
-import socket
 import stat
 import sys
 import threading
@@ -43,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bus.core import faults
+from bus.core import faults, unix_socket
 from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import BadInput
 from bus.core.ids import check_session_id
@@ -54,23 +53,21 @@ MESSAGES = "messages.jsonl"
 DRAINING_PREFIX = "messages.draining."
 LOG = "log.jsonl"
 MALFORMED = "malformed.jsonl"
-SOCKET = "inbox.sock"
+SOCKET = unix_socket.SOCKET
 # Ids of the lines a socket listener handed on (bus.surfaces.listener), its last HEARD_KEEP:
 # a line whose ack came late is on the file too, and a drain does not hand it on again.
 HEARD = "heard.jsonl"
 HEARD_KEEP = 1000
 LOG_LOCK = "log.lock"
 LOG_KEEP = 500
-# sun_path is 104 bytes on macOS and 108 on Linux; a longer path cannot be bound.
-SOCKET_PATH_MAX = 104 if sys.platform == "darwin" else 108
 _ACK_MAX = 64 * 1024
 Via = Literal["socket", "file"]
 _APPEND_TRIES = 1000
 
 
-def socket_path_fits(path: str | os.PathLike[str]) -> bool:
-    """True if a unix socket can live at ``path`` (its byte length is within the OS cap)."""
-    return len(os.fsencode(os.fspath(path))) <= SOCKET_PATH_MAX
+# Whether a path can itself be a socket's address; a longer one is reached through a
+# short link (bus.core.unix_socket).
+socket_path_fits = unix_socket.fits
 
 
 def encode_line(obj: dict[str, Any]) -> bytes:
@@ -239,7 +236,8 @@ class Floor:
         return d
 
     def socket_path(self, sid: str) -> Path:
-        """Where a listening harness binds (``<dir>/inbox.sock``)."""
+        """Where a listening harness binds (``<dir>/inbox.sock``; a path too long for a
+        socket address is bound through a short link, bus.core.unix_socket)."""
         return self.session_dir(sid) / SOCKET
 
     # --- writing -----------------------------------------------------------------------
@@ -276,8 +274,6 @@ class Floor:
 
     @staticmethod
     def _send_socket(path: Path, data: bytes, connect_timeout: float, ack_timeout: float) -> bool:
-        if not socket_path_fits(path):
-            return False
         try:
             st = os.stat(path, follow_symlinks=False)
         except OSError:
@@ -286,10 +282,12 @@ class Floor:
         # would receive the line; the file floor then refuses their folder in words.
         if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
             return False
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(connect_timeout)
-            sock.connect(os.fspath(path))
+            # Through a short link when the path is longer than a socket address may be.
+            sock = unix_socket.connect(path, connect_timeout)
+        except OSError:  # refused, stale file, no short link: the file is the floor
+            return False
+        try:
             deadline = time.monotonic() + ack_timeout
             sock.settimeout(ack_timeout)
             sock.sendall(data)

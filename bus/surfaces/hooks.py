@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bus.core import hook_env as _env
-from bus.core import notices
+from bus.core import notices, unix_socket
 from bus.core.errors import BadInput
 from bus.core.models import check_session_id
 
@@ -212,14 +212,28 @@ def open_text(bus: Bus, sid: str, source: object, wake_cmd: str | None = None) -
         "session open",
         lambda: bus.open_session(sid, handle=_handle(bus, sid), wake_cmd=wake_cmd),
     )
+    parts = [_guarded("socket check", lambda: unreachable_text(bus, sid)) or ""]
     if source not in FORGETTING:
-        return _drained(bus, sid)
-    lines = _guarded("drain", lambda: bus.drain(sid)) or []
-    raw = [x for x in lines if isinstance(x, dict) and x.get("kind") != "notice"]
-    parts = [_guarded("unread threads", lambda: unread_text(bus, sid)) or ""]
-    if raw:
-        parts.append(bus.render(raw))
+        parts.append(_drained(bus, sid))
+    else:
+        lines = _guarded("drain", lambda: bus.drain(sid)) or []
+        raw = [x for x in lines if isinstance(x, dict) and x.get("kind") != "notice"]
+        parts.append(_guarded("unread threads", lambda: unread_text(bus, sid)) or "")
+        if raw:
+            parts.append(bus.render(raw))
     return "\n\n".join(p.strip() for p in parts if p and p.strip())
+
+
+def unreachable_text(bus: Bus, sid: str) -> str:
+    """What the session is told once, at its start, when its socket can be neither bound
+    nor connected to (bus.core.unix_socket): no wake while idle, no message mid-turn."""
+    found = unix_socket.problem(bus.floor.socket_path(sid))
+    if found is None:
+        return ""
+    return (
+        f"[inbox] This session {unix_socket.EFFECT}: {found['reason']}. Fix: {found['fix']}. "
+        "`inbox doctor` says the same."
+    )
 
 
 def start_text(bus: Bus, sid: str, prompt: object = None) -> str:

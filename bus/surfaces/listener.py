@@ -22,8 +22,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
+from bus.core import unix_socket
 from bus.core.errors import BadInput, Refused
-from bus.delivery.floor import HEARD, SOCKET, Floor, record_heard, socket_path_fits
+from bus.delivery.floor import HEARD, SOCKET, Floor, record_heard
 
 ACK_OK = b'{"ok": true}\n'
 ACK_NO = b'{"ok": false}\n'
@@ -77,23 +78,19 @@ class Listener:
         """Bind and start accepting in a background thread."""
         if self._server is not None:
             return self
-        if not socket_path_fits(self.path):
-            raise BadInput(
-                f"socket path is too long to bind ({len(os.fsencode(self.path))} bytes): "
-                f"{self.path}; delivery stays on the file"
-            )
         if not self.session_dir.is_dir():
             os.makedirs(self.session_dir, mode=0o700, exist_ok=True)
             os.chmod(self.session_dir, 0o700)
-        self._clear_stale()
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            server.bind(os.fspath(self.path))
-            os.chmod(self.path, 0o600)
-            server.listen(64)
-        except BaseException:
-            server.close()
-            raise
+            # A path too long for a socket address is bound through a short link.
+            if unix_socket.live(self.path):
+                # Unlinking a live listener's socket would silently steal its messages.
+                raise Refused(f"a listener is already live on {self.path}", code="listening")
+            server = unix_socket.listen(self.path, 64)
+        except unix_socket.Unreachable as exc:
+            raise BadInput(
+                f"cannot listen on {self.path}: {exc}; delivery stays on the file"
+            ) from None
         st = os.stat(self.path)
         self._inode = (st.st_dev, st.st_ino)
         self._server = server
@@ -147,21 +144,6 @@ class Listener:
         self.stop()
 
     # --- internals ---------------------------------------------------------------------
-
-    def _clear_stale(self) -> None:
-        if not os.path.lexists(self.path):
-            return
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(0.2)
-        try:
-            probe.connect(os.fspath(self.path))
-        except OSError:
-            os.unlink(self.path)  # nobody answers: a listener died without cleaning up
-            return
-        finally:
-            probe.close()
-        # Unlinking a live listener's socket would silently steal its messages.
-        raise Refused(f"a listener is already live on {self.path}", code="listening")
 
     def _accept_loop(self) -> None:
         assert self._server is not None and self._wake is not None

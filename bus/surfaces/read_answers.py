@@ -14,7 +14,13 @@ import time
 
 from bus.core.item_views import inbox_view
 from bus.core.receipt_rules import SENT_LIMIT_MAX, STATES, outbox_view, public, receipt_views
-from bus.core.status_view import memory_report, queue_of, status_report, worker_rows
+from bus.core.status_view import (
+    local_sessions,
+    memory_report,
+    queue_of,
+    status_report,
+    worker_rows,
+)
 from bus.core.thread_views import thread_rows, thread_view
 from bus.store.packing import json_list
 
@@ -139,6 +145,7 @@ def read_inbox(store: Any, settings: Any, sid: str) -> dict[str, Any]:
 def status(store: Any, settings: Any) -> dict[str, Any]:
     """``Bus.status``: sessions, their states and backlogs, workers, memory settings."""
     from bus.core.locate import redact
+    from bus.core.unix_socket import session_problems
 
     rows = [_checked(row) for row in store.sessions()]
     return status_report(
@@ -149,4 +156,5 @@ def status(store: Any, settings: Any) -> dict[str, Any]:
         backlogs=store.backlogs([r["session"] for r in rows]),
         workers=worker_rows(store.beats(queue_of), _now_ms(), store.host_floors),
         memory=memory_report(store.memory_report()),
+        unreachable=session_problems(settings.home, local_sessions(settings.host, rows)),
     )

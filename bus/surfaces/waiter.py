@@ -41,7 +41,8 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from bus.delivery.floor import SOCKET, socket_path_fits
+from bus.core import unix_socket
+from bus.delivery.floor import SOCKET
 
 if TYPE_CHECKING:
     from bus.api import Bus
@@ -136,33 +137,16 @@ def _take_lock(session_dir: Path) -> int | None:
         return None
 
 
-def _bind(path: Path) -> socket.socket | None:
-    """Listen on ``path``; None when another live listener is there (its lines stay its)."""
-    if not socket_path_fits(path):
-        _warn(f"socket path too long to bind: {path}; wakes stay off for this session")
-        return None
-    if os.path.lexists(path):
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(0.2)
-        try:
-            probe.connect(os.fspath(path))
-        except OSError:
-            os.unlink(path)  # nobody answers: a listener died without cleaning up
-        else:
-            _warn(f"another listener is live on {path}; not waiting")
-            return None
-        finally:
-            probe.close()
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _bind(path: Path) -> tuple[socket.socket | None, str]:
+    """Listen on ``path`` (through a short link when it is too long for a socket
+    address); ``(None, why)`` when another live listener is there (its lines stay its) or
+    the socket cannot be had."""
     try:
-        server.bind(os.fspath(path))
-        os.chmod(path, 0o600)
-        server.listen(16)
-    except OSError as exc:
-        server.close()
-        _warn(f"cannot listen on {path}: {exc}")
-        return None
-    return server
+        if unix_socket.live(path):
+            return None, f"another listener is live on {path}; not waiting"
+        return unix_socket.listen(path, 16), "listening"
+    except OSError as exc:  # Unreachable says why in words, with its fix
+        return None, f"cannot listen on {path}: {exc}; wakes stay off for this session"
 
 
 def _read_line(conn: socket.socket) -> dict[str, Any] | None:
@@ -229,10 +213,13 @@ class Waiter:
         for s in previous:
             signal.signal(s, lambda *_: None)  # the wakeup fd carries it to the select
         path = self.dir / SOCKET
-        server = _bind(path)
+        server, said = _bind(path)
+        if server is None:
+            _warn(said)
+            self.why = said
         pidfd = _pidfd(self.parent_pid)
         inode = os.stat(path).st_ino if server is not None else None
-        note(self.dir, "listening" if server is not None else "not listening")
+        note(self.dir, said)
         code = 0
         try:
             code = 0 if server is None else self._wait(server, sig_r, pidfd)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from bus.core import unix_socket
 from bus.core.hook_env import redact
+from bus.core.status_view import local_sessions
 from bus.core.status_view import status_report as report
 from bus.store import server_memory
 
@@ -18,14 +20,19 @@ if TYPE_CHECKING:
 def status_report(store: Store, settings: Settings) -> dict[str, Any]:
     """The host, the store's address (its password hidden), the floor's home, every
     session with its backlog, each host's worker and the scheduler (heartbeat ages and
-    queue depth), and the server memory settings the scheduler keeps."""
+    queue depth), and the server memory settings the scheduler keeps. A session of this host
+    whose socket cannot be had says why and the fix (``unreachable``)."""
     sessions = store.sessions()
+    rows = [s.model_dump() for s in sessions]
     return report(
         host=settings.host,
         store=redact(settings.store_url()),
         home=str(settings.home),
-        sessions=[s.model_dump() for s in sessions],
+        sessions=rows,
         backlogs=store.backlogs([s.session for s in sessions]),
         workers=liveness.workers(store),
         memory=server_memory.report(store),
+        unreachable=unix_socket.session_problems(
+            settings.home, local_sessions(settings.host, rows)
+        ),
     )

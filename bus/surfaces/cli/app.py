@@ -25,7 +25,7 @@ from bus.surfaces.refusal import bus_call, emit, fail, refuse, run, run_app
 
 from . import harness_hooks, people, processes, receipts, tokens
 from .calls import check_session_id, connect
-from .help_panels import EVERYDAY, HARNESS, arg, order, sid_arg, thread_arg
+from .help_panels import EVERYDAY, HARNESS, OPERATIONS, arg, order, sid_arg, thread_arg
 from .processes import worker_argv
 
 if TYPE_CHECKING:
@@ -376,6 +376,32 @@ def status() -> None:
 
 
 processes.register(app)  # `up`, `worker`, `scheduler`, `serve`, `flower`
+
+
+@app.command(rich_help_panel=OPERATIONS)
+def doctor(
+    sids: list[str] | None = typer.Argument(
+        None,
+        metavar="[SID]...",
+        help="the sessions to check (default: every one on this host's floor)",
+        show_default=False,
+    ),
+) -> None:
+    """What keeps a session of this host from being woken or heard: the reason and the fix (exit 1 when any)."""
+    from bus.core.settings import Settings
+    from bus.ops.doctor import doctor_report
+
+    settings = run(Settings.from_env)
+    report = run(lambda: doctor_report(settings.home, sids))
+    if report["problems"]:
+        count = len(report["problems"])
+        refuse(
+            "unreachable",
+            f"{count} session(s) cannot be woken while idle nor hear a message mid-turn",
+            1,
+            details={k: v for k, v in report.items() if k != "ok"},
+        )
+    emit(report)
 
 
 @app.command(rich_help_panel=EVERYDAY)

@@ -63,6 +63,7 @@ from .wire import (
     Health,
     answer,
     batch_body,
+    deliver_refusal,
     json_body,
     one_line,
     status_of,
@@ -200,7 +201,7 @@ def create_app(
     @app.post(
         "/send",
         response_model=DeliverOk,
-        responses={s: {"model": DeliverError} for s in (400, 401, 500, 503)},
+        responses={s: {"model": DeliverError} for s in (400, 401, 403, 404, 429, 500, 503)},
         openapi_extra={"requestBody": MESSAGE_BODY},
         summary="Deliver on this host (prox's remote delivery)",
     )
@@ -214,20 +215,17 @@ def create_app(
                 lambda: bus.send_local(data, token=_bearer(request))
             )
         except Unauthorized as err:
-            return JSONResponse(DeliverError(error=one_line(str(err))).model_dump(), 401)
+            return deliver_refusal(err.code, err, 401)
         except Unavailable as err:  # the token's revocation check found no Redis
-            return JSONResponse(DeliverError(error=one_line(str(err))).model_dump(), 503)
+            return deliver_refusal(err.code, err, 503)
         except BusError as err:
-            status = 400 if isinstance(err, BadInput) else status_of(err)
-            return JSONResponse(DeliverError(error=one_line(str(err))).model_dump(), status)
+            return deliver_refusal(
+                err.code, err, 400 if isinstance(err, BadInput) else status_of(err)
+            )
         except StoreError as err:
-            return JSONResponse(
-                DeliverError(error=one_line(f"Redis did not answer: {err}")).model_dump(), 503
-            )
+            return deliver_refusal("unavailable", f"Redis did not answer: {err}", 503)
         except OSError as err:
-            return JSONResponse(
-                DeliverError(error=one_line(f"write failed: {err}")).model_dump(), 500
-            )
+            return deliver_refusal("write_failed", f"write failed: {err}", 500)
         return JSONResponse(DeliverOk(via=via, id=msg_id).model_dump())
 
     @app.post(

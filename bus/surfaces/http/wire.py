@@ -43,10 +43,13 @@ class DeliverOk(BaseModel):
 
 
 class DeliverError(BaseModel):
-    """``POST /send`` refusal: one line saying what was wrong; nothing was written."""
+    """``POST /send`` refusal, in the bus's one shape (as its front door answers /send):
+    ``error`` the machine-readable code (``unknown_session``, ``bad_input``, ...) and
+    ``message`` one line saying what was wrong; nothing was written."""
 
     ok: Literal[False] = False
     error: str
+    message: str
 
 
 class BusErrorAnswer(BaseModel):
@@ -74,6 +77,13 @@ MESSAGE_BODY = {
 
 def one_line(text: str) -> str:
     return " ".join(str(text).split())
+
+
+def deliver_refusal(code: str, message: object, status: int) -> JSONResponse:
+    """A ``POST /send`` refusal (:class:`DeliverError`) with ``status``."""
+    return JSONResponse(
+        DeliverError(error=code, message=one_line(str(message))).model_dump(), status
+    )
 
 
 def status_of(err: BusError) -> int:

@@ -1,0 +1,43 @@
+"""``inbox doctor``: what on this host keeps a session from being woken or heard.
+
+A session's socket (``$INBOX_HOME/inbox/<sid>/inbox.sock``) is how its idle waiter is woken
+and how a listener hears a message mid-turn; one that can be neither bound nor connected
+to (:mod:`bus.core.unix_socket`) leaves every delivery on the file floor until the next
+turn. The doctor checks the sessions named, else every session folder of this host's
+floor, and says for each that fails why and what fixes it. It needs no Redis.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bus.core import unix_socket
+from bus.core.ids import check_session_id, is_session_id
+
+
+def floor_sessions(home: Path) -> list[str]:
+    """The session folders of ``home``'s floor (names that are not session ids are
+    not sessions the bus made, and are left out)."""
+    try:
+        names = sorted(p.name for p in (home / "inbox").iterdir() if p.is_dir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [name for name in names if is_session_id(name)]
+
+
+def doctor_report(home: Path, sids: list[str] | None = None) -> dict[str, Any]:
+    """``{"ok", "home", "checked", "problems"}``: each problem is a session whose socket
+    cannot be had, with its ``reason`` and ``fix``. Ids named are checked first (a bad
+    one is refused, nothing made)."""
+    checked = [check_session_id(sid) for sid in sids] if sids else floor_sessions(home)
+    found = unix_socket.session_problems(home, checked)
+    problems = [
+        {"session": sid, "check": "socket", "effect": unix_socket.EFFECT, **found[sid]}
+        for sid in checked
+        if sid in found
+    ]
+    return {"ok": not problems, "home": str(home), "checked": len(checked), "problems": problems}
+
+
+__all__ = ["doctor_report", "floor_sessions"]

@@ -31,6 +31,7 @@ from bus.core.models import now_ms
 from bus.store.server_probe import Progress
 from bus.telemetry.liveness import host_queue, stalled
 
+from .exit_reason import exit_reason, log_since, log_size
 from .procs import die_with_parent, tree_cpu_s
 from .standby import Standby
 
@@ -119,6 +120,7 @@ class Child:
     proc: subprocess.Popen[bytes] = field(init=False)
     started: float = 0.0
     started_ms: int = 0
+    log_from: int = 0  # where this run's lines start in its log
     failures: int = 0
     restart_at: float | None = None
     # (monotonic time, CPU seconds of its process tree) at each progress check, the
@@ -132,6 +134,7 @@ class Child:
             return ""
 
     def start(self) -> None:
+        self.log_from = log_size(self.log)
         self.proc = self.spawn()
         self.started = time.monotonic()
         self.started_ms = now_ms()
@@ -222,8 +225,8 @@ class Supervisor:
                     delay = min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** max(0, child.failures - 1))
                     child.restart_at = now + delay
                     self.log(
-                        f"{self.name}: {child.name} exited (code {code}) after {ran:.1f} s;"
-                        f" restarting in {delay:.1f} s"
+                        f"{self.name}: {child.name} exited (code {code}) after {ran:.1f} s"
+                        f"{self._why(child)}; restarting in {delay:.1f} s"
                     )
                 if child.restart_at is not None and now >= child.restart_at:
                     signal_group(child.proc, signal.SIGKILL)  # leftovers of its group
@@ -238,6 +241,14 @@ class Supervisor:
             if self.store is not None and self.stall_s > 0 and now >= self._next_liveness:
                 self._next_liveness = now + LIVENESS_EVERY_S
                 self._check_progress()
+
+    @staticmethod
+    def _why(child: Child) -> str:
+        """``: <its reason>`` from the lines its log gained this run, or nothing."""
+        if child.log is None:
+            return ""
+        reason = exit_reason(log_since(child.log, child.log_from))
+        return f": {reason}" if reason else ""
 
     def _check_progress(self) -> None:
         assert self.store is not None

@@ -105,7 +105,11 @@ def _supervise(
         url = url.split("://", 1)[0] + "://***@" + url.rsplit("@", 1)[1]
     logs = private_dirs(settings.home / "logs")
     children += processes(settings, env, logs, concurrency=concurrency)
-    print(f"inbox up: starting Redis, the worker and the scheduler for {settings.host}", flush=True)
+    what = "Redis, the worker" if not settings.redis_url else "the worker"
+    print(
+        f"inbox up: starting {what} and the scheduler for {settings.host} (store {url})",
+        flush=True,
+    )
     # Progress is judged by the worker's beat in the store and its queue on the broker.
     store = progress_on(
         store_url,

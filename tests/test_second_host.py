@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from bus.core.settings import SOURCE_ROOT, Settings
+from bus.core.up_procs import process_rows
 from bus.ops.exit_reason import exit_reason, log_since
 from tests.conftest import wait_for
 
@@ -65,14 +66,14 @@ class Up:
             self.proc.wait(10)
 
 
-def host_env(home: Path, host: str, **extra: str) -> dict[str, str]:
+def host_env(home: Path, host: str, *, spares: bool = False, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INBOX_")}
     env.update(
         INBOX_HOME=str(home),
         INBOX_HOST=host,
         PYTHONPATH=str(SOURCE_ROOT),
-        # One idle process less per child: the spares are not what this tests.
-        INBOX_WORKER_STANDBY="0",
+        # Without spares unless asked: one idle process less per child.
+        INBOX_WORKER_STANDBY="1" if spares else "0",
         INBOX_WAKE_DEBOUNCE_S="0.3",
         **extra,
     )
@@ -98,15 +99,28 @@ def homes() -> Iterator[list[Path]]:
 
 
 def test_a_second_up_joins_with_the_printed_store_url(homes: list[Path]) -> None:
-    first = Up(host_env(homes[0], "hosta"))
+    first = Up(host_env(homes[0], "hosta", spares=True))
     second: Up | None = None
     try:
         banner = first.line(r"^inbox up: host hosta, store ")
         url = re.search(r"store (\S+),", banner).group(1)  # type: ignore[union-attr]
         assert url.startswith("unix://")
-        # inbox status prints the same URL.
+        # inbox status prints the same URL, and every process inbox up runs, the spares
+        # (started SPARE_AFTER_S after their child) named as such.
         status = json.loads(inbox(first.env, "status").stdout)
         assert status["store"] == url
+        every = {"inbox up", "redis", "worker", "worker standby", "scheduler", "scheduler standby"}
+
+        def all_running() -> object:
+            rows = json.loads(inbox(first.env, "status").stdout)["processes"]
+            return rows if {r["name"] for r in rows if r["alive"]} == every else None
+
+        rows = wait_for(all_running, timeout=60, what="every process in status", interval=0.5)
+        by_name = {r["name"]: r for r in rows}  # type: ignore[attr-defined]
+        assert by_name["worker standby"]["standby"] and by_name["scheduler standby"]["standby"]
+        assert not by_name["worker"]["standby"] and by_name["worker"]["host"] == "hosta"
+        assert by_name["worker"]["children"]  # its pool process
+        assert len({r["pid"] for r in rows}) == len(every)  # type: ignore[attr-defined]
 
         second = Up(host_env(homes[1], "hostb", INBOX_REDIS_URL=url))
         started = second.line(r"^inbox up: starting ")
@@ -128,6 +142,7 @@ def test_a_second_up_joins_with_the_printed_store_url(homes: list[Path]) -> None
         if second is not None:
             second.stop()
         first.stop()
+    assert not (homes[0] / "up.procs.json").exists()  # a clean stop leaves no record
 
 
 def test_a_worker_that_cannot_start_says_why_on_the_console(
@@ -195,3 +210,54 @@ def test_log_since_reads_only_the_runs_own_lines(tmp_path: Path) -> None:
         f.write("booting\n")
     assert exit_reason(log_since(log, offset)) is None
     assert log_since(tmp_path / "absent.log", 0) == []
+
+
+def _alive(pid: int) -> bool:
+    return pid in (1, 2, 3)
+
+
+@pytest.mark.parametrize(
+    ("rows", "want"),
+    [
+        ([], []),
+        # The supervisor is gone: a stale file shows nothing.
+        ([{"name": "inbox up", "role": "supervisor", "pid": 9}], []),
+        (
+            [
+                {"name": "inbox up", "role": "supervisor", "pid": 1},
+                {"name": "worker", "role": "worker", "standby": False, "pid": 2},
+                {"name": "worker standby", "role": "worker", "standby": True, "pid": 3},
+                {"name": "scheduler", "role": "scheduler", "standby": False, "pid": 8},
+                {"name": "redis", "role": "redis", "standby": False},
+            ],
+            [
+                {"name": "inbox up", "role": "supervisor", "pid": 1, "alive": True},
+                {
+                    "name": "worker",
+                    "role": "worker",
+                    "standby": False,
+                    "pid": 2,
+                    "alive": True,
+                    "children": [20, 21],
+                },
+                {
+                    "name": "worker standby",
+                    "role": "worker",
+                    "standby": True,
+                    "pid": 3,
+                    "alive": True,
+                },
+                {
+                    "name": "scheduler",
+                    "role": "scheduler",
+                    "standby": False,
+                    "pid": 8,
+                    "alive": False,
+                },
+                {"name": "redis", "role": "redis", "standby": False, "alive": False},
+            ],
+        ),
+    ],
+)
+def test_process_rows(rows: list[dict[str, object]], want: list[dict[str, object]]) -> None:
+    assert process_rows(rows, _alive, lambda pid: [pid * 10, pid * 10 + 1]) == want

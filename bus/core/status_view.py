@@ -112,9 +112,11 @@ def status_report(
     backlogs: list[int],
     workers: list[dict[str, Any]],
     memory: dict[str, Any],
+    processes: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The status answer: each session's record without its unset (``None``) fields and
-    with its backlog, beside the host, the store's (redacted) address and the home."""
+    with its backlog, beside the host, the store's (redacted) address and the home, and
+    the processes this host's ``inbox up`` runs (bus.core.up_procs; none without one)."""
     rows = []
     for row, backlog in zip(sessions, backlogs, strict=True):
         shown = {k: v for k, v in row.items() if v is not None}
@@ -127,5 +129,6 @@ def status_report(
         "home": home,
         "sessions": rows,
         "workers": workers,
+        "processes": processes or [],
         "memory_settings": memory,
     }

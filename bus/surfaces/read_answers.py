@@ -139,6 +139,7 @@ def read_inbox(store: Any, settings: Any, sid: str) -> dict[str, Any]:
 def status(store: Any, settings: Any) -> dict[str, Any]:
     """``Bus.status``: sessions, their states and backlogs, workers, memory settings."""
     from bus.core.locate import redact
+    from bus.core.up_procs import read_procs
 
     rows = [_checked(row) for row in store.sessions()]
     return status_report(
@@ -149,4 +150,5 @@ def status(store: Any, settings: Any) -> dict[str, Any]:
         backlogs=store.backlogs([r["session"] for r in rows]),
         workers=worker_rows(store.beats(queue_of), _now_ms(), store.host_floors),
         memory=memory_report(store.memory_report()),
+        processes=read_procs(settings.home),
     )

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from bus.core.hook_env import redact
 from bus.core.status_view import status_report as report
+from bus.core.up_procs import read_procs
 from bus.store import server_memory
 
 from . import liveness
@@ -18,7 +19,8 @@ if TYPE_CHECKING:
 def status_report(store: Store, settings: Settings) -> dict[str, Any]:
     """The host, the store's address (its password hidden), the floor's home, every
     session with its backlog, each host's worker and the scheduler (heartbeat ages and
-    queue depth), and the server memory settings the scheduler keeps."""
+    queue depth), the processes this host's ``inbox up`` runs (spares named ``standby``)
+    and the server memory settings the scheduler keeps."""
     sessions = store.sessions()
     return report(
         host=settings.host,
@@ -28,4 +30,5 @@ def status_report(store: Store, settings: Settings) -> dict[str, Any]:
         backlogs=store.backlogs([s.session for s in sessions]),
         workers=liveness.workers(store),
         memory=server_memory.report(store),
+        processes=read_procs(settings.home),
     )

@@ -213,13 +213,16 @@ class Sessions:
         now = self.clock.now_ms()
         if event == "start":
             turns = self.store.incr_turns(sid)
+            # The harness took the turn: its wake (if any) is heard (woken_at cleared).
             self.store.update_session(
-                sid, state="running", prompt_waiting=prompt_waiting, last_seen=now
+                sid, state="running", prompt_waiting=prompt_waiting, last_seen=now, woken_at=None
             )
             self.store.record(sid, "turn_start", turn=turns)
         elif event == "end":
             turns = info.turns
-            self.store.update_session(sid, state="idle", prompt_waiting=False, last_seen=now)
+            self.store.update_session(
+                sid, state="idle", prompt_waiting=False, last_seen=now, woken_at=None
+            )
             self.store.record(sid, "turn_end", turn=turns, answer=answer or "")
         else:
             raise BadInput(f"turn event must be start or end, not {event!r}")

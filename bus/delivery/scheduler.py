@@ -118,10 +118,7 @@ def dispatch_due(
     """Take the entries due now (``taker``: while it holds the claim) and dispatch their
     sessions' deliveries, a host's at once: ``(taken, dispatched)``."""
     now = clock.now_ms()
-    if taker is None:
-        taken = bus.store.take_due(now)
-    else:
-        taken = taker.take(bus.store, now)
+    taken = bus.store.take_due(now) if taker is None else taker.take(bus.store, now)
     due = [sid for what, sid in taken if what != WAKE_TURN]
     turns = [sid for what, sid in taken if what == WAKE_TURN]
     if turns:

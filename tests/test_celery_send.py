@@ -17,6 +17,7 @@ from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.settings import SOURCE_ROOT, Settings, kombu_url
 from workers.app import make_app
+from workers.dispatch import CeleryDispatcher
 from workers.tasks import SendRefused
 
 pytestmark = pytest.mark.slow
@@ -96,3 +97,22 @@ def test_kombu_url(url: str, broker: str) -> None:
     assert kombu_url(url) == broker
     assert Settings(redis_url=url).celery_broker_url() == broker
     assert Settings(redis_url="redis://other", broker_url=url).celery_broker_url() == broker
+
+
+class OptionsApp:
+    def __init__(self) -> None:
+        self.options: list[dict[str, Any]] = []
+
+    def send_task(self, name: str, **options: Any) -> None:
+        self.options.append(options)
+
+
+def test_deliveries_are_sent_without_a_result() -> None:
+    # The app has a result backend (for send): a task sent by name with a result would
+    # have the dispatching process subscribe for it, a round trip a delivery.
+    app = OptionsApp()
+    d = CeleryDispatcher(app)  # type: ignore[arg-type]
+    d.request("h", "s1")
+    d.request_many("h", ["s1", "s2"])
+    assert len(app.options) == 2
+    assert all(o["ignore_result"] is True for o in app.options)

@@ -16,7 +16,7 @@ from celery import states
 from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.settings import SOURCE_ROOT, Settings, kombu_url
-from workers.app import make_app
+from workers.app import make_app, result_options
 from workers.dispatch import CeleryDispatcher
 from workers.tasks import SendRefused
 
@@ -116,3 +116,19 @@ def test_deliveries_are_sent_without_a_result() -> None:
     d.request_many("h", ["s1", "s2"])
     assert len(app.options) == 2
     assert all(o["ignore_result"] is True for o in app.options)
+
+
+@pytest.mark.parametrize(
+    ("broker", "backend"),
+    [
+        ("redis+socket:///x.sock", "redis+socket:///x.sock"),
+        ("unix:///x.sock", "redis+socket:///x.sock"),
+        ("redis://h:6379/0", "redis://h:6379/0"),
+        ("amqp://guest@h//", None),
+    ],
+)
+def test_the_result_backend_is_the_brokers_redis(broker: str, backend: str | None) -> None:
+    options = result_options(Settings(broker_url=broker, key_prefix="p"))
+    assert options.get("result_backend") == backend
+    if backend:
+        assert options["result_backend_transport_options"] == {"global_keyprefix": "p:celery:"}

@@ -89,16 +89,23 @@ def broker_link_options(settings: Settings) -> dict[str, object]:
     }
 
 
+# Broker URL schemes whose server Celery's redis result backend can use as is.
+REDIS_SCHEMES = ("redis", "rediss", "redis+socket", "sentinel")
+
+
 def result_options(settings: Settings) -> dict[str, object]:
     """Celery's result backend: the broker's own Redis (Celery's redis backend reads
     ``redis+socket://`` as a unix socket, ``sentinel://`` with its master name), its keys
     under the bus's prefix, kept ``INBOX_SEND_RESULT_EXPIRES_S``. Only the ``send`` task
     stores a result (workers.tasks); every other task ignores its own."""
+    broker = settings.celery_broker_url()
+    if broker.partition("://")[0].lower() not in REDIS_SCHEMES:
+        return {}  # a broker that is not Redis: no results (celery call send prints the id)
     transport: dict[str, object] = {"global_keyprefix": f"{settings.key_prefix}:celery:"}
     if settings.broker_master_name:
         transport["master_name"] = settings.broker_master_name
     return {
-        "result_backend": settings.celery_broker_url(),
+        "result_backend": broker,
         "result_backend_transport_options": transport,
         "result_expires": int(settings.send_result_expires_s),
         "redis_socket_timeout": settings.redis_timeout_s,

@@ -31,6 +31,7 @@ def woken(make_bus: Callable[..., Bus], sid: str) -> tuple[Bus, ManualClock, Rec
     assert events(b, sid, "wake")
     info = b.store.get_session(sid)
     assert info is not None and info.state == "running" and info.turns == 0
+    assert info.woken_at == clock.now_ms()
     rec.calls.clear()
     return b, clock, rec
 
@@ -64,6 +65,10 @@ def test_a_wake_whose_turn_began_stays_running(make_bus: Callable[..., Bus]) -> 
     b, clock, rec = woken(make_bus, "taken")
     b.turn("taken", "start")  # the harness took the turn
     rec.calls.clear()  # its own kick
+    # Its timeout entry is gone with the wake heard.
+    assert b.store.r.zscore(b.store.k.due, f"{WAKE_TURN}|taken") is None
+    info = b.store.get_session("taken")
+    assert info is not None and info.woken_at is None
     clock.advance(int(TIMEOUT_S * 1000) + 1000)
     tick(b.delivery, sweep=False, clock=clock)
     assert state(b, "taken") == "running"

@@ -396,13 +396,19 @@ def scenario_naive(s: Settings, observer: Bus, n: int, k: int, tag: str) -> Row:
                 "msg": parse_message(fields_for(i, k, warm, "action")).wire(),
             },
             queue=queue,
+            ignore_result=True,
         )
         apps.append(app)
     wait_until(lambda: len(observer.floor.peek(warm)) >= k, 30, "the naive warm-up")
 
     def send_one(app: Any, idx: int) -> None:
         msg = parse_message(fields_for(idx, k, sid, "blocker" if idx == 3 else "action"))
-        app.send_task("bench.naive_deliver", kwargs={"sid": sid, "msg": msg.wire()}, queue=queue)
+        app.send_task(
+            "bench.naive_deliver",
+            kwargs={"sid": sid, "msg": msg.wire()},
+            queue=queue,
+            ignore_result=True,
+        )
 
     def lines_path() -> Path:
         return observer.floor.session_dir(sid) / "messages.jsonl"

@@ -215,6 +215,7 @@ def scenario_naive(s: Settings, observer: Bus, n: int, sessions: int, k: int) ->
             "bench.naive_deliver",
             kwargs={"sid": "naivewarm", "msg": parse_message(wire(i, k, "naivewarm", "nw")).wire()},
             queue=queue,
+            ignore_result=True,
         )
     wait_until(lambda: len(observer.floor.peek("naivewarm")) >= k, 60, "the naive warm-up")
     msgs = [parse_message(wire(i, k, sids[i % sessions], "naive")).wire() for i in range(n)]
@@ -222,7 +223,10 @@ def scenario_naive(s: Settings, observer: Bus, n: int, sessions: int, k: int) ->
     def work(j: int) -> None:
         for i in range(j, n, k):
             apps[j].send_task(
-                "bench.naive_deliver", kwargs={"sid": msgs[i]["to_id"], "msg": msgs[i]}, queue=queue
+                "bench.naive_deliver",
+                kwargs={"sid": msgs[i]["to_id"], "msg": msgs[i]},
+                queue=queue,
+                ignore_result=True,
             )
 
     def lines() -> int:
@@ -364,6 +368,7 @@ def scenario_latency(s: Settings, observer: Bus, count: int, rate: float) -> dic
                     "bench.naive_deliver",
                     kwargs={"sid": sid_naive, "msg": parse_message(m).wire()},
                     queue=queue,
+                    ignore_result=True,
                 ),
             ),
         ):

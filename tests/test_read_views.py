@@ -207,7 +207,7 @@ def test_the_status_report() -> None:
     assert out == {
         "ok": True, "host": "h", "store": "redis://***@x", "home": "/h",
         "sessions": [{"session": "s1", "turns": 0, "backlog": 3}, {"session": "s2", "backlog": 0}],
-        "workers": [], "memory_settings": {},
+        "workers": [], "processes": [], "memory_settings": {},
     }  # fmt: skip
     with pytest.raises(ValueError):
         status_view.status_report(

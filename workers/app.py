@@ -89,6 +89,30 @@ def broker_link_options(settings: Settings) -> dict[str, object]:
     }
 
 
+# Broker URL schemes whose server Celery's redis result backend can use as is.
+REDIS_SCHEMES = ("redis", "rediss", "redis+socket", "sentinel")
+
+
+def result_options(settings: Settings) -> dict[str, object]:
+    """Celery's result backend: the broker's own Redis (Celery's redis backend reads
+    ``redis+socket://`` as a unix socket, ``sentinel://`` with its master name), its keys
+    under the bus's prefix, kept ``INBOX_SEND_RESULT_EXPIRES_S``. Only the ``send`` task
+    stores a result (workers.tasks); every other task ignores its own."""
+    broker = settings.celery_broker_url()
+    if broker.partition("://")[0].lower() not in REDIS_SCHEMES:
+        return {}  # a broker that is not Redis: no results (celery call send prints the id)
+    transport: dict[str, object] = {"global_keyprefix": f"{settings.key_prefix}:celery:"}
+    if settings.broker_master_name:
+        transport["master_name"] = settings.broker_master_name
+    return {
+        "result_backend": broker,
+        "result_backend_transport_options": transport,
+        "result_expires": int(settings.send_result_expires_s),
+        "redis_socket_timeout": settings.redis_timeout_s,
+        "redis_socket_connect_timeout": settings.redis_connect_timeout_s,
+    }
+
+
 def make_app(settings: Settings | None = None) -> Celery:
     settings = settings or Settings.from_env()
     app = Celery("workers", broker=settings.celery_broker_url(), include=["workers.tasks"])
@@ -119,6 +143,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         beat_schedule={
             "inbox-tick": {"task": "inbox.tick", "schedule": 0.5},
         },
+        **result_options(settings),
     )
     return app
 

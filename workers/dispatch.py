@@ -23,7 +23,11 @@ class CeleryDispatcher:
         self.app: Celery = celery_app
 
     def request(self, host: str, sid: str) -> None:
-        self.app.send_task("inbox.deliver", kwargs={"sid": sid}, queue=host_queue(host))
+        # ignore_result: the app has a result backend (for ``send``), and a task sent by
+        # name with a result would have this process subscribe for it.
+        self.app.send_task(
+            "inbox.deliver", kwargs={"sid": sid}, queue=host_queue(host), ignore_result=True
+        )
 
     def request_many(self, host: str, sids: list[str]) -> None:
         """One ``inbox.deliver_many`` per chunk of sessions (a single session: ``inbox.deliver``).
@@ -44,4 +48,5 @@ class CeleryDispatcher:
                 queue=queue,
                 argsrepr="()",
                 kwargsrepr=f"{{'sids': <sessions: {len(chunk)}>}}",
+                ignore_result=True,
             )

@@ -148,13 +148,47 @@ def _progress(**_: Any) -> None:
     heartbeat().progress()
 
 
-@app.task(name="send")
+class SendRefused(Exception):
+    """A ``send`` the bus refused: the task's FAILURE, its text ``"<code>: <message>"``
+    (the bus's refusal code and message). Celery stores it by module and name, so
+    ``celery -A workers result`` rebuilds it from its one argument."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.code, _, self.message = text.partition(": ")
+
+    @classmethod
+    def of(cls, error: BusError) -> SendRefused:
+        return cls(f"{error.code}: {error}")
+
+
+@app.task(name="send", ignore_result=False, max_retries=0)
 def send(**fields: Any) -> dict[str, Any]:
-    """Store and route one message given as wire fields: ``celery call send --kwargs``."""
+    """Store and route one message given as wire fields: ``celery call send --kwargs``.
+
+    The answer (message id, thread, receipt state) is the task's result, kept
+    ``INBOX_SEND_RESULT_EXPIRES_S`` (``celery -A workers result <task id>``); a refusal
+    is the task's FAILURE (:class:`SendRefused`), not retried."""
     try:
-        return get_bus().send(fields)
+        answer = get_bus().send(fields)
     except BusError as exc:
-        return exc.to_json()
+        raise SendRefused.of(exc) from None
+    refusal = answer_refusal(answer)
+    if refusal is not None:
+        raise refusal
+    return answer
+
+
+def answer_refusal(answer: dict[str, Any]) -> SendRefused | None:
+    """The refusal a send answer carries (a bounce, as ``inbox send`` reports it:
+    ``not_found``; an answer with an ``error``), or None for a stored message."""
+    if answer.get("state") == "bounced":
+        sid = (answer.get("recipient") or {}).get("session") or ""
+        why = str(answer.get("reason") or f"no session {sid!r} is registered")
+        return SendRefused(f"not_found: {why}; message {answer.get('id')} is kept as bounced")
+    if answer.get("error"):
+        return SendRefused(f"{answer['error']}: {answer.get('reason') or answer['error']}")
+    return None
 
 
 @app.task(name="inbox.deliver", bind=True, max_retries=None)

@@ -239,6 +239,9 @@ class SessionInfo(BaseModel):
     # The notice a wake is running the wake command for (set with the state, cleared
     # with the wake record): left behind, the worker died in between (bus.delivery.inbox).
     wake_pending: str | None = None
+    # When a wake set the session running (ms), until its harness reports a turn: past
+    # INBOX_WAKE_TURN_TIMEOUT_S with none reported, the session is idle again.
+    woken_at: int | None = None
     prompt_waiting: bool = False
     agent_inbox: bool | None = None
     workspace: str | None = None

@@ -44,6 +44,15 @@ def _not_negative(env: dict[str, str], name: str) -> float | None:
     return value
 
 
+def kombu_url(url: str) -> str:
+    """``url`` as kombu and Celery's result backend name it: redis-py's ``unix://`` socket
+    URL is ``redis+socket://`` there (kombu has no ``unix`` transport); others unchanged."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.lower() == "unix":
+        return f"redis+socket://{rest}"
+    return url
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the bus reads from the environment, with their defaults."""
@@ -61,6 +70,13 @@ class Settings:
     retry_s: float = 30.0
     # A wake command (a harness's turn) is ended once it has run this long.
     wake_cmd_timeout_s: float = 900.0
+    # A session woken while no harness was there to take the turn (no wake command, no
+    # listener) counts as ``running`` until its turn begins; past this it is ``idle`` again
+    # (bus.core.status_view).
+    wake_turn_timeout_s: float = 300.0
+    # How long the answer of a ``send`` task (``celery -A workers result <task id>``) is
+    # kept in the broker's Redis; every other task keeps no result.
+    send_result_expires_s: float = 3600.0
     secret: str | None = None
     token: str | None = None
     key_prefix: str = "inbox"
@@ -121,6 +137,8 @@ class Settings:
             fyi_flush_s=_float(env, "INBOX_FYI_FLUSH_S", 600.0),
             retry_s=_float(env, "INBOX_RETRY_S", 30.0),
             wake_cmd_timeout_s=_float(env, "INBOX_WAKE_CMD_TIMEOUT_S", 900.0),
+            wake_turn_timeout_s=_positive(env, "INBOX_WAKE_TURN_TIMEOUT_S", 300.0),
+            send_result_expires_s=_positive(env, "INBOX_SEND_RESULT_EXPIRES_S", 3600.0),
             secret=env.get("INBOX_SECRET") or None,
             token=env.get("INBOX_TOKEN") or None,
             key_prefix=env.get("INBOX_KEY_PREFIX") or "inbox",
@@ -160,6 +178,8 @@ class Settings:
             "INBOX_FYI_FLUSH_S": str(self.fyi_flush_s),
             "INBOX_RETRY_S": str(self.retry_s),
             "INBOX_WAKE_CMD_TIMEOUT_S": str(self.wake_cmd_timeout_s),
+            "INBOX_WAKE_TURN_TIMEOUT_S": str(self.wake_turn_timeout_s),
+            "INBOX_SEND_RESULT_EXPIRES_S": str(self.send_result_expires_s),
             "INBOX_LOCK_TTL_S": str(self.lock_ttl_s),
             "INBOX_VISIBILITY_TIMEOUT_S": str(self.visibility_timeout_s),
             "INBOX_STALE_S": str(self.stale_s),
@@ -240,11 +260,14 @@ class Settings:
         return locate.embedded_url(self.home)
 
     def celery_broker_url(self) -> str:
+        """Celery's broker: ``INBOX_BROKER_URL``, else the store's Redis in kombu's spelling
+        (:func:`kombu_url`: a ``unix://`` store URL, as ``inbox up`` prints it, is
+        ``redis+socket://`` to kombu), else the embedded server's socket."""
         if self.broker_url:
-            return self.broker_url
+            return kombu_url(self.broker_url)
         if self.redis_cluster:
             # kombu has no cluster transport: the broker is a standalone Redis of its own.
             raise ValueError("INBOX_REDIS_CLUSTER=1 needs INBOX_BROKER_URL (a standalone Redis)")
         if self.redis_url:
-            return self.redis_url
+            return kombu_url(self.redis_url)
         return f"redis+socket://{self.embedded_auth()}{self.embedded_socket}"

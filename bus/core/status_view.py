@@ -118,9 +118,11 @@ def status_report(
     workers: list[dict[str, Any]],
     memory: dict[str, Any],
     unreachable: dict[str, dict[str, str]] | None = None,
+    processes: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The status answer: each session's record without its unset (``None``) fields and
-    with its backlog, beside the host, the store's (redacted) address and the home. A
+    with its backlog, beside the host, the store's (redacted) address and the home, and
+    the processes this host's ``inbox up`` runs (bus.core.up_procs; none without one). A
     session in ``unreachable`` (this host's, its socket neither bindable nor reachable:
     no wake while idle, no message mid-turn) carries its ``{"reason", "fix"}`` there."""
     rows = []
@@ -137,5 +139,6 @@ def status_report(
         "home": home,
         "sessions": rows,
         "workers": workers,
+        "processes": processes or [],
         "memory_settings": memory,
     }

@@ -24,6 +24,7 @@ from bus.core.clock import Clock
 from bus.core.models import SessionInfo
 from bus.store import packing
 from bus.store.delivery import taken_records
+from bus.store.schedule import WAKE_TURN
 
 from . import wake_cmd
 
@@ -134,6 +135,7 @@ class Notices:
         if not jobs:
             return
         store, clock = self.store, self.clock
+        turn_ms = int(self.settings.wake_turn_timeout_s * 1000)
         nids = [f"ntc-{uuid.uuid4()}" for _ in jobs]
         taken_all = store.take_notices(
             [(j.sid, n) for j, n in zip(jobs, nids, strict=True)], clock.now_ms()
@@ -192,6 +194,9 @@ class Notices:
                     else {"notice": nid, "reason": job.reason},
                     "wake_pending": nid if run_cmd else None,
                     "unlock": job.lease.token if job.unlocked and job.lease is not None else None,
+                    # A wake's turn has INBOX_WAKE_TURN_TIMEOUT_S to begin, else the session
+                    # is idle again (bus.delivery.scheduler): no harness may be there.
+                    "turn_due": now + turn_ms if job.wake else None,
                 }
             )
             oldest = min(int(r.get("at") or now) for r in records)
@@ -292,7 +297,14 @@ class Notices:
             return  # drained meanwhile: the drain confirms them
         # As a wake with a fresh notice (send): running first, the command, then the
         # wake record.
-        store.update_session(sid, state="running")
+        now = self.clock.now_ms()
+        store.update_session(sid, state="running", woken_at=now)
+        store.schedule(
+            WAKE_TURN,
+            sid,
+            now + int(self.settings.wake_turn_timeout_s * 1000),
+            earliest=False,
+        )
         if info.wake_cmd:
             self.run_wake_cmd(sid, lines[-1], info)
         else:

@@ -1,4 +1,8 @@
-"""Scheduled work: debounced wakes, FYI flushes and retries, kept in Redis.
+"""Scheduled work: debounced wakes, FYI flushes, retries and wakes' turns, kept in Redis.
+
+A wake's turn entry falls due ``INBOX_WAKE_TURN_TIMEOUT_S`` after the wake: a session still
+running on that wake, its harness having reported no turn (none was there to take it),
+is set idle again and delivered (:meth:`~bus.store.schedule.ScheduleStore.end_unheard_wakes`).
 
 The schedule is a sorted set (``P:due``) of ``<what>|<sid>`` due times, so it survives a
 worker or scheduler restart; nothing depends on in-memory timers, countdowns or
@@ -22,6 +26,7 @@ from bus.core.models import SessionInfo, now_ms
 from bus.store.compaction import compact_all
 from bus.store.many import SweepView
 from bus.store.outage_log import OUTAGE_ERRORS, Outage
+from bus.store.schedule import WAKE_TURN
 from bus.store.server_memory import Keeper
 from bus.telemetry.liveness import SCHEDULER, Heartbeat
 
@@ -112,12 +117,17 @@ def dispatch_due(
 ) -> tuple[int, int]:
     """Take the entries due now (``taker``: while it holds the claim) and dispatch their
     sessions' deliveries, a host's at once: ``(taken, dispatched)``."""
-    if taker is None:
-        taken = bus.store.take_due(clock.now_ms())
-    else:
-        taken = taker.take(bus.store, clock.now_ms())
+    now = clock.now_ms()
+    taken = bus.store.take_due(now) if taker is None else taker.take(bus.store, now)
+    due = [sid for what, sid in taken if what != WAKE_TURN]
+    turns = [sid for what, sid in taken if what == WAKE_TURN]
+    if turns:
+        # Wakes whose turn never began: idle again, and delivered (what waited for the
+        # turn's end, on the floor or new, wakes it when a harness can be there).
+        cutoff = now - int(bus.settings.wake_turn_timeout_s * 1000)
+        due += bus.store.end_unheard_wakes(turns, cutoff, now)
     dispatched = 0
-    for host, sids in _by_host(bus, [sid for _what, sid in taken]).items():
+    for host, sids in _by_host(bus, due).items():
         log.debug("due on %s: %s", host, sids)
         request_many(bus.dispatcher, host, sids)
         dispatched += len(sids)

@@ -31,6 +31,7 @@ from bus.core.models import now_ms
 from bus.store.server_probe import Progress
 from bus.telemetry.liveness import host_queue, stalled
 
+from .exit_reason import exit_reason, log_since, log_size
 from .procs import die_with_parent, tree_cpu_s
 from .standby import Standby
 
@@ -119,6 +120,7 @@ class Child:
     proc: subprocess.Popen[bytes] = field(init=False)
     started: float = 0.0
     started_ms: int = 0
+    log_from: int = 0  # where this run's lines start in its log
     failures: int = 0
     restart_at: float | None = None
     # (monotonic time, CPU seconds of its process tree) at each progress check, the
@@ -132,6 +134,7 @@ class Child:
             return ""
 
     def start(self) -> None:
+        self.log_from = log_size(self.log)
         self.proc = self.spawn()
         self.started = time.monotonic()
         self.started_ms = now_ms()
@@ -176,7 +179,10 @@ class Supervisor:
         store: Progress | None = None,
         stall_s: float | None = None,
         log: Callable[[str], None] = _log,
+        record: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
+        """``record``: called with :meth:`rows` whenever a process starts or goes (``inbox
+        up`` writes them for ``inbox status``, bus.core.up_procs)."""
         self.children = children
         self.name = name
         self.store = store  # where each host's queue and heartbeat are read
@@ -191,11 +197,46 @@ class Supervisor:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.failed: int | None = None  # a child's fatal exit code: everything stops
+        self.record = record
+        self._recorded: list[dict[str, Any]] | None = None
 
     def start(self) -> Supervisor:
         for child in sorted(self.children, key=lambda c: -c.stage):
             child.start()
+        self._record()
         return self
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every process this supervisor runs: itself, each child (its pid while it runs)
+        and each child's spare (``standby``) while there is one."""
+        out: list[dict[str, Any]] = [{"name": self.name, "role": "supervisor", "pid": os.getpid()}]
+        for child in self.children:
+            role = "worker" if child.host is not None else child.name
+            row: dict[str, Any] = {"name": child.name, "role": role, "standby": False}
+            if hasattr(child, "proc") and child.proc.poll() is None:
+                row["pid"] = child.proc.pid
+            if child.host is not None:
+                row["host"] = child.host
+            if child.log is not None:
+                row["log"] = str(child.log)
+            out.append(row)
+            spare = child.standby.spare if child.standby is not None else None
+            if spare is not None and spare.poll() is None:
+                out.append(
+                    {**row, "name": f"{child.name} standby", "standby": True, "pid": spare.pid}
+                )
+        return out
+
+    def _record(self) -> None:
+        if self.record is None:
+            return
+        rows = self.rows()
+        if rows != self._recorded:
+            self._recorded = rows
+            try:
+                self.record(rows)
+            except OSError as exc:  # advisory: the bus runs on without it
+                self.log(f"{self.name}: could not record its processes: {exc}")
 
     def child(self, name: str) -> Child:
         return next(c for c in self.children if c.name == name)
@@ -222,8 +263,8 @@ class Supervisor:
                     delay = min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** max(0, child.failures - 1))
                     child.restart_at = now + delay
                     self.log(
-                        f"{self.name}: {child.name} exited (code {code}) after {ran:.1f} s;"
-                        f" restarting in {delay:.1f} s"
+                        f"{self.name}: {child.name} exited (code {code}) after {ran:.1f} s"
+                        f"{self._why(child)}; restarting in {delay:.1f} s"
                     )
                 if child.restart_at is not None and now >= child.restart_at:
                     signal_group(child.proc, signal.SIGKILL)  # leftovers of its group
@@ -238,6 +279,15 @@ class Supervisor:
             if self.store is not None and self.stall_s > 0 and now >= self._next_liveness:
                 self._next_liveness = now + LIVENESS_EVERY_S
                 self._check_progress()
+            self._record()
+
+    @staticmethod
+    def _why(child: Child) -> str:
+        """``: <its reason>`` from the lines its log gained this run, or nothing."""
+        if child.log is None:
+            return ""
+        reason = exit_reason(log_since(child.log, child.log_from))
+        return f": {reason}" if reason else ""
 
     def _check_progress(self) -> None:
         assert self.store is not None

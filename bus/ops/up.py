@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bus.core.private_files import private_dirs
 from bus.core.settings import Settings
+from bus.core.up_procs import remove_procs, write_procs
 from bus.store.server_probe import progress_on
 from bus.telemetry.host_floor import EXIT_HOME_GONE, EXIT_HOST_TAKEN
 
@@ -105,7 +106,11 @@ def _supervise(
         url = url.split("://", 1)[0] + "://***@" + url.rsplit("@", 1)[1]
     logs = private_dirs(settings.home / "logs")
     children += processes(settings, env, logs, concurrency=concurrency)
-    print(f"inbox up: starting Redis, the worker and the scheduler for {settings.host}", flush=True)
+    what = "Redis, the worker" if not settings.redis_url else "the worker"
+    print(
+        f"inbox up: starting {what} and the scheduler for {settings.host} (store {url})",
+        flush=True,
+    )
     # Progress is judged by the worker's beat in the store and its queue on the broker.
     store = progress_on(
         store_url,
@@ -113,7 +118,7 @@ def _supervise(
         cluster=settings.redis_cluster,
         broker_url=env.get("INBOX_BROKER_URL"),
     )
-    sup = Supervisor(children, store=store)
+    sup = Supervisor(children, store=store, record=lambda rows: write_procs(settings.home, rows))
     try:
         sup.start()
     except BaseException:
@@ -125,5 +130,6 @@ def _supervise(
     finally:
         if store is not None:
             store.close()
+        remove_procs(settings.home)
         print("inbox up: stopped", flush=True)
     return sup.failed or 0

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import Ambiguous, BadInput, NotFound, Refused, Unauthorized
 from bus.core.models import SessionInfo, check_session_id
+from bus.store.schedule import WAKE_TURN
 from bus.trust.rules import handle_problem, join_refusal, reserved_handle
 
 # A holder's handle is free once its harness is silent this long at the least, whatever
@@ -211,15 +212,20 @@ class Sessions:
         info = self.get(sid)
         self.seen(sid)
         now = self.clock.now_ms()
+        if info.woken_at:  # the wake is heard (or over): its timeout entry goes
+            self.store.unschedule(WAKE_TURN, sid)
         if event == "start":
             turns = self.store.incr_turns(sid)
+            # The harness took the turn: its wake (if any) is heard (woken_at cleared).
             self.store.update_session(
-                sid, state="running", prompt_waiting=prompt_waiting, last_seen=now
+                sid, state="running", prompt_waiting=prompt_waiting, last_seen=now, woken_at=None
             )
             self.store.record(sid, "turn_start", turn=turns)
         elif event == "end":
             turns = info.turns
-            self.store.update_session(sid, state="idle", prompt_waiting=False, last_seen=now)
+            self.store.update_session(
+                sid, state="idle", prompt_waiting=False, last_seen=now, woken_at=None
+            )
             self.store.record(sid, "turn_end", turn=turns, answer=answer or "")
         else:
             raise BadInput(f"turn event must be start or end, not {event!r}")

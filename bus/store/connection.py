@@ -91,11 +91,12 @@ def redis_client(settings: Settings) -> Any:
 
 def broker_client(url: str) -> redis.Redis | None:
     """A client on the Celery broker at ``url`` (kombu's form: ``redis+socket://`` is a
-    unix socket), to read its queues' lengths; ``None`` for a ``sentinel://`` broker."""
-    if url.startswith("sentinel://"):
-        return None
+    unix socket), to read its queues' lengths; ``None`` for a ``sentinel://`` broker and
+    any broker that is not Redis (its worker then says why it cannot start)."""
     if url.startswith("redis+socket://"):
         url = "unix://" + url[len("redis+socket://") :]
+    if url.partition("://")[0].lower() not in ("redis", "rediss", "unix"):
+        return None
     return redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=2)
 
 

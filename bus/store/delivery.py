@@ -24,6 +24,7 @@ from bus.core.models import SessionInfo, now_ms
 
 from .base import StorePart
 from .inbox import view_of_replies
+from .schedule import WAKE_TURN
 from .session_record import record_info
 
 
@@ -305,6 +306,7 @@ class DeliveryStore(StorePart):
         wake: dict[str, str] | None = None,
         wake_pending: str | None = None,
         unlock: str | None = None,
+        turn_due: int | None = None,
     ) -> list[tuple[Any, ...]]:
         """What follows a notice's write, as script calls for :meth:`run_in_order` (a
         batch's notices go with other sessions', bus.delivery.engine), the last one's reply
@@ -315,26 +317,32 @@ class DeliveryStore(StorePart):
         its state so, ``wake`` appends a ``wake`` record with those fields,
         ``wake_pending``: the notice whose wake command is about to run (:meth:`wake_done`
         clears it); ``unlock``: the lock token, the lock freed and the hand-off flag taken
-        last (as :meth:`unlock_and_take_again`)."""
+        last (as :meth:`unlock_and_take_again`); ``turn_due``: the wake's turn entry put on
+        the schedule for then (ms), replacing an earlier wake's (a ``ZADD`` before the
+        script). A due wake's notice is one call (two with ``turn_due``)."""
         fields = [x for pair in (wake or {}).items() for x in pair]
         names = ("notice", "msgs", "carried", "floor", "events", "session", "lock", "again")
-        return [
-            self.script_call(
-                "notice_finish",
-                self.k.s_many(sid, names),
-                [
-                    nid,
-                    now,
-                    via,
-                    "heard" if heard else "1",
-                    str(now_ms()),
-                    "1" if running else "",
-                    wake_pending or "",
-                    unlock or "",
-                    *fields,
-                ],
-            )
-        ]
+        finish = self.script_call(
+            "notice_finish",
+            self.k.s_many(sid, names),
+            [
+                nid,
+                now,
+                via,
+                "heard" if heard else "1",
+                str(now_ms()),
+                "1" if running else "",
+                wake_pending or "",
+                unlock or "",
+                *fields,
+            ],
+        )
+        # Before the finish: the last call's reply is the finish's.
+        calls: list[tuple[Any, ...]] = []
+        if turn_due is not None:
+            calls.append(("ZADD", self.k.due, turn_due, f"{WAKE_TURN}|{sid}"))
+        calls.append(finish)
+        return calls
 
     def take_notices(self, items: list[tuple[str, str]], now: int) -> list[Any]:
         """Start the notice in flight ``nid`` for each ``(sid, nid)``, taking every new id

@@ -7,7 +7,7 @@ buses, or several tests, share one server.
 
 | key | type | writer | retention |
 |---|---|---|---|
-| ``P:{sid}:session`` | hash: SessionInfo fields, less ``session``, ``prompt_waiting`` "0", ``state`` ``idle`` and a default handle (bus/store/session_record.py) | session open/close, turns, delivery | kept after close |
+| ``P:{sid}:session`` | hash: SessionInfo fields, less ``session``, ``prompt_waiting`` "0", ``state`` ``idle`` and a default handle (bus/store/session_record.py); ``woken_at``: ms of a wake whose turn has not begun (notice_finish.lua; cleared by a turn's start or end, wake_timeout.lua) | session open/close, turns, delivery | kept after close |
 | ``P:{sid}:stream`` | stream: one entry per message addressed to the session (``id``, ``m`` = wire JSON) | send (append.lua) | deleted with ``cursor`` once the delivery took every entry (queue_trim.lua); else trimmed by MINID below ``trim`` |
 | ``P:{sid}:trim`` | string: stream id below which entries may be trimmed | delivery | - |
 | ``P:{sid}:cursor`` | string: last stream id the delivery has taken (none: read from ``0-0``) | delivery | deleted with the emptied queue (queue_trim.lua) |
@@ -40,7 +40,7 @@ buses, or several tests, share one server.
 | ``P:revoked`` | set: ids (jti) of revoked tokens | token revoke | - |
 | ``P:metrics`` | hash: counter name (with labels) → count | send, delivery, scheduler | - |
 | ``P:latency`` | hash: histogram bucket → count, plus ``sum`` and ``count`` | delivery | - |
-| ``P:due`` | zset: ``<what>|<sid>`` → due ms (wakes, flushes, retries) | delivery; scheduler | taken atomically |
+| ``P:due`` | zset: ``<what>|<sid>`` → due ms (wakes, flushes, retries, ``turn``: a wake's turn timeout) | delivery; scheduler | taken atomically |
 | ``P:due:soon`` | list: at most one ``1``: an entry due within a second was scheduled; a sleeping scheduler wakes (BLPOP) | delivery (schedule) | cut to one; popped by the scheduler |
 | ``P:sweep`` | string: a scheduler claimed the backlog sweep (SET NX PX) | scheduler | TTL (sweep interval) |
 | ``P:sweep:expiry`` | string: a scheduler claimed the receipts' expiry pass (SET NX PX) | scheduler | TTL (a minute) |

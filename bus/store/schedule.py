@@ -24,6 +24,11 @@ from .session_record import record_info
 POKE_WITHIN_MS = 1000
 
 
+# The schedule's entry for a wake's turn: due once a woken session's harness had
+# INBOX_WAKE_TURN_TIMEOUT_S to report its turn (bus.delivery.scheduler).
+WAKE_TURN = "turn"
+
+
 class ScheduleStore(StorePart):
     """The schedule, the sweeps' claims and the heartbeats."""
 
@@ -39,6 +44,18 @@ class ScheduleStore(StorePart):
         # Due soon: a sleeping scheduler wakes for it (in the same round trip).
         self.poke_scheduler(at_ms, pipe=pipe)
         pipe.execute()
+
+    def end_unheard_wakes(self, sids: list[str], cutoff: int, now: int) -> list[str]:
+        """Those of ``sids`` woken at or before ``cutoff`` (ms) whose harness reported no
+        turn since, set back to idle (``wake_timeout.lua``), in one round trip."""
+        if not sids:
+            return []
+        sha = self.script("wake_timeout").sha
+        calls = [
+            ("EVALSHA", sha, 2, *self.k.s_many(sid, ("session", "events")), cutoff, now)
+            for sid in sids
+        ]
+        return [sid for sid, r in zip(sids, self.run_scripts(calls), strict=True) if int(r)]
 
     def unschedule(self, what: str, sid: str) -> None:
         """Take ``what`` for ``sid`` off the schedule (nothing if it is not there)."""

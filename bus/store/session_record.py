@@ -39,7 +39,7 @@ def session_fields(fields: dict[str, str]) -> tuple[dict[str, str], list[str]]:
 # SessionInfo's fields in their order (bus.core.models; a test holds them equal).
 SESSION_FIELDS = (
     "session", "handle", "host", "state", "parent", "delegator", "turns", "wake_cmd",
-    "wake_pending", "prompt_waiting", "agent_inbox", "workspace", "starter", "opened_at",
+    "wake_pending", "woken_at", "prompt_waiting", "agent_inbox", "workspace", "starter", "opened_at",
     "updated_at", "last_seen",
 )  # fmt: skip
 
@@ -65,6 +65,7 @@ def session_row(data: dict[str, str], sid: str) -> dict[str, Any]:
         "turns": int(data.get("turns", "0") or 0),
         "wake_cmd": opt("wake_cmd"),
         "wake_pending": opt("wake_pending"),
+        "woken_at": int(data["woken_at"]) if data.get("woken_at") else None,
         "prompt_waiting": data.get("prompt_waiting") == "1",
         "agent_inbox": None if not agent_inbox else agent_inbox == "1",
         "workspace": opt("workspace"),

@@ -146,6 +146,7 @@ def status(store: Any, settings: Any) -> dict[str, Any]:
     """``Bus.status``: sessions, their states and backlogs, workers, memory settings."""
     from bus.core.locate import redact
     from bus.core.unix_socket import session_problems
+    from bus.core.up_procs import read_procs
 
     rows = [_checked(row) for row in store.sessions()]
     return status_report(
@@ -157,4 +158,5 @@ def status(store: Any, settings: Any) -> dict[str, Any]:
         workers=worker_rows(store.beats(queue_of), _now_ms(), store.host_floors),
         memory=memory_report(store.memory_report()),
         unreachable=session_problems(settings.home, local_sessions(settings.host, rows)),
+        processes=read_procs(settings.home),
     )

@@ -8,6 +8,7 @@ from bus.core import unix_socket
 from bus.core.hook_env import redact
 from bus.core.status_view import local_sessions
 from bus.core.status_view import status_report as report
+from bus.core.up_procs import read_procs
 from bus.store import server_memory
 
 from . import liveness
@@ -20,8 +21,9 @@ if TYPE_CHECKING:
 def status_report(store: Store, settings: Settings) -> dict[str, Any]:
     """The host, the store's address (its password hidden), the floor's home, every
     session with its backlog, each host's worker and the scheduler (heartbeat ages and
-    queue depth), and the server memory settings the scheduler keeps. A session of this host
-    whose socket cannot be had says why and the fix (``unreachable``)."""
+    queue depth), the processes this host's ``inbox up`` runs (spares named ``standby``)
+    and the server memory settings the scheduler keeps. A session of this host whose
+    socket cannot be had says why and the fix (``unreachable``)."""
     sessions = store.sessions()
     rows = [s.model_dump() for s in sessions]
     return report(
@@ -35,4 +37,5 @@ def status_report(store: Store, settings: Settings) -> dict[str, Any]:
         unreachable=unix_socket.session_problems(
             settings.home, local_sessions(settings.host, rows)
         ),
+        processes=read_procs(settings.home),
     )

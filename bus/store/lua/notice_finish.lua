@@ -14,7 +14,9 @@
 --         'heard': a socket's ack confirmed it: its messages noticed first (parts/drained.lua,
 --         as floor_drained.lua); '' neither
 -- ARGV[5] now ms (the system clock's: the session's and the wake record's times)
--- ARGV[6] '1': the session's state set running (updated_at ARGV[5]); '' not
+-- ARGV[6] '1': the session's state set running (updated_at ARGV[5]) and woken_at ARGV[2]
+--         (a harness's turn start clears it; wake_timeout.lua ends a wake never heard);
+--         '' not
 -- ARGV[7] wake_pending: the notice whose wake command is about to run; '' none
 -- ARGV[8] our lock token: the lock freed and the hand-off flag taken last
 --         (parts/unlock.lua); '' neither
@@ -31,7 +33,7 @@ elseif ARGV[4] == 'heard' then
 end
 redis.call('HDEL', KEYS[6], 'retry_at')
 if ARGV[6] == '1' then
-  redis.call('HSET', KEYS[6], 'updated_at', ARGV[5], 'state', 'running')
+  redis.call('HSET', KEYS[6], 'updated_at', ARGV[5], 'state', 'running', 'woken_at', ARGV[2])
   if ARGV[7] ~= '' then
     redis.call('HSET', KEYS[6], 'wake_pending', ARGV[7])
   end

@@ -46,7 +46,7 @@ class Claude:
 def claude(
     settings: Settings, start_worker: Callable[..., WorkerProcess], tmp_path: Path
 ) -> Iterator[Claude]:
-    binary = find_cli("claude", "@anthropic-ai/claude-code")
+    binary = find_cli("claude")
     s = replace(settings, wake_debounce_s=DEBOUNCE_S, fyi_flush_s=600.0)
     project, home = tmp_path / "project", tmp_path / "user"
     (project / ".claude").mkdir(parents=True)

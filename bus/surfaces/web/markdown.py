@@ -13,9 +13,9 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
-_MD = MarkdownIt("commonmark", {"html": False, "breaks": True, "linkify": False, "typographer": False}).disable(
-    "image"
-)
+_MD = MarkdownIt(
+    "commonmark", {"html": False, "breaks": True, "linkify": False, "typographer": False}
+).disable("image")
 
 
 def _link_open(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:

@@ -87,8 +87,10 @@ def test_a_meeting_request_negotiated_to_confirmed(inbox) -> None:  # type: igno
         "ok": False,
         "error": "invalid_for_state",
         "state": "OFFERED",
+        "allowed": ["clarify"],
         "message": own["message"],
     }
+    assert "your offer standing" in own["message"] and "you may: clarify" in own["message"]
     done = inbox("decide", thread, "accept", "--message", "15:00 works", session="alice")
     assert done["new_state"] == "CONFIRMED"
     late = inbox("decide", thread, "decline", session="bob", code=1)
@@ -293,6 +295,10 @@ def test_five_minutes_as_written(
 def test_typed_requests_as_written(shell_env: dict[str, str], tmp_path: Path) -> None:
     outs = run_block("Typed requests", dict(shell_env, INBOX_DISPATCHER="none"), tmp_path)
     assert json.loads(outs[2])["state"] == "REQUESTED"
+    own_offer = json.loads(outs[5])
+    assert own_offer["error"] == "invalid_for_state"
+    assert own_offer["state"] == "OFFERED" and own_offer["allowed"] == ["clarify"]
+    assert "you may: clarify" in own_offer["message"]
     assert json.loads(outs[6])["new_state"] == "CONFIRMED"
     assert json.loads(outs[7])["error"] == "thread_terminal"
 

@@ -115,6 +115,7 @@ class ReplicatedCluster:
         self.masters = masters
         ports = free_cluster_ports(masters * (1 + replicas))
         extra = list(MEMORY_ARGS) if memory_args else []
+        self._moves: dict[int, int] = {}  # a port's node: how often it was moved at start
         self.nodes = [
             Node(
                 address,
@@ -153,9 +154,9 @@ class ReplicatedCluster:
         for node in self.nodes:
             node.start()
         try:
+            for node in self.nodes:
+                _wait("a cluster node's ping", deadline, lambda node=node: self._answers(node))
             clients = [self.client(n) for n in self.nodes]
-            for c in clients:
-                _wait("a cluster node's ping", deadline, c.ping)
             heads = clients[: self.masters]
             per = SLOTS // self.masters
             for i, c in enumerate(heads):
@@ -178,6 +179,25 @@ class ReplicatedCluster:
             self.stop()
             raise
         return self
+
+    def _answers(self, node: Node) -> bool:
+        """Whether a node just started answers its ping. One that exited first (its port
+        taken by another process between the choice and its bind) starts again on other
+        ports, at most a few times: a wait on it would only run out."""
+        if node.alive():
+            return bool(self.client(node).ping())
+        moves = self._moves.get(node.port, 0)
+        log = node.data / "redis.log"
+        if moves >= 5:
+            tail = log.read_text(errors="replace")[-500:] if log.exists() else ""
+            raise RuntimeError(f"a cluster node exited at its start {moves + 1} times: {tail}")
+        taken = [n.port for n in self.nodes]
+        port = free_cluster_ports(1, taken=[*taken, *(p + 10000 for p in taken)])[0]
+        self._moves[port] = moves + 1
+        (node.data / "nodes.conf").unlink(missing_ok=True)  # it names the old port
+        node.port = port
+        node.start()
+        return False
 
     def roles(self) -> dict[int, dict[str, Any]]:
         """Per live node's port: ``{"role", "id", "master_id", "slots"}`` as it sees itself."""

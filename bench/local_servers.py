@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from bus.ops.embedded import MEMORY_ARGS, server_binary
@@ -44,17 +45,30 @@ def free_port() -> int:
     raise RuntimeError("no free loopback port outside the ephemeral range")
 
 
-def free_cluster_ports(count: int) -> list[int]:
-    """``count`` loopback ports ``p`` with ``p + 10000`` (the cluster bus port) free too."""
+def free_cluster_ports(count: int, taken: Collection[int] = ()) -> list[int]:
+    """``count`` free loopback ports ``p`` with ``p + 10000`` (the cluster bus port) free
+    too, both outside the kernel's ephemeral range and none in ``taken``.
+
+    An ephemeral port may be taken by any process's outgoing connection between this check
+    and the server's bind (a loaded machine running other suites makes thousands): the
+    server then exits with "address in use" and never answers.
+    """
+    import random
     import socket
 
+    low, high = _ephemeral_range()
+    candidates = [
+        p
+        for p in range(10000, 55535)
+        if not low <= p <= high and not low <= p + 10000 <= high
+        if p not in taken and p + 10000 not in taken
+    ] or [p for p in range(10000, 55535) if p not in taken]  # a range that leaves none
+    rnd = random.Random()
     ports: list[int] = []
-    while len(ports) < count:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port > 55535 or port in ports:
-            port = port % 30000 + 20000  # the ephemeral range is often above 32768
+    for _ in range(200 * count):
+        port = rnd.choice(candidates)
+        if port in ports or port + 10000 in ports or port - 10000 in ports:
+            continue
         try:
             for p in (port, port + 10000):
                 with socket.socket() as probe:
@@ -62,7 +76,9 @@ def free_cluster_ports(count: int) -> list[int]:
         except OSError:
             continue
         ports.append(port)
-    return ports
+        if len(ports) == count:
+            return ports
+    raise RuntimeError("no free loopback cluster ports outside the ephemeral range")
 
 
 class EmbeddedCluster:

@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -244,3 +244,29 @@ def cluster_settings(settings: Settings, redis_cluster_url: str) -> Iterator[Set
     for key in client.scan_iter(match=f"{s.key_prefix}:*", count=1000):
         client.delete(key)
     client.close()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter,
+) -> Generator[None, None, None]:
+    """One line at the very end naming the real-CLI tests skipped (the harness CLIs or
+    tmux are not installed here) and the command that installs them."""
+    yield
+    from tests.harness_support import SKIP_HEAD, install_command
+
+    skipped = [
+        r
+        for r in terminalreporter.stats.get("skipped", [])
+        if isinstance(r.longrepr, tuple) and SKIP_HEAD in str(r.longrepr[2])
+    ]
+    if not skipped:
+        return
+    files = sorted({r.nodeid.split("::")[0] for r in skipped})
+    names = sorted({str(r.longrepr[2]).split(": ", 2)[-1].split(" is not")[0] for r in skipped})
+    terminalreporter.write_line(
+        f"{SKIP_HEAD}: {len(skipped)} tests in {', '.join(files)}: {', '.join(names)} not "
+        f"installed here (CI runs them). To run them: {install_command(' '.join(names))}.",
+        yellow=True,
+        bold=True,
+    )

@@ -1,9 +1,12 @@
 """What the real-harness tests share: finding the CLIs npm installed, a bare environment,
 the bus (a real worker and scheduler), and a tmux pane to drive an interactive session.
 
-The CLIs come from npm (``.ci/run`` installs ``@anthropic-ai/claude-code`` and
-``@openai/codex`` under ``INBOX_TEST_CLI_DIR``, default ``~/.cache/inbox-harness-clis``).
-A CLI that is not there skips its tests, and says so loudly on the terminal.
+The CLIs come from npm (``.ci/run`` installs :data:`CLI_PACKAGES` under
+``INBOX_TEST_CLI_DIR``, default ``~/.cache/inbox-harness-clis``). A CLI (or tmux) that is
+not there skips its tests on a person's machine, and the run ends with one line naming
+what was skipped and the command that installs them (tests/conftest.py). Where the CLIs
+must be there (:func:`clis_required`: ``INBOX_TEST_REQUIRE_CLIS=1``, which ``.ci/run``
+sets, or ``CI=true``) a missing one fails its tests instead.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ import subprocess
 import sys
 import time
 import uuid
-import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -30,19 +33,51 @@ def cli_dir() -> Path:
     return Path(os.environ.get("INBOX_TEST_CLI_DIR") or "~/.cache/inbox-harness-clis").expanduser()
 
 
-def find_cli(name: str, package: str) -> Path:
-    """The npm-installed binary ``name``; skips the test LOUDLY when it is missing."""
+# What .ci/run installs (tests/test_harness_support.py checks the two agree).
+CLI_PACKAGES = ("@anthropic-ai/claude-code@2.1.332", "@openai/codex@0.171.0")
+# The head of every such skip's reason: tests/conftest.py finds them by it.
+SKIP_HEAD = "REAL-CLI TEST SKIPPED"
+
+
+def clis_required(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether a missing CLI fails its test: ``INBOX_TEST_REQUIRE_CLIS`` when set (``1``
+    or ``0``), else whether this is CI (``CI=true``, as most CI services set it)."""
+    explicit = env.get("INBOX_TEST_REQUIRE_CLIS", "").strip()
+    if explicit:
+        return explicit.lower() not in ("0", "false", "no")
+    return env.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def install_command(missing: str = "claude codex") -> str:
+    """The commands that install what ``missing`` names (``claude``, ``codex``, ``tmux``)
+    where these tests look: the npm one is what .ci/run runs."""
+    commands = []
+    if "claude" in missing or "codex" in missing:
+        commands.append(f"npm install --prefix {cli_dir()} {' '.join(CLI_PACKAGES)}")
+    if "tmux" in missing:
+        commands.append("apt-get install tmux")
+    return " and ".join(f"`{c}`" for c in commands)
+
+
+def missing(what: str) -> NoReturn:
+    """Skip this test because ``what`` (a CLI, tmux) is not installed, or fail it where it
+    must be (:func:`clis_required`)."""
+    message = f"{SKIP_HEAD}: {what} is not installed"
+    if clis_required():
+        pytest.fail(
+            f"REAL-CLI TEST FAILED: {what} is not installed, and INBOX_TEST_REQUIRE_CLIS or "
+            f"CI says it must be: install it with {install_command(what)}"
+        )
+    pytest.skip(message)
+
+
+def find_cli(name: str) -> Path:
+    """The npm-installed binary ``name``; skips the test when it is missing (see
+    :func:`missing`)."""
     for candidate in (cli_dir() / "node_modules" / ".bin" / name, shutil.which(name)):
         if candidate and Path(candidate).exists():
             return Path(candidate)
-    message = (
-        f"REAL-CLI TEST SKIPPED: {name} is not installed. Install it with "
-        f"`npm install --prefix {cli_dir()} {package}` (what .ci/run does) "
-        "or set INBOX_TEST_CLI_DIR."
-    )
-    warnings.warn(message, stacklevel=2)
-    sys.stderr.write(f"\n!!! {message}\n")
-    pytest.skip(message)
+    missing(name)
 
 
 def bare_env(home: Path, **extra: str) -> dict[str, str]:
@@ -88,7 +123,7 @@ class Tmux:
 
     def __init__(self, command: list[str], cwd: Path, env: dict[str, str]) -> None:
         if shutil.which("tmux") is None:
-            pytest.skip("tmux is not installed")
+            missing("tmux")
         self.name = f"inbox-{uuid.uuid4().hex[:8]}"
         # The command runs under `env -i`: tmux would otherwise hand it the server's own.
         argv = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *command]

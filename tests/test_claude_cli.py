@@ -51,7 +51,7 @@ def claude(
 ) -> Iterator[Claude]:
     """Claude Code set up as a person sets it up; parametrized ``deep`` (indirect), its
     INBOX_HOME is deep enough that a session's socket path is over 200 bytes."""
-    binary = find_cli("claude", "@anthropic-ai/claude-code")
+    binary = find_cli("claude")
     s = replace(settings, wake_debounce_s=DEBOUNCE_S, fyi_flush_s=600.0)
     if getattr(request, "param", None) == "deep":
         s = replace(s, home=s.home / ("d" * 100) / ("e" * 60))

@@ -95,3 +95,19 @@ def test_a_command_or_group_given_nothing_exits_2(
     else:
         assert '"error": "usage"' in out and "Missing argument" in err
         assert ".;" not in err
+
+
+def test_help_shows_colon_words_as_written_not_as_rich_emoji() -> None:
+    from rich._emoji_codes import EMOJI
+
+    issue = help_of("token", "issue")
+    assert "agent:inbox:read,agent:inbox:write,agent:thread:write" in issue
+    assert "🧵" not in issue
+    # Every `:name:` that rich knows as an emoji, in any command's help, is shown as such.
+    for path, command in ALL:
+        texts = [command.help or "", *(getattr(p, "help", None) or "" for p in command.params)]
+        codes = {c for t in texts for c in re.findall(r":([a-z_]+):", t) if c in EMOJI}
+        if codes:
+            shown = help_of(*path)
+            for code in codes:
+                assert f":{code}:" in shown and EMOJI[code] not in shown, (path, code)

@@ -73,7 +73,7 @@ class Codex:
 def codex(
     settings: Settings, start_worker: Callable[..., WorkerProcess], tmp_path: Path
 ) -> Iterator[Codex]:
-    binary = find_cli("codex", "@openai/codex")
+    binary = find_cli("codex")
     s = replace(settings, wake_debounce_s=DEBOUNCE_S, fyi_flush_s=600.0)
     project, home = tmp_path / "project", tmp_path / "user"
     (project / ".codex").mkdir(parents=True)

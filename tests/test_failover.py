@@ -6,6 +6,7 @@ A 3-master cluster with one replica each (bench/cluster_nodes.py, on loopback, a
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +32,21 @@ def replicated(tmp_path: Path) -> Iterator[ReplicatedCluster]:
     cluster.start(timeout=120)
     try:
         yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_a_node_whose_port_was_taken_before_its_start_starts_on_another(tmp_path: Path) -> None:
+    cluster = ReplicatedCluster(tmp_path / "cluster", "127.0.0.1", masters=1, replicas=1)
+    node = cluster.nodes[0]
+    first = node.port
+    with socket.socket() as taken:  # another process's connection, in the real case
+        taken.bind(("127.0.0.1", first))
+        taken.listen()
+        cluster.start(timeout=60)
+    try:
+        assert node.port != first and node.alive()
+        assert cluster.settled()
     finally:
         cluster.stop()
 

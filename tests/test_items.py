@@ -259,6 +259,8 @@ def test_member_message_reaches_the_agent(agent: Bus, sandbox: Path) -> None:
     row = next(t for t in rows if t["threadId"] == out["thread"])
     assert "deploy:prod" in row["newestPreview"]
     assert row["newestPreview"].startswith("Inbox message on deploy:prod")
+    assert row["label"] == "item deploy:prod"  # the item's key, not the thread's id
+    assert b.read("agent", out["thread"])["label"] == "item deploy:prod"
     msgs = b.read("agent", out["thread"])["messages"]
     assert msgs[-1]["kind"] == "item" and msgs[-1]["from"] == "acme:luke"
     assert msgs[-1]["files"][0]["name"] == "shot.png"

@@ -87,8 +87,10 @@ def test_a_meeting_request_negotiated_to_confirmed(inbox) -> None:  # type: igno
         "ok": False,
         "error": "invalid_for_state",
         "state": "OFFERED",
+        "allowed": ["clarify"],
         "message": own["message"],
     }
+    assert "your offer standing" in own["message"] and "you may: clarify" in own["message"]
     done = inbox("decide", thread, "accept", "--message", "15:00 works", session="alice")
     assert done["new_state"] == "CONFIRMED"
     late = inbox("decide", thread, "decline", session="bob", code=1)
@@ -170,6 +172,18 @@ WALKTHROUGHS = (
 )
 
 
+def blocks(heading: str) -> dict[Path, str]:
+    """The first ```sh block under ``heading`` in each page that has one."""
+    found: dict[Path, str] = {}
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        head = re.search(rf"\n#{{2,3}} {re.escape(heading)}", text)
+        if head and "```sh\n" in text[head.end() :]:
+            start = text.index("```sh\n", head.end()) + len("```sh\n")
+            found[page] = text[start : text.index("```", start)]
+    return found
+
+
 def readme_block(heading: str) -> str:
     """The first ```sh block under the heading (## or ###) that starts with ``heading``, in
     the README or else in the first page of docs/ that has it."""
@@ -232,6 +246,13 @@ def shell_env(settings: Settings) -> dict[str, str]:
 def test_the_readme_blocks_are_found() -> None:
     for heading in WALKTHROUGHS:
         assert commands(readme_block(heading))
+
+
+def test_getting_started_s_five_minutes_is_the_readme_s_that_runs() -> None:
+    copies = blocks("Five minutes")
+    assert ROOT / "docs" / "getting-started.md" in copies
+    for page, block in copies.items():
+        assert block == readme_block("Five minutes"), f"{page.relative_to(ROOT)} differs"
     typed = commands(readme_block("Typed requests"))
     assert [code for _, code in typed].count(1) == 2
 
@@ -274,6 +295,10 @@ def test_five_minutes_as_written(
 def test_typed_requests_as_written(shell_env: dict[str, str], tmp_path: Path) -> None:
     outs = run_block("Typed requests", dict(shell_env, INBOX_DISPATCHER="none"), tmp_path)
     assert json.loads(outs[2])["state"] == "REQUESTED"
+    own_offer = json.loads(outs[5])
+    assert own_offer["error"] == "invalid_for_state"
+    assert own_offer["state"] == "OFFERED" and own_offer["allowed"] == ["clarify"]
+    assert "you may: clarify" in own_offer["message"]
     assert json.loads(outs[6])["new_state"] == "CONFIRMED"
     assert json.loads(outs[7])["error"] == "thread_terminal"
 
@@ -323,6 +348,13 @@ def test_receipts_as_written(
     assert "look at the diff" in outs[7]
     read = json.loads(outs[9])
     assert read["ok"] is True and read["state"] == "read"
+    # The receipt the README shows after this command, field by field where it names one.
+    shown = re.search(
+        r'"recipient": \{"session": "(\w+)", "state": "(\w+)"',
+        readme_block("Receipts and the outbox"),
+    )
+    assert shown is not None
+    assert [read["recipient"]["session"], read["recipient"]["state"]] == list(shown.groups())
     [sent] = json.loads(outs[10])["sent"]
     assert sent["state"] == "read"
 

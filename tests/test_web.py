@@ -211,6 +211,37 @@ def test_a_member_answers_an_item_with_words_a_picture_and_a_settlement(
     ctx.close()
 
 
+def test_an_agents_markdown_reply_is_shown_rendered_and_its_html_as_text(
+    swarm: Swarm, browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    text = (
+        "**Plan**: ship after the canary.\n\n- check `errors`\n- [runbook](https://r.example)"
+        "\n\n<script>document.title='owned'</script> [x](javascript:alert(1))"
+    )
+    swarm.bus.reply_inbox("agent", ITEM, text=text)
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    sign_in(page, swarm.link("acme/luke"))
+    page.goto(swarm.item_url())
+    reply = page.locator(".entry.agent .text.md").last
+    expect(reply.locator("strong")).to_have_text("Plan")
+    expect(reply.locator("li")).to_have_count(2)
+    expect(reply.locator("code")).to_have_text("errors")
+    link = reply.get_by_role("link", name="runbook")
+    assert link.get_attribute("href") == "https://r.example"
+    assert "noopener" in (link.get_attribute("rel") or "")
+    assert "**" not in reply.inner_text()  # no Markdown shown literally
+    # The raw HTML and the script link are text on the page, never markup.
+    expect(reply).to_contain_text("<script>document.title='owned'</script>")
+    expect(reply).to_contain_text("[x](javascript:alert(1))")
+    assert reply.locator("script").count() == 0 and page.title() != "owned"
+    assert reply.get_by_role("link").count() == 1
+    shot(page, "member-item-markdown")
+    ctx.close()
+
+
 def test_a_member_of_another_workspace_sees_none_of_it(swarm: Swarm, browser: Any) -> None:
     from playwright.sync_api import expect
 

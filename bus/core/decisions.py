@@ -2,7 +2,8 @@
 
 A ``meeting_request`` or ``task`` thread opens in ``REQUESTED``; the two parties move it
 with decisions. Every legal move is one row of :data:`RULES`; anything not in the table
-is ``invalid_for_state``. Pure: the caller supplies the actor's role, never a body field.
+is ``invalid_for_state``, whose message names what the actor may do instead (:func:`why_refused`).
+Pure: the caller supplies the actor's role, never a body field.
 """
 
 from __future__ import annotations
@@ -93,6 +94,32 @@ def transition(state: str, decision: str, actor: str, offered_by: str | None) ->
     if new_state == OFFERED:
         holder = actor if decision == "counter" else offered_by
     return Result(True, new_state, None, holder)
+
+
+def allowed(state: str, actor: str, offered_by: str | None) -> tuple[str, ...]:
+    """The decisions ``actor`` (a role) may make on a thread in ``state``, in
+    :data:`DECISIONS`' order; none on a final state or for a non-party."""
+    relation = actor
+    if state == OFFERED:
+        relation = OFFERER if actor == offered_by else COUNTERPARTY
+    return tuple(d for d in DECISIONS if (state, d, relation) in RULES)
+
+
+def why_refused(error: str, state: str, actor: str, offered_by: str | None) -> str:
+    """What a refused decision's message says after its code: the thread's state, and
+    what the actor may do instead (or that it may do nothing)."""
+    if error == "not_a_party":
+        return "only the request's sender and recipient decide on it"
+    if error == "thread_terminal":
+        return f"it is {state}, which is final: no decision moves it"
+    may = allowed(state, actor, offered_by)
+    if state == OFFERED and actor == offered_by:
+        where = f"it is {OFFERED} with your offer standing, for the other party to answer"
+    elif state == REQUESTED and actor == SENDER:
+        where = f"it is {REQUESTED}, waiting on its recipient"
+    else:
+        where = f"it is {state}"
+    return f"{where}; you may: {', '.join(may)}" if may else f"{where}; nothing is yours to do"
 
 
 def check_message(message: str | None) -> str | None:

@@ -296,6 +296,8 @@ class Items:
                 p.ref().model_copy(update={"name": n}) for p, n in zip(pictures, names, strict=True)
             ]
             msg = msg.model_copy(update={"files": refs})
+        # Its messages name the thread by id (the label would be that id): the item's key.
+        self.store.label_thread(str(fields["thread"]), f"item {key}")
         answer = self.post(msg)
         return {
             "ok": True,

@@ -154,10 +154,12 @@ class Requests:
             state, offered_by = meta["state"], meta.get("offered_by") or None
             res = decisions.transition(state, decision, role, offered_by)
             if not res.ok:
+                why = decisions.why_refused(str(res.error), state, role, offered_by)
                 raise Refused(
-                    f"{decision} refused on {thread} ({state}): {res.error}",
+                    f"{decision} refused on {thread}: {res.error}: {why}",
                     code=str(res.error),
                     state=state,
+                    allowed=list(decisions.allowed(state, role, offered_by)),
                 )
             assert res.new_state is not None
             at = now_ms()

@@ -73,6 +73,13 @@ class ItemStore(StorePart):
         delivery's ``thread_append`` keeps a record whose ``key`` is set)."""
         self.r.hset(self.k.t(thread, "meta"), mapping=fields)
 
+    def label_thread(self, thread: str, label: str) -> None:
+        """Give ``thread`` the label its readers show, unless it has one: an item's
+        thread, whose messages name it by its id, is labelled with the item's key. Its
+        first delivery still makes the rest of its record (``thread_append.lua`` keeps a
+        label already there)."""
+        self.r.hsetnx(self.k.t(thread, "meta"), "label", label)
+
     def list_thread(self, sid: str, thread: str, at: int) -> None:
         """List ``thread`` among ``sid``'s threads, at ``at`` unless it is there later."""
         self.r.zadd(self.k.s(sid, "threads"), {thread: at}, gt=True)

@@ -170,8 +170,9 @@ def _send_tool(bus: Bus) -> Callable[..., CallToolResult]:
         parameters=params, return_annotation=CallToolResult
     )
     send.__doc__ = (
-        "Send a message to another session, by handle (host:name, resolved like "
-        "prox_send: unknown or ambiguous is an error and nothing is sent) or by to_id. "
+        "Send a message to another session, by handle (host:name; a handle that names no "
+        "session, or several, is an error listing them, and nothing is sent) or by to_id "
+        "(its session id). "
         "Answers {ok, id, thread, state, recipient}; with wait=true, the turn's answer."
     )
     return send

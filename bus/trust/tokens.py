@@ -251,6 +251,16 @@ def verify(
     return claims
 
 
+def missing_token(scope: str, session: str | None = None) -> str:
+    """The refusal of a call without a token while a secret is set: how to get one."""
+    what = "read" if scope.endswith(":read") else "write"
+    return (
+        f"a token is required for this {what} (INBOX_SECRET is set): issue one with "
+        f"`inbox token issue --session {session or 'SID'} --scopes {scope}` and pass it in "
+        "INBOX_TOKEN"
+    )
+
+
 def require(claims: Claims, scope: str, *, session: str | None = None) -> None:
     """Refuse unless ``claims`` carries ``scope`` and, for a session token, is ``session``'s.
 
@@ -302,7 +312,7 @@ class Authenticator:
         if self.secret is None:
             return None
         if not token:
-            raise Unauthorized("a token is required for this write", code="token_missing")
+            raise Unauthorized(missing_token(scope, session), code="token_missing")
         claims = self.verify(token)
         require(claims, scope, session=session)
         return claims

@@ -25,6 +25,7 @@ from bus.surfaces.refusal import bus_call, emit, fail, refuse, run, run_app
 
 from . import harness_hooks, people, processes, receipts, tokens
 from .calls import check_session_id, connect
+from .floor_here import local_session
 from .help_panels import EVERYDAY, HARNESS, OPERATIONS, arg, order, sid_arg, thread_arg
 from .processes import worker_argv
 
@@ -282,7 +283,7 @@ def peek(
 ) -> None:
     """Read the floor without consuming it."""
     b = connect()
-    _local_session(b, sid)
+    local_session(b, sid)
     out = run(lambda: b.peek(sid, stamped=stamped))
     if stamped:
         sys.stdout.write(str(out) + ("\n" if out else ""))
@@ -296,23 +297,12 @@ def drain(
 ) -> None:
     """Claim the floor: lines move to log.jsonl; notices drained here are marked noticed."""
     b = connect()
-    _local_session(b, sid)
+    local_session(b, sid)
     out = run(lambda: b.drain(sid, stamped=stamped))
     if stamped:
         sys.stdout.write(str(out) + ("\n" if out else ""))
     else:
         emit(out)
-
-
-def _local_session(b: Bus, sid: str) -> None:
-    """Refuse a session that has no inbox on this host (works with Redis down)."""
-    if not run(lambda: b.floor.session_dir(sid)).is_dir():
-        refuse(
-            "not_found",
-            f"no session {sid!r} has an inbox here ({b.settings.home})",
-            1,
-            hint=f"open it with: inbox session open {sid} (same INBOX_HOME and INBOX_HOST)",
-        )
 
 
 @app.command(rich_help_panel=HARNESS)

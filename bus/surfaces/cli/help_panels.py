@@ -3,7 +3,9 @@
 Typer's rich help panels do the grouping; :func:`order` puts the panels (and the commands
 in each) in the order below, whatever order the commands were registered in, and gives
 every command usage lines in the common form (``inbox drain [OPTIONS] SID``; typer alone
-writes a required argument as ``{SID}``).
+writes a required argument as ``{SID}``). Help is shown as written: typer's Markdown
+help would turn a ``:name:`` in it into rich's emoji (the scope ``agent:thread:write``
+into ``agent🧵write``), so :func:`verbatim` switches that off before a help is drawn.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from typer.core import TyperArgument, TyperCommand
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 EVERYDAY = "Everyday"
 HARNESS = "Harness (what a harness and its hooks call)"
@@ -33,8 +35,39 @@ def thread_arg() -> Any:
     return arg("THREAD", "the thread id (thr_...)")
 
 
+class _NoEmoji:
+    """Stands in for rich's ``Emoji`` in typer's help: replaces nothing."""
+
+    @staticmethod
+    def replace(text: str) -> str:
+        return text
+
+
+def verbatim() -> None:
+    """Help text as written: no ``:name:`` turned into an emoji. Typer's Markdown help
+    mode calls ``rich.emoji.Emoji.replace`` on every help text with no way to turn it
+    off; its help module is imported only to draw a help (so a hook's start stays quick),
+    hence here, just before."""
+    from typer import rich_utils
+
+    rich_utils.Emoji = _NoEmoji  # type: ignore[assignment,misc]
+
+
+class Group(TyperGroup):
+    """A group whose help is drawn as written (:func:`verbatim`)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        verbatim()
+        super().format_help(ctx, formatter)
+
+
 class Command(TyperCommand):
-    """A command whose usage line names a required argument ``SID``, an optional ``[SID]``."""
+    """A command whose usage line names a required argument ``SID``, an optional ``[SID]``;
+    its help drawn as written (:func:`verbatim`)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        verbatim()
+        super().format_help(ctx, formatter)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -59,9 +92,15 @@ def order(app: typer.Typer) -> None:
     app.registered_commands.sort(key=rank)
     app.registered_groups.sort(key=rank)
     commands = list(app.registered_commands)
+    if app.info.cls in (None, TyperGroup):
+        app.info.cls = Group
     for group in app.registered_groups:
+        if group.cls in (None, TyperGroup):
+            group.cls = Group
         if group.typer_instance is not None:
             commands += group.typer_instance.registered_commands
+            if group.typer_instance.info.cls in (None, TyperGroup):
+                group.typer_instance.info.cls = Group
     for command in commands:
         if command.cls in (None, TyperCommand):
             command.cls = Command

@@ -163,7 +163,12 @@ def create_app(
     async def authenticate(token: str | None) -> tuple[int, str, str] | None:
         """The bearer token's refusal, checked before a body is read (secret set only)."""
         if not token:
-            return 401, "token_missing", "a token is required for this write"
+            return (
+                401,
+                "token_missing",
+                "a token is required for this write: send it as `Authorization: Bearer "
+                "<token>` (issue one with `inbox token issue --session SID`)",
+            )
         try:
             await run_in_threadpool(bus.auth.verify, token)
         except Unauthorized as err:
@@ -256,7 +261,11 @@ def create_app(
         token = _bearer(request)
         try:
             if bus.auth.enabled and not token:
-                raise Unauthorized("a bearer token is required", code="token_missing")
+                raise Unauthorized(
+                    "a bearer token is required: send the sender's as `Authorization: Bearer "
+                    "<token>` (issue one with `inbox token issue --session SID`)",
+                    code="token_missing",
+                )
             if not bus.auth.enabled and not by:
                 raise BadInput("name the sender session: ?by=SID", code="no_session")
         except BusError as err:

@@ -30,6 +30,7 @@ from bus.store.redis_errors import StoreError
 
 from .forms import field, read_bounded, save_upload
 from .live import live
+from .markdown import markdown
 from .page_gate import (
     COOKIE,
     CSRF_FIELD,
@@ -81,6 +82,7 @@ def templates() -> jinja2.Environment:
     )
     env.filters["when"] = _when
     env.filters["q"] = seg
+    env.filters["markdown"] = markdown  # an agent's item text (safe HTML, see .markdown)
     return env
 
 

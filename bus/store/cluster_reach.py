@@ -28,6 +28,11 @@ T = TypeVar("T")
 
 # What a node that does not answer raises (the cause of "cannot be connected").
 _NOT_ANSWERING = (redis.ConnectionError, redis.TimeoutError, OSError)
+# Newer redis-py says "no node answered" with an error of its own, from a command's
+# retries as well as from the slot-table refresh (absent from older versions).
+_UNREACHABLE: tuple[type[BaseException], ...] = tuple(
+    e for e in (getattr(redis.exceptions, "RedisClusterUnreachableError", None),) if e
+)
 
 
 class ClusterUnreachable(RedisClusterException, redis.RedisError, ConnectionError):
@@ -39,7 +44,7 @@ def unreachable(exc: BaseException) -> bool:
     return (
         isinstance(exc, RedisClusterException)
         and not isinstance(exc, ClusterUnreachable)
-        and isinstance(exc.__cause__, _NOT_ANSWERING)
+        and (isinstance(exc, _UNREACHABLE) or isinstance(exc.__cause__, _NOT_ANSWERING))
     )
 
 
@@ -52,7 +57,7 @@ def reraised(call: Callable[..., T]) -> Callable[..., T]:
             return call(*args, **kwargs)
         except RedisClusterException as exc:
             if unreachable(exc):
-                raise ClusterUnreachable(str(exc)) from exc.__cause__
+                raise ClusterUnreachable(str(exc)) from (exc.__cause__ or exc)
             raise
 
     return wrapper
@@ -60,9 +65,11 @@ def reraised(call: Callable[..., T]) -> Callable[..., T]:
 
 def as_outage(client: Any) -> Any:
     """``client`` (a ``RedisCluster``) with its slot-table refresh raising
-    :class:`ClusterUnreachable` when no node answers; its pipelines share that refresh."""
+    :class:`ClusterUnreachable` when no node answers; its pipelines share that refresh.
+    Its commands too: newer redis-py gives up on a command with an error of its own."""
     nodes = client.nodes_manager
     nodes.initialize = reraised(nodes.initialize)
+    client.execute_command = reraised(client.execute_command)
     return client
 
 

@@ -1,5 +1,6 @@
 """What the real-harness tests share: finding the CLIs npm installed, a bare environment,
 the bus (a real worker and scheduler), and a tmux pane to drive an interactive session.
+The web inbox's browser tests skip the same way without Debian's ``chromium``.
 
 The CLIs come from npm (``.ci/run`` installs :data:`CLI_PACKAGES` under
 ``INBOX_TEST_CLI_DIR``, default ``~/.cache/inbox-harness-clis``). A CLI (or tmux) that is
@@ -49,13 +50,14 @@ def clis_required(env: Mapping[str, str] = os.environ) -> bool:
 
 
 def install_command(missing: str = "claude codex") -> str:
-    """The commands that install what ``missing`` names (``claude``, ``codex``, ``tmux``)
-    where these tests look: the npm one is what .ci/run runs."""
+    """The commands that install what ``missing`` names (``claude``, ``codex``, ``tmux``,
+    ``chromium``) where these tests look: the npm one is what .ci/run runs."""
     commands = []
     if "claude" in missing or "codex" in missing:
         commands.append(f"npm install --prefix {cli_dir()} {' '.join(CLI_PACKAGES)}")
-    if "tmux" in missing:
-        commands.append("apt-get install tmux")
+    debian = [name for name in ("tmux", "chromium") if name in missing]
+    if debian:
+        commands.append(f"apt-get install {' '.join(debian)}")
     return " and ".join(f"`{c}`" for c in commands)
 
 

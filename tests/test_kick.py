@@ -304,9 +304,9 @@ def test_an_idle_process_s_other_loops_wait_for_the_listener_not_the_clock(
     quiet = [0]
     real_take, real_wait = store.take_kicks, store.wait_kick
 
-    def take_kicks(h: str, lp: str, n: int) -> list[str]:
+    def take_kicks(h: str, lp: str, n: int, *, clear: bool = False) -> list[str]:
         takes.append(lp)
-        return real_take(h, lp, n)
+        return real_take(h, lp, n, clear=clear)
 
     in_blmove: list[float] = []  # when the listener's BLMOVE began, while it waits
 
@@ -371,3 +371,71 @@ def test_a_loops_taken_kicks_and_a_dispatch_flag_go_without_a_pipeline_on_a_clus
     store.done_kicks("hosta", "0")
     store.clear_pending("s1")
     assert [store.r.execute_command("EXISTS", key) for key in (taken, flag)] == [0, 0]
+
+
+def test_a_take_empties_the_loop_s_delivered_kicks_in_the_same_call(
+    make_bus: Callable[..., Bus],
+) -> None:
+    store = make_bus().store
+    taken = store.k.kick_taken("hosta", "L")
+    store.r.rpush(taken, "old")  # delivered, still on the loop's taken list
+    store.kick_alive("hosta", 3000)
+    assert store.push_kicks("hosta", ["new"])
+    assert store.take_kicks("hosta", "L", 8) == ["new"]
+    assert store.r.lrange(taken, 0, -1) == ["old", "new"]
+    store.r.delete(taken)
+    store.r.rpush(taken, "old")
+    assert store.push_kicks("hosta", ["newer"])
+    assert store.take_kicks("hosta", "L", 8, clear=True) == ["newer"]
+    assert store.r.lrange(taken, 0, -1) == ["newer"]
+    assert store.take_kicks("hosta", "L", 8, clear=True) == []
+    assert store.r.llen(taken) == 0
+
+
+def test_a_lone_kick_costs_no_separate_done_when_a_take_follows(
+    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bus.delivery import kick_list
+
+    b = make_bus()
+    store, host = b.store, b.settings.host
+    dones: list[str] = []
+    clears: list[bool] = []
+    real_take, real_done = store.take_kicks, store.done_kicks
+
+    def take_kicks(h: str, lp: str, n: int, *, clear: bool = False) -> list[str]:
+        clears.append(clear)
+        return real_take(h, lp, n, clear=clear)
+
+    def done_kicks(h: str, lp: str) -> None:
+        dones.append(lp)
+        real_done(h, lp)
+
+    delivered: list[list[str]] = []
+    monkeypatch.setattr(store, "take_kicks", take_kicks)
+    monkeypatch.setattr(store, "done_kicks", done_kicks)
+    monkeypatch.setattr(
+        kick_list, "deliver_many", lambda _b, sids, progress=None: delivered.append(sids)
+    )
+    loop = kick_list.KickLoop(b, threads=1).start()
+    try:
+        wait_for(lambda: clears, 10, "the loop's first look")
+        for n in range(3):
+            assert store.push_kicks(host, [f"s{n}"])
+            wait_for(lambda n=n: len(delivered) == n + 1, 10, "the kick delivered")
+            wait_for(lambda: True in clears, 10, "the next take emptying the taken list")
+            wait_for(
+                lambda: (
+                    not any(
+                        store.r.lrange(k, 0, -1)
+                        for k in store.r.keys(f"{b.settings.key_prefix}:*taken*")
+                    )
+                ),
+                10,
+                "the taken list emptied",
+            )
+            clears.clear()
+        assert dones == []  # no DEL of its own: each went with the next take
+    finally:
+        loop.stop()
+    assert delivered == [["s0"], ["s1"], ["s2"]]

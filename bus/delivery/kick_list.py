@@ -163,6 +163,9 @@ class KickLoop:
         fails = 0
         beat_at = float("-inf")
         undone: list[str] = []  # taken, not delivered (Redis went away): again first
+        # The taken list holds kicks already delivered: the next take empties it in its
+        # own call (kick_take.lua), or _done does when no take follows.
+        delivered = False
         while not self.stop_event.is_set():
             try:
                 if client is None:
@@ -175,7 +178,11 @@ class KickLoop:
                 if undone:
                     sids = undone
                 else:
-                    sids, held = self._pop(store, client, loop)
+                    sids, held, took = self._pop(store, client, loop, delivered)
+                    delivered = delivered and not took
+                    if delivered and not sids:
+                        self._done(store, loop)
+                        delivered = False
                 self._outage.ok()
                 fails = 0
             except OUTAGE_ERRORS as exc:
@@ -195,16 +202,19 @@ class KickLoop:
                     # lone kick): the others stay still, not woken to look too.
                     if held is not None:
                         held.release()
-                if not undone:
-                    self._done(store, loop)
+                delivered = not undone
+        if delivered:
+            self._done(store, loop)
         if not undone:
             with contextlib.suppress(*OUTAGE_ERRORS):
                 store.kick_gone(self.host, loop)
         if pool is not None:
             pool.disconnect()
 
-    def _pop(self, store: Store, client: Any, loop: str) -> tuple[list[str], threading.Lock | None]:
-        """``(kicks, held)``: the kicks waiting (up to ``POP_MAX``), taken under the
+    def _pop(
+        self, store: Store, client: Any, loop: str, clear: bool
+    ) -> tuple[list[str], threading.Lock | None, bool]:
+        """``(kicks, held, took)``: the kicks waiting (up to ``POP_MAX``), taken under the
         process's gate, returned with it ``held`` (the batch is delivered under it); none
         waiting, the next one waited for (BLMOVE) by the process's one listening loop and
         returned with the listening lock ``held``: the lone kick is delivered under it, so
@@ -212,19 +222,25 @@ class KickLoop:
         list would cost the lone send's notice its CPU). ``[]`` when another loop holds
         the gate or listens: this loop beats and looks again once that one is done (the
         gate), or :data:`LISTEN_WAIT_S` later (the listening lock: the listening loop
-        looks at the list itself after each kick it heard)."""
+        looks at the list itself after each kick it heard). ``clear``: the loop's taken
+        list holds delivered kicks, emptied by the take; ``took``: a take ran."""
         if not self._gate.acquire(timeout=BEAT_S):
-            return [], None
-        got = _kept_if_any(self._gate, lambda: store.take_kicks(self.host, loop, POP_MAX))
+            return [], None, False
+        got = _kept_if_any(
+            self._gate, lambda: store.take_kicks(self.host, loop, POP_MAX, clear=clear)
+        )
         if got[0]:
-            return got
+            return (*got, True)
         if not self._listen.acquire(blocking=False):
             # Another loop listens, or delivers what it heard, and looks at the list
             # again itself after it (a burst behind its kick goes as a batch): wait
             # (bounded, or until stopped), not poll the list.
             self.stop_event.wait(LISTEN_WAIT_S)
-            return [], None
-        return _kept_if_any(self._listen, lambda: store.wait_kick(client, self.host, loop, BLOCK_S))
+            return [], None, True
+        heard = _kept_if_any(
+            self._listen, lambda: store.wait_kick(client, self.host, loop, BLOCK_S)
+        )
+        return (*heard, True)
 
     def _done(self, store: Store, loop: str) -> None:
         try:

@@ -42,12 +42,14 @@ class KickStore(StorePart):
 
         return own_client(self.r, socket_timeout=outlasting(self.r, block_s), name=name)
 
-    def take_kicks(self, host: str, loop: str, count: int) -> list[str]:
+    def take_kicks(self, host: str, loop: str, count: int, *, clear: bool = False) -> list[str]:
         """Up to ``count`` kicks already waiting on ``host``'s list into loop ``loop``'s
-        taken list (``kick_take.lua``), without blocking; ``[]`` when none waits."""
+        taken list (``kick_take.lua``), without blocking; ``[]`` when none waits.
+        ``clear``: the taken list (kicks the loop delivered) is emptied first, in the same
+        call (as :meth:`done_kicks`)."""
         k = self.k
         got = self.script("kick_take")(
-            keys=[k.kick_list(host), k.kick_taken(host, loop)], args=[count]
+            keys=[k.kick_list(host), k.kick_taken(host, loop)], args=[count, "1" if clear else ""]
         )
         return [_text(r) for r in got or []]
 

@@ -6,7 +6,12 @@
 -- KEYS[1] list    P:{kick:<host>}:list           session ids waiting for a delivery loop
 -- KEYS[2] taken   P:{kick:<host>}:taken:<loop>   what this loop took and is delivering
 -- ARGV[1] most kicks to take
+-- ARGV[2] '1': the taken list holds kicks the loop delivered: emptied first (the loop's
+--         done, in this call); '' not
 -- Returns the kicks taken, oldest first (moved from the list's head to taken's tail).
+if ARGV[2] == '1' then
+  redis.call('DEL', KEYS[2])
+end
 local got = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if #got == 0 then
   return got

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import Ambiguous, BadInput, NotFound, Refused, Unauthorized
 from bus.core.models import SessionInfo, check_session_id
+from bus.delivery import kept_wake
 from bus.trust.rules import (
     handle_fold_of,
     handle_problem,
@@ -148,6 +149,9 @@ class Sessions:
             # Its directory and an empty queue file for its notices; first, so a floor
             # folder refused (another user's, a link) leaves nothing registered.
             self.floor.prepare(sid)
+            # The wake command the worker here runs: kept on this host, never read
+            # back from Redis (bus.delivery.kept_wake).
+            kept_wake.keep(self.floor, sid, wake_cmd)
         if skel != handle:  # found by its skeleton when a look-alike comes
             self.store.index_skeleton(skel, sid)
         self.store.put_session(info)

@@ -15,7 +15,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from bus.core.text import is_format_char
+from bus.core.text import INVISIBLE_FILLERS, is_format_char
 
 # -- labels ------------------------------------------------------------------------------
 
@@ -33,10 +33,8 @@ def scripts_of(text: str) -> set[str]:
     return {s for s in (_script(ch) for ch in text) if s}
 
 
-# Characters that print as nothing (or as a space) but are letters or symbols to Unicode,
-# so the category checks below would let them through: the Braille blank, Hangul and
-# half-width fillers, Khmer inherent vowels, the Mongolian vowel separator.
-_INVISIBLE = frozenset("\u2800\u3164\u115f\u1160\uffa0\u17b4\u17b5\u180e")
+# Characters that print as nothing but pass the category checks below.
+_INVISIBLE = INVISIBLE_FILLERS
 
 # First parts of a handle no session may take: the web operator writes as operator:<name>.
 RESERVED_HANDLE_PARTS = frozenset({"operator"})

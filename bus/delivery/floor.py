@@ -39,6 +39,7 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -451,21 +452,18 @@ class Floor:
         d = self.session_dir(sid)
         if not d.is_dir():
             return None
-        lines = [o for o in _heard_lines(d) if o.get("id") == msg_id]
-        if not lines:
-            needle = msg_id.encode("utf-8", "replace")
-            paths = [*(d / n for n in self._draining_names(d)), d / MESSAGES, d / LOG]
-            for path in paths:
-                for raw in self._read_lines(path):
-                    if needle in raw and (obj := _parse(raw)) is not None:
-                        if obj.get("id") == msg_id:
-                            lines.append(obj)
-                            break
-                if lines:
-                    break
-        if not lines:
-            return None
-        return (lines[0].get("from_session") or None, lines[0].get("from") or None)
+        for line in self._lines_with_id(d, msg_id):
+            return (line.get("from_session") or None, line.get("from") or None)
+        return None
+
+    def _lines_with_id(self, d: Path, msg_id: str) -> Iterator[dict[str, Any]]:
+        yield from (o for o in _heard_lines(d) if o.get("id") == msg_id)
+        needle = msg_id.encode("utf-8", "replace")
+        for path in [*(d / n for n in self._draining_names(d)), d / MESSAGES, d / LOG]:
+            for raw in self._read_lines(path):
+                obj = _parse(raw) if needle in raw else None
+                if obj is not None and obj.get("id") == msg_id:
+                    yield obj
 
     def contains_id(self, sid: str, msg_id: str) -> bool:
         """Is a line with this ``id`` on the floor (queue, claims or log)? For recovery."""

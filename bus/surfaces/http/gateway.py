@@ -219,7 +219,8 @@ def create_app(
             return JSONResponse(DeliverError(error=one_line(str(err))).model_dump(), 503)
         except BusError as err:
             status = 400 if isinstance(err, BadInput) else status_of(err)
-            return JSONResponse(DeliverError(error=one_line(str(err))).model_dump(), status)
+            refusal = DeliverError(error=one_line(str(err)), code=err.code)
+            return JSONResponse(refusal.model_dump(exclude_none=True), status)
         except StoreError as err:
             return JSONResponse(
                 DeliverError(error=one_line(f"Redis did not answer: {err}")).model_dump(), 503

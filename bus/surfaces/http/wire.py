@@ -47,6 +47,8 @@ class DeliverError(BaseModel):
 
     ok: Literal[False] = False
     error: str
+    # The bus's machine-readable code (id_taken, kind_reserved, ...), when the bus refused.
+    code: str | None = None
 
 
 class BusErrorAnswer(BaseModel):

@@ -166,7 +166,10 @@ class Watch:
         return iter(sub)
 
     def durable(self, name: str, **kw: Any) -> Durable:
-        """The durable subscription ``name`` (:class:`bus.services.durable_watch.Durable`)."""
+        """The durable subscription ``name`` (:class:`bus.services.durable_watch.Durable`);
+        its cursors marked used as it reads, so ``INBOX_SUB_IDLE_S`` counts from its last
+        run."""
+        kw.setdefault("idle_ms", int(self.sub_idle_s * 1000))
         return Durable(self.store, self._blocking(), name, **kw)
 
     def reader_subscription(self, reader: str, name: str, **kw: Any) -> Durable:

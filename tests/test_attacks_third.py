@@ -23,6 +23,7 @@ from bus.delivery.floor import Floor
 from bus.services.durable_watch import CursorExpired, poll, visible
 from bus.surfaces.http.gateway import create_app
 from bus.surfaces.listener import Listener
+from bus.trust.rules import parent_refusal
 from tests.conftest import wait_for
 from tests.test_attacks_second import DEAN, inbox_cli, stored, tok, two
 
@@ -83,6 +84,44 @@ def test_1_a_first_message_does_not_open_the_receivers_inbox(two: Bus) -> None:
     theirs = two.send({"to_id": "lane", "text": "for the lane"}, token=bob)
     got = taken(two, "loner", "w", sessions=None, lanes=True)
     assert [e["message"]["id"] for e in got] == [theirs["id"]]
+
+
+PARENT_TABLE = [
+    # (prior, wanted, opener, exists, auth) -> refusal
+    ("a", "mallory", None, True, True, "parent_fixed"),  # no token moves it
+    ("a", "mallory", ("session", "mallory"), True, True, "parent_fixed"),  # another's
+    ("a", "mallory", ("member", "acme/dean"), True, True, "parent_fixed"),
+    (None, "mallory", None, True, True, "parent_fixed"),  # none yet: still the receiver's
+    ("a", "b", ("session", "s"), True, True, None),  # its own token
+    ("a", "b", ("operator", "root"), True, True, None),
+    ("a", "a", None, True, True, None),  # a restart as registered
+    ("a", None, None, True, True, None),  # a restart naming none
+    (None, "coord", None, False, True, None),  # a new session: its opener names it
+    ("a", "mallory", None, True, False, None),  # no secret: nothing is verified
+]
+
+
+@pytest.mark.parametrize(("prior", "wanted", "opener", "exists", "auth", "why"), PARENT_TABLE)
+def test_1_who_may_name_an_open_sessions_parent(
+    prior: str | None,
+    wanted: str | None,
+    opener: tuple[str, str] | None,
+    exists: bool,
+    auth: bool,
+    why: str | None,
+) -> None:
+    got = parent_refusal(prior, wanted, opener, exists=exists, sid="s", auth=auth)
+    assert got == why
+
+
+def test_1_a_tokenless_reopen_cannot_make_a_reader_the_parent(two: Bus) -> None:
+    two.open_session("victim", handle="hv:victim")
+    with pytest.raises(Refused) as err:
+        two.open_session("victim", handle="hv:victim", parent="other")  # no token
+    assert err.value.code == "parent_fixed"
+    assert two.session("victim").parent is None and "victim" not in two.store.lanes_of("other")
+    two.open_session("victim", handle="hv:victim", parent="other", token=tok(session="victim"))
+    assert two.session("victim").parent == "other"
 
 
 @pytest.mark.anyio

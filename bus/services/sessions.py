@@ -18,6 +18,7 @@ from bus.trust.rules import (
     handle_fold_of,
     handle_problem,
     join_refusal,
+    parent_refusal,
     reserved_handle,
     skeleton,
 )
@@ -95,6 +96,15 @@ class Sessions:
         self.check_handle_free(sid, handle)
         skel = self.check_no_look_alike(sid, handle)
         prior = self.store.get_session(sid)
+        exists = prior is not None
+        if parent_refusal(
+            prior.parent if prior else None, parent, opener, exists=exists, sid=sid, auth=self.auth
+        ):
+            raise Refused(
+                f"session {sid} is open already; naming {parent!r} its parent (who then "
+                "reads its whole inbox) takes the session's own token or an operator's",
+                code="parent_fixed",
+            )
         if prior is not None and prior.workspace and workspace in (None, prior.workspace):
             workspace, starter = prior.workspace, starter or prior.starter
         why = join_refusal(

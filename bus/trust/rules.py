@@ -262,3 +262,26 @@ def join_refusal(
     if not auth or workspace is None or wanted == prior or kind == "operator":
         return None
     return "token_missing" if kind is None else "not_your_workspace"
+
+
+def parent_refusal(
+    prior: str | None,
+    wanted: str | None,
+    opener: tuple[str, str] | None,
+    *,
+    exists: bool,
+    sid: str,
+    auth: bool,
+) -> str | None:
+    """Why a session open may not name ``wanted`` as the session's parent, or None.
+
+    A parent follows the session's whole inbox (its lanes, bus.services.durable_watch),
+    so with authentication on an existing session's parent moves (to another, not to
+    none) only with the session's own token or an operator's (``parent_fixed``); a new
+    session's opener names whom it likes, before anything was sent to it."""
+    if not auth or not exists or wanted is None or wanted == prior:
+        return None
+    kind, sub = opener or (None, "")
+    if kind == "operator" or (kind == "session" and sub == sid):
+        return None
+    return "parent_fixed"

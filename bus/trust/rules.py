@@ -45,6 +45,16 @@ RESERVED_HANDLE_PARTS = frozenset({"operator"})
 HANDLE_SEPARATORS = frozenset(",;\u00b7\u0387\u2022\u2027\u2219\u22c5\u30fb\u3001\uff65")
 
 
+# Scripts one language writes together (TR39's "highly restrictive" level): Latin with
+# Japanese, Chinese or Korean passes; Latin with Cyrillic, Greek or Armenian (whose
+# letters read as Latin ones) never does.
+_SCRIPTS_WRITTEN_TOGETHER = (
+    frozenset({"LATIN", "CJK", "HIRAGANA", "KATAKANA", "KATAKANA-HIRAGANA"}),
+    frozenset({"LATIN", "CJK", "BOPOMOFO"}),
+    frozenset({"LATIN", "CJK", "HANGUL"}),
+)
+
+
 def handle_problem(handle: str) -> str | None:
     """Why ``handle`` may not be registered, or None.
 
@@ -54,7 +64,8 @@ def handle_problem(handle: str) -> str | None:
     they look like; list separators (``,``, ``;``, ``·`` and their kin), which make one
     handle read as two; and letters from more than one script in the whole handle
     (``hа:alice`` with a Cyrillic ``а`` looks like ``ha:alice``, ``һ1:alice`` like
-    ``h1:alice``, and ``h1:аре`` like ``h1:ape``).
+    ``h1:alice``, and ``h1:аре`` like ``h1:ape``), but for the scripts one language
+    writes together (Latin with Han and kana, Bopomofo or Hangul).
     """
     if any(
         unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Zs")
@@ -69,7 +80,7 @@ def handle_problem(handle: str) -> str | None:
     if seps:
         return f"contains list separators ({' '.join(seps)}), which read as two handles"
     found = scripts_of(handle)
-    if len(found) > 1:
+    if len(found) > 1 and not any(found <= ok for ok in _SCRIPTS_WRITTEN_TOGETHER):
         return f"mixes scripts ({', '.join(sorted(found))})"
     return None
 

@@ -187,6 +187,7 @@ def test_2_scripts_do_not_mix_across_a_handles_parts(two: Bus, handle: str) -> N
         ("OPERATOR:root", "reserved_handle"),
         ("h1:mallory,operator:root", "handle_confusable"),
         ("h1:mallory\u00b7x", "handle_confusable"),
+        ("h1:\u2774x\u2775", "handle_confusable"),  # reads as h1:{x}: no key holds it
     ],
 )
 def test_3_reserved_names_match_whatever_their_case_and_separators_are_refused(

@@ -57,6 +57,7 @@ HANDLE_TABLE = [
     ("latin host, greek name", "h1:\u03b1\u03b2", "mixes scripts"),
     ("comma", "h1:mallory,operator:root", "separators"),
     ("middle dot", "h1:a\u00b7b", "separators"),
+    ("low quotation mark", "h1:mallory\u201aoperator", "separators"),
     ("digits and dots", "host-1.x:run_2", None),
     ("zero width", "ha:al\u200bice", "format"),
     ("rlo", "ha:\u202ealice", "format"),

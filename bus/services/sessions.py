@@ -196,9 +196,15 @@ class Sessions:
         ``һ1:alice`` (Cyrillic ``һ``) would read exactly as one from ``h1:alice``.
         Answers the skeleton."""
         skel = skeleton(handle)
-        holders = list(self.store.sessions_by_skeleton(skel))
-        if skel != handle:
-            holders += self.store.sessions_by_handle(skel)
+        try:
+            holders = list(self.store.sessions_by_skeleton(skel))
+            if skel != handle:
+                holders += self.store.sessions_by_handle(skel)
+        except ValueError:  # it reads as characters no handle holds ("{", "}")
+            raise BadInput(
+                f"handle {handle!r} reads as {skel!r}, which no handle may be",
+                code="handle_confusable",
+            ) from None
         for other in holders:
             if other.session == sid or other.state == "closed" or other.handle == handle:
                 continue

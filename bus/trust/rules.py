@@ -76,7 +76,8 @@ def handle_problem(handle: str) -> str | None:
         return "contains control, format, space or invisible characters"
     if not handle.isascii() and unicodedata.normalize("NFKC", handle) != handle:
         return "contains look-alike characters (not in NFKC form)"
-    seps = sorted({ch for ch in handle if ch in HANDLE_SEPARATORS})
+    # The skeleton's too: a look-alike of a comma (U+201A) reads as one.
+    seps = sorted({ch for ch in handle + skeleton(handle) if ch in HANDLE_SEPARATORS})
     if seps:
         return f"contains list separators ({' '.join(seps)}), which read as two handles"
     found = scripts_of(handle)

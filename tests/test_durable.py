@@ -237,7 +237,7 @@ def test_a_reader_follows_itself_and_its_lanes_only(bus: Bus) -> None:
         bus.watch.reader_subscription("coord", "s", sessions=["theirs"], lanes=True)
     assert err.value.code == "not_your_lane"
     sub = bus.watch.reader_subscription("coord", "s", sessions=["coord"], lanes=True)
-    assert sub.name == "coord.s"
+    assert sub.name == "coord/s"  # under its reader: bus.store.keys.Keys.reader_sub
     assert sorted(sub.pos) == ["coord", "mine"]
 
 
@@ -331,8 +331,8 @@ def test_the_gateway_streams_a_durable_subscription_as_server_sent_events(
         assert event(resp)["message"]["id"] == a["id"]
         wait_for(
             lambda: (
-                bus.store.sub_cursors("coord.sse", ["lane"])["lane"] is not None
-                and bus.store.sub_cursors("coord.sse", ["lane"])["lane"] != "0-0"
+                bus.store.sub_cursors("coord/sse", ["lane"])["lane"] is not None
+                and bus.store.sub_cursors("coord/sse", ["lane"])["lane"] != "0-0"
             ),
             what="the event acknowledged",
         )

@@ -48,7 +48,16 @@ HANDLE_TABLE = [
     ("latin", "ha:alice", None),
     ("cyrillic a in host", "h\u0430:alice", "mixes scripts"),
     ("cyrillic a in name", "ha:\u0430lice", "mixes scripts"),
-    ("all cyrillic part", "\u0445\u0430:alice", None),  # one script per part is fine
+    # One script per part is not enough: the whole handle reads as one name.
+    ("all cyrillic part", "\u0445\u0430:alice", "mixes scripts"),
+    ("cyrillic host, digits", "\u04bb1:alice", "mixes scripts"),
+    ("all cyrillic", "\u0445\u0430:\u0430\u0440\u0435", None),
+    ("latin host, japanese name", "h1:\u65e5\u672c\u3054", None),
+    ("latin host, korean name", "h1:\ud55c\uad6d", None),
+    ("latin host, greek name", "h1:\u03b1\u03b2", "mixes scripts"),
+    ("comma", "h1:mallory,operator:root", "separators"),
+    ("middle dot", "h1:a\u00b7b", "separators"),
+    ("low quotation mark", "h1:mallory\u201aoperator", "separators"),
     ("digits and dots", "host-1.x:run_2", None),
     ("zero width", "ha:al\u200bice", "format"),
     ("rlo", "ha:\u202ealice", "format"),

@@ -144,7 +144,13 @@ class Bus(Conversing, Members, Host):
         )
         self.items = Items(store, s, session=self.sessions.get, post=self.router.post)
         self.requests = Requests(store, session=self.sessions.get, post=self.router.post)
-        self.watch = Watch(store, blocking, claims=self.claims)
+        self.watch = Watch(
+            store,
+            blocking,
+            claims=self.claims,
+            sub_max=s.sub_max,
+            sub_idle_s=s.sub_idle_s,
+        )
         self.links = SigninLinks(
             s.ui_url, is_member=self.items.is_member, issue_token=self.credentials.issue_token
         )

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .text import one_line, sanitize_label
+from .text import one_line, reveal_invisible, sanitize_label
 from .threads import thread_label
 
 MAX_THREAD_LINES = 20
@@ -67,7 +67,8 @@ class ThreadSummary:
 
 
 def _preview(msg: dict[str, Any]) -> str:
-    text = one_line(str(msg.get("text") or ""), PREVIEW_LIMIT)
+    # Invisible characters shown, not dropped: the preview says what the body holds.
+    text = one_line(reveal_invisible(str(msg.get("text") or "")), PREVIEW_LIMIT)
     if text:
         return text
     files = msg.get("files") or []

@@ -105,6 +105,11 @@ class Settings:
     memory_settings: bool = True
     # A quiet session's events (its audit trail) are dropped once this old (bus.store.compaction).
     events_keep_s: float = 30.0
+    # A reader's own durable subscriptions (MCP ``watch``, the gateway's ``/v1/watch``):
+    # at most this many each, and any subscription's cursors unused this long no longer
+    # keep a session's events (bus.services.durable_watch).
+    sub_max: int = 16
+    sub_idle_s: float = 7 * 86400.0
     # ``inbox up`` and ``compose/local.py`` keep an imported spare per worker and one for the
     # scheduler (bus.ops.standby); the scheduler's follows the workers' unless set.
     worker_standby: bool = True
@@ -157,6 +162,8 @@ class Settings:
             kick="celery" if (env.get("INBOX_KICK") or "").strip().lower() == "celery" else "list",
             memory_settings=_bool(env.get("INBOX_MEMORY_SETTINGS"), True),
             events_keep_s=_float(env, "INBOX_EVENTS_KEEP_S", 30.0),
+            sub_max=int(_positive(env, "INBOX_SUB_MAX", 16)),
+            sub_idle_s=_positive(env, "INBOX_SUB_IDLE_S", 7 * 86400.0),
             worker_standby=_bool(env.get("INBOX_WORKER_STANDBY"), True),
             scheduler_standby=_bool(
                 env.get("INBOX_SCHEDULER_STANDBY"), _bool(env.get("INBOX_WORKER_STANDBY"), True)
@@ -191,6 +198,8 @@ class Settings:
             "INBOX_MAX_PICTURE_BYTES": str(self.max_picture_bytes),
             "INBOX_KICK": self.kick,
             "INBOX_EVENTS_KEEP_S": str(self.events_keep_s),
+            "INBOX_SUB_MAX": str(self.sub_max),
+            "INBOX_SUB_IDLE_S": str(self.sub_idle_s),
             "INBOX_REDIS_TIMEOUT_S": str(self.redis_timeout_s),
             "INBOX_REDIS_CONNECT_TIMEOUT_S": str(self.redis_connect_timeout_s),
         }

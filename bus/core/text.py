@@ -14,6 +14,23 @@ def is_format_char(ch: str) -> bool:
     return unicodedata.category(ch) == "Cf" or ch in _BIDI or 0xE0000 <= ord(ch) <= 0xE007F
 
 
+# Characters that print as nothing (or as a space) but are letters or symbols to Unicode,
+# so a category check lets them through: the Braille blank, Hangul and half-width
+# fillers, Khmer inherent vowels, the Mongolian vowel separator.
+INVISIBLE_FILLERS = frozenset("\u2800\u3164\u115f\u1160\uffa0\u17b4\u17b5\u180e")
+
+
+def reveal_invisible(text: str) -> str:
+    """``text`` with each invisible character (format characters: bidi controls,
+    zero-width characters, tag characters; and the invisible fillers) written as
+    ``<U+XXXX>``, so a person reading what the model read sees them too. Pure."""
+    if text.isascii():  # no ASCII character is one: most bodies pass untouched
+        return text
+    return "".join(
+        f"<U+{ord(ch):04X}>" if is_format_char(ch) or ch in INVISIBLE_FILLERS else ch for ch in text
+    )
+
+
 def strip_format(text: str) -> str:
     """``text`` without format characters, so a label cannot hide or reorder what it shows."""
     if text.isascii():  # no ASCII character is one (every notice line strips its labels)
@@ -46,6 +63,7 @@ def one_line(text: str, limit: int = 120) -> str:
 
 
 def indent_body(text: str, prefix: str = f"  {BAR} ") -> str:
-    """Every body line under the bar, so no body line can pass for a header."""
-    lines = text.splitlines() or [""]
+    """Every body line under the bar, so no body line can pass for a header; invisible
+    characters shown (:func:`reveal_invisible`)."""
+    lines = reveal_invisible(text).splitlines() or [""]
     return "\n".join(prefix + _CONTROL.sub(" ", ln).rstrip() for ln in lines)

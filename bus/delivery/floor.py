@@ -38,6 +38,7 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -122,26 +123,53 @@ def _draining_key(name: str) -> tuple[int, str]:
     return (value * 1_000_000 if value < 10**14 else value, name)
 
 
-def heard_ids(session_dir: Path) -> set[str]:
-    """The ids a socket listener recorded handing on (:func:`record_heard`)."""
+def line_key(obj: dict[str, Any]) -> str | None:
+    """A floor line's identity for a listener's dedupe and a drain's skip: its id with
+    its sender (``from_session``, ``from``), since a message id is its sender's; a
+    second sender's line reusing the id is another line. None without an id."""
+    msg_id = obj.get("id")
+    if not isinstance(msg_id, str) or not msg_id:
+        return None
+    sender = [str(obj.get("from_session") or ""), str(obj.get("from") or "")]
+    return json.dumps([msg_id, *sender], separators=(",", ":"))
+
+
+def _heard_lines(session_dir: Path) -> list[dict[str, Any]]:
     try:
         raw = (session_dir / HEARD).read_bytes()
     except (FileNotFoundError, NotADirectoryError):
-        return set()
-    out = set()
+        return []
+    out = []
     for line in raw.splitlines():
         obj = _parse(line)
         if obj is not None and isinstance(obj.get("id"), str):
-            out.add(obj["id"])  # a torn last line: that id is not skipped (at least once)
+            out.append(obj)  # a torn last line: that id is not skipped (at least once)
     return out
 
 
-def record_heard(session_dir: Path, ids: list[str], keep: int = HEARD_KEEP) -> None:
-    """Record ``ids`` as handed on by the session's one socket listener (its only
-    writer); past about twice ``keep`` lines (an id's line is under 64 bytes) the file
-    is replaced by its last ``keep``."""
+def heard_ids(session_dir: Path) -> set[str]:
+    """The ids a socket listener recorded handing on (:func:`record_heard`)."""
+    return {str(obj["id"]) for obj in _heard_lines(session_dir)}
+
+
+def heard_keys(session_dir: Path) -> set[str]:
+    """The lines a socket listener recorded handing on, by :func:`line_key`."""
+    return {k for k in map(line_key, _heard_lines(session_dir)) if k is not None}
+
+
+def record_heard(
+    session_dir: Path, heard: list[str] | list[dict[str, Any]], keep: int = HEARD_KEEP
+) -> None:
+    """Record the lines in ``heard`` (lines, or bare ids: a line with no sender) as
+    handed on by the session's one socket listener (its only writer); past about twice
+    ``keep`` lines of 64 bytes the file is replaced by its last ``keep``."""
     path = session_dir / HEARD
-    append_private(path, b"".join(encode_line({"id": i}) for i in ids))
+    records = []
+    for one in heard:
+        line = {"id": one} if isinstance(one, str) else one
+        rec = {f: line[f] for f in ("id", "from_session", "from") if line.get(f)}
+        records.append(encode_line(rec))
+    append_private(path, b"".join(records))
     try:
         if os.stat(path).st_size <= 2 * keep * 64:
             return
@@ -363,7 +391,7 @@ class Floor:
             good: list[bytes] = []
             bad: list[bytes] = []
             at = self.clock.now_ms()
-            heard = heard_ids(d) if claimed else set()
+            heard = heard_keys(d) if claimed else set()
             for path, fd in claimed:
                 for raw in _read_fd(fd).split(b"\n"):
                     if not raw.strip():
@@ -374,7 +402,7 @@ class Floor:
                         result.malformed.append(text)
                         bad.append(encode_line({"raw": text, "at": at, "source": path.name}))
                     else:
-                        taken = obj.get("id") in heard
+                        taken = line_key(obj) in heard
                         (result.heard if taken else result.lines).append(obj)
                         good.append(raw.rstrip(b"\r") + b"\n")
             if bad:
@@ -415,6 +443,25 @@ class Floor:
     def pending_ids(self, sid: str) -> set[str]:
         """Ids of the lines still on the floor (the queue and every claim), not the log."""
         return {str(obj["id"]) for obj in self.peek(sid) if "id" in obj}
+
+    def id_sender(self, sid: str, msg_id: str) -> tuple[str | None, str | None] | None:
+        """The sender (``from_session``, ``from``) of the first line with ``msg_id`` the
+        floor holds (heard by its listener, pending, or in its log); None if none does."""
+        d = self.session_dir(sid)
+        if not d.is_dir():
+            return None
+        for line in self._lines_with_id(d, msg_id):
+            return (line.get("from_session") or None, line.get("from") or None)
+        return None
+
+    def _lines_with_id(self, d: Path, msg_id: str) -> Iterator[dict[str, Any]]:
+        yield from (o for o in _heard_lines(d) if o.get("id") == msg_id)
+        needle = msg_id.encode("utf-8", "replace")
+        for path in [*(d / n for n in self._draining_names(d)), d / MESSAGES, d / LOG]:
+            for raw in self._read_lines(path):
+                obj = _parse(raw) if needle in raw else None
+                if obj is not None and obj.get("id") == msg_id:
+                    yield obj
 
     def contains_id(self, sid: str, msg_id: str) -> bool:
         """Is a line with this ``id`` on the floor (queue, claims or log)? For recovery."""

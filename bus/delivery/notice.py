@@ -26,7 +26,7 @@ from bus.store import packing
 from bus.store.delivery import taken_records
 from bus.store.schedule import WAKE_TURN
 
-from . import wake_cmd
+from . import kept_wake, wake_cmd
 
 if TYPE_CHECKING:
     from bus.core.settings import Settings
@@ -314,13 +314,24 @@ class Notices:
         store.record(sid, "wake", notice=str(lines[-1]["id"]), reason=reason)
 
     def run_wake_cmd(self, sid: str, line: dict[str, Any], info: SessionInfo | None = None) -> None:
-        """Run the session's wake command with the notice's text on its stdin (no shell
-        unless the command uses shell syntax, and never the bus's secrets)."""
+        """Run the session's wake command, as its opener kept it on this host
+        (bus.delivery.kept_wake), with the notice's text on its stdin (no shell unless
+        the command uses shell syntax, and never the bus's secrets)."""
         if info is None:
             info = self.store.get_session(sid)
         if info is None or not info.wake_cmd:
             return
+        # The command the session's opener kept on this host, never the record's: a
+        # process that can write to Redis must not choose what runs here.
+        cmd = kept_wake.kept(self.floor, sid)
+        if cmd is None:
+            log.warning(
+                "wake_cmd for %s: none was registered on this host (the record's is not "
+                "run); open the session here with --wake-cmd",
+                sid,
+            )
+            return
         # No shell unless the command uses shell syntax, never the bus's secrets; the
         # notice on stdin, never keystrokes into a terminal. A turn outlasts a delivery:
         # the command is left to run, up to its limit (bus.delivery.wake_cmd).
-        wake_cmd.start(sid, info.wake_cmd, line["text"], limit_s=self.settings.wake_cmd_timeout_s)
+        wake_cmd.start(sid, cmd, line["text"], limit_s=self.settings.wake_cmd_timeout_s)

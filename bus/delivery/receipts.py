@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
+from bus.core.errors import BadInput, NotFound, Unauthorized
 from bus.core.models import MESSAGE_ID_PATTERN, Message, check_session_id, now_ms
 from bus.core.receipt_rules import SENT_LIMIT_MAX as SENT_LIMIT_MAX
 from bus.core.receipt_rules import STATES, is_reached, outbox_view, public, receipt_views
@@ -254,11 +254,16 @@ class Receipts:
         me, handle = self._caller(by, token)
         to = self.store.recipient_of(msg_id)
         found = self._read([(to, msg_id)])[0] if to else None
-        if found is None:
-            raise NotFound(f"no receipt for message {msg_id!r} (unknown, or older than 7 days)")
-        sender = found["_from_session"]
-        if (me is None or sender != me) and (handle is None or sender or found["_from"] != handle):
-            raise Refused("only the sender may read a message's receipt", code="not_sender")
+        sender = found["_from_session"] if found else None
+        if found is None or (
+            (me is None or sender != me) and (handle is None or sender or found["_from"] != handle)
+        ):
+            # One answer for an unknown id and another sender's: a receipt is no way to
+            # learn which ids exist.
+            raise NotFound(
+                f"no receipt of yours for message {msg_id!r} (unknown, older than 7 days, "
+                "or sent by someone else: only its sender reads a receipt)"
+            )
         if wait_for is not None:
             found = self._wait(to or "", msg_id, found, wait_for, timeout)
         return public(found)

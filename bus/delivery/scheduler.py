@@ -106,7 +106,12 @@ def tick(
     # Quiet sessions' short streams shrunk to their entries (at most once a minute, a
     # few chunks a tick: bus.store.compaction.BUDGET_S).
     keep_ms = int(bus.settings.events_keep_s * 1000)
-    compacted = compact_all(store, force=bool(sweep), quiet_ms=keep_ms)
+    compacted = compact_all(
+        store,
+        force=bool(sweep),
+        quiet_ms=keep_ms,
+        sub_idle_ms=int(bus.settings.sub_idle_s * 1000),
+    )
     due()
     del counts["at"]
     return {**counts, "swept": swept, "expired": expired, "compacted": compacted}

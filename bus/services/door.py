@@ -17,6 +17,7 @@ from bus.core.models import SessionInfo, parse_message
 from bus.store.redis_errors import StoreError
 from bus.trust.tokens import SCOPE_WRITE
 
+from .id_owner import id_refusal
 from .send_many import inbox_full, sender_of
 
 if TYPE_CHECKING:
@@ -54,7 +55,8 @@ class Door:
         """Deliver one message by the local precedence (socket, else file); ``(via, id)``.
 
         Refused before anything is written: a bad token or forged sender, a member's message
-        outside its workspace, bad fields, an unknown session (``unknown_session``), a full
+        outside its workspace, bad fields, an unknown session (``unknown_session``), an
+        id another sender's line on this floor carries (``id_taken``), a full
         floor (``inbox_full``), a sender over its rate (``rate_limited``; skipped when the
         store does not answer, so the door works without Redis).
         """
@@ -66,6 +68,10 @@ class Door:
                 f"inbox session open {msg.to_id}",
                 code="unknown_session",
             )
+        if "id" in data:  # a caller's id: its own, or refused (bus.services.id_owner)
+            refusal = id_refusal(msg, self.floor.id_sender(msg.to_id, msg.id))
+            if refusal is not None:
+                raise refusal
         cap = self.settings.max_unread
         if cap > 0 and self.floor.pending_count(msg.to_id) >= cap:
             raise inbox_full(msg.to_id, cap)

@@ -17,6 +17,17 @@ record (only what comes after), unless it was opened after the subscription was 
 (a lane started later): then from its first record. A session's lanes are the sessions
 it started (``session open --parent``) and those it gave work to (its ``gave`` set),
 looked up again every ``refresh_s`` so new lanes are followed as they come.
+
+A reader's own subscription (MCP, the gateway: :func:`reader_subscription`) sees in full
+only itself and the sessions it started (their opener named it ``parent``). A session it
+merely gave work to (its first message made it the delegator) is the receiver's, not
+the reader's: of that session's messages the reader is handed only those it sent itself
+(:func:`visible`), never another sender's body.
+
+Subscriptions do not pin a session's events for ever: each cursor carries the time of
+its last use, and the compaction pass drops the events of a quiet session whose cursors
+were all idle ``INBOX_SUB_IDLE_S`` (``events_quiet.lua``); a reader holds at most
+``INBOX_SUB_MAX`` subscriptions, its idle ones forgotten (``sub_claim.lua``).
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
 from bus.core.models import check_session_id, now_ms
 from bus.store.cluster import Poll
 from bus.store.many import stream_id_after
+from bus.store.subscriptions import GONE
 from bus.trust.tokens import SCOPE_READ
 
 if TYPE_CHECKING:
@@ -56,6 +68,14 @@ def lanes(store: Store, sid: str) -> list[str]:
     # From the parent's lanes index (bus.store.many.lanes_of): a watch looks its lanes up
     # every few seconds, and reading every session's parent grew with the bus.
     return sorted(set(store.lanes_of(sid)) | set(store.gave_to(sid)))
+
+
+def visible(reader: str | None, full: set[str], sid: str, message: dict[str, Any]) -> bool:
+    """Whether a reader's subscription hands over ``message``, stored for session ``sid``:
+    every message of a session in ``full`` (the reader itself, the sessions it started);
+    of any other session's (one it gave work to), only the reader's own. No reader (an
+    operator's ``inbox watch``): everything. Pure."""
+    return reader is None or sid in full or message.get("from_session") == reader
 
 
 def resolve(
@@ -102,11 +122,19 @@ class Durable:
         refresh_s: float = 3.0,
         count: int = 500,
         reset: bool = False,
+        reader: str | None = None,
+        idle_ms: int = 0,
     ) -> None:
         if block_ms <= 0:
             raise ValueError("block_ms must be positive (0 would block forever)")
         self.store, self.blocking = store, blocking
         self.name = name
+        # A reader's own subscription: what it sees in full (itself and the sessions it
+        # started, looked up again with the lanes); None: an operator's, everything.
+        self.reader = reader
+        self.full: set[str] = set()
+        self.idle_ms = idle_ms
+        self._touched = time.monotonic()
         self.selection = (sessions, lanes_of, follow_all)
         self.block_ms = block_ms
         self.stop = stop or threading.Event()
@@ -121,11 +149,13 @@ class Durable:
                 raise NotFound(f"no session {owner!r} is registered", session=owner)
         if reset:
             self.store.sub_reset(name, resolve(self.store, *self.selection))
-        self.created = self.store.sub_open(name, now_ms())
+        self.created = self.store.sub_open(name, now_ms(), idle_ms)
         self.follow(resolve(self.store, *self.selection))
 
     def follow(self, sids: list[str]) -> None:
         """Take ``sids`` in (those not yet followed): their cursors, checked, or new ones."""
+        if self.reader is not None:
+            self.full = {self.reader, *self.store.lanes_of(self.reader)}
         fresh = [sid for sid in sids if sid not in self.pos]
         if not fresh:
             return
@@ -137,11 +167,23 @@ class Durable:
                 info = self.store.get_session(sid)
                 late = info is not None and info.opened_at >= self.created
                 cursor = "0-0" if late else self.store.last_event_id(sid)
-                started[sid] = cursor
             else:
                 self._check(sid, cursor)
+            # Written back either way: a cursor's time of use moves (an idle one keeps
+            # the session's events no longer, events_quiet.lua).
+            started[sid] = cursor
             self.pos[sid] = cursor
         self.store.sub_commit(self.name, started)
+        self._touched = time.monotonic()
+
+    def touch(self) -> None:
+        """Mark every cursor used now (a subscription that reads on but takes nothing
+        still keeps what it follows), once a quarter of ``idle_ms`` at most."""
+        if not self.idle_ms or time.monotonic() - self._touched < self.idle_ms / 4000:
+            return
+        self._touched = time.monotonic()
+        self.store.sub_commit(self.name, dict(self.pos))
+        self.store.sub_open(self.name, now_ms(), self.idle_ms)
 
     def commit(self, cursors: dict[str, str]) -> None:
         """Move the cursors of sessions this subscription follows (``poll``'s second
@@ -169,9 +211,12 @@ class Durable:
         self._acked[sid] = eid
 
     def _check(self, sid: str, cursor: str) -> None:
-        bounds = self.store.events_bounds(sid)
-        kept = bool(bounds) and self.store.has_event(sid, cursor)
-        if expired(cursor, bounds, kept):
+        gone = cursor == GONE  # its records dropped while it was unused (events_quiet.lua)
+        if not gone:
+            bounds = self.store.events_bounds(sid)
+            kept = bool(bounds) and self.store.has_event(sid, cursor)
+            gone = expired(cursor, bounds, kept)
+        if gone:
             raise CursorExpired(
                 f"subscription {self.name!r} fell out of retention for session {sid!r}: "
                 f"records after {cursor} were trimmed away, so messages may have been missed; "
@@ -204,6 +249,7 @@ class Durable:
             if not self.pos:
                 self.stop.wait(self.block_ms / 1000)
                 continue
+            self.touch()
             rows = self.store.read_session_streams(
                 self.blocking,
                 dict(self.pos),
@@ -219,10 +265,13 @@ class Durable:
                     self.pos[sid] = moved[sid] = str(eid)
                     if fields.get("kind") != MESSAGE_KIND:
                         continue
+                    message = self._message(sid, fields)
+                    if not visible(self.reader, self.full, sid, message):
+                        continue
                     yield {
                         "session": sid,
                         "stream_id": str(eid),
-                        "message": self._message(sid, fields),
+                        "message": message,
                         "subscription": self.name,
                     }
                     # The caller asked for the next: this one's cursor moves first (ack
@@ -254,7 +303,8 @@ def reader_of(claims_of: ClaimsOf, token: str | None, by: str | None) -> str:
 
 def check_readable(store: Store, reader: str, sessions: list[str], lanes_of: list[str]) -> None:
     """A reader follows itself and its own lanes only (the sessions it started or gave
-    work to): anything else is refused, nothing is read."""
+    work to): anything else is refused, nothing is read. Of a session it only gave work
+    to it is handed its own messages only (:func:`visible`)."""
     for owner in lanes_of:
         if owner != reader:
             raise Refused(
@@ -295,12 +345,15 @@ def poll(
             if len(out) >= max_events:
                 return out, last
             last[sid] = str(eid)
-            if fields.get("kind") == MESSAGE_KIND:
+            if fields.get("kind") != MESSAGE_KIND:
+                continue
+            message = sub._message(sid, fields)
+            if visible(sub.reader, sub.full, sid, message):
                 out.append(
                     {
                         "session": sid,
                         "stream_id": str(eid),
-                        "message": sub._message(sid, fields),
+                        "message": message,
                         "subscription": sub.name,
                     }
                 )
@@ -318,22 +371,37 @@ def reader_subscription(
     reset: bool = False,
     block_ms: int = 1000,
     stop: threading.Event | None = None,
+    most: int = 16,
+    idle_s: float = 7 * 86400,
 ) -> Durable:
     """A reader's own durable subscription (MCP, the gateway): its name is kept under the
-    reader's (``<reader>.<name>``), it follows only what the reader may read (itself and
-    its lanes, :func:`check_readable`), and ``lanes`` adds the reader's lanes as they come."""
-    check_session_id(name, "subscription name")
+    reader's (``<reader>/<name>``, bus.store.keys.Keys.reader_sub), it follows only what
+    the reader may read (itself and its lanes, :func:`check_readable`; of a lane it only
+    gave work to, its own messages, :func:`visible`), and ``lanes`` adds the reader's
+    lanes as they come. A reader holds at most ``most`` subscriptions used within
+    ``idle_s`` seconds: another new name is refused ``too_many_subscriptions``."""
+    stored_name = store.k.reader_sub(reader, name)
     owners = [reader] if lanes else []
     check_readable(store, reader, sessions or [], owners)
     if not sessions and not owners:
         raise BadInput("follow sessions, your lanes, or both")
+    idle_ms = int(idle_s * 1000)
+    if not store.sub_claim(reader, name, now_ms(), idle_ms, most):
+        raise Refused(
+            f"{reader!r} already has {most} subscriptions in use (the most a reader "
+            f"holds, INBOX_SUB_MAX); reuse a name, or wait: one unused for "
+            f"{idle_s:g} s (INBOX_SUB_IDLE_S) is forgotten",
+            code="too_many_subscriptions",
+        )
     return Durable(
         store,
         blocking,
-        f"{reader}.{name}",
+        stored_name,
         sessions=sessions or [],
         lanes_of=owners,
         reset=reset,
         block_ms=block_ms,
         stop=stop,
+        reader=reader,
+        idle_ms=idle_ms,
     )

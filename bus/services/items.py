@@ -30,6 +30,7 @@ from bus.core.models import (
 from bus.core.private_files import private_dirs
 from bus.core.threads import thread_id
 from bus.store.keys import check_item_key
+from bus.trust.rules import member_fold
 
 from .pictures import Picture, read_pictures, safe_name, store_picture
 
@@ -137,6 +138,8 @@ class Items:
                 code="handle_taken",
             )
         self.store.set_member(workspace, name, ACTIVE)
+        # Its handle folded: a session may take no handle that reads as it (acme:Dean).
+        self.store.index_member_fold(member_fold(workspace, name), workspace, name)
         return {"ok": True, "workspace": workspace, "member": name, "status": ACTIVE}
 
     def member_remove(self, workspace: str, name: str) -> dict[str, Any]:

@@ -13,8 +13,16 @@ from typing import TYPE_CHECKING, Any
 from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import Ambiguous, BadInput, NotFound, Refused, Unauthorized
 from bus.core.models import SessionInfo, check_session_id
+from bus.delivery import kept_wake
 from bus.store.schedule import WAKE_TURN
-from bus.trust.rules import handle_problem, join_refusal, reserved_handle
+from bus.trust.rules import (
+    handle_fold_of,
+    handle_problem,
+    join_refusal,
+    parent_refusal,
+    reserved_handle,
+    skeleton,
+)
 
 # A holder's handle is free once its harness is silent this long at the least, whatever
 # INBOX_STALE_S the taker's environment says (a longer setting still counts).
@@ -87,7 +95,17 @@ class Sessions:
             raise BadInput(f"handle {handle!r}: {problem}", code="handle_confusable")
         self.check_handle_reserved(handle)
         self.check_handle_free(sid, handle)
+        skel = self.check_no_look_alike(sid, handle)
         prior = self.store.get_session(sid)
+        exists = prior is not None
+        if parent_refusal(
+            prior.parent if prior else None, parent, opener, exists=exists, sid=sid, auth=self.auth
+        ):
+            raise Refused(
+                f"session {sid} is open already; naming {parent!r} its parent (who then "
+                "reads its whole inbox) takes the session's own token or an operator's",
+                code="parent_fixed",
+            )
         if prior is not None and prior.workspace and workspace in (None, prior.workspace):
             workspace, starter = prior.workspace, starter or prior.starter
         why = join_refusal(
@@ -142,6 +160,11 @@ class Sessions:
             # Its directory and an empty queue file for its notices; first, so a floor
             # folder refused (another user's, a link) leaves nothing registered.
             self.floor.prepare(sid)
+            # The wake command the worker here runs: kept on this host, never read
+            # back from Redis (bus.delivery.kept_wake).
+            kept_wake.keep(self.floor, sid, wake_cmd)
+        if skel != handle:  # found by its skeleton when a look-alike comes
+            self.store.index_skeleton(skel, sid)
         self.store.put_session(info)
         self.seen(sid)
         self.store.record(sid, "session_open", handle=handle, host=host)
@@ -160,8 +183,39 @@ class Sessions:
                 return  # no workspace or member is named so
             if self.store.member_status(first, name) is not None:
                 why = f"it is the name of member {first}/{name}"
+        if why is None:
+            # Case and look-alikes do not make another name: ACME:dean is acme:dean's.
+            member = self.store.member_by_fold(handle_fold_of(handle))
+            if member is not None:
+                why = f"it reads as the name of member {member}"
         if why is not None:
             raise BadInput(f"handle {handle!r} is reserved: {why}", code="reserved_handle")
+
+    def check_no_look_alike(self, sid: str, handle: str) -> str:
+        """A handle whose confusable skeleton (Unicode TR39, bus.trust.rules.skeleton) is
+        another open session's handle's is refused ``handle_lookalike``: a stamp from
+        ``һ1:alice`` (Cyrillic ``һ``) would read exactly as one from ``h1:alice``.
+        Answers the skeleton."""
+        skel = skeleton(handle)
+        try:
+            holders = list(self.store.sessions_by_skeleton(skel))
+            if skel != handle:
+                holders += self.store.sessions_by_handle(skel)
+        except ValueError:  # it reads as characters no handle holds ("{", "}")
+            raise BadInput(
+                f"handle {handle!r} reads as {skel!r}, which no handle may be",
+                code="handle_confusable",
+            ) from None
+        for other in holders:
+            if other.session == sid or other.state == "closed" or other.handle == handle:
+                continue
+            if skeleton(other.handle) == skel:
+                raise BadInput(
+                    f"handle {handle!r} reads as {other.handle!r}, the handle of open "
+                    f"session {other.session}",
+                    code="handle_lookalike",
+                )
+        return skel
 
     def check_handle_free(self, sid: str, handle: str) -> None:
         """A handle belongs to one open session: another open, fresh holder refuses it.

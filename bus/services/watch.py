@@ -114,9 +114,18 @@ class Watch:
     ``claims`` verifies a reader's token (:meth:`bus.trust.access.Access.claims`)."""
 
     def __init__(
-        self, store: Callable[[], Store], blocking: Callable[[], Any], *, claims: ClaimsOf
+        self,
+        store: Callable[[], Store],
+        blocking: Callable[[], Any],
+        *,
+        claims: ClaimsOf,
+        sub_max: int = 16,
+        sub_idle_s: float = 7 * 86400.0,
     ) -> None:
         self._store, self._blocking, self.claims = store, blocking, claims
+        # A reader's own subscriptions: how many at most, and when an unused one is
+        # forgotten (INBOX_SUB_MAX, INBOX_SUB_IDLE_S).
+        self.sub_max, self.sub_idle_s = sub_max, sub_idle_s
 
     @property
     def store(self) -> Store:
@@ -157,12 +166,17 @@ class Watch:
         return iter(sub)
 
     def durable(self, name: str, **kw: Any) -> Durable:
-        """The durable subscription ``name`` (:class:`bus.services.durable_watch.Durable`)."""
+        """The durable subscription ``name`` (:class:`bus.services.durable_watch.Durable`);
+        its cursors marked used as it reads, so ``INBOX_SUB_IDLE_S`` counts from its last
+        run."""
+        kw.setdefault("idle_ms", int(self.sub_idle_s * 1000))
         return Durable(self.store, self._blocking(), name, **kw)
 
     def reader_subscription(self, reader: str, name: str, **kw: Any) -> Durable:
         """A reader's own durable subscription
         (:func:`bus.services.durable_watch.reader_subscription`)."""
+        kw.setdefault("most", self.sub_max)
+        kw.setdefault("idle_s", self.sub_idle_s)
         return reader_subscription(self.store, self._blocking(), reader, name, **kw)
 
     def reader(self, token: str | None, by: str | None) -> str:

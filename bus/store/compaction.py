@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 import redis
 
+from .stream_compact import SUB_IDLE_MS
+
 if TYPE_CHECKING:
     from .store import Store
 
@@ -56,17 +58,30 @@ _left: dict[str, list[str]] = {}  # key prefix -> sessions this process's pass h
 _next: dict[str, float] = {}  # key prefix -> when its pass may go on (time.monotonic)
 
 
-def compact_sessions(store: Store, sids: list[str], quiet_ms: int, settled_ms: int = 0) -> int:
-    """One pass over ``sids``: events quiet for ``quiet_ms`` dropped, queues taken whole
-    dropped with their cursors, short streams written ``settled_ms`` ago or earlier
-    compacted; the bytes saved (MEMORY USAGE, the queues' not counted)."""
-    saved = store.drop_quiet_events(sids, quiet_ms)
+def compact_sessions(
+    store: Store,
+    sids: list[str],
+    quiet_ms: int,
+    settled_ms: int = 0,
+    sub_idle_ms: int = SUB_IDLE_MS,
+) -> int:
+    """One pass over ``sids``: events quiet for ``quiet_ms`` (and used by no durable
+    subscription within ``sub_idle_ms``) dropped, queues taken whole dropped with their
+    cursors, short streams written ``settled_ms`` ago or earlier compacted; the bytes
+    saved (MEMORY USAGE, the queues' not counted)."""
+    saved = store.drop_quiet_events(sids, quiet_ms, sub_idle_ms)
     store.drop_taken_queues(sids)
     keys = store.session_streams(sids)
     return saved + store.compact_streams(keys, MAX_ENTRIES, SLACK_BYTES, NODE_BYTES, settled_ms)
 
 
-def compact_all(store: Store, *, force: bool = False, quiet_ms: int = QUIET_MS) -> int:
+def compact_all(
+    store: Store,
+    *,
+    force: bool = False,
+    quiet_ms: int = QUIET_MS,
+    sub_idle_ms: int = SUB_IDLE_MS,
+) -> int:
     """Compact the sessions' short streams; the bytes saved (MEMORY USAGE).
 
     A pass starts at most every COMPACT_EVERY_S across every process and goes :data:`CHUNK`
@@ -74,7 +89,8 @@ def compact_all(store: Store, *, force: bool = False, quiet_ms: int = QUIET_MS) 
     :data:`BUDGET_S` (one at least), a tick every :data:`GAP_S` at most, so a large
     registry never holds up a tick's wakes; ``force`` does every session now, its streams
     written moments ago too (the pass leaves those for :data:`SETTLED_MS`). Events quiet
-    for ``quiet_ms`` are dropped."""
+    for ``quiet_ms`` are dropped unless a durable subscription used them within
+    ``sub_idle_ms``."""
     global _refused
     if _refused:
         return 0
@@ -93,7 +109,9 @@ def compact_all(store: Store, *, force: bool = False, quiet_ms: int = QUIET_MS) 
     try:
         while left:
             chunk, left = left[:CHUNK], left[CHUNK:]
-            saved += compact_sessions(store, chunk, quiet_ms, 0 if force else SETTLED_MS)
+            saved += compact_sessions(
+                store, chunk, quiet_ms, 0 if force else SETTLED_MS, sub_idle_ms
+            )
             if not force and time.monotonic() - started >= BUDGET_S:
                 break
     except redis.ResponseError as exc:

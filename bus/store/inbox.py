@@ -419,6 +419,15 @@ class InboxStore(StorePart):
         """Record member ``name``'s status in ``workspace``."""
         self.r.hset(self.k.members(workspace), name, status)
 
+    def index_member_fold(self, fold: str, workspace: str, name: str) -> None:
+        """Remember member ``workspace/name`` under its handle folded (``fold``)."""
+        self.r.hset(self.k.member_folds, fold, f"{workspace}/{name}")
+
+    def member_by_fold(self, fold: str) -> str | None:
+        """The member (``workspace/name``) whose handle folds to ``fold``, if any."""
+        raw = self.r.hget(self.k.member_folds, fold)
+        return str(raw) if raw else None
+
     def take_picture_bytes(self, sid: str, size: int, cap: int) -> bool:
         """Count ``size`` more bytes of pictures kept for ``sid``'s items, unless that
         would pass ``cap`` (then nothing is counted and the answer is False)."""

@@ -48,8 +48,11 @@ buses, or several tests, share one server.
 | ``P:workers`` | set: names that keep a heartbeat (hosts' workers, ``scheduler``) | worker, scheduler | - |
 | ``P:beat:<name>`` | hash: pid, started, beat (ms), progress (ms), done: a worker's or the scheduler's heartbeat | worker, scheduler | - |
 | ``P:hostclaim:<host>`` | hash: floor (``<machine>\t<home>``), pid, since, beat (ms): the floor that serves the host; a worker of another floor is refused (bus/telemetry/host_floor.py, host_claim.lua) | the serving worker, every beat | TTL 10 s, renewed every beat; deleted at a clean stop |
-| ``P:{sid}:subs`` | hash: durable subscription name → the last ``events`` id it took of the session (bus/services/durable_watch.py); while it exists the session's events are kept | a durable subscriber | deleted with ``--reset`` |
-| ``P:sub:<name>`` | hash: created (ms): a durable subscription (bus/services/durable_watch.py) | a durable subscriber | deleted with ``--reset`` |
+| ``P:{sid}:subs`` | hash: durable subscription name → ``<the last events id it took of the session>|<ms of its last use>`` (bus/services/durable_watch.py); while one was used within ``INBOX_SUB_IDLE_S`` the session's events are kept | a durable subscriber | deleted with ``--reset``; dropped by the compaction pass once none is in use (events_quiet.lua) |
+| ``P:sub:<name>`` | hash: created (ms): a durable subscription (bus/services/durable_watch.py); a reader's own (MCP, the gateway) is named ``<reader>/<name>`` | a durable subscriber | deleted with ``--reset``; expires ``INBOX_SUB_IDLE_S`` after its last use |
+| ``P:{sid}:rsubs`` | zset: the reader's own subscription names → last use (ms); at most ``INBOX_SUB_MAX`` | a reader's watch (MCP, the gateway; sub_claim.lua) | idle names dropped after ``INBOX_SUB_IDLE_S``; expires with them |
+| ``P:{hs:<skeleton>}:skel`` | hash: session id → "" for the sessions whose handle is not ASCII, by the handle's confusable skeleton (bus.trust.rules.skeleton) | session open | - |
+| ``P:member_folds`` | hash: a member's ``workspace:name`` folded (bus.trust.rules.handle_fold) → ``workspace/name``: handles folding alike are reserved | member add | - |
 | ``P:memory`` | hash: server setting → JSON of the scheduler's last outcome (want, found, state, why, at; bus/store/server_memory.py) | scheduler, once a minute | - |
 | ``P:hostclaim:<host>:refused`` | hash: floor, pid, at (ms), holder, holder_pid: the last worker refused the host | a refused worker | TTL 1 hour |
 | ``P:{kick:<host>}:list`` | list: session ids whose delivery a loop of the host's workers runs (``INBOX_KICK=list``, bus/delivery/kick_list.py) | dispatch (kick_push.lua) | popped by the loops; no more pushes past 10,000 |
@@ -163,6 +166,23 @@ class Keys:
             raise ValueError(f"bad handle {handle!r}")
         return f"{self.prefix}:{{h:{handle}}}:sidh"
 
+    def skeleton_map(self, skeleton: str) -> str:
+        """The sessions whose handle is not ASCII, by the handle's confusable skeleton
+        (bus.trust.rules.skeleton), as hash fields: a look-alike of a live handle is found
+        by its skeleton."""
+        self.handle_map(skeleton)  # the same checks
+        return f"{self.prefix}:{{hs:{skeleton}}}:skel"
+
+    @property
+    def member_folds(self) -> str:
+        """Every member's ``workspace:name`` folded (bus.trust.rules.handle_fold) →
+        ``workspace/name``: a session handle that folds alike is reserved."""
+        return f"{self.prefix}:member_folds"
+
+    def reader_subs(self, reader: str) -> str:
+        """A reader's durable subscriptions (MCP, the gateway): zset name → last use ms."""
+        return self.s(reader, "rsubs")
+
     def bucket(self, sender: str) -> str:
         """A sender's send-rate bucket; ``sender`` (a token subject, session or handle,
         self-reported without a secret) is hashed, so no label can shape a key."""
@@ -246,9 +266,24 @@ class Keys:
         return f"{self.prefix}:beat:{name}"
 
     def sub(self, name: str) -> str:
-        """A durable subscription's own record (bus.services.durable_watch)."""
-        check_session_id(name, "subscription name")
+        """A durable subscription's own record (bus.services.durable_watch). A name is a
+        session-id-like word, or a reader's own ``<reader>/<name>`` (:meth:`reader_sub`):
+        ``/`` is in no session id, so two readers' names never meet."""
+        reader, slash, own = name.partition("/")
+        if slash:
+            check_session_id(reader, "subscription reader")
+            check_session_id(own, "subscription name")
+        else:
+            check_session_id(name, "subscription name")
         return f"{self.prefix}:sub:{name}"
+
+    @staticmethod
+    def reader_sub(reader: str, name: str) -> str:
+        """The stored name of ``reader``'s own subscription ``name``: ``<reader>/<name>``
+        (a session id may hold ``.``, never ``/``, so no other reader's name is the same)."""
+        check_session_id(reader)
+        check_session_id(name, "subscription name")
+        return f"{reader}/{name}"
 
     @property
     def memory(self) -> str:

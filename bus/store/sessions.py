@@ -94,6 +94,16 @@ class SessionStore(StorePart):
             pipe.hgetall(self.k.s(sid, "session"))
         return [record_info(d, s) for d, s in zip(pipe.execute(), ids, strict=True) if d]
 
+    def index_skeleton(self, skeleton: str, sid: str) -> None:
+        """List ``sid`` under its handle's confusable ``skeleton`` (a handle not ASCII)."""
+        self.r.hset(self.k.skeleton_map(skeleton), sid, "")
+
+    def sessions_by_skeleton(self, skeleton: str) -> list[SessionInfo]:
+        """The sessions :meth:`index_skeleton` listed under ``skeleton``, as they are now."""
+        sids = sorted(str(s) for s in self.r.hkeys(self.k.skeleton_map(skeleton)))
+        found = [self.get_session(sid) for sid in sids]
+        return [s for s in found if s is not None]
+
     def sessions_by_handle(self, handle: str) -> list[SessionInfo]:
         """Sessions whose record carries ``handle`` now, sorted by id: those the handle's
         hash lists, and the session a default handle (``<host>:<sid>``, not listed) names."""

@@ -12,6 +12,10 @@ from typing import Any
 from .base import StorePart
 from .keys import is_thread_id
 
+# A durable subscription's cursor unused this long keeps no session's events (the
+# default of INBOX_SUB_IDLE_S, a week).
+SUB_IDLE_MS = 7 * 86400 * 1000
+
 
 class CompactStore(StorePart):
     """Short streams rewritten to the memory their entries need."""
@@ -33,14 +37,19 @@ class CompactStore(StorePart):
         calls = [self.script_call("stream_compact", [key], args) for key in keys]
         return sum(int(x or 0) for x in self.run_scripts(calls))
 
-    def drop_quiet_events(self, sids: list[str], quiet_ms: int) -> int:
+    def drop_quiet_events(
+        self, sids: list[str], quiet_ms: int, sub_idle_ms: int = SUB_IDLE_MS
+    ) -> int:
         """Drop the ``events`` of each of ``sids`` whose newest record is older than
-        ``quiet_ms`` (``events_quiet.lua``); the bytes freed, by MEMORY USAGE."""
+        ``quiet_ms`` and that no durable subscription used within ``sub_idle_ms``
+        (``events_quiet.lua``); the bytes freed, by MEMORY USAGE."""
         if not sids:
             return 0
         calls = [
             self.script_call(
-                "events_quiet", list(self.k.s_many(sid, ("events", "subs"))), [int(quiet_ms)]
+                "events_quiet",
+                list(self.k.s_many(sid, ("events", "subs"))),
+                [int(quiet_ms), int(sub_idle_ms)],
             )
             for sid in sids
         ]

@@ -1,7 +1,10 @@
 """The store's durable subscriptions (bus/services/durable_watch.py): a cursor per followed session.
 
 A mixin of :class:`~bus.store.store.Store`. Each cursor sits in its session's slot
-(``P:{sid}:subs``), beside the ``events`` stream it points into.
+(``P:{sid}:subs``), beside the ``events`` stream it points into, as
+``<events id>|<ms of its last use>``: a cursor unused for ``INBOX_SUB_IDLE_S`` keeps the
+session's events no longer (``events_quiet.lua``), and one whose records were dropped so
+is ``gone`` (its subscription refused ``cursor_expired``).
 """
 
 from __future__ import annotations
@@ -9,8 +12,18 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from bus.core.models import now_ms
+
 from .base import StorePart
 from .cluster import Poll, read_streams
+
+# A cursor whose records the compaction pass dropped while it was unused (events_quiet.lua).
+GONE = "gone"
+
+
+def cursor_of(raw: str | None) -> str | None:
+    """The events id a stored cursor names (``<id>|<ms>``; an older one is the bare id)."""
+    return raw.partition("|")[0] if raw else None
 
 
 class SubsStore(StorePart):
@@ -47,11 +60,23 @@ class SubsStore(StorePart):
         """Whether the session's ``events`` stream still holds the record ``event_id``."""
         return bool(self.r.xrange(self.k.s(sid, "events"), event_id, event_id))
 
-    def sub_open(self, name: str, now_ms: int) -> int:
-        """The subscription's creation time (ms), made now if it is new."""
+    def sub_open(self, name: str, now: int, idle_ms: int = 0) -> int:
+        """The subscription's creation time (ms), made now if it is new; with ``idle_ms``
+        its record expires that long after its last open."""
         key = self.k.sub(name)
-        self.r.hsetnx(key, "created", now_ms)
-        return int(self.r.hget(key, "created") or now_ms)
+        pipe = self.pipeline(transaction=True)
+        pipe.hsetnx(key, "created", now)
+        pipe.hget(key, "created")
+        if idle_ms:
+            pipe.pexpire(key, idle_ms)
+        created = pipe.execute()[1]
+        return int(created or now)
+
+    def sub_claim(self, reader: str, name: str, now: int, idle_ms: int, most: int) -> bool:
+        """Reader ``reader`` uses its subscription ``name`` now: False when it is new and
+        the reader holds ``most`` in use already (``sub_claim.lua``)."""
+        keys = [self.k.reader_subs(reader)]
+        return bool(self.script("sub_claim")(keys=keys, args=[name, now, idle_ms, most]))
 
     def sub_cursors(self, name: str, sids: list[str]) -> dict[str, str | None]:
         """Each session's cursor of subscription ``name`` (``None``: none yet)."""
@@ -59,15 +84,18 @@ class SubsStore(StorePart):
         pipe = self.pipeline()
         for sid in sids:
             pipe.hget(self.k.s(sid, "subs"), name)
-        return {sid: (str(c) if c else None) for sid, c in zip(sids, pipe.execute(), strict=True)}
+        got = pipe.execute()
+        return {sid: cursor_of(str(c) if c else None) for sid, c in zip(sids, got, strict=True)}
 
     def sub_commit(self, name: str, cursors: dict[str, str]) -> None:
-        """Move subscription ``name``'s cursors (one round trip per node)."""
+        """Move subscription ``name``'s cursors, each marked used now (one round trip
+        per node)."""
         if not cursors:
             return
+        at = now_ms()
         pipe = self.pipeline()
         for sid, cursor in cursors.items():
-            pipe.hset(self.k.s(sid, "subs"), name, cursor)
+            pipe.hset(self.k.s(sid, "subs"), name, f"{cursor}|{at}")
         pipe.execute()
 
     def sub_reset(self, name: str, sids: list[str]) -> None:

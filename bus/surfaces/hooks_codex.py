@@ -72,9 +72,12 @@ def codex_settings(inbox_cmd: str = "inbox", env: dict[str, str] | None = None) 
 
 
 def _kept_wake_cmd(bus: Bus, sid: str) -> str | None:
-    """The wake command the session was opened with (a re-open from a hook keeps it)."""
-    info = bus.store.get_session(sid)
-    return info.wake_cmd if info is not None else None
+    """The wake command the session was opened with on this host (a re-open from a hook
+    keeps it): the one kept in its folder, never the record's in Redis, which a re-open
+    would otherwise make this host's (bus.delivery.kept_wake)."""
+    from bus.delivery import kept_wake
+
+    return kept_wake.kept(bus.floor, sid)
 
 
 def run_codex_hook(event: str, payload: dict[str, Any], bus: Bus) -> tuple[int, str]:

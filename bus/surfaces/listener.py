@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from bus.core import unix_socket
 from bus.core.errors import BadInput, Refused
-from bus.delivery.floor import HEARD, SOCKET, Floor, record_heard
+from bus.delivery.floor import HEARD, SOCKET, Floor, line_key, record_heard
 
 ACK_OK = b'{"ok": true}\n'
 ACK_NO = b'{"ok": false}\n'
@@ -202,8 +202,9 @@ class Listener:
             return False
         if not isinstance(obj, dict):
             return False
-        msg_id = obj.get("id")
-        key = msg_id if isinstance(msg_id, str) and msg_id else None
+        # A message id is its sender's: another sender's line with the same id is no
+        # duplicate of it (bus.delivery.floor.line_key).
+        key = line_key(obj)
         with self._handle_lock:
             if key is not None and key in self._seen:
                 self._seen.move_to_end(key)
@@ -218,7 +219,7 @@ class Listener:
                 # then skips it (bus.delivery.floor.heard_ids). Not recorded, it is seen
                 # twice at worst.
                 try:
-                    record_heard(self.session_dir, [key], self.remember)
+                    record_heard(self.session_dir, [obj], self.remember)
                 except OSError as exc:
                     print(f"inbox listen: {HEARD} not written: {exc}", file=sys.stderr)
                 self._seen[key] = None

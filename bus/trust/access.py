@@ -61,10 +61,18 @@ class Access:
         return claims
 
     def settle(self, data: dict[str, Any], claims: Claims | None) -> dict[str, Any]:
-        """A sent message's fields as the bus stores them, whatever the surface: its
-        sender from the token (:meth:`as_token_subject`), else marked unverified (and
+        """A sent message's fields as the bus stores them, whatever the surface: a kind
+        the bus writes itself refused (``kind_reserved``); its sender from the token (:meth:`as_token_subject`), else marked unverified (and
         from ``INBOX_SESSION`` when set); its ``ts`` the server's time, never the
         sender's (the bus's clock)."""
+        kind = data.get("kind")
+        if kind not in (None, "message"):
+            raise BadInput(
+                f"kind {str(kind)[:40]!r} is the bus's own (it writes notices, replies, "
+                "retractions, decisions and item messages itself); a sender's message is "
+                "kind 'message' or names none",
+                code="kind_reserved",
+            )
         if claims is None:
             data = {**data, "verified": False}
             if self.settings.session and not data.get("from_session"):

@@ -7,6 +7,7 @@ surfaces call them.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import shlex
@@ -14,7 +15,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from bus.core.text import is_format_char
+from bus.core.text import INVISIBLE_FILLERS, is_format_char
 
 # -- labels ------------------------------------------------------------------------------
 
@@ -32,13 +33,26 @@ def scripts_of(text: str) -> set[str]:
     return {s for s in (_script(ch) for ch in text) if s}
 
 
-# Characters that print as nothing (or as a space) but are letters or symbols to Unicode,
-# so the category checks below would let them through: the Braille blank, Hangul and
-# half-width fillers, Khmer inherent vowels, the Mongolian vowel separator.
-_INVISIBLE = frozenset("\u2800\u3164\u115f\u1160\uffa0\u17b4\u17b5\u180e")
+# Characters that print as nothing but pass the category checks below.
+_INVISIBLE = INVISIBLE_FILLERS
 
 # First parts of a handle no session may take: the web operator writes as operator:<name>.
 RESERVED_HANDLE_PARTS = frozenset({"operator"})
+
+
+# Characters that read as a list separator or a dot between names in a notice's sender
+# list ("h1:mallory,operator:root" reads as two senders).
+HANDLE_SEPARATORS = frozenset(",;\u00b7\u0387\u2022\u2027\u2219\u22c5\u30fb\u3001\uff65")
+
+
+# Scripts one language writes together (TR39's "highly restrictive" level): Latin with
+# Japanese, Chinese or Korean passes; Latin with Cyrillic, Greek or Armenian (whose
+# letters read as Latin ones) never does.
+_SCRIPTS_WRITTEN_TOGETHER = (
+    frozenset({"LATIN", "CJK", "HIRAGANA", "KATAKANA", "KATAKANA-HIRAGANA"}),
+    frozenset({"LATIN", "CJK", "BOPOMOFO"}),
+    frozenset({"LATIN", "CJK", "HANGUL"}),
+)
 
 
 def handle_problem(handle: str) -> str | None:
@@ -47,8 +61,11 @@ def handle_problem(handle: str) -> str | None:
     Refused: control, format, space-like or invisible characters (invisible in a stamp);
     characters that compatibility normalisation (NFKC) changes, so full-width letters,
     mathematical alphabets, ligatures and superscripts never pass for the plain letters
-    they look like; and letters from more than one script in one part (``hа:alice``
-    with a Cyrillic ``а`` looks like ``ha:alice``).
+    they look like; list separators (``,``, ``;``, ``·`` and their kin), which make one
+    handle read as two; and letters from more than one script in the whole handle
+    (``hа:alice`` with a Cyrillic ``а`` looks like ``ha:alice``, ``һ1:alice`` like
+    ``h1:alice``, and ``h1:аре`` like ``h1:ape``), but for the scripts one language
+    writes together (Latin with Han and kana, Bopomofo or Hangul).
     """
     if any(
         unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Zs")
@@ -59,18 +76,71 @@ def handle_problem(handle: str) -> str | None:
         return "contains control, format, space or invisible characters"
     if not handle.isascii() and unicodedata.normalize("NFKC", handle) != handle:
         return "contains look-alike characters (not in NFKC form)"
-    for part in handle.split(":"):
-        found = scripts_of(part)
-        if len(found) > 1:
-            return f"mixes scripts ({', '.join(sorted(found))}) in {part!r}"
+    # The skeleton's too: a look-alike of a comma (U+201A) reads as one.
+    seps = sorted({ch for ch in handle + skeleton(handle) if ch in HANDLE_SEPARATORS})
+    if seps:
+        return f"contains list separators ({' '.join(seps)}), which read as two handles"
+    found = scripts_of(handle)
+    if len(found) > 1 and not any(found <= ok for ok in _SCRIPTS_WRITTEN_TOGETHER):
+        return f"mixes scripts ({', '.join(sorted(found))})"
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _prototype(ch: str) -> str:
+    """The character ``ch`` is confusable with that stands for it in a skeleton: an ASCII
+    look-alike when Unicode's confusables list one (TR39's data, as the
+    ``confusable_homoglyphs`` package ships it), else the lowest of ``ch`` and its
+    one-character look-alikes; ASCII stays itself."""
+    if ch.isascii():
+        return ch
+    # Imported here: its table takes ~35 ms to load, and only a session's open needs it.
+    from confusable_homoglyphs import confusables
+
+    alikes = [
+        a["c"]
+        for a in confusables.confusables_data.get(ch, ())
+        if len(a["c"]) == 1 and not is_format_char(a["c"])
+    ]
+    ascii_alikes = sorted(a for a in alikes if a.isascii() and a.isprintable())
+    if ascii_alikes:
+        return ascii_alikes[0]
+    return min([ch, *alikes])
+
+
+def skeleton(text: str) -> str:
+    """``text``'s confusable skeleton (after Unicode TR39): each character replaced by the
+    prototype it reads as, so ``һ1:alice`` (Cyrillic ``һ``) and ``h1:alice`` have one
+    skeleton. ASCII is its own (two different ASCII handles never share one)."""
+    return "".join(_prototype(ch) for ch in unicodedata.normalize("NFKC", text))
+
+
+def handle_fold(text: str) -> str:
+    """``text`` as a reserved name is compared: its skeleton, case-folded, with every
+    character that is not a letter or a digit dropped (``ACME``, ``acme.`` and ``аcme``
+    all fold to ``acme``)."""
+    return "".join(ch for ch in skeleton(text).casefold() if ch.isalnum())
+
+
+def member_fold(workspace: str, name: str) -> str:
+    """A member's handle ``workspace:name`` as a session handle is compared with it:
+    each part folded (:func:`handle_fold`)."""
+    return f"{handle_fold(workspace)}:{handle_fold(name)}"
+
+
+def handle_fold_of(handle: str) -> str:
+    """A session handle folded as :func:`member_fold` folds a member's."""
+    first, _, rest = handle.partition(":")
+    return member_fold(first, rest)
 
 
 def reserved_handle(handle: str) -> str | None:
     """Why ``handle`` is reserved for someone other than a session, or None (the pure
-    part: a member's own ``workspace:name`` is checked against the store)."""
+    part: a member's own ``workspace:name`` is checked against the store). The first
+    part is compared folded (:func:`handle_fold`): ``Operator:root``, ``operator.:root``
+    are the operator's too."""
     first = handle.partition(":")[0]
-    if first.lower() in RESERVED_HANDLE_PARTS:
+    if handle_fold(first) in {handle_fold(p) for p in RESERVED_HANDLE_PARTS}:
         return f"{first}:<name> is the web operator's"
     return None
 
@@ -204,3 +274,26 @@ def join_refusal(
     if not auth or workspace is None or wanted == prior or kind == "operator":
         return None
     return "token_missing" if kind is None else "not_your_workspace"
+
+
+def parent_refusal(
+    prior: str | None,
+    wanted: str | None,
+    opener: tuple[str, str] | None,
+    *,
+    exists: bool,
+    sid: str,
+    auth: bool,
+) -> str | None:
+    """Why a session open may not name ``wanted`` as the session's parent, or None.
+
+    A parent follows the session's whole inbox (its lanes, bus.services.durable_watch),
+    so with authentication on an existing session's parent moves (to another, not to
+    none) only with the session's own token or an operator's (``parent_fixed``); a new
+    session's opener names whom it likes, before anything was sent to it."""
+    if not auth or not exists or wanted is None or wanted == prior:
+        return None
+    kind, sub = opener or (None, "")
+    if kind == "operator" or (kind == "session" and sub == sid):
+        return None
+    return "parent_fixed"

@@ -329,18 +329,32 @@ def create_app(
         )
 
     @app.get("/health", response_model=Health, response_model_exclude_none=True)
-    async def health() -> Health:
-        """Always 200: ``redis`` says whether the store answered (``/send`` works either way)."""
+    async def health(request: Request) -> Health:
+        """Always 200: ``redis`` says whether the store answered (``/send`` works either way).
+        With ``INBOX_SECRET`` set, the host's name and the workers (their floors' folders
+        and pids) are shown only to a caller with a valid token."""
 
-        def ping() -> tuple[bool, list[dict[str, Any]] | None]:
+        def ping() -> tuple[bool, bool, list[dict[str, Any]] | None]:
+            shown = _may_see_details(_bearer(request))
             try:
                 bus.store.ping()
-                return True, liveness.workers(bus.store)
+                return True, shown, (liveness.workers(bus.store) if shown else None)
             except (BusError, StoreError, OSError):
-                return False, None
+                return False, shown, None
 
-        up, workers = await run_in_threadpool(ping)
-        return Health(redis=up, host=bus.settings.host, workers=workers)
+        def _may_see_details(token: str | None) -> bool:
+            if not bus.auth.enabled:
+                return True
+            if not token:
+                return False
+            try:
+                bus.auth.verify(token)
+            except (BusError, StoreError):
+                return False
+            return True
+
+        up, shown, workers = await run_in_threadpool(ping)
+        return Health(redis=up, host=bus.settings.host if shown else None, workers=workers)
 
     @app.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
     async def metrics() -> Response:

@@ -63,7 +63,9 @@ class BusErrorAnswer(BaseModel):
 class Health(BaseModel):
     ok: bool = True
     redis: bool
-    host: str
+    # The host's name and its workers: shown to a caller with a valid token only, when
+    # INBOX_SECRET is set.
+    host: str | None = None
     # Each host's worker (and the scheduler): heartbeat ages, queue depth; absent when
     # Redis is down.
     workers: list[dict[str, Any]] | None = None

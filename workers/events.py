@@ -1,4 +1,4 @@
-"""The kick loops' work as Celery task events, so Flower shows it (docs/decisions/flower-events.md).
+"""The kick loops' work as Celery task events, so Flower shows it (docs/decisions/delivery-path.md).
 
 A delivery kicked through the host's kick list is not a Celery task, so Celery itself
 says nothing of it. :class:`FlowerReporter` turns what each delivery batch did

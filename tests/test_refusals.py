@@ -32,6 +32,7 @@ CASES: list[tuple[str, dict[str, str], str, int, str]] = [
     ("send --to-id x --from h:me --text hi", NO_REDIS, "unavailable", 3, "inbox up"),
     ("deliver a/b --from h:me --text t", {}, "bad_input", 2, "invalid session id"),
     ("peek nosuch", {}, "not_found", 1, "open it with"),
+    ("doctor a/b", {}, "bad_input", 2, "invalid session id"),
     ("drain nosuch", {}, "not_found", 1, "open it with"),
     ("drain a/b", {}, "bad_input", 2, "invalid session id"),
     ("listen a/b", {}, "bad_input", 2, "invalid session id"),

@@ -469,8 +469,10 @@ def prepared_runner() -> Any:
     """``run(argv) -> exit code``: :func:`main`'s run, with the command built and the
     library imported now (bus.surfaces.command_server forks from the process that calls this)."""
     # What the commands import on first use.
-    import bus.api
-    import bus.store.connection  # noqa: F401
+    import bus.api  # noqa: F401
+    from bus.store.connection import reuse_clients
+
+    reuse_clients()  # one command after another: a command reuses the last one's connection
 
     built = _Built()
 

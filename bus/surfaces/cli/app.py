@@ -433,8 +433,11 @@ def top(
 @app.command(rich_help_panel=HARNESS)
 def mcp() -> None:
     """The MCP server on stdio (official mcp SDK)."""
+    from bus.core.hook_env import load_hook_env
     from bus.surfaces.mcp_server import run_stdio
 
+    # Started by a harness, as its hooks are: a password URL is kept for them, not passed.
+    load_hook_env()
     run_stdio(connect())
 
 

@@ -4,7 +4,8 @@
 :func:`run` answers the exit code once the server's child has run the command on this
 process's stdin, stdout and stderr, or ``None`` when nothing ran and the full command line
 must run it here: no server (no socket, nobody listening), a server of another install,
-one that does not take the request within :data:`TAKE_S`, or any error before the go.
+one that does not take the request within :data:`TAKE_S`, any error before the go, or a
+command that may run long (``send --wait``, ``send --jsonl``: :data:`LONG`).
 The exchange is described in bus.surfaces.command_server.
 """
 
@@ -19,6 +20,9 @@ SOCKET_NAME = "commands.sock"
 SOCKET_PATH_MAX = 100  # bus.core.locate.SOCKET_PATH_MAX
 OFF_VAR = "INBOX_FAST_SEND"
 TAKE_S = 2.0  # seconds a server has to take the request before this process runs it
+# Options that make a command run long (a wait for the answering turn, a stream of lines):
+# such a command runs here, where its start-up is a small part of its time.
+LONG = ("--wait", "--jsonl")
 
 
 def socket_path(home: str) -> str:
@@ -60,6 +64,8 @@ def run(argv: list[str], home: str) -> int | None:
     """Run ``argv`` on the warm server of ``home``; its exit code, or None (see above)."""
     if os.environ.get(OFF_VAR) == "0" or None in (sys.stdin, sys.stdout, sys.stderr):
         return None
+    if any(a in LONG or a.startswith("--jsonl=") for a in argv):
+        return None  # a long command would hold one of the server's few workers
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(TAKE_S)

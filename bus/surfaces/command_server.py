@@ -1,18 +1,20 @@
 """The write commands' warm start: ``send``, ``reply``, ``withdraw`` and ``decide`` run by the
-full command line in a process forked from one that has already imported it.
+full command line in a process that has already imported it.
 
-Importing the library, typer, pydantic and redis-py costs a write command most of its half
-second, and no subset of it is enough to apply the send's rules (validation, id ownership,
+Importing the library, typer, pydantic and redis-py costs a write command most of its
+time, and no subset of it is enough to apply the send's rules (validation, id ownership,
 rate limits, routing, the worker's kick, token checks). So ``inbox up`` keeps this server
-running: it imports the command line and builds its click command once, then listens on
-a unix socket (:func:`socket_path`, owner-only). bus.surfaces.command_client (the
-``inbox`` entry point, standard library only) connects, passes its stdin, stdout and
-stderr (``SCM_RIGHTS``), its argv, environment, working directory and stdio encodings;
-the server forks; the child takes the caller's descriptors, environment and directory and
-runs :func:`bus.surfaces.cli.app.run_command` on the argv: the same code a cold ``inbox``
-runs, so every answer, refusal and exit code is the cold one's. Nothing is cached across
-calls but imported modules and the built command: each child reads its settings from the
-caller's environment and opens its own Redis connection.
+running: it imports the command line and builds its click command once, listens on a unix
+socket (:func:`socket_path`, owner-only) and forks :data:`WORKERS` workers that accept
+clients one at a time. bus.surfaces.command_client (called by the ``inbox`` entry point,
+standard library only) connects and passes its stdin, stdout and stderr (``SCM_RIGHTS``),
+its argv, environment, working directory and stdio encodings; the worker puts them in
+place of its own and runs :func:`bus.surfaces.cli.app.prepared_runner`'s run on the argv:
+the same code a cold ``inbox`` runs, so every answer, refusal and exit code is the cold
+one's; then it puts its own back. Kept from one command to the next: the imported modules,
+the built command and the store's client for the same store settings
+(bus.store.connection.reuse_clients); everything else (the settings, the ``Bus``) is made
+from the caller's environment each time.
 
 The exchange (all on the one connection):
 
@@ -20,12 +22,13 @@ The exchange (all on the one connection):
    NUL-separated: :data:`MAGIC`, the client module's path and interpreter (a server
    of another install answers ``full``), cwd, the stdin/stdout/stderr encodings and
    errors, the argv count, the argv, then ``KEY=VALUE`` environment entries;
-2. child: ``+`` (taken) or ``full`` (run it yourself; nothing ran);
+2. worker: ``+`` (taken) or ``full`` (run it yourself; nothing ran);
 3. client: ``g`` (go). Only now does the command run: a client that gave up waiting for
-   the ``+`` closes instead, and the child, reading EOF, runs nothing. So a command runs
+   the ``+`` closes instead, and the worker, reading EOF, runs nothing. So a command runs
    once, here or in the client, never both;
-4. child: ``=<exit code>\\n``; the worker takes its next client. If the client goes away first (Ctrl-C), the
-   child gets SIGINT, as the cold process would have.
+4. worker: ``=<exit code>`` and a newline; then it takes its next client. If the client
+   goes away first (its Ctrl-C), the worker gets SIGINT, as the cold process would have,
+   and leaves once the command has ended.
 """
 
 from __future__ import annotations

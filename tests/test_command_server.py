@@ -11,6 +11,7 @@ imported the library. The few names the client mirrors are held equal to the ser
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -298,3 +299,43 @@ def test_a_header_round_trips(monkeypatch: pytest.MonkeyPatch) -> None:
     assert req.argv == ["send", "--text", "é"]
     assert req.env[b"INBOX_X"] == b"a=b"
     assert (req.client, req.python) == command_server.client_id()
+
+
+def test_a_client_that_goes_away_interrupts_its_command(
+    server: Path, settings: Settings, home: Path
+) -> None:
+    # A store that accepts and never answers holds the command in the worker; the client
+    # is then killed, as a Ctrl-C would end it.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    silent.settimeout(60)
+    env = {
+        **settings_env(settings),
+        "INBOX_REDIS_URL": f"redis://127.0.0.1:{silent.getsockname()[1]}/0",
+        "INBOX_REDIS_TIMEOUT_S": "120",
+    }
+    client = subprocess.Popen(
+        [str(INBOX), "send", "--to-id", "bob", "--from", "hosta:a", "--text", "hi"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        conn, _ = silent.accept()  # the worker's store connection: the command runs
+        conn.settimeout(60)
+        client.kill()
+        client.wait(30)
+        # The worker was interrupted: it drops its store connection (what it asked first,
+        # then the end; a recv past 60 s raises).
+        while conn.recv(65536):
+            pass
+    finally:
+        if client.poll() is None:
+            client.kill()
+        silent.close()
+    # The server still answers (a fresh worker took the leaving one's place).
+    ok = subprocess.run(
+        [str(INBOX), "send", "--help"], env=settings_env(settings), capture_output=True, timeout=60
+    )
+    assert ok.returncode == 0

@@ -46,6 +46,7 @@ docs: install
 bench: install
 	$(PY) bench/burst.py
 	$(PY) bench/hooks.py
+	$(PY) bench/cli_send.py
 	$(PY) bench/swarm.py
 
 chaos: install

@@ -25,6 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _RUN = re.compile(r"please run: ([^\n\"\\]+)")
+# "please call: <tool> <JSON input>": a call of that tool (an MCP tool: mcp__<server>__<name>).
+_CALL = re.compile(r"please call: (\S+) (\{[^\n]*\})")
 _ids = itertools.count(1)
 
 
@@ -129,6 +131,11 @@ class ModelStub:
                         "partial_json": json.dumps({"command": arg, "description": "run"}),
                     }
                     stop = "tool_use"
+                elif kind == "call":
+                    name, _, given = arg.partition(" ")
+                    block = {"type": "tool_use", "id": f"toolu_{n}", "name": name, "input": {}}
+                    delta = {"type": "input_json_delta", "partial_json": given}
+                    stop = "tool_use"
                 else:
                     block = {"type": "text", "text": ""}
                     delta = {"type": "text_delta", "text": arg}
@@ -232,6 +239,9 @@ class ModelStub:
     def _decide(last_texts: list[str], is_result: bool) -> tuple[str, str]:
         if is_result:
             return "text", "done"
+        called = _CALL.search("\n".join(last_texts))
+        if called:
+            return "call", f"{called.group(1)} {called.group(2)}"
         found = _RUN.search("\n".join(last_texts))
         if found:
             return "tool", found.group(1).strip()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -18,6 +19,8 @@ import pytest
 
 from bench.worker_proc import WorkerProcess
 from bus.api import Bus
+from bus.core.errors import NotFound
+from bus.core.hook_env import HOOK_ENV
 from bus.core.settings import Settings
 from tests.conftest import wait_for
 from tests.harness_support import Tmux, bare_env, find_cli, install_hooks, only_session
@@ -322,3 +325,54 @@ def _is_result(body: dict[str, Any]) -> bool:
     return isinstance(content, list) and any(
         isinstance(b, dict) and b.get("type") == "tool_result" for b in content
     )
+
+
+def test_a_model_turn_sends_through_the_inbox_mcp_server_as_its_session(
+    claude: Claude,
+) -> None:
+    # The MCP server added as docs/harnesses.md says, with the settings the hooks carry;
+    # no INBOX_SESSION anywhere: the SessionStart hook recorded the session for it.
+    inbox = Path(sys.executable).parent / "inbox"
+    settings = [f"{k}={v}" for k, v in claude.settings.child_env().items() if k in HOOK_ENV]
+    added = subprocess.run(
+        [str(claude.bin), "mcp", "add", "--scope", "user", "inbox",
+         *(a for kv in settings for a in ("-e", kv)), "--", str(inbox), "mcp"],
+        cwd=claude.project, env=claude.env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr + added.stdout
+    local = claude.project / ".claude" / "settings.local.json"
+    local.write_text(json.dumps({"permissions": {"allow": ["Bash", "mcp__inbox"]}}))
+    bus = claude.bus
+    bus.open_session("peer", handle="hosta:peer")
+    call = json.dumps({"to_id": "peer", "text": "sent over mcp"})
+    done = subprocess.run(
+        [str(claude.bin), "-p", f"please call: mcp__inbox__send {call}", "--output-format", "json"],
+        cwd=claude.project, env=claude.env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+    [sid] = [s for s in bus.store.session_ids() if s != "peer"]
+    result = claude.stub.wait_for(_is_result, 60, "the tool result's request")
+    [answer] = [
+        b for m in result["messages"] if isinstance(m.get("content"), list)
+        for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]  # fmt: skip
+    assert not answer.get("is_error"), answer
+    content = answer["content"]
+    text = content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
+    sent = json.loads(text)
+    assert sent["ok"] is True and sent["recipient"]["session"] == "peer"
+    # It went out from Claude Code's own session: in that session's outbox, under its
+    # handle, and arrived in the peer's thread.
+    [mine] = [m for m in bus.sent(sid)["sent"] if m["id"] == sent["id"]]
+    assert mine["to"] == "peer"
+
+    def arrived_in_thread() -> list[dict[str, Any]]:
+        try:
+            thread = bus.read("peer", sent["thread"])["messages"]
+        except NotFound:  # the worker has not delivered it yet
+            return []
+        return [m for m in thread if m["id"] == sent["id"]]
+
+    [arrived] = wait_for(arrived_in_thread, 60, what="the message in the peer thread")  # type: ignore[misc]
+    assert arrived["text"] == "sent over mcp"
+    assert arrived["from"] == bus.session(sid).handle

@@ -16,7 +16,9 @@ import pytest
 from bus.api import Bus
 from bus.core.models import now_ms
 from bus.core.settings import Settings
+from bus.surfaces.command_server import socket_path
 from tests.conftest import settings_env, wait_for
+from tests.test_cli_startup import imported
 
 
 def inbox(
@@ -164,12 +166,23 @@ def test_inbox_up_starts_accepts_a_send_delivers_it_and_stops_cleanly(tmp_path: 
             return [m for m in lines if msg_id in m.get("notice", {}).get("messages", [])]
 
         wait_for(on_floor, timeout=60, what="a notice via inbox up's worker", interval=0.3)
+        # The write commands' warm start is one of inbox up's processes: a send through
+        # the console entry is run by it (the process never imports the library).
+        sock = socket_path(home)
+        wait_for(sock.exists, timeout=60, what="inbox up's command server", interval=0.1)
+        warm, modules = imported(
+            e, "send", "--to-id", "demo", "--from", "uphost:me", "--text", "warm"
+        )
+        assert warm.returncode == 0, warm.stderr
+        assert json.loads(warm.stdout)["state"] == "stored"
+        assert "bus.api" not in modules
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
         code = proc.wait(60)
     assert code == 0, "".join(log)
     assert "inbox up: stopped" in "".join(log)
+    assert not socket_path(home).exists()
     assert (home / "redis" / "appendonly.aof").exists() or (
         home / "redis" / "appendonlydir"
     ).exists()

@@ -442,6 +442,7 @@ def test_messages_unnoticed_past_the_bound_end_expired(make_bus: Callable[..., B
     idle = send(b, text="an fyi nobody reads", **{"class": "fyi"})
     b.deliver_session("bob")
     assert b.store.r.zscore(b.store.k.s("bob", "new"), idle["id"]) is not None
+
     # Each pass expires what is past the bound by then (the notice's messages from today
     # may go first, in the very millisecond the fyi arrived): passes until it is too.
     def idle_expired() -> bool:

@@ -72,7 +72,7 @@ def test_inbox_up_takes_its_spares_from_its_own_settings(
     # the settings, not from it.
     children = processes(settings, settings.child_env({}), tmp_path, concurrency=1)
     spares = {c.name: c.standby is not None for c in children}
-    assert spares == {"worker": worker_spare, "scheduler": scheduler_spare}
+    assert spares == {"worker": worker_spare, "scheduler": scheduler_spare, "commands": False}
 
 
 def _cold_never() -> subprocess.Popen[bytes]:

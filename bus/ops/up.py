@@ -2,7 +2,8 @@
 
 With no ``INBOX_REDIS_URL``, an embedded Redis (persistent, on a unix socket under
 ``$INBOX_HOME``) is started first; then this host's worker and the scheduler run as
-child processes under :class:`bus.ops.supervise.Supervisor`, their output in
+child processes under :class:`bus.ops.supervise.Supervisor`, with the write commands'
+warm start (bus.surfaces.command_server), their output in
 ``$INBOX_HOME/logs/`` (the terminal gets the bus's own lines): a child that exits comes back
 (with backoff, one log line each time), a worker that holds work without progress is
 restarted, a worker refused its host (another floor serves it) or whose home is gone
@@ -36,6 +37,7 @@ def _banner(settings: Settings, url: str, logs: Path) -> str:
             f"inbox up: host {settings.host}, store {url}, home {settings.home}",
             f"  worker:     running ({logs / 'worker.log'})",
             f"  scheduler:  running: wakes, flushes, retries ({logs / 'scheduler.log'})",
+            f"  commands:   running: send, reply, withdraw, decide start warm ({logs / 'commands.log'})",
             "  register a session:  inbox session open demo",
             f"  send to it:          inbox send --to-id demo --from {settings.host}:me --text hello",
             "  read its floor:      inbox drain demo --stamped",
@@ -79,9 +81,14 @@ def processes(
     spare_s = (
         Standby(scheduler_standby_argv(), env, slog, cold_s) if settings.scheduler_standby else None
     )
+    # The write commands' warm start (bus.surfaces.command_server): `inbox send` hands its
+    # argv to this process's forks instead of importing the library itself.
+    clog = logs / "commands.log"
+    commands = spawn_logged([sys.executable, "-m", "bus.surfaces.command_server"], env, clog)
     return [
         Child("worker", spare or cold, host=settings.host, log=wlog, fatal=fatal, standby=spare),
         Child("scheduler", spare_s or cold_s, log=slog, standby=spare_s),
+        Child("commands", commands, log=clog),
     ]
 
 

@@ -67,11 +67,40 @@ class AfterFirstAnswer(Retry):
                 return result
 
 
+# Clients kept for reuse by settings (:func:`reuse_clients`); None: each call makes one.
+_reused: dict[tuple[Any, ...], Any] | None = None
+
+
+def reuse_clients() -> None:
+    """From now on :func:`redis_client` answers the same client (and its open connections)
+    to calls with the same store settings. For a process that runs one command after
+    another (bus.surfaces.command_server's workers): a command then skips the connect and
+    its handshake."""
+    global _reused
+    if _reused is None:
+        _reused = {}
+
+
 def redis_client(settings: Settings) -> Any:
     """A client for the bus store: ``INBOX_REDIS_URL`` or the embedded server's socket;
     a :class:`~redis.cluster.RedisCluster` with ``INBOX_REDIS_CLUSTER=1``. Its calls wait
     ``INBOX_REDIS_TIMEOUT_S`` for an answer, its connects ``INBOX_REDIS_CONNECT_TIMEOUT_S``
     (commands that block use clients of their own: bus.store.blocking)."""
+    if _reused is None:
+        return _new_client(settings)
+    key = (
+        settings.store_url(),
+        settings.redis_cluster,
+        settings.redis_timeout_s,
+        settings.redis_connect_timeout_s,
+    )
+    client = _reused.get(key)
+    if client is None:
+        client = _reused[key] = _new_client(settings)
+    return client
+
+
+def _new_client(settings: Settings) -> Any:
     if settings.redis_cluster:
         return cluster_client(
             settings.store_url(),

@@ -6,8 +6,10 @@ look at the floor with the standard library only; when something waits, bus.deli
 drains it (claim by rename, log, marks recorded, Redis down tolerated, exactly as the
 library does) without importing the library. The everyday read commands (``status``,
 ``threads``, ``read``, ``sent``, ``receipt``, ``read-inbox``) go to bus.surfaces.fast_read,
-which answers them without the library too, or hands them on. Everything else goes to the
-full command line.
+which answers them without the library too, or hands them on. The write commands (``send``,
+``reply``, ``withdraw``, ``decide``) go to the warm server of ``inbox up``
+(bus.surfaces.command_client) when one listens. Everything else goes to the full command
+line.
 
 "Empty" means: no ``messages.jsonl`` with bytes in it, no claim (``messages.draining.*``,
 a drainer's or a dead drainer's) and no marks deferred while Redis was down.
@@ -39,6 +41,9 @@ def seen_marker(sid: str) -> str:
 # bus.surfaces.fast_read.COMMANDS (tests/test_fast_read.py holds them equal): only these
 # import it.
 READ_COMMANDS = ("status", "threads", "read", "sent", "receipt", "read-inbox")
+# bus.surfaces.command_server.COMMANDS (tests/test_command_server.py holds them equal): run
+# by the warm server of ``inbox up`` when there is one.
+WRITE_COMMANDS = ("send", "reply", "withdraw", "decide")
 
 SESSION_ID_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
 SESSION_ID_MAX = 180
@@ -178,6 +183,10 @@ def main() -> None:
         from bus.surfaces.fast_read import answer
 
         code = answer(argv)
+    elif code is None and argv and argv[0] in WRITE_COMMANDS:
+        from bus.surfaces.command_client import run
+
+        code = run(argv, home_dir())
     if code is not None:
         sys.exit(code)
     from bus.surfaces.cli.app import main as cli_main

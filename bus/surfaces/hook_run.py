@@ -57,10 +57,34 @@ def hook_entry(
         code, out = run_codex_hook(event, payload, bus)
     else:
         code, out = run_hook(event, payload, bus)
+    _link(event, payload.get("session_id"), bus)
     if out:
         sys.stdout.write(out + "\n")
         sys.stdout.flush()
     return code
+
+
+def _link(event: str, sid: object, bus: Bus) -> None:
+    """At a session's start, record it as the session of the harness process that runs
+    this hook, for the MCP server that harness started (bus.surfaces.harness_link); at
+    its end, remove that record."""
+    from bus.core.errors import BadInput
+    from bus.core.models import check_session_id
+
+    from . import harness_link
+
+    if event not in ("SessionStart", "SessionEnd"):
+        return
+    try:
+        sid = check_session_id(sid)
+    except BadInput:
+        return  # a bad id was said on stderr by the hook itself
+
+    home = bus.settings.home
+    if event == "SessionStart":
+        _guarded("MCP session link", lambda: harness_link.record(home, sid))
+    else:
+        _guarded("MCP session link", lambda: harness_link.forget(home, sid))
 
 
 __all__ = ["connect_for_hook", "hook_entry", "read_payload"]

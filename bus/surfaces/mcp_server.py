@@ -7,9 +7,11 @@ block. A refusal (:class:`bus.core.errors.BusError`) is a tool error (``isError`
 is ``<code>: <message>`` and whose structured content is the error's JSON; nothing is
 sent or written on a refusal.
 
-The caller is the session in ``INBOX_SESSION`` (a harness sets it for its stdio child),
-never guessed; :func:`caller` is the one place that decides it, so token authentication
-can replace it later.
+The caller is the session in ``INBOX_SESSION`` when it is set, else the session that the
+inbox hooks of the harness which started this server recorded at its SessionStart
+(bus.surfaces.harness_link: Claude Code and Codex pass an MCP server no session id), never
+guessed; with authentication on, the token's subject. :func:`caller` is the one place that
+decides it, at each call (a ``/clear`` starts a new session in the same harness).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from bus.core.errors import BadInput, BusError, Unauthorized, Unavailable
 from bus.core.models import check_session_id
 from bus.store.redis_errors import StoreError
 from bus.trust import tokens
+
+from . import harness_link
 
 NO_SESSION = "no_session"
 # A waited send with no timeout would hold a worker thread forever if the client goes away.
@@ -54,13 +58,19 @@ def caller(bus: Bus) -> str:
             )
         return claims.sub
     sid = bus.settings.session
+    if sid:
+        return check_session_id(sid)
+    # Claude Code and Codex tell their MCP servers nothing of the session: their
+    # SessionStart hook recorded it for the harness process that started this server.
+    sid = harness_link.recorded(bus.settings.home)
     if not sid:
         raise BadInput(
-            "no caller session: set INBOX_SESSION to this session's id in the MCP server's "
-            "environment (the harness does this for its stdio child)",
+            "no caller session: install the inbox hooks in the harness that starts this "
+            "MCP server (inbox hooks claude|codex --install), or set INBOX_SESSION in its "
+            "environment",
             code=NO_SESSION,
         )
-    return check_session_id(sid)
+    return sid
 
 
 def _caller_or_none(bus: Bus) -> str | None:

@@ -449,8 +449,11 @@ def top(
 @app.command(rich_help_panel=HARNESS)
 def mcp() -> None:
     """The MCP server on stdio (official mcp SDK)."""
+    from bus.core.hook_env import load_hook_env
     from bus.surfaces.mcp_server import run_stdio
 
+    # Started by a harness, as its hooks are: a password URL is kept for them, not passed.
+    load_hook_env()
     run_stdio(connect())
 
 
@@ -470,7 +473,36 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(run_app(app, argv))
 
 
-__all__ = ["app", "main", "worker_argv"]
+class _Built:
+    """``app`` with its click command built once: calling it is calling ``app`` (typer
+    builds the command on every call, a few ms of a command's time)."""
+
+    def __init__(self) -> None:
+        self.command = typer.main.get_command(app)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.command(*args, **kwargs)
+
+
+def prepared_runner() -> Any:
+    """``run(argv) -> exit code``: :func:`main`'s run, with the command built and the
+    library imported now (bus.surfaces.command_server forks from the process that calls this)."""
+    # What the commands import on first use.
+    import bus.api  # noqa: F401
+    from bus.store.connection import reuse_clients
+
+    reuse_clients()  # one command after another: a command reuses the last one's connection
+
+    built = _Built()
+
+    def run(argv: list[str]) -> int:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        return run_app(built, argv)  # type: ignore[arg-type]
+
+    return run
+
+
+__all__ = ["app", "main", "prepared_runner", "worker_argv"]
 
 
 if __name__ == "__main__":

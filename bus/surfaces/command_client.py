@@ -1,0 +1,94 @@
+"""The client of bus.surfaces.command_server: ``inbox send`` (``reply``, ``withdraw``,
+``decide``) handed to the server that ``inbox up`` keeps warm, standard library only.
+
+:func:`run` answers the exit code once the server's child has run the command on this
+process's stdin, stdout and stderr, or ``None`` when nothing ran and the full command line
+must run it here: no server (no socket, nobody listening), a server of another install,
+one that does not take the request within :data:`TAKE_S`, any error before the go, or a
+command that may run long (``send --wait``, ``send --jsonl``: :data:`LONG`).
+The exchange is described in bus.surfaces.command_server.
+"""
+
+from __future__ import annotations
+
+import _socket
+import os
+import sys
+
+MAGIC = b"inbox-cmd-1"  # bus.surfaces.command_server.MAGIC (tests/test_command_server.py)
+SOCKET_NAME = "commands.sock"
+SOCKET_PATH_MAX = 100  # bus.core.locate.SOCKET_PATH_MAX
+OFF_VAR = "INBOX_FAST_SEND"
+TAKE_S = 2.0  # seconds a server has to take the request before this process runs it
+# Options that make a command run long (a wait for the answering turn, a stream of lines):
+# such a command runs here, where its start-up is a small part of its time.
+LONG = ("--wait", "--jsonl")
+
+
+def socket_path(home: str) -> str:
+    """bus.command_server.socket_path without pathlib (tests hold them equal)."""
+    path = os.path.join(os.path.abspath(home), "redis", "redis.sock")
+    if len(path.encode()) > SOCKET_PATH_MAX:
+        from pathlib import Path
+
+        from bus.core.locate import embedded_socket
+
+        path = str(embedded_socket(Path(home)))
+    return os.path.join(os.path.dirname(path), SOCKET_NAME)
+
+
+def header(argv: list[str]) -> bytes:
+    """The request (bus.surfaces.command_server's docstring): length, then the header."""
+    stdio = []
+    for stream in (sys.stdin, sys.stdout, sys.stderr):
+        stdio += [stream.encoding.encode(), str(stream.errors).encode()]
+    fields = [
+        MAGIC,
+        os.fsencode(__file__),
+        os.fsencode(sys.executable),
+        os.getcwdb(),
+        *stdio,
+        b"%d" % len(argv),
+        *(os.fsencode(a) for a in argv),
+        *(k + b"=" + v for k, v in os.environb.items()),
+    ]
+    data = b"\0".join(fields)
+    return b"%010d" % len(data) + data
+
+
+def _fds() -> bytes:
+    return b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))
+
+
+def run(argv: list[str], home: str) -> int | None:
+    """Run ``argv`` on the warm server of ``home``; its exit code, or None (see above)."""
+    if os.environ.get(OFF_VAR) == "0" or None in (sys.stdin, sys.stdout, sys.stderr):
+        return None
+    if any(a in LONG or a.startswith("--jsonl=") for a in argv):
+        return None  # a long command would hold one of the server's few workers
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.settimeout(TAKE_S)
+        try:
+            sock.connect(socket_path(home))
+            data = header(argv)
+            anc = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, _fds())]
+            sent = sock.sendmsg([data], anc)
+            while sent < len(data):
+                sent += sock.send(data[sent:])
+            if sock.recv(1) != b"+":
+                return None  # "full", or the server went away: nothing ran
+            sock.settimeout(None)
+            sock.sendall(b"g")
+        except (OSError, ValueError):
+            return None
+        answer = b""
+        while not answer.endswith(b"\n") and (chunk := sock.recv(64)):
+            answer += chunk
+    finally:
+        sock.close()
+    code = answer[1:].strip()
+    if answer.startswith(b"=") and code.lstrip(b"-").isdigit():
+        return int(code)
+    sys.stderr.write("inbox: the command server ended before the command did\n")
+    return 1

@@ -1,0 +1,319 @@
+"""The write commands' warm start: ``send``, ``reply``, ``withdraw`` and ``decide`` run by the
+full command line in a process that has already imported it.
+
+Importing the library, typer, pydantic and redis-py costs a write command most of its
+time, and no subset of it is enough to apply the send's rules (validation, id ownership,
+rate limits, routing, the worker's kick, token checks). So ``inbox up`` keeps this server
+running: it imports the command line and builds its click command once, listens on a unix
+socket (:func:`socket_path`, owner-only) and forks :data:`WORKERS` workers that accept
+clients one at a time. bus.surfaces.command_client (called by the ``inbox`` entry point,
+standard library only) connects and passes its stdin, stdout and stderr (``SCM_RIGHTS``),
+its argv, environment, working directory and stdio encodings; the worker puts them in
+place of its own and runs :func:`bus.surfaces.cli.app.prepared_runner`'s run on the argv:
+the same code a cold ``inbox`` runs, so every answer, refusal and exit code is the cold
+one's; then it puts its own back. Kept from one command to the next: the imported modules,
+the built command and the store's client for the same store settings
+(bus.store.connection.reuse_clients); everything else (the settings, the ``Bus``) is made
+from the caller's environment each time.
+
+The exchange (all on the one connection):
+
+1. client: ``<length:10 ascii digits><header>`` with the three descriptors; the header is
+   NUL-separated: :data:`MAGIC`, the client module's path and interpreter (a server
+   of another install answers ``full``), cwd, the stdin/stdout/stderr encodings and
+   errors, the argv count, the argv, then ``KEY=VALUE`` environment entries;
+2. worker: ``+`` (taken) or ``full`` (run it yourself; nothing ran);
+3. client: ``g`` (go). Only now does the command run: a client that gave up waiting for
+   the ``+`` closes instead, and the worker, reading EOF, runs nothing. So a command runs
+   once, here or in the client, never both;
+4. worker: ``=<exit code>`` and a newline; then it takes its next client. If the client
+   goes away first (its Ctrl-C), the worker gets SIGINT, as the cold process would have,
+   and leaves once the command has ended.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import NamedTuple
+
+from bus.core.locate import default_home, embedded_socket
+from bus.ops.procs import die_with_parent
+
+MAGIC = b"inbox-cmd-1"
+SOCKET_NAME = "commands.sock"
+MAX_HEADER = 4 << 20  # bytes: argv and environment
+COMMANDS = ("send", "reply", "withdraw", "decide")
+WORKERS = 2  # commands served at once; a client finding all busy waits TAKE_S, then runs its own
+REQUESTS = 1000  # commands a worker serves before a fresh fork replaces it
+
+
+def socket_path(home: Path) -> Path:
+    """The server's socket: beside the embedded Redis's (a path short enough for a unix
+    socket whatever the home)."""
+    return embedded_socket(home).parent / SOCKET_NAME
+
+
+def client_id() -> tuple[bytes, bytes]:
+    """What a client must match: the client module's file and the interpreter."""
+    from bus.surfaces import command_client
+
+    return os.fsencode(command_client.__file__), os.fsencode(sys.executable)
+
+
+class Request(NamedTuple):
+    """A client's header (see the module's docstring)."""
+
+    client: bytes
+    python: bytes
+    cwd: bytes
+    stdio: list[tuple[str, str]]  # (encoding, errors) of stdin, stdout, stderr
+    argv: list[str]
+    env: dict[bytes, bytes]
+
+
+def parse_header(data: bytes) -> Request:
+    """The client's header, parsed."""
+    parts = data.split(b"\0")
+    if len(parts) < 12 or parts[0] != MAGIC:
+        raise ValueError("not an inbox command header")
+    count = int(parts[10])
+    argv = parts[11 : 11 + count]
+    env = parts[11 + count :]
+    if len(argv) != count:
+        raise ValueError("short argv")
+    return Request(
+        client=parts[1],
+        python=parts[2],
+        cwd=parts[3],
+        stdio=[(parts[4 + 2 * i].decode(), parts[5 + 2 * i].decode()) for i in range(3)],
+        argv=[os.fsdecode(a) for a in argv],
+        env=dict(kv.split(b"=", 1) for kv in env if b"=" in kv),
+    )
+
+
+def _recv_request(conn: socket.socket) -> tuple[bytes, list[int]]:
+    msg, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3)
+    if len(msg) < 10 or not msg[:10].isdigit():
+        raise ValueError("no length")
+    size = int(msg[:10])
+    if size > MAX_HEADER:
+        raise ValueError("header too large")
+    data = bytearray(msg[10:])
+    while len(data) < size:
+        more = conn.recv(min(65536, size - len(data)))
+        if not more:
+            raise ValueError("short header")
+        data += more
+    return bytes(data), list(fds)
+
+
+def _stdio(fd: int, mode: str, encoding: str, errors: str) -> io.TextIOWrapper:
+    """A text stream on ``fd`` as a starting interpreter makes one: stdout line-buffered
+    on a terminal, stderr always line-buffered."""
+    tty = os.isatty(fd)
+    raw = io.FileIO(fd, mode, closefd=False)
+    buf: io.BufferedReader | io.BufferedWriter = (
+        io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw)
+    )
+    line = mode == "w" and (fd == 2 or tty)
+    return io.TextIOWrapper(buf, encoding=encoding, errors=errors, line_buffering=line)
+
+
+class _Request:
+    """One client's request, run in this worker with the caller's descriptors,
+    environment and directory, and this worker's own put back afterwards."""
+
+    def __init__(self, conn: socket.socket, run: object) -> None:
+        self.conn, self.run = conn, run
+        self.running = False
+        self.gone = False
+        self.lock = threading.Lock()
+
+    def _watch(self) -> None:
+        """SIGINT this worker when the client goes away before its answer (its Ctrl-C),
+        as the caller's own process would have been interrupted."""
+        try:
+            gone = self.conn.recv(1) == b""
+        except OSError:
+            gone = True
+        with self.lock:
+            if gone and self.running:
+                self.gone = True
+                os.kill(os.getpid(), signal.SIGINT)
+
+    def serve(self) -> int | None:
+        """The command's exit code; None when nothing ran (refused, or the client gave
+        up and runs it itself)."""
+        data, fds = _recv_request(self.conn)
+        try:
+            req = parse_header(data)
+            ok = len(fds) == 3 and (req.client, req.python) == client_id()
+        except ValueError:
+            ok = False
+        if not ok:
+            for fd in fds:
+                os.close(fd)
+            self.conn.sendall(b"full")
+            return None
+        self.conn.sendall(b"+")
+        if self.conn.recv(1) != b"g":
+            for fd in fds:
+                os.close(fd)
+            return None  # the client gave up: it runs the command itself
+        saved = _Saved()
+        try:
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            os.chdir(req.cwd)
+            os.environb.clear()
+            os.environb.update(req.env)
+            enc = req.stdio
+            sys.stdin = _stdio(0, "r", *enc[0])
+            sys.stdout = _stdio(1, "w", *enc[1])
+            sys.stderr = _stdio(2, "w", *enc[2])
+            self.running = True
+            threading.Thread(target=self._watch, daemon=True).start()
+            code = _run(self.run, req.argv)
+            with self.lock:
+                self.running = False
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except OSError:
+                    pass
+        finally:
+            saved.restore()
+        try:
+            self.conn.sendall(b"=%d\n" % code)
+            # Wakes the watcher's recv (a close would leave it blocked, the socket open).
+            self.conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        return code
+
+
+class _Saved:
+    """This worker's own descriptors 0-2, streams, environment and directory."""
+
+    def __init__(self) -> None:
+        self.fds = [os.dup(fd) for fd in (0, 1, 2)]
+        self.streams = (sys.stdin, sys.stdout, sys.stderr)
+        self.env = dict(os.environb)
+        self.cwd = os.getcwd()
+
+    def restore(self) -> None:
+        sys.stdin, sys.stdout, sys.stderr = self.streams
+        for target, fd in enumerate(self.fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.environb.clear()
+        os.environb.update(self.env)
+        os.chdir(self.cwd)
+
+
+def _run(run: object, argv: list[str]) -> int:
+    """``run(argv)`` with an interpreter's handling of what escapes it."""
+    try:
+        code = run(argv)  # type: ignore[operator]
+    except SystemExit as done:
+        code = done.code
+    except KeyboardInterrupt:
+        return 130
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _peer_is_owner(conn: socket.socket) -> bool:
+    opt = getattr(socket, "SO_PEERCRED", None)
+    if opt is None:
+        return True  # the socket's mode (0600, in a 0700 folder) is the guard there
+    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, opt, 12))
+    return uid == os.getuid()
+
+
+def serve(path: Path, stop: threading.Event | None = None) -> None:
+    """Import and build the command line, then answer clients on ``path`` until SIGTERM."""
+    import gc
+
+    from bus.surfaces.cli.app import prepared_runner
+
+    run = prepared_runner()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        srv.bind(str(path))
+    finally:
+        os.umask(old)
+    srv.listen(128)
+    # What was imported is not scanned again by the workers' collections.
+    gc.freeze()
+
+    workers: set[int] = set()
+
+    def bye(*_: object) -> None:
+        path.unlink(missing_ok=True)
+        for pid in workers:
+            os.kill(pid, signal.SIGTERM)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, bye)
+    signal.signal(signal.SIGINT, bye)
+    print(f"inbox commands: ready on {path}", flush=True)
+    while True:
+        while len(workers) < WORKERS:
+            pid = os.fork()
+            if pid == 0:
+                _worker(srv, run)
+            workers.add(pid)
+        pid, _status = os.wait()
+        workers.discard(pid)
+
+
+def _worker(srv: socket.socket, run: object) -> None:
+    """A forked worker: serve clients one at a time; leave after :data:`REQUESTS` (a
+    fresh fork drops what runs left behind), or once a client went away mid-command."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    die_with_parent()
+    try:
+        for _ in range(REQUESTS):
+            conn, _addr = srv.accept()
+            with conn:
+                if not _peer_is_owner(conn):
+                    continue
+                req = _Request(conn, run)
+                req.serve()
+            if req.gone:
+                break
+    except KeyboardInterrupt:
+        pass  # a client's Ctrl-C that landed after its command: this worker leaves
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(0)
+
+
+def main() -> None:
+    serve(socket_path(default_home()))
+
+
+if __name__ == "__main__":
+    main()

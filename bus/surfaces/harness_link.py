@@ -1,0 +1,98 @@
+"""Which session a harness's MCP server acts for, as the harness's hooks recorded it.
+
+Claude Code and Codex start an MCP server (``inbox mcp``) once per harness process and
+tell it nothing of the session: no id in its environment, arguments or requests. Their
+hooks do get the session id (the ``session_id`` of every hook's JSON). Both are children
+of the same harness process, so the SessionStart hook records the session under that
+process (:func:`record`) and the MCP server looks it up under its own harness process
+(:func:`recorded`) at each call: a ``/clear`` or a resume, which starts a new session in
+the same process, records the new id and the next call acts as it.
+
+The harness process is the first ancestor that is not a shell or ``env`` (a hook runs
+through ``sh -c``; an MCP server may be wrapped the same way), named by its pid and start
+time, so a reused pid never finds an old record. Records live in ``$INBOX_HOME/harness/``
+(the home is 0700), one file a harness process, written atomically; records of processes
+that are gone are removed when a new one is written. Process ancestry comes from psutil.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import psutil
+
+from bus.core.errors import BusError
+from bus.core.models import check_session_id
+from bus.core.private_files import private_dirs
+
+FOLDER = "harness"
+# Wrappers between a harness and what it starts: skipped to find the harness itself.
+WRAPPERS = frozenset({"sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "tcsh", "csh", "env"})
+
+
+def harness_of(pid: int | None = None) -> str | None:
+    """``<pid>-<start ms>`` of the harness process that started ``pid`` (default: this
+    process); None when there is none to be found."""
+    try:
+        proc = psutil.Process(pid or os.getpid()).parent()
+        while proc is not None and proc.name() in WRAPPERS:
+            proc = proc.parent()
+        if proc is None or proc.pid <= 1:
+            return None
+        return f"{proc.pid}-{round(proc.create_time() * 1000)}"
+    except psutil.Error:
+        return None
+
+
+def _alive(name: str) -> bool:
+    pid, _, started = name.partition("-")
+    try:
+        proc = psutil.Process(int(pid))
+        return round(proc.create_time() * 1000) == int(started)
+    except (ValueError, psutil.Error):
+        return False
+
+
+def record(home: Path, sid: str, pid: int | None = None) -> Path | None:
+    """Record ``sid`` as the session of the harness that started ``pid`` (default: this
+    process, a hook); the record's path, or None when no harness was found."""
+    check_session_id(sid)
+    harness = harness_of(pid)
+    if harness is None:
+        return None
+    folder = private_dirs(home / FOLDER)
+    for old in folder.iterdir():
+        if old.name != harness and not old.name.startswith(".") and not _alive(old.name):
+            with contextlib.suppress(OSError):
+                old.unlink()
+    path = folder / harness
+    tmp = folder / f".{harness}.{os.getpid()}"
+    tmp.write_text(sid)
+    os.replace(tmp, path)
+    return path
+
+
+def recorded(home: Path, pid: int | None = None) -> str | None:
+    """The session the hooks recorded for the harness that started ``pid`` (default: this
+    process, an MCP server); None when they recorded none (or not a session id)."""
+    harness = harness_of(pid)
+    if harness is None:
+        return None
+    try:
+        sid = (home / FOLDER / harness).read_text().strip()
+        return check_session_id(sid)
+    except (OSError, ValueError, BusError):
+        return None
+
+
+def forget(home: Path, sid: str, pid: int | None = None) -> None:
+    """Remove the harness's record if it still names ``sid`` (its session ended)."""
+    harness = harness_of(pid)
+    if harness is None:
+        return
+    path = home / FOLDER / harness
+    with contextlib.suppress(OSError):
+        if path.read_text().strip() == sid:
+            path.unlink()

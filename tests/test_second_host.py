@@ -109,7 +109,10 @@ def test_a_second_up_joins_with_the_printed_store_url(homes: list[Path]) -> None
         # (started SPARE_AFTER_S after their child) named as such.
         status = json.loads(inbox(first.env, "status").stdout)
         assert status["store"] == url
-        every = {"inbox up", "redis", "worker", "worker standby", "scheduler", "scheduler standby"}
+        every = {
+            "inbox up", "redis", "worker", "worker standby", "scheduler", "scheduler standby",
+            "commands",
+        }  # fmt: skip
 
         def all_running() -> object:
             rows = json.loads(inbox(first.env, "status").stdout)["processes"]

@@ -264,7 +264,7 @@ class Supervisor:
                     child.restart_at = now + delay
                     self.log(
                         f"{self.name}: {child.name} exited (code {code}) after {ran:.1f} s"
-                        f"{self._why(child)}; restarting in {delay:.1f} s"
+                        f"{self._why(child, code)}; restarting in {delay:.1f} s"
                     )
                 if child.restart_at is not None and now >= child.restart_at:
                     signal_group(child.proc, signal.SIGKILL)  # leftovers of its group
@@ -282,9 +282,11 @@ class Supervisor:
             self._record()
 
     @staticmethod
-    def _why(child: Child) -> str:
-        """``: <its reason>`` from the lines its log gained this run, or nothing."""
-        if child.log is None:
+    def _why(child: Child, code: int) -> str:
+        """``: <its reason>`` from the lines its log gained this run, or nothing. Not for
+        a child a signal ended (a negative code: killed, by an operator or the OOM
+        killer): an error it logged and recovered from earlier is not why it went."""
+        if child.log is None or code < 0:
             return ""
         reason = exit_reason(log_since(child.log, child.log_from))
         return f": {reason}" if reason else ""

@@ -48,8 +48,22 @@ if str(REPO) not in sys.path:
 from bench.burst import BenchError, _sigterm  # noqa: E402
 from bench.cost_report import goals, report  # noqa: E402
 
-QUICK = {"runs": 3, "sparse_s": 5.0, "sessions": 20, "burst": 2000, "naive": 300, "memory": 50}
-FULL = {"runs": 20, "sparse_s": 60.0, "sessions": 200, "burst": 50000, "naive": 5000, "memory": 1000}
+QUICK: dict[str, Any] = {
+    "runs": 3,
+    "sparse_s": 5.0,
+    "sessions": 20,
+    "burst": 2000,
+    "naive": 300,
+    "memory": 50,
+}
+FULL: dict[str, Any] = {
+    "runs": 20,
+    "sparse_s": 60.0,
+    "sessions": 200,
+    "burst": 50000,
+    "naive": 5000,
+    "memory": 1000,
+}
 INBOX = Path(sys.executable).parent / "inbox"
 
 
@@ -74,28 +88,21 @@ def cli_rows(runs: int, tmp: Path) -> dict[str, Any]:
         stack.callback(server.stop)
         env = {**_env(home, server.url), "INBOX_SEND_RATE": "0", "INBOX_MAX_UNREAD": "0"}
         env.pop("PYTHONPATH")  # the venv's entry point as installed
-        _send, _root = stack.enter_context(
+        lib_send, _root = stack.enter_context(
             bus_system(home, server.url, tmp / "cli-up.log", ["cli-a", "cli-b"])
         )
-        as_a = {**env, "INBOX_SESSION": "cli-a"}  # a send of session cli-a's
-        sent: list[str] = []
 
         def send_hi() -> list[str]:
             return [str(INBOX), "send", "--to-id", "cli-b", "--from", "a:b", "--text", "hi"]
 
-        def from_a() -> list[str]:  # a message of session cli-a's, for withdraw
-            return [str(INBOX), "send", "--to-id", "cli-b", "--text", "hi"]
+        # Session cli-a's messages to cli-b, through the library (not timed): a thread cli-b
+        # is a party of, for reply, and a message a run for cli-a to withdraw.
+        def from_a() -> dict[str, Any]:
+            m = {"to_id": "cli-b", "from": "costbench:cli-a", "from_session": "cli-a"}
+            return dict(lib_send({**m, "text": "hi"}))  # type: ignore[call-overload]
 
-        # A thread cli-b is a party of, for reply.
-        _w, rc, text = _wall(from_a(), as_a)
-        if rc != 0:
-            raise BenchError(f"inbox send exited {rc}: {text[-500:]}")
-        thread = json.loads(text.strip().splitlines()[-1])["thread"]
-        for _ in range(runs):  # messages of cli-a's to withdraw, one a run
-            _w, rc, text = _wall(from_a(), as_a)
-            if rc != 0:
-                raise BenchError(f"inbox send exited {rc}: {text[-500:]}")
-            sent.append(json.loads(text.strip().splitlines()[-1])["id"])
+        thread = str(from_a()["thread"])
+        sent = [str(from_a()["id"]) for _ in range(runs)]
         cases = {
             "send": lambda: send_hi(),
             "reply": lambda: [str(INBOX), "reply", "cli-b", thread, "--text", "ok"],
@@ -151,7 +158,9 @@ def memory_result(proc: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:
 def sparse_rows(size: dict[str, Any], tmp: Path, idle_s: float) -> dict[str, Any]:
     from bench.cost_sparse import Traffic, run_system
 
-    t = Traffic(sessions=size["sessions"], seconds=size["sparse_s"], idle_s=idle_s)
+    t = Traffic(
+        sessions=size["sessions"], seconds=size["sparse_s"], idle_s=idle_s, quiet_s=size["quiet_s"]
+    )
     out: dict[str, Any] = {"sessions": t.sessions, "rate_per_s": t.rate, "seconds": t.seconds}
     for name in ("naive", "minimal", "bus"):
         print(f"sparse: {name}...", flush=True)
@@ -258,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             size[key] = getattr(args, key)
     if min(size["runs"], size["burst"]) < 1 or size["sparse_s"] <= 0:
         parser.error("--runs, --burst and --sparse-s must be positive")
-    idle_s = args.idle_s if args.idle_s is not None else (1.0 if args.quick else 5.0)
+    idle_s = args.idle_s if args.idle_s is not None else (0.5 if args.quick else 5.0)
     skip = set(filter(None, args.skip.split(",")))
     unknown = skip - {"cli", "sparse", "lone", "burst", "memory"}
     if unknown:

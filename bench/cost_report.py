@@ -64,7 +64,7 @@ def report(out: dict[str, Any]) -> str:
         )
         lines.append(
             f"  {'system':8} {'msgs':>5} {'ms/msg':>7} {'procs':>6} {'redis':>6}"
-            f" {'p50 ms':>7} {'p99 ms':>7} {'notices':>7} {'idle cores (procs/redis)':>25}"
+            f" {'p50 ms':>7} {'p99 ms':>7} {'notices':>7}  idle cores procs/redis, before | after"
         )
         for name in ("naive", "minimal", "bus"):
             r = sp[name]
@@ -72,7 +72,8 @@ def report(out: dict[str, Any]) -> str:
                 f"  {name:8} {r['messages']:>5} {r['cpu_ms_per_msg']:>7.2f}"
                 f" {r['process_ms_per_msg']:>6.2f} {r['redis_ms_per_msg']:>6.2f}"
                 f" {_f(r['heard_ms']['p50']):>7} {_f(r['heard_ms']['p99']):>7}"
-                f" {r['notices']:>7} {r['idle_cores_processes']:>14.3f} / {r['idle_cores_redis']:.3f}"
+                f" {r['notices']:>7}  {r['idle_cores_processes']:.3f}/{r['idle_cores_redis']:.3f}"
+                f" | {r['idle_after_cores_processes']:.3f}/{r['idle_after_cores_redis']:.3f}"
             )
         lines.append(
             f"  bus ÷ naive {_ratio(sp['bus']['cpu_ms_per_msg'], sp['naive']['cpu_ms_per_msg'])},"

@@ -89,13 +89,20 @@ def tree_ticks(pid: int) -> int:
     return sum(t for p, t in tree(pid).items() if b"redis-server" not in _cmdline(p))
 
 
-def settle(root: int, timeout: float, cores: float = 0.1) -> None:
-    """Until the tree's start-up is over (under ``cores`` for a second; at most
-    ``timeout``): ``inbox up``'s standbys import for a while after it answers."""
+def settle(
+    root: int, timeout: float, spares: int = 0, quiet_s: float = 3.0, cores: float = 0.05
+) -> None:
+    """Until the tree's start-up is over: ``spares`` standby processes up (``inbox up``
+    starts its imported spares a few seconds after it answers) and under ``cores`` over
+    ``quiet_s``;
+    at most ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if sum(1 for p in tree(root) if b"standby" in _cmdline(p)) < spares:
+            time.sleep(0.5)
+            continue
         p0, t0 = tree_ticks(root), time.perf_counter()
-        time.sleep(1.0)
+        time.sleep(quiet_s)
         if (tree_ticks(root) - p0) / TICK / (time.perf_counter() - t0) < cores:
             return
 
@@ -109,7 +116,7 @@ def _cmdline(pid: int) -> bytes:
 
 # -- the three systems: each yields (send one message, process-tree root pid) -------------
 
-Send = Callable[[dict[str, Any]], None]
+Send = Callable[[dict[str, Any]], object]
 
 
 def _env(home: Path, url: str) -> dict[str, str]:
@@ -135,9 +142,7 @@ def naive_system(home: Path, url: str, log: Path) -> Iterator[tuple[Send, int]]:
     try:
         _until(lambda: _logged(log, " ready."), 60, "the naive worker's ready", proc, log)
         yield (
-            lambda m: app.send_task(
-                "bench.naive_plain", args=[m["to_id"], m], queue=NAIVE_QUEUE
-            ),
+            lambda m: app.send_task("bench.naive_plain", args=[m["to_id"], m], queue=NAIVE_QUEUE),
             proc.pid,
         )
     finally:
@@ -228,6 +233,7 @@ class Traffic:
     rate: float = 20.0
     seconds: float = 60.0
     idle_s: float = 5.0
+    quiet_s: float = 3.0  # the start-up is over once the system is this long quiet
     seed: int = 37
 
 
@@ -248,12 +254,17 @@ def run_system(name: str, tmp: Path, t: Traffic) -> dict[str, Any]:
         ears = Ears(_Floor(), sids)  # type: ignore[arg-type]
         stack.callback(ears.stop)
         if name == "naive":
-            send, root = stack.enter_context(naive_system(home, url := server.url, log))
+            send, root = stack.enter_context(naive_system(home, server.url, log))
         elif name == "minimal":
-            send, root = stack.enter_context(minimal_system(home, url := server.url, log))
+            send, root = stack.enter_context(minimal_system(home, server.url, log))
         else:
-            send, root = stack.enter_context(bus_system(home, url := server.url, log, sids))
-        settle(root, 30.0 if name == "bus" else 10.0)
+            send, root = stack.enter_context(bus_system(home, server.url, log, sids))
+        settle(
+            root,
+            60.0 if name == "bus" else 20.0,
+            spares=2 if name == "bus" else 0,
+            quiet_s=t.quiet_s,
+        )
         # Warm: a message to a few sessions (connections, scripts, the pool's children).
         ears.reset(10)
         for i in range(10):
@@ -261,11 +272,7 @@ def run_system(name: str, tmp: Path, t: Traffic) -> dict[str, Any]:
         if not ears.done.wait(60):
             raise BenchError(f"{name}: the warm-up messages were not heard")
         time.sleep(1.0)  # the warm-up's tail (acks, counters) out of the idle sample
-        r0, p0, i0 = server.ticks(), tree_ticks(root), time.perf_counter()
-        time.sleep(t.idle_s)
-        r1, p1, i1 = server.ticks(), tree_ticks(root), time.perf_counter()
-        redis_idle = (r1 - r0) / TICK / (i1 - i0)
-        procs_idle = (p1 - p0) / TICK / (i1 - i0)
+        procs_idle, redis_idle = idle_cores(server, root, t.idle_s)
         rng = random.Random(t.seed)
         at, arrivals = 0.0, []
         while (at := at + rng.expovariate(t.rate)) < t.seconds:
@@ -289,6 +296,8 @@ def run_system(name: str, tmp: Path, t: Traffic) -> dict[str, Any]:
             heard = [(ears.seen_at[mid] - t) * 1000 for mid, t in sent_at.items()]
             notices = sum(ears.notices.values())
         window = t1 - t0
+        time.sleep(1.0)  # the last deliveries' tail out of the idle sample after
+        procs_after, redis_after = idle_cores(server, root, t.idle_s)
         proc_ms = (p1 - p0) / TICK * 1000 / n
         redis_ms = max(0.0, (r1 - r0) / TICK - redis_idle * window) * 1000 / n
         return {
@@ -299,25 +308,37 @@ def run_system(name: str, tmp: Path, t: Traffic) -> dict[str, Any]:
             "redis_ms_per_msg": round(redis_ms, 3),
             "idle_cores_processes": round(procs_idle, 4),
             "idle_cores_redis": round(redis_idle, 4),
+            # The same after the traffic: how steady the idle cost the Redis figure
+            # subtracted is (the bus's housekeeping runs every few seconds).
+            "idle_after_cores_processes": round(procs_after, 4),
+            "idle_after_cores_redis": round(redis_after, 4),
             "heard_ms": percentiles(heard),
             "notices": notices,
         }
 
 
+def idle_cores(server: Server, root: int, seconds: float) -> tuple[float, float]:
+    """(the system's processes, its redis-server) cores over ``seconds`` with nothing sent."""
+    r0, p0, i0 = server.ticks(), tree_ticks(root), time.perf_counter()
+    time.sleep(seconds)
+    r1, p1, i1 = server.ticks(), tree_ticks(root), time.perf_counter()
+    return (p1 - p0) / TICK / (i1 - i0), (r1 - r0) / TICK / (i1 - i0)
+
+
 def consume(url: str, home: str) -> int:
     """The minimal system's consumer: XREAD one stream, each entry's line to its socket."""
+    import json
+
     from bus.delivery.floor import Floor
 
     floor = Floor(Path(home))
-    r = redis.Redis.from_url(url)
-    last = "$"
+    r: Any = redis.Redis.from_url(url)
+    last = "0-0"  # the stream is the run's own: from its start, so nothing slips between reads
     print("consuming", flush=True)
     while True:
         got = r.xread({STREAM: last}, count=100, block=1000)
         for _stream, entries in got or []:
             for eid, fields in entries:
-                import json
-
                 floor.write_line(fields[b"sid"].decode(), json.loads(fields[b"line"]))
                 last = eid
 

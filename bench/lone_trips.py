@@ -95,7 +95,11 @@ def worker_side(sent: list[tuple[float, str, list[str]]]) -> tuple[int, int]:
 
 
 def measure(
-    url: str, count: int = 200, rate: float = 100.0, *, from_session: bool = False,
+    url: str,
+    count: int = 200,
+    rate: float = 100.0,
+    *,
+    from_session: bool = False,
     own_server: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
     """Lone messages through a worker's delivery loops in this process: the figures, and
@@ -155,7 +159,9 @@ def measure(
             w_scripts.append(ws)
             lat.append((t1 - t0) * 1000)
             if n == len(order) // 2:
-                example = [f"{(t - t0) * 1000:6.2f} ms {th:12s} {'+'.join(c)}" for t, th, c in whole]
+                example = [
+                    f"{(t - t0) * 1000:6.2f} ms {th:12s} {'+'.join(c)}" for t, th, c in whole
+                ]
         return {
             "count": count,
             "rate_per_s": rate,
@@ -187,7 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         url, how = pick_redis(args.redis_url, tmp, stack)
         try:
             out, example = measure(
-                url, args.count, args.rate, from_session=args.from_session,
+                url,
+                args.count,
+                args.rate,
+                from_session=args.from_session,
                 own_server=how == STARTED,
             )
         except BenchError as exc:

@@ -50,7 +50,8 @@ from bench.cost_report import goals, report  # noqa: E402
 
 QUICK: dict[str, Any] = {
     "runs": 3,
-    "sparse_s": 5.0,
+    "sparse_s": 3.0,
+    "quiet_s": 1.0,
     "sessions": 20,
     "burst": 2000,
     "naive": 300,
@@ -59,6 +60,7 @@ QUICK: dict[str, Any] = {
 FULL: dict[str, Any] = {
     "runs": 20,
     "sparse_s": 60.0,
+    "quiet_s": 3.0,
     "sessions": 200,
     "burst": 50000,
     "naive": 5000,

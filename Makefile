@@ -2,6 +2,7 @@
 # make test : install into .venv and run the whole test suite (it starts its own Redis
 #             when none answers on 127.0.0.1:6379)
 # make docs : the documentation site (mkdocs-material) into site/
+# make bench: bench/cost.py, the cost of one message on the users' paths (bench/README.md)
 # make chaos: the chaos soak (bench/chaos.py: 2 hosts, 20,000 messages, processes killed)
 VENV ?= .venv
 # Test processes for `make test` (pytest-xdist): most tests wait on real processes and
@@ -9,7 +10,7 @@ VENV ?= .venv
 TEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 
-.PHONY: install up test lint schemas docs bench chaos
+.PHONY: install up test lint schemas docs bench bench-swarm chaos
 
 install: $(VENV)/.installed
 
@@ -43,10 +44,14 @@ docs: install
 	$(PY) docs/gen_reference.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
+# make bench: the cost of one message on the users' paths, each beside its baseline
+# (bench/cost.py, ~6 minutes on 2 cores), then the hooks' and read commands' wall
+# (bench/hooks.py); make bench-swarm: swarm.py's throughput rows
 bench: install
-	$(PY) bench/burst.py
+	$(PY) bench/cost.py
 	$(PY) bench/hooks.py
-	$(PY) bench/cli_send.py
+
+bench-swarm: install
 	$(PY) bench/swarm.py
 
 chaos: install

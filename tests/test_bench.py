@@ -1,5 +1,5 @@
-"""Smoke test: bench/swarm.py runs at a tiny size and ends with its JSON line (no timing
-is asserted; the figures live in the bench's output)."""
+"""Smoke tests: bench/swarm.py at a tiny size and bench/cost.py --quick run and end with
+their JSON line (no timing is asserted; the figures live in the bench's output)."""
 
 from __future__ import annotations
 
@@ -44,3 +44,42 @@ def test_swarm_bench_runs_tiny_and_reports_every_figure(redis_url: str) -> None:
     assert {"ingest_over_raw_xadd", "e2e_over_naive", "latency_p99_bus_over_naive"} <= set(
         summary["ratios"]
     )
+
+
+@pytest.mark.slow
+def test_cost_bench_runs_quick_and_marks_every_goal() -> None:
+    """bench/cost.py --quick: every row measured in the run, each goal given its figure and
+    a verdict (met or not: the verdict is the bench's output, never asserted here)."""
+    out = subprocess.run(
+        [sys.executable, "bench/cost.py", "--quick"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["bench"] == "cost" and summary["quick"] is True
+    cli = summary["cli"]
+    for name in ("send", "reply", "withdraw", "status", "python", "python_S"):
+        assert cli[f"{name}_ms"] > 0
+    sparse = summary["sparse"]
+    for system in ("naive", "minimal", "bus"):
+        row = sparse[system]
+        # Every message heard, by a notice (the bus) or a line of its own (the others).
+        assert row["messages"] > 0 and row["heard_ms"]["n"] == row["messages"]
+        assert row["process_ms_per_msg"] > 0 and row["redis_ms_per_msg"] >= 0
+        assert 1 <= row["notices"] <= row["messages"]
+    assert sparse["naive"]["notices"] == sparse["naive"]["messages"]
+    lone = summary["lone"]
+    assert lone["worker_trips_median"] >= 1 and lone["worker_scripts_median"] >= 0
+    burst = summary["burst"]
+    assert burst["messages"] == 2000 and burst["e2e_notices"] >= 1
+    assert burst["ingest_over_raw"] > 0 and burst["e2e_over_naive"] > 0
+    assert summary["memory"]["info_bytes_per_session"] != 0
+    goals = summary["goals"]
+    assert len(goals) == 8 and all(g["met"] in (True, False) for g in goals)
+    assert all(isinstance(g["value"], int | float) for g in goals)
+    # The table names each goal with its verdict.
+    for g in goals:
+        assert g["goal"] in out.stdout

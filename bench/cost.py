@@ -1,0 +1,323 @@
+"""The cost of one message on the paths users take, each beside its baseline in one run.
+
+    python bench/cost.py [--quick] [--runs 20] [--sparse-s 60] [--burst 50000] [--skip ROWS]
+
+``make bench`` runs it at its default sizes (about 6 minutes on 2 cores); ``--quick`` is the
+smoke test ``tests/test_bench.py`` runs. Rows (``--skip`` takes their names):
+
+- **cli**: wall of ``inbox send --to-id X --from a:b --text hi``, ``inbox reply``,
+  ``inbox withdraw`` and ``inbox status`` as whole processes (the venv's ``inbox``, the
+  median of ``--runs``, ``inbox up`` serving), each run alternately with a bare start of
+  the same Python (``python -c pass``, site loaded; ``python -S -c pass`` beside it);
+- **sparse**: 200 listening sessions, 20 messages/s (Poisson), ``--sparse-s`` seconds, to a
+  naive Celery task per message, a minimal XREAD consumer and ``inbox up``, each on its own
+  redis-server: CPU a message, processes and Redis apart (bench/cost_sparse.py);
+- **lone**: the worker's Redis round trips and script calls for one lone message
+  (bench/lone_trips.py);
+- **burst**: one ``inbox send --jsonl`` of ``--burst`` messages to 50 listening sessions,
+  end to end against a naive Celery task per message, and its ingest against raw
+  pipelined XADD (bench/userpath.py, bench/swarm.py's rows);
+- **memory**: bytes per idle session on a stock redis-server with the scheduler running
+  (bench/idle_memory.py, run beside the sparse rows: it measures memory, not time).
+
+Every figure is measured in the run; each goal is marked met or not from it. The run ends
+with one JSON line holding every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.burst import BenchError, _sigterm  # noqa: E402
+from bench.cost_report import goals, report  # noqa: E402
+
+QUICK: dict[str, Any] = {
+    "runs": 3,
+    "sparse_s": 3.0,
+    "quiet_s": 1.0,
+    "sessions": 20,
+    "burst": 2000,
+    "naive": 300,
+    "memory": 50,
+}
+FULL: dict[str, Any] = {
+    "runs": 20,
+    "sparse_s": 60.0,
+    "quiet_s": 3.0,
+    "sessions": 200,
+    "burst": 50000,
+    "naive": 5000,
+    "memory": 1000,
+}
+INBOX = Path(sys.executable).parent / "inbox"
+
+
+# -- cli ---------------------------------------------------------------------------------
+
+
+def _wall(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    return time.perf_counter() - t0, p.returncode, p.stdout + p.stderr
+
+
+def cli_rows(runs: int, tmp: Path) -> dict[str, Any]:
+    """The CLI's writes and ``status`` beside a bare interpreter, ``inbox up`` serving."""
+    from bench.cost_sparse import Server, _env, bus_system
+
+    out: dict[str, Any] = {"runs": runs}
+    home = tmp / "home-cli"
+    home.mkdir()
+    with ExitStack() as stack:
+        server = Server(tmp, "cli")
+        stack.callback(server.stop)
+        env = {**_env(home, server.url), "INBOX_SEND_RATE": "0", "INBOX_MAX_UNREAD": "0"}
+        env.pop("PYTHONPATH")  # the venv's entry point as installed
+        lib_send, _root = stack.enter_context(
+            bus_system(home, server.url, tmp / "cli-up.log", ["cli-a", "cli-b"])
+        )
+
+        def send_hi() -> list[str]:
+            return [str(INBOX), "send", "--to-id", "cli-b", "--from", "a:b", "--text", "hi"]
+
+        # Session cli-a's messages to cli-b, through the library (not timed): a thread cli-b
+        # is a party of, for reply, and a message a run for cli-a to withdraw.
+        def from_a() -> dict[str, Any]:
+            m = {"to_id": "cli-b", "from": "costbench:cli-a", "from_session": "cli-a"}
+            return dict(lib_send({**m, "text": "hi"}))  # type: ignore[call-overload]
+
+        thread = str(from_a()["thread"])
+        sent = [str(from_a()["id"]) for _ in range(runs)]
+        cases = {
+            "send": lambda: send_hi(),
+            "reply": lambda: [str(INBOX), "reply", "cli-b", thread, "--text", "ok"],
+            "withdraw": lambda: [str(INBOX), "withdraw", sent.pop(), "--by", "cli-a"],
+            "status": lambda: [str(INBOX), "status"],
+        }
+        bare: list[float] = []
+        bare_s: list[float] = []
+        for name, argv in cases.items():
+            walls: list[float] = []
+            for _ in range(runs):  # A B A B: a drift of the machine hits both alike
+                w, rc, text = _wall(argv(), env)
+                if rc != 0:
+                    raise BenchError(f"inbox {name} exited {rc}: {text[-500:]}")
+                walls.append(w)
+                bare.append(_wall([sys.executable, "-c", "pass"], env)[0])
+                bare_s.append(_wall([sys.executable, "-S", "-c", "pass"], env)[0])
+            out[name + "_ms"] = round(statistics.median(walls) * 1000, 1)
+        out["python_ms"] = round(statistics.median(bare) * 1000, 1)
+        out["python_S_ms"] = round(statistics.median(bare_s) * 1000, 1)
+        for name in cases:
+            out[name + "_over_python"] = round(out[name + "_ms"] / out["python_ms"], 2)
+    return out
+
+
+# -- sparse, with the memory row beside it -------------------------------------------------
+
+
+def memory_proc(sessions: int, quick: bool, log: Path) -> subprocess.Popen[bytes]:
+    """bench/idle_memory.py as a child: its warm-up and housekeeping waits run beside the
+    sparse rows (a memory figure; its CPU is not in any system's process tree)."""
+    warm, settle = ("2", "3") if quick else ("61", "61")
+    argv = [sys.executable, str(REPO / "bench" / "idle_memory.py"), "--sessions", str(sessions)]
+    argv += ["--warm", warm, "--settle", settle]
+    with log.open("wb") as fh:
+        return subprocess.Popen(argv, cwd=str(REPO), stdout=fh, stderr=subprocess.STDOUT)
+
+
+def memory_result(proc: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:
+    try:
+        proc.wait(600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        raise BenchError("bench/idle_memory.py did not end in 600 s") from None
+    lines = log.read_text(errors="replace").strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise BenchError(f"bench/idle_memory.py exited {proc.returncode}: {lines[-5:]}")
+    res: dict[str, Any] = json.loads(lines[-1])
+    return res
+
+
+def sparse_rows(size: dict[str, Any], tmp: Path, idle_s: float) -> dict[str, Any]:
+    from bench.cost_sparse import Traffic, run_system
+
+    t = Traffic(
+        sessions=size["sessions"], seconds=size["sparse_s"], idle_s=idle_s, quiet_s=size["quiet_s"]
+    )
+    out: dict[str, Any] = {"sessions": t.sessions, "rate_per_s": t.rate, "seconds": t.seconds}
+    for name in ("naive", "minimal", "bus"):
+        print(f"sparse: {name}...", flush=True)
+        out[name] = run_system(name, tmp, t)
+    return out
+
+
+# -- bursts ------------------------------------------------------------------------------
+
+
+def burst_rows(size: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    """One ``inbox send --jsonl`` to 50 sessions: ingest (no worker) beside raw pipelined
+    XADD, and end to end (a 2-process worker, a listener on each session) beside the naive
+    task per message, on an embedded server of the run's own."""
+    from bench import userpath
+    from bench.burst import bench_settings, celery_bus, close_bus
+    from bench.swarm import (
+        SINK_HOST,
+        Ears,
+        open_running,
+        scenario_naive,
+        scenario_raw,
+        wire,
+        worker,
+    )
+    from bus.ops.embedded import EmbeddedRedis
+
+    n, sessions, k = size["burst"], 50, 13
+    with ExitStack() as stack:
+        server = EmbeddedRedis(tmp / "burst.sock", tmp / "burst-redis", persist=False).start()
+        stack.callback(server.stop)
+        home = tmp / "home-burst"
+        home.mkdir()
+        s = bench_settings(home, server.url, f"cost{uuid.uuid4().hex[:8]}", own_server=True)
+        observer = celery_bus(s)
+        stack.callback(close_bus, observer)
+        sink = [f"usr{i}" for i in range(sessions)]
+        for sid in sink:
+            observer.open_session(sid, host=SINK_HOST)
+            observer.turn(sid, "start")
+        print("burst: raw XADD, ingest...", flush=True)
+        raw = scenario_raw(s, n, sessions, k)
+        items = [wire(i, k, sink[i % sessions], "ucli") for i in range(n)]
+        ingest = userpath.ingest(s, observer, "cli", items, tmp)
+        sids = [f"ue2e{i}" for i in range(sessions)]
+        open_running(observer, sids)
+        ears = Ears(observer, sids)
+        stack.callback(ears.stop)
+        with worker(s, 2):
+            print("burst: naive...", flush=True)
+            naive = scenario_naive(s, observer, size["naive"], sessions, k)
+            print("burst: end to end...", flush=True)
+            ears.reset(sessions)  # warm: one message a session, each noticed
+            userpath.cli_send(s, [wire(i, k, sid, "uwarm") for i, sid in enumerate(sids)], tmp)
+            if not ears.done.wait(120):
+                raise BenchError("the burst's warm-up notices did not all arrive")
+            ears.reset(n)
+            e2e = userpath.e2e(
+                s, "cli", [wire(i, k, sids[i % sessions], "ue2e") for i in range(n)], tmp,
+                ears.done.wait,
+            )  # fmt: skip
+            e2e["notices"] = sum(ears.notices.values())
+    return {
+        "messages": n,
+        "sessions": sessions,
+        "raw_per_s": raw["per_s"],
+        "ingest_per_s": ingest["per_s"],
+        "naive_per_s": naive["per_s"],
+        "naive_messages": naive["messages"],
+        "e2e_per_s": e2e["per_s"],
+        "e2e_notices": e2e["notices"],
+        "ingest_over_raw": round(ingest["per_s"] / raw["per_s"], 3),
+        "e2e_over_naive": round(e2e["per_s"] / naive["per_s"], 2),
+    }
+
+
+def lone_row(tmp: Path, count: int) -> dict[str, Any]:
+    from bench.lone_trips import measure
+    from bus.ops.embedded import EmbeddedRedis
+
+    server = EmbeddedRedis(tmp / "lone.sock", tmp / "lone-redis", persist=False).start()
+    try:
+        res, _example = measure(server.url, count, 50.0, own_server=True)
+    finally:
+        server.stop()
+    return res
+
+
+# -- main --------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
+    parser.add_argument("--runs", type=int, help="CLI runs a command (default 20)")
+    parser.add_argument("--sparse-s", type=float, help="seconds of sparse traffic (default 60)")
+    parser.add_argument("--burst", type=int, help="messages of the burst (default 50,000)")
+    parser.add_argument("--idle-s", type=float, default=None, help="idle sample (default 5)")
+    parser.add_argument("--skip", default="", help="comma list: cli,sparse,lone,burst,memory")
+    args = parser.parse_args(argv)
+    size = dict(QUICK if args.quick else FULL)
+    for key in ("runs", "sparse_s", "burst"):
+        if getattr(args, key) is not None:
+            size[key] = getattr(args, key)
+    if min(size["runs"], size["burst"]) < 1 or size["sparse_s"] <= 0:
+        parser.error("--runs, --burst and --sparse-s must be positive")
+    idle_s = args.idle_s if args.idle_s is not None else (0.5 if args.quick else 5.0)
+    skip = set(filter(None, args.skip.split(",")))
+    unknown = skip - {"cli", "sparse", "lone", "burst", "memory"}
+    if unknown:
+        parser.error(f"--skip: unknown rows {sorted(unknown)}")
+    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    started = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="inbox-cost-"))
+    out: dict[str, Any] = {"bench": "cost", "quick": args.quick, "cores": os.cpu_count()}
+    mem: subprocess.Popen[bytes] | None = None
+    try:
+        if "cli" not in skip:
+            print("cli...", flush=True)
+            out["cli"] = cli_rows(size["runs"], tmp)
+        if "memory" not in skip:
+            mem = memory_proc(size["memory"], args.quick, tmp / "memory.log")
+        if "sparse" not in skip:
+            out["sparse"] = sparse_rows(size, tmp, idle_s)
+        if "lone" not in skip:
+            print("lone delivery...", flush=True)
+            out["lone"] = lone_row(tmp, 20 if args.quick else 200)
+        if mem is not None:
+            print("memory (idle_memory.py)...", flush=True)
+            out["memory"] = memory_result(mem, tmp / "memory.log")
+            mem = None
+        if "burst" not in skip:
+            out["burst"] = burst_rows(size, tmp)
+        out["goals"] = goals(out)
+        out["total_s"] = round(time.perf_counter() - started, 1)
+        print(report(out))
+        print(json.dumps(out, separators=(",", ":")))
+        return 0
+    except KeyboardInterrupt:
+        print("interrupted; cleaning up", file=sys.stderr)
+        return 130
+    except BenchError as exc:
+        print(f"bench failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if mem is not None and mem.poll() is None:
+            mem.send_signal(signal.SIGINT)  # its own clean-up: its servers and worker stop
+            try:
+                mem.wait(60)
+            except subprocess.TimeoutExpired:
+                mem.kill()
+                mem.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

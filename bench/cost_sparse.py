@@ -1,0 +1,348 @@
+"""Sparse swarm traffic for ``bench/cost.py``: CPU a message of three systems, each on its
+own redis-server, at the same Poisson arrivals to the same listening sessions.
+
+- **naive**: a plain Celery worker (2 prefork children, nothing of the bus loaded) with one
+  task per message that writes the message's line the way the bus does (``Floor.write_line``:
+  the session's socket if its listener acks, else its JSONL file);
+- **minimal**: one Python process ``XREAD``-ing one stream and writing each entry's line
+  to its session's socket the same way (``python -m bench.cost_sparse consume URL HOME``);
+- **bus**: ``inbox up`` as a user runs it (worker, scheduler, supervisor, standbys), its
+  ``INBOX_HOME`` a temp dir and ``INBOX_REDIS_URL`` its own server; the bench process opens
+  the sessions and sends with the library's ``Bus.send``.
+
+The listeners are the bench's (``swarm.Ears``: the real listener, acking), so are the sends:
+neither is charged. Each system is charged the ``/proc`` CPU (utime + stime) of its process
+tree over the window (from the first send until every message was heard) plus its
+redis-server's CPU beyond that server's idle rate, measured over ``idle_s`` with the system
+running and nothing sent (for the bus: ``inbox up`` and its sessions open).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench.burst import BenchError, broker_for, close_bus, wait_until
+from bench.cpu_share import TICK, tree
+from bench.idle_memory import stock_binary
+from bench.swarm import Ears, open_running, percentiles, wire
+from bus.core.settings import SOURCE_ROOT, Settings
+
+HOST = "costbench"
+NAIVE_QUEUE = "naive"
+STREAM = "cost:minimal"
+
+
+class Server:
+    """A stock redis-server of one system's own on a unix socket, persistence off."""
+
+    def __init__(self, tmp: Path, name: str) -> None:
+        d = tmp / f"redis-{name}"
+        d.mkdir(parents=True)
+        self.sock = d / "redis.sock"
+        args = [stock_binary(), "--port", "0", "--unixsocket", str(self.sock)]
+        args += ["--unixsocketperm", "700", "--dir", str(d), "--save", "", "--appendonly", "no"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"unix://{self.sock}"
+        client = redis.Redis.from_url(self.url)
+        try:
+            wait_until(lambda: _pings(client), 20, f"redis-server for {name}", 0.05)
+        finally:
+            client.close()
+
+    def ticks(self) -> int:
+        return tree(self.proc.pid).get(self.proc.pid, 0)
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+def _stop(proc: subprocess.Popen[Any], timeout: float = 20.0) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def tree_ticks(pid: int) -> int:
+    """CPU ticks of ``pid`` and its descendants now (redis-servers left out)."""
+    return sum(t for p, t in tree(pid).items() if b"redis-server" not in _cmdline(p))
+
+
+def settle(
+    root: int, timeout: float, spares: int = 0, quiet_s: float = 3.0, cores: float = 0.05
+) -> None:
+    """Until the tree's start-up is over: ``spares`` standby processes up (``inbox up``
+    starts its imported spares a few seconds after it answers) and under ``cores`` over
+    ``quiet_s``;
+    at most ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sum(1 for p in tree(root) if b"standby" in _cmdline(p)) < spares:
+            time.sleep(0.5)
+            continue
+        p0, t0 = tree_ticks(root), time.perf_counter()
+        time.sleep(quiet_s)
+        if (tree_ticks(root) - p0) / TICK / (time.perf_counter() - t0) < cores:
+            return
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+# -- the three systems: each yields (send one message, process-tree root pid) -------------
+
+Send = Callable[[dict[str, Any]], object]
+
+
+def _env(home: Path, url: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "INBOX_HOME": str(home),
+        "INBOX_HOST": HOST,
+        "INBOX_REDIS_URL": url,
+        "INBOX_BROKER_URL": broker_for(url),
+        "PYTHONPATH": str(SOURCE_ROOT),
+    }
+
+
+@contextmanager
+def naive_system(home: Path, url: str, log: Path) -> Iterator[tuple[Send, int]]:
+    from celery import Celery
+
+    argv = [sys.executable, "-m", "celery", "-A", "bench.naive_plain", "worker", "-Q"]
+    argv += [NAIVE_QUEUE, "-c", "2", "-P", "prefork", "--loglevel", "info"]
+    argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+    proc = _spawn(argv, _env(home, url), log)
+    app = Celery("naive-sender", broker=broker_for(url))
+    try:
+        _until(lambda: _logged(log, " ready."), 60, "the naive worker's ready", proc, log)
+        yield (
+            lambda m: app.send_task("bench.naive_plain", args=[m["to_id"], m], queue=NAIVE_QUEUE),
+            proc.pid,
+        )
+    finally:
+        app.close()
+        _stop(proc)
+
+
+@contextmanager
+def minimal_system(home: Path, url: str, log: Path) -> Iterator[tuple[Send, int]]:
+    import json
+
+    argv = [sys.executable, "-m", "bench.cost_sparse", "consume", url, str(home)]
+    proc = _spawn(argv, _env(home, url), log)
+    r = redis.Redis.from_url(url)
+    try:
+        _until(lambda: _logged(log, "consuming"), 30, "the minimal consumer", proc, log)
+        yield (lambda m: r.xadd(STREAM, {"sid": m["to_id"], "line": json.dumps(m)}), proc.pid)
+    finally:
+        r.close()
+        _stop(proc)
+
+
+@contextmanager
+def bus_system(home: Path, url: str, log: Path, sids: list[str]) -> Iterator[tuple[Send, int]]:
+    from bench.burst import celery_bus
+
+    proc = _spawn([str(Path(sys.executable).parent / "inbox"), "up"], _env(home, url), log)
+    s = sender_settings(home, url)
+    b = celery_bus(s)
+    try:
+
+        def beating() -> bool:
+            names = {w["name"] for w in b.status()["workers"]}
+            return "scheduler" in names and len(names) >= 2
+
+        _until(beating, 90, "inbox up's worker and scheduler heartbeats", proc, log)
+        open_running(b, sids, host=HOST)
+        yield b.send, proc.pid
+    finally:
+        close_bus(b)
+        _stop(proc, 30)
+
+
+def sender_settings(home: Path, url: str) -> Settings:
+    """The bench's side of the bus (`inbox up` reads the same from its environment): the
+    flood bounds off, as the senders of the other systems have none."""
+    return Settings(
+        home=home,
+        host=HOST,
+        redis_url=url,
+        broker_url=broker_for(url),
+        send_rate=0.0,
+        max_unread=0,
+    )
+
+
+def _spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as fh:
+        return subprocess.Popen(
+            argv, env=env, cwd=str(SOURCE_ROOT), stdout=fh, stderr=subprocess.STDOUT
+        )
+
+
+def _until(
+    ok: Callable[[], bool], timeout: float, what: str, proc: subprocess.Popen[bytes], log: Path
+) -> None:
+    """Wait for ``ok``; a child that exits meanwhile ends the wait with its log's tail."""
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+            raise BenchError(f"{what}: the process exited {proc.returncode}:\n{tail}")
+        return ok()
+
+    wait_until(ready, timeout, what, 0.1)
+
+
+def _logged(log: Path, word: str) -> bool:
+    return log.exists() and word in log.read_text(errors="replace")
+
+
+# -- the run ---------------------------------------------------------------------------
+
+
+@dataclass
+class Traffic:
+    sessions: int = 200
+    rate: float = 20.0
+    seconds: float = 60.0
+    idle_s: float = 5.0
+    quiet_s: float = 3.0  # the start-up is over once the system is this long quiet
+    seed: int = 37
+
+
+def run_system(name: str, tmp: Path, t: Traffic) -> dict[str, Any]:
+    """One system's sparse run on its own server: idle costs, then the traffic."""
+    home = tmp / f"home-{name}"
+    home.mkdir(parents=True)
+    sids = [f"sp{i}" for i in range(t.sessions)]
+    with ExitStack() as stack:
+        server = Server(tmp, name)
+        stack.callback(server.stop)
+        log = tmp / f"{name}.log"
+        from bus.delivery.floor import Floor
+
+        class _Floor:  # what Ears needs of a Bus: its floor
+            floor = Floor(home)
+
+        ears = Ears(_Floor(), sids)  # type: ignore[arg-type]
+        stack.callback(ears.stop)
+        if name == "naive":
+            send, root = stack.enter_context(naive_system(home, server.url, log))
+        elif name == "minimal":
+            send, root = stack.enter_context(minimal_system(home, server.url, log))
+        else:
+            send, root = stack.enter_context(bus_system(home, server.url, log, sids))
+        settle(
+            root,
+            60.0 if name == "bus" else 20.0,
+            spares=2 if name == "bus" else 0,
+            quiet_s=t.quiet_s,
+        )
+        # Warm: a message to a few sessions (connections, scripts, the pool's children).
+        ears.reset(10)
+        for i in range(10):
+            send(wire(i, 1, sids[i], f"warm{name}"))
+        if not ears.done.wait(60):
+            raise BenchError(f"{name}: the warm-up messages were not heard")
+        time.sleep(1.0)  # the warm-up's tail (acks, counters) out of the idle sample
+        procs_idle, redis_idle = idle_cores(server, root, t.idle_s)
+        rng = random.Random(t.seed)
+        at, arrivals = 0.0, []
+        while (at := at + rng.expovariate(t.rate)) < t.seconds:
+            arrivals.append((at, sids[rng.randrange(t.sessions)]))
+        n = len(arrivals)
+        ears.reset(n)
+        sent_at: dict[str, float] = {}
+        r0, p0, t0 = server.ticks(), tree_ticks(root), time.perf_counter()
+        for i, (due, sid) in enumerate(arrivals):
+            delay = t0 + due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            m = wire(i, 7, sid, f"sp{name}")
+            sent_at[m["id"]] = time.perf_counter()
+            send(m)
+        if not ears.done.wait(60):
+            raise BenchError(f"{name}: {len(ears.covered)} of {n} messages heard")
+        t1 = time.perf_counter()
+        r1, p1 = server.ticks(), tree_ticks(root)
+        with ears.lock:
+            heard = [(ears.seen_at[mid] - t) * 1000 for mid, t in sent_at.items()]
+            notices = sum(ears.notices.values())
+        window = t1 - t0
+        time.sleep(1.0)  # the last deliveries' tail out of the idle sample after
+        procs_after, redis_after = idle_cores(server, root, t.idle_s)
+        proc_ms = (p1 - p0) / TICK * 1000 / n
+        redis_ms = max(0.0, (r1 - r0) / TICK - redis_idle * window) * 1000 / n
+        return {
+            "messages": n,
+            "window_s": round(window, 2),
+            "cpu_ms_per_msg": round(proc_ms + redis_ms, 3),
+            "process_ms_per_msg": round(proc_ms, 3),
+            "redis_ms_per_msg": round(redis_ms, 3),
+            "idle_cores_processes": round(procs_idle, 4),
+            "idle_cores_redis": round(redis_idle, 4),
+            # The same after the traffic: how steady the idle cost the Redis figure
+            # subtracted is (the bus's housekeeping runs every few seconds).
+            "idle_after_cores_processes": round(procs_after, 4),
+            "idle_after_cores_redis": round(redis_after, 4),
+            "heard_ms": percentiles(heard),
+            "notices": notices,
+        }
+
+
+def idle_cores(server: Server, root: int, seconds: float) -> tuple[float, float]:
+    """(the system's processes, its redis-server) cores over ``seconds`` with nothing sent."""
+    r0, p0, i0 = server.ticks(), tree_ticks(root), time.perf_counter()
+    time.sleep(seconds)
+    r1, p1, i1 = server.ticks(), tree_ticks(root), time.perf_counter()
+    return (p1 - p0) / TICK / (i1 - i0), (r1 - r0) / TICK / (i1 - i0)
+
+
+def consume(url: str, home: str) -> int:
+    """The minimal system's consumer: XREAD one stream, each entry's line to its socket."""
+    import json
+
+    from bus.delivery.floor import Floor
+
+    floor = Floor(Path(home))
+    r: Any = redis.Redis.from_url(url)
+    last = "0-0"  # the stream is the run's own: from its start, so nothing slips between reads
+    print("consuming", flush=True)
+    while True:
+        got = r.xread({STREAM: last}, count=100, block=1000)
+        for _stream, entries in got or []:
+            for eid, fields in entries:
+                floor.write_line(fields[b"sid"].decode(), json.loads(fields[b"line"]))
+                last = eid
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["consume"]:
+        sys.exit(consume(sys.argv[2], sys.argv[3]))

@@ -21,6 +21,7 @@ from bus.core.settings import SOURCE_ROOT, Settings
 from bus.core.up_procs import process_rows
 from bus.ops.exit_reason import exit_reason, log_since
 from tests.conftest import wait_for
+from tests.test_redis_down import inbox
 
 pytestmark = pytest.mark.slow
 
@@ -78,16 +79,6 @@ def host_env(home: Path, host: str, *, spares: bool = False, **extra: str) -> di
         **extra,
     )
     return env
-
-
-def inbox(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 @pytest.fixture

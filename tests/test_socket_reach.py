@@ -9,8 +9,6 @@ import os
 import shutil
 import socket
 import stat
-import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,6 +23,7 @@ from bus.core import unix_socket
 from bus.core.settings import Settings
 from bus.core.unix_socket import SOCKET_PATH_MAX, Unreachable, address, fits, link_name
 from bus.surfaces.hooks import run_hook
+from tests.test_small_frictions import inbox as cli
 
 NOBODY = 65534
 
@@ -176,18 +175,6 @@ def blocked() -> Iterator[Callable[[Bus, str], None]]:
     yield block
     for name in made:
         shutil.rmtree(name, ignore_errors=True)
-
-
-def cli(s: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = s.child_env()
-    env["INBOX_DISPATCHER"] = "none"
-    return subprocess.run(
-        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_status_doctor_and_session_start_say_which_session_cannot_be_woken_and_the_fix(

@@ -222,23 +222,8 @@ def test_idle_interactive_session_wakes_for_a_blocker_not_an_fyi(
         assert time.monotonic() - sent < DEBOUNCE_S + 15
         text = request_text(woken)
         assert "[inbox · 2 new in 2 threads" in text and "fyi: lunch" in text
-        wait_for(lambda: bus.session(sid).state == "running", 30, what="the woken turn running")
-
         # A second blocker during that turn goes in at its next tool step.
-        bus.send({"from": "hostb:lead", "to_id": sid, "class": "blocker", "text": "second blocker"})
-        wait_for(
-            lambda: any("second blocker" in x.get("text", "") for x in bus.floor.peek(sid)),
-            30,
-            what="the steer on the floor",
-        )
-        go.touch()
-        step = stub.wait_for(
-            lambda b: _is_result(b) and "woken-tool" in json.dumps(b["messages"][-3:]),
-            60,
-            "the woken turn's tool result",
-        )
-        assert "second blocker" in request_text(step)
-        wait_for(lambda: sock.exists() and bus.session(sid).state == "idle", 60, what="re-armed")
+        _steered_in_the_woken_turn(claude, sid, go, "woken-tool", "second blocker")
 
     finally:
         tmux.close()
@@ -300,23 +285,31 @@ def test_a_session_whose_socket_path_is_over_200_bytes_is_woken_and_hears_mid_tu
         )
         stub.wait_for(_has("woke this idle session"), DEBOUNCE_S + 15, "the woken turn")
         assert time.monotonic() - sent < DEBOUNCE_S + 15
-        wait_for(lambda: bus.session(sid).state == "running", 30, what="the woken turn running")
-        bus.send({"from": "hostb:lead", "to_id": sid, "class": "blocker", "text": "mid-turn"})
-        wait_for(
-            lambda: any("mid-turn" in x.get("text", "") for x in bus.floor.peek(sid)),
-            30,
-            what="the steer on the floor",
-        )
-        go.touch()
-        step = stub.wait_for(
-            lambda b: _is_result(b) and "deep-tool" in json.dumps(b["messages"][-3:]),
-            60,
-            "the woken turn's tool result",
-        )
-        assert "mid-turn" in request_text(step)
-        wait_for(lambda: sock.exists() and bus.session(sid).state == "idle", 60, what="re-armed")
+        _steered_in_the_woken_turn(claude, sid, go, "deep-tool", "mid-turn")
     finally:
         tmux.close()
+
+
+def _steered_in_the_woken_turn(claude: Claude, sid: str, go: Path, tool: str, steer: str) -> None:
+    """In the turn a blocker woke (its tool waiting on ``go``), a blocker ``steer`` goes in
+    at the tool's result; then the session is idle again with its waiter listening."""
+    bus, stub = claude.bus, claude.stub
+    wait_for(lambda: bus.session(sid).state == "running", 30, what="the woken turn running")
+    bus.send({"from": "hostb:lead", "to_id": sid, "class": "blocker", "text": steer})
+    wait_for(
+        lambda: any(steer in x.get("text", "") for x in bus.floor.peek(sid)),
+        30,
+        what="the steer on the floor",
+    )
+    go.touch()
+    step = stub.wait_for(
+        lambda b: _is_result(b) and tool in json.dumps(b["messages"][-3:]),
+        60,
+        "the woken turn's tool result",
+    )
+    assert steer in request_text(step)
+    sock = bus.floor.socket_path(sid)
+    wait_for(lambda: sock.exists() and bus.session(sid).state == "idle", 60, what="re-armed")
 
 
 def _is_result(body: dict[str, Any]) -> bool:

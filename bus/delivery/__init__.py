@@ -5,9 +5,12 @@
 ``engine`` (the one engine: sessions delivered as a batch, a lone one a batch of one, each
 under its ``lease``, the lock hand-off), ``queue_run`` (the general loop: raw lines, long
 queues), ``inbox`` (threads, marks and the plan), ``notice`` (the one notice), ``raw_lines`` (a
-message written as its own line), ``floor`` and ``fast_drain`` (the file floor),
+message written as its own line), ``floor``, ``floor_lines`` (a line's bytes, the listener's
+record of lines it handed on) and ``fast_drain`` (the file floor),
 ``heard`` (when a notice counts as heard), ``receipts`` (the sender's side),
-``scheduler`` (debounced wakes, flushes, retries).
+``scheduler`` (debounced wakes, flushes, retries), ``renewer`` (one thread a process renewing
+the leases of running batches), ``report`` (what a delivery did, and the work an operator
+sees of it).
 
 May import: ``bus.trust``, ``bus.telemetry``, ``bus.store``, ``bus.core``.
 """

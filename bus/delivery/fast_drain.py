@@ -25,7 +25,8 @@ from bus.core.hook_env import load_hook_env
 from bus.core.ids import check_session_id
 from bus.core.settings import Settings
 
-from .floor import Floor, append_private
+from .floor import Floor
+from .floor_lines import append_private
 
 PENDING_MARKS = "marks.pending.jsonl"
 

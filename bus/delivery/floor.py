@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import json
 import os
 import stat
 import sys
@@ -50,15 +49,17 @@ from bus.core.ids import check_session_id
 from bus.core.owned import check_parents, make_dirs, open_read
 from bus.core.owned import open_private as _open_private
 
+from .floor_lines import append_private, encode_line, heard_keys, heard_lines, line_key
+from .floor_lines import parse_line as _parse
+from .floor_lines import read_fd as _read_fd
+from .floor_lines import same_file as _same_file
+from .floor_lines import write_all as _write_all
+
 MESSAGES = "messages.jsonl"
 DRAINING_PREFIX = "messages.draining."
 LOG = "log.jsonl"
 MALFORMED = "malformed.jsonl"
 SOCKET = unix_socket.SOCKET
-# Ids of the lines a socket listener handed on (bus.surfaces.listener), its last HEARD_KEEP:
-# a line whose ack came late is on the file too, and a drain does not hand it on again.
-HEARD = "heard.jsonl"
-HEARD_KEEP = 1000
 LOG_LOCK = "log.lock"
 LOG_KEEP = 500
 _ACK_MAX = 64 * 1024
@@ -69,17 +70,6 @@ _APPEND_TRIES = 1000
 # Whether a path can itself be a socket's address; a longer one is reached through a
 # short link (bus.core.unix_socket).
 socket_path_fits = unix_socket.fits
-
-
-def encode_line(obj: dict[str, Any]) -> bytes:
-    """One JSON line. ASCII-only, so no U+2028 or similar can split it for any reader."""
-    if not isinstance(obj, dict):
-        raise BadInput("a floor line must be a JSON object")
-    try:
-        text = json.dumps(obj, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise BadInput(f"line is not JSON-serialisable: {exc}") from exc
-    return text.encode("ascii") + b"\n"
 
 
 @dataclass
@@ -121,108 +111,6 @@ def _draining_key(name: str) -> tuple[int, str]:
     except ValueError:
         return (sys.maxsize, name)
     return (value * 1_000_000 if value < 10**14 else value, name)
-
-
-def line_key(obj: dict[str, Any]) -> str | None:
-    """A floor line's identity for a listener's dedupe and a drain's skip: its id with
-    its sender (``from_session``, ``from``), since a message id is its sender's; a
-    second sender's line reusing the id is another line. None without an id."""
-    msg_id = obj.get("id")
-    if not isinstance(msg_id, str) or not msg_id:
-        return None
-    sender = [str(obj.get("from_session") or ""), str(obj.get("from") or "")]
-    return json.dumps([msg_id, *sender], separators=(",", ":"))
-
-
-def _heard_lines(session_dir: Path) -> list[dict[str, Any]]:
-    try:
-        raw = (session_dir / HEARD).read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    out = []
-    for line in raw.splitlines():
-        obj = _parse(line)
-        if obj is not None and isinstance(obj.get("id"), str):
-            out.append(obj)  # a torn last line: that id is not skipped (at least once)
-    return out
-
-
-def heard_ids(session_dir: Path) -> set[str]:
-    """The ids a socket listener recorded handing on (:func:`record_heard`)."""
-    return {str(obj["id"]) for obj in _heard_lines(session_dir)}
-
-
-def heard_keys(session_dir: Path) -> set[str]:
-    """The lines a socket listener recorded handing on, by :func:`line_key`."""
-    return {k for k in map(line_key, _heard_lines(session_dir)) if k is not None}
-
-
-def record_heard(
-    session_dir: Path, heard: list[str] | list[dict[str, Any]], keep: int = HEARD_KEEP
-) -> None:
-    """Record the lines in ``heard`` (lines, or bare ids: a line with no sender) as
-    handed on by the session's one socket listener (its only writer); past about twice
-    ``keep`` lines of 64 bytes the file is replaced by its last ``keep``."""
-    path = session_dir / HEARD
-    records = []
-    for one in heard:
-        line = {"id": one} if isinstance(one, str) else one
-        rec = {f: line[f] for f in ("id", "from_session", "from") if line.get(f)}
-        records.append(encode_line(rec))
-    append_private(path, b"".join(records))
-    try:
-        if os.stat(path).st_size <= 2 * keep * 64:
-            return
-        lines = path.read_bytes().splitlines()
-    except FileNotFoundError:
-        return
-    if len(lines) > keep:
-        tmp = session_dir / f"{HEARD}.tmp"
-        tmp.unlink(missing_ok=True)
-        append_private(tmp, b"".join(x + b"\n" for x in lines[-keep:]))
-        os.replace(tmp, path)  # a drain reads the old file or the new, never a part
-
-
-def append_private(path: Path, data: bytes) -> None:
-    """Append ``data`` to ``path``, created 0600 whatever the umask."""
-    fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
-    try:
-        _write_all(fd, data)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    # One write is the norm; a short write (disk nearly full) is finished rather than lost.
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def _read_fd(fd: int) -> bytes:
-    os.lseek(fd, 0, os.SEEK_SET)
-    chunks = []
-    while chunk := os.read(fd, 1 << 16):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    mine = os.fstat(fd)
-    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
-
-
-def _parse(raw: bytes) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(raw)
-    except ValueError:  # includes UnicodeDecodeError
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 @functools.lru_cache(maxsize=16384)
@@ -455,7 +343,7 @@ class Floor:
         return None
 
     def _lines_with_id(self, d: Path, msg_id: str) -> Iterator[dict[str, Any]]:
-        yield from (o for o in _heard_lines(d) if o.get("id") == msg_id)
+        yield from (o for o in heard_lines(d) if o.get("id") == msg_id)
         needle = msg_id.encode("utf-8", "replace")
         for path in [*(d / n for n in self._draining_names(d)), d / MESSAGES, d / LOG]:
             for raw in self._read_lines(path):

@@ -24,7 +24,8 @@ from typing import Any, TextIO
 
 from bus.core import unix_socket
 from bus.core.errors import BadInput, Refused
-from bus.delivery.floor import HEARD, SOCKET, Floor, line_key, record_heard
+from bus.delivery.floor import SOCKET, Floor
+from bus.delivery.floor_lines import HEARD, line_key, record_heard
 
 ACK_OK = b'{"ok": true}\n'
 ACK_NO = b'{"ok": false}\n'
@@ -203,7 +204,7 @@ class Listener:
         if not isinstance(obj, dict):
             return False
         # A message id is its sender's: another sender's line with the same id is no
-        # duplicate of it (bus.delivery.floor.line_key).
+        # duplicate of it (bus.delivery.floor_lines.line_key).
         key = line_key(obj)
         with self._handle_lock:
             if key is not None and key in self._seen:
@@ -216,7 +217,7 @@ class Listener:
                 ok = False
             if ok and key is not None:
                 # On the file too if our ack comes after the sender's wait: the drain
-                # then skips it (bus.delivery.floor.heard_ids). Not recorded, it is seen
+                # then skips it (bus.delivery.floor_lines.heard_ids). Not recorded, it is seen
                 # twice at worst.
                 try:
                     record_heard(self.session_dir, [obj], self.remember)

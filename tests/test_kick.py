@@ -439,3 +439,35 @@ def test_a_lone_kick_costs_no_separate_done_when_a_take_follows(
     finally:
         loop.stop()
     assert delivered == [["s0"], ["s1"], ["s2"]]
+
+
+def test_a_loop_that_looked_before_the_listener_heard_a_kick_looks_again_not_listens(
+    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A burst pushed while a loop is between its look and its BLMOVE: the listener hears
+    # the first kick; this loop, once it has the listening lock, must look at the list
+    # again (the rest as one batch), not BLMOVE the burst one kick at a time.
+    from bus.delivery import kick_list
+
+    b = make_bus()
+    store = b.store
+    loop = kick_list.KickLoop(b.delivery, threads=1)  # not started: _pop driven here
+    listened: list[int] = []
+    real_take = store.take_kicks
+
+    def take_heard_meanwhile(h: str, lp: str, n: int, *, clear: bool = False) -> list[str]:
+        got = real_take(h, lp, n, clear=clear)
+        loop._heard_n += 1  # the listener heard a kick while this loop looked
+        return got
+
+    def wait_kick(*_args: object) -> list[str]:
+        listened.append(1)
+        return []
+
+    monkeypatch.setattr(store, "wait_kick", wait_kick)
+    monkeypatch.setattr(store, "take_kicks", take_heard_meanwhile)
+    assert loop._pop(store, None, "L", False) == ([], None, True)
+    assert listened == [] and not loop._listen.locked() and not loop._gate.locked()
+    monkeypatch.setattr(store, "take_kicks", real_take)  # nothing heard meanwhile: listens
+    assert loop._pop(store, None, "L", False) == ([], None, True)
+    assert listened == [1] and not loop._listen.locked()

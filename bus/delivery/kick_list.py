@@ -127,6 +127,9 @@ class KickLoop:
         # on was delivered first as one lone kick a loop (each ~6x a batched session's
         # CPU), then in batches.
         self._listen = threading.Lock()
+        # Kicks the listening loop has heard: a loop that looked at the list before the
+        # last one was heard looks again instead of listening (see _pop).
+        self._heard_n = 0
 
     def start(self) -> KickLoop:
         # The lazy parts are built here, once, not raced by the threads.
@@ -226,6 +229,7 @@ class KickLoop:
         list holds delivered kicks, emptied by the take; ``took``: a take ran."""
         if not self._gate.acquire(timeout=BEAT_S):
             return [], None, False
+        seen = self._heard_n
         got = _kept_if_any(
             self._gate, lambda: store.take_kicks(self.host, loop, POP_MAX, clear=clear)
         )
@@ -237,9 +241,16 @@ class KickLoop:
             # (bounded, or until stopped), not poll the list.
             self.stop_event.wait(LISTEN_WAIT_S)
             return [], None, True
+        if self._heard_n != seen:
+            # The listener heard a kick after this loop's look: a burst may be waiting
+            # behind it, which a BLMOVE would take one kick at a time. Look again first.
+            self._listen.release()
+            return [], None, True
         heard = _kept_if_any(
             self._listen, lambda: store.wait_kick(client, self.host, loop, BLOCK_S)
         )
+        if heard[0]:
+            self._heard_n += 1  # under the listening lock: its one writer
         return (*heard, True)
 
     def _done(self, store: Store, loop: str) -> None:

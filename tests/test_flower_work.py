@@ -244,3 +244,27 @@ def test_a_failed_delivery_is_a_failure_with_its_reason(
     task = got[0]
     assert task["name"] == "inbox.deliver" and "doomed" in task["kwargs"]
     assert "IsADirectoryError" in task["exception"]
+
+
+def test_a_celery_delivery_that_could_not_do_its_work_fails(
+    make_bus: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bus.store.outage_log import OUTAGE_ERRORS
+    from workers import tasks
+
+    bus = make_bus()
+    bus.open_session("doomed")
+    bus.turn("doomed", "start")  # running: its notice is written at once
+    floor = bus.settings.home / "inbox" / "doomed" / "messages.jsonl"
+    floor.unlink(missing_ok=True)
+    floor.mkdir(parents=True)
+    bus.send({"from": "me:sh", "to_id": "doomed", "text": "x", "class": "action"})
+    with pytest.raises(tasks.DeliveryFailed, match="doomed: floor: IsADirectoryError"):
+        tasks._deliver_one(bus, "doomed")
+
+    def away(_sid: str) -> None:
+        raise OUTAGE_ERRORS[0]("gone")
+
+    monkeypatch.setattr(bus, "deliver_session", away)
+    with pytest.raises(tasks.DeliveryFailed, match="Redis unavailable"):
+        tasks._deliver_one(bus, "doomed")

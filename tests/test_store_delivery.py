@@ -58,3 +58,13 @@ def test_a_written_notice_waits_on_the_floor_and_its_finish_frees_the_lock(store
     assert store.notice_in_flight("s1") is None and store.floor_notice_ids("s1") == ["ntc-1"]
     assert store.confirm_notices("s1", ["ntc-1"], "drain", 2002) == 1
     assert store.floor_notice_ids("s1") == []
+
+
+def test_a_heard_notice_is_confirmed_and_finished_in_one_script_call(store: Store) -> None:
+    # The socket's ack confirms the notice inside notice_finish.lua (parts/drained.lua):
+    # one call, where a floor_drained.lua call went before it.
+    calls = store.finish_calls("s1", "ntc-1", "socket", 1, heard=True, unlock="tok")
+    assert len(calls) == 1
+    assert calls[0][:2] == ("EVALSHA", store.script("notice_finish").sha)
+    written = store.finish_calls("s1", "ntc-1", "file", 1, heard=False)
+    assert len(written) == 1 and written[0][1] == calls[0][1]

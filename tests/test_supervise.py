@@ -167,14 +167,18 @@ def _sleeper() -> subprocess.Popen[bytes]:
 
 def test_a_child_that_exits_is_restarted_with_one_line(tmp_path: Path) -> None:
     lines: list[str] = []
-    child = Child("sleeper", _sleeper)
+    log = tmp_path / "sleeper.log"
+    child = Child("sleeper", _sleeper, log=log)
     sup = Supervisor([child], log=lines.append, stall_s=0).start()
     try:
         first = child.proc.pid
+        # An error it logged and lived through is not why a kill ended it.
+        log.write_text("[2026-12-04 10:00:00,000: ERROR/MainProcess] Redis is loading\n")
         os.killpg(first, signal.SIGKILL)
         wait_for(lambda: (sup.poll(), child.proc.pid != first)[1], 10, "the restart")
         assert child.proc.poll() is None
         assert len(lines) == 1 and "sleeper exited (code -9)" in lines[0]
+        assert "Redis is loading" not in lines[0] and "s; restarting in" in lines[0]
     finally:
         sup.stop(5)
     assert child.proc.poll() is not None

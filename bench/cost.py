@@ -5,7 +5,8 @@
 ``make bench`` runs it at its default sizes (about 6 minutes on 2 cores); ``--quick`` is the
 smoke test ``tests/test_bench.py`` runs. Rows (``--skip`` takes their names):
 
-- **cli**: wall of ``inbox send --to-id X --from a:b --text hi``, ``inbox reply``,
+- **cli**: wall of ``inbox send --to-id X --from a:b --text hi`` (warm, through ``inbox
+  up``'s command server, and cold, ``INBOX_FAST_SEND=0``), ``inbox reply``,
   ``inbox withdraw`` and ``inbox status`` as whole processes (the venv's ``inbox``, the
   median of ``--runs``, ``inbox up`` serving), each run alternately with a bare start of
   the same Python (``python -c pass``, site loaded; ``python -S -c pass`` beside it);
@@ -113,16 +114,19 @@ def cli_rows(runs: int, tmp: Path) -> dict[str, Any]:
         sent = [str(from_a()["id"]) for _ in range(runs)]
         cases = {
             "send": lambda: send_hi(),
+            # The same send run in its own process (no command server: the cold start).
+            "send_cold": lambda: send_hi(),
             "reply": lambda: [str(INBOX), "reply", "cli-b", thread, "--text", "ok"],
             "withdraw": lambda: [str(INBOX), "withdraw", sent.pop(), "--by", "cli-a"],
             "status": lambda: [str(INBOX), "status"],
         }
         bare: list[float] = []
         bare_s: list[float] = []
+        cold = {**env, "INBOX_FAST_SEND": "0"}
         for name, argv in cases.items():
             walls: list[float] = []
             for _ in range(runs):  # A B A B: a drift of the machine hits both alike
-                w, rc, text = _wall(argv(), env)
+                w, rc, text = _wall(argv(), cold if name == "send_cold" else env)
                 if rc != 0:
                     raise BenchError(f"inbox {name} exited {rc}: {text[-500:]}")
                 walls.append(w)

@@ -55,8 +55,11 @@ def report(out: dict[str, Any]) -> str:
         lines.append(
             f"  python -c pass {cli['python_ms']}  (python -S -c pass {cli['python_S_ms']})"
         )
-        for name in ("send", "reply", "withdraw", "status"):
-            lines.append(f"  inbox {name:9} {cli[name + '_ms']:>7}  {cli[name + '_over_python']}×")
+        for name in ("send", "send_cold", "reply", "withdraw", "status"):
+            label = "send, cold" if name == "send_cold" else name
+            lines.append(
+                f"  inbox {label:10} {cli[name + '_ms']:>7}  {cli[name + '_over_python']}×"
+            )
     if sp := out.get("sparse"):
         lines.append(
             f"\nsparse: {sp['sessions']} listening sessions, {sp['rate_per_s']:.0f} msg/s Poisson,"

@@ -45,12 +45,11 @@ def sessions_repr(sessions: list[str] | tuple[str, ...]) -> str:
     """The kwargs an operator reads: the sessions served (the first few, then a count)."""
     named = list(sessions[:NAMED_SESSIONS])
     more = len(sessions) - len(named)
-    text = json.dumps({"sessions": named})
-    return text[:-2] + f', "+{more} more"]}}' if more else text
+    return json.dumps({"sessions": named + ([f"+{more} more"] if more else [])})
 
 
 def task_events(
-    name: str, sessions: list[str] | tuple[str, ...], started: float, runtime: float
+    name: str, sessions: list[str] | tuple[str, ...], started: float
 ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     """The received and started events of one task (its id with them)."""
     task_id = str(uuid.uuid4())
@@ -99,7 +98,7 @@ class FlowerReporter:
     def done(self, works: list[Work], started: float, runtime: float) -> None:
         events: list[tuple[str, dict[str, Any]]] = []
         for work in works:
-            task_id, begun = task_events(TASK_NAMES[work.kind], work.sessions, started, runtime)
+            task_id, begun = task_events(TASK_NAMES[work.kind], work.sessions, started)
             events += begun
             if work.errors:
                 events.append(_failed(task_id, started + runtime, "; ".join(work.errors)))
@@ -118,7 +117,7 @@ class FlowerReporter:
         self._add(events)
 
     def failed(self, sessions: list[str], started: float, runtime: float, error: str) -> None:
-        task_id, events = task_events(FAILED_NAME, sessions, started, runtime)
+        task_id, events = task_events(FAILED_NAME, sessions, started)
         events.append(_failed(task_id, started + runtime, error))
         self._add(events)
 

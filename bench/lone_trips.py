@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from bench.burst import (
 from bench.swarm import Ears, open_running, percentiles, wire
 from bus.api import Bus
 from bus.delivery.kick_list import KickLoop
-from workers.tasks import KICK_THREADS
+from workers.tasks import KICK_THREADS, METRICS_FLUSH_S
 
 
 class Trips:
@@ -124,7 +125,9 @@ def measure(
         prefix = f"lt{uuid.uuid4().hex[:8]}"
         s = bench_settings(tmp / "home", url, prefix, own_server=own_server)
         stack.callback(delete_prefix, url, prefix)
-        worker_bus = Bus(s)
+        # As a worker process builds its Bus (workers.tasks.get_bus): counters held and
+        # written once a second, off the delivery's round trips.
+        worker_bus = Bus(replace(s, metrics_flush_s=METRICS_FLUSH_S))
         loop = KickLoop(worker_bus.delivery, threads=KICK_THREADS).start()
         stack.callback(loop.stop)
         observer = Bus(s)

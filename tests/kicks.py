@@ -13,4 +13,4 @@ def pop_kicks(
     """Up to ``count`` kicks off ``host``'s list into loop ``loop``'s taken list, as a kick
     loop takes them (bus.delivery.kick_list): those already waiting without blocking, else
     the next one waited for up to ``block_s`` on ``client`` and returned alone."""
-    return store.take_kicks(host, loop, count) or store.wait_kick(client, host, loop, block_s)
+    return store.take_kicks(host, loop, count) or store.wait_kick(client, host, loop, block_s)[0]

@@ -130,6 +130,8 @@ class KickLoop:
         # Kicks the listening loop has heard: a loop that looked at the list before the
         # last one was heard looks again instead of listening (see _pop).
         self._heard_n = 0
+        # The loop that listened last: it listens again without a look at the list first.
+        self._listener: str | None = None
 
     def start(self) -> KickLoop:
         # The lazy parts are built here, once, not raced by the threads.
@@ -181,7 +183,9 @@ class KickLoop:
                 if undone:
                     sids = undone
                 else:
-                    sids, held, took = self._pop(store, client, loop, delivered)
+                    sids, held, took = self._pop(
+                        store, client, loop, delivered, self._listener == loop
+                    )
                     delivered = delivered and not took
                     if delivered and not sids:
                         self._done(store, loop)
@@ -215,7 +219,7 @@ class KickLoop:
             pool.disconnect()
 
     def _pop(
-        self, store: Store, client: Any, loop: str, clear: bool
+        self, store: Store, client: Any, loop: str, clear: bool, listener: bool = False
     ) -> tuple[list[str], threading.Lock | None, bool]:
         """``(kicks, held, took)``: the kicks waiting (up to ``POP_MAX``), taken under the
         process's gate, returned with it ``held`` (the batch is delivered under it); none
@@ -224,9 +228,15 @@ class KickLoop:
         the process's other loops stay still meanwhile (a loop that woke to look at the
         list would cost the lone send's notice its CPU). ``[]`` when another loop holds
         the gate or listens: this loop beats and looks again once that one is done (the
-        gate), or :data:`LISTEN_WAIT_S` later (the listening lock: the listening loop
-        looks at the list itself after each kick it heard). ``clear``: the loop's taken
-        list holds delivered kicks, emptied by the take; ``took``: a take ran."""
+        gate), or :data:`LISTEN_WAIT_S` later (the listening lock). ``clear``: the loop's
+        taken list holds delivered kicks, emptied by the take; ``took``: a take ran.
+        ``listener``: this loop listened last (it delivered what it heard, or heard
+        nothing): it listens again straight away, with no look at the list first (the
+        BLMOVE returns at once when kicks came meanwhile, and its round trip says how many
+        more wait: a burst is taken with them), so a lone kick costs the list one round
+        trip and no script, and a quiet list none but the BLMOVE."""
+        if listener and self._listen.acquire(blocking=False):
+            return (*self._listen_once(store, client, loop, clear), True)
         if not self._gate.acquire(timeout=BEAT_S):
             return [], None, False
         seen = self._heard_n
@@ -236,9 +246,9 @@ class KickLoop:
         if got[0]:
             return (*got, True)
         if not self._listen.acquire(blocking=False):
-            # Another loop listens, or delivers what it heard, and looks at the list
-            # again itself after it (a burst behind its kick goes as a batch): wait
-            # (bounded, or until stopped), not poll the list.
+            # Another loop listens, or delivers what it heard, and listens again itself
+            # after it (a burst behind its kick goes as a batch): wait (bounded, or until
+            # stopped), not poll the list.
             self.stop_event.wait(LISTEN_WAIT_S)
             return [], None, True
         if self._heard_n != seen:
@@ -246,12 +256,27 @@ class KickLoop:
             # behind it, which a BLMOVE would take one kick at a time. Look again first.
             self._listen.release()
             return [], None, True
-        heard = _kept_if_any(
-            self._listen, lambda: store.wait_kick(client, self.host, loop, BLOCK_S)
-        )
+        return (*self._listen_once(store, client, loop, False), True)
+
+    def _listen_once(
+        self, store: Store, client: Any, loop: str, clear: bool
+    ) -> tuple[list[str], threading.Lock | None]:
+        """Under the listening lock (acquired by the caller): the next kick (BLMOVE) and,
+        when more wait behind it, as many of them as a batch takes (``kick_take.lua``);
+        returned with the lock held, or ``[]`` with it released."""
+
+        self._listener = loop
+
+        def listen() -> list[str]:
+            sids, waiting = store.wait_kick(client, self.host, loop, BLOCK_S, clear=clear)
+            if sids and waiting:
+                sids += store.take_kicks(self.host, loop, POP_MAX - 1)
+            return sids
+
+        heard = _kept_if_any(self._listen, listen)
         if heard[0]:
             self._heard_n += 1  # under the listening lock: its one writer
-        return (*heard, True)
+        return heard
 
     def _done(self, store: Store, loop: str) -> None:
         try:

@@ -53,12 +53,22 @@ class KickStore(StorePart):
         )
         return [_text(r) for r in got or []]
 
-    def wait_kick(self, client: Any, host: str, loop: str, block_s: float) -> list[str]:
+    def wait_kick(
+        self, client: Any, host: str, loop: str, block_s: float, *, clear: bool = False
+    ) -> tuple[list[str], int]:
         """The next kick on ``host``'s list into loop ``loop``'s taken list, waited for up
-        to ``block_s`` on ``client`` (BLMOVE): ``[sid]``, or ``[]`` when none came."""
+        to ``block_s`` on ``client`` (BLMOVE), and how many more wait behind it (LLEN), in
+        one round trip: ``([sid], waiting)``, or ``([], 0)`` when none came. ``clear``: the
+        taken list (kicks the loop delivered) is emptied first, in the same round trip."""
         k = self.k
-        first = client.blmove(k.kick_list(host), k.kick_taken(host, loop), block_s, "LEFT", "RIGHT")
-        return [] if first is None else [_text(first)]
+        taken = k.kick_taken(host, loop)
+        pipe = client.pipeline(transaction=False)
+        if clear:
+            pipe.delete(taken)
+        pipe.blmove(k.kick_list(host), taken, block_s, "LEFT", "RIGHT")
+        pipe.llen(k.kick_list(host))
+        first, waiting = pipe.execute()[-2:]
+        return ([], 0) if first is None else ([_text(first)], int(waiting))
 
     def done_kicks(self, host: str, loop: str) -> None:
         """Loop ``loop``'s taken kicks were delivered: its taken list goes."""

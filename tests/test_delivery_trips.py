@@ -84,10 +84,11 @@ def test_a_kick_with_one_message_makes_few_round_trips_and_no_script_exists(
     assert got[-1]["notice"]["messages"] == [sent["id"]]
     assert empty.inbox == 0 and not empty.notices
     # Before: 31 round trips for this kick and 13 for an empty one. Now: begin, sender
-    # lookup, ingest, snapshot (with the cursor move, the next entries and the trim
-    # check's length), notice_take (with records), confirm (with the retry field),
-    # unlock (with the hand-off flag), the counters.
-    assert kick <= 8, commands
+    # lookup, ingest with the snapshot (the cursor move, the next entries, the trim
+    # check's length and, the reads showing a steer, the notice taken with its
+    # records), confirm (with the retry field, the unlock and the hand-off flag), the
+    # counters.
+    assert kick <= 6, commands
     assert empty_kick <= 3
     assert "SCRIPT EXISTS" not in commands
 

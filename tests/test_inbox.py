@@ -21,6 +21,7 @@ from bus.core.errors import Refused
 from bus.delivery.scheduler import tick
 from bus.store.inbox import AGE_MARK
 from bus.surfaces.listener import Listener
+from tests.conftest import wait_for
 
 
 def floor(b: Bus, sid: str) -> list[dict[str, Any]]:
@@ -339,9 +340,13 @@ def test_closing_answers_waiting_senders_with_an_error_and_keeps_threads(
         )
     )
     t.start()
-    deadline = time.monotonic() + 10
-    while not bus.store.r.scard(bus.store.k.s(idle, "waiters")) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # Waiting, and its message stored (the sender registers as a waiter first).
+    k = bus.store.k
+    wait_for(
+        lambda: bus.store.r.scard(k.s(idle, "waiters")) and bus.store.r.hlen(k.s(idle, "ids")),
+        10,
+        "the sender waiting on its stored message",
+    )
     bus.deliver_session(idle)
     bus.close_session(idle)
     t.join(20)

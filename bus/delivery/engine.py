@@ -42,7 +42,7 @@ from bus.store.delivery import DeliverySnapshot, DeliveryStart
 
 from .fast_drain import PENDING_MARKS
 from .lease import Lease
-from .notice import NoticeJob
+from .notice import NoticeJob, new_notice_id
 from .queue_run import (
     BATCH,
     DeliveryHost,
@@ -111,6 +111,8 @@ class _Run:
     rerun: bool = False
     # Its records as kept -> whole, as ingested (the notice reads them back unrestored).
     wholes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The notice id its snapshot may take into flight (a running session's steer).
+    take_nid: str | None = None
 
 
 def deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
@@ -275,14 +277,30 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
     # A run that read nothing has its snapshot from its start (a due wake: one call).
     later = [r for r in live if r.start.snapshot is None]
     items = [(r.sid, r.lease.token, r.start.rows[-1][0] if r.start.rows else None) for r in later]
+    # A running session's steer is likely the plan: its notice is taken into flight in
+    # the snapshot's own call when the reads show it (one round trip less a lone send).
+    for run in later:
+        run.take_nid = new_notice_id() if steer_likely(bus, run.sid, run.start.info) else None
     # (None later: nothing was read, so nothing was queued on the pipeline either.)
-    got = store.snapshot_many_after(pipe, items, BATCH) if later else []
+    got = (
+        store.snapshot_many_after(
+            pipe,
+            items,
+            BATCH,
+            takes=[r.take_nid for r in later],
+            now=bus.inbox.notices.clock.now_ms(),
+            inbox_default=bus.settings.agent_inbox,
+        )
+        if later
+        else []
+    )
     snaps = dict(zip((id(r) for r in later), got, strict=True))
     planned = []
     for run in live:
         snap = run.start.snapshot or snaps[id(run)]
         run.snap = snap
         if not run.lease.confirmed(snap.held, snap.sent_at):
+            _give_back(bus, run)
             run.report.busy = True
             run.lease.release()
             run.done = run.rerun = True  # as above: runs again after the batch
@@ -332,6 +350,8 @@ def _plan_and_notice(bus: DeliveryHost, runs: list[_Run]) -> None:
             info, snap.notice_id, snap.floor_ids, marks, plan.action if plan else "wait"
         )
         run.plan = plan
+        if step != "notice" or plan is None or plan.action != "notice":
+            _give_back(bus, run)  # taken for a steer the plan did not make
         if step == "schedule" and plan is not None and plan.at is not None:
             due.append((run.sid, plan.at))
         elif step == "notice":
@@ -341,7 +361,12 @@ def _plan_and_notice(bus: DeliveryHost, runs: list[_Run]) -> None:
             bus.inbox.after_delivery(run.sid, run.report, snap)
             run.report.lease = None
     bus.store.schedule_many("due", due)
-    _notices(bus, _fence(bus, noticing))
+    fenced = _fence(bus, noticing)
+    kept = {id(r) for r in fenced}
+    for run in noticing:
+        if id(run) not in kept:
+            _give_back(bus, run)  # its lease lost: it sends nothing
+    _notices(bus, fenced)
 
 
 def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
@@ -352,15 +377,18 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
     jobs = []
     for run in runs:
         assert run.plan is not None
+        snap = run.snap
+        taken = snap.taken if snap is not None else None
         jobs.append(
             NoticeJob(
                 run.sid,
                 run.plan.action == "wake",
                 run.plan.reason,
-                run.snap.info if run.snap is not None else None,
+                snap.info if snap is not None else None,
                 lease=run.lease,
                 unlock=True,
                 wholes=run.wholes,
+                taken=(run.take_nid, taken) if run.take_nid and taken else None,
             )
         )
     bus.inbox.notices.send(jobs)
@@ -376,6 +404,30 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
             run.rerun = run.rerun or job.again or not job.freed
 
 
+def steer_likely(bus: DeliveryHost, sid: str, info: SessionInfo | None) -> bool:
+    """Whether a batched run's plan is likely a running session's steer (its notice then
+    taken in the snapshot's call, when the snapshot's reads confirm it: parts/snapshot.lua):
+    running with its inbox on, no person's prompt waiting, no wake command pending, and
+    no drain's marks waiting on this host's floor (those take the one-session way)."""
+    if info is None or info.state != "running" or info.prompt_waiting or info.wake_pending:
+        return False
+    if not (info.agent_inbox if info.agent_inbox is not None else bus.settings.agent_inbox):
+        return False
+    return not (bus.floor.session_dir(sid) / PENDING_MARKS).exists()
+
+
+def _give_back(bus: DeliveryHost, run: _Run) -> None:
+    """A notice the run's snapshot took into flight for a steer that is not sent in this
+    batch (the plan differs, or the lease was lost): its messages back to new."""
+    snap = run.snap
+    if snap is None or snap.taken is None or run.take_nid is None:
+        return
+    bus.store.revert_notice(
+        run.sid, run.take_nid, bus.inbox.notices.clock.now_ms(), "the plan sent no steer"
+    )
+    snap.taken = None
+
+
 __all__ = [
     "CHUNK",
     "MAX_RUNS",
@@ -385,5 +437,6 @@ __all__ = [
     "deliver",
     "deliver_many",
     "run_once",
+    "steer_likely",
     "takes_batch",
 ]

@@ -70,6 +70,11 @@ def notice_line(
     return line
 
 
+def new_notice_id() -> str:
+    """A fresh notice id."""
+    return f"ntc-{uuid.uuid4()}"
+
+
 @dataclass
 class NoticeJob:
     """One notice to send: for ``sid``, a wake or not, and why (the plan's reason).
@@ -78,7 +83,9 @@ class NoticeJob:
     ``lease``: the delivery's lease, fenced before the write (``None``: the caller fenced
     it); ``unlock``: free the lock and take the hand-off flag in the notice's last call (a
     batch's run; not when a wake command is to run, which runs under the lock);
-    ``wholes``: records as kept -> whole, as the batch ingested them (not restored again).
+    ``wholes``: records as kept -> whole, as the batch ingested them (not restored again);
+    ``taken``: ``(notice id, notice_take.lua's reply)`` when the notice was already taken
+    into flight (in the delivery's snapshot call), else taken by :meth:`Notices.send`.
     After :meth:`Notices.send`: ``notice`` (what the report lists; ``None`` when nothing
     was sent), ``error`` (why the notice could not be written: put back for a retry),
     ``unlocked``, and with it ``freed`` and ``again``."""
@@ -90,6 +97,7 @@ class NoticeJob:
     lease: Lease | None = None
     unlock: bool = False
     wholes: dict[str, dict[str, Any]] | None = None
+    taken: tuple[str, str] | None = None
     notice: dict[str, Any] | None = None
     error: str | None = None
     unlocked: bool = False
@@ -136,10 +144,11 @@ class Notices:
             return
         store, clock = self.store, self.clock
         turn_ms = int(self.settings.wake_turn_timeout_s * 1000)
-        nids = [f"ntc-{uuid.uuid4()}" for _ in jobs]
-        taken_all = store.take_notices(
-            [(j.sid, n) for j, n in zip(jobs, nids, strict=True)], clock.now_ms()
-        )
+        nids = [j.taken[0] if j.taken else new_notice_id() for j in jobs]
+        # The notices not taken into flight yet, in one round trip.
+        to_take = [(j.sid, n) for j, n in zip(jobs, nids, strict=True) if j.taken is None]
+        took = iter(store.take_notices(to_take, clock.now_ms()) if to_take else [])
+        taken_all = [j.taken[1] if j.taken else next(took) for j in jobs]
         finishes: list[dict[str, Any]] = []
         sent: list[_Sent] = []
         for i, (job, nid, taken) in enumerate(zip(jobs, nids, taken_all, strict=True)):

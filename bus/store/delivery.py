@@ -59,6 +59,9 @@ class DeliverySnapshot:
     rows: list[tuple[str, dict[str, str]]]
     stream_len: int  # the queue's length (XLEN), for the trim floor
     view: dict[str, int | None]
+    # The notice taken into flight in the same call (asked for with a notice id, and the
+    # reads showed a running session's steer): notice_take.lua's reply, or None.
+    taken: str | None = None
 
 
 def _flat_hash(flat: list[Any]) -> dict[str, str]:
@@ -99,7 +102,8 @@ def _snapshot_of(reply: str, sent_at: float, sid: str) -> DeliverySnapshot:
 
 def _snapshot_from(fields: list[Any], sent_at: float, sid: str) -> DeliverySnapshot:
     """parts/snapshot.lua's list, decoded, as a :class:`DeliverySnapshot`."""
-    held, session, nid, floor, pending, wake, first, building, retry_at, length, rows = fields
+    held, session, nid, floor, pending, wake, first, building, retry_at, length, rows = fields[:11]
+    taken = fields[11] if len(fields) > 11 and fields[11] else None
     # An empty Lua table encodes as {}: each list read as `or []`.
     session, floor, rows = session or [], floor or [], rows or []
     floor_hash = _flat_hash(floor)
@@ -119,6 +123,7 @@ def _snapshot_from(fields: list[Any], sent_at: float, sid: str) -> DeliverySnaps
             retry_at,
             list(floor_hash.values()),
         ),
+        taken=str(taken) if taken else None,
     )
 
 
@@ -224,19 +229,34 @@ class DeliveryStore(StorePart):
         ]
 
     def snapshot_many_after(
-        self, pipe: Any, items: list[tuple[str, str, str | None]], count: int = 200
+        self,
+        pipe: Any,
+        items: list[tuple[str, str, str | None]],
+        count: int = 200,
+        *,
+        takes: list[str | None] | None = None,
+        now: int = 0,
+        inbox_default: bool = True,
     ) -> list[DeliverySnapshot]:
         """:meth:`snapshot_many` queued behind the writes already on ``pipe`` (a batch's
         messages taken into the inboxes), all sent in one round trip: the snapshots read
-        what those writes left. The writes are idempotent: when a script was lost (a
+        what those writes left. ``takes``: per item, a notice id to take into flight in
+        its snapshot's call when the reads show a running session's steer (its
+        ``taken``, at ``now`` ms; ``inbox_default``: the inbox is on for a session that
+        names no ``agent_inbox``), or None. The writes are idempotent: when a script was lost (a
         ``NOSCRIPT``: the server restarted or flushed them) the scripts are loaded and
         the whole pipeline runs again, in its order. A cluster sends the two apart."""
+        calls = self._snapshot_calls(items, count, takes, now, inbox_default)
         if self.cluster:
             self.execute_loaded(pipe)
-            return self.snapshot_many(items, count)
+            sent_at = time.monotonic()
+            return [
+                _snapshot_of(reply, sent_at, item[0])
+                for reply, item in zip(self.run_scripts(calls), items, strict=True)
+            ]
         stack = [args for args, _options in pipe.command_stack]
         pipe.reset()
-        stack.extend(self._snapshot_calls(items, count))
+        stack.extend(calls)
         sent_at = time.monotonic()
         replies = self.run_packed(stack)
         if any(isinstance(reply, NoScriptError) for reply in replies):
@@ -253,16 +273,23 @@ class DeliveryStore(StorePart):
         ]
 
     def _snapshot_calls(
-        self, items: list[tuple[str, str, str | None]], count: int
+        self,
+        items: list[tuple[str, str, str | None]],
+        count: int,
+        takes: list[str | None] | None = None,
+        now: int = 0,
+        inbox_default: bool = True,
     ) -> list[tuple[Any, ...]]:
-        return [
-            self.script_call(
-                "delivery_snapshot",
-                self._snapshot_keys(sid),
-                [token, self.lock_ttl_ms, advance_to or "", advance_to or "", count],
-            )
-            for sid, token, advance_to in items
-        ]
+        calls = []
+        for n, (sid, token, advance_to) in enumerate(items):
+            keys = self._snapshot_keys(sid)
+            args: list[Any] = [token, self.lock_ttl_ms, advance_to or "", advance_to or "", count]
+            nid = takes[n] if takes else None
+            if nid:
+                keys += self.k.s_many(sid, ("events", "msgs"))
+                args += [nid, now, "1" if inbox_default else ""]
+            calls.append(self.script_call("delivery_snapshot", keys, args))
+        return calls
 
     def _snapshot_keys(self, sid: str) -> list[str]:
         names = ("lock", "session", "notice", "floor", "new", "wakeq", "stream", "cursor")

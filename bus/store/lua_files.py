@@ -19,10 +19,20 @@ def lua_source(name: str) -> str:
     """The text of ``bus/store/lua/<name>.lua`` with each ``--@include <part>`` line replaced by
     ``bus/store/lua/parts/<part>.lua`` (a ``local function`` of its own): a step two scripts
     run (the snapshot in the start and in its own call, the unlock after a notice's
-    records, the confirmation of a heard notice) is written once. Redis sees one plain
-    script."""
-    text = (LUA_DIR / f"{name}.lua").read_text()
-    return _INCLUDE.sub(lambda m: (LUA_DIR / "parts" / f"{m[1]}.lua").read_text().rstrip(), text)
+    records, the confirmation of a heard notice) is written once. A part may include
+    another (before its own text, so its function is defined first); each part is
+    pulled in once. Redis sees one plain script."""
+    return _expanded((LUA_DIR / f"{name}.lua").read_text(), set())
+
+
+def _expanded(text: str, seen: set[str]) -> str:
+    def part(m: re.Match[str]) -> str:
+        if m[1] in seen:
+            return ""
+        seen.add(m[1])
+        return _expanded((LUA_DIR / "parts" / f"{m[1]}.lua").read_text().rstrip(), seen)
+
+    return _INCLUDE.sub(part, text)
 
 
 __all__ = ["LUA_DIR", "lua_source"]

@@ -1,9 +1,36 @@
 -- parts/snapshot.lua: a delivery's fence and the plan's reads (included by
 -- delivery_snapshot.lua and delivery_begin.lua). All keys in the session's slot {<sid>}.
--- snapshot(k, token, ttl, advance_to, read_after, count), k: lock, session, notice, floor,
--- new, wakeq, stream, cursor, rawflight, again (as delivery_snapshot.lua's KEYS).
+-- snapshot(k, token, ttl, advance_to, read_after, count, take), k: lock, session, notice,
+-- floor, new, wakeq, stream, cursor, rawflight, again, and with take events, msgs (as
+-- delivery_snapshot.lua's KEYS). take: nil, or {notice id, now ms, '1' when a session
+-- that names no agent_inbox has it on}: the notice is taken into flight here too
+-- (parts/notice_take.lua) when the reads show the plan's "steer" (see notice_ready).
 -- Returns the list delivery_snapshot.lua describes (its callers encode it).
-local function snapshot(k, token, ttl, advance_to, read_after, count)
+--@include notice_take
+
+-- Whether bus.core.policy.decide plans a notice now (a running session's steer) and the
+-- delivery sends it in its batch (bus.delivery.engine.after_step): the lease held, nothing
+-- more to read, the session running with its inbox on, no person's prompt waiting, no wake
+-- command pending, no retry set, no notice in flight and none unconfirmed on the floor.
+-- (Something new is notice_take's own check.) The client plans from the same reads and
+-- gives a notice taken here back when its plan differs.
+local function notice_ready(held, session, nid, floor, retry_at, rows, inbox_default)
+  if held == 0 or #rows > 0 or nid ~= '' or #floor > 0 or retry_at ~= '' then
+    return false
+  end
+  local f = {}
+  for i = 1, #session, 2 do
+    f[session[i]] = session[i + 1]
+  end
+  local inbox = f['agent_inbox']
+  if inbox == nil or inbox == '' then
+    inbox = inbox_default
+  end
+  return f['state'] == 'running' and inbox == '1' and f['prompt_waiting'] ~= '1'
+    and (f['wake_pending'] or '') == ''
+end
+
+local function snapshot(k, token, ttl, advance_to, read_after, count, take)
   if advance_to ~= '' then
     redis.call('SET', k[8], advance_to)
     redis.call('DEL', k[9])
@@ -38,6 +65,10 @@ local function snapshot(k, token, ttl, advance_to, read_after, count)
   if read_after ~= '' then
     rows = redis.call('XRANGE', k[7], '(' .. read_after, '+', 'COUNT', count)
   end
+  local taken = ''
+  if take and notice_ready(held, session, nid, floor, retry_at, rows, take[3]) then
+    taken = notice_take({k[3], k[5], k[6], k[11], k[12]}, take[1], take[2]) or ''
+  end
   return {held, session, nid, floor, pending, wake[2] or '', first[2] or '', building,
-    retry_at, len, rows}
+    retry_at, len, rows, taken}
 end

@@ -1,0 +1,164 @@
+"""A running session's notice taken in its delivery's snapshot call (parts/snapshot.lua's
+notice_ready): the take happens only where the plan (bus.core.policy.decide, with
+bus.delivery.engine.after_step) sends a steer in the batch, and a take the plan does not
+send is given back, its messages new again."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bus.api import Bus
+from bus.core import policy
+from bus.delivery import engine
+from bus.delivery.engine import after_step
+from bus.delivery.queue_run import inbox_entries
+from bus.delivery.report import DeliveryReport
+from bus.store.delivery import DeliverySnapshot, taken_records
+from bus.surfaces.listener import Listener
+from tests.conftest import collect, wait_for
+
+
+def _snapshot_with_take(
+    bus: Bus, sid: str, *, inbox_default: bool = True
+) -> tuple[DeliverySnapshot, str]:
+    """The engine's batched steps up to the snapshot, asking for the take: the start,
+    the messages into the inbox and the snapshot in one pipeline; the lock freed after."""
+    store = bus.store
+    [start] = store.begin_many([sid], 200)
+    assert start is not None and start.rows
+    pipe = store.pipeline()
+    report = DeliveryReport(session=sid)
+    batch, raws = inbox_entries(start.rows, start.answers, report)
+    bus.inbox.ingest(sid, batch, start.info, report, pipe=pipe, raws=raws)
+    nid = "ntc-test"
+    [snap] = store.snapshot_many_after(
+        pipe,
+        [(sid, start.token, start.rows[-1][0])],
+        200,
+        takes=[nid],
+        now=1,
+        inbox_default=inbox_default,
+    )
+    store.unlock_many([(sid, start.token)])
+    return snap, nid
+
+
+def _running(bus: Bus, sid: str) -> None:
+    bus.open_session(sid)
+    bus.turn(sid, "start")
+
+
+def _set(bus: Bus, sid: str, **fields: str) -> None:
+    bus.store.r.hset(bus.store.k.s(sid, "session"), mapping=fields)
+
+
+# (name, how the session is set up before a message arrives, taken)
+CASES: list[tuple[str, Callable[[Bus, str], Any], bool]] = [
+    ("running", _running, True),
+    ("running, inbox off", lambda b, s: (_running(b, s), _set(b, s, agent_inbox="0")), False),
+    ("running, inbox on", lambda b, s: (_running(b, s), _set(b, s, agent_inbox="1")), True),
+    ("running, a prompt waiting", lambda b, s: (_running(b, s), _set(b, s, prompt_waiting="1")), False),
+    ("running, a wake pending", lambda b, s: (_running(b, s), _set(b, s, wake_pending="ntc-w")), False),
+    ("running, a retry set", lambda b, s: (_running(b, s), _set(b, s, retry_at="99999999999999")), False),
+    ("idle", lambda b, s: b.open_session(s), False),
+    ("closing", lambda b, s: (_running(b, s), _set(b, s, state="closing")), False),
+    (
+        "running, a notice in flight",
+        lambda b, s: (_running(b, s), b.store.r.hset(b.store.k.s(s, "notice"), "id", "ntc-old")),
+        False,
+    ),
+    (
+        "running, a notice unconfirmed on the floor",
+        lambda b, s: (
+            _running(b, s),
+            b.store.r.hset(b.store.k.s(s, "floor"), "ntc-f", json.dumps({"at": 1})),
+        ),
+        False,
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "setup", "taken"), CASES, ids=[c[0] for c in CASES])
+def test_the_snapshot_takes_a_notice_only_where_the_plan_sends_a_steer(
+    bus: Bus, name: str, setup: Callable[[Bus, str], Any], taken: bool
+) -> None:
+    setup(bus, "s")
+    sent = bus.send({"id": "m1", "from": "hosta:me", "to_id": "s", "text": "hi"})
+    snap, nid = _snapshot_with_take(bus, "s")
+    assert (snap.taken is not None) is taken, name
+    info = snap.info
+    assert info is not None
+    plan = bus.inbox.decide(bus.inbox.view_of(info, snap.view))
+    step = after_step(info, snap.notice_id, snap.floor_ids, False, plan.action)
+    if snap.taken is not None:
+        # Taken: the plan read from the same snapshot sends a steer in the batch.
+        assert (step, plan.action) == ("notice", "notice"), name
+        assert json.loads(snap.taken)[0] == [sent["id"]]
+        assert bus.store.r.hget(bus.store.k.s("s", "notice"), "id") == nid
+        assert taken_records(snap.taken)
+    else:
+        assert bus.store.r.hget(bus.store.k.s("s", "notice"), "id") != nid
+
+
+def test_no_take_when_the_inbox_is_off_by_default(bus: Bus) -> None:
+    _running(bus, "s")
+    bus.send({"id": "m1", "from": "hosta:me", "to_id": "s", "text": "hi"})
+    snap, _nid = _snapshot_with_take(bus, "s", inbox_default=False)
+    assert snap.taken is None
+
+
+def test_a_running_session_s_lone_delivery_takes_no_separate_notice_call(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _running(bus, "s")
+    got: list[dict[str, Any]] = []
+    listener = Listener.for_session(bus.floor, "s", collect(got)).start()
+    takes: list[Any] = []
+    real = bus.store.take_notices
+    monkeypatch.setattr(
+        bus.store, "take_notices", lambda items, now: (takes.append(items), real(items, now))[1]
+    )
+    try:
+        sent = bus.send({"id": "m1", "from": "hosta:me", "to_id": "s", "text": "hi"})
+        report = bus.deliver_session("s")
+        wait_for(lambda: got, 10, "the notice heard")
+    finally:
+        listener.stop()
+    assert [n["messages"] for n in report.notices] == [1]
+    assert got[-1]["notice"]["messages"] == [sent["id"]]
+    assert takes == []
+    assert not bus.store.r.exists(bus.store.k.s("s", "notice"))  # confirmed
+    assert not bus.store.r.zcard(bus.store.k.s("s", "new"))
+
+
+def test_a_notice_taken_for_a_steer_the_plan_does_not_send_is_given_back(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _running(bus, "s")
+    sent = bus.send({"id": "m1", "from": "hosta:me", "to_id": "s", "text": "hi"})
+    monkeypatch.setattr(bus.inbox, "decide", lambda _view: policy.Plan("wait", None, "test"))
+    gave_back: list[str] = []
+    real_give_back = engine._give_back
+
+    def give_back(b: Any, run: Any) -> None:
+        if run.snap is not None and run.snap.taken:
+            gave_back.append(run.sid)
+        real_give_back(b, run)
+
+    monkeypatch.setattr(engine, "_give_back", give_back)
+    report = bus.deliver_session("s")
+    assert gave_back == ["s"]  # the snapshot took it, the plan said wait
+    assert report.notices == []
+    k = bus.store.k
+    assert not bus.store.r.exists(k.s("s", "notice"))
+    assert bus.store.r.zrange(k.s("s", "new"), 0, -1) == [sent["id"]]
+    kinds = [f["kind"] for _id, f in bus.store.r.xrange(k.s("s", "events"))]
+    assert kinds[-2:] == ["notice_built", "notice_reverted"]
+    # The next delivery, planned as usual, sends it.
+    monkeypatch.undo()
+    again = bus.deliver_session("s")
+    assert [n["messages"] for n in again.notices] == [1]

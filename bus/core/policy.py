@@ -41,6 +41,15 @@ def _sent_by(f: WakeFacts, who: str | None) -> bool:
     return who is not None and who in {f.from_session, f.from_handle}
 
 
+def gave_work(
+    recorded: bool, sender_parent: str | None, receiver: str, receiver_handle: str | None
+) -> bool:
+    """Whether the receiver gave the sender work: recorded so (its first work to it), or
+    the sender's session was opened as the receiver's child (its parent names the
+    receiver's session or handle)."""
+    return recorded or (sender_parent is not None and sender_parent in (receiver, receiver_handle))
+
+
 def may_wake(f: WakeFacts) -> tuple[bool, str]:
     """Whether this message may wake an idle receiver, and why (or why not)."""
     cls = _cls(f.msg_class)

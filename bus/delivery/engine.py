@@ -251,7 +251,10 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
     pipe = store.pipeline()
     handles: dict[str, str | None] = {}
     for run in _fence(bus, taking):
-        batch, raws = inbox_entries(run.start.rows or [], run.start.answers, run.report)
+        facts: list[str] = []
+        batch, raws = inbox_entries(
+            run.start.rows or [], run.start.answers, run.report, facts=facts
+        )
         bus.inbox.ingest(
             run.sid,
             batch,
@@ -261,6 +264,7 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
             handles=handles,
             raws=raws,
             wholes=run.wholes,
+            facts=facts,
         )
     # A lease lost at the fence took nothing: the cursor stays. Its begin cleared the
     # dispatch flag and the lock may have lapsed with nobody taking it: the session runs

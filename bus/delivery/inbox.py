@@ -95,14 +95,21 @@ class _SenderFacts:
             self._handles[handle] = found[0].session if len(found) == 1 else None
         return self._handles[handle]
 
+    def carried(self, sender_sid: str, gave: bool) -> None:
+        """What the send of ``sender_sid``'s message found :meth:`gave_work_to` to be."""
+        self._gave.setdefault(sender_sid, gave)
+
     def gave_work_to(self, sender_sid: str) -> bool:
         """Whether this session gave ``sender_sid`` work (its first work, or as parent)."""
         if sender_sid not in self._gave:
             store, info = self.ib.store, self.info
-            gave, sender = store.gave_and_session(self.sid, sender_sid)
-            if sender is not None and info is not None and sender.parent in (self.sid, info.handle):
-                gave = True
-            self._gave[sender_sid] = gave
+            recorded, sender = store.gave_and_session(self.sid, sender_sid)
+            self._gave[sender_sid] = policy.gave_work(
+                recorded,
+                sender.parent if sender is not None else None,
+                self.sid,
+                info.handle if info is not None else None,
+            )
         return self._gave[sender_sid]
 
     def may_wake(self, msg: dict[str, Any], sender_sid: str | None) -> tuple[bool, str]:
@@ -173,6 +180,7 @@ class Inbox:
         handles: dict[str, str | None] | None = None,
         raws: list[str] | None = None,
         wholes: dict[str, dict[str, Any]] | None = None,
+        facts: list[str] | None = None,
     ) -> None:
         """Take a batch of ``(message, arrival ms)`` into their threads and the session's
         inbox. Doing it twice is harmless (a redone delivery), so the caller moves the
@@ -182,7 +190,8 @@ class Inbox:
         as found for other sessions of the caller's batch, bus.delivery.engine; ``raws``: each
         message's wire JSON as the queue holds it, logged as it is; ``wholes``: filled
         with each record as kept -> the record whole, what bus.store.packing.restore_record would
-        give, for the notice that follows)."""
+        give, for the notice that follows; ``facts``: each message's wake facts as its
+        send kept them, ``g``/``-`` for its ``from_session``, looked up when ``""``)."""
         store = self.store
         senders = _SenderFacts(self, sid, info, handles)
         own = pipe is None
@@ -195,6 +204,8 @@ class Inbox:
         for n, (msg, arrived) in enumerate(batch):
             key, thread = thread_of(sid, msg)
             sender_sid = msg.get("from_session") or senders.session_of(str(msg["from"]))
+            if facts and facts[n] and sender_sid and sender_sid == msg.get("from_session"):
+                senders.carried(sender_sid, facts[n] == "g")
             at = int(msg.get("ts") or self.clock.now_ms())
             wakes, reason = senders.may_wake(msg, sender_sid)
             whole = packing.whole_record(

@@ -75,11 +75,13 @@ def inbox_entries(
     answers: list[dict[str, Any] | None],
     report: DeliveryReport,
     msgs: list[dict[str, Any]] | None = None,
+    facts: list[str] | None = None,
 ) -> tuple[list[tuple[dict[str, Any], int]], list[str]]:
     """The entries of a read that go into the inbox, as :meth:`bus.delivery.inbox.Inbox.ingest`
     takes them (``(message, arrival ms)``, the stream entry's id being the Redis clock when
     the bus stored it) with each one's wire JSON; a withdrawn one is skipped and counted.
-    ``msgs``: the entries' messages already parsed."""
+    ``msgs``: the entries' messages already parsed; ``facts``: filled with each one's
+    wake facts as its sender's send kept them (the entry's ``w``, ``""`` when none)."""
     batch: list[tuple[dict[str, Any], int]] = []
     raws: list[str] = []
     for n, ((eid, fields), answer) in enumerate(zip(rows, answers, strict=True)):
@@ -90,6 +92,8 @@ def inbox_entries(
             (msgs[n] if msgs is not None else json.loads(fields["m"]), int(eid.split("-")[0]))
         )
         raws.append(fields["m"])
+        if facts is not None:
+            facts.append(fields.get("w", ""))
     return batch, raws
 
 
@@ -188,12 +192,13 @@ def _take(
     """Take one batch of entries: each raw line written, or all into the inbox. False
     when the lease was lost first (nothing more may be written)."""
     if not raw:
-        batch, raws = inbox_entries(rows, answers, report, msgs)
+        facts: list[str] = []
+        batch, raws = inbox_entries(rows, answers, report, msgs, facts)
         # Ingest writes only Redis, idempotently: a confirmation within the fresh window
         # (the lock just taken, or the last snapshot) is the fence (bus.delivery.lease).
         if not lease.held(fresh=True):
             return False
-        bus.inbox.ingest(sid, batch, info, report, raws=raws)
+        bus.inbox.ingest(sid, batch, info, report, raws=raws, facts=facts)
         return True
     store = bus.store
     for (eid, _fields), msg, answer in zip(rows, msgs, answers, strict=True):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import BadInput, RateLimited
 from bus.core.models import Message, Recipient, SendAnswer, SessionInfo
+from bus.core.policy import gave_work
 from bus.core.receipt_rules import recipient_state
 from bus.core.threads import thread_of
 from bus.store import packing
@@ -78,7 +79,15 @@ class Router:
             msg = msg.model_copy(update={"verified": self.verified})
         sid = msg.to_id
         store = self.store
-        info = store.get_session(sid)
+        facts = ""
+        if msg.from_session:
+            # The receiver's wake fact about the sending session, read with its record:
+            # the delivery then looks nothing up for it (bus.delivery.inbox).
+            info, recorded, parent = store.session_and_gave(sid, msg.from_session)
+            if info is not None:
+                facts = "g" if gave_work(recorded, parent, sid, info.handle) else "-"
+        else:
+            info = store.get_session(sid)
         if info is None:
             self.receipts.bounced(msg, sid, f"no session {sid!r} is registered")
             return SendAnswer(
@@ -116,6 +125,7 @@ class Router:
                 thread,
                 also=lambda pipe: self.receipts.open(pipe, msg, sid, thread),
                 max_held=self.settings.max_unread,
+                facts=facts,
             )
         except RateLimited:  # inbox_full: what was not stored is not in the outbox either
             self.receipts.unlist_refused([(msg, sid)])

@@ -112,6 +112,18 @@ class InboxStore(StorePart):
         gave, data = pipe.execute()
         return bool(gave), (record_info(data, to) if data else None)
 
+    def session_and_gave(self, sid: str, sender: str) -> tuple[Any, bool, str | None]:
+        """``sid``'s session record (as :meth:`~bus.store.store.Store.get_session`), whether
+        :meth:`gave` records ``sid`` giving ``sender`` work, and ``sender``'s parent, in one
+        round trip: a send from a session carries its receiver's wake fact about it
+        (bus.services.routing), so the delivery looks nothing up for it."""
+        pipe = self.pipeline()
+        pipe.hgetall(self.k.s(sid, "session"))
+        pipe.sismember(self.k.s(sid, "gave"), sender)
+        pipe.hget(self.k.s(sender, "session"), "parent")
+        data, gave, parent = pipe.execute()
+        return (record_info(data, sid) if data else None), bool(gave), parent or None
+
     # -- the inbox ------------------------------------------------------------------------
 
     def inbox_view(self, sid: str) -> dict[str, int | None]:

@@ -34,6 +34,7 @@ class QueueStore(StorePart):
         also: Callable[[Any], None] | None = None,
         *,
         max_held: int = 0,
+        facts: str = "",
     ) -> tuple[bool, str, bool]:
         """Store a message once. Returns (new, answer JSON, dispatch a delivery).
 
@@ -44,6 +45,9 @@ class QueueStore(StorePart):
         first answer, False)`` and writes nothing. With ``max_held`` > 0, a session
         already holding that many messages (queue plus inbox records) refuses it:
         :class:`RateLimited` ``inbox_full``, nothing stored (and no receipt opened).
+        ``facts``: the receiver's wake facts about the sending session, kept beside the
+        message in its entry (``w``: ``g`` gave it work, ``-`` not; bus.delivery.inbox
+        reads them instead of looking them up).
 
         One round trip: the append script and the message id's index (another slot,
         idempotent, so it need not be atomic with the append) go in one pipeline, and so
@@ -56,7 +60,7 @@ class QueueStore(StorePart):
             "append",
             sid,
             ("stream", "ids", "threads", "pending", "trim", "events", "msgs"),
-            [msg_id, wire_json, answer_json, now, self.lock_ttl_ms, thread, max_held],
+            [msg_id, wire_json, answer_json, now, self.lock_ttl_ms, thread, max_held, facts],
             client=pipe,
         )
         receipt_index.index(pipe, k, [(msg_id, sid)], now)

@@ -9,6 +9,8 @@
 -- KEYS[6] events   P:{sid}:events   durability records (inbox_received)
 -- ARGV[1] message id, ARGV[2] wire JSON, ARGV[3] answer JSON, ARGV[4] now ms,
 -- ARGV[5] pending TTL ms, ARGV[6] thread id, ARGV[7] (optional) cap on held messages
+-- ARGV[8] (optional) the receiver's wake facts about the sending session ('g' or '-'),
+--         kept in the entry as its 'w' field; '' none
 -- KEYS[7] (optional) msgs P:{sid}:msgs  the session's inbox records
 -- Returns {1, answer, dispatch} for a new message, {0, first answer, 0} for a resend,
 -- {-1, '', 0} when the session already holds the cap (nothing is stored).
@@ -26,7 +28,11 @@ if cap > 0 and KEYS[7] then
 end
 local floor = redis.call('GET', KEYS[5]) or '0-0'
 -- MINID trimming never drops an entry the delivery has not taken yet.
-redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', ARGV[1], 'm', ARGV[2])
+if ARGV[8] and ARGV[8] ~= '' then
+  redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', ARGV[1], 'm', ARGV[2], 'w', ARGV[8])
+else
+  redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', ARGV[1], 'm', ARGV[2])
+end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 redis.call('ZADD', KEYS[3], '-' .. ARGV[4], '#' .. ARGV[1])
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', 10000, '*', 'kind', 'inbox_received', 'id', ARGV[1],

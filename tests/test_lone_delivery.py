@@ -1,7 +1,12 @@
-"""A running session's notice taken in its delivery's snapshot call (parts/snapshot.lua's
-notice_ready): the take happens only where the plan (bus.core.policy.decide, with
+"""What spares a lone delivery its round trips, and holds it to the same rules.
+
+A running session's notice is taken in its delivery's snapshot call (parts/snapshot.lua's
+notice_ready) only where the plan (bus.core.policy.decide, with
 bus.delivery.engine.after_step) sends a steer in the batch, and a take the plan does not
-send is given back, its messages new again."""
+send is given back, its messages new again. A send from a session keeps the receiver's
+wake fact about it in the queue's entry (bus.services.routing), which the delivery reads
+instead of looking it up; an entry without one is looked up as before.
+"""
 
 from __future__ import annotations
 
@@ -162,3 +167,76 @@ def test_a_notice_taken_for_a_steer_the_plan_does_not_send_is_given_back(
     monkeypatch.undo()
     again = bus.deliver_session("s")
     assert [n["messages"] for n in again.notices] == [1]
+
+
+# -- the receiver's wake fact about a sending session, kept by the send -----------------
+
+
+def _entry_facts(bus: Bus, sid: str) -> list[str | None]:
+    return [f.get("w") for _eid, f in bus.store.r.xrange(bus.store.k.s(sid, "stream"))]
+
+
+def test_a_send_from_a_session_keeps_the_receiver_s_wake_fact_about_it(bus: Bus) -> None:
+    bus.open_session("boss")
+    bus.open_session("child", parent="boss")
+    bus.open_session("stranger")
+    bus.open_session("helper")
+    bus.store.add_gave("boss", "helper")  # boss gave helper its first work
+    for sender in ("child", "stranger", "helper"):
+        bus.send({"from": f"hosta:{sender}", "from_session": sender, "to_id": "boss", "text": "r"})
+    bus.send({"from": "hosta:person", "to_id": "boss", "text": "no session"})
+    assert _entry_facts(bus, "boss") == ["g", "-", "g", None]
+
+
+def test_a_delivery_reads_the_kept_fact_and_looks_nothing_up(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus.open_session("boss")
+    bus.turn("boss", "start")
+    bus.turn("boss", "end")  # it has had a turn: a report wakes it only from those it gave work
+    bus.open_session("child", parent="boss")
+    bus.open_session("stranger")
+    sent = {
+        who: bus.send(
+            {"from": f"hosta:{who}", "from_session": who, "to_id": "boss", "text": "done",
+             "class": "report"}
+        )["id"]
+        for who in ("child", "stranger")
+    }  # fmt: skip
+
+    def no_lookup(*_a: object) -> None:
+        pytest.fail("the delivery looked the sender's facts up")
+
+    monkeypatch.setattr(bus.store, "gave_and_session", no_lookup)
+    bus.deliver_session("boss")
+    wakeq = bus.store.r.zrange(bus.store.k.s("boss", "wakeq"), 0, -1)
+    new = bus.store.r.zrange(bus.store.k.s("boss", "new"), 0, -1)
+    assert sorted(new) == sorted(sent.values())
+    assert wakeq == [sent["child"]]  # a report from its child wakes it; a stranger's waits
+
+
+def test_an_entry_without_a_kept_fact_is_looked_up_as_before(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus.open_session("boss")
+    bus.turn("boss", "start")
+    bus.turn("boss", "end")
+    bus.open_session("child", parent="boss")
+    # As an entry stored before sends kept the fact: none on it.
+    real_append = bus.store.append
+    monkeypatch.setattr(
+        bus.store, "append", lambda *a, **kw: real_append(*a, **{**kw, "facts": ""})
+    )
+    sent = bus.send(
+        {"from": "hosta:child", "from_session": "child", "to_id": "boss", "text": "done",
+         "class": "report"}
+    )  # fmt: skip
+    assert _entry_facts(bus, "boss") == [None]
+    looked: list[str] = []
+    real = bus.store.gave_and_session
+    monkeypatch.setattr(
+        bus.store, "gave_and_session", lambda g, t: (looked.append(t), real(g, t))[1]
+    )
+    bus.deliver_session("boss")
+    assert looked == ["child"]
+    assert bus.store.r.zrange(bus.store.k.s("boss", "wakeq"), 0, -1) == [sent["id"]]

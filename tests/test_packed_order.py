@@ -45,3 +45,27 @@ def test_an_error_reply_is_raised_after_the_rest_ran(bus: Bus) -> None:
     with pytest.raises(redis.ResponseError):
         store.run_in_order(calls)
     assert store.r.get(store.k.s("s1", "after")) == "1"
+
+
+def test_a_last_lone_script_is_loaded_only_when_the_server_lost_it(
+    own_redis: EmbeddedRedis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = Settings(home=tmp_path, host="hosta", redis_url=own_redis.url, key_prefix="l")
+    store = Bus(s, dispatcher=RecordingDispatcher()).store
+    lock, probe = store.k.s("s1", "lock"), store.k.s("s1", "probe")
+    sent: list[list[tuple[object, ...]]] = []
+    real = store.run_packed
+    monkeypatch.setattr(store, "run_packed", lambda cmds: (sent.append(cmds), real(cmds))[1])
+    # The notice's records: a plain command, then the one script.
+    store.r.set(lock, "tok")
+    calls = [("SET", probe, "1"), store.script_call("unlock", [lock], ["tok"])]
+    store.r.script_load(store._sources[calls[1][1]])
+    assert store.run_in_order(calls) == ["OK", 1]
+    assert [c[0] for c in sent[0]] == ["SET", "EVALSHA"]  # no source sent along
+    # Lost (a restart, SCRIPT FLUSH): the SET ran, then the script once loaded.
+    sent.clear()
+    store.r.set(lock, "tok")
+    store.r.script_flush()
+    assert store.run_in_order(calls) == ["OK", 1]
+    assert not store.r.exists(lock)
+    assert [c[0] for c in sent[-1]] == ["SCRIPT", "EVALSHA"]

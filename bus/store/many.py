@@ -226,7 +226,8 @@ class ManyStore(StorePart):
         their order, their scripts loaded at its head in the same round trip, as a redis-py
         pipeline does (``inline_script_loads``), so no script runs out of order after a
         restart (as :meth:`run_scripts` would run it): raw replies, the first error raised.
-        On a cluster, through its ordered batch."""
+        When the one script is the last call, it is loaded only if the server answers
+        ``NOSCRIPT``. On a cluster, through its ordered batch."""
         if self.cluster:
             pipe = self.pipeline()
             for call in calls:
@@ -235,6 +236,11 @@ class ManyStore(StorePart):
                 else:
                     pipe.execute_command(*call)
             return list(pipe.execute())
+        scripts = [n for n, call in enumerate(calls) if call[0] == "EVALSHA"]
+        if scripts == [len(calls) - 1]:
+            # One script, last: a NOSCRIPT means it alone did not run, after the rest in
+            # order, so it is loaded and run then (no source sent on every call).
+            return self._run_loaded(calls)
         shas = dict.fromkeys(call[1] for call in calls if call[0] == "EVALSHA")
         head = [("SCRIPT", "LOAD", self._sources[sha]) for sha in shas]
         replies = self.run_packed(head + calls)

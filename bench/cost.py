@@ -255,9 +255,15 @@ def lone_row(tmp: Path, count: int) -> dict[str, Any]:
 
     server = EmbeddedRedis(tmp / "lone.sock", tmp / "lone-redis", persist=False).start()
     try:
-        res, _example = measure(server.url, count, 50.0, own_server=True)
+        # An agent's send names its session (the hooks recorded it): the goal's row. A
+        # sender with only a handle (a person, a script) adds its handle's lookup.
+        res, _example = measure(server.url, count, 50.0, from_session=True, own_server=True)
+        bare, _example = measure(server.url, count, 50.0, own_server=True)
     finally:
         server.stop()
+    res["bare_handle"] = {
+        k: bare[k] for k in ("worker_trips_median", "worker_scripts_median", "send_to_heard_ms")
+    }
     return res
 
 

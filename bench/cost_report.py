@@ -87,8 +87,13 @@ def report(out: dict[str, Any]) -> str:
             f"\nlone delivery ({lone['count']} at {lone['rate_per_s']:.0f}/s): worker round trips"
             f" {lone['worker_trips_median']}, script calls {lone['worker_scripts_median']};"
             f" on the send → heard path {lone['trips_on_path_median']} (both sides);"
-            f" heard p50 {lone['send_to_heard_ms']['p50']} ms"
+            f" heard p50 {lone['send_to_heard_ms']['p50']} ms (an agent's send, naming its session)"
         )
+        if bare := lone.get("bare_handle"):
+            lines.append(
+                f"  from a bare handle (a person, a script): worker round trips"
+                f" {bare['worker_trips_median']}, script calls {bare['worker_scripts_median']}"
+            )
     if b := out.get("burst"):
         lines.append(
             f"\nburst: inbox send --jsonl of {b['messages']} to {b['sessions']} sessions:"

@@ -180,6 +180,8 @@ def bus_system(home: Path, url: str, log: Path, sids: list[str]) -> Iterator[tup
 
         _until(beating, 90, "inbox up's worker and scheduler heartbeats", proc, log)
         open_running(b, sids, host=HOST)
+        for lane in range(7):  # the senders' sessions (their messages name them)
+            b.open_session(f"lane{lane}", handle=f"bench:lane{lane}", host=HOST)
         yield b.send, proc.pid
     finally:
         close_bus(b)
@@ -286,6 +288,7 @@ def run_system(name: str, tmp: Path, t: Traffic) -> dict[str, Any]:
             if delay > 0:
                 time.sleep(delay)
             m = wire(i, 7, sid, f"sp{name}")
+            m["from_session"] = f"lane{i % 7}"  # agents send from their sessions
             sent_at[m["id"]] = time.perf_counter()
             send(m)
         if not ears.done.wait(60):

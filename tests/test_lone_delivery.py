@@ -11,18 +11,24 @@ instead of looking it up; an entry without one is looked up as before.
 from __future__ import annotations
 
 import json
+import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis
+import redis.connection
 
 from bus.api import Bus
 from bus.core import policy
-from bus.delivery import engine
+from bus.delivery import engine, kick_list
 from bus.delivery.engine import after_step
+from bus.delivery.kick_list import KickLoop
 from bus.delivery.queue_run import inbox_entries
 from bus.delivery.report import DeliveryReport
-from bus.store.delivery import DeliverySnapshot, taken_records
+from bus.store.delivery import DeliverySnapshot, FinishBatch, taken_records
+from bus.store.outage_log import Outage
 from bus.surfaces.listener import Listener
 from tests.conftest import collect, wait_for
 
@@ -240,3 +246,135 @@ def test_an_entry_without_a_kept_fact_is_looked_up_as_before(
     bus.deliver_session("boss")
     assert looked == ["child"]
     assert bus.store.r.zrange(bus.store.k.s("boss", "wakeq"), 0, -1) == [sent["id"]]
+
+
+# -- a lone delivery's notice records, sent in front of the kick loop's next wait -------
+
+
+class _Sends:
+    """Each command or pipeline a thread sends to Redis: (thread, command names)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, bus: Bus) -> None:
+        self.sent: list[tuple[str, list[str]]] = []
+        self.lock = threading.Lock()
+        self.names = {script.sha: name for name, script in bus.store._scripts.items()}
+        real = redis.connection.AbstractConnection.send_packed_command
+
+        def counting(conn: Any, command: Any, check_health: bool = True) -> None:
+            self.record(command)
+            real(conn, command, check_health)
+
+        monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+
+    def record(self, command: Any) -> None:
+        chunks = command if isinstance(command, list) else [command]
+        parts = b"".join(bytes(c) for c in chunks).split(b"\r\n")
+        names = []
+        for i, part in enumerate(parts):
+            if part.startswith(b"*") and i + 2 < len(parts) and parts[i + 1].startswith(b"$"):
+                name = parts[i + 2].upper().decode(errors="replace")
+                if name == "EVALSHA" and i + 4 < len(parts):
+                    name = self.names.get(parts[i + 4].decode(), "?")
+                names.append(name)
+        with self.lock:
+            self.sent.append((threading.current_thread().name, names))
+
+    def of(self, prefix: str) -> list[list[str]]:
+        with self.lock:
+            return [names for thread, names in self.sent if thread.startswith(prefix)]
+
+
+# A loop's beat (every BEAT_S) and a new connection's greeting: not the message's.
+BEATS = {"kick_beat", "kick_reclaim", "HGETALL", "TIME", "HELLO", "PING", "CLIENT", "AUTH"}
+
+
+def _lone_setup(
+    make_bus: Callable[..., Bus], threads: int = 1
+) -> tuple[Bus, list[dict[str, Any]], Listener, KickLoop]:
+    """A worker's delivery loop running (as under ``inbox up``), then a running session
+    with its listener, and a sender's session."""
+    b = make_bus(metrics_flush_s=1.0)  # as a worker runs: counters off the path
+    if b.store.cluster:
+        pytest.skip("a cluster's pipelines split by node: its records go on their own")
+    loop = KickLoop(b.delivery, threads=threads).start()
+    wait_for(lambda: b.store.r.exists(b.store.k.kick_alive(b.settings.host)), 10, "alive")
+    _running(b, "s")
+    b.open_session("snd")
+    got: list[dict[str, Any]] = []
+    listener = Listener.for_session(b.floor, "s", collect(got)).start()
+    return b, got, listener, loop
+
+
+def _lone_send(b: Bus, got: list[dict[str, Any]], mid: str) -> None:
+    """Send as an agent does (its send pushes the kick onto the list) and wait until the
+    notice is heard and confirmed."""
+    n = len(got)
+    b.send({"id": mid, "from": "hosta:snd", "from_session": "snd", "to_id": "s", "text": "hi"})
+    wait_for(lambda: len(got) > n, 10, "the notice heard")
+    wait_for(lambda: not b.store.r.exists(b.store.k.s("s", "notice")), 10, "the notice confirmed")
+
+
+def test_a_lone_kick_costs_its_loop_three_round_trips_the_records_with_the_next_wait(
+    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b, got, listener, loop = _lone_setup(make_bus)
+    try:
+        _lone_send(b, got, "warm")  # connections open, scripts loaded
+        sends = _Sends(monkeypatch, b)
+        _lone_send(b, got, "one")
+        trips = [names for names in sends.of("kick-") if not BEATS & set(names)]
+    finally:
+        loop.stop()
+        listener.stop()
+    assert [n for n in trips[0] if n != "SCRIPT"] == ["delivery_begin"], trips
+    assert trips[1] == ["thread_append", "ingest", "delivery_snapshot"], trips
+    # The notice's records in front of the next wait, in its round trip.
+    assert [n for n in trips[2] if n != "SCRIPT"] == [
+        "notice_finish", "DEL", "BLMOVE", "LLEN"
+    ], trips  # fmt: skip
+    assert len(trips) == 3, trips
+    marks = [json.loads(v)["mark"] for v in b.store.r.hvals(b.store.k.s("s", "msgs"))]
+    assert marks == ["noticed", "noticed"]
+    assert not b.store.r.exists(b.store.k.s("s", "lock"))
+
+
+def test_a_session_handed_work_while_its_records_waited_runs_again(
+    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs: list[list[str]] = []
+    real = kick_list.deliver_many
+
+    def deliver_many(host: Any, sids: list[str], **kw: Any) -> Any:
+        runs.append(list(sids))
+        out = real(host, sids, **kw)
+        if len(runs) == 2:
+            # A delivery found the lock held meanwhile: the hand-off flag, which the
+            # records' unlock (still to be sent) takes.
+            b.store.r.set(b.store.k.s("s", "again"), "1")
+        return out
+
+    monkeypatch.setattr(kick_list, "deliver_many", deliver_many)
+    b, got, listener, loop = _lone_setup(make_bus)
+    try:
+        _lone_send(b, got, "warm")
+        _lone_send(b, got, "one")
+        wait_for(lambda: len(runs) >= 3, 10, "the session run again")
+    finally:
+        loop.stop()
+        listener.stop()
+    assert runs[:3] == [["s"], ["s"], ["s"]]
+    assert not b.store.r.exists(b.store.k.s("s", "again"))
+
+
+def test_records_answered_with_an_error_run_again_on_their_own(bus: Bus) -> None:
+    store = bus.store
+    lock, again = store.k.s("s", "lock"), store.k.s("s", "again")
+    store.r.set(lock, "tok")
+    store.r.set(again, "1")
+    batch = FinishBatch(["s"], [store.script_call("unlock", [lock, again], ["tok"])], [0], [True])
+    finishes = kick_list.Finishes(Outage("test", logging.getLogger("test")))
+    finishes.add(batch)
+    # As a server that lost its scripts (a restart) answers the call in the pipeline.
+    assert finishes.settle(store, [redis.ResponseError("NOSCRIPT No matching script")]) == ["s"]
+    assert not store.r.exists(lock) and not store.r.exists(again)
+    assert not finishes

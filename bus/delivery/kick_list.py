@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bus.core import faults
+from bus.store.delivery import FinishBatch
 from bus.store.outage_log import OUTAGE_ERRORS, Outage
 
 from .dispatch import Dispatcher, request_many
@@ -171,6 +172,8 @@ class KickLoop:
         # The taken list holds kicks already delivered: the next take empties it in its
         # own call (kick_take.lua), or _done does when no take follows.
         delivered = False
+        # A lone delivery's notice records, sent in front of this loop's next wait.
+        finishes = Finishes(self._outage)
         while not self.stop_event.is_set():
             try:
                 if client is None:
@@ -184,7 +187,7 @@ class KickLoop:
                     sids = undone
                 else:
                     sids, held, took = self._pop(
-                        store, client, loop, delivered, self._listener == loop
+                        store, client, loop, delivered, self._listener == loop, finishes
                     )
                     delivered = delivered and not took
                     if delivered and not sids:
@@ -203,13 +206,20 @@ class KickLoop:
             if sids:
                 try:
                     faults.point("kick:after_pop")
-                    undone = [] if self._deliver(sids, self._beater(store, loop)) else sids
+                    # What the listener heard: its heard steers' records ride in front of
+                    # its next wait (not on a cluster, whose pipelines split by node).
+                    lone = held is self._listen and not store.cluster
+                    ok = self._deliver(
+                        sids, self._beater(store, loop), finishes.add if lone else None
+                    )
+                    undone = [] if ok else sids
                 finally:
                     # A lone kick's loop looks at the list itself next (one kick_take a
                     # lone kick): the others stay still, not woken to look too.
                     if held is not None:
                         held.release()
                 delivered = not undone
+        finishes.flush(store)
         if delivered:
             self._done(store, loop)
         if not undone:
@@ -219,7 +229,13 @@ class KickLoop:
             pool.disconnect()
 
     def _pop(
-        self, store: Store, client: Any, loop: str, clear: bool, listener: bool = False
+        self,
+        store: Store,
+        client: Any,
+        loop: str,
+        clear: bool,
+        listener: bool = False,
+        finishes: Finishes | None = None,
     ) -> tuple[list[str], threading.Lock | None, bool]:
         """``(kicks, held, took)``: the kicks waiting (up to ``POP_MAX``), taken under the
         process's gate, returned with it ``held`` (the batch is delivered under it); none
@@ -234,9 +250,16 @@ class KickLoop:
         nothing): it listens again straight away, with no look at the list first (the
         BLMOVE returns at once when kicks came meanwhile, and its round trip says how many
         more wait: a burst is taken with them), so a lone kick costs the list one round
-        trip and no script, and a quiet list none but the BLMOVE."""
+        trip and no script, and a quiet list none but the BLMOVE. ``finishes``: the notice
+        records of this loop's last lone delivery, sent in front of that BLMOVE, or on
+        their own when this loop does not listen now (its sessions to run again, if any,
+        returned as kicks)."""
         if listener and self._listen.acquire(blocking=False):
-            return (*self._listen_once(store, client, loop, clear), True)
+            return (*self._listen_once(store, client, loop, clear, finishes), True)
+        if finishes:
+            again = finishes.flush(store)
+            if again:
+                return again, None, False
         if not self._gate.acquire(timeout=BEAT_S):
             return [], None, False
         seen = self._heard_n
@@ -259,19 +282,32 @@ class KickLoop:
         return (*self._listen_once(store, client, loop, False), True)
 
     def _listen_once(
-        self, store: Store, client: Any, loop: str, clear: bool
+        self,
+        store: Store,
+        client: Any,
+        loop: str,
+        clear: bool,
+        finishes: Finishes | None = None,
     ) -> tuple[list[str], threading.Lock | None]:
         """Under the listening lock (acquired by the caller): the next kick (BLMOVE) and,
         when more wait behind it, as many of them as a batch takes (``kick_take.lua``);
-        returned with the lock held, or ``[]`` with it released."""
-
+        returned with the lock held, or ``[]`` with it released. ``finishes`` go in front
+        of the BLMOVE, in its round trip; a session whose records say it must run again
+        (its hand-off flag set, or its lock no longer ours) comes back with the kicks."""
         self._listener = loop
 
         def listen() -> list[str]:
-            sids, waiting = store.wait_kick(client, self.host, loop, BLOCK_S, clear=clear)
+            again: list[str] = []
+            if finishes:
+                sids, waiting, replies = store.wait_kick_after(
+                    client, self.host, loop, BLOCK_S, finishes.calls(), clear=clear
+                )
+                again = finishes.settle(store, replies)
+            else:
+                sids, waiting = store.wait_kick(client, self.host, loop, BLOCK_S, clear=clear)
             if sids and waiting:
                 sids += store.take_kicks(self.host, loop, POP_MAX - 1)
-            return sids
+            return list(dict.fromkeys(again + sids))
 
         heard = _kept_if_any(self._listen, listen)
         if heard[0]:
@@ -301,12 +337,17 @@ class KickLoop:
 
         return progress
 
-    def _deliver(self, sids: list[str], progress: Callable[[], None] | None = None) -> bool:
+    def _deliver(
+        self,
+        sids: list[str],
+        progress: Callable[[], None] | None = None,
+        defer: Callable[[FinishBatch], None] | None = None,
+    ) -> bool:
         """Deliver ``sids`` as one batch; False when Redis went away first (the loop tries
-        them again)."""
+        them again). ``defer``: takes the heard steers' records (engine.deliver_many)."""
         started, t0 = time.time(), time.perf_counter()
         try:
-            reports = deliver_many(self.bus, sids, progress=progress or self.on_done)
+            reports = deliver_many(self.bus, sids, progress=progress or self.on_done, defer=defer)
         except OUTAGE_ERRORS as exc:
             self._outage.failed(exc)
             self._report_failed(sids, started, t0, f"Redis unavailable, retried: {exc}")
@@ -325,6 +366,59 @@ class KickLoop:
     def _report_failed(self, sids: list[str], started: float, t0: float, error: str) -> None:
         if self.reporter is not None:
             self.reporter.failed(sids, started, time.perf_counter() - t0, error)
+
+
+class Finishes:
+    """The notice records a loop's lone delivery left to send (``notice_finish.lua`` calls,
+    bus.store.delivery.FinishBatch): sent in front of the loop's next BLMOVE, in its round
+    trip (Redis runs them at once, before it waits), or on their own; what their replies
+    say is read when they come."""
+
+    def __init__(self, outage: Outage) -> None:
+        self._batches: list[FinishBatch] = []
+        self._outage = outage
+
+    def __bool__(self) -> bool:
+        return bool(self._batches)
+
+    def add(self, batch: FinishBatch) -> None:
+        self._batches.append(batch)
+
+    def calls(self) -> list[tuple[Any, ...]]:
+        return [call for batch in self._batches for call in batch.calls]
+
+    def settle(self, store: Store, replies: list[Any]) -> list[str]:
+        """The sessions to run again, read from the calls' ``replies``; a reply that is an
+        error (a script the server lost since, say) has the calls run again on their own,
+        in order (each one does what it does once: a notice is confirmed and a lock freed
+        by their ids). Redis away: they are kept for the next try, nothing returned."""
+        if any(isinstance(reply, Exception) for reply in replies):
+            try:
+                replies = store.run_in_order(self.calls())
+            except OUTAGE_ERRORS as exc:
+                self._outage.failed(exc)
+                return []
+        again: list[str] = []
+        at = 0
+        for batch in self._batches:
+            part = replies[at : at + len(batch.calls)]
+            at += len(batch.calls)
+            for sid, (freed, flag) in zip(batch.sids, batch.results(part), strict=True):
+                if flag or not freed:
+                    again.append(sid)
+        self._batches = []
+        return again
+
+    def flush(self, store: Store) -> list[str]:
+        """Send them on their own: the sessions to run again."""
+        if not self._batches:
+            return []
+        try:
+            replies = store.run_in_order(self.calls())
+        except OUTAGE_ERRORS as exc:
+            self._outage.failed(exc)
+            return []
+        return self.settle(store, replies)
 
 
 def _kept_if_any(

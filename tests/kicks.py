@@ -12,5 +12,12 @@ def pop_kicks(
 ) -> list[str]:
     """Up to ``count`` kicks off ``host``'s list into loop ``loop``'s taken list, as a kick
     loop takes them (bus.delivery.kick_list): those already waiting without blocking, else
-    the next one waited for up to ``block_s`` on ``client`` and returned alone."""
-    return store.take_kicks(host, loop, count) or store.wait_kick(client, host, loop, block_s)[0]
+    the next one waited for up to ``block_s`` on ``client``, with those waiting behind it
+    when it came."""
+    got = store.take_kicks(host, loop, count)
+    if got:
+        return got
+    got, waiting = store.wait_kick(client, host, loop, block_s)
+    if got and waiting:
+        got += store.take_kicks(host, loop, count - 1)
+    return got

@@ -73,6 +73,7 @@ def test_no_script_touches_two_slots(
     b.item_write("coder", "k1", member="dean", text="hello")
     b.reply_inbox("coder", "k1", text="hi dean", root=tmp_path)
     time.sleep(0.06)
+    b.deliver_session("alice")  # idle, past the debounce: woken (its notice taken alone)
     b.store.take_due(int(time.time() * 1000))
     names = {name for name, _ in calls}
     assert {
@@ -80,6 +81,7 @@ def test_no_script_touches_two_slots(
         "ingest",
         "thread_append",
         "notice_take",
+        "delivery_snapshot",  # a steer's notice taken in it
         "notice_finish",
         "floor_drained",
         "floor_sweep",

@@ -1,5 +1,6 @@
-"""A lone send's path: a kick the loop waited for is delivered at once,
-alone; the kicks already waiting go greedily as one batch (bus.store.kick)."""
+"""A lone send's path: a kick the loop waited for is delivered at once, with the kicks
+that were waiting behind it when it came (its round trip says how many); the kicks
+already waiting go greedily as one batch (bus.store.kick)."""
 
 from __future__ import annotations
 
@@ -13,34 +14,41 @@ from tests.kicks import pop_kicks
 from tests.test_delivery_trips import Trips, trips  # noqa: F401 (the fixture)
 
 
-def test_a_kick_waited_for_comes_alone_and_those_waiting_come_together(
+def test_a_kick_waited_for_comes_with_those_behind_it_and_those_waiting_come_together(
     make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     b = make_bus()
     store, host = b.store, b.settings.host
     kicks, taken = store.k.kick_list(host), store.k.kick_taken(host, "l1")
     client, pool = store.kick_client(0.5, "test-kick")
-    real = client.blmove
+    real = client.pipeline
     blocked: list[str] = []
 
-    def blmove(*args: Any, **kw: Any) -> Any:
-        # Two kicks land just as the loop starts waiting: it wakes with the first.
-        blocked.append("x")
-        store.r.rpush(kicks, "a", "b")
-        return real(*args, **kw)
+    def pipeline(*args: Any, **kw: Any) -> Any:
+        pipe = real(*args, **kw)
+        sent = pipe.execute
 
-    monkeypatch.setattr(client, "blmove", blmove)
+        def execute(*a: Any, **k: Any) -> Any:
+            # Three kicks land just as the loop starts waiting: it wakes with the first.
+            blocked.append("x")
+            store.r.rpush(kicks, "a", "b", "c")
+            return sent(*a, **k)
+
+        pipe.execute = execute
+        return pipe
+
+    monkeypatch.setattr(client, "pipeline", pipeline)
     try:
-        # None waiting: the loop waits, and the one it woke for is delivered at once
-        # (no look behind it on the path of a lone send's notice).
-        assert pop_kicks(store, client, host, "l1", 0.5, 64) == ["a"]
-        assert blocked == ["x"] and store.r.lrange(kicks, 0, -1) == ["b"]
-        store.r.rpush(kicks, "c", "d")
+        # None waiting: the loop waits; the one it woke for comes with the two behind it
+        # (the wait's round trip says they are there), up to the count.
+        assert pop_kicks(store, client, host, "l1", 0.5, 2) == ["a", "b"]
+        assert blocked == ["x"] and store.r.lrange(kicks, 0, -1) == ["c"]
+        store.r.rpush(kicks, "d", "e")
         # Kicks waiting: taken together, without waiting.
-        assert pop_kicks(store, client, host, "l1", 0.5, 2) == ["b", "c"]
+        assert pop_kicks(store, client, host, "l1", 0.5, 2) == ["c", "d"]
         assert blocked == ["x"]
-        assert store.r.lrange(taken, 0, -1) == ["a", "b", "c"]
-        assert store.r.lrange(kicks, 0, -1) == ["d"]
+        assert store.r.lrange(taken, 0, -1) == ["a", "b", "c", "d"]
+        assert store.r.lrange(kicks, 0, -1) == ["e"]
     finally:
         if pool is not None:
             pool.disconnect()

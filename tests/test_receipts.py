@@ -538,9 +538,10 @@ def test_the_receipt_adds_no_round_trip_to_a_send(
     monkeypatch.setattr(redis.client.Pipeline, "execute", pipeline)
     sent = send(bus)
     monkeypatch.undo()
-    # The sender's rate bucket (rate.lua), the recipient's session, then ONE pipeline:
-    # append, receipt, index, outbox. The receipt adds nothing of its own.
-    assert trips == ["EVALSHA", "HGETALL", "pipeline"]
+    # The sender's rate bucket (rate.lua), the recipient's session with its wake fact
+    # about the sending session (one pipeline), then ONE pipeline: append, receipt,
+    # index, outbox. The receipt adds nothing of its own.
+    assert trips == ["EVALSHA", "pipeline", "pipeline"]
     assert bus.receipt(sent["id"], by="alice")["state"] == "stored"
     assert [r["id"] for r in bus.sent("alice", limit=1)["sent"]] == [sent["id"]]
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 import redis.connection
 
+from bench.lone_trips import Trips, script_names
 from bus.api import Bus
 from bus.core import policy
 from bus.delivery import engine, kick_list
@@ -27,6 +28,7 @@ from bus.delivery.engine import after_step
 from bus.delivery.kick_list import KickLoop
 from bus.delivery.queue_run import inbox_entries
 from bus.delivery.report import DeliveryReport
+from bus.ops.embedded import EmbeddedRedis
 from bus.store.delivery import DeliverySnapshot, FinishBatch, taken_records
 from bus.store.outage_log import Outage
 from bus.surfaces.listener import Listener
@@ -251,37 +253,16 @@ def test_an_entry_without_a_kept_fact_is_looked_up_as_before(
 # -- a lone delivery's notice records, sent in front of the kick loop's next wait -------
 
 
-class _Sends:
-    """Each command or pipeline a thread sends to Redis: (thread, command names)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, bus: Bus) -> None:
-        self.sent: list[tuple[str, list[str]]] = []
-        self.lock = threading.Lock()
-        self.names = {script.sha: name for name, script in bus.store._scripts.items()}
-        real = redis.connection.AbstractConnection.send_packed_command
-
-        def counting(conn: Any, command: Any, check_health: bool = True) -> None:
-            self.record(command)
-            real(conn, command, check_health)
-
-        monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
-
-    def record(self, command: Any) -> None:
-        chunks = command if isinstance(command, list) else [command]
-        parts = b"".join(bytes(c) for c in chunks).split(b"\r\n")
-        names = []
-        for i, part in enumerate(parts):
-            if part.startswith(b"*") and i + 2 < len(parts) and parts[i + 1].startswith(b"$"):
-                name = parts[i + 2].upper().decode(errors="replace")
-                if name == "EVALSHA" and i + 4 < len(parts):
-                    name = self.names.get(parts[i + 4].decode(), "?")
-                names.append(name)
-        with self.lock:
-            self.sent.append((threading.current_thread().name, names))
-
-    def of(self, prefix: str) -> list[list[str]]:
-        with self.lock:
-            return [names for thread, names in self.sent if thread.startswith(prefix)]
+def _kick_trips(trips: Trips, bus: Bus) -> list[list[str]]:
+    """The round trips the worker's delivery loops (``kick-N`` threads) sent, each its
+    commands' names, a script by its name."""
+    with trips.lock:
+        sent = list(trips.sent)
+    return [
+        [name.partition(":")[2] or name for name in script_names(names, bus)]
+        for _at, thread, names in sent
+        if thread.startswith("kick-")
+    ]
 
 
 # A loop's beat (every BEAT_S) and a new connection's greeting: not the message's.
@@ -315,23 +296,26 @@ def _lone_send(b: Bus, got: list[dict[str, Any]], mid: str) -> None:
 
 
 def test_a_lone_kick_costs_its_loop_three_round_trips_the_records_with_the_next_wait(
-    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+    make_bus: Callable[..., Bus],
 ) -> None:
     b, got, listener, loop = _lone_setup(make_bus)
     try:
         _lone_send(b, got, "warm")  # connections open, scripts loaded
-        sends = _Sends(monkeypatch, b)
-        _lone_send(b, got, "one")
-        trips = [names for names in sends.of("kick-") if not BEATS & set(names)]
+        recorder = Trips()
+        recorder.install()
+        try:
+            _lone_send(b, got, "one")
+        finally:
+            recorder.uninstall()
+        trips = [names for names in _kick_trips(recorder, b) if not BEATS & set(names)]
     finally:
         loop.stop()
         listener.stop()
     assert [n for n in trips[0] if n != "SCRIPT"] == ["delivery_begin"], trips
     assert trips[1] == ["thread_append", "ingest", "delivery_snapshot"], trips
     # The notice's records in front of the next wait, in its round trip.
-    assert [n for n in trips[2] if n != "SCRIPT"] == [
-        "notice_finish", "DEL", "BLMOVE", "LLEN"
-    ], trips  # fmt: skip
+    # (The loop's connection ran notice_finish for the warm send: no source sent along.)
+    assert trips[2] == ["notice_finish", "DEL", "BLMOVE", "LLEN"], trips
     assert len(trips) == 3, trips
     marks = [json.loads(v)["mark"] for v in b.store.r.hvals(b.store.k.s("s", "msgs"))]
     assert marks == ["noticed", "noticed"]
@@ -378,3 +362,24 @@ def test_records_answered_with_an_error_run_again_on_their_own(bus: Bus) -> None
     assert finishes.settle(store, [redis.ResponseError("NOSCRIPT No matching script")]) == ["s"]
     assert not store.r.exists(lock) and not store.r.exists(again)
     assert not finishes
+
+
+def test_records_a_server_lost_the_script_of_are_run_again_and_heard_once(
+    make_bus: Callable[..., Bus], tmp_path: Path
+) -> None:
+    # A server of the test's own: its scripts are flushed between two lone sends, as a
+    # restart without a dropped connection would leave them.
+    with EmbeddedRedis(tmp_path / "r.sock", tmp_path / "data", persist=False) as server:
+        b, got, listener, loop = _lone_setup(lambda **kw: make_bus(redis_url=server.url, **kw))
+        try:
+            _lone_send(b, got, "warm")
+            b.store.r.script_flush()
+            _lone_send(b, got, "one")  # waits for the notice confirmed
+            _lone_send(b, got, "two")
+        finally:
+            loop.stop()
+            listener.stop()
+        heard = [m for line in got for m in line["notice"]["messages"]]
+        marks = [json.loads(v)["mark"] for v in b.store.r.hvals(b.store.k.s("s", "msgs"))]
+    assert sorted(heard) == ["one", "two", "warm"]
+    assert marks == ["noticed"] * 3

@@ -429,7 +429,7 @@ def steer_likely(bus: DeliveryHost, sid: str, info: SessionInfo | None) -> bool:
     no drain's marks waiting on this host's floor (those take the one-session way)."""
     if info is None or info.state != "running" or info.prompt_waiting or info.wake_pending:
         return False
-    if not (info.agent_inbox if info.agent_inbox is not None else bus.settings.agent_inbox):
+    if raw_mode(bus, info):  # its inbox off
         return False
     return not (bus.floor.session_dir(sid) / PENDING_MARKS).exists()
 

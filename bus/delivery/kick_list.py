@@ -178,6 +178,7 @@ class KickLoop:
             try:
                 if client is None:
                     client, pool = store.kick_client(BLOCK_S, f"inbox-kick:{self.host}:{loop}")
+                    finishes.loaded = False  # a new connection: perhaps a restarted server
                 if time.monotonic() - beat_at >= BEAT_S:
                     store.kick_beat(self.host, loop, ALIVE_MS)
                     beat_at = time.monotonic()
@@ -300,9 +301,16 @@ class KickLoop:
             again: list[str] = []
             if finishes:
                 sids, waiting, replies = store.wait_kick_after(
-                    client, self.host, loop, BLOCK_S, finishes.calls(), clear=clear
+                    client,
+                    self.host,
+                    loop,
+                    BLOCK_S,
+                    finishes.calls(),
+                    clear=clear,
+                    load=not finishes.loaded,
                 )
                 again = finishes.settle(store, replies)
+                finishes.loaded = True
             else:
                 sids, waiting = store.wait_kick(client, self.host, loop, BLOCK_S, clear=clear)
             if sids and waiting:
@@ -377,6 +385,11 @@ class Finishes:
     def __init__(self, outage: Outage) -> None:
         self._batches: list[FinishBatch] = []
         self._outage = outage
+        # The loop's connection has run these scripts: they go without their sources
+        # (a server that lost them since, SCRIPT FLUSH, answers NOSCRIPT: settle() runs
+        # them again on their own, loaded). A new connection (after an outage: perhaps
+        # a restarted server) sends them loaded once.
+        self.loaded = False
 
     def __bool__(self) -> bool:
         return bool(self._batches)

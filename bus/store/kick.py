@@ -73,16 +73,18 @@ class KickStore(StorePart):
         calls: list[tuple[Any, ...]],
         *,
         clear: bool = False,
+        load: bool = True,
     ) -> tuple[list[str], int, list[Any]]:
         """:meth:`wait_kick` with ``calls`` (script calls and commands, as
         :meth:`~bus.store.many.ManyStore.run_in_order` takes them: a lone delivery's
         notice records) sent first, in the same round trip, their scripts loaded at its
-        head: Redis runs them at once, their replies come with the kick. Their replies
-        (raw, an error as its exception) are the third item."""
+        head (``load``; a connection that already ran them skips that): Redis runs them
+        at once, their replies come with the kick. Their replies (raw, an error as its
+        exception) are the third item."""
         k = self.k
         taken = k.kick_taken(host, loop)
         pipe = client.pipeline(transaction=False)
-        shas = list(dict.fromkeys(c[1] for c in calls if c[0] == "EVALSHA"))
+        shas = list(dict.fromkeys(c[1] for c in calls if c[0] == "EVALSHA")) if load else []
         for sha in shas:  # a restarted server lost them; a hash lookup when it has them
             pipe.execute_command("SCRIPT", "LOAD", self._sources[sha])
         for call in calls:

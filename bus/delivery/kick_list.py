@@ -179,7 +179,10 @@ class KickLoop:
                 if client is None:
                     client, pool = store.kick_client(BLOCK_S, f"inbox-kick:{self.host}:{loop}")
                     finishes.loaded = False  # a new connection: perhaps a restarted server
-                if time.monotonic() - beat_at >= BEAT_S:
+                # Not while a lone delivery's records wait (a heard notice unconfirmed
+                # until they are sent: a kill then has it heard again): they go first,
+                # with the wait, and the beat after it.
+                if time.monotonic() - beat_at >= BEAT_S and not finishes:
                     store.kick_beat(self.host, loop, ALIVE_MS)
                     beat_at = time.monotonic()
                     self._reclaim(store)

@@ -11,26 +11,22 @@ instead of looking it up; an entry without one is looked up as before.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
-import redis.connection
 
 from bench.lone_trips import Trips, script_names
 from bus.api import Bus
 from bus.core import policy
-from bus.delivery import engine, kick_list
+from bus.delivery import engine
 from bus.delivery.engine import after_step
 from bus.delivery.kick_list import KickLoop
 from bus.delivery.queue_run import inbox_entries
 from bus.delivery.report import DeliveryReport
 from bus.ops.embedded import EmbeddedRedis
-from bus.store.delivery import DeliverySnapshot, FinishBatch, taken_records
-from bus.store.outage_log import Outage
+from bus.store.delivery import DeliverySnapshot, taken_records
 from bus.surfaces.listener import Listener
 from tests.conftest import collect, wait_for
 
@@ -250,7 +246,7 @@ def test_an_entry_without_a_kept_fact_is_looked_up_as_before(
     assert bus.store.r.zrange(bus.store.k.s("boss", "wakeq"), 0, -1) == [sent["id"]]
 
 
-# -- a lone delivery's notice records, sent in front of the kick loop's next wait -------
+# -- a lone delivery through a worker's kick loop ---------------------------------------
 
 
 def _kick_trips(trips: Trips, bus: Bus) -> list[list[str]]:
@@ -295,7 +291,7 @@ def _lone_send(b: Bus, got: list[dict[str, Any]], mid: str) -> None:
     wait_for(lambda: not b.store.r.exists(b.store.k.s("s", "notice")), 10, "the notice confirmed")
 
 
-def test_a_lone_kick_costs_its_loop_three_round_trips_the_records_with_the_next_wait(
+def test_a_lone_kick_costs_its_loop_four_round_trips(
     make_bus: Callable[..., Bus],
 ) -> None:
     b, got, listener, loop = _lone_setup(make_bus)
@@ -313,55 +309,14 @@ def test_a_lone_kick_costs_its_loop_three_round_trips_the_records_with_the_next_
         listener.stop()
     assert [n for n in trips[0] if n != "SCRIPT"] == ["delivery_begin"], trips
     assert trips[1] == ["thread_append", "ingest", "delivery_snapshot"], trips
-    # The notice's records in front of the next wait, in its round trip.
-    # (The loop's connection ran notice_finish for the warm send: no source sent along.)
-    assert trips[2] == ["notice_finish", "DEL", "BLMOVE", "LLEN"], trips
-    assert len(trips) == 3, trips
+    # The heard notice's records (with the unlock) go at once, before the loop listens
+    # again: a worker killed after that leaves nothing for the next holder to re-send.
+    assert trips[2] == ["notice_finish"], trips
+    assert trips[3] == ["DEL", "BLMOVE", "LLEN"], trips
+    assert len(trips) == 4, trips
     marks = [json.loads(v)["mark"] for v in b.store.r.hvals(b.store.k.s("s", "msgs"))]
     assert marks == ["noticed", "noticed"]
     assert not b.store.r.exists(b.store.k.s("s", "lock"))
-
-
-def test_a_session_handed_work_while_its_records_waited_runs_again(
-    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    runs: list[list[str]] = []
-    real = kick_list.deliver_many
-
-    def deliver_many(host: Any, sids: list[str], **kw: Any) -> Any:
-        runs.append(list(sids))
-        out = real(host, sids, **kw)
-        if len(runs) == 2:
-            # A delivery found the lock held meanwhile: the hand-off flag, which the
-            # records' unlock (still to be sent) takes.
-            b.store.r.set(b.store.k.s("s", "again"), "1")
-        return out
-
-    monkeypatch.setattr(kick_list, "deliver_many", deliver_many)
-    b, got, listener, loop = _lone_setup(make_bus)
-    try:
-        _lone_send(b, got, "warm")
-        _lone_send(b, got, "one")
-        wait_for(lambda: len(runs) >= 3, 10, "the session run again")
-    finally:
-        loop.stop()
-        listener.stop()
-    assert runs[:3] == [["s"], ["s"], ["s"]]
-    assert not b.store.r.exists(b.store.k.s("s", "again"))
-
-
-def test_records_answered_with_an_error_run_again_on_their_own(bus: Bus) -> None:
-    store = bus.store
-    lock, again = store.k.s("s", "lock"), store.k.s("s", "again")
-    store.r.set(lock, "tok")
-    store.r.set(again, "1")
-    batch = FinishBatch(["s"], [store.script_call("unlock", [lock, again], ["tok"])], [0], [True])
-    finishes = kick_list.Finishes(Outage("test", logging.getLogger("test")))
-    finishes.add(batch)
-    # As a server that lost its scripts (a restart) answers the call in the pipeline.
-    assert finishes.settle(store, [redis.ResponseError("NOSCRIPT No matching script")]) == ["s"]
-    assert not store.r.exists(lock) and not store.r.exists(again)
-    assert not finishes
 
 
 def test_records_a_server_lost_the_script_of_are_run_again_and_heard_once(

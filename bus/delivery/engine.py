@@ -38,7 +38,7 @@ from typing import Any
 
 from bus.core import policy
 from bus.core.models import SessionInfo, check_session_id, now_ms
-from bus.store.delivery import DeliverySnapshot, DeliveryStart, FinishBatch
+from bus.store.delivery import DeliverySnapshot, DeliveryStart
 
 from .fast_drain import PENDING_MARKS
 from .lease import Lease
@@ -122,18 +122,13 @@ def deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
 
 
 def deliver_many(
-    bus: DeliveryHost,
-    sids: list[str],
-    progress: Callable[[], object] | None = None,
-    defer: Callable[[FinishBatch], None] | None = None,
+    bus: DeliveryHost, sids: list[str], progress: Callable[[], object] | None = None
 ) -> list[DeliveryReport]:
     """Deliver each of ``sids``, a chunk at a time; one report per distinct session,
     ``busy`` only for one whose work was handed to a running holder. Counters go in one
     round trip (``Metrics.batched``). ``progress`` is called after each chunk and each
     session run again on its own: a long batch (after a worker died, many take the
-    general way) still shows its worker's supervisor that it moves (bus.ops.supervise).
-    ``defer``: the first runs' heard steers' records handed to it, not sent
-    (:meth:`bus.delivery.notice.Notices.send`); a session run again is not deferred."""
+    general way) still shows its worker's supervisor that it moves (bus.ops.supervise)."""
     tick = progress or (lambda: None)
     sids = list(dict.fromkeys(sids))
     for sid in sids:
@@ -141,7 +136,7 @@ def deliver_many(
     out: list[DeliveryReport] = []
     with bus.metrics.batched():
         for i in range(0, len(sids), CHUNK):
-            for report in run_once(bus, sids[i : i + CHUNK], tick, defer):
+            for report in run_once(bus, sids[i : i + CHUNK], tick):
                 out.append(_hand_off(bus, report, tick) if report.busy or report.again else report)
             tick()
     return out
@@ -194,10 +189,7 @@ def add_report(total: DeliveryReport, report: DeliveryReport) -> None:
 
 
 def run_once(
-    bus: DeliveryHost,
-    sids: list[str],
-    tick: Callable[[], object] = lambda: None,
-    defer: Callable[[FinishBatch], None] | None = None,
+    bus: DeliveryHost, sids: list[str], tick: Callable[[], object] = lambda: None
 ) -> list[DeliveryReport]:
     """One run of each of ``sids`` (distinct), the starts in one round trip: the batched
     steps for the common shape, the general loop for the rest. Each report says whether
@@ -224,7 +216,7 @@ def run_once(
         renewer = renewer_for(store)
         handle = renewer.add(runs)
         try:
-            _run_batch(bus, runs, defer)
+            _run_batch(bus, runs)
         finally:
             renewer.remove(handle)
             for run in runs:
@@ -248,9 +240,7 @@ def _fence(bus: DeliveryHost, runs: list[_Run]) -> list[_Run]:
     return [r for r in runs if not r.lease.lost]
 
 
-def _run_batch(
-    bus: DeliveryHost, runs: list[_Run], defer: Callable[[FinishBatch], None] | None = None
-) -> None:
+def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
     if not runs:
         return
     store = bus.store
@@ -325,7 +315,7 @@ def _run_batch(
     for run in planned:
         assert run.snap is not None
         store.set_trim_floor(run.sid, bus.settings.stream_keep, run.snap.stream_len)
-    _plan_and_notice(bus, planned, defer)
+    _plan_and_notice(bus, planned)
     # The unlocks with the hand-off flags, in one round trip (a run that wrote a notice
     # was unlocked in its notice's last call: _notices).
     ending = [r for r in planned if not r.done]
@@ -338,9 +328,7 @@ def _run_batch(
         run.rerun = run.rerun or again or run.lease.lost
 
 
-def _plan_and_notice(
-    bus: DeliveryHost, runs: list[_Run], defer: Callable[[FinishBatch], None] | None = None
-) -> None:
+def _plan_and_notice(bus: DeliveryHost, runs: list[_Run]) -> None:
     due: list[tuple[str, int]] = []
     noticing: list[_Run] = []
     for run in runs:
@@ -382,12 +370,10 @@ def _plan_and_notice(
     for run in noticing:
         if id(run) not in kept:
             _give_back(bus, run)  # its lease lost: it sends nothing
-    _notices(bus, fenced, defer)
+    _notices(bus, fenced)
 
 
-def _notices(
-    bus: DeliveryHost, runs: list[_Run], defer: Callable[[FinishBatch], None] | None = None
-) -> None:
+def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
     """The runs' notices (no wake command among them), each freeing its lock and taking
     its hand-off flag in its last call (:meth:`bus.delivery.notice.Notices.send`). A
     lease lost before the write leaves its notice in flight, for the next holder to put
@@ -409,7 +395,7 @@ def _notices(
                 taken=(run.take_nid, taken) if run.take_nid and taken else None,
             )
         )
-    bus.inbox.notices.send(jobs, defer)
+    bus.inbox.notices.send(jobs)
     for run, job in zip(runs, jobs, strict=True):
         if job.notice is not None:
             run.report.notices.append(job.notice)

@@ -30,7 +30,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bus.core import faults
-from bus.store.delivery import FinishBatch
 from bus.store.outage_log import OUTAGE_ERRORS, Outage
 
 from .dispatch import Dispatcher, request_many
@@ -172,17 +171,11 @@ class KickLoop:
         # The taken list holds kicks already delivered: the next take empties it in its
         # own call (kick_take.lua), or _done does when no take follows.
         delivered = False
-        # A lone delivery's notice records, sent in front of this loop's next wait.
-        finishes = Finishes(self._outage)
         while not self.stop_event.is_set():
             try:
                 if client is None:
                     client, pool = store.kick_client(BLOCK_S, f"inbox-kick:{self.host}:{loop}")
-                    finishes.loaded = False  # a new connection: perhaps a restarted server
-                # Not while a lone delivery's records wait (a heard notice unconfirmed
-                # until they are sent: a kill then has it heard again): they go first,
-                # with the wait, and the beat after it.
-                if time.monotonic() - beat_at >= BEAT_S and not finishes:
+                if time.monotonic() - beat_at >= BEAT_S:
                     store.kick_beat(self.host, loop, ALIVE_MS)
                     beat_at = time.monotonic()
                     self._reclaim(store)
@@ -191,7 +184,7 @@ class KickLoop:
                     sids = undone
                 else:
                     sids, held, took = self._pop(
-                        store, client, loop, delivered, self._listener == loop, finishes
+                        store, client, loop, delivered, self._listener == loop
                     )
                     delivered = delivered and not took
                     if delivered and not sids:
@@ -210,20 +203,13 @@ class KickLoop:
             if sids:
                 try:
                     faults.point("kick:after_pop")
-                    # What the listener heard: its heard steers' records ride in front of
-                    # its next wait (not on a cluster, whose pipelines split by node).
-                    lone = held is self._listen and not store.cluster
-                    ok = self._deliver(
-                        sids, self._beater(store, loop), finishes.add if lone else None
-                    )
-                    undone = [] if ok else sids
+                    undone = [] if self._deliver(sids, self._beater(store, loop)) else sids
                 finally:
                     # A lone kick's loop looks at the list itself next (one kick_take a
                     # lone kick): the others stay still, not woken to look too.
                     if held is not None:
                         held.release()
                 delivered = not undone
-        finishes.flush(store)
         if delivered:
             self._done(store, loop)
         if not undone:
@@ -233,13 +219,7 @@ class KickLoop:
             pool.disconnect()
 
     def _pop(
-        self,
-        store: Store,
-        client: Any,
-        loop: str,
-        clear: bool,
-        listener: bool = False,
-        finishes: Finishes | None = None,
+        self, store: Store, client: Any, loop: str, clear: bool, listener: bool = False
     ) -> tuple[list[str], threading.Lock | None, bool]:
         """``(kicks, held, took)``: the kicks waiting (up to ``POP_MAX``), taken under the
         process's gate, returned with it ``held`` (the batch is delivered under it); none
@@ -254,16 +234,9 @@ class KickLoop:
         nothing): it listens again straight away, with no look at the list first (the
         BLMOVE returns at once when kicks came meanwhile, and its round trip says how many
         more wait: a burst is taken with them), so a lone kick costs the list one round
-        trip and no script, and a quiet list none but the BLMOVE. ``finishes``: the notice
-        records of this loop's last lone delivery, sent in front of that BLMOVE, or on
-        their own when this loop does not listen now (its sessions to run again, if any,
-        returned as kicks)."""
+        trip and no script, and a quiet list none but the BLMOVE."""
         if listener and self._listen.acquire(blocking=False):
-            return (*self._listen_once(store, client, loop, clear, finishes), True)
-        if finishes:
-            again = finishes.flush(store)
-            if again:
-                return again, None, False
+            return (*self._listen_once(store, client, loop, clear), True)
         if not self._gate.acquire(timeout=BEAT_S):
             return [], None, False
         seen = self._heard_n
@@ -286,39 +259,19 @@ class KickLoop:
         return (*self._listen_once(store, client, loop, False), True)
 
     def _listen_once(
-        self,
-        store: Store,
-        client: Any,
-        loop: str,
-        clear: bool,
-        finishes: Finishes | None = None,
+        self, store: Store, client: Any, loop: str, clear: bool
     ) -> tuple[list[str], threading.Lock | None]:
         """Under the listening lock (acquired by the caller): the next kick (BLMOVE) and,
         when more wait behind it, as many of them as a batch takes (``kick_take.lua``);
-        returned with the lock held, or ``[]`` with it released. ``finishes`` go in front
-        of the BLMOVE, in its round trip; a session whose records say it must run again
-        (its hand-off flag set, or its lock no longer ours) comes back with the kicks."""
+        returned with the lock held, or ``[]`` with it released."""
+
         self._listener = loop
 
         def listen() -> list[str]:
-            again: list[str] = []
-            if finishes:
-                sids, waiting, replies = store.wait_kick_after(
-                    client,
-                    self.host,
-                    loop,
-                    BLOCK_S,
-                    finishes.calls(),
-                    clear=clear,
-                    load=not finishes.loaded,
-                )
-                again = finishes.settle(store, replies)
-                finishes.loaded = True
-            else:
-                sids, waiting = store.wait_kick(client, self.host, loop, BLOCK_S, clear=clear)
+            sids, waiting = store.wait_kick(client, self.host, loop, BLOCK_S, clear=clear)
             if sids and waiting:
                 sids += store.take_kicks(self.host, loop, POP_MAX - 1)
-            return list(dict.fromkeys(again + sids))
+            return sids
 
         heard = _kept_if_any(self._listen, listen)
         if heard[0]:
@@ -348,17 +301,12 @@ class KickLoop:
 
         return progress
 
-    def _deliver(
-        self,
-        sids: list[str],
-        progress: Callable[[], None] | None = None,
-        defer: Callable[[FinishBatch], None] | None = None,
-    ) -> bool:
+    def _deliver(self, sids: list[str], progress: Callable[[], None] | None = None) -> bool:
         """Deliver ``sids`` as one batch; False when Redis went away first (the loop tries
-        them again). ``defer``: takes the heard steers' records (engine.deliver_many)."""
+        them again)."""
         started, t0 = time.time(), time.perf_counter()
         try:
-            reports = deliver_many(self.bus, sids, progress=progress or self.on_done, defer=defer)
+            reports = deliver_many(self.bus, sids, progress=progress or self.on_done)
         except OUTAGE_ERRORS as exc:
             self._outage.failed(exc)
             self._report_failed(sids, started, t0, f"Redis unavailable, retried: {exc}")
@@ -377,64 +325,6 @@ class KickLoop:
     def _report_failed(self, sids: list[str], started: float, t0: float, error: str) -> None:
         if self.reporter is not None:
             self.reporter.failed(sids, started, time.perf_counter() - t0, error)
-
-
-class Finishes:
-    """The notice records a loop's lone delivery left to send (``notice_finish.lua`` calls,
-    bus.store.delivery.FinishBatch): sent in front of the loop's next BLMOVE, in its round
-    trip (Redis runs them at once, before it waits), or on their own; what their replies
-    say is read when they come."""
-
-    def __init__(self, outage: Outage) -> None:
-        self._batches: list[FinishBatch] = []
-        self._outage = outage
-        # The loop's connection has run these scripts: they go without their sources
-        # (a server that lost them since, SCRIPT FLUSH, answers NOSCRIPT: settle() runs
-        # them again on their own, loaded). A new connection (after an outage: perhaps
-        # a restarted server) sends them loaded once.
-        self.loaded = False
-
-    def __bool__(self) -> bool:
-        return bool(self._batches)
-
-    def add(self, batch: FinishBatch) -> None:
-        self._batches.append(batch)
-
-    def calls(self) -> list[tuple[Any, ...]]:
-        return [call for batch in self._batches for call in batch.calls]
-
-    def settle(self, store: Store, replies: list[Any]) -> list[str]:
-        """The sessions to run again, read from the calls' ``replies``; a reply that is an
-        error (a script the server lost since, say) has the calls run again on their own,
-        in order (each one does what it does once: a notice is confirmed and a lock freed
-        by their ids). Redis away: they are kept for the next try, nothing returned."""
-        if any(isinstance(reply, Exception) for reply in replies):
-            try:
-                replies = store.run_in_order(self.calls())
-            except OUTAGE_ERRORS as exc:
-                self._outage.failed(exc)
-                return []
-        again: list[str] = []
-        at = 0
-        for batch in self._batches:
-            part = replies[at : at + len(batch.calls)]
-            at += len(batch.calls)
-            for sid, (freed, flag) in zip(batch.sids, batch.results(part), strict=True):
-                if flag or not freed:
-                    again.append(sid)
-        self._batches = []
-        return again
-
-    def flush(self, store: Store) -> list[str]:
-        """Send them on their own: the sessions to run again."""
-        if not self._batches:
-            return []
-        try:
-            replies = store.run_in_order(self.calls())
-        except OUTAGE_ERRORS as exc:
-            self._outage.failed(exc)
-            return []
-        return self.settle(store, replies)
 
 
 def _kept_if_any(

@@ -23,7 +23,7 @@ from bus.core import faults, notices
 from bus.core.clock import Clock
 from bus.core.models import SessionInfo
 from bus.store import packing
-from bus.store.delivery import FinishBatch, taken_records
+from bus.store.delivery import taken_records
 from bus.store.schedule import WAKE_TURN
 
 from . import kept_wake, wake_cmd
@@ -134,19 +134,12 @@ class Notices:
     def store(self) -> Store:
         return self._store()
 
-    def send(
-        self, jobs: list[NoticeJob], defer: Callable[[FinishBatch], None] | None = None
-    ) -> None:
+    def send(self, jobs: list[NoticeJob]) -> None:
         """Send a notice for each job: what is new taken into a notice in flight (one
         round trip for all), each written in turn behind its fence, and their records
         (with the unlocks asked for) in one round trip. A job whose session had nothing
         new, whose lease was lost (its notice stays in flight, for the next holder:
-        :meth:`recover`) or whose write failed (:meth:`revert`) sends nothing.
-
-        ``defer``: when every notice sent is a steer heard on its socket and freeing its
-        lock, their records are handed to it (a kick loop sends them in front of its next
-        wait: bus.delivery.kick_list) instead of sent here; the jobs then say ``freed``
-        and not ``again`` until the loop reads the replies."""
+        :meth:`recover`) or whose write failed (:meth:`revert`) sends nothing."""
         if not jobs:
             return
         store, clock = self.store, self.clock
@@ -229,15 +222,8 @@ class Notices:
             )
         if not sent:
             return
-        # One round trip, in the notices' order (or in front of the kick loop's next).
-        batch = store.finish_batch(finishes)
-        if defer is not None and all(
-            s.via == "socket" and not s.job.wake and s.job.unlocked for s in sent
-        ):
-            defer(batch)
-            unlocks = [(True, False)] * len(sent)
-        else:
-            unlocks = batch.results(store.run_in_order(batch.calls))
+        # One round trip, in the notices' order.
+        unlocks = store.finish_notices(finishes)
         metrics = self._metrics()
         for s, (freed, again) in zip(sent, unlocks, strict=True):
             job = s.job

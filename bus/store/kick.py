@@ -24,7 +24,6 @@ class KickStore(StorePart):
     """Push, pop and liveness of a host's kick list."""
 
     server_time_ms: Callable[[], int]
-    _sources: dict[str, str]  # SHA -> Lua source (bus.store.store)
 
     def push_kicks(self, host: str, sids: list[str]) -> bool:
         """Put ``sids`` on ``host``'s kick list when a delivery loop of it is alive
@@ -61,45 +60,15 @@ class KickStore(StorePart):
         to ``block_s`` on ``client`` (BLMOVE), and how many more wait behind it (LLEN), in
         one round trip: ``([sid], waiting)``, or ``([], 0)`` when none came. ``clear``: the
         taken list (kicks the loop delivered) is emptied first, in the same round trip."""
-        sids, waiting, _replies = self.wait_kick_after(client, host, loop, block_s, [], clear=clear)
-        return sids, waiting
-
-    def wait_kick_after(
-        self,
-        client: Any,
-        host: str,
-        loop: str,
-        block_s: float,
-        calls: list[tuple[Any, ...]],
-        *,
-        clear: bool = False,
-        load: bool = True,
-    ) -> tuple[list[str], int, list[Any]]:
-        """:meth:`wait_kick` with ``calls`` (script calls and commands, as
-        :meth:`~bus.store.many.ManyStore.run_in_order` takes them: a lone delivery's
-        notice records) sent first, in the same round trip, their scripts loaded at its
-        head (``load``; a connection that already ran them skips that): Redis runs them
-        at once, their replies come with the kick. Their replies (raw, an error as its
-        exception) are the third item."""
         k = self.k
         taken = k.kick_taken(host, loop)
         pipe = client.pipeline(transaction=False)
-        shas = list(dict.fromkeys(c[1] for c in calls if c[0] == "EVALSHA")) if load else []
-        for sha in shas:  # a restarted server lost them; a hash lookup when it has them
-            pipe.execute_command("SCRIPT", "LOAD", self._sources[sha])
-        for call in calls:
-            pipe.execute_command(*call)
         if clear:
             pipe.delete(taken)
         pipe.blmove(k.kick_list(host), taken, block_s, "LEFT", "RIGHT")
         pipe.llen(k.kick_list(host))
-        replies = pipe.execute(raise_on_error=False)
-        first, waiting = replies[-2:]
-        for reply in (first, waiting):
-            if isinstance(reply, Exception):
-                raise reply
-        mine = replies[len(shas) : len(shas) + len(calls)]
-        return ([], 0, mine) if first is None else ([_text(first)], int(waiting), mine)
+        first, waiting = pipe.execute()[-2:]
+        return ([], 0) if first is None else ([_text(first)], int(waiting))
 
     def done_kicks(self, host: str, loop: str) -> None:
         """Loop ``loop``'s taken kicks were delivered: its taken list goes."""

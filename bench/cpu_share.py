@@ -281,7 +281,7 @@ def sample(
         spy_thread = threading.Thread(target=spy_busiest, daemon=True)
     try:
         while (left := t0 + seconds - time.monotonic()) > 0:
-            if spy_thread is not None and not spy_thread.is_alive() and left <= seconds / 2:
+            if spy_thread is not None and spy_thread.ident is None and left <= seconds / 2:
                 spy_thread.start()
             time.sleep(min(1.0, left))
             if log is not None:

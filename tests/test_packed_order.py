@@ -1,6 +1,8 @@
 """Calls sent packed in their order (``Store.run_in_order``, the batch's notice records):
 a script the server lost (a restart, ``SCRIPT FLUSH``) still runs where it was queued,
-before the commands after it, as a redis-py pipeline runs it."""
+before the commands after it, as a redis-py pipeline runs it; and the send's pipeline
+(``Store.execute_rerunnable``), which sends no script source and runs again whole when
+the server lost one."""
 
 from __future__ import annotations
 
@@ -69,3 +71,64 @@ def test_a_last_lone_script_is_loaded_only_when_the_server_lost_it(
     assert store.run_in_order(calls) == ["OK", 1]
     assert not store.r.exists(lock)
     assert [c[0] for c in sent[-1]] == ["SCRIPT", "EVALSHA"]
+
+
+def _send_bus(
+    own_redis: EmbeddedRedis, tmp_path: Path, prefix: str
+) -> tuple[Bus, RecordingDispatcher]:
+    d = RecordingDispatcher()
+    s = Settings(home=tmp_path, host="hosta", redis_url=own_redis.url, key_prefix=prefix)
+    b = Bus(s, dispatcher=d)
+    b.open_session("rcv")
+    b.open_session("snd")
+    return b, d
+
+
+def _send(b: Bus, mid: str) -> dict[str, object]:
+    return b.send(
+        {"id": mid, "from": "hosta:snd", "from_session": "snd", "to_id": "rcv", "text": "hi"}
+    )
+
+
+def test_a_send_sends_no_script_source_and_a_server_that_lost_them_gets_it_whole_again(
+    own_redis: EmbeddedRedis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b, dispatched = _send_bus(own_redis, tmp_path, "snd1")
+    store = b.store
+    sent: list[list[tuple[object, ...]]] = []
+    real = store.run_packed
+    monkeypatch.setattr(store, "run_packed", lambda cmds: (sent.append(cmds), real(cmds))[1])
+    _send(b, "warm")  # loads the scripts where an earlier test flushed them
+    sent.clear()
+    _send(b, "one")
+    assert all(c[0] != "SCRIPT" for batch in sent for c in batch), sent
+    assert [c[0] for c in sent[0]].count("EVALSHA") == 2  # the append and the receipt
+    sent.clear()
+    store.r.script_flush()  # a restart without a dropped connection
+    store.r.delete(store.k.s("rcv", "pending"))  # no delivery pending: this send asks one
+    before = len(dispatched.calls)
+    answer = _send(b, "two")
+    assert answer["state"] == "stored" and not answer.get("duplicate")
+    # Lost: the sources at the head of the same calls, run again whole and in order.
+    assert [c[0] for c in sent[1][:2]] == ["SCRIPT", "SCRIPT"]
+    assert sent[1][2:] == sent[0]
+    assert dispatched.calls[before:] == [("hosta", "rcv")]
+    ids = store.k.s("rcv", "ids")
+    assert store.r.hexists(ids, "~two")  # the sender's receipt opened
+    assert store.r.xlen(store.k.s("rcv", "stream")) == 3  # each stored once
+
+
+def test_a_script_lost_alone_runs_again_before_the_calls_queued_after_it(
+    own_redis: EmbeddedRedis, tmp_path: Path
+) -> None:
+    # The append lost while the receipt's script is there (another client loaded it
+    # since): the receipt, which opens only for a stored message, runs again after it.
+    b, _dispatched = _send_bus(own_redis, tmp_path, "snd2")
+    store = b.store
+    _send(b, "warm")
+    store.r.script_flush()
+    receipt = next(sha for sha, src in store._sources.items() if "receipt_open.lua" in src[:40])
+    store.r.script_load(store._sources[receipt])
+    answer = _send(b, "one")
+    assert answer["state"] == "stored" and not answer.get("duplicate")
+    assert store.r.hexists(store.k.s("rcv", "ids"), "~one")

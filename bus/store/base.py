@@ -41,6 +41,9 @@ class StorePart:
     def pipeline(self, transaction: bool = False) -> Any:  # Store defines it
         raise NotImplementedError
 
+    def execute_rerunnable(self, pipe: Any) -> list[Any]:  # ManyStore defines it
+        raise NotImplementedError
+
     def run(  # a script on one session's keys; Store defines it
         self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None
     ) -> Any:

@@ -51,7 +51,9 @@ class QueueStore(StorePart):
 
         One round trip: the append script and the message id's index (another slot,
         idempotent, so it need not be atomic with the append) go in one pipeline, and so
-        do the steps ``also`` queues on it after the append (the sender's receipt).
+        do the steps ``also`` queues on it after the append (the sender's receipt),
+        sent without the scripts' sources (:meth:`execute_rerunnable`: each step is
+        idempotent, so a server that lost the scripts gets the whole pipeline again).
         """
         k = self.k
         now = now_ms()
@@ -66,7 +68,7 @@ class QueueStore(StorePart):
         receipt_index.index(pipe, k, [(msg_id, sid)], now)
         if also is not None:
             also(pipe)
-        new, answer, dispatch = pipe.execute()[0]
+        new, answer, dispatch = self.execute_rerunnable(pipe)[0]
         if int(new) < 0:
             receipt_index.unindex(self.r, k, msg_id, now)
             raise RateLimited(

@@ -63,7 +63,7 @@ def report(out: dict[str, Any]) -> str:
     if sp := out.get("sparse"):
         lines.append(
             f"\nsparse: {sp['sessions']} listening sessions, {sp['rate_per_s']:.0f} msg/s Poisson,"
-            f" {sp['seconds']:.0f} s; CPU ms a message (processes + Redis beyond idle):"
+            f" {sp['seconds']:.0f} s; CPU ms a message (processes + Redis, each beyond idle):"
         )
         lines.append(
             f"  {'system':8} {'msgs':>5} {'ms/msg':>7} {'procs':>6} {'redis':>6}"
@@ -82,6 +82,14 @@ def report(out: dict[str, Any]) -> str:
             f"  bus ÷ naive {_ratio(sp['bus']['cpu_ms_per_msg'], sp['naive']['cpu_ms_per_msg'])},"
             f" bus ÷ minimal {_ratio(sp['bus']['cpu_ms_per_msg'], sp['minimal']['cpu_ms_per_msg'])}"
         )
+        if "gross_cpu_ms_per_msg" in sp["bus"]:
+            gross = {n: sp[n]["gross_cpu_ms_per_msg"] for n in ("naive", "bus")}
+            lines.append(
+                f"  gross (processes not net of idle): bus {gross['bus']:.2f}, naive"
+                f" {gross['naive']:.2f}, {_ratio(gross['bus'], gross['naive'])};"
+                f" idle samples: bus {sp['bus'].get('idle_s', '?')} s,"
+                f" naive {sp['naive'].get('idle_s', '?')} s"
+            )
     if lone := out.get("lone"):
         lines.append(
             f"\nlone delivery ({lone['count']} at {lone['rate_per_s']:.0f}/s): worker round trips"

@@ -6,13 +6,16 @@ the server lost one."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import redis
 
 from bus.api import Bus
+from bus.core.errors import RateLimited
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.ops.embedded import EmbeddedRedis
@@ -102,7 +105,7 @@ def test_a_send_sends_no_script_source_and_a_server_that_lost_them_gets_it_whole
     sent.clear()
     _send(b, "one")
     assert all(c[0] != "SCRIPT" for batch in sent for c in batch), sent
-    assert [c[0] for c in sent[0]].count("EVALSHA") == 2  # the append and the receipt
+    assert [c[0] for c in sent[0]].count("EVALSHA") == 1  # the append opens the receipt
     sent.clear()
     store.r.script_flush()  # a restart without a dropped connection
     store.r.delete(store.k.s("rcv", "pending"))  # no delivery pending: this send asks one
@@ -110,25 +113,38 @@ def test_a_send_sends_no_script_source_and_a_server_that_lost_them_gets_it_whole
     answer = _send(b, "two")
     assert answer["state"] == "stored" and not answer.get("duplicate")
     # Lost: the sources at the head of the same calls, run again whole and in order.
-    assert [c[0] for c in sent[1][:2]] == ["SCRIPT", "SCRIPT"]
-    assert sent[1][2:] == sent[0]
+    assert [c[0] for c in sent[1][:1]] == ["SCRIPT"]
+    assert sent[1][1:] == sent[0]
     assert dispatched.calls[before:] == [("hosta", "rcv")]
     ids = store.k.s("rcv", "ids")
     assert store.r.hexists(ids, "~two")  # the sender's receipt opened
     assert store.r.xlen(store.k.s("rcv", "stream")) == 3  # each stored once
 
 
-def test_a_script_lost_alone_runs_again_before_the_calls_queued_after_it(
+def test_a_send_opens_its_receipt_in_the_append_once_and_a_resend_keeps_it(
     own_redis: EmbeddedRedis, tmp_path: Path
 ) -> None:
-    # The append lost while the receipt's script is there (another client loaded it
-    # since): the receipt, which opens only for a stored message, runs again after it.
     b, _dispatched = _send_bus(own_redis, tmp_path, "snd2")
     store = b.store
-    _send(b, "warm")
-    store.r.script_flush()
-    receipt = next(sha for sha, src in store._sources.items() if "receipt_open.lua" in src[:40])
-    store.r.script_load(store._sources[receipt])
-    answer = _send(b, "one")
-    assert answer["state"] == "stored" and not answer.get("duplicate")
-    assert store.r.hexists(store.k.s("rcv", "ids"), "~one")
+    ids, bounced = store.k.s("rcv", "ids"), store.k.receipt("rcv", "one")
+    store.r.hset(bounced, mapping={"from": "hosta:snd", "bounced": "1"})  # gives way
+    _send(b, "one")
+    receipt = json.loads(store.r.hget(ids, "~one"))
+    assert receipt["from"] == "hosta:snd" and receipt["from_session"] == "snd"
+    assert isinstance(receipt["stored"], int) and "thread" not in receipt  # the answer's
+    assert not store.r.exists(bounced)
+    assert _send(b, "one")["duplicate"] is True
+    assert json.loads(store.r.hget(ids, "~one")) == receipt  # kept as it was
+    store.r.hdel(ids, "~one")  # an id stored before receipts: its resend opens one
+    _send(b, "one")
+    assert json.loads(store.r.hget(ids, "~one"))["from_session"] == "snd"
+
+
+def test_a_refused_send_opens_no_receipt(own_redis: EmbeddedRedis, tmp_path: Path) -> None:
+    b, _dispatched = _send_bus(own_redis, tmp_path, "snd3")
+    b = Bus(replace(b.settings, max_unread=1), dispatcher=RecordingDispatcher())
+    _send(b, "one")
+    with pytest.raises(RateLimited):
+        _send(b, "two")
+    assert not b.store.r.hexists(b.store.k.s("rcv", "ids"), "~two")
+    assert b.store.r.hexists(b.store.k.s("rcv", "ids"), "~one")

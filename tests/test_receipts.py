@@ -534,13 +534,20 @@ def test_the_receipt_adds_no_round_trip_to_a_send(
         trips.append("pipeline")
         return real_pipeline(self, *args, **kw)
 
+    real_packed = bus.store.run_packed
+
+    def packed(commands: list[tuple[Any, ...]]) -> list[Any]:  # a pipeline sent packed
+        trips.append("pipeline")
+        return real_packed(commands)
+
     monkeypatch.setattr(redis.client.Redis, "execute_command", command)
     monkeypatch.setattr(redis.client.Pipeline, "execute", pipeline)
+    monkeypatch.setattr(bus.store, "run_packed", packed)
     sent = send(bus)
     monkeypatch.undo()
     # The sender's rate bucket (rate.lua), the recipient's session with its wake fact
-    # about the sending session (one pipeline), then ONE pipeline: append, receipt,
-    # index, outbox. The receipt adds nothing of its own.
+    # about the sending session (one pipeline), then ONE pipeline: the append (which
+    # opens the receipt), index, outbox. The receipt adds nothing of its own.
     assert trips == ["EVALSHA", "pipeline", "pipeline"]
     assert bus.receipt(sent["id"], by="alice")["state"] == "stored"
     assert [r["id"] for r in bus.sent("alice", limit=1)["sent"]] == [sent["id"]]

@@ -2,8 +2,9 @@
 
 A receipt is a small JSON per message beside its send answer, in its recipient's ``ids``
 hash (field ``~<id>``; a bounced one, a hash ``P:{sid}:rc:<id>``: see
-:mod:`bus.store.keys`), opened in the send's own pipeline (``receipt_open.lua``, no extra round
-trip) and stamped by one call at each transition (``receipt_mark.lua``):
+:mod:`bus.store.keys`), opened by the send's own append (``append.lua``; a batch's by
+``append_many.lua``, a bounced one by ``receipt_open.lua`` in the same pipeline: no extra
+round trip) and stamped by one call at each transition (``receipt_mark.lua``):
 ``stored → noticed → read → answered``, or a side exit ``withdrawn``, ``retracted``,
 ``bounced``, ``expired``. The sender's outbox (``P:{sid}:outbox``) lists what it sent.
 

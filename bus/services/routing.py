@@ -123,9 +123,12 @@ class Router:
                 msg.line(),
                 packing.keep(answer.to_json(), sid, msg.id),
                 thread,
-                also=lambda pipe: self.receipts.open(pipe, msg, sid, thread),
+                also=lambda pipe: self.receipts.open_many(
+                    pipe, [(msg, sid, thread, "stored", "")], appended=True
+                ),
                 max_held=self.settings.max_unread,
                 facts=facts,
+                receipt=(msg.from_, msg.from_session or "", ""),
             )
         except RateLimited:  # inbox_full: what was not stored is not in the outbox either
             self.receipts.unlist_refused([(msg, sid)])

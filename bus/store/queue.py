@@ -35,6 +35,7 @@ class QueueStore(StorePart):
         *,
         max_held: int = 0,
         facts: str = "",
+        receipt: tuple[str, str, str] | None = None,
     ) -> tuple[bool, str, bool]:
         """Store a message once. Returns (new, answer JSON, dispatch a delivery).
 
@@ -47,7 +48,9 @@ class QueueStore(StorePart):
         :class:`RateLimited` ``inbox_full``, nothing stored (and no receipt opened).
         ``facts``: the receiver's wake facts about the sending session, kept beside the
         message in its entry (``w``: ``g`` gave it work, ``-`` not; bus.delivery.inbox
-        reads them instead of looking them up).
+        reads them instead of looking them up). ``receipt``: ``(from handle, from session,
+        reason)`` of the sender's receipt, opened in the append's own call once the id is
+        stored (``receipt_open.lua``'s rule; none on a refusal).
 
         One round trip: the append script and the message id's index (another slot,
         idempotent, so it need not be atomic with the append) go in one pipeline, and so
@@ -58,13 +61,12 @@ class QueueStore(StorePart):
         k = self.k
         now = now_ms()
         pipe = self.pipeline()
-        self.run(
-            "append",
-            sid,
-            ("stream", "ids", "threads", "pending", "trim", "events", "msgs"),
-            [msg_id, wire_json, answer_json, now, self.lock_ttl_ms, thread, max_held, facts],
-            client=pipe,
-        )
+        keys = k.s_many(sid, ("stream", "ids", "threads", "pending", "trim", "events", "msgs"))
+        args = [msg_id, wire_json, answer_json, now, self.lock_ttl_ms, thread, max_held, facts]
+        if receipt is not None:
+            keys.append(k.receipt(sid, msg_id))
+            args.extend(["1", *receipt])
+        self.script("append")(keys=keys, args=args, client=pipe)
         receipt_index.index(pipe, k, [(msg_id, sid)], now)
         if also is not None:
             also(pipe)

@@ -12,10 +12,35 @@
 -- ARGV[8] (optional) the receiver's wake facts about the sending session ('g' or '-'),
 --         kept in the entry as its 'w' field; '' none
 -- KEYS[7] (optional) msgs P:{sid}:msgs  the session's inbox records
+-- KEYS[8] (with ARGV[9]) receipt P:{sid}:rc:<id>  a bounced receipt of the id, which gives
+--         way once the message is stored
+-- ARGV[9] (optional) '1': open the sender's receipt of the stored message here, as
+--         receipt_open.lua does (kept when open already), ARGV[10] from handle,
+--         ARGV[11] from session ('' none), ARGV[12] reason ('' none); '' or absent: not
 -- Returns {1, answer, dispatch} for a new message, {0, first answer, 0} for a resend,
--- {-1, '', 0} when the session already holds the cap (nothing is stored).
+-- {-1, '', 0} when the session already holds the cap (nothing is stored, no receipt).
+
+-- receipt_open.lua's rule for a stored message: ids holds its answer (`said`: the
+-- answer's thread), and the receipt goes beside it unless it is there already.
+local function open_receipt(answer)
+  local field = '~' .. ARGV[1]
+  if redis.call('HEXISTS', KEYS[2], field) == 1 then
+    return
+  end
+  redis.call('DEL', KEYS[8])
+  local rc = {from = ARGV[10], stored = tonumber(ARGV[4])}
+  if ARGV[11] ~= '' then rc.from_session = ARGV[11] end
+  if ARGV[12] ~= '' then rc.reason = ARGV[12] end
+  local said = cjson.decode(answer).thread
+  if type(said) ~= 'string' then said = '' end
+  if said ~= ARGV[6] then rc.thread = ARGV[6] end
+  redis.call('HSET', KEYS[2], field, cjson.encode(rc))
+end
+
+local receipt = ARGV[9] == '1'
 local prior = redis.call('HGET', KEYS[2], ARGV[1])
 if prior then
+  if receipt then open_receipt(prior) end
   return {0, prior, 0}
 end
 -- The cap counts the queue plus the inbox records: unread ones are never pruned, so a
@@ -34,6 +59,7 @@ else
   redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', ARGV[1], 'm', ARGV[2])
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+if receipt then open_receipt(ARGV[3]) end
 redis.call('ZADD', KEYS[3], '-' .. ARGV[4], '#' .. ARGV[1])
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', 10000, '*', 'kind', 'inbox_received', 'id', ARGV[1],
   'thread', ARGV[6], 'at', ARGV[4])

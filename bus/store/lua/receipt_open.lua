@@ -1,8 +1,7 @@
 -- receipt_open.lua: open the sender's receipts of messages to one recipient, each once (a
--- resend keeps it). Runs in the send's pipeline right after append.lua, so it adds no
--- round trip; a message the append did not store (a refusal) gets no receipt. A batch's
--- stored messages open theirs inside append_many.lua (the same rule); its bounced ones
--- here.
+-- resend keeps it). A message the append did not store (a refusal) gets no receipt. A
+-- send's stored message opens its receipt inside append.lua, a batch's inside
+-- append_many.lua (the same rule); a bounced one here, in the send's pipeline.
 -- All keys are in the recipient's slot {<sid>}.
 -- KEYS[1] ids      P:{sid}:ids      message id -> send answer JSON (present once stored);
 --                                   '~' .. id -> a stored message's receipt (JSON: from,

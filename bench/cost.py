@@ -87,7 +87,8 @@ def cli_rows(runs: int, tmp: Path) -> dict[str, Any]:
     every run."""
     import compileall
 
-    from bench.cost_sparse import Server, _env, bus_system
+    from bench.burst import celery_bus, close_bus
+    from bench.cost_sparse import Server, _env, bus_system, sender_settings
 
     compileall.compile_dir(str(REPO / "bus"), quiet=1)
     out: dict[str, Any] = {"runs": runs}
@@ -98,9 +99,9 @@ def cli_rows(runs: int, tmp: Path) -> dict[str, Any]:
         stack.callback(server.stop)
         env = {**_env(home, server.url), "INBOX_SEND_RATE": "0", "INBOX_MAX_UNREAD": "0"}
         env.pop("PYTHONPATH")  # the venv's entry point as installed
-        lib_send, _root = stack.enter_context(
-            bus_system(home, server.url, tmp / "cli-up.log", ["cli-a", "cli-b"])
-        )
+        stack.enter_context(bus_system(home, server.url, tmp / "cli-up.log", ["cli-a", "cli-b"]))
+        lib = celery_bus(sender_settings(home, server.url))
+        stack.callback(close_bus, lib)
 
         def send_hi() -> list[str]:
             return [str(INBOX), "send", "--to-id", "cli-b", "--from", "a:b", "--text", "hi"]
@@ -109,7 +110,7 @@ def cli_rows(runs: int, tmp: Path) -> dict[str, Any]:
         # is a party of, for reply, and a message a run for cli-a to withdraw.
         def from_a() -> dict[str, Any]:
             m = {"to_id": "cli-b", "from": "costbench:cli-a", "from_session": "cli-a"}
-            return dict(lib_send({**m, "text": "hi"}))  # type: ignore[call-overload]
+            return lib.send({**m, "text": "hi"})
 
         thread = str(from_a()["thread"])
         sent = [str(from_a()["id"]) for _ in range(runs)]

@@ -118,7 +118,9 @@ def _cmdline(pid: int) -> bytes:
 
 # -- the three systems: each yields (send one message, process-tree root pid) -------------
 
-Send = Callable[[dict[str, Any]], object]
+# Send one message; the id it is heard by (the bus's answer names it: an agent's send
+# carries no id of its own, so the bus's send is given none).
+Send = Callable[[dict[str, Any]], str]
 
 
 def _env(home: Path, url: str) -> dict[str, str]:
@@ -143,10 +145,12 @@ def naive_system(home: Path, url: str, log: Path) -> Iterator[tuple[Send, int]]:
     app = Celery("naive-sender", broker=broker_for(url))
     try:
         _until(lambda: _logged(log, " ready."), 60, "the naive worker's ready", proc, log)
-        yield (
-            lambda m: app.send_task("bench.naive_plain", args=[m["to_id"], m], queue=NAIVE_QUEUE),
-            proc.pid,
-        )
+
+        def send(m: dict[str, Any]) -> str:
+            app.send_task("bench.naive_plain", args=[m["to_id"], m], queue=NAIVE_QUEUE)
+            return str(m["id"])
+
+        yield send, proc.pid
     finally:
         app.close()
         _stop(proc)
@@ -161,7 +165,12 @@ def minimal_system(home: Path, url: str, log: Path) -> Iterator[tuple[Send, int]
     r = redis.Redis.from_url(url)
     try:
         _until(lambda: _logged(log, "consuming"), 30, "the minimal consumer", proc, log)
-        yield (lambda m: r.xadd(STREAM, {"sid": m["to_id"], "line": json.dumps(m)}), proc.pid)
+
+        def send(m: dict[str, Any]) -> str:
+            r.xadd(STREAM, {"sid": m["to_id"], "line": json.dumps(m)})
+            return str(m["id"])
+
+        yield send, proc.pid
     finally:
         r.close()
         _stop(proc)
@@ -184,7 +193,13 @@ def bus_system(home: Path, url: str, log: Path, sids: list[str]) -> Iterator[tup
         open_running(b, sids, host=HOST)
         for lane in range(7):  # the senders' sessions (their messages name them)
             b.open_session(f"lane{lane}", handle=f"bench:lane{lane}", host=HOST)
-        yield b.send, proc.pid
+
+        def send(m: dict[str, Any]) -> str:
+            # As an agent's `inbox send` or MCP send: no id of the caller's (an id given is
+            # checked against its owner first, a round trip agents do not pay).
+            return str(b.send({k: v for k, v in m.items() if k != "id"})["id"])
+
+        yield send, proc.pid
     finally:
         close_bus(b)
         _stop(proc, 30)
@@ -295,8 +310,8 @@ def run_system(name: str, tmp: Path, t: Traffic) -> dict[str, Any]:
                 time.sleep(delay)
             m = wire(i, 7, sid, f"sp{name}")
             m["from_session"] = f"lane{i % 7}"  # agents send from their sessions
-            sent_at[m["id"]] = time.perf_counter()
-            send(m)
+            at = time.perf_counter()
+            sent_at[send(m)] = at
         if not ears.done.wait(60):
             raise BenchError(f"{name}: {len(ears.covered)} of {n} messages heard")
         t1 = time.perf_counter()

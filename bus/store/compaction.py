@@ -8,7 +8,8 @@ receipts' expiry pass is; a few :data:`CHUNK` sessions a tick) the scheduler rew
 :data:`SLACK_BYTES` plus :data:`NODE_BYTES` a node (``stream_compact.lua``: DUMP + RESTORE REPLACE in one script, the
 same entries, last id and TTL in nodes sized to fit). A stream already compact,
 long (its nodes then full but the last), or written in the last :data:`SETTLED_MS`, is
-left alone. A server that refuses DUMP,
+left alone; a thread's log is not looked at once a completed pass found it settled
+(:func:`threads_floor`), so an idle registry's passes cost per session, not per thread. A server that refuses DUMP,
 RESTORE or MEMORY (some managed services) turns the pass off for the process, once logged.
 
 The same pass drops the ``events`` of a session quiet for ``INBOX_EVENTS_KEEP_S``
@@ -53,9 +54,22 @@ QUIET_MS = 30 * 1000
 # written, it would take a fresh node at its next entry and be compacted again.
 SETTLED_MS = 20 * 1000
 
+# A thread's log is looked at again only while it may be unsettled: once a pass that
+# started SETTLED_MS after the thread's newest message completed, the log was compacted
+# (or found compact) and stays so until written again, which moves that time. Margin for
+# the clocks of the hosts that write those times.
+SKEW_MS = 60 * 1000
+# Every this many passes a process looks at every thread's log again (one written with
+# its newest time unmoved is compacted by the next such pass).
+FULL_EVERY = 10
+
 _refused = False
 _left: dict[str, list[str]] = {}  # key prefix -> sessions this process's pass has left
 _next: dict[str, float] = {}  # key prefix -> when its pass may go on (time.monotonic)
+_started: dict[str, int] = {}  # key prefix -> when this process's pass started (ms)
+_done_from: dict[str, int] = {}  # key prefix -> when its last completed pass started (ms)
+_passes: dict[str, int] = {}  # key prefix -> passes this process started
+_threads_from: dict[str, int] = {}  # key prefix -> the pass's oldest thread looked at (ms)
 
 
 def compact_sessions(
@@ -64,14 +78,16 @@ def compact_sessions(
     quiet_ms: int,
     settled_ms: int = 0,
     sub_idle_ms: int = SUB_IDLE_MS,
+    threads_from: int = 0,
 ) -> int:
     """One pass over ``sids``: events quiet for ``quiet_ms`` (and used by no durable
     subscription within ``sub_idle_ms``) dropped, queues taken whole dropped with their
-    cursors, short streams written ``settled_ms`` ago or earlier compacted; the bytes
-    saved (MEMORY USAGE, the queues' not counted)."""
+    cursors, short streams written ``settled_ms`` ago or earlier compacted (the logs of
+    threads whose newest message is ``threads_from`` ms or later); the bytes saved
+    (MEMORY USAGE, the queues' not counted)."""
     saved = store.drop_quiet_events(sids, quiet_ms, sub_idle_ms)
     store.drop_taken_queues(sids)
-    keys = store.session_streams(sids)
+    keys = store.session_streams(sids, threads_from)
     return saved + store.compact_streams(keys, MAX_ENTRIES, SLACK_BYTES, NODE_BYTES, settled_ms)
 
 
@@ -100,17 +116,24 @@ def compact_all(
     left = _left.get(prefix) or []
     if force:
         left = store.session_ids()
+        _start_pass(prefix, full=True)
     elif not left:
         if not store.claim_sweep(int(COMPACT_EVERY_S * 1000), what="compact"):
             return 0
         left = store.session_ids()
+        _start_pass(prefix)
     saved = 0
     started = time.monotonic()
     try:
         while left:
             chunk, left = left[:CHUNK], left[CHUNK:]
             saved += compact_sessions(
-                store, chunk, quiet_ms, 0 if force else SETTLED_MS, sub_idle_ms
+                store,
+                chunk,
+                quiet_ms,
+                0 if force else SETTLED_MS,
+                sub_idle_ms,
+                _threads_from.get(prefix, 0),
             )
             if not force and time.monotonic() - started >= BUDGET_S:
                 break
@@ -118,6 +141,25 @@ def compact_all(
         _refused = True
         left = []
         log.warning("stream compaction off: the server refused it (%s)", exc)
+    if not left and prefix in _started:
+        _done_from[prefix] = _started.pop(prefix)
     _left[prefix] = left
     _next[prefix] = time.monotonic() + GAP_S
     return saved
+
+
+def _start_pass(prefix: str, *, full: bool = False) -> None:
+    """A new pass: which threads' logs it looks at (:func:`threads_floor`)."""
+    n = _passes[prefix] = _passes.get(prefix, 0) + 1
+    _started[prefix] = int(time.time() * 1000)
+    _threads_from[prefix] = threads_floor(_done_from.get(prefix), n, full=full)
+
+
+def threads_floor(done_from: int | None, n: int, *, full: bool = False) -> int:
+    """The oldest newest-message time (ms) of a thread whose log pass ``n`` looks at:
+    every thread (0) on a forced pass, a process's first, and every
+    :data:`FULL_EVERY`-th; else those a pass that started at ``done_from`` (the last one
+    completed) may have found unsettled, with :data:`SKEW_MS` for the hosts' clocks."""
+    if full or done_from is None or n % FULL_EVERY == 0:
+        return 0
+    return max(0, done_from - SETTLED_MS - SKEW_MS)

@@ -65,12 +65,14 @@ class CompactStore(StorePart):
             [self.script_call("queue_trim", list(self.k.s_many(sid, keys)), []) for sid in sids]
         )
 
-    def session_streams(self, sids: list[str]) -> list[str]:
+    def session_streams(self, sids: list[str], threads_from: int = 0) -> list[str]:
         """The streams a quiet session keeps: its ``events`` and each of its threads'
-        ``log``s (a thread shared by two sessions once), one round trip per node."""
+        ``log``s (a thread shared by two sessions once; only those whose newest message is
+        ``threads_from`` ms or later), one round trip per node."""
         pipe = self.pipeline()
+        low = max(0, threads_from)  # never below 0: the ids' ages are negative
         for sid in sids:
-            pipe.zrangebyscore(self.k.s(sid, "threads"), 0, "+inf")  # not the ids' ages
+            pipe.zrangebyscore(self.k.s(sid, "threads"), low, "+inf")
         keys = [self.k.s(sid, "events") for sid in sids]
         seen: set[str] = set()
         for threads in pipe.execute():

@@ -20,13 +20,9 @@
 -- Returns {1, answer, dispatch} for a new message, {0, first answer, 0} for a resend,
 -- {-1, '', 0} when the session already holds the cap (nothing is stored, no receipt).
 
--- receipt_open.lua's rule for a stored message: ids holds its answer (`said`: the
--- answer's thread), and the receipt goes beside it unless it is there already.
-local function open_receipt(answer)
-  local field = '~' .. ARGV[1]
-  if redis.call('HEXISTS', KEYS[2], field) == 1 then
-    return
-  end
+-- receipt_open.lua's rule for a stored message: the receipt JSON beside its answer
+-- (`said`: the answer's thread), the id's bounced receipt giving way.
+local function receipt_json(answer)
   redis.call('DEL', KEYS[8])
   local rc = {from = ARGV[10], stored = tonumber(ARGV[4])}
   if ARGV[11] ~= '' then rc.from_session = ARGV[11] end
@@ -34,13 +30,16 @@ local function open_receipt(answer)
   local said = cjson.decode(answer).thread
   if type(said) ~= 'string' then said = '' end
   if said ~= ARGV[6] then rc.thread = ARGV[6] end
-  redis.call('HSET', KEYS[2], field, cjson.encode(rc))
+  return cjson.encode(rc)
 end
 
 local receipt = ARGV[9] == '1'
 local prior = redis.call('HGET', KEYS[2], ARGV[1])
 if prior then
-  if receipt then open_receipt(prior) end
+  -- A resend: its receipt kept when open already (an id stored before receipts gets one).
+  if receipt and redis.call('HEXISTS', KEYS[2], '~' .. ARGV[1]) == 0 then
+    redis.call('HSET', KEYS[2], '~' .. ARGV[1], receipt_json(prior))
+  end
   return {0, prior, 0}
 end
 -- The cap counts the queue plus the inbox records: unread ones are never pruned, so a
@@ -58,8 +57,13 @@ if ARGV[8] and ARGV[8] ~= '' then
 else
   redis.call('XADD', KEYS[1], 'MINID', '~', floor, '*', 'id', ARGV[1], 'm', ARGV[2])
 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-if receipt then open_receipt(ARGV[3]) end
+-- A new id has no receipt yet (an answer and its receipt are pruned together): both in
+-- one write.
+if receipt then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3], '~' .. ARGV[1], receipt_json(ARGV[3]))
+else
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+end
 redis.call('ZADD', KEYS[3], '-' .. ARGV[4], '#' .. ARGV[1])
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', 10000, '*', 'kind', 'inbox_received', 'id', ARGV[1],
   'thread', ARGV[6], 'at', ARGV[4])

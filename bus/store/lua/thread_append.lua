@@ -25,7 +25,8 @@
 -- then follows it there.
 local function append(A)
   local fresh = false
-  if redis.call('EXISTS', KEYS[2]) == 0 then
+  local has_log = redis.call('EXISTS', KEYS[2]) == 1
+  if not has_log then
     local one_m = redis.call('HGET', KEYS[1], 'one_m')
     local one_id = one_m and cjson.decode(one_m).id
     if not one_m then
@@ -45,9 +46,10 @@ local function append(A)
       redis.call('XADD', KEYS[2], '*', 'id', one_id, 'm', one_m)
       redis.call('SADD', KEYS[3], one_id)
       redis.call('HDEL', KEYS[1], 'one_m')
+      has_log = true
     end
   end
-  if redis.call('EXISTS', KEYS[2]) == 1 then
+  if has_log then
     if redis.call('SADD', KEYS[3], A[1]) == 0 then
       return 0
     end
@@ -61,14 +63,18 @@ local function append(A)
   local function add_all(field, values)
     local list = cjson.decode(redis.call('HGET', KEYS[1], field) or '[]')
     local seen = {}
+    local added = false
     for _, v in ipairs(list) do seen[v] = true end
     for _, v in ipairs(values) do
       if v ~= '' and not seen[v] then
         table.insert(list, v)
         seen[v] = true
+        added = true
       end
     end
-    redis.call('HSET', KEYS[1], field, cjson.encode(list))
+    if added then  -- a sender already listed (the usual case) writes nothing
+      redis.call('HSET', KEYS[1], field, cjson.encode(list))
+    end
   end
   -- Parties are fixed when the thread is made (or by the request that made it): a later
   -- message never adds its sender, so naming or computing a thread id is no invitation.

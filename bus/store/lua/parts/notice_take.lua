@@ -10,11 +10,14 @@ local function notice_take(k, nid, now)
   if redis.call('EXISTS', k[1]) == 1 then
     return false
   end
-  local ids = redis.call('ZRANGE', k[2], 0, -1)
-  if #ids == 0 then
+  local new = redis.call('ZRANGE', k[2], 0, -1, 'WITHSCORES')
+  if #new == 0 then
     return false
   end
-  local new = redis.call('ZRANGE', k[2], 0, -1, 'WITHSCORES')
+  local ids = {}
+  for i = 1, #new, 2 do
+    ids[#ids + 1] = new[i]
+  end
   local wake = redis.call('ZRANGE', k[3], 0, -1, 'WITHSCORES')
   redis.call('HSET', k[1], 'id', nid, 'ids', cjson.encode(ids), 'new', cjson.encode(new),
     'wake', cjson.encode(wake), 'at', now)

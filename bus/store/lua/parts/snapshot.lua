@@ -14,14 +14,20 @@
 -- command pending, no retry set, no notice in flight and none unconfirmed on the floor.
 -- (Something new is notice_take's own check.) The client plans from the same reads and
 -- gives a notice taken here back when its plan differs.
+-- A flat HGETALL reply as a table.
+local function fields(flat)
+  local f = {}
+  for i = 1, #flat, 2 do
+    f[flat[i]] = flat[i + 1]
+  end
+  return f
+end
+
 local function notice_ready(held, session, nid, floor, retry_at, rows, inbox_default)
   if held == 0 or #rows > 0 or nid ~= '' or #floor > 0 or retry_at ~= '' then
     return false
   end
-  local f = {}
-  for i = 1, #session, 2 do
-    f[session[i]] = session[i + 1]
-  end
+  local f = fields(session)
   local inbox = f['agent_inbox']
   if inbox == nil or inbox == '' then
     inbox = inbox_default
@@ -47,7 +53,7 @@ local function snapshot(k, token, ttl, advance_to, read_after, count, take)
   local wake = redis.call('ZRANGE', k[6], 0, 0, 'WITHSCORES')
   local first = redis.call('ZRANGE', k[5], 0, 0, 'WITHSCORES')
   local building = redis.call('EXISTS', k[3])
-  local retry_at = redis.call('HGET', k[2], 'retry_at') or ''
+  local retry_at = fields(session)['retry_at'] or ''  -- the session record just read
   -- The queue emptied of what the cursor covers, as queue_trim.lua does.
   local len = redis.call('XLEN', k[7])
   if len > 0 then

@@ -14,6 +14,17 @@ from bus.store.compaction import FULL_EVERY, SETTLED_MS, SKEW_MS, compact_all, t
 DONE = 5_000_000
 
 
+@pytest.fixture
+def passes(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> Bus:
+    """``bus`` with a fresh record of this process's passes, a pass at every call (its
+    claim granted, no gap between ticks)."""
+    for name in ("_left", "_next", "_started", "_done_from", "_passes", "_threads_from"):
+        monkeypatch.setattr(compaction, name, {})
+    monkeypatch.setattr(compaction, "GAP_S", 0.0)
+    monkeypatch.setattr(bus.store, "claim_sweep", lambda *a, **kw: True)
+    return bus
+
+
 @pytest.mark.parametrize(
     ("done_from", "n", "full", "want"),
     [
@@ -33,11 +44,9 @@ def test_which_threads_a_pass_looks_at(
 
 
 def test_a_pass_after_a_completed_one_skips_the_logs_it_found_settled(
-    bus: Bus, monkeypatch: pytest.MonkeyPatch
+    passes: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("_left", "_next", "_started", "_done_from", "_passes", "_threads_from"):
-        monkeypatch.setattr(compaction, name, {})
-    monkeypatch.setattr(compaction, "GAP_S", 0.0)
+    bus = passes
     store, k = bus.store, bus.store.k
     bus.open_session("coord")
     bus.turn("coord", "start")
@@ -51,7 +60,6 @@ def test_a_pass_after_a_completed_one_skips_the_logs_it_found_settled(
     monkeypatch.setattr(
         store, "compact_streams", lambda keys, *a: (looked.append(list(keys)), real(keys, *a))[1]
     )
-    monkeypatch.setattr(store, "claim_sweep", lambda *a, **kw: True)  # a pass every call
     logs = lambda: {key for key in looked[-1] if key.endswith(":log")}  # noqa: E731
     compact_all(store)  # the first pass: every thread's log
     assert logs() == {k.t(old, "log"), k.t(new, "log")}
@@ -63,11 +71,9 @@ def test_a_pass_after_a_completed_one_skips_the_logs_it_found_settled(
 
 
 def test_every_full_every_th_pass_looks_at_every_log(
-    bus: Bus, monkeypatch: pytest.MonkeyPatch
+    passes: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("_left", "_next", "_started", "_done_from", "_passes", "_threads_from"):
-        monkeypatch.setattr(compaction, name, {})
-    monkeypatch.setattr(compaction, "GAP_S", 0.0)
+    bus = passes
     store, k = bus.store, bus.store.k
     bus.open_session("solo")
     bus.turn("solo", "start")
@@ -83,7 +89,6 @@ def test_every_full_every_th_pass_looks_at_every_log(
         return real(keys, *a)
 
     monkeypatch.setattr(store, "compact_streams", record)
-    monkeypatch.setattr(store, "claim_sweep", lambda *a, **kw: True)
     for _ in range(FULL_EVERY):
         compact_all(store)
     assert counts == [1] + [0] * (FULL_EVERY - 2) + [1]

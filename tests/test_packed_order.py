@@ -1,8 +1,8 @@
 """Calls sent packed in their order (``Store.run_in_order``, the batch's notice records):
 a script the server lost (a restart, ``SCRIPT FLUSH``) still runs where it was queued,
 before the commands after it, as a redis-py pipeline runs it; and the send's pipeline
-(``Store.execute_rerunnable``), which sends no script source and runs again whole when
-the server lost one."""
+(``Store.execute_loaded``), which sends no script source: its one script, lost, is loaded
+and run once more."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def _send(b: Bus, mid: str) -> dict[str, object]:
     )
 
 
-def test_a_send_sends_no_script_source_and_a_server_that_lost_them_gets_it_whole_again(
+def test_a_send_sends_no_script_source_and_a_server_that_lost_it_runs_the_append_once_more(
     own_redis: EmbeddedRedis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     b, dispatched = _send_bus(own_redis, tmp_path, "snd1")
@@ -112,9 +112,9 @@ def test_a_send_sends_no_script_source_and_a_server_that_lost_them_gets_it_whole
     before = len(dispatched.calls)
     answer = _send(b, "two")
     assert answer["state"] == "stored" and not answer.get("duplicate")
-    # Lost: the sources at the head of the same calls, run again whole and in order.
-    assert [c[0] for c in sent[1][:1]] == ["SCRIPT"]
-    assert sent[1][1:] == sent[0]
+    # Lost: the append alone loaded and run once more (the writes around it ran).
+    assert len(sent) == 2 and [c[0] for c in sent[1]] == ["SCRIPT", "EVALSHA"]
+    assert sent[1][1] == next(c for c in sent[0] if c[0] == "EVALSHA")
     assert dispatched.calls[before:] == [("hosta", "rcv")]
     ids = store.k.s("rcv", "ids")
     assert store.r.hexists(ids, "~two")  # the sender's receipt opened

@@ -41,7 +41,7 @@ class StorePart:
     def pipeline(self, transaction: bool = False) -> Any:  # Store defines it
         raise NotImplementedError
 
-    def execute_rerunnable(self, pipe: Any) -> list[Any]:  # ManyStore defines it
+    def execute_loaded(self, pipe: Any) -> list[Any]:  # ManyStore defines it
         raise NotImplementedError
 
     def run(  # a script on one session's keys; Store defines it

@@ -138,11 +138,11 @@ class DeliveryStore(StorePart):
     """A delivery's grouped round trips on a :class:`~bus.store.store.Store`."""
 
     lock_ttl_ms: int
-    # A pipeline of scripts only, sent packed, its replies raw (bus.store.many): the
-    # batch's steps over 64 sessions pack ~600 commands, and redis-py's packing was a
-    # quarter of a due wake's Python time. (A lost script runs again after the rest: a
-    # pipeline whose order matters across scripts and plain commands is not packed.)
-    execute_loaded: Callable[[Any], list[Any]]
+    # Pipelines of scripts go packed, their replies raw (bus.store.many; execute_loaded is
+    # declared on StorePart): the batch's steps over 64 sessions pack ~600 commands, and
+    # redis-py's packing was a quarter of a due wake's Python time. (A lost script runs
+    # again after the rest: a pipeline whose order matters across scripts and plain
+    # commands is not packed.)
     script_call: Callable[[str, list[str], list[Any]], tuple[Any, ...]]
     run_scripts: Callable[[list[tuple[Any, ...]]], list[Any]]
     run_in_order: Callable[[list[tuple[Any, ...]]], list[Any]]

@@ -262,31 +262,6 @@ class ManyStore(StorePart):
         pipe.reset()
         return self._run_loaded(stack)
 
-    def execute_rerunnable(self, pipe: Any) -> list[Any]:
-        """Run a pipeline each of whose calls may run twice (the send's append with its
-        receipt and index writes) without its scripts' sources: a standalone server that
-        answers ``NOSCRIPT`` (it restarted, or its scripts were flushed) gets them loaded
-        at the head of the same calls and the whole pipeline again, in its order, so no
-        script runs ahead of one queued before it. Each call's reply is its first run's,
-        a ``NOSCRIPT`` one its second run's; raw replies, the first error raised."""
-        if self.cluster:
-            return list(pipe.execute())  # OrderedBatch loads a lost script itself
-        stack = [args for args, _options in pipe.command_stack]
-        pipe.reset()
-        replies = self.run_packed(stack)
-        if any(isinstance(reply, NoScriptError) for reply in replies):
-            shas = list(dict.fromkeys(call[1] for call in stack if call[0] == "EVALSHA"))
-            loads = [("SCRIPT", "LOAD", self._sources[sha]) for sha in shas]
-            again = self.run_packed(loads + stack)[len(loads) :]
-            replies = [
-                second if isinstance(first, NoScriptError) else first
-                for first, second in zip(replies, again, strict=True)
-            ]
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
-
     def _run_loaded(self, stack: list[tuple[Any, ...]]) -> list[Any]:
         replies = self.run_packed(stack)
         lost = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]

@@ -54,9 +54,10 @@ class QueueStore(StorePart):
 
         One round trip: the append script and the message id's index (another slot,
         idempotent, so it need not be atomic with the append) go in one pipeline, and so
-        do the steps ``also`` queues on it after the append (the sender's receipt),
-        sent without the scripts' sources (:meth:`execute_rerunnable`: each step is
-        idempotent, so a server that lost the scripts gets the whole pipeline again).
+        do the steps ``also`` queues on it after the append (the sender's outbox entry),
+        sent without the script's source (:meth:`~bus.store.many.ManyStore.execute_loaded`:
+        a server that lost it answers ``NOSCRIPT``, and the append alone is loaded and run
+        then; the steps around it are independent of it).
         """
         k = self.k
         now = now_ms()
@@ -70,7 +71,7 @@ class QueueStore(StorePart):
         receipt_index.index(pipe, k, [(msg_id, sid)], now)
         if also is not None:
             also(pipe)
-        new, answer, dispatch = self.execute_rerunnable(pipe)[0]
+        new, answer, dispatch = self.execute_loaded(pipe)[0]
         if int(new) < 0:
             receipt_index.unindex(self.r, k, msg_id, now)
             raise RateLimited(

@@ -23,11 +23,10 @@ local function fields(flat)
   return f
 end
 
-local function notice_ready(held, session, nid, floor, retry_at, rows, inbox_default)
+local function notice_ready(held, f, nid, floor, retry_at, rows, inbox_default)
   if held == 0 or #rows > 0 or nid ~= '' or #floor > 0 or retry_at ~= '' then
     return false
   end
-  local f = fields(session)
   local inbox = f['agent_inbox']
   if inbox == nil or inbox == '' then
     inbox = inbox_default
@@ -53,7 +52,8 @@ local function snapshot(k, token, ttl, advance_to, read_after, count, take)
   local wake = redis.call('ZRANGE', k[6], 0, 0, 'WITHSCORES')
   local first = redis.call('ZRANGE', k[5], 0, 0, 'WITHSCORES')
   local building = redis.call('EXISTS', k[3])
-  local retry_at = fields(session)['retry_at'] or ''  -- the session record just read
+  local record = fields(session)  -- the session record just read, as a table
+  local retry_at = record['retry_at'] or ''
   -- The queue emptied of what the cursor covers, as queue_trim.lua does.
   local len = redis.call('XLEN', k[7])
   if len > 0 then
@@ -72,7 +72,7 @@ local function snapshot(k, token, ttl, advance_to, read_after, count, take)
     rows = redis.call('XRANGE', k[7], '(' .. read_after, '+', 'COUNT', count)
   end
   local taken = ''
-  if take and notice_ready(held, session, nid, floor, retry_at, rows, take[3]) then
+  if take and notice_ready(held, record, nid, floor, retry_at, rows, take[3]) then
     taken = notice_take({k[3], k[5], k[6], k[11], k[12]}, take[1], take[2]) or ''
   end
   return {held, session, nid, floor, pending, wake[2] or '', first[2] or '', building,

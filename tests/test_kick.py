@@ -197,7 +197,7 @@ def test_a_process_runs_one_batch_at_a_time_and_leaves_the_rest_on_the_list(
     hold = threading.Event()
 
     def deliver_many(
-        _parts: DeliveryParts, sids: list[str], progress: object = None
+        _parts: DeliveryParts, sids: list[str], progress: object = None, defer: object = None
     ) -> list[object]:
         running.append(sids)
         batches.append(list(sids))
@@ -258,7 +258,7 @@ def test_a_burst_on_a_quiet_list_is_one_lone_kick_and_one_batch_not_a_lone_kick_
             waiting[0] -= 1
 
     def deliver_many(
-        _parts: DeliveryParts, sids: list[str], progress: object = None
+        _parts: DeliveryParts, sids: list[str], progress: object = None, defer: object = None
     ) -> list[object]:
         batches.append(list(sids))
         return []
@@ -324,7 +324,9 @@ def test_an_idle_process_s_other_loops_wait_for_the_listener_not_the_clock(
     monkeypatch.setattr(store, "take_kicks", take_kicks)
     monkeypatch.setattr(store, "wait_kick", wait_kick)
     monkeypatch.setattr(
-        kick_list, "deliver_many", lambda _b, sids, progress=None: delivered.append(sids)
+        kick_list,
+        "deliver_many",
+        lambda _b, sids, progress=None, defer=None: delivered.append(sids),
     )
     loop = kick_list.KickLoop(b, threads=4).start()
     try:
@@ -423,7 +425,9 @@ def test_a_lone_kick_costs_no_separate_done_when_a_take_follows(
     monkeypatch.setattr(store, "wait_kick", wait_kick)
     monkeypatch.setattr(store, "done_kicks", done_kicks)
     monkeypatch.setattr(
-        kick_list, "deliver_many", lambda _b, sids, progress=None: delivered.append(sids)
+        kick_list,
+        "deliver_many",
+        lambda _b, sids, progress=None, defer=None: delivered.append(sids),
     )
     loop = kick_list.KickLoop(b, threads=1).start()
     try:

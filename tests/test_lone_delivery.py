@@ -20,7 +20,7 @@ import pytest
 from bench.lone_trips import Trips, script_names
 from bus.api import Bus
 from bus.core import policy
-from bus.delivery import engine
+from bus.delivery import engine, kick_list
 from bus.delivery.engine import after_step
 from bus.delivery.kick_list import KickLoop
 from bus.delivery.queue_run import inbox_entries
@@ -246,7 +246,7 @@ def test_an_entry_without_a_kept_fact_is_looked_up_as_before(
     assert bus.store.r.zrange(bus.store.k.s("boss", "wakeq"), 0, -1) == [sent["id"]]
 
 
-# -- a lone delivery through a worker's kick loop ---------------------------------------
+# -- a lone delivery's notice records, written with the kick loop's next wait ------------
 
 
 def _kick_trips(trips: Trips, bus: Bus) -> list[list[str]]:
@@ -266,10 +266,13 @@ BEATS = {"kick_beat", "kick_reclaim", "HGETALL", "TIME", "HELLO", "PING", "CLIEN
 
 
 def _lone_setup(
-    make_bus: Callable[..., Bus], threads: int = 1
+    make_bus: Callable[..., Bus],
+    threads: int = 1,
+    on_line: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[Bus, list[dict[str, Any]], Listener, KickLoop]:
     """A worker's delivery loop running (as under ``inbox up``), then a running session
-    with its listener, and a sender's session."""
+    with its listener (``on_line`` told of each notice before its ack), and a sender's
+    session."""
     b = make_bus(metrics_flush_s=1.0)  # as a worker runs: counters off the path
     if b.store.cluster:
         pytest.skip("a cluster's pipelines split by node: its records go on their own")
@@ -278,7 +281,14 @@ def _lone_setup(
     _running(b, "s")
     b.open_session("snd")
     got: list[dict[str, Any]] = []
-    listener = Listener.for_session(b.floor, "s", collect(got)).start()
+    keep = collect(got)
+
+    def heard(line: dict[str, Any]) -> bool:
+        if on_line is not None:
+            on_line(line)
+        return keep(line)
+
+    listener = Listener.for_session(b.floor, "s", heard).start()
     return b, got, listener, loop
 
 
@@ -291,7 +301,7 @@ def _lone_send(b: Bus, got: list[dict[str, Any]], mid: str) -> None:
     wait_for(lambda: not b.store.r.exists(b.store.k.s("s", "notice")), 10, "the notice confirmed")
 
 
-def test_a_lone_kick_costs_its_loop_four_round_trips(
+def test_a_lone_kick_costs_its_loop_three_round_trips_the_records_written_with_the_next_wait(
     make_bus: Callable[..., Bus],
 ) -> None:
     b, got, listener, loop = _lone_setup(make_bus)
@@ -309,14 +319,93 @@ def test_a_lone_kick_costs_its_loop_four_round_trips(
         listener.stop()
     assert [n for n in trips[0] if n != "SCRIPT"] == ["delivery_begin"], trips
     assert trips[1] == ["thread_append", "ingest", "delivery_snapshot"], trips
-    # The heard notice's records (with the unlock) go at once, before the loop listens
-    # again: a worker killed after that leaves nothing for the next holder to re-send.
-    assert trips[2] == ["notice_finish"], trips
-    assert trips[3] == ["DEL", "BLMOVE", "LLEN"], trips
-    assert len(trips) == 4, trips
+    # The heard notice's records (with the unlock), written straight after the ack with
+    # the loop's next wait behind them: Redis runs them before it waits. (The loop's
+    # connection ran notice_finish for the warm send: no source sent along.)
+    assert trips[2] == ["notice_finish", "DEL", "BLMOVE", "LLEN"], trips
+    assert len(trips) == 3, trips
     marks = [json.loads(v)["mark"] for v in b.store.r.hvals(b.store.k.s("s", "msgs"))]
     assert marks == ["noticed", "noticed"]
     assert not b.store.r.exists(b.store.k.s("s", "lock"))
+
+
+def test_a_session_handed_work_before_its_records_went_runs_again_at_once(
+    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs: list[list[str]] = []
+    real = kick_list.deliver_many
+    handed: list[int] = []  # the runs when the flag was set
+
+    def deliver_many(host: Any, sids: list[str], **kw: Any) -> Any:
+        runs.append(list(sids))
+        return real(host, sids, **kw)
+
+    def on_line(line: dict[str, Any]) -> None:
+        if "one" in line["notice"]["messages"]:
+            # A delivery found the lock held while the listener had the notice: the
+            # hand-off flag, which the records' unlock takes (their reply read only
+            # after the loop's next wait, which the records' kick ends at once).
+            handed.append(len(runs))
+            b.store.r.set(b.store.k.s("s", "again"), "1")
+
+    monkeypatch.setattr(kick_list, "deliver_many", deliver_many)
+    monkeypatch.setattr(kick_list, "BLOCK_S", 30.0)  # a wait no kick ends would outlast the test
+    b, got, listener, loop = _lone_setup(make_bus, on_line=on_line)
+    try:
+        _lone_send(b, got, "warm")
+        _lone_send(b, got, "one")
+        wait_for(lambda: len(runs) > handed[0], 10, "the session run again")
+        assert not b.store.r.exists(b.store.k.s("s", "again"))
+    finally:
+        b.store.r.rpush(b.store.k.kick_list(b.settings.host), "s")  # ends the last wait
+        loop.stop()
+        listener.stop()
+    assert runs[handed[0]] == ["s"]
+
+
+def test_a_loop_stopped_with_its_wait_out_delivers_the_kick_that_wait_brought(
+    make_bus: Callable[..., Bus],
+) -> None:
+    def on_line(line: dict[str, Any]) -> None:
+        if "one" in line["notice"]["messages"]:
+            # Stopped while it delivers: the wait written with the records is out when
+            # the loop stops, and a kick for another session comes for it.
+            loop.stop_event.set()
+            b.send({"id": "other", "from": "hosta:snd", "to_id": "s2", "text": "hi"})
+
+    b, got, listener, loop = _lone_setup(make_bus, on_line=on_line)
+    _running(b, "s2")
+    try:
+        _lone_send(b, got, "warm")
+        _lone_send(b, got, "one")
+    finally:
+        loop.stop()
+        listener.stop()
+    assert not any(t.is_alive() for t in loop._running)
+    k, host = b.store.k, b.settings.host
+    assert b.store.r.hexists(k.s("s2", "msgs"), "other")  # delivered, not left taken
+    assert not b.store.r.keys(k.kick_taken(host, "x").replace(":x", ":*"))
+    assert b.store.r.llen(k.kick_list(host)) == 0
+    assert loop._listen.acquire(blocking=False)  # the listening lock let go
+
+
+def test_a_loop_whose_connection_dies_with_its_wait_out_listens_again(
+    make_bus: Callable[..., Bus],
+) -> None:
+    b, got, listener, loop = _lone_setup(make_bus)
+    try:
+        _lone_send(b, got, "warm")  # its records and the loop's next wait written
+        name = f"inbox-kick:{b.settings.host}:"
+        waiting = [c for c in b.store.r.client_list() if c["name"].startswith(name)]
+        assert waiting and waiting[0]["cmd"] == "blmove"
+        b.store.r.client_kill_filter(_id=waiting[0]["id"])
+        _lone_send(b, got, "one")
+        _lone_send(b, got, "two")
+    finally:
+        loop.stop()
+        listener.stop()
+    heard = [m for line in got for m in line["notice"]["messages"]]
+    assert heard == ["warm", "one", "two"]
 
 
 def test_records_a_server_lost_the_script_of_are_run_again_and_heard_once(

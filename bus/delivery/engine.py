@@ -42,7 +42,7 @@ from bus.store.delivery import DeliverySnapshot, DeliveryStart
 
 from .fast_drain import PENDING_MARKS
 from .lease import Lease
-from .notice import NoticeJob, new_notice_id
+from .notice import Finisher, NoticeJob, new_notice_id
 from .queue_run import (
     BATCH,
     DeliveryHost,
@@ -122,13 +122,18 @@ def deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
 
 
 def deliver_many(
-    bus: DeliveryHost, sids: list[str], progress: Callable[[], object] | None = None
+    bus: DeliveryHost,
+    sids: list[str],
+    progress: Callable[[], object] | None = None,
+    defer: Finisher | None = None,
 ) -> list[DeliveryReport]:
     """Deliver each of ``sids``, a chunk at a time; one report per distinct session,
     ``busy`` only for one whose work was handed to a running holder. Counters go in one
     round trip (``Metrics.batched``). ``progress`` is called after each chunk and each
     session run again on its own: a long batch (after a worker died, many take the
-    general way) still shows its worker's supervisor that it moves (bus.ops.supervise)."""
+    general way) still shows its worker's supervisor that it moves (bus.ops.supervise).
+    ``defer``: sends the first runs' heard steers' records
+    (:meth:`bus.delivery.notice.Notices.send`); a session run again sends its own."""
     tick = progress or (lambda: None)
     sids = list(dict.fromkeys(sids))
     for sid in sids:
@@ -136,7 +141,7 @@ def deliver_many(
     out: list[DeliveryReport] = []
     with bus.metrics.batched():
         for i in range(0, len(sids), CHUNK):
-            for report in run_once(bus, sids[i : i + CHUNK], tick):
+            for report in run_once(bus, sids[i : i + CHUNK], tick, defer):
                 out.append(_hand_off(bus, report, tick) if report.busy or report.again else report)
             tick()
     return out
@@ -189,7 +194,10 @@ def add_report(total: DeliveryReport, report: DeliveryReport) -> None:
 
 
 def run_once(
-    bus: DeliveryHost, sids: list[str], tick: Callable[[], object] = lambda: None
+    bus: DeliveryHost,
+    sids: list[str],
+    tick: Callable[[], object] = lambda: None,
+    defer: Finisher | None = None,
 ) -> list[DeliveryReport]:
     """One run of each of ``sids`` (distinct), the starts in one round trip: the batched
     steps for the common shape, the general loop for the rest. Each report says whether
@@ -216,7 +224,7 @@ def run_once(
         renewer = renewer_for(store)
         handle = renewer.add(runs)
         try:
-            _run_batch(bus, runs)
+            _run_batch(bus, runs, defer)
         finally:
             renewer.remove(handle)
             for run in runs:
@@ -240,7 +248,7 @@ def _fence(bus: DeliveryHost, runs: list[_Run]) -> list[_Run]:
     return [r for r in runs if not r.lease.lost]
 
 
-def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
+def _run_batch(bus: DeliveryHost, runs: list[_Run], defer: Finisher | None = None) -> None:
     if not runs:
         return
     store = bus.store
@@ -315,7 +323,7 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
     for run in planned:
         assert run.snap is not None
         store.set_trim_floor(run.sid, bus.settings.stream_keep, run.snap.stream_len)
-    _plan_and_notice(bus, planned)
+    _plan_and_notice(bus, planned, defer)
     # The unlocks with the hand-off flags, in one round trip (a run that wrote a notice
     # was unlocked in its notice's last call: _notices).
     ending = [r for r in planned if not r.done]
@@ -328,7 +336,7 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run]) -> None:
         run.rerun = run.rerun or again or run.lease.lost
 
 
-def _plan_and_notice(bus: DeliveryHost, runs: list[_Run]) -> None:
+def _plan_and_notice(bus: DeliveryHost, runs: list[_Run], defer: Finisher | None = None) -> None:
     due: list[tuple[str, int]] = []
     noticing: list[_Run] = []
     for run in runs:
@@ -370,10 +378,10 @@ def _plan_and_notice(bus: DeliveryHost, runs: list[_Run]) -> None:
     for run in noticing:
         if id(run) not in kept:
             _give_back(bus, run)  # its lease lost: it sends nothing
-    _notices(bus, fenced)
+    _notices(bus, fenced, defer)
 
 
-def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
+def _notices(bus: DeliveryHost, runs: list[_Run], defer: Finisher | None = None) -> None:
     """The runs' notices (no wake command among them), each freeing its lock and taking
     its hand-off flag in its last call (:meth:`bus.delivery.notice.Notices.send`). A
     lease lost before the write leaves its notice in flight, for the next holder to put
@@ -395,7 +403,7 @@ def _notices(bus: DeliveryHost, runs: list[_Run]) -> None:
                 taken=(run.take_nid, taken) if run.take_nid and taken else None,
             )
         )
-    bus.inbox.notices.send(jobs)
+    bus.inbox.notices.send(jobs, defer)
     for run, job in zip(runs, jobs, strict=True):
         if job.notice is not None:
             run.report.notices.append(job.notice)

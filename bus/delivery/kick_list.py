@@ -34,10 +34,12 @@ from bus.store.outage_log import OUTAGE_ERRORS, Outage
 
 from .dispatch import Dispatcher, request_many
 from .engine import deliver_many
+from .notice import Finisher
 from .queue_run import DeliveryHost
 from .report import WorkReporter, works_of
 
 if TYPE_CHECKING:
+    from bus.store.kick import SentWait
     from bus.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -171,10 +173,16 @@ class KickLoop:
         # The taken list holds kicks already delivered: the next take empties it in its
         # own call (kick_take.lua), or _done does when no take follows.
         delivered = False
+        # A lone delivery's notice records and this loop's next wait, written on its
+        # connection straight after the listener's ack; their replies read next.
+        ahead = _Ahead()
         while not self.stop_event.is_set():
             try:
-                if client is None:
+                if client is None or ahead.broken:
+                    if pool is not None:
+                        pool.disconnect()
                     client, pool = store.kick_client(BLOCK_S, f"inbox-kick:{self.host}:{loop}")
+                    ahead = _Ahead()  # a new connection: perhaps a restarted server
                 if time.monotonic() - beat_at >= BEAT_S:
                     store.kick_beat(self.host, loop, ALIVE_MS)
                     beat_at = time.monotonic()
@@ -182,6 +190,10 @@ class KickLoop:
                 held: threading.Lock | None = None
                 if undone:
                     sids = undone
+                elif ahead.sent is not None:
+                    # Its wait is already out, under the listening lock this loop holds.
+                    sids, held = self._read_ahead(store, loop, ahead)
+                    delivered = False  # the write emptied the taken list first
                 else:
                     sids, held, took = self._pop(
                         store, client, loop, delivered, self._listener == loop
@@ -194,22 +206,33 @@ class KickLoop:
                 fails = 0
             except OUTAGE_ERRORS as exc:
                 self._outage.failed(exc)
+                if ahead.sent is not None:  # its wait is lost with the connection
+                    self._listen.release()
                 if pool is not None:
                     pool.disconnect()
                 client = pool = None
+                ahead = _Ahead()
                 self.stop_event.wait(RETRY_S[min(fails, len(RETRY_S) - 1)])
                 fails += 1
                 continue
             if sids:
+                # What the listener heard alone: its heard steer's records go with its
+                # next wait, in one write (not on a cluster, whose pipelines split by node).
+                lone = held is self._listen and len(sids) == 1 and not store.cluster
                 try:
                     faults.point("kick:after_pop")
-                    undone = [] if self._deliver(sids, self._beater(store, loop)) else sids
+                    defer = self._finisher(store, client, loop, ahead) if lone else None
+                    ok = self._deliver(sids, self._beater(store, loop), defer)
+                    undone = [] if ok else sids
                 finally:
                     # A lone kick's loop looks at the list itself next (one kick_take a
-                    # lone kick): the others stay still, not woken to look too.
-                    if held is not None:
+                    # lone kick): the others stay still, not woken to look too. A loop
+                    # whose wait is out keeps listening: it reads that wait next.
+                    if held is not None and ahead.sent is None:
                         held.release()
                 delivered = not undone
+        if ahead.sent is not None:
+            self._stop_ahead(store, loop, ahead)
         if delivered:
             self._done(store, loop)
         if not undone:
@@ -278,6 +301,76 @@ class KickLoop:
             self._heard_n += 1  # under the listening lock: its one writer
         return heard
 
+    def _finisher(self, store: Store, client: Any, loop: str, ahead: _Ahead) -> Finisher:
+        """Notices.send's ``defer`` for a lone delivery: its heard steer's records written
+        at once on this loop's connection, with the loop's next wait behind them
+        (:meth:`~bus.store.kick.KickStore.send_then_wait`), their replies read by
+        :meth:`_read_ahead`. The records put a session that must run again (its
+        hand-off flag taken, its lock no longer ours) back on the kick list themselves,
+        so the wait returns at once with it. A write that fails sends them the usual
+        way, and the loop's connection is made again."""
+
+        def finish(finishes: list[dict[str, Any]]) -> list[tuple[bool, bool]]:
+            if ahead.sent is not None:  # one wait ahead at a time
+                return store.finish_notices(finishes)
+            calls = store.finish_batch(finishes, kicks_of=self.host).calls
+            try:
+                ahead.sent = store.send_then_wait(
+                    client, self.host, loop, BLOCK_S, calls, load=not ahead.loaded
+                )
+            except OUTAGE_ERRORS as exc:
+                log.debug("kick connection failed (%s); notice records sent apart", exc)
+                ahead.broken = True
+                return store.finish_notices(finishes)
+            ahead.loaded, ahead.calls = True, calls
+            return [(True, False)] * len(finishes)
+
+        return finish
+
+    def _read_ahead(self, store: Store, loop: str, ahead: _Ahead) -> tuple[list[str], Any]:
+        """The replies of the records and wait written ahead, under the listening lock
+        this loop still holds: the kicks the wait brought (with as many more as wait
+        behind, ``kick_take.lua``), returned with the lock held, or ``[]`` with it
+        released. A record the server answered with an error (it lost its script) runs
+        again on its own, loaded."""
+        sent, calls = ahead.sent, ahead.calls
+        assert sent is not None
+        ahead.sent, ahead.calls = None, []
+
+        def listen() -> list[str]:
+            try:
+                sids, waiting, replies = sent.read()
+            except OUTAGE_ERRORS:
+                ahead.broken = True
+                raise
+            lost = [c for c, r in zip(calls, replies, strict=True) if isinstance(r, Exception)]
+            if lost:
+                log.info("notice records answered with an error; sent again, loaded")
+                store.run_in_order(lost)
+            if sids and waiting:
+                sids += store.take_kicks(self.host, loop, POP_MAX - 1)
+            return sids
+
+        heard = _kept_if_any(self._listen, listen)
+        if heard[0]:
+            self._heard_n += 1
+        return heard
+
+    def _stop_ahead(self, store: Store, loop: str, ahead: _Ahead) -> None:
+        """Stopping with a wait out: its replies read, and a kick it brought delivered
+        (a stopped loop's taken list is nobody's to put back)."""
+        try:
+            sids, _held = self._read_ahead(store, loop, ahead)
+        except OUTAGE_ERRORS as exc:  # the listening lock already released
+            self._outage.failed(exc)
+            return
+        try:
+            if sids:
+                self._deliver(sids)
+        finally:
+            if sids:
+                self._listen.release()
+
     def _done(self, store: Store, loop: str) -> None:
         try:
             store.done_kicks(self.host, loop)
@@ -301,12 +394,17 @@ class KickLoop:
 
         return progress
 
-    def _deliver(self, sids: list[str], progress: Callable[[], None] | None = None) -> bool:
+    def _deliver(
+        self,
+        sids: list[str],
+        progress: Callable[[], None] | None = None,
+        defer: Finisher | None = None,
+    ) -> bool:
         """Deliver ``sids`` as one batch; False when Redis went away first (the loop tries
-        them again)."""
+        them again). ``defer``: sends the heard steers' records (engine.deliver_many)."""
         started, t0 = time.time(), time.perf_counter()
         try:
-            reports = deliver_many(self.bus, sids, progress=progress or self.on_done)
+            reports = deliver_many(self.bus, sids, progress=progress or self.on_done, defer=defer)
         except OUTAGE_ERRORS as exc:
             self._outage.failed(exc)
             self._report_failed(sids, started, t0, f"Redis unavailable, retried: {exc}")
@@ -325,6 +423,16 @@ class KickLoop:
     def _report_failed(self, sids: list[str], started: float, t0: float, error: str) -> None:
         if self.reporter is not None:
             self.reporter.failed(sids, started, time.perf_counter() - t0, error)
+
+
+class _Ahead:
+    """A kick loop's records and wait written ahead on its connection (KickLoop._finisher)."""
+
+    def __init__(self) -> None:
+        self.sent: SentWait | None = None  # replies not read yet
+        self.calls: list[tuple[Any, ...]] = []  # the records among them
+        self.loaded = False  # the connection has run their scripts: no sources sent
+        self.broken = False  # the connection failed: made again
 
 
 def _kept_if_any(

@@ -75,6 +75,11 @@ def new_notice_id() -> str:
     return f"ntc-{uuid.uuid4()}"
 
 
+# Sends notices' records (the arguments of Store.finish_calls, in order) and answers each
+# one's (freed, again): Notices.send's ``defer``.
+Finisher = Callable[[list[dict[str, Any]]], list[tuple[bool, bool]]]
+
+
 @dataclass
 class NoticeJob:
     """One notice to send: for ``sid``, a wake or not, and why (the plan's reason).
@@ -134,12 +139,17 @@ class Notices:
     def store(self) -> Store:
         return self._store()
 
-    def send(self, jobs: list[NoticeJob]) -> None:
+    def send(self, jobs: list[NoticeJob], defer: Finisher | None = None) -> None:
         """Send a notice for each job: what is new taken into a notice in flight (one
         round trip for all), each written in turn behind its fence, and their records
         (with the unlocks asked for) in one round trip. A job whose session had nothing
         new, whose lease was lost (its notice stays in flight, for the next holder:
-        :meth:`recover`) or whose write failed (:meth:`revert`) sends nothing."""
+        :meth:`recover`) or whose write failed (:meth:`revert`) sends nothing.
+
+        ``defer``: when every notice sent is a steer heard on its socket and freeing its
+        lock, their records are handed to it, which sends them at once and answers each
+        one's ``(freed, again)`` (a kick loop sends its next wait in the same write and
+        reads the replies with it: bus.delivery.kick_list)."""
         if not jobs:
             return
         store, clock = self.store, self.clock
@@ -222,8 +232,14 @@ class Notices:
             )
         if not sent:
             return
-        # One round trip, in the notices' order.
-        unlocks = store.finish_notices(finishes)
+        # One round trip, in the notices' order, sent straight after the last ack (a
+        # worker killed between the ack and the records has the notice heard again).
+        if defer is not None and all(
+            s.via == "socket" and not s.job.wake and s.job.unlocked for s in sent
+        ):
+            unlocks = defer(finishes)
+        else:
+            unlocks = store.finish_notices(finishes)
         metrics = self._metrics()
         for s, (freed, again) in zip(sent, unlocks, strict=True):
             job = s.job

@@ -127,6 +127,28 @@ def _snapshot_from(fields: list[Any], sent_at: float, sid: str) -> DeliverySnaps
     )
 
 
+@dataclass
+class FinishBatch:
+    """The calls that follow notices' writes (``notice_finish.lua`` each, in order), and
+    how to read their replies."""
+
+    sids: list[str]
+    calls: list[tuple[Any, ...]]
+    ends: list[int]  # each notice's last call
+    unlocks: list[bool]  # each one freed its lock
+
+    def results(self, replies: list[Any]) -> list[tuple[bool, bool]]:
+        """Each notice's ``(freed, again)`` from the calls' replies, in order."""
+        out = []
+        for end, unlock in zip(self.ends, self.unlocks, strict=True):
+            reply = replies[end]
+            if unlock and isinstance(reply, list):
+                out.append((bool(int(reply[0])), bool(int(reply[1]))))
+            else:
+                out.append((False, False))
+        return out
+
+
 def taken_records(reply: str) -> list[str]:
     """The records of ``notice_take.lua``'s reply with its ``msgs`` key (JSON: the ids
     taken and their inbox records), those that exist, in order."""
@@ -306,20 +328,24 @@ class DeliveryStore(StorePart):
         (``sid``, ``nid``, ``via``, ``now`` and its options). Each one's ``(freed,
         again)``: its lock freed and its hand-off flag taken (both false without
         ``unlock``)."""
+        batch = self.finish_batch(finishes)
+        return batch.results(self.run_in_order(batch.calls) if batch.calls else [])
+
+    def finish_batch(
+        self, finishes: list[dict[str, Any]], kicks_of: str | None = None
+    ) -> FinishBatch:
+        """:meth:`finish_notices`'s calls, for a caller that sends them itself: a kick
+        loop of host ``kicks_of``, in front of its next wait (bus.delivery.kick_list);
+        each call then puts its session back on that host's kick list when it must run
+        again (:meth:`finish_calls`' ``kicks_of``)."""
         calls: list[tuple[Any, ...]] = []
         ends: list[int] = []
         for finish in finishes:
-            calls.extend(self.finish_calls(**finish))
+            calls.extend(self.finish_calls(**finish, kicks_of=kicks_of))
             ends.append(len(calls) - 1)
-        replies = self.run_in_order(calls) if calls else []
-        out = []
-        for finish, end in zip(finishes, ends, strict=True):
-            reply = replies[end]
-            if finish.get("unlock") and isinstance(reply, list):
-                out.append((bool(int(reply[0])), bool(int(reply[1]))))
-            else:
-                out.append((False, False))
-        return out
+        return FinishBatch(
+            [f["sid"] for f in finishes], calls, ends, [bool(f.get("unlock")) for f in finishes]
+        )
 
     def finish_calls(
         self,
@@ -334,6 +360,7 @@ class DeliveryStore(StorePart):
         wake_pending: str | None = None,
         unlock: str | None = None,
         turn_due: int | None = None,
+        kicks_of: str | None = None,
     ) -> list[tuple[Any, ...]]:
         """What follows a notice's write, as script calls for :meth:`run_in_order` (a
         batch's notices go with other sessions', bus.delivery.engine), the last one's reply
@@ -346,12 +373,18 @@ class DeliveryStore(StorePart):
         clears it); ``unlock``: the lock token, the lock freed and the hand-off flag taken
         last (as :meth:`unlock_and_take_again`); ``turn_due``: the wake's turn entry put on
         the schedule for then (ms), replacing an earlier wake's (a ``ZADD`` before the
-        script). A due wake's notice is one call (two with ``turn_due``)."""
+        script); ``kicks_of``: with ``unlock``, the session is pushed onto that host's kick
+        list when it must run again (its hand-off flag taken, or its lock no longer ours),
+        for a caller that reads the reply late (a standalone server's: the list is in
+        another slot). A due wake's notice is one call (two with ``turn_due``)."""
         fields = [x for pair in (wake or {}).items() for x in pair]
         names = ("notice", "msgs", "carried", "floor", "events", "session", "lock", "again")
+        keys = self.k.s_many(sid, names)
+        if kicks_of is not None:
+            keys.append(self.k.kick_list(kicks_of))
         finish = self.script_call(
             "notice_finish",
-            self.k.s_many(sid, names),
+            keys,
             [
                 nid,
                 now,
@@ -361,6 +394,7 @@ class DeliveryStore(StorePart):
                 "1" if running else "",
                 wake_pending or "",
                 unlock or "",
+                sid if kicks_of is not None and unlock else "",
                 *fields,
             ],
         )

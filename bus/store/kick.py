@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from .base import StorePart
+from .many import pack_commands
 
 # A kick list this long takes no more kicks (its loops are stuck or gone): they go to
 # Celery, and the scheduler's sweep covers whatever the list holds.
@@ -20,10 +23,43 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+class SentWait:
+    """Commands written on a kick loop's own connection, ending in its wait for the next
+    kick: their replies are read later (:meth:`read`), the connection kept until then."""
+
+    def __init__(self, conn: Any, pool: Any, count: int, head: int, calls: int) -> None:
+        self._conn, self._pool = conn, pool
+        self._count, self._head, self._calls = count, head, calls
+
+    def read(self) -> tuple[list[str], int, list[Any]]:
+        """``([sid], waiting, replies)`` as :meth:`KickStore.wait_kick`, with the replies
+        of the calls sent in front of the wait (raw, an error reply as its exception).
+        Blocks until the wait ends (at most its block)."""
+        replies: list[Any] = []
+        try:
+            for _ in range(self._count):
+                try:
+                    replies.append(self._conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            self._conn.disconnect()
+            raise
+        finally:
+            self._pool.release(self._conn)
+        first, waiting = replies[-2:]
+        for reply in (first, waiting):
+            if isinstance(reply, Exception):
+                raise reply
+        mine = replies[self._head : self._head + self._calls]
+        return ([], 0, mine) if first is None else ([_text(first)], int(waiting), mine)
+
+
 class KickStore(StorePart):
     """Push, pop and liveness of a host's kick list."""
 
     server_time_ms: Callable[[], int]
+    _sources: dict[str, str]  # SHA -> Lua source (bus.store.store)
 
     def push_kicks(self, host: str, sids: list[str]) -> bool:
         """Put ``sids`` on ``host``'s kick list when a delivery loop of it is alive
@@ -69,6 +105,41 @@ class KickStore(StorePart):
         pipe.llen(k.kick_list(host))
         first, waiting = pipe.execute()[-2:]
         return ([], 0) if first is None else ([_text(first)], int(waiting))
+
+    def send_then_wait(
+        self,
+        client: Any,
+        host: str,
+        loop: str,
+        block_s: float,
+        calls: list[tuple[Any, ...]],
+        *,
+        load: bool,
+    ) -> SentWait:
+        """Write ``calls`` (script calls and commands, as
+        :meth:`~bus.store.many.ManyStore.run_in_order` takes them: a lone delivery's
+        notice records) and then :meth:`wait_kick`'s commands (the taken list emptied
+        first) on ``client``'s one connection, without waiting for a reply: Redis runs
+        the calls as soon as the write arrives, then waits for the next kick. The
+        replies are read by the returned :class:`SentWait`; ``client`` is not used
+        until then. ``load``: the calls' scripts loaded at the head (a connection that
+        already ran them skips that). Standalone servers only."""
+        k = self.k
+        taken, kicks = k.kick_taken(host, loop), k.kick_list(host)
+        shas = list(dict.fromkeys(c[1] for c in calls if c[0] == "EVALSHA")) if load else []
+        commands: list[tuple[Any, ...]] = [("SCRIPT", "LOAD", self._sources[sha]) for sha in shas]
+        commands += calls
+        commands += [("DEL", taken), ("BLMOVE", kicks, taken, "LEFT", "RIGHT", block_s)]
+        commands.append(("LLEN", kicks))
+        pool = client.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command([pack_commands(commands)])
+        except BaseException:
+            conn.disconnect()
+            pool.release(conn)
+            raise
+        return SentWait(conn, pool, len(commands), len(shas), len(calls))
 
     def done_kicks(self, host: str, loop: str) -> None:
         """Loop ``loop``'s taken kicks were delivered: its taken list goes."""

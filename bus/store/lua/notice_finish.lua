@@ -9,6 +9,8 @@
 -- KEYS[6] session P:{sid}:session
 -- KEYS[7] lock    P:{sid}:lock
 -- KEYS[8] again   P:{sid}:again
+-- KEYS[9] kicks   P:{kick:<host>}:list, optional (standalone servers only: another slot):
+--         a kick loop that reads this reply only after its next wait, sent behind it
 -- ARGV[1] notice id, ARGV[2] now ms (the notice's clock), ARGV[3] via
 -- ARGV[4] '1': record the notice written to the floor first (parts/notice_done.lua);
 --         'heard': a socket's ack confirmed it: its messages noticed first (parts/drained.lua,
@@ -20,7 +22,9 @@
 -- ARGV[7] wake_pending: the notice whose wake command is about to run; '' none
 -- ARGV[8] our lock token: the lock freed and the hand-off flag taken last
 --         (parts/unlock.lua); '' neither
--- ARGV[9..] a wake record's fields and values after kind and at (none: no record)
+-- ARGV[9] the session id, pushed onto KEYS[9] when the unlock finds the session must run
+--         again (its hand-off flag taken, or its lock no longer ours); '' no push
+-- ARGV[10..] a wake record's fields and values after kind and at (none: no record)
 -- Drops the session's retry_at. Returns {freed, again} (parts/unlock.lua) with a token,
 -- else {0, 0}.
 --@include notice_done
@@ -38,12 +42,15 @@ if ARGV[6] == '1' then
     redis.call('HSET', KEYS[6], 'wake_pending', ARGV[7])
   end
 end
-if #ARGV > 8 then
+if #ARGV > 9 then
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', 10000, '*', 'kind', 'wake', 'at', ARGV[5],
-    unpack(ARGV, 9))
+    unpack(ARGV, 10))
 end
 if ARGV[8] ~= '' then
   local freed, again = unlock(KEYS[7], KEYS[8], ARGV[8])
+  if ARGV[9] ~= '' and (freed == 0 or again == 1) then
+    redis.call('RPUSH', KEYS[9], ARGV[9])
+  end
   return {freed, again}
 end
 return {0, 0}

@@ -3,6 +3,7 @@ without a Celery task; a kick lost with a killed worker is recovered; Redis rest
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -101,6 +102,37 @@ def test_a_worker_killed_after_popping_a_kick_leaves_the_message_to_the_sweep(
             wait_for(lambda: sent["id"] in heard_ids(lines), timeout=30, what="the recovery")
         finally:
             stop.set()
+
+
+def test_a_worker_killed_after_writing_a_lone_notice_s_records_has_it_heard_once(
+    settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    s = replace(settings, kick="list")
+    doomed = start_worker(s, INBOX_FAULT="kick:after_ahead")
+    bus, _fallback = kick_bus(s)
+    wait_for(lambda: loop_alive(bus), what="the doomed worker's kick loop")
+    bus.open_session("heard")
+    bus.turn("heard", "start")
+    lines: list[dict[str, object]] = []
+    with Listener.for_session(bus.floor, "heard", collect(lines)):
+        first = bus.send({"from": "hosta:me", "to_id": "heard", "text": "acked then killed"})
+        wait_for(
+            lambda: any("SIGKILL" in line for line in list(doomed.log)),
+            what="the pool process killed after writing the records and its wait",
+        )
+        # The records ran when the write arrived: the notice is confirmed, the lock free,
+        # so nothing is left in flight for the next holder to send again.
+        k = bus.store.k
+        assert not bus.store.r.exists(k.s("heard", "notice"))
+        assert not bus.store.r.exists(k.s("heard", "lock"))
+        assert json.loads(bus.store.r.hget(k.s("heard", "msgs"), first["id"]))["mark"] == "noticed"
+        doomed.kill()
+        start_worker(s)
+        wait_for(lambda: loop_alive(bus), what="the new worker's kick loop")
+        second = bus.send({"from": "hosta:me", "to_id": "heard", "text": "after"})
+        wait_for(lambda: second["id"] in heard_ids(lines), what="the next message")
+    heard = [m for line in lines for m in line["notice"]["messages"]]  # type: ignore[index]
+    assert heard == [first["id"], second["id"]]
 
 
 @pytest.mark.slow

@@ -6,6 +6,8 @@ Points: ``drain:after_claim`` (the floor file is claimed, nothing read), ``drain
 is deleted, the marks not yet recorded), ``notice:after_append`` (the worker wrote a
 notice to the floor file and has not recorded it), ``kick:after_pop`` (a worker's delivery
 loop popped a kick off the host's kick list, nothing delivered; bus/delivery/kick_list.py),
+``kick:after_ahead`` (a lone delivery's notice records and the loop's next wait written,
+their replies not read),
 ``wake:before_cmd`` (a wake set the session running, its wake command not yet run).
 """
 

@@ -323,6 +323,7 @@ class KickLoop:
                 ahead.broken = True
                 return store.finish_notices(finishes)
             ahead.loaded, ahead.calls = True, calls
+            faults.point("kick:after_ahead")
             return [(True, False)] * len(finishes)
 
         return finish

@@ -68,7 +68,10 @@ def test_cost_bench_runs_quick_and_marks_every_goal() -> None:
         row = sparse[system]
         # Every message heard, by a notice (the bus) or a line of its own (the others).
         assert row["messages"] > 0 and row["heard_ms"]["n"] == row["messages"]
-        assert row["process_ms_per_msg"] > 0 and row["redis_ms_per_msg"] >= 0
+        # Net of the idle rate, a quick run's few messages may sit inside its noise
+        # (clamped at 0); the gross figure always counts them.
+        assert row["gross_cpu_ms_per_msg"] > 0
+        assert row["process_ms_per_msg"] >= 0 and row["redis_ms_per_msg"] >= 0
         assert 1 <= row["notices"] <= row["messages"]
     assert sparse["naive"]["notices"] == sparse["naive"]["messages"]
     lone = summary["lone"]

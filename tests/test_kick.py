@@ -73,25 +73,36 @@ def test_a_kick_on_the_list_is_delivered_by_a_worker_loop_without_a_celery_task(
     assert fallback.calls == []  # no Celery task was asked for
 
 
+def doomed_worker(
+    settings: Settings, start_worker: Callable[..., WorkerProcess], fault: str, sid: str
+) -> tuple[Settings, WorkerProcess, Bus, RecordingDispatcher]:
+    """A worker that SIGKILLs itself at ``fault`` (its kick loop alive), and a running
+    session ``sid``: the kick-list settings, the worker, a sender's bus and its fallback."""
+    s = replace(settings, kick="list")
+    doomed = start_worker(s, INBOX_FAULT=fault)
+    bus, fallback = kick_bus(s)
+    wait_for(lambda: loop_alive(bus), what="the doomed worker's kick loop")
+    bus.open_session(sid)
+    bus.turn(sid, "start")
+    return s, doomed, bus, fallback
+
+
+def killed(doomed: WorkerProcess, what: str) -> None:
+    """Wait until ``doomed`` has SIGKILLed itself at its fault point."""
+    wait_for(lambda: any("SIGKILL" in line for line in list(doomed.log)), what=what)
+
+
 def test_a_worker_killed_after_popping_a_kick_leaves_the_message_to_the_sweep(
     settings: Settings, start_worker: Callable[..., WorkerProcess]
 ) -> None:
     from bus.delivery.scheduler import run as run_scheduler
 
-    s = replace(settings, kick="list")
-    doomed = start_worker(s, INBOX_FAULT="kick:after_pop")
-    bus, fallback = kick_bus(s)
-    wait_for(lambda: loop_alive(bus), what="the doomed worker's kick loop")
-    bus.open_session("lost")
-    bus.turn("lost", "start")
+    s, doomed, bus, fallback = doomed_worker(settings, start_worker, "kick:after_pop", "lost")
     lines: list[dict[str, object]] = []
     stop = threading.Event()
     with Listener.for_session(bus.floor, "lost", collect(lines)):
         sent = bus.send({"from": "hosta:me", "to_id": "lost", "text": "popped then killed"})
-        wait_for(
-            lambda: any("SIGKILL" in line for line in list(doomed.log)),
-            what="the pool process killed after its pop",
-        )
+        killed(doomed, "the pool process killed after its pop")
         assert sent["id"] not in heard_ids(lines)
         assert fallback.calls == []  # the kick went to the list, and is gone with the pop
         doomed.kill()
@@ -107,19 +118,11 @@ def test_a_worker_killed_after_popping_a_kick_leaves_the_message_to_the_sweep(
 def test_a_worker_killed_after_writing_a_lone_notice_s_records_has_it_heard_once(
     settings: Settings, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    s = replace(settings, kick="list")
-    doomed = start_worker(s, INBOX_FAULT="kick:after_ahead")
-    bus, _fallback = kick_bus(s)
-    wait_for(lambda: loop_alive(bus), what="the doomed worker's kick loop")
-    bus.open_session("heard")
-    bus.turn("heard", "start")
+    s, doomed, bus, _ = doomed_worker(settings, start_worker, "kick:after_ahead", "heard")
     lines: list[dict[str, object]] = []
     with Listener.for_session(bus.floor, "heard", collect(lines)):
         first = bus.send({"from": "hosta:me", "to_id": "heard", "text": "acked then killed"})
-        wait_for(
-            lambda: any("SIGKILL" in line for line in list(doomed.log)),
-            what="the pool process killed after writing the records and its wait",
-        )
+        killed(doomed, "the pool process killed after writing the records and its wait")
         # The records ran when the write arrived: the notice is confirmed, the lock free,
         # so nothing is left in flight for the next holder to send again.
         k = bus.store.k

@@ -313,7 +313,7 @@ class KickLoop:
         def finish(finishes: list[dict[str, Any]]) -> list[tuple[bool, bool]]:
             if ahead.sent is not None:  # one wait ahead at a time
                 return store.finish_notices(finishes)
-            calls = store.finish_batch(finishes, kicks_of=self.host).calls
+            calls = [c for f in finishes for c in store.finish_calls(**f, kicks_of=self.host)]
             try:
                 ahead.sent = store.send_then_wait(
                     client, self.host, loop, BLOCK_S, calls, load=not ahead.loaded

@@ -127,28 +127,6 @@ def _snapshot_from(fields: list[Any], sent_at: float, sid: str) -> DeliverySnaps
     )
 
 
-@dataclass
-class FinishBatch:
-    """The calls that follow notices' writes (``notice_finish.lua`` each, in order), and
-    how to read their replies."""
-
-    sids: list[str]
-    calls: list[tuple[Any, ...]]
-    ends: list[int]  # each notice's last call
-    unlocks: list[bool]  # each one freed its lock
-
-    def results(self, replies: list[Any]) -> list[tuple[bool, bool]]:
-        """Each notice's ``(freed, again)`` from the calls' replies, in order."""
-        out = []
-        for end, unlock in zip(self.ends, self.unlocks, strict=True):
-            reply = replies[end]
-            if unlock and isinstance(reply, list):
-                out.append((bool(int(reply[0])), bool(int(reply[1]))))
-            else:
-                out.append((False, False))
-        return out
-
-
 def taken_records(reply: str) -> list[str]:
     """The records of ``notice_take.lua``'s reply with its ``msgs`` key (JSON: the ids
     taken and their inbox records), those that exist, in order."""
@@ -328,24 +306,20 @@ class DeliveryStore(StorePart):
         (``sid``, ``nid``, ``via``, ``now`` and its options). Each one's ``(freed,
         again)``: its lock freed and its hand-off flag taken (both false without
         ``unlock``)."""
-        batch = self.finish_batch(finishes)
-        return batch.results(self.run_in_order(batch.calls) if batch.calls else [])
-
-    def finish_batch(
-        self, finishes: list[dict[str, Any]], kicks_of: str | None = None
-    ) -> FinishBatch:
-        """:meth:`finish_notices`'s calls, for a caller that sends them itself: a kick
-        loop of host ``kicks_of``, in front of its next wait (bus.delivery.kick_list);
-        each call then puts its session back on that host's kick list when it must run
-        again (:meth:`finish_calls`' ``kicks_of``)."""
         calls: list[tuple[Any, ...]] = []
         ends: list[int] = []
         for finish in finishes:
-            calls.extend(self.finish_calls(**finish, kicks_of=kicks_of))
+            calls.extend(self.finish_calls(**finish))
             ends.append(len(calls) - 1)
-        return FinishBatch(
-            [f["sid"] for f in finishes], calls, ends, [bool(f.get("unlock")) for f in finishes]
-        )
+        replies = self.run_in_order(calls) if calls else []
+        out = []
+        for finish, end in zip(finishes, ends, strict=True):
+            reply = replies[end]
+            if finish.get("unlock") and isinstance(reply, list):
+                out.append((bool(int(reply[0])), bool(int(reply[1]))))
+            else:
+                out.append((False, False))
+        return out
 
     def finish_calls(
         self,

@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import ResponseError
-
 from .base import StorePart
-from .many import pack_commands
+from .many import pack_commands, read_replies
 
 # A kick list this long takes no more kicks (its loops are stuck or gone): they go to
 # Celery, and the scheduler's sweep covers whatever the list holds.
@@ -35,13 +33,8 @@ class SentWait:
         """``([sid], waiting, replies)`` as :meth:`KickStore.wait_kick`, with the replies
         of the calls sent in front of the wait (raw, an error reply as its exception).
         Blocks until the wait ends (at most its block)."""
-        replies: list[Any] = []
         try:
-            for _ in range(self._count):
-                try:
-                    replies.append(self._conn.read_response())
-                except ResponseError as exc:
-                    replies.append(exc)
+            replies = read_replies(self._conn, self._count)
         except BaseException:
             self._conn.disconnect()
             raise

@@ -28,6 +28,17 @@ _TEXT = frozenset((str, int, float))
 LANE_SETTLE_MS = 60_000
 
 
+def read_replies(conn: Any, count: int) -> list[Any]:
+    """The next ``count`` replies on ``conn``, raw, an error reply as its exception."""
+    replies: list[Any] = []
+    for _ in range(count):
+        try:
+            replies.append(conn.read_response())
+        except ResponseError as exc:
+            replies.append(exc)
+    return replies
+
+
 def pack_commands(commands: list[tuple[Any, ...]]) -> bytes:
     """``commands`` in the Redis protocol, as one buffer: the bytes redis-py's
     ``pack_command`` writes for ``str``, ``bytes`` and number arguments, at a fraction of
@@ -291,13 +302,7 @@ class ManyStore(StorePart):
 
         def run() -> list[Any]:
             conn.send_packed_command([blob])
-            replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(conn.read_response())
-                except ResponseError as exc:
-                    replies.append(exc)
-            return replies
+            return read_replies(conn, len(commands))
 
         try:
             return list(conn.retry.call_with_retry(run, lambda _error: conn.disconnect()))

@@ -86,6 +86,15 @@ def test_send_notice_read_through_a_real_worker_on_the_cluster(
     rows = b.threads("coord")["threads"]
     assert [r["threadId"] for r in rows] == [sent["thread"]]
     assert rows[0]["unread"] == 0
+    # A reply marks what came since read (the thread's tail, read in the thread's slot;
+    # the receipts stamped in the session's).
+    more = b.send(
+        {"from": "hosta:lane", "from_session": "lane-1", "to_id": "coord", "text": "and this"}
+    )
+    assert more["thread"] == sent["thread"]
+    wait_for(lambda: more["id"] in b.store.thread_tail(sent["thread"], "coord")[1], timeout=30)
+    b.reply("coord", sent["thread"], "on it")
+    assert b.receipt(more["id"], by="lane-1")["state"] == "read"
 
 
 def test_watch_all_status_top_and_the_sweep_cross_the_cluster_nodes(

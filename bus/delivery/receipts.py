@@ -189,9 +189,14 @@ class Receipts:
         self.mark(sid, "", [], touch=True)
 
     def replied(self, sid: str, thread: str) -> None:
-        """``sid`` replied into ``thread``: the messages it got there count as read."""
-        ids = [str(f.get("id")) for f in self.store.thread_log(thread)]
+        """``sid`` replied into ``thread``: the messages it got there count as read. Only
+        those past the thread's cursor for ``sid`` are looked at (its earlier replies
+        marked the rest), so a reply costs the same in a long thread as in a short one;
+        the cursor moves once the marks are stamped."""
+        last, ids = self.store.thread_tail(thread, sid)
         self.mark(sid, "read", [i for i in ids if _MESSAGE_ID_RE.fullmatch(i)], touch=True)
+        if last:
+            self.store.move_reply_cursor(thread, sid, last)
 
     def heartbeat(self, sid: str) -> threading.Event:
         """Keep ``sid`` seen while a listener runs (a daemon thread); set the event to stop."""

@@ -28,7 +28,7 @@ buses, or several tests, share one server.
 | ``P:{sid}:events`` | stream: durability records (inbox, inbox_noticed, ...) | every transition | MAXLEN ~ 10000; compacted when short, dropped once its newest record is 10 min old (bus/store/compaction.py) |
 | ``P:{sid}:gave`` | set: sessions this session gave work to | delivery | - |
 | ``P:{sid}:lanes`` | zset: session id → ms its open named ``sid`` its ``parent`` (0: indexed later); a session with no parent is in none | session open, before the record (bus/store/sessions.py) | an entry whose session is gone or has another parent now is taken out by the lookup once a minute old (bus/store/many.py ``lanes_of``) |
-| ``P:{thr}:meta`` | hash: key, label, class, parties, state, type; ``one_m``: the thread's only message (no log yet), kept without its usual fields (bus.store.packing.keep_thread_message; no ``newest_at`` / ``newest_preview`` when they are ``one_m``'s ts and text) | delivery, decide | - |
+| ``P:{thr}:meta`` | hash: key, label, class, parties, state, type; ``one_m``: the thread's only message (no log yet), kept without its usual fields (bus.store.packing.keep_thread_message; no ``newest_at`` / ``newest_preview`` when they are ``one_m``'s ts and text); ``rd:<sid>``: the log id up to which a party's replies marked what it got there read (thread_tail.lua) | delivery, decide; reply (``rd:``) | - |
 | ``P:{thr}:log`` | stream: the thread's messages in order, from its second message | delivery, reply | bounded; compacted when short (bus/store/compaction.py) |
 | ``P:{thr}:seen`` | set: message ids already in the log (idempotent append), made with the log | delivery | - |
 | ``P:{h:<handle>}:sidh`` | hash: session id -> "" for the sessions that carry a handle other than their default ``<host>:<sid>`` (that one names its session) | session open | - |
@@ -98,6 +98,16 @@ def receipt_field(msg_id: str) -> str:
     if not _MESSAGE_ID_RE.fullmatch(msg_id):
         raise BadInput(f"invalid message id {msg_id[:60]!r}: must match {MESSAGE_ID_PATTERN}")
     return RECEIPT_FIELD + msg_id
+
+
+REPLY_CURSOR_FIELD = "rd:"  # no other field of a thread's record starts so
+
+
+def reply_cursor_field(sid: str) -> str:
+    """The thread record's field holding the log id up to which ``sid``'s replies marked
+    what it got in the thread read (``thread_tail.lua``)."""
+    check_session_id(sid)
+    return REPLY_CURSOR_FIELD + sid
 
 
 def is_thread_id(thread: str) -> bool:

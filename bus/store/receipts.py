@@ -12,7 +12,7 @@ import json
 
 from . import receipt_index
 from .base import store_failed
-from .keys import receipt_field
+from .keys import receipt_field, reply_cursor_field
 from .session_record import seen_state
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
@@ -73,6 +73,17 @@ class ReceiptStore:
         keys = [k.s(sid, "session"), k.s(sid, "events"), k.s(sid, "ids"), *k.receipts(sid, ids)]
         args = [state, now, ttl_ms, "1" if touch else "0", *ids]
         self.script("receipt_mark")(keys=keys, args=args, client=pipeline)
+
+    def thread_tail(self, thread: str, sid: str) -> tuple[str, list[str]]:
+        """The message ids of ``thread`` past ``sid``'s reply cursor, oldest first, and the
+        newest log id read (``""``: none; ``thread_tail.lua``, one call)."""
+        keys = [self.k.t(thread, "meta"), self.k.t(thread, "log")]
+        last, *ids = self.script("thread_tail")(keys=keys, args=[reply_cursor_field(sid)])
+        return str(last), [str(i) for i in ids]
+
+    def move_reply_cursor(self, thread: str, sid: str, last: str) -> None:
+        """``sid``'s replies have marked ``thread`` up to log id ``last``."""
+        self.r.hset(self.k.t(thread, "meta"), reply_cursor_field(sid), last)
 
     def index_recipients(self, rows: list[tuple[str, str]], now: int, *, pipeline: Any) -> None:
         """Queue on ``pipeline`` the recipient index entries of ``(message id, session)``

@@ -12,7 +12,8 @@ smoke test ``tests/test_bench.py`` runs. Rows (``--skip`` takes their names):
   the same Python (``python -c pass``, site loaded; ``python -S -c pass`` beside it);
 - **sparse**: 200 listening sessions, 20 messages/s (Poisson), ``--sparse-s`` seconds, to a
   naive Celery task per message, a minimal XREAD consumer and ``inbox up``, each on its own
-  redis-server: CPU a message, processes and Redis apart (bench/cost_sparse.py);
+  redis-server, all up at once and sent the same arrivals in turn, in three rounds: CPU a
+  message, processes and Redis apart (bench/cost_sparse.py);
 - **lone**: the worker's Redis round trips and script calls for one lone message
   (bench/lone_trips.py);
 - **burst**: one ``inbox send --jsonl`` of ``--burst`` messages to 50 listening sessions,
@@ -52,6 +53,7 @@ from bench.cost_report import goals, report  # noqa: E402
 QUICK: dict[str, Any] = {
     "runs": 3,
     "sparse_s": 3.0,
+    "rounds": 1,
     "quiet_s": 1.0,
     "sessions": 20,
     "burst": 2000,
@@ -62,6 +64,7 @@ QUICK: dict[str, Any] = {
 FULL: dict[str, Any] = {
     "runs": 20,
     "sparse_s": 60.0,
+    "rounds": 3,
     "quiet_s": 3.0,
     "sessions": 200,
     "burst": 50000,
@@ -170,19 +173,29 @@ def memory_result(proc: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:
 
 
 def sparse_rows(size: dict[str, Any], tmp: Path, idle_s: float) -> dict[str, Any]:
-    from bench.cost_sparse import Traffic, bus_housekeeping_s, run_system
+    from bench.cost_sparse import Traffic, bus_housekeeping_s, run_systems
 
     t = Traffic(
         sessions=size["sessions"],
         seconds=size["sparse_s"],
+        rounds=size["rounds"],
         idle_s=idle_s,
         quiet_s=size["quiet_s"],
         housekeeping_s=size.get("housekeeping_s", bus_housekeeping_s()),
     )
-    out: dict[str, Any] = {"sessions": t.sessions, "rate_per_s": t.rate, "seconds": t.seconds}
-    for name in ("naive", "minimal", "bus"):
-        print(f"sparse: {name}...", flush=True)
-        out[name] = run_system(name, tmp, t)
+    out: dict[str, Any] = {
+        "sessions": t.sessions,
+        "rate_per_s": t.rate,
+        "seconds": t.seconds,
+        "rounds": t.rounds,
+    }
+    out.update(run_systems(tmp, t, ("naive", "minimal", "bus")))
+    out["bus_over_naive_rounds"] = [
+        round(b / n, 2) if n else None
+        for b, n in zip(
+            out["bus"]["rounds_cpu_ms_per_msg"], out["naive"]["rounds_cpu_ms_per_msg"], strict=True
+        )
+    ]
     return out
 
 

@@ -63,7 +63,8 @@ def report(out: dict[str, Any]) -> str:
     if sp := out.get("sparse"):
         lines.append(
             f"\nsparse: {sp['sessions']} listening sessions, {sp['rate_per_s']:.0f} msg/s Poisson,"
-            f" {sp['seconds']:.0f} s; CPU ms a message (processes + Redis, each beyond idle):"
+            f" {sp['seconds']:.0f} s to each system; CPU ms a message (processes + Redis, each"
+            " beyond idle):"
         )
         lines.append(
             f"  {'system':8} {'msgs':>5} {'ms/msg':>7} {'procs':>6} {'redis':>6}"
@@ -87,8 +88,12 @@ def report(out: dict[str, Any]) -> str:
             lines.append(
                 f"  gross (processes not net of idle): bus {gross['bus']:.2f}, naive"
                 f" {gross['naive']:.2f}, {_ratio(gross['bus'], gross['naive'])};"
-                f" idle samples: bus {sp['bus'].get('idle_s', '?')} s,"
-                f" naive {sp['naive'].get('idle_s', '?')} s"
+                f" idle sample {sp['bus'].get('idle_s', '?')} s, the systems side by side"
+            )
+        if rounds := sp.get("bus_over_naive_rounds"):
+            lines.append(
+                f"  bus ÷ naive by round ({sp.get('rounds')} rounds, the same arrivals to each"
+                f" system in turn): {', '.join(_f(r) for r in rounds)}"
             )
     if lone := out.get("lone"):
         lines.append(

@@ -11,12 +11,16 @@ own redis-server, at the same Poisson arrivals to the same listening sessions.
   the sessions and sends with the library's ``Bus.send``.
 
 The listeners are the bench's (``swarm.Ears``: the real listener, acking), so are the sends:
-neither is charged. Each system is charged the ``/proc`` CPU (utime + stime) of its process
-tree over the window (from the first send until every message was heard) plus its
-redis-server's CPU, each beyond its idle rate, measured over ``idle_s`` with the system
-running and nothing sent (for the bus: ``inbox up`` and its sessions open, and at least
-:func:`bus_housekeeping_s`, so its periodic passes fall in the sample as often as in the
-window). The gross figure, the processes not net of their idle rate, is kept beside.
+neither is charged. The three systems are up side by side, each on its own server. Their
+idle rates are sampled together, over ``idle_s`` and at least :func:`bus_housekeeping_s`
+(so the bus's periodic passes fall in the sample as often as in the traffic), with every
+system up, settled and warm and nothing sent. Then the traffic goes in rounds: each round
+draws Poisson arrivals and sends the same ones to each system in turn, the order rotated
+round by round, so a stretch when the machine runs slower weighs on every system alike.
+Each window charges its system the ``/proc`` CPU (utime + stime) of its process tree from
+its first send until every message was heard, plus its redis-server's CPU, each beyond
+the system's idle rate over the window. The gross figure, the processes not net of their
+idle rate, is kept beside, and so is each round's figure.
 """
 
 from __future__ import annotations
@@ -250,100 +254,184 @@ def _logged(log: Path, word: str) -> bool:
 class Traffic:
     sessions: int = 200
     rate: float = 20.0
-    seconds: float = 60.0
+    seconds: float = 60.0  # of traffic to each system, split over the rounds
+    rounds: int = 3
     idle_s: float = 5.0
-    # The bus's idle sample spans at least its longest periodic pass (bus_housekeeping_s),
+    # The idle sample spans at least the bus's longest periodic pass (bus_housekeeping_s),
     # so that pass's cost is idle cost, not charged to the messages it happened beside.
     housekeeping_s: float = 0.0
     quiet_s: float = 3.0  # the start-up is over once the system is this long quiet
     seed: int = 37
 
 
-def run_system(name: str, tmp: Path, t: Traffic) -> dict[str, Any]:
-    """One system's sparse run on its own server: idle costs, then the traffic."""
+@dataclass
+class System:
+    """One system up on its own server, its sessions listened to by the bench."""
+
+    name: str
+    server: Server
+    ears: Ears
+    send: Send
+    root: int
+    sids: list[str]
+
+    def ticks(self) -> tuple[int, int]:
+        """CPU ticks so far: (its process tree, its redis-server)."""
+        return tree_ticks(self.root), self.server.ticks()
+
+
+@dataclass
+class Window:
+    """One round's traffic to one system: what it cost and when each message was heard."""
+
+    messages: int
+    seconds: float
+    proc_ticks: int
+    redis_ticks: int
+    heard_ms: list[float]
+    notices: int
+
+
+def start_system(name: str, tmp: Path, t: Traffic, stack: ExitStack) -> System:
+    """``name`` up on a server of its own (stopped by ``stack``), settled and warm."""
     home = tmp / f"home-{name}"
     home.mkdir(parents=True)
     sids = [f"sp{i}" for i in range(t.sessions)]
+    server = Server(tmp, name)
+    stack.callback(server.stop)
+    log = tmp / f"{name}.log"
+    from bus.delivery.floor import Floor
+
+    class _Floor:  # what Ears needs of a Bus: its floor
+        floor = Floor(home)
+
+    ears = Ears(_Floor(), sids)  # type: ignore[arg-type]
+    stack.callback(ears.stop)
+    if name == "naive":
+        send, root = stack.enter_context(naive_system(home, server.url, log))
+    elif name == "minimal":
+        send, root = stack.enter_context(minimal_system(home, server.url, log))
+    else:
+        send, root = stack.enter_context(bus_system(home, server.url, log, sids))
+    settle(
+        root, 60.0 if name == "bus" else 20.0, spares=2 if name == "bus" else 0, quiet_s=t.quiet_s
+    )
+    # Warm: a message to a few sessions (connections, scripts, the pool's children).
+    ears.reset(10)
+    for i in range(10):
+        send(wire(i, 1, sids[i], f"warm{name}"))
+    if not ears.done.wait(60):
+        raise BenchError(f"{name}: the warm-up messages were not heard")
+    return System(name, server, ears, send, root, sids)
+
+
+def idle_rates(systems: list[System], seconds: float) -> dict[str, tuple[float, float]]:
+    """Each system's (processes, redis-server) cores over the same ``seconds``, nothing
+    sent to any: sampled side by side, so each system's idle rate is read in one sample."""
+    before = {s.name: s.ticks() for s in systems}
+    i0 = time.perf_counter()
+    time.sleep(seconds)
+    wall = time.perf_counter() - i0
+    out = {}
+    for s in systems:
+        (p0, r0), (p1, r1) = before[s.name], s.ticks()
+        out[s.name] = ((p1 - p0) / TICK / wall, (r1 - r0) / TICK / wall)
+    return out
+
+
+def arrivals(t: Traffic, seconds: float, seed: int) -> list[tuple[float, int]]:
+    """Poisson arrivals over ``seconds``: (offset s, session index)."""
+    rng = random.Random(seed)
+    at, out = 0.0, []
+    while (at := at + rng.expovariate(t.rate)) < seconds:
+        out.append((at, rng.randrange(t.sessions)))
+    return out
+
+
+def run_window(s: System, due: list[tuple[float, int]], tag: str) -> Window:
+    """Send ``due`` to ``s`` on time; charge it until every message was heard."""
+    n = len(due)
+    s.ears.reset(n)
+    sent_at: dict[str, float] = {}
+    (p0, r0), t0 = s.ticks(), time.perf_counter()
+    for i, (offset, to) in enumerate(due):
+        delay = t0 + offset - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        m = wire(i, 7, s.sids[to], tag)
+        m["from_session"] = f"lane{i % 7}"  # agents send from their sessions
+        at = time.perf_counter()
+        sent_at[s.send(m)] = at
+    if not s.ears.done.wait(60):
+        raise BenchError(f"{s.name}: {len(s.ears.covered)} of {n} messages heard")
+    t1 = time.perf_counter()
+    p1, r1 = s.ticks()
+    with s.ears.lock:
+        heard = [(s.ears.seen_at[mid] - t) * 1000 for mid, t in sent_at.items()]
+        notices = sum(s.ears.notices.values())
+    return Window(n, t1 - t0, p1 - p0, r1 - r0, heard, notices)
+
+
+def net_ms(w: list[Window], idle: tuple[float, float]) -> tuple[float, float, float]:
+    """(processes, Redis, gross processes) CPU ms a message over windows ``w``: each side
+    beyond its idle rate over the windows' time, the gross figure not net of idle."""
+    n = sum(x.messages for x in w)
+    secs = sum(x.seconds for x in w)
+    procs = sum(x.proc_ticks for x in w) / TICK
+    rds = sum(x.redis_ticks for x in w) / TICK
+    return (
+        max(0.0, procs - idle[0] * secs) * 1000 / n,
+        max(0.0, rds - idle[1] * secs) * 1000 / n,
+        procs * 1000 / n,
+    )
+
+
+def run_systems(tmp: Path, t: Traffic, names: tuple[str, ...]) -> dict[str, Any]:
+    """The systems up side by side, each on its own server; their idle rates sampled
+    together; then ``t.rounds`` rounds, each the same Poisson arrivals to every system in
+    turn (the order rotated each round), so a machine that is faster or slower for a
+    while weighs on every system alike. Per system, one row over all its windows; the
+    bus ÷ naive ratio of each round beside."""
     with ExitStack() as stack:
-        server = Server(tmp, name)
-        stack.callback(server.stop)
-        log = tmp / f"{name}.log"
-        from bus.delivery.floor import Floor
-
-        class _Floor:  # what Ears needs of a Bus: its floor
-            floor = Floor(home)
-
-        ears = Ears(_Floor(), sids)  # type: ignore[arg-type]
-        stack.callback(ears.stop)
-        if name == "naive":
-            send, root = stack.enter_context(naive_system(home, server.url, log))
-        elif name == "minimal":
-            send, root = stack.enter_context(minimal_system(home, server.url, log))
-        else:
-            send, root = stack.enter_context(bus_system(home, server.url, log, sids))
-        settle(
-            root,
-            60.0 if name == "bus" else 20.0,
-            spares=2 if name == "bus" else 0,
-            quiet_s=t.quiet_s,
-        )
-        # Warm: a message to a few sessions (connections, scripts, the pool's children).
-        ears.reset(10)
-        for i in range(10):
-            send(wire(i, 1, sids[i], f"warm{name}"))
-        if not ears.done.wait(60):
-            raise BenchError(f"{name}: the warm-up messages were not heard")
-        time.sleep(1.0)  # the warm-up's tail (acks, counters) out of the idle sample
-        idle_s = max(t.idle_s, t.housekeeping_s) if name == "bus" else t.idle_s
-        procs_idle, redis_idle = idle_cores(server, root, idle_s)
-        rng = random.Random(t.seed)
-        at, arrivals = 0.0, []
-        while (at := at + rng.expovariate(t.rate)) < t.seconds:
-            arrivals.append((at, sids[rng.randrange(t.sessions)]))
-        n = len(arrivals)
-        ears.reset(n)
-        sent_at: dict[str, float] = {}
-        r0, p0, t0 = server.ticks(), tree_ticks(root), time.perf_counter()
-        for i, (due, sid) in enumerate(arrivals):
-            delay = t0 + due - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            m = wire(i, 7, sid, f"sp{name}")
-            m["from_session"] = f"lane{i % 7}"  # agents send from their sessions
-            at = time.perf_counter()
-            sent_at[send(m)] = at
-        if not ears.done.wait(60):
-            raise BenchError(f"{name}: {len(ears.covered)} of {n} messages heard")
-        t1 = time.perf_counter()
-        r1, p1 = server.ticks(), tree_ticks(root)
-        with ears.lock:
-            heard = [(ears.seen_at[mid] - t) * 1000 for mid, t in sent_at.items()]
-            notices = sum(ears.notices.values())
-        window = t1 - t0
+        systems = []
+        for name in names:
+            print(f"sparse: {name} up...", flush=True)
+            systems.append(start_system(name, tmp, t, stack))
+        time.sleep(1.0)  # the warm-ups' tail (acks, counters) out of the idle sample
+        idle_s = max(t.idle_s, t.housekeeping_s) if "bus" in names else t.idle_s
+        print(f"sparse: idle sample, {idle_s:.0f} s...", flush=True)
+        idle = idle_rates(systems, idle_s)
+        windows: dict[str, list[Window]] = {s.name: [] for s in systems}
+        per_round = t.seconds / t.rounds
+        for r in range(t.rounds):
+            due = arrivals(t, per_round, t.seed + r)
+            order = systems[r % len(systems) :] + systems[: r % len(systems)]
+            print(f"sparse: round {r + 1} of {t.rounds}, {len(due)} messages each...", flush=True)
+            for s in order:
+                windows[s.name].append(run_window(s, due, f"sp{s.name}r{r}"))
         time.sleep(1.0)  # the last deliveries' tail out of the idle sample after
-        procs_after, redis_after = idle_cores(server, root, t.idle_s)
-        # Each side beyond what it spends with nothing sent (its idle rate over the window);
-        # the gross figure (processes not net of idle) beside it.
-        proc_gross_ms = (p1 - p0) / TICK * 1000 / n
-        proc_ms = max(0.0, (p1 - p0) / TICK - procs_idle * window) * 1000 / n
-        redis_ms = max(0.0, (r1 - r0) / TICK - redis_idle * window) * 1000 / n
-        return {
-            "messages": n,
-            "window_s": round(window, 2),
+        after = idle_rates(systems, t.idle_s)
+    out: dict[str, Any] = {}
+    for name, w in windows.items():
+        proc_ms, redis_ms, gross_ms = net_ms(w, idle[name])
+        out[name] = {
+            "messages": sum(x.messages for x in w),
+            "window_s": round(sum(x.seconds for x in w), 2),
             "idle_s": idle_s,
             "cpu_ms_per_msg": round(proc_ms + redis_ms, 3),
             "process_ms_per_msg": round(proc_ms, 3),
             "redis_ms_per_msg": round(redis_ms, 3),
-            "gross_cpu_ms_per_msg": round(proc_gross_ms + redis_ms, 3),
-            "idle_cores_processes": round(procs_idle, 4),
-            "idle_cores_redis": round(redis_idle, 4),
-            # The same after the traffic: how steady the idle cost the Redis figure
-            # subtracted is (the bus's housekeeping runs every few seconds).
-            "idle_after_cores_processes": round(procs_after, 4),
-            "idle_after_cores_redis": round(redis_after, 4),
-            "heard_ms": percentiles(heard),
-            "notices": notices,
+            "gross_cpu_ms_per_msg": round(gross_ms + redis_ms, 3),
+            "rounds_cpu_ms_per_msg": [round(sum(net_ms([x], idle[name])[:2]), 3) for x in w],
+            "idle_cores_processes": round(idle[name][0], 4),
+            "idle_cores_redis": round(idle[name][1], 4),
+            # The same after the traffic: how steady the idle cost subtracted is.
+            "idle_after_cores_processes": round(after[name][0], 4),
+            "idle_after_cores_redis": round(after[name][1], 4),
+            "heard_ms": percentiles([h for x in w for h in x.heard_ms]),
+            "notices": sum(x.notices for x in w),
         }
+    return out
 
 
 def bus_housekeeping_s() -> float:
@@ -354,14 +442,6 @@ def bus_housekeeping_s() -> float:
     from bus.store.server_memory import CHECK_EVERY_S
 
     return max(EXPIRE_EVERY_S, COMPACT_EVERY_S, CHECK_EVERY_S)
-
-
-def idle_cores(server: Server, root: int, seconds: float) -> tuple[float, float]:
-    """(the system's processes, its redis-server) cores over ``seconds`` with nothing sent."""
-    r0, p0, i0 = server.ticks(), tree_ticks(root), time.perf_counter()
-    time.sleep(seconds)
-    r1, p1, i1 = server.ticks(), tree_ticks(root), time.perf_counter()
-    return (p1 - p0) / TICK / (i1 - i0), (r1 - r0) / TICK / (i1 - i0)
 
 
 def consume(url: str, home: str) -> int:

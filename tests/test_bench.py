@@ -74,6 +74,10 @@ def test_cost_bench_runs_quick_and_marks_every_goal() -> None:
         assert row["process_ms_per_msg"] >= 0 and row["redis_ms_per_msg"] >= 0
         assert 1 <= row["notices"] <= row["messages"]
     assert sparse["naive"]["notices"] == sparse["naive"]["messages"]
+    # The systems got the same arrivals, round by round: one bus ÷ naive figure a round.
+    assert sparse["naive"]["messages"] == sparse["bus"]["messages"]
+    assert len(sparse["bus_over_naive_rounds"]) == sparse["rounds"]
+    assert len(sparse["bus"]["rounds_cpu_ms_per_msg"]) == sparse["rounds"]
     lone = summary["lone"]
     assert lone["worker_trips_median"] >= 1 and lone["worker_scripts_median"] >= 0
     burst = summary["burst"]

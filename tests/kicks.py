@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from bus.store.store import Store
@@ -21,3 +22,18 @@ def pop_kicks(
     if got and waiting:
         got += store.take_kicks(host, loop, count - 1)
     return got
+
+
+class FileDispatcher:
+    """A child process's dispatcher (``INBOX_DISPATCHER=tests.kicks:FileDispatcher``): a
+    line ``made`` of the file ``$INBOX_TEST_DISPATCH_LOG`` when it is made, then a line
+    ``host sid`` a request."""
+
+    def __init__(self) -> None:
+        self.path = os.environ["INBOX_TEST_DISPATCH_LOG"]
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write("made\n")
+
+    def request(self, host: str, sid: str) -> None:
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(f"{host} {sid}\n")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from bus.core.clock import SYSTEM, Clock
 from bus.core.models import SessionInfo
 from bus.core.settings import Settings
-from bus.delivery.dispatch import Dispatcher, default_dispatcher
+from bus.delivery.dispatch import Dispatcher, LazyDispatcher, default_dispatcher
 from bus.delivery.floor import Floor
 from bus.delivery.host import DeliveryParts
 from bus.delivery.inbox import Inbox
@@ -181,7 +181,12 @@ class Bus(Conversing, Members, Host):
         """How deliveries are asked for; the default (Celery) is imported on first use,
         so a drain or a hook that dispatches nothing never pays for it."""
         if self._dispatcher is None:
-            self._dispatcher = default_dispatcher()
+            # Behind the kick list the default is the fallback, made only when a kick
+            # finds no loop alive: a send to a live host never imports Celery.
+            listed = self.settings.kick == "list"
+            self._dispatcher = (
+                LazyDispatcher(default_dispatcher) if listed else default_dispatcher()
+            )
         if self.settings.kick == "list" and not isinstance(self._dispatcher, ListDispatcher):
             # The host's kick list first, this dispatcher when no loop of it is alive.
             self._dispatcher = ListDispatcher(lambda: self.store, self._dispatcher)

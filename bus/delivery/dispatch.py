@@ -12,7 +12,9 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from typing import Protocol
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,51 @@ def request_many(dispatcher: Dispatcher, host: str, sids: list[str]) -> None:
         return
     for sid in sids:
         dispatcher.request(host, sid)
+
+
+class LazyDispatcher:
+    """``make()``'s dispatcher, made on first use. Behind the kick list (the host's loops
+    alive), a sending process never uses its fallback, so it never imports it: the
+    default's import (Celery, kombu) costs a send from a fresh process several times the
+    send itself."""
+
+    def __init__(self, make: Callable[[], Dispatcher]) -> None:
+        self._make = make
+        self._made: Dispatcher | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def made(self) -> bool:
+        return self._made is not None
+
+    def resolve(self) -> Dispatcher:
+        """The dispatcher, made now if it was not yet."""
+        if self._made is None:
+            with self._lock:
+                if self._made is None:
+                    self._made = self._make()
+        return self._made
+
+    def __getattr__(self, name: str) -> Any:
+        # The made dispatcher's own parts (a RecordingDispatcher's calls, Celery's app).
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.resolve(), name)
+
+    def request(self, host: str, sid: str) -> None:
+        self.resolve().request(host, sid)
+
+    def request_many(self, host: str, sids: list[str]) -> None:
+        request_many(self.resolve(), host, sids)
+
+
+def made_now(dispatcher: Dispatcher) -> Dispatcher:
+    """``dispatcher`` with its lazy fallback made now (a spare's warm-up: the imports done
+    before it takes over, not at its first fallback)."""
+    part = getattr(dispatcher, "fallback", dispatcher)
+    if isinstance(part, LazyDispatcher):
+        part.resolve()
+    return dispatcher
 
 
 class NullDispatcher:

@@ -31,7 +31,7 @@ from bus.store.server_memory import Keeper
 from bus.telemetry.liveness import SCHEDULER, Heartbeat
 
 from . import heard
-from .dispatch import request_many
+from .dispatch import made_now, request_many
 from .due_taker import Taker, taker_name
 
 if TYPE_CHECKING:
@@ -225,10 +225,11 @@ def run(
     outage = Outage("scheduler", log)
     beat = Heartbeat(bus, SCHEDULER)
     beat.beat(started=True)
-    # The dispatcher is built now, not at the first due entry: building the default one
-    # imports Celery (0.3-0.7 s on a loaded machine), which the first wake would wait for.
+    # The dispatcher is made now, its fallback behind the kick list too, not at the first
+    # due entry: making the default one imports Celery (0.3-0.7 s on a loaded machine),
+    # which the first wake would wait for.
     with contextlib.suppress(Exception):
-        bus.dispatcher  # noqa: B018
+        made_now(bus.dispatcher)
     pokes = Pokes(bus, stop).start()
     taker = Taker(taker_name(bus.settings.host, bus.settings.home))
     memory = Keeper(bus.store, enabled=bus.settings.memory_settings)

@@ -75,8 +75,10 @@ def scheduler(
 def _promoted(b: Any) -> bool:
     """A spare's wait: its dispatcher built (Celery imported) first, nothing connected;
     True once the supervisor's line arrives, False when its stdin ends."""
+    from bus.delivery.dispatch import made_now
+
     with contextlib.suppress(Exception):  # the loop builds it again, and says why it fails
-        b.delivery.dispatcher  # noqa: B018
+        made_now(b.delivery.dispatcher)
     if not sys.stdin.buffer.readline():
         return False  # dismissed (or the supervisor is gone): nothing was started
     null = os.open(os.devnull, os.O_RDONLY)

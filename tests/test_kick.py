@@ -88,8 +88,13 @@ def doomed_worker(
 
 
 def killed(doomed: WorkerProcess, what: str) -> None:
-    """Wait until ``doomed`` has SIGKILLed itself at its fault point."""
-    wait_for(lambda: any("SIGKILL" in line for line in list(doomed.log)), what=what)
+    """Wait until ``doomed`` has SIGKILLed itself at its fault point (on a timeout, the
+    worker's log says what it did instead)."""
+    try:
+        wait_for(lambda: any("SIGKILL" in line for line in list(doomed.log)), what=what)
+    except AssertionError as exc:
+        tail = "".join(list(doomed.log)[-40:])
+        raise AssertionError(f"{exc}; the worker's log ends:\n{tail}") from None
 
 
 def test_a_worker_killed_after_popping_a_kick_leaves_the_message_to_the_sweep(

@@ -87,6 +87,20 @@ def doomed_worker(
     return s, doomed, bus, fallback
 
 
+def start_kick_delivered(bus: Bus, sid: str) -> None:
+    """Until the kick of ``sid``'s turn start is delivered: a kick still on the list, or
+    its delivery still holding the lock, would make the next message part of a batch or a
+    hand-off, not a lone delivery."""
+    k = bus.store.k
+    wait_for(
+        lambda: (
+            not bus.store.r.llen(k.kick_list(bus.settings.host))
+            and not bus.store.r.exists(k.s(sid, "lock"), k.s(sid, "pending"))
+        ),
+        what="the start's kick delivered",
+    )
+
+
 def killed(doomed: WorkerProcess, what: str) -> None:
     """Wait until ``doomed`` has SIGKILLed itself at its fault point (on a timeout, the
     worker's log says what it did instead)."""
@@ -124,6 +138,7 @@ def test_a_worker_killed_after_writing_a_lone_notice_s_records_has_it_heard_once
     settings: Settings, start_worker: Callable[..., WorkerProcess]
 ) -> None:
     s, doomed, bus, _ = doomed_worker(settings, start_worker, "kick:after_ahead", "heard")
+    start_kick_delivered(bus, "heard")  # the fault point is a lone notice's
     lines: list[dict[str, object]] = []
     with Listener.for_session(bus.floor, "heard", collect(lines)):
         first = bus.send({"from": "hosta:me", "to_id": "heard", "text": "acked then killed"})

@@ -112,3 +112,28 @@ def test_a_send_to_a_live_host_imports_no_celery(settings: Settings, tmp_path: P
     assert "bus.api" in imported  # the log is the send's own
     assert not {m for m in imported if m.split(".")[0] in ("celery", "kombu", "workers")}
     assert bus.store.r.lrange(bus.store.k.kick_list(s.host), 0, -1) == ["lazy-d"]
+
+
+def test_the_scheduler_makes_the_fallback_at_its_start(settings: Settings) -> None:
+    """The scheduler (and a promoted spare) makes the kick list's fallback before its first
+    due entry, so a wake that finds no live loop does not wait for Celery's import."""
+    from bus.delivery.scheduler import run as run_scheduler
+    from tests.conftest import wait_for
+
+    made: list[RecordingDispatcher] = []
+
+    def make() -> RecordingDispatcher:
+        made.append(RecordingDispatcher())
+        return made[-1]
+
+    lazy = LazyDispatcher(make)
+    bus = Bus(replace(settings, kick="list"), dispatcher=lazy)
+    stop = threading.Event()
+    thread = threading.Thread(target=run_scheduler, args=(bus.delivery, stop), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: lazy.made, what="the fallback made at the scheduler's start")
+    finally:
+        stop.set()
+        thread.join(15)
+    assert len(made) == 1 and made[0].calls == []

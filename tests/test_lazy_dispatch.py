@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,13 +19,19 @@ from bus.delivery.kick_list import ListDispatcher
 INBOX = Path(sys.executable).parent / "inbox"
 
 
-def test_the_lazy_dispatcher_is_made_once_on_first_use() -> None:
+def counted() -> tuple[list[RecordingDispatcher], Callable[[], RecordingDispatcher]]:
+    """A factory of recording dispatchers, and the list of those it made."""
     made: list[RecordingDispatcher] = []
 
     def make() -> RecordingDispatcher:
         made.append(RecordingDispatcher())
         return made[-1]
 
+    return made, make
+
+
+def test_the_lazy_dispatcher_is_made_once_on_first_use() -> None:
+    made, make = counted()
     lazy = LazyDispatcher(make)
     assert made == [] and not lazy.made
     threads = [threading.Thread(target=lazy.request, args=("h", f"s{i}")) for i in range(8)]
@@ -43,12 +50,7 @@ def test_the_lazy_dispatcher_is_made_once_on_first_use() -> None:
 def test_a_spare_makes_the_fallback_before_it_takes_over(settings: Settings) -> None:
     """A standby scheduler's warm-up (made_now) makes the lazy fallback under the kick
     list, so its imports are done before the spare is promoted."""
-    made: list[RecordingDispatcher] = []
-
-    def make() -> RecordingDispatcher:
-        made.append(RecordingDispatcher())
-        return made[-1]
-
+    made, make = counted()
     lazy = LazyDispatcher(make)
     bus = Bus(replace(settings, kick="list"), dispatcher=lazy)
     assert isinstance(bus.dispatcher, ListDispatcher) and made == []
@@ -120,12 +122,7 @@ def test_the_scheduler_makes_the_fallback_at_its_start(settings: Settings) -> No
     from bus.delivery.scheduler import run as run_scheduler
     from tests.conftest import wait_for
 
-    made: list[RecordingDispatcher] = []
-
-    def make() -> RecordingDispatcher:
-        made.append(RecordingDispatcher())
-        return made[-1]
-
+    made, make = counted()
     lazy = LazyDispatcher(make)
     bus = Bus(replace(settings, kick="list"), dispatcher=lazy)
     stop = threading.Event()

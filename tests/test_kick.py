@@ -55,6 +55,39 @@ def test_with_no_loop_alive_the_kick_goes_to_the_fallback(settings: Settings) ->
     assert bus.store.r.lrange(bus.store.k.kick_list(settings.host), 0, -1) == ["somebody"]
 
 
+def test_a_send_pushes_its_kick_in_the_append_s_own_call_when_a_loop_is_alive(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus, fallback = kick_bus(replace(settings, kick="list"))
+    if bus.store.cluster:
+        pytest.skip("the kick list is in another slot than the session on a cluster")
+    host = settings.host
+    bus.open_session("alive", host=host)
+    bus.open_session("dead", host=host)
+    kicks = bus.store.k.kick_list(host)
+    pushes: list[list[str]] = []
+    real_push = bus.store.push_kicks
+    monkeypatch.setattr(bus.store, "push_kicks", lambda h, s: pushes.append(s) or real_push(h, s))
+
+    # No loop alive: the append pushes nothing; the dispatcher tries the list, then its
+    # fallback.
+    bus.send({"from": "a:b", "to_id": "dead", "text": "one"})
+    assert (pushes, fallback.calls, bus.store.r.llen(kicks)) == ([["dead"]], [(host, "dead")], 0)
+
+    # A loop alive: the append's own call pushes the kick; the dispatcher is not asked.
+    bus.store.kick_alive(host, 10_000)
+    sent = bus.send({"from": "a:b", "to_id": "alive", "text": "two"})
+    assert sent["state"] == "stored"
+    assert bus.store.r.lrange(kicks, 0, -1) == ["alive"]
+    assert pushes == [["dead"]] and fallback.calls == [(host, "dead")]
+    # A second message while that delivery is pending kicks nothing more.
+    bus.send({"from": "a:b", "to_id": "alive", "text": "three"})
+    assert bus.store.r.lrange(kicks, 0, -1) == ["alive"]
+    # A resend of a stored id neither.
+    bus.send({"id": sent["id"], "from": "a:b", "to_id": "alive", "text": "two"})
+    assert bus.store.r.lrange(kicks, 0, -1) == ["alive"]
+
+
 def test_a_kick_on_the_list_is_delivered_by_a_worker_loop_without_a_celery_task(
     settings: Settings, start_worker: Callable[..., WorkerProcess]
 ) -> None:

@@ -129,6 +129,8 @@ class Router:
                 max_held=self.settings.max_unread,
                 facts=facts,
                 receipt=(msg.from_, msg.from_session or "", ""),
+                # The kick list (the dispatcher's first try) pushed in the append's call.
+                kick_host=info.host if self.settings.kick == "list" else None,
             )
         except RateLimited:  # inbox_full: what was not stored is not in the outbox either
             self.receipts.unlist_refused([(msg, sid)])

@@ -18,6 +18,7 @@ from bus.core.models import now_ms
 
 from . import packing, receipt_index
 from .base import StorePart
+from .kick import KICK_CAP
 from .redis_errors import store_failed
 
 
@@ -36,6 +37,7 @@ class QueueStore(StorePart):
         max_held: int = 0,
         facts: str = "",
         receipt: tuple[str, str, str] | None = None,
+        kick_host: str | None = None,
     ) -> tuple[bool, str, bool]:
         """Store a message once. Returns (new, answer JSON, dispatch a delivery).
 
@@ -50,7 +52,11 @@ class QueueStore(StorePart):
         message in its entry (``w``: ``g`` gave it work, ``-`` not; bus.delivery.inbox
         reads them instead of looking them up). ``receipt``: ``(from handle, from session,
         reason)`` of the sender's receipt, opened in the append's own call once the id is
-        stored (``receipt_open.lua``'s rule; none on a refusal).
+        stored (``receipt_open.lua``'s rule; none on a refusal). ``kick_host``: the
+        receiver's host, whose kick list (``INBOX_KICK=list``) takes the dispatch in the
+        same call when one of its delivery loops is alive (as
+        :meth:`~bus.store.kick.KickStore.push_kicks`), so the answer's ``d`` is false then;
+        on a cluster the list is in another slot and the caller dispatches as without it.
 
         One round trip: the append script and the message id's index (another slot,
         idempotent, so it need not be atomic with the append) go in one pipeline, and so
@@ -67,6 +73,11 @@ class QueueStore(StorePart):
         if receipt is not None:
             keys.append(k.receipt(sid, msg_id))
             args.extend(["1", *receipt])
+        if kick_host is not None and not self.cluster:
+            if receipt is None:
+                args.extend(["", "", "", ""])
+            keys += [k.kick_list(kick_host), k.kick_alive(kick_host)]
+            args += [KICK_CAP, sid]
         self.script("append")(keys=keys, args=args, client=pipe)
         receipt_index.index(pipe, k, [(msg_id, sid)], now)
         if also is not None:

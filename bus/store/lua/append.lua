@@ -17,8 +17,14 @@
 -- ARGV[9] (optional) '1': open the sender's receipt of the stored message here, as
 --         receipt_open.lua does (kept when open already), ARGV[10] from handle,
 --         ARGV[11] from session ('' none), ARGV[12] reason ('' none); '' or absent: not
+-- ARGV[13] (optional) kick list cap, ARGV[14] the session id, with the host's kick list and
+--         its alive key as the last two KEYS (P:{kick:<host>}:list, P:{kick:<host>}:alive;
+--         another slot: a standalone server only): a dispatch is pushed onto the kick list
+--         here, as kick_push.lua does, when a delivery loop is alive; '' or absent: not
 -- Returns {1, answer, dispatch} for a new message, {0, first answer, 0} for a resend,
 -- {-1, '', 0} when the session already holds the cap (nothing is stored, no receipt).
+-- dispatch: 1 the caller asks for a delivery, 0 none is needed (one was pending, or the
+-- kick went onto the list here).
 
 -- receipt_open.lua's rule for a stored message: the receipt JSON beside its answer
 -- (`said`: the answer's thread), the id's bounced receipt giving way.
@@ -68,7 +74,14 @@ redis.call('ZADD', KEYS[3], '-' .. ARGV[4], '#' .. ARGV[1])
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', 10000, '*', 'kind', 'inbox_received', 'id', ARGV[1],
   'thread', ARGV[6], 'at', ARGV[4])
 local dispatch = redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[5])
-if dispatch then
-  return {1, ARGV[3], 1}
+if not dispatch then
+  return {1, ARGV[3], 0}
 end
-return {1, ARGV[3], 0}
+if ARGV[13] and ARGV[13] ~= '' then
+  local list, alive = KEYS[#KEYS - 1], KEYS[#KEYS]
+  if redis.call('EXISTS', alive) == 1 and redis.call('LLEN', list) < tonumber(ARGV[13]) then
+    redis.call('RPUSH', list, ARGV[14])
+    return {1, ARGV[3], 0}
+  end
+end
+return {1, ARGV[3], 1}

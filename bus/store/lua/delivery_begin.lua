@@ -24,8 +24,9 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0}
 end
 redis.call('DEL', KEYS[2])
-local flight = redis.call('GET', KEYS[3]) or ''
-local cursor = redis.call('GET', KEYS[4]) or '0-0'
+local got = redis.call('MGET', KEYS[3], KEYS[4])
+local flight = got[1] or ''
+local cursor = got[2] or '0-0'
 if flight ~= '' then
   return {1, flight, cursor, 0, {}, {}, {}}
 end

@@ -55,13 +55,19 @@ local function append(A)
     end
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(A[10]), '*', 'id', A[1], 'm', A[2])
   end
-  local created = redis.call('HSETNX', KEYS[1], 'key', A[4]) == 1
+  -- The fields the rest reads, in one call (after the writes above: newest_at may be new).
+  local meta = redis.call('HMGET', KEYS[1], 'key', 'parties', 'senders', 'newest_at')
+  local created = not meta[1]
   if created then
-    redis.call('HSET', KEYS[1], 'parties', '[]', 'senders', '[]')
-    if A[5] ~= '' then redis.call('HSET', KEYS[1], 'label', A[5]) end
+    meta[2], meta[3] = '[]', '[]'
+    if A[5] ~= '' then
+      redis.call('HSET', KEYS[1], 'key', A[4], 'parties', '[]', 'senders', '[]', 'label', A[5])
+    else
+      redis.call('HSET', KEYS[1], 'key', A[4], 'parties', '[]', 'senders', '[]')
+    end
   end
-  local function add_all(field, values)
-    local list = cjson.decode(redis.call('HGET', KEYS[1], field) or '[]')
+  local function add_all(field, current, values)
+    local list = cjson.decode(current or '[]')
     local seen = {}
     local added = false
     for _, v in ipairs(list) do seen[v] = true end
@@ -78,12 +84,12 @@ local function append(A)
   end
   -- Parties are fixed when the thread is made (or by the request that made it): a later
   -- message never adds its sender, so naming or computing a thread id is no invitation.
-  if created or redis.call('HGET', KEYS[1], 'parties') == '[]' then
-    add_all('parties', cjson.decode(A[6]))
+  if created or meta[2] == '[]' then
+    add_all('parties', meta[2], cjson.decode(A[6]))
   end
-  if A[7] ~= '' then add_all('senders', {A[7]}) end
+  if A[7] ~= '' then add_all('senders', meta[3], {A[7]}) end
   redis.call('HINCRBY', KEYS[1], 'count', 1)
-  local had = redis.call('HGET', KEYS[1], 'newest_at')
+  local had = meta[4]
   local newest = tonumber(had or '0')
   if tonumber(A[3]) >= newest then
     if not (fresh and A[12] == '1' and not had) then

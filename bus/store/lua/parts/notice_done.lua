@@ -4,14 +4,15 @@
 -- (as notice_done.lua's KEYS). Returns the notice's ids, or false when it is not the one
 -- in flight (a drain that took the line off the floor first has already confirmed it).
 local function notice_done(k, nid, now, via)
-  if redis.call('HGET', k[1], 'id') ~= nid then
+  local f = redis.call('HMGET', k[1], 'id', 'ids', 'new', 'wake')
+  if f[1] ~= nid then
     return false
   end
-  local ids_json = redis.call('HGET', k[1], 'ids')
+  local ids_json = f[2]
   local record = {
     ids = cjson.decode(ids_json),
-    new = cjson.decode(redis.call('HGET', k[1], 'new') or '[]'),
-    wake = cjson.decode(redis.call('HGET', k[1], 'wake') or '[]'),
+    new = cjson.decode(f[3] or '[]'),
+    wake = cjson.decode(f[4] or '[]'),
     at = tonumber(now),
   }
   redis.call('DEL', k[1])

@@ -341,12 +341,25 @@ def test_a_batch_on_the_cluster_opens_its_receipts_as_on_a_server(
         ("HSET", "n:{s1}:ids", "m-2", '{"r":"ünï ✓"}', "m-3", "x"),
     ],
 )
-def test_packed_commands_are_the_bytes_redis_py_sends(args: tuple[Any, ...]) -> None:
+@pytest.mark.parametrize("packer", ["hiredis", "python"])
+def test_packed_commands_are_the_bytes_redis_py_sends(
+    args: tuple[Any, ...], packer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # bus.store.many.pack_commands replaces redis-py's packing for a batch's pipelines.
+    from bus.store import many
+
+    if packer == "python":
+        monkeypatch.setattr(many, "_hiredis_pack", None)
+    conn = redis.Connection()
+    expected = b"".join(conn.pack_commands([args, args]))
+    assert many.pack_commands([("PING",), args, args])[len(b"*1\r\n$4\r\nPING\r\n") :] == expected
+
+
+def test_an_argument_hiredis_refuses_packs_the_whole_call_in_python() -> None:
     from bus.store.many import pack_commands
 
-    conn = redis.Connection()
-    assert pack_commands([args, args]) == b"".join(conn.pack_commands([args, args]))
+    packed = pack_commands([("PING",), ("SET", "k", True)])
+    assert packed == b"*1\r\n$4\r\nPING\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4\r\nTrue\r\n"
 
 
 def test_a_batch_whose_replies_are_lost_is_resent_and_stored_once(

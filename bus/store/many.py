@@ -20,8 +20,11 @@ from . import receipt_index
 from .base import StorePart
 from .cluster import run_per_node
 
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
 try:  # redis[hiredis] is a dependency; the Python packing stands in without it
-    from hiredis import pack_command as _hiredis_pack
+    import hiredis
+
+    _hiredis_pack = hiredis.pack_command
 except ImportError:  # pragma: no cover
     _hiredis_pack = None
 

@@ -90,5 +90,38 @@ def test_no_script_touches_two_slots(
         "decide",
         "take_due",
     } <= names
+    kick = f"{b.store.k.prefix}:{{kick:"
     for name, keys in calls:
+        if name == "append" and not b.store.cluster:
+            # a standalone server's append may push its delivery kick onto the host's kick
+            # list in the same call; on a cluster the store leaves those two keys out
+            keys = [key for key in keys if not key.startswith(kick)]
         assert len({key_slot(key.encode()) for key in keys}) == 1, (name, keys)
+
+
+def test_on_a_cluster_an_append_leaves_the_kick_list_to_the_dispatcher(
+    make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[list[str]] = []
+    real_script = Store.script
+
+    def recording(self: Store, name: str) -> Any:
+        script = real_script(self, name)
+
+        def call(keys: list[str], args: list[Any], client: Any = None) -> Any:
+            if name == "append":
+                seen.append(list(keys))
+            return script(keys=keys, args=args, client=client)
+
+        call.sha = script.sha  # type: ignore[attr-defined]
+        return call
+
+    monkeypatch.setattr(Store, "script", recording)
+    b = make_bus()
+    b.open_session("bob")
+    store = b.store
+    monkeypatch.setattr(store, "cluster", True)  # the store as it is made on a cluster
+    monkeypatch.setattr(store, "pipeline", lambda: store.r.pipeline(transaction=False))
+    store.append("bob", "msg_c1", "{}", "{}", "thr_c1", kick_host="hosta")
+    assert seen and not any(key.startswith(f"{store.k.prefix}:{{kick:") for key in seen[-1])
+

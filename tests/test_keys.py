@@ -124,4 +124,3 @@ def test_on_a_cluster_an_append_leaves_the_kick_list_to_the_dispatcher(
     monkeypatch.setattr(store, "pipeline", lambda: store.r.pipeline(transaction=False))
     store.append("bob", "msg_c1", "{}", "{}", "thr_c1", kick_host="hosta")
     assert seen and not any(key.startswith(f"{store.k.prefix}:{{kick:") for key in seen[-1])
-

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import io
 import os
+import queue
 import signal
 import socket
 import struct
@@ -131,13 +132,13 @@ class _Request:
     """One client's request, run in this worker with the caller's descriptors,
     environment and directory, and this worker's own put back afterwards."""
 
-    def __init__(self, conn: socket.socket, run: object) -> None:
-        self.conn, self.run = conn, run
+    def __init__(self, conn: socket.socket, run: object, watcher: _Watcher) -> None:
+        self.conn, self.run, self.watcher = conn, run, watcher
         self.running = False
         self.gone = False
         self.lock = threading.Lock()
 
-    def _watch(self) -> None:
+    def watch(self) -> None:
         """SIGINT this worker when the client goes away before its answer (its Ctrl-C),
         as the caller's own process would have been interrupted."""
         try:
@@ -181,7 +182,7 @@ class _Request:
             sys.stdout = _stdio(1, "w", *enc[1])
             sys.stderr = _stdio(2, "w", *enc[2])
             self.running = True
-            threading.Thread(target=self._watch, daemon=True).start()
+            self.watcher.watch(self)
             code = _run(self.run, req.argv)
             with self.lock:
                 self.running = False
@@ -199,6 +200,26 @@ class _Request:
         except OSError:
             pass
         return code
+
+
+class _Watcher:
+    """The worker's one watching thread: it waits on each running request's connection in
+    turn (:meth:`_Request.watch`). Started once per worker: a thread started per command
+    cost the command its start-up handshake (the new thread must run before ``start``
+    returns)."""
+
+    def __init__(self) -> None:
+        self.requests: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="client-watch", daemon=True).start()
+
+    def watch(self, request: _Request) -> None:
+        self.requests.put(request)
+
+    def _loop(self) -> None:
+        # A request that ended before its turn here finds its connection shut or closed:
+        # its watch returns at once, and a request no longer running is never interrupted.
+        while True:
+            self.requests.get().watch()
 
 
 class _Saved:
@@ -294,12 +315,13 @@ def _worker(srv: socket.socket, run: object) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     die_with_parent()
     try:
+        watcher = _Watcher()
         for _ in range(REQUESTS):
             conn, _addr = srv.accept()
             with conn:
                 if not _peer_is_owner(conn):
                     continue
-                req = _Request(conn, run)
+                req = _Request(conn, run, watcher)
                 req.serve()
             if req.gone:
                 break

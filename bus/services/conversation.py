@@ -18,6 +18,8 @@ from bus.core.models import now_ms as _now_ms
 from bus.core.thread_views import UNREAD, thread_rows, thread_view
 from bus.store.packing import json_list
 
+from .sessions import no_session
+
 if TYPE_CHECKING:
     from bus.delivery.receipts import Receipts
     from bus.store.store import Store
@@ -86,8 +88,10 @@ class Conversation:
     def reply(self, sid: str, thread: str, text: str) -> dict[str, Any]:
         """Answer into the other parties' inboxes under the same thread; wakes nobody."""
         check_text(text)  # bad input first, whatever the thread
-        info = self.session(sid)
-        parties = self.parties(thread)
+        info, raw_parties, last, ids = self.store.reply_reads(check_session_id(sid), thread)
+        if info is None:
+            raise no_session(sid)
+        parties = json_list(raw_parties)
         if not parties:
             raise NotFound(f"no thread {thread!r}")
         if sid not in parties:
@@ -113,7 +117,9 @@ class Conversation:
                     )
                 )
             )
-        self.receipts.replied(sid, thread)
+        # The tail read before the post: the reply itself reaches the thread's log only at
+        # its delivery, so it was never in it.
+        self.receipts.replied(sid, thread, (last, ids))
         return {"ok": True, "id": msg_id, "thread": thread, "to": others, "answers": answers}
 
     def withdraw(self, msg_id: str, by: str) -> dict[str, Any]:
@@ -123,13 +129,13 @@ class Conversation:
         sid = store.recipient_of(msg_id)
         if sid is None:
             raise NotFound(f"no message {msg_id!r}")
-        first = store.first_answer(sid, msg_id)
-        msg = self._message(sid, msg_id)
+        first, record, receipt, cursor = store.withdraw_reads(sid, msg_id)
+        msg = dict(record["m"]) if record else sent_by(msg_id, receipt)
+        msg = msg or self._message(sid, msg_id)
         if first is None or msg is None:
             raise NotFound(f"no message {msg_id!r}")
         if msg.get("from_session") != by:
             raise Refused("only the sender may withdraw a message", code="not_sender")
-        cursor = store.last_event_id(sid)
         verdict = self._withdraw_once(sid, msg_id)
         # A real deadline (the wait blocks on Redis), not the injectable clock.
         deadline = _now_ms() + int(WITHDRAW_WAIT_S * 1000)
@@ -167,17 +173,23 @@ class Conversation:
         return self.store.withdraw(sid, msg_id, self.clock.now_ms())
 
     def _message(self, sid: str, msg_id: str) -> dict[str, Any] | None:
-        recs = self.store.records(sid, [msg_id])
-        if recs:
-            return dict(recs[0]["m"])
+        """The message of ``msg_id`` that has neither an inbox record nor a receipt in its
+        answers' hash: from the queue, else what a bounced receipt keeps."""
         for _eid, fields in self.store.read_after(sid, "0-0", 100000):
             if fields.get("id") == msg_id:
                 return dict(json.loads(fields["m"]))
-        # A queue the delivery took whole is emptied (queue_trim.lua), and a message
-        # withdrawn before its delivery has no record: its receipt still names its sender.
-        receipt = self.store.receipt_rows([(sid, msg_id)])[0][0]
-        if receipt and receipt.get("from"):
-            # (The id is the receipt key's: its hash no longer holds it.)
-            kept = {f: receipt[f] for f in ("from", "from_session", "thread") if f in receipt}
-            return {"id": msg_id, **kept}
+        return sent_by(msg_id, self.store.receipt_rows([(sid, msg_id)])[0][0])
+
+
+def sent_by(msg_id: str, receipt: dict[str, str]) -> dict[str, Any] | None:
+    """What a withdraw needs of a message that has no inbox record, from its receipt: who
+    sent it, from which session, in which thread. A queue the delivery took whole is
+    emptied (queue_trim.lua), and a message withdrawn before its delivery has no record;
+    its receipt still names its sender. (The id is the receipt's: its hash does not hold
+    it.)"""
+    if not receipt.get("from"):
         return None
+    kept: dict[str, Any] = {
+        f: receipt[f] for f in ("from", "from_session", "thread") if f in receipt
+    }
+    return {"id": msg_id, **kept}

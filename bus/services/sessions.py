@@ -42,6 +42,11 @@ def check_host(host: str) -> str:
     return host
 
 
+def no_session(sid: str) -> NotFound:
+    """The refusal for a session id with no record: it says how to open one."""
+    return NotFound(f"no session {sid!r}; open it with: inbox session open {sid}")
+
+
 class Sessions:
     """Session records on one store (a provider, called on use)."""
 
@@ -246,7 +251,7 @@ class Sessions:
         """The session's record, or :class:`NotFound` saying how to open it."""
         info = self.store.get_session(check_session_id(sid))
         if info is None:
-            raise NotFound(f"no session {sid!r}; open it with: inbox session open {sid}")
+            raise no_session(sid)
         return info
 
     def close(self, sid: str) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from bus.core.text import one_line
 from bus.core.threads import thread_id
 from bus.store.keys import is_thread_id
 
+from .sessions import no_session
+
 if TYPE_CHECKING:
     from bus.core.models import Message, SessionInfo
     from bus.store.store import Store
@@ -140,9 +142,11 @@ class Requests:
             raise BadInput(
                 f"unknown decision {decision!r}: one of {', '.join(decisions.DECISIONS)}"
             )
-        info = self.session(check_session_id(actor, "actor session id"))
+        check_session_id(actor, "actor session id")
         _check_thread(thread)
-        meta = self.store.thread_meta(thread)
+        info, meta = self.store.session_and_thread(actor, thread)
+        if info is None:
+            raise no_session(actor)
         if not meta.get("type") or not meta.get("state"):
             raise NotFound(f"no typed request thread {thread!r}", code="unknown_thread")
         wins = decisions.validate_windows(decision, meta["type"], windows)

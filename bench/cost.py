@@ -7,7 +7,7 @@ smoke test ``tests/test_bench.py`` runs. Rows (``--skip`` takes their names):
 
 - **cli**: wall of ``inbox send --to-id X --from a:b --text hi`` (warm, through ``inbox
   up``'s command server, and cold, ``INBOX_FAST_SEND=0``), ``inbox reply``,
-  ``inbox withdraw`` and ``inbox status`` as whole processes (the venv's ``inbox``, the
+  ``inbox withdraw``, ``inbox decide`` and ``inbox status`` as whole processes (the venv's ``inbox``, the
   median of ``--runs``, ``inbox up`` serving), each run alternately with a bare start of
   the same Python (``python -c pass``, site loaded; ``python -S -c pass`` beside it);
 - **sparse**: 200 listening sessions, 20 messages/s (Poisson), ``--sparse-s`` seconds, to a
@@ -117,21 +117,29 @@ def cli_rows(runs: int, tmp: Path) -> dict[str, Any]:
 
         thread = str(from_a()["thread"])
         sent = [str(from_a()["id"]) for _ in range(runs)]
+        # Typed requests from cli-a, for cli-b to decide on (as INBOX_SESSION).
+        asks = [
+            str(lib.request("cli-b", "task", "do it", actor="cli-a")["thread"]) for _ in range(runs)
+        ]
         cases = {
             "send": lambda: send_hi(),
             # The same send run in its own process (no command server: the cold start).
             "send_cold": lambda: send_hi(),
             "reply": lambda: [str(INBOX), "reply", "cli-b", thread, "--text", "ok"],
             "withdraw": lambda: [str(INBOX), "withdraw", sent.pop(), "--by", "cli-a"],
+            "decide": lambda: [str(INBOX), "decide", asks.pop(), "accept"],
             "status": lambda: [str(INBOX), "status"],
         }
         bare: list[float] = []
         bare_s: list[float] = []
-        cold = {**env, "INBOX_FAST_SEND": "0"}
+        envs = {
+            "send_cold": {**env, "INBOX_FAST_SEND": "0"},
+            "decide": {**env, "INBOX_SESSION": "cli-b"},
+        }
         for name, argv in cases.items():
             walls: list[float] = []
             for _ in range(runs):  # A B A B: a drift of the machine hits both alike
-                w, rc, text = _wall(argv(), cold if name == "send_cold" else env)
+                w, rc, text = _wall(argv(), envs.get(name, env))
                 if rc != 0:
                     raise BenchError(f"inbox {name} exited {rc}: {text[-500:]}")
                 walls.append(w)

@@ -26,7 +26,15 @@ def goals(out: dict[str, Any]) -> list[dict[str, Any]]:
     bus_ms = _get(out, "sparse", "bus", "cpu_ms_per_msg")
     naive_ms = _get(out, "sparse", "naive", "cpu_ms_per_msg")
     rows = [
-        ("inbox send ÷ bare python -c pass", _get(out, "cli", "send_over_python"), "<=", 1.5),
+        *(
+            (
+                f"inbox {name} ÷ bare python -c pass",
+                _get(out, "cli", f"{name}_over_python"),
+                "<=",
+                1.5,
+            )
+            for name in ("send", "reply", "withdraw", "decide")
+        ),
         ("sparse: bus CPU/msg ÷ naive", _ratio(bus_ms, naive_ms), "<=", 1.0),
         ("sparse: bus heard p99 ms", _get(out, "sparse", "bus", "heard_ms", "p99"), "<=", 50),
         ("lone: worker round trips", _get(out, "lone", "worker_trips_median"), "<=", 3),
@@ -55,7 +63,7 @@ def report(out: dict[str, Any]) -> str:
         lines.append(
             f"  python -c pass {cli['python_ms']}  (python -S -c pass {cli['python_S_ms']})"
         )
-        for name in ("send", "send_cold", "reply", "withdraw", "status"):
+        for name in ("send", "send_cold", "reply", "withdraw", "decide", "status"):
             label = "send, cold" if name == "send_cold" else name
             lines.append(
                 f"  inbox {label:10} {cli[name + '_ms']:>7}  {cli[name + '_over_python']}×"

@@ -505,7 +505,7 @@ IDLE_ANSWER = "ok"
 
 
 def idle_pass(
-    observer: Bus, sids: list[str], compact_sessions: Callable[[], None] | None
+    observer: Bus, sids: list[str], compact_sessions: Callable[[], object] | None
 ) -> bool | None:
     """End every session's turn (the Stop hook's ``turn end``), wait until no delivery is
     in flight, then run the compaction pass again; ``None`` without a pass to run."""
@@ -590,18 +590,12 @@ def scenario_memory(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]
     # sessions' streams only: what a quiet session settles at (its events dropped as
     # once quiet for QUIET_MS; here at once).
     store = observer.store
-    compact_sessions: Callable[[], None] | None = None
+    compact_sessions: Callable[[], object] | None = None
     try:
         from bus.store import compaction
 
-        if hasattr(compaction, "compact_sessions"):
-            compaction.compact_sessions(store, sids, 0)
-            compact_sessions = lambda: compaction.compact_sessions(store, sids, 0)  # noqa: E731
-        else:  # an older tree
-            keys = store.session_streams(sids)
-            store.compact_streams(
-                keys, compaction.MAX_ENTRIES, compaction.SLACK_BYTES, compaction.NODE_BYTES
-            )
+        compaction.compact_sessions(store, sids, 0)
+        compact_sessions = lambda: compaction.compact_sessions(store, sids, 0)  # noqa: E731
         compacted, clients_compacted = used(), clients()
         kinds_compacted = prefix_kinds(r, s.key_prefix)
     except (ImportError, redis.ResponseError):  # an older tree, or a server refusing it

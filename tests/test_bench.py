@@ -61,7 +61,7 @@ def test_cost_bench_runs_quick_and_marks_every_goal() -> None:
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["bench"] == "cost" and summary["quick"] is True
     cli = summary["cli"]
-    for name in ("send", "reply", "withdraw", "status", "python", "python_S"):
+    for name in ("send", "reply", "withdraw", "decide", "status", "python", "python_S"):
         assert cli[f"{name}_ms"] > 0
     sparse = summary["sparse"]
     for system in ("naive", "minimal", "bus"):
@@ -85,7 +85,7 @@ def test_cost_bench_runs_quick_and_marks_every_goal() -> None:
     assert burst["ingest_over_raw"] > 0 and burst["e2e_over_naive"] > 0
     assert summary["memory"]["info_bytes_per_session"] != 0
     goals = summary["goals"]
-    assert len(goals) == 8 and all(g["met"] in (True, False) for g in goals)
+    assert len(goals) == 11 and all(g["met"] in (True, False) for g in goals)
     assert all(isinstance(g["value"], int | float) for g in goals)
     # The table names each goal with its verdict.
     for g in goals:

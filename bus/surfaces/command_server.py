@@ -33,6 +33,7 @@ The exchange (all on the one connection):
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import queue
@@ -182,10 +183,14 @@ class _Request:
             sys.stdout = _stdio(1, "w", *enc[1])
             sys.stderr = _stdio(2, "w", *enc[2])
             self.running = True
-            self.watcher.watch(self)
-            code = _run(self.run, req.argv)
-            with self.lock:
-                self.running = False
+            try:
+                self.watcher.watch(self)
+                code = _run(self.run, req.argv)
+            except KeyboardInterrupt:  # the client went away before its command began
+                code = 130
+            finally:
+                with self.lock:
+                    self.running = False
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
@@ -203,17 +208,51 @@ class _Request:
 
 
 class _Watcher:
-    """The worker's one watching thread: it waits on each running request's connection in
-    turn (:meth:`_Request.watch`). Started once per worker: a thread started per command
-    cost the command its start-up handshake (the new thread must run before ``start``
-    returns)."""
+    """Interrupts the running command when its client goes away (:meth:`_Request.watch`).
+
+    Where the platform has it, the kernel says so: the connection is set to signal
+    ``SIGIO`` to this worker when it turns readable (the client's close), and the handler,
+    run by the main thread between two steps of the command, raises
+    :class:`KeyboardInterrupt` as ``SIGINT`` would have. Elsewhere one thread of the
+    worker waits on each running request's connection in turn. Nothing is started per
+    command: a thread's start, and its first grab of the interpreter lock, cost each
+    command a hand-off between threads."""
 
     def __init__(self) -> None:
-        self.requests: queue.SimpleQueue[_Request] = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name="client-watch", daemon=True).start()
+        self.current: _Request | None = None
+        self.by_signal = all(
+            hasattr(mod, name)
+            for mod, name in ((fcntl, "F_SETOWN"), (os, "O_ASYNC"), (signal, "SIGIO"))
+        )
+        if self.by_signal:
+            signal.signal(signal.SIGIO, self._on_io)
+        else:
+            self.requests: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+            threading.Thread(target=self._loop, name="client-watch", daemon=True).start()
 
     def watch(self, request: _Request) -> None:
-        self.requests.put(request)
+        if not self.by_signal:
+            self.requests.put(request)
+            return
+        self.current = request
+        fd = request.conn.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+        self._on_io()  # a client gone before the flag was set sends no signal for it
+
+    def _on_io(self, *_: object) -> None:
+        request = self.current
+        if request is None or not request.running:
+            return
+        try:
+            gone = request.conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return
+        except OSError:
+            gone = True
+        if gone:
+            request.gone = True
+            raise KeyboardInterrupt
 
     def _loop(self) -> None:
         # A request that ended before its turn here finds its connection shut or closed:

@@ -7,9 +7,11 @@ smoke test ``tests/test_bench.py`` runs. Rows (``--skip`` takes their names):
 
 - **cli**: wall of ``inbox send --to-id X --from a:b --text hi`` (warm, through ``inbox
   up``'s command server, and cold, ``INBOX_FAST_SEND=0``), ``inbox reply``,
-  ``inbox withdraw``, ``inbox decide`` and ``inbox status`` as whole processes (the venv's ``inbox``, the
-  median of ``--runs``, ``inbox up`` serving), each run alternately with a bare start of
-  the same Python (``python -c pass``, site loaded; ``python -S -c pass`` beside it);
+  ``inbox withdraw``, ``inbox decide`` and ``inbox status`` as whole processes (the venv's
+  ``inbox``, the median of ``--runs`` after two untimed, ``inbox up`` serving), each run
+  alternately with a bare start of the same Python (``python -c pass``, site loaded;
+  ``python -S -c pass`` beside it); each ratio is against the bare starts run between
+  that command's own runs;
 - **sparse**: 200 listening sessions, 20 messages/s (Poisson), ``--sparse-s`` seconds, to a
   naive Celery task per message, a minimal XREAD consumer and ``inbox up``, each on its own
   redis-server, all up at once and sent the same arrivals in turn, in three rounds: CPU a
@@ -72,6 +74,8 @@ FULL: dict[str, Any] = {
     "memory": 1000,
 }
 INBOX = Path(sys.executable).parent / "inbox"
+# Untimed runs of each command first: each of the command server's workers has run it once.
+WARM = 2
 
 
 # -- cli ---------------------------------------------------------------------------------
@@ -116,10 +120,11 @@ def cli_rows(runs: int, tmp: Path) -> dict[str, Any]:
             return lib.send({**m, "text": "hi"})
 
         thread = str(from_a()["thread"])
-        sent = [str(from_a()["id"]) for _ in range(runs)]
+        sent = [str(from_a()["id"]) for _ in range(WARM + runs)]
         # Typed requests from cli-a, for cli-b to decide on (as INBOX_SESSION).
         asks = [
-            str(lib.request("cli-b", "task", "do it", actor="cli-a")["thread"]) for _ in range(runs)
+            str(lib.request("cli-b", "task", "do it", actor="cli-a")["thread"])
+            for _ in range(WARM + runs)
         ]
         cases = {
             "send": lambda: send_hi(),
@@ -138,18 +143,24 @@ def cli_rows(runs: int, tmp: Path) -> dict[str, Any]:
         }
         for name, argv in cases.items():
             walls: list[float] = []
-            for _ in range(runs):  # A B A B: a drift of the machine hits both alike
+            pairs: list[float] = []
+            for n in range(WARM + runs):  # A B A B: a drift of the machine hits both alike
                 w, rc, text = _wall(argv(), envs.get(name, env))
                 if rc != 0:
                     raise BenchError(f"inbox {name} exited {rc}: {text[-500:]}")
+                if n < WARM:
+                    continue
                 walls.append(w)
-                bare.append(_wall([sys.executable, "-c", "pass"], env)[0])
+                pairs.append(_wall([sys.executable, "-c", "pass"], env)[0])
                 bare_s.append(_wall([sys.executable, "-S", "-c", "pass"], env)[0])
+            bare += pairs
             out[name + "_ms"] = round(statistics.median(walls) * 1000, 1)
+            # Against the bare starts run between this command's own runs.
+            out[name + "_over_python"] = round(
+                statistics.median(walls) / statistics.median(pairs), 2
+            )
         out["python_ms"] = round(statistics.median(bare) * 1000, 1)
         out["python_S_ms"] = round(statistics.median(bare_s) * 1000, 1)
-        for name in cases:
-            out[name + "_over_python"] = round(out[name + "_ms"] / out["python_ms"], 2)
     return out
 
 

@@ -27,8 +27,9 @@ The exchange (all on the one connection):
    the ``+`` closes instead, and the worker, reading EOF, runs nothing. So a command runs
    once, here or in the client, never both;
 4. worker: ``=<exit code>`` and a newline; then it takes its next client. If the client
-   goes away first (its Ctrl-C), the worker gets SIGINT, as the cold process would have,
-   and leaves once the command has ended.
+   goes away first (its Ctrl-C), the command is interrupted (``KeyboardInterrupt``, as
+   ``SIGINT`` would have interrupted the cold process; see :class:`_Watcher`), and the
+   worker leaves once the command has ended.
 """
 
 from __future__ import annotations

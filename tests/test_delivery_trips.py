@@ -26,6 +26,7 @@ class Trips:
     def __init__(self) -> None:
         self.count = 0
         self.commands: list[str] = []
+        self.rounds: list[list[str]] = []  # the commands of each round trip, in order
 
     def sent(self, command: Any) -> None:
         self.count += 1
@@ -33,12 +34,15 @@ class Trips:
         data = b"".join(bytes(c) for c in chunks)
         # RESP: each command is an array whose first bulk string is its name.
         parts = data.split(b"\r\n")
+        names = []
         for i, part in enumerate(parts):
             if part.startswith(b"*") and i + 2 < len(parts) and parts[i + 1].startswith(b"$"):
                 name = parts[i + 2].upper()
                 if name == b"SCRIPT" and i + 4 < len(parts):
                     name += b" " + parts[i + 4].upper()
-                self.commands.append(name.decode(errors="replace"))
+                names.append(name.decode(errors="replace"))
+        self.commands += names
+        self.rounds.append(names)
 
 
 @pytest.fixture

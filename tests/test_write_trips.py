@@ -1,44 +1,14 @@
-"""A reply, a withdraw and a decision read what they need first in one round trip (bus.store.conversations):
-a count of round trips (not a timing), as the write commands' warm start serves them."""
+"""A reply, a withdraw and a decision read what they need first in one round trip
+(bus.store.conversations): a count of round trips (not a timing)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
-import redis.connection
 
 from bus.api import Bus
-
-
-class Trips:
-    """The commands of each round trip this process sends to Redis, in order."""
-
-    def __init__(self) -> None:
-        self.sent: list[list[str]] = []
-
-    def record(self, command: Any) -> None:
-        chunks = command if isinstance(command, list) else [command]
-        parts = b"".join(bytes(c) for c in chunks).split(b"\r\n")
-        names = []
-        for i, part in enumerate(parts):
-            if part.startswith(b"*") and i + 2 < len(parts) and parts[i + 1].startswith(b"$"):
-                names.append(parts[i + 2].upper().decode(errors="replace"))
-        self.sent.append(names)
-
-
-@pytest.fixture
-def trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[Trips]:
-    t = Trips()
-    real = redis.connection.AbstractConnection.send_packed_command
-
-    def counting(self: Any, command: Any, check_health: bool = True) -> None:
-        t.record(command)
-        real(self, command, check_health)
-
-    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
-    yield t
+from tests.test_delivery_trips import Trips, trips  # noqa: F401 (the fixture)
 
 
 @pytest.fixture
@@ -52,39 +22,42 @@ def bus(make_bus: Callable[..., Bus]) -> Bus:
 
 
 def test_a_reply_reads_its_session_the_parties_and_the_tail_in_one_round_trip(
-    bus: Bus, trips: Trips
+    bus: Bus,
+    trips: Trips,  # noqa: F811 (the fixture imported above)
 ) -> None:
     sent = bus.send({"from": "hosta:alice", "from_session": "alice", "to_id": "bob", "text": "hi"})
     bus.deliver_session("bob")
-    trips.sent.clear()
+    trips.rounds.clear()
     answer = bus.reply("bob", sent["thread"], "thanks")
     assert answer["ok"] and answer["to"] == ["alice"]
-    reads = next(trip for trip in trips.sent if "HGETALL" in trip)
-    assert {"HGET", "EVALSHA"} <= set(reads), trips.sent  # the parties, thread_tail.lua
+    reads = next(trip for trip in trips.rounds if "HGETALL" in trip)
+    assert {"HGET", "EVALSHA"} <= set(reads), trips.rounds  # the parties, thread_tail.lua
     # the sender's rate, the reads, the receiver's record, the append, the read marks,
     # the reply cursor
-    assert len(trips.sent) <= 6, trips.sent
+    assert len(trips.rounds) <= 6, trips.rounds
     # what the tail named is marked read: the message bob got
     assert bus.receipt(sent["id"], by="alice")["state"] == "read"
 
 
 def test_a_withdraw_reads_the_answer_the_record_and_the_cursor_in_one_round_trip(
-    bus: Bus, trips: Trips
+    bus: Bus,
+    trips: Trips,  # noqa: F811 (the fixture imported above)
 ) -> None:
     sent = bus.send({"from": "hosta:alice", "from_session": "alice", "to_id": "bob", "text": "hi"})
-    trips.sent.clear()
+    trips.rounds.clear()
     assert bus.withdraw(sent["id"], by="alice")["state"] == "unsent"
-    assert any({"HGET", "XREVRANGE"} <= set(trip) for trip in trips.sent), trips.sent
+    assert any({"HGET", "XREVRANGE"} <= set(trip) for trip in trips.rounds), trips.rounds
     # the recipient's index, the reads, withdraw.lua, the receipt's mark: the sender's
     # session is read from the receipt kept beside the answer, not from the queue
-    assert len(trips.sent) <= 4, trips.sent
-    assert not any("XRANGE" in trip for trip in trips.sent), trips.sent
+    assert len(trips.rounds) <= 4, trips.rounds
+    assert not any("XRANGE" in trip for trip in trips.rounds), trips.rounds
 
 
 def test_a_decision_reads_its_actor_and_the_thread_in_one_round_trip(
-    bus: Bus, trips: Trips
+    bus: Bus,
+    trips: Trips,  # noqa: F811 (the fixture imported above)
 ) -> None:
     req = bus.request("bob", "task", "do it", actor="alice")
-    trips.sent.clear()
+    trips.rounds.clear()
     assert bus.decide(req["thread"], "accept", actor="bob")["new_state"] == "CONFIRMED"
-    assert trips.sent[0] == ["HGETALL", "HGETALL"], trips.sent  # the actor's, the thread's
+    assert trips.rounds[0] == ["HGETALL", "HGETALL"], trips.rounds  # the actor's, the thread's

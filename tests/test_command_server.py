@@ -11,9 +11,11 @@ imported the library. The few names the client mirrors are held equal to the ser
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -339,3 +341,48 @@ def test_a_client_that_goes_away_interrupts_its_command(
         [str(INBOX), "send", "--help"], env=settings_env(settings), capture_output=True, timeout=60
     )
     assert ok.returncode == 0
+
+
+def test_a_client_gone_mid_command_interrupts_it_through_the_kernel_s_signal() -> None:
+    before = signal.getsignal(signal.SIGIO)
+    ours, theirs = socket.socketpair()
+    try:
+        watcher = command_server._Watcher()
+        if not watcher.by_signal:
+            pytest.skip("this platform cannot have a socket signal its owner")
+        req = command_server._Request(ours, None, watcher)
+        req.running = True
+        watcher.watch(req)  # the client is there: nothing happens
+        assert not req.gone
+        with pytest.raises(KeyboardInterrupt):
+            theirs.close()  # its Ctrl-C, while the command waits on something
+            threading.Event().wait(30)
+        assert req.gone
+        req.running = False
+        watcher._on_io()  # a command no longer running is never interrupted
+    finally:
+        ours.close()
+        theirs.close()
+        # Not back to the default: SIGIO's default ends the process.
+        signal.signal(signal.SIGIO, signal.SIG_IGN if before == signal.SIG_DFL else before)
+
+
+def test_without_the_signal_one_thread_watches_each_running_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delattr(command_server.fcntl, "F_SETOWN", raising=False)
+    interrupted = threading.Event()
+    before = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    ours, theirs = socket.socketpair()
+    try:
+        watcher = command_server._Watcher()
+        assert not watcher.by_signal
+        req = command_server._Request(ours, None, watcher)
+        req.running = True
+        watcher.watch(req)
+        theirs.close()
+        assert interrupted.wait(30) and req.gone
+    finally:
+        signal.signal(signal.SIGINT, before)
+        ours.close()
+        theirs.close()

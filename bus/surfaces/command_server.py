@@ -243,7 +243,8 @@ class _Watcher:
 
     def _on_io(self, *_: object) -> None:
         request = self.current
-        if request is None or not request.running:
+        # Once a command: a later signal must not interrupt its unwinding.
+        if request is None or not request.running or request.gone:
             return
         try:
             gone = request.conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""

@@ -92,9 +92,13 @@ def test_send_notice_read_through_a_real_worker_on_the_cluster(
         {"from": "hosta:lane", "from_session": "lane-1", "to_id": "coord", "text": "and this"}
     )
     assert more["thread"] == sent["thread"]
-    wait_for(lambda: more["id"] in b.store.thread_tail(sent["thread"], "coord")[1], timeout=30)
+    wait_for(lambda: more["id"] in b.store.reply_reads("coord", sent["thread"])[3], timeout=30)
     b.reply("coord", sent["thread"], "on it")
     assert b.receipt(more["id"], by="lane-1")["state"] == "read"
+    # A withdraw reads in the session's slot, a decision the actor's and the thread's.
+    assert b.withdraw(more["id"], by="lane-1")["state"] == "retracted"
+    ask = b.request("coord", "task", "do it", actor="lane-1")
+    assert b.decide(ask["thread"], "accept", actor="coord")["new_state"] == "CONFIRMED"
 
 
 def test_watch_all_status_top_and_the_sweep_cross_the_cluster_nodes(

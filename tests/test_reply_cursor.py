@@ -50,7 +50,7 @@ def test_a_reply_marks_what_came_since_the_last_reply_and_moves_the_cursor(pair:
     first = to_bob(b, "one")
     thread = str(first["thread"])
     # A one-message thread keeps its message in its record: no log, so no cursor yet.
-    assert b.store.thread_tail(thread, "bob") == ("", [first["id"]])
+    assert b.store.reply_reads("bob", thread)[2:] == ("", [first["id"]])
     b.reply("bob", thread, "seen")
     assert state(b, first["id"]) == "read" and cursor(b, thread) is None
     b.deliver_session("alice")  # bob's reply joins the log
@@ -65,7 +65,7 @@ def test_a_reply_marks_what_came_since_the_last_reply_and_moves_the_cursor(pair:
 
     # Only what came after is looked at by the next reply.
     last = to_bob(b, "last", thread)["id"]
-    _newest, past = b.store.thread_tail(thread, "bob")
+    *_reads, past = b.store.reply_reads("bob", thread)
     assert last in past and not set(later) & set(past) and first["id"] not in past
     assert len(past) == 2  # bob's own reply, delivered after the cursor, and the new one
     b.reply("bob", thread, "and that")

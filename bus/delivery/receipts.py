@@ -188,14 +188,13 @@ class Receipts:
         """The session's harness was seen now (``last_seen``)."""
         self.mark(sid, "", [], touch=True)
 
-    def replied(self, sid: str, thread: str, tail: tuple[str, list[str]] | None = None) -> None:
+    def replied(self, sid: str, thread: str, last: str, ids: list[str]) -> None:
         """``sid`` replied into ``thread``: the messages it got there count as read. Only
         those past the thread's cursor for ``sid`` are looked at (its earlier replies
-        marked the rest), so a reply costs the same in a long thread as in a short one;
-        the cursor moves once the marks are stamped. ``tail``: the thread's tail as
-        :meth:`~bus.store.receipts.ReceiptStore.thread_tail` answers it, when the caller
-        read it already."""
-        last, ids = self.store.thread_tail(thread, sid) if tail is None else tail
+        marked the rest), so a reply costs the same in a long thread as in a short one:
+        ``last`` and ``ids`` as ``thread_tail.lua`` answers them
+        (:meth:`~bus.store.conversations.ConversationStore.reply_reads`). The cursor moves
+        once the marks are stamped."""
         self.mark(sid, "read", [i for i in ids if _MESSAGE_ID_RE.fullmatch(i)], touch=True)
         if last:
             self.store.move_reply_cursor(thread, sid, last)

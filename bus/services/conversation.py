@@ -119,7 +119,7 @@ class Conversation:
             )
         # The tail read before the post: the reply itself reaches the thread's log only at
         # its delivery, so it was never in it.
-        self.receipts.replied(sid, thread, (last, ids))
+        self.receipts.replied(sid, thread, last, ids)
         return {"ok": True, "id": msg_id, "thread": thread, "to": others, "answers": answers}
 
     def withdraw(self, msg_id: str, by: str) -> dict[str, Any]:

@@ -30,9 +30,9 @@ class ConversationStore(StorePart):
     ) -> tuple[SessionInfo | None, str | None, str, list[str]]:
         """What a reply by ``sid`` into ``thread`` reads before it posts, in one round trip:
         ``sid``'s record (``None`` if never put), the thread's ``parties`` field (``None``:
-        no such thread), and ``thread_tail.lua``'s answer (the newest log id and the
-        message ids past ``sid``'s reply cursor, as :meth:`~bus.store.receipts.ReceiptStore.thread_tail`).
-        Nothing is written."""
+        no such thread), and ``thread_tail.lua``'s answer: the newest log id read (``""``:
+        none) and the message ids past ``sid``'s reply cursor, oldest first. Nothing is
+        written."""
         pipe = self.pipeline()
         pipe.hgetall(self.k.s(sid, "session"))
         pipe.hget(self.k.t(thread, "meta"), "parties")

@@ -74,13 +74,6 @@ class ReceiptStore:
         args = [state, now, ttl_ms, "1" if touch else "0", *ids]
         self.script("receipt_mark")(keys=keys, args=args, client=pipeline)
 
-    def thread_tail(self, thread: str, sid: str) -> tuple[str, list[str]]:
-        """The message ids of ``thread`` past ``sid``'s reply cursor, oldest first, and the
-        newest log id read (``""``: none; ``thread_tail.lua``, one call)."""
-        keys = [self.k.t(thread, "meta"), self.k.t(thread, "log")]
-        last, *ids = self.script("thread_tail")(keys=keys, args=[reply_cursor_field(sid)])
-        return str(last), [str(i) for i in ids]
-
     def move_reply_cursor(self, thread: str, sid: str, last: str) -> None:
         """``sid``'s replies have marked ``thread`` up to log id ``last``."""
         self.r.hset(self.k.t(thread, "meta"), reply_cursor_field(sid), last)

@@ -10,6 +10,8 @@ from . import locate
 from .locate import default_home, default_host
 
 SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
+# The durability levels of an acknowledged send, weakest first (bus.core.durability).
+DURABILITY_LEVELS = ("memory", "disk", "replica")
 
 
 def _bool(value: str | None, default: bool) -> bool:
@@ -42,6 +44,15 @@ def _not_negative(env: dict[str, str], name: str) -> float | None:
     if value < 0:
         raise ValueError(f"{name} must be 0 seconds or more, got {value}")
     return value
+
+
+def _durability(env: dict[str, str]) -> str:
+    raw = (env.get("INBOX_DURABILITY") or "").strip().lower()
+    if raw == "":
+        return "memory"
+    if raw not in DURABILITY_LEVELS:
+        raise ValueError(f"INBOX_DURABILITY must be one of memory, disk, replica; got {raw!r}")
+    return raw
 
 
 def kombu_url(url: str) -> str:
@@ -125,6 +136,12 @@ class Settings:
     # How often a process writes the counters it holds (bus.telemetry.counter_flush); 0:
     # each delivery's at once. None: the process's own default (a worker 1 s, others 0).
     metrics_flush_s: float | None = None
+    # What an acknowledged send has survived (bus.core.durability): ``memory`` (the store
+    # took it), ``disk`` (its AOF fsynced it: a power cut keeps it), ``replica`` (a replica
+    # has it: a failover keeps it). A send that cannot meet the level within
+    # ``durability_timeout_s`` is refused (``not_durable``), and resending its id is safe.
+    durability: str = "memory"
+    durability_timeout_s: float = 2.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -171,6 +188,8 @@ class Settings:
             redis_timeout_s=_positive(env, "INBOX_REDIS_TIMEOUT_S", 5.0),
             redis_connect_timeout_s=_positive(env, "INBOX_REDIS_CONNECT_TIMEOUT_S", 2.0),
             metrics_flush_s=_not_negative(env, "INBOX_METRICS_FLUSH_S"),
+            durability=_durability(env),
+            durability_timeout_s=_positive(env, "INBOX_DURABILITY_TIMEOUT_S", 2.0),
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 
@@ -202,6 +221,8 @@ class Settings:
             "INBOX_SUB_IDLE_S": str(self.sub_idle_s),
             "INBOX_REDIS_TIMEOUT_S": str(self.redis_timeout_s),
             "INBOX_REDIS_CONNECT_TIMEOUT_S": str(self.redis_connect_timeout_s),
+            "INBOX_DURABILITY": self.durability,
+            "INBOX_DURABILITY_TIMEOUT_S": str(self.durability_timeout_s),
         }
         if not self.memory_settings:
             env["INBOX_MEMORY_SETTINGS"] = "0"

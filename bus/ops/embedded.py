@@ -91,7 +91,10 @@ class EmbeddedRedis:
         auth = f":{self.password}@" if self.password else ""
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
-    def start(self, timeout: float = 10.0) -> EmbeddedRedis:
+    def prepare(self) -> EmbeddedRedis:
+        """Its folders made and its password (with a port) in place, so :attr:`url` and
+        :attr:`broker_url` are whole before the server starts: ``inbox up`` hands them to
+        its children first."""
         private_dirs(self.data_dir)
         private_dirs(self.socket_path.parent)
         pw_file = password_path(self.socket_path)
@@ -101,6 +104,10 @@ class EmbeddedRedis:
             # Unix socket only (0700 directory): no password; a stale one would be sent.
             pw_file.unlink(missing_ok=True)
             self.password = None
+        return self
+
+    def start(self, timeout: float = 10.0) -> EmbeddedRedis:
+        self.prepare()
         if self.socket_path.exists():
             self.socket_path.unlink()
         args = [

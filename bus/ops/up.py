@@ -99,6 +99,7 @@ def _supervise(
     children: list[Child] = []
     if not settings.redis_url:
         embedded = EmbeddedRedis(settings.embedded_socket, settings.embedded_data, port=redis_port)
+        embedded.prepare()  # with a port, its password is in the children's URLs
         env["INBOX_REDIS_URL"] = embedded.url
         env.setdefault("INBOX_BROKER_URL", embedded.broker_url)
 

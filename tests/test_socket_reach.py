@@ -205,12 +205,9 @@ def test_status_doctor_and_session_start_say_which_session_cannot_be_woken_and_t
     assert report["ok"] is False and report["error"] == "unreachable"
     assert report["checked"] == 2 and [p["session"] for p in report["problems"]] == [stuck]
     assert {"reason", "fix", "effect"} <= set(report["problems"][0])
-    assert json.loads(cli(s, "doctor", fine).stdout) == {
-        "ok": True,
-        "home": str(s.home),
-        "checked": 1,
-        "problems": [],
-    }
+    clean = json.loads(cli(s, "doctor", fine).stdout)
+    assert clean.pop("server")["state"] in ("ok", "unfixed")  # the suite's server, judged
+    assert clean == {"ok": True, "home": str(s.home), "checked": 1, "problems": []}
     refused = cli(s, "doctor", "../x")
     assert refused.returncode == 2 and json.loads(refused.stdout)["error"] == "bad_input"
     assert not (s.home / "inbox" / "x").exists()

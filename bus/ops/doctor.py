@@ -4,7 +4,9 @@ A session's socket (``$INBOX_HOME/inbox/<sid>/inbox.sock``) is how its idle wait
 and how a listener hears a message mid-turn; one that can be neither bound nor connected
 to (:mod:`bus.core.unix_socket`) leaves every delivery on the file floor until the next
 turn. The doctor checks the sessions named, else every session folder of this host's
-floor, and says for each that fails why and what fixes it. It needs no Redis.
+floor, and says for each that fails why and what fixes it; and what it thinks of the
+store's server (its version against the store's floor and known security fixes), the
+one check that asks Redis (one that does not answer is said, not a problem here).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import Any
 
 from bus.core import unix_socket
 from bus.core.ids import check_session_id, is_session_id
+from bus.core.settings import Settings
+
+from .server_gate import doctor_server
 
 
 def floor_sessions(home: Path) -> list[str]:
@@ -26,10 +31,14 @@ def floor_sessions(home: Path) -> list[str]:
     return [name for name in names if is_session_id(name)]
 
 
-def doctor_report(home: Path, sids: list[str] | None = None) -> dict[str, Any]:
+def doctor_report(
+    home: Path, sids: list[str] | None = None, *, settings: Settings | None = None
+) -> dict[str, Any]:
     """``{"ok", "home", "checked", "problems"}``: each problem is a session whose socket
     cannot be had, with its ``reason`` and ``fix``. Ids named are checked first (a bad
-    one is refused, nothing made)."""
+    one is refused, nothing made). With ``settings``, also ``server``: the store's server
+    against the store's floor and known fixes (bus.ops.server_gate; below the floor is a
+    problem)."""
     checked = [check_session_id(sid) for sid in sids] if sids else floor_sessions(home)
     found = unix_socket.session_problems(home, checked)
     problems = [
@@ -37,7 +46,12 @@ def doctor_report(home: Path, sids: list[str] | None = None) -> dict[str, Any]:
         for sid in checked
         if sid in found
     ]
-    return {"ok": not problems, "home": str(home), "checked": len(checked), "problems": problems}
+    server: dict[str, Any] | None = None
+    if settings is not None:
+        server, rows = doctor_server(settings)
+        problems += rows
+    report = {"ok": not problems, "home": str(home), "checked": len(checked), "problems": problems}
+    return report if server is None else {**report, "server": server}
 
 
 __all__ = ["doctor_report", "floor_sessions"]

@@ -27,6 +27,7 @@ from bus.store.server_probe import progress_on
 from bus.telemetry.host_floor import EXIT_HOME_GONE, EXIT_HOST_TAKEN
 
 from .embedded import EmbeddedRedis
+from .server_gate import up_gate
 from .standby import Standby, scheduler_standby_argv, standby_argv
 from .supervise import AlreadyRunning, Child, HomeLock, Supervisor, spawn_logged
 
@@ -112,6 +113,9 @@ def _supervise(
     url = store_url = env["INBOX_REDIS_URL"]
     if "@" in url:  # never print the embedded server's password
         url = url.split("://", 1)[0] + "://***@" + url.rsplit("@", 1)[1]
+    # A server of the user's is checked before anything is started on it.
+    if settings.redis_url and not up_gate(store_url, cluster=settings.redis_cluster):
+        return 1
     logs = private_dirs(settings.home / "logs")
     children += processes(settings, env, logs, concurrency=concurrency)
     what = "Redis, the worker" if not settings.redis_url else "the worker"
@@ -129,6 +133,12 @@ def _supervise(
     sup = Supervisor(children, store=store, record=lambda rows: write_procs(settings.home, rows))
     try:
         sup.start()
+        # The embedded server is checked once it is up (INBOX_SERVER_BINARY may be old).
+        if not settings.redis_url and not up_gate(store_url, cluster=False):
+            sup.stop()
+            if store is not None:
+                store.close()
+            return 1
     except BaseException:
         sup.stop()
         raise

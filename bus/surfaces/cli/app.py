@@ -382,12 +382,18 @@ def doctor(
     from bus.ops.doctor import doctor_report
 
     settings = run(Settings.from_env)
-    report = run(lambda: doctor_report(settings.home, sids))
+    report = run(lambda: doctor_report(settings.home, sids, settings=settings))
+    server = report.get("server") or {}
+    if server.get("state") not in (None, "ok", "too_old"):
+        print(f"inbox doctor: the store's server: {server['message']}", file=sys.stderr)
     if report["problems"]:
-        count = len(report["problems"])
+        count = sum(1 for row in report["problems"] if "session" in row)
+        what = f"{count} session(s) cannot be woken while idle nor hear a message mid-turn"
+        if server.get("state") == "too_old":
+            what = f"{server['message']}; {what}" if count else str(server["message"])
         refuse(
-            "unreachable",
-            f"{count} session(s) cannot be woken while idle nor hear a message mid-turn",
+            "server_too_old" if server.get("state") == "too_old" else "unreachable",
+            what,
             1,
             details={k: v for k, v in report.items() if k != "ok"},
         )

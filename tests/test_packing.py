@@ -53,7 +53,7 @@ def test_an_answer_is_kept_without_what_its_place_says_and_restored_whole(
 
 
 def test_the_field_order_is_send_answers() -> None:
-    assert (*packing.ANSWER_FIELDS, "duplicate") == tuple(SendAnswer.model_fields)
+    assert (*packing.ANSWER_FIELDS, "duplicate", "durable") == tuple(SendAnswer.model_fields)
     assert tuple(Recipient.model_fields) == packing.RECIPIENT_FIELDS
 
 

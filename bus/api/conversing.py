@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from bus.core.durability import level_of
 from bus.core.models import Message, SessionInfo, parse_message
 from bus.services import id_owner, send_many
 from bus.store.redis_errors import translate_redis_errors
@@ -37,14 +38,20 @@ class Conversing(Parts):
         wait: bool = False,
         timeout: float | None = None,
         token: str | None = None,
+        durability: str | None = None,
     ) -> dict[str, Any]:
         """Validate, store and route one message; returns the send answer.
 
         With ``INBOX_SECRET`` set the sender comes from the token (``INBOX_TOKEN`` or
         ``token``), never from the body: a ``from`` or ``from_session`` naming someone else
-        is refused. Without a secret the message is marked unverified.
+        is refused. Without a secret the message is marked unverified. ``durability``
+        (or a ``durability`` field beside the message's) overrides ``INBOX_DURABILITY``
+        for this send: its answer's ``durable`` says the level met, and a level not met
+        within ``INBOX_DURABILITY_TIMEOUT_S`` is :class:`~bus.core.errors.NotDurable`.
         """
         data = fields.wire() if isinstance(fields, Message) else dict(fields)
+        asked = data.pop("durability", None)
+        level = level_of(durability or (str(asked) if asked else None), self.settings.durability)
         if "to_id" not in data and data.get("to"):
             data["to_id"] = self.resolve(str(data["to"])).session
         claims = self.claims(token, SCOPE_WRITE)
@@ -55,7 +62,7 @@ class Conversing(Parts):
             if refusal is not None:
                 raise refusal
         self.limit_sender(send_many.sender_of(msg, claims))
-        return self.post(msg, wait=wait, timeout=timeout)
+        return self.router.post(msg, wait=wait, timeout=timeout, durability=level)
 
     def _check_party(self, msg: Message) -> None:
         """Naming an existing thread needs the sender and the receiver to be its parties:
@@ -78,12 +85,18 @@ class Conversing(Parts):
         return self.access.claims(token, scope, session=session)
 
     def send_many(
-        self, items: Sequence[dict[str, Any] | Message], *, token: str | None = None
+        self,
+        items: Sequence[dict[str, Any] | Message],
+        *,
+        token: str | None = None,
+        durability: str | None = None,
     ) -> list[dict[str, Any]]:
         """Send a batch: validated whole (one bad item refuses it all, nothing written),
         each receiver looked up once, one pipelined append and one delivery per receiver.
-        Answers as ``send`` would, one per item, in order. See :mod:`bus.services.send_many`."""
-        return self.batches.send_many(items, token=token)
+        Answers as ``send`` would, one per item, in order, confirmed at ``durability``
+        (else ``INBOX_DURABILITY``) once per pipeline. See :mod:`bus.services.send_many`."""
+        level = level_of(durability, self.settings.durability)
+        return self.batches.send_many(items, token=token, durability=level)
 
     def send_local(self, data: dict[str, Any], *, token: str | None = None) -> tuple[Via, str]:
         """prox's ``POST /send``: deliver on this host, ``(via, id)`` (see :mod:`bus.services.door`)."""

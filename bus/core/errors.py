@@ -74,3 +74,19 @@ class RateLimited(BusError):
 
     code = "rate_limited"
     exit_code = 4
+
+
+class NotDurable(BusError):
+    """A send the store took but could not confirm at the durability level asked for
+    (``INBOX_DURABILITY``, ``--durability``) within its bound: not acknowledged. It may be
+    stored; a resend of the same id is stored at most once, so resending is safe."""
+
+    code = "not_durable"
+
+
+class StoreRefused(BusError):
+    """The store answers but refuses writes (``reason``: ``disk`` its disk is full or its
+    snapshot failed, ``read_only`` a replica, ``memory`` at its maxmemory); nothing was
+    written. ``fix`` says what to do. HTTP answers 503."""
+
+    code = "store_refused"

@@ -209,6 +209,8 @@ class SendAnswer(BaseModel):
     answer: str | None = None
     error: str | None = None
     duplicate: bool = False
+    # The durability level the store confirmed before this answer (bus.core.durability).
+    durable: Literal["memory", "disk", "replica"] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)

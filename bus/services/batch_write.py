@@ -57,6 +57,8 @@ class Job:
     answers: list[dict[str, Any] | None] = field(default_factory=list)
     refused: list[tuple[Message, str]] = field(default_factory=list)
     due: dict[str, list[str]] = field(default_factory=dict)
+    # The level each round trip is confirmed at (bus.core.durability), once per round trip.
+    durability: str = "memory"
 
     def __post_init__(self) -> None:
         self.answers = [None] * len(self.msgs)
@@ -84,9 +86,9 @@ class BatchWriter:
     def store(self) -> Store:
         return self._store()
 
-    def write(self, msgs: list[Message]) -> list[dict[str, Any]]:
+    def write(self, msgs: list[Message], durability: str = "memory") -> list[dict[str, Any]]:
         """:meth:`build` and :meth:`finish` one chunk."""
-        return self.finish(self.build(msgs))
+        return self.finish(self.build(msgs, durability))
 
     def _standing(self, sid: str, found: wire.Found, now: int) -> Standing:
         host, state, seen, opened = found
@@ -100,14 +102,14 @@ class BatchWriter:
             seen or None,
         )
 
-    def build(self, msgs: list[Message]) -> Job:
+    def build(self, msgs: list[Message], durability: str = "memory") -> Job:
         """A chunk's write, its first round trip queued, not sent: each receiver's appends
         made from the record it had when last read (:data:`~bus.services.batch_wire.RECORDS`);
         :meth:`finish` sends it."""
         # The records' times are the wall clock's, as Store.append writes them; the
         # recipients' states are by the bus's clock, as Router.post answers them.
         store, now = self.store, now_ms()
-        job = Job(msgs, now, self.clock.now_ms(), self.settings.key_prefix)
+        job = Job(msgs, now, self.clock.now_ms(), self.settings.key_prefix, durability=durability)
         for i, msg in enumerate(msgs):
             if msg.verified is None:
                 msg = msgs[i] = msg.model_copy(update={"verified": self.verified})
@@ -153,14 +155,19 @@ class BatchWriter:
     def finish(self, job: Job) -> list[dict[str, Any]]:
         """Send a built chunk: one round trip when the records it was built from stand; a
         receiver whose record differs (or this process never read it) is written in a
-        second, from the record the first one read."""
+        second, from the record the first one read. Each round trip is confirmed at the
+        job's durability level in itself (:class:`~bus.core.errors.NotDurable` naming the
+        chunk's ids when not); each stored or resent item's answer says it (``durable``)."""
         msgs = job.msgs
         for round_ in range(MAX_ROUNDS):
             if not job.todo and not job.bounced:
                 break
             if round_:
                 self._queue_round(job)
-            replies = self.store.execute_loaded(job.pipe)
+            ids = [m.id for m in msgs]
+            replies = self.store.execute_durable(
+                job.pipe, job.durability, self.settings.durability_timeout_s, ids
+            )
             job.todo, job.bounced = [], []
             got = replies[job.queued : job.queued + len(job.calls)]
             for sids, reply in zip(job.calls, got, strict=True):
@@ -182,6 +189,10 @@ class BatchWriter:
             request_many(self._dispatcher(), host, sids)
         if job.refused:
             self._unwrite(job.refused, job.now)
+        kept = {m.id for m, _sid in job.refused}
+        for answer in job.answers:
+            if answer is not None and answer.get("ok", True) and answer.get("id") not in kept:
+                answer["durable"] = job.durability
         return [a for a in job.answers if a is not None]
 
     def _answered(

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bus.core.clock import SYSTEM, Clock
+from bus.core.durability import level_of
 from bus.core.errors import BadInput, RateLimited
 from bus.core.models import Message, Recipient, SendAnswer, SessionInfo
 from bus.core.policy import gave_work
@@ -71,10 +72,18 @@ class Router:
             return False
 
     def post(
-        self, msg: Message, *, wait: bool = False, timeout: float | None = None
+        self,
+        msg: Message,
+        *,
+        wait: bool = False,
+        timeout: float | None = None,
+        durability: str | None = None,
     ) -> dict[str, Any]:
         """Store and route a message whose sender is already settled; the send
-        answer (``bounced`` for an unknown receiver, ``duplicate`` for a resent id)."""
+        answer (``bounced`` for an unknown receiver, ``duplicate`` for a resent id), its
+        ``durable`` the level confirmed (``durability``, else ``INBOX_DURABILITY``;
+        :class:`~bus.core.errors.NotDurable` when it was not within the bound)."""
+        level = level_of(durability, self.settings.durability)
         if msg.verified is None:
             msg = msg.model_copy(update={"verified": self.verified})
         sid = msg.to_id
@@ -131,6 +140,7 @@ class Router:
                 receipt=(msg.from_, msg.from_session or "", ""),
                 # The kick list (the dispatcher's first try) pushed in the append's call.
                 kick_host=info.host if self.settings.kick == "list" else None,
+                durability=(level, self.settings.durability_timeout_s),
             )
         except RateLimited:  # inbox_full: what was not stored is not in the outbox either
             self.receipts.unlist_refused([(msg, sid)])
@@ -138,6 +148,7 @@ class Router:
         if not new:
             prior = packing.restore(first, sid, msg.id)
             prior["duplicate"] = True
+            prior["durable"] = level
             if wait and prior.get("state") == "stored":
                 return self.inbox.wait_answer(sid, msg.id, prior, timeout)
             if wait:
@@ -145,6 +156,7 @@ class Router:
             return prior
         if dispatch:
             self._dispatcher().request(info.host, sid)
+        answer.durable = level  # type: ignore[assignment]  # one of the levels (level_of)
         if wait:
             return self.inbox.wait_answer(sid, msg.id, answer.to_json(), timeout)
         return answer.to_json()

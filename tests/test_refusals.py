@@ -69,6 +69,7 @@ CASES: list[tuple[str, dict[str, str], str, int, str]] = [
     ("member link nocolon", {}, "bad_input", 2, "WORKSPACE/NAME"),
     ("frob", {}, "usage", 2, "see: inbox --help"),
     ("send --bogus", {}, "usage", 2, "--help"),
+    ("send --to-id s --text hi --durability fsync", {}, "bad_durability", 2, "disk, replica"),
     ("turn", {}, "usage", 2, "Missing argument"),
 ]
 

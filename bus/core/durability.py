@@ -24,11 +24,11 @@ from .settings import DURABILITY_LEVELS
 _NO_COMMAND = "unknown command"
 _REPLIES = (
     (
-        "err waitaof cannot be used when numlocal is set but appendonly is disabled",
+        "waitaof cannot be used when numlocal is set but appendonly is disabled",
         "the store keeps no append-only file (appendonly no)",
     ),
-    ("err waitaof cannot be used with replica instances", "the store is a replica"),
-    ("err wait cannot be used with replica instances", "the store is a replica"),
+    ("waitaof cannot be used with replica instances", "the store is a replica"),
+    ("wait cannot be used with replica instances", "the store is a replica"),
 )
 
 

@@ -3,8 +3,8 @@
 :class:`bus.core.settings.Settings` finds them here, and so does the read commands' fast
 lane (bus.surfaces.fast_read), which must find the same Redis without importing the
 settings' dataclass machinery: this module imports only ``os``, ``socket``, ``pathlib`` and
-``urllib.parse`` (``hashlib`` and ``tempfile`` when a home's socket path is too long). And
-how a store URL is shown (:func:`redact`: never its password).
+``urllib.parse`` (``hashlib`` and bus.core.runtime_dir when a home's socket path is too
+long). And how a store URL is shown (:func:`redact`: never its password).
 """
 
 from __future__ import annotations
@@ -32,32 +32,46 @@ def default_host() -> str:
 def embedded_socket(home: Path) -> Path:
     """The unix socket of the embedded Redis that ``inbox up`` starts for ``home``.
 
-    Under ``<home>/redis/`` unless that path is too long for a unix socket; then a short
-    path under the temporary folder named by a hash of the home, so every process with the
-    same ``INBOX_HOME`` finds the same one.
+    Under ``<home>/redis/`` unless that path is too long for a unix socket; then in this
+    user's checked folder under ``/tmp`` (bus.core.runtime_dir), in ``redis-<hash of the
+    home>/``, so every process with the same ``INBOX_HOME`` finds the same one.
     """
     path = home.absolute() / "redis" / "redis.sock"
     if len(str(path).encode()) <= SOCKET_PATH_MAX:
         return path
     import hashlib
-    import tempfile
+
+    from .runtime_dir import runtime_root
 
     digest = hashlib.sha256(str(home.absolute()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"inbox-redis-{digest}" / "redis.sock"
+    return runtime_root() / f"redis-{digest}" / "redis.sock"
+
+
+def embedded_folder(home: Path) -> Path:
+    """The folder of ``home``'s embedded socket and password, made and checked
+    (bus.core.runtime_dir.private_folder: :class:`~bus.core.runtime_dir.UnsafeFolder`
+    when another user could have put a socket there) when it is outside ``home``."""
+    folder = embedded_socket(home).parent
+    if folder != home.absolute() / "redis":
+        from .runtime_dir import private_folder
+
+        private_folder(folder)
+    return folder
 
 
 def embedded_auth(home: Path) -> str:
     """``:<password>@`` when the embedded server of ``home`` has a password (it listens on
     TCP too); the password is kept 0600 beside its socket."""
     try:
-        password = (embedded_socket(home).parent / "password").read_text().strip()
+        password = (embedded_folder(home) / "password").read_text().strip()
     except OSError:
         return ""
     return f":{password}@" if password else ""
 
 
 def embedded_url(home: Path) -> str:
-    """The URL of ``home``'s embedded server: its socket, with its password if it has one."""
+    """The URL of ``home``'s embedded server: its socket, with its password if it has one
+    (its folder checked first: :func:`embedded_folder`)."""
     return f"unix://{embedded_auth(home)}{embedded_socket(home)}"
 
 
@@ -83,6 +97,7 @@ __all__ = [
     "default_home",
     "default_host",
     "embedded_auth",
+    "embedded_folder",
     "embedded_socket",
     "embedded_url",
     "redact",

@@ -20,7 +20,6 @@ same name. Every listener, waiter and sender goes through :func:`listen` and
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
 import socket
@@ -29,10 +28,10 @@ import sys
 from pathlib import Path
 
 from .ids import is_session_id
+from .runtime_dir import UnsafeFolder, fix_for, open_private, runtime_root
 
 # sun_path is 104 bytes on macOS and 108 on Linux; a longer address cannot be bound.
 SOCKET_PATH_MAX = 104 if sys.platform == "darwin" else 108
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NAME_CHARS = 24  # of a sha256 in hex: 96 bits, no two folders share a link
 
 
@@ -50,11 +49,6 @@ def fits(path: str | os.PathLike[str]) -> bool:
     return len(os.fsencode(os.fspath(path))) <= SOCKET_PATH_MAX
 
 
-def runtime_root() -> Path:
-    """The per-user folder of short links: ``/tmp/inbox-<uid>``."""
-    return Path(f"/tmp/inbox-{os.geteuid()}")
-
-
 def link_name(folder: Path) -> str:
     """The short link's name for ``folder``: a hash of its absolute path."""
     return hashlib.sha256(os.fsencode(os.path.abspath(folder))).hexdigest()[:_NAME_CHARS]
@@ -69,35 +63,14 @@ SHORTER = (
 )
 
 
-def _fix(root: Path) -> str:
-    return (
-        f"remove {root} (its owner or an administrator, when it is not yours; it is remade "
-        f"0700 for this user), {SHORTER}"
-    )
-
-
 def _open_root(root: Path) -> int:
-    """``root`` made (0700) if missing and opened: a real folder of this user's, mode
-    tightened to 0700 (a link, a file or another user's folder is refused)."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(root, 0o700)
+    """``root`` made (0700) if missing and opened, checked by
+    bus.core.runtime_dir.open_private (a link, a file, another user's folder or one
+    others can write to is refused)."""
     try:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | _NOFOLLOW)
-    except OSError as exc:
-        if exc.errno in (errno.ENOTDIR, errno.ELOOP):
-            raise Unreachable(f"{root} is a link or a file, not a folder", _fix(root)) from None
-        raise Unreachable(f"{root} cannot be opened ({exc.strerror})", _fix(root)) from None
-    st = os.fstat(fd)
-    if st.st_uid != os.geteuid():
-        os.close(fd)
-        raise Unreachable(
-            f"{root} belongs to another user (uid {st.st_uid}); a socket's short link is "
-            "kept only in a folder of this user's",
-            _fix(root),
-        )
-    if st.st_mode & 0o777 != 0o700:
-        os.fchmod(fd, 0o700)
-    return fd
+        return open_private(root, root)
+    except UnsafeFolder as exc:
+        raise Unreachable(exc.reason, exc.fix) from None
 
 
 def _place_link(dfd: int, name: str, target: str, root: Path) -> None:
@@ -165,14 +138,14 @@ def address(path: Path, root: Path | None = None) -> str:
     except Unreachable:
         raise
     except OSError as exc:
-        raise Unreachable(f"{root} cannot be made ({exc.strerror})", _fix(root)) from None
+        raise Unreachable(f"{root} cannot be made ({exc.strerror})", fix_for(root)) from None
     try:
         _place_link(dfd, name, folder, root)
     except Unreachable:
         raise
     except OSError as exc:
         raise Unreachable(
-            f"the short link in {root} cannot be made ({exc.strerror})", _fix(root)
+            f"the short link in {root} cannot be made ({exc.strerror})", fix_for(root)
         ) from None
     finally:
         os.close(dfd)

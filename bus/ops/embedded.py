@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from bus.core.private_files import private_dirs, secret_file
+from bus.core.runtime_dir import private_folder
 from bus.store.server_probe import socket_answers
 
 from .procs import die_with_parent
@@ -109,7 +110,7 @@ class EmbeddedRedis:
         :attr:`broker_url` are whole before the server starts: ``inbox up`` hands them to
         its children first."""
         private_dirs(self.data_dir)
-        private_dirs(self.socket_path.parent)
+        private_folder(self.socket_path.parent)  # under /tmp: checked, or refused
         pw_file = password_path(self.socket_path)
         if self.port:
             self.password = secret_file(pw_file)

@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 from bus.core.private_files import private_dirs
+from bus.core.runtime_dir import private_folder
 from bus.core.settings import Settings
 from bus.core.up_procs import remove_procs, write_procs
 from bus.store.server_probe import progress_on
@@ -53,6 +54,8 @@ def run_up(settings: Settings, *, concurrency: int = 2, redis_port: int = 0) -> 
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     private_dirs(settings.home)  # $INBOX_HOME holds the floor, items and Redis: 0700
+    # Where the sockets go when the home is deep: this user's folder, else refused here.
+    private_folder(settings.embedded_socket.parent)
     try:
         lock = HomeLock(settings.home).acquire()
     except AlreadyRunning as exc:

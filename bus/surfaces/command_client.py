@@ -26,15 +26,40 @@ LONG = ("--wait", "--jsonl")
 
 
 def socket_path(home: str) -> str:
-    """bus.command_server.socket_path without pathlib (tests hold them equal)."""
+    """bus.command_server.socket_path without pathlib (tests hold them equal). Outside
+    ``home`` its folder is checked first (bus.core.runtime_dir.private_folder:
+    :class:`~bus.core.runtime_dir.UnsafeFolder` when another user could listen there)."""
     path = os.path.join(os.path.abspath(home), "redis", "redis.sock")
     if len(path.encode()) > SOCKET_PATH_MAX:
         from pathlib import Path
 
-        from bus.core.locate import embedded_socket
+        from bus.core.locate import embedded_folder
 
-        path = str(embedded_socket(Path(home)))
+        path = str(embedded_folder(Path(home)) / "redis.sock")
     return os.path.join(os.path.dirname(path), SOCKET_NAME)
+
+
+def peer_uid(sock: _socket.socket) -> int | None:
+    """The user id of the process at the other end of ``sock``, as the kernel says it
+    (``SO_PEERCRED``); None where the platform does not say."""
+    opt = getattr(_socket, "SO_PEERCRED", None)
+    if opt is None:
+        return None
+    raw = sock.getsockopt(_socket.SOL_SOCKET, opt, 12)
+    return int.from_bytes(raw[4:8], sys.byteorder, signed=True)  # struct ucred: pid, uid, gid
+
+
+def _refuse_peer(path: str, uid: int) -> int:
+    message = (
+        f"the command server at {path} runs as another user (uid {uid}); nothing was sent "
+        f"to it. Remove {path} (its owner or an administrator) and restart inbox up"
+    )
+    import json  # only on this rare path: the client stays cheap to start
+
+    refusal = {"ok": False, "error": "unsafe_socket", "message": message}
+    sys.stdout.write(json.dumps(refusal, ensure_ascii=False) + "\n")
+    sys.stderr.write(f"inbox: {message}\n")
+    return 1
 
 
 def header(argv: list[str]) -> bytes:
@@ -66,11 +91,19 @@ def run(argv: list[str], home: str) -> int | None:
         return None
     if any(a in LONG or a.startswith("--jsonl=") for a in argv):
         return None  # a long command would hold one of the server's few workers
+    try:
+        path = socket_path(home)
+    except Exception:  # an unsafe folder: the full command line refuses it in words
+        return None
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(TAKE_S)
         try:
-            sock.connect(socket_path(home))
+            sock.connect(path)
+            # Not a byte (environment, argv, descriptors) to a server of another user's.
+            uid = peer_uid(sock)
+            if uid is not None and uid != os.geteuid():
+                return _refuse_peer(path, uid)
             data = header(argv)
             anc = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, _fds())]
             sent = sock.sendmsg([data], anc)

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bus.core.locate import default_home, embedded_socket
+from bus.core.runtime_dir import private_folder
 from bus.ops.procs import die_with_parent
 
 MAGIC = b"inbox-cmd-1"
@@ -316,7 +317,7 @@ def serve(path: Path, stop: threading.Event | None = None) -> None:
     from bus.surfaces.cli.app import prepared_runner
 
     run = prepared_runner()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_folder(path.parent)  # under /tmp: this user's and 0700, or refused
     path.unlink(missing_ok=True)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
@@ -375,7 +376,13 @@ def _worker(srv: socket.socket, run: object) -> None:
 
 
 def main() -> None:
-    serve(socket_path(default_home()))
+    from bus.core.runtime_dir import UnsafeFolder
+
+    try:
+        serve(socket_path(default_home()))
+    except UnsafeFolder as exc:
+        print(f"inbox commands: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

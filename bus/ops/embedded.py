@@ -21,6 +21,7 @@ from bus.core.private_files import private_dirs, secret_file
 from bus.core.runtime_dir import private_folder
 from bus.store.server_probe import socket_answers
 
+from .aof_words import AofDamaged, aof_sizes, cut_notes, damage_message, log_offset, log_since
 from .procs import die_with_parent
 
 # Redis 7 allocates each new stream node at stream-node-max-bytes (4096 by default), so
@@ -86,6 +87,8 @@ class EmbeddedRedis:
         self.persist = persist
         self.proc: subprocess.Popen[bytes] | None = None
         self.password: str | None = None
+        # What the last start had to say of the AOF (a write cut short and dropped).
+        self.notes: list[str] = []
 
     @property
     def url(self) -> str:
@@ -160,6 +163,8 @@ class EmbeddedRedis:
             ]
         else:
             args += ["--appendonly", "no", "--save", ""]
+        # What the AOF and the log were before this start (bus.ops.aof_words).
+        sizes, offset = aof_sizes(self.data_dir), log_offset(self.data_dir)
         self.proc = subprocess.Popen(
             args,
             stdout=subprocess.DEVNULL,
@@ -172,10 +177,13 @@ class EmbeddedRedis:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                log = self.data_dir / "redis.log"
-                detail = log.read_text()[-500:] if log.exists() else ""
-                raise RuntimeError(f"embedded redis-server exited: {detail}")
+                said = log_since(self.data_dir, offset)
+                damaged = damage_message(said)
+                if damaged:
+                    raise AofDamaged(damaged)
+                raise RuntimeError(f"embedded server exited: {said[-500:]}")
             if socket_answers(self.socket_path, self.password):
+                self.notes = cut_notes(log_since(self.data_dir, offset), sizes)
                 break
             if time.monotonic() > deadline:
                 self.stop()

@@ -110,6 +110,8 @@ def _supervise(
         def spawn_redis() -> object:
             proc = embedded.start().proc
             assert proc is not None
+            for note in embedded.notes:  # a write cut short is said, not silent
+                print(f"inbox up: {note}", file=sys.stderr, flush=True)
             return proc
 
         children.append(Child("redis", spawn_redis, stage=1))  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""The process commands: ``up``, ``worker``, ``scheduler``, ``serve`` and ``flower``.
+"""The process commands: ``up``, ``repair-aof``, ``worker``, ``scheduler``, ``serve`` and ``flower``.
 
 :func:`register` adds them to the CLI's app (``bus.surfaces.cli.app`` calls it once).
 """
@@ -16,7 +16,7 @@ import typer
 
 from bus.core.settings import Settings
 from bus.ops.procs import worker_argv
-from bus.surfaces.refusal import run
+from bus.surfaces.refusal import emit, run
 
 from .calls import check_session_id, connect
 from .help_panels import OPERATIONS
@@ -31,6 +31,14 @@ def up(
 
     settings = run(Settings.from_env)
     raise typer.Exit(run(lambda: run_up(settings, concurrency=concurrency, redis_port=redis_port)))
+
+
+def repair_aof() -> None:
+    """Repair the embedded server's damaged append-only file (keeps a copy, says what it cut)."""
+    from bus.ops.aof_repair import repair_embedded_aof
+
+    settings = run(Settings.from_env)
+    emit(run(lambda: repair_embedded_aof(settings)))
 
 
 def worker(
@@ -123,5 +131,5 @@ def flower(
 
 def register(app: typer.Typer) -> None:
     """Add the process commands to ``app``, in this order."""
-    for command in (up, worker, scheduler, serve, flower):
+    for command in (up, repair_aof, worker, scheduler, serve, flower):
         app.command(rich_help_panel=OPERATIONS)(command)

@@ -181,7 +181,8 @@ def role_drainer(args: argparse.Namespace) -> int:
                     continue
                 t = _now()
                 for line in lines if isinstance(lines, list) else []:
-                    out.write(json.dumps({"sid": sid, "t": t, "ids": _ids_of(line)}) + "\n")
+                    rec = {"sid": sid, "t": t, "ids": _ids_of(line), "again": _repeats_of(line)}
+                    out.write(json.dumps(rec) + "\n")
             time.sleep(0.2)
 
 
@@ -212,10 +213,18 @@ def _recover_taken(bus: Bus, sids: list[str], out_path: Path, out: Any) -> None:
 
 
 def _ids_of(line: dict[str, Any]) -> list[str]:
+    """The message ids a line tells the harness of for the first time: a notice's, less
+    those it marks as repeated (``repeats``: bus.delivery.said); a raw line's own."""
     notice = line.get("notice")
     if isinstance(notice, dict):
-        return [str(i) for i in notice.get("messages") or []]
+        again = set(_repeats_of(line))
+        return [str(i) for i in notice.get("messages") or [] if str(i) not in again]
     return [str(line["id"])] if line.get("id") else []
+
+
+def _repeats_of(line: dict[str, Any]) -> list[str]:
+    found = line.get("repeats")
+    return [str(i) for i in found] if isinstance(found, list) else []
 
 
 # -- the soak ---------------------------------------------------------------------------
@@ -227,7 +236,8 @@ class Soak:
         self.base = base
         self.redis = RedisServer(base / "redis")
         self.heard: dict[str, float] = {}
-        self.heard_twice = 0
+        self.heard_twice = 0  # by message id: a message told the harness again
+        self.repeats_marked = 0  # message ids a notice carried again, marked as repeated
         self.twice: list[dict[str, Any]] = []  # the first few, for the report
         self.notices: Counter[str] = Counter()
         self.lock = threading.Lock()
@@ -252,14 +262,15 @@ class Soak:
 
     def on_line(self, sid: str) -> Any:
         def handle(obj: dict[str, Any]) -> bool:
-            self.hear(sid, _ids_of(obj), _now())
+            self.hear(sid, _ids_of(obj), _now(), _repeats_of(obj))
             return True
 
         return handle
 
-    def hear(self, sid: str, ids: list[str], t: float) -> None:
+    def hear(self, sid: str, ids: list[str], t: float, repeats: list[str] | None = None) -> None:
         with self.lock:
             self.notices[sid] += 1
+            self.repeats_marked += len(repeats or [])
             for mid in ids:
                 if mid in self.heard:
                     self.heard_twice += 1
@@ -360,7 +371,7 @@ class Soak:
                 offsets[path] = offsets.get(path, 0) + len(data[:cut].encode())
             for raw in data[:cut].splitlines():
                 rec = json.loads(raw)
-                self.hear(rec["sid"], rec["ids"], rec["t"])
+                self.hear(rec["sid"], rec["ids"], rec["t"], rec.get("again"))
         for path in self.base.glob("*.wakes"):
             size = path.stat().st_size
             if size == offsets.get(path, 0):
@@ -372,7 +383,7 @@ class Soak:
                 lines = bus.drain(sid)
                 t = _now()
                 for line in lines if isinstance(lines, list) else []:
-                    self.hear(sid, _ids_of(line), t)
+                    self.hear(sid, _ids_of(line), t, _repeats_of(line))
                 bus.turn(sid, "end")
             except Exception:
                 offsets[path] = 0  # Redis down: try again next round
@@ -603,6 +614,7 @@ class Soak:
             "marks": dict(marks),
             "not_heard": unheard,
             "heard_twice": self.heard_twice,
+            "repeats_marked": self.repeats_marked,
             "heard_twice_ids": [{**x, "fault": self.fault_before(x["again"])} for x in self.twice],
             "not_heard_ids": unheard_ids,
             "notices_per_session": {
@@ -660,7 +672,8 @@ def report(res: dict[str, Any]) -> str:
         f"stored exactly once {res['stored_once']}, lost {res['lost']},"
         f" stored twice {res['stored_twice']}",
         f"marks still new {res['marks_new']} (marks {res['marks']}), not heard"
-        f" {res['not_heard']}, heard twice {res['heard_twice']}",
+        f" {res['not_heard']}, heard twice by message id {res['heard_twice']}"
+        f" (carried again and marked as repeats {res.get('repeats_marked', 0)})",
         f"notices per session {res['notices_per_session']}",
         f"send -> heard calm p50 {res['heard_p50_calm_s']} s p99 {res['heard_p99_calm_s']} s;"
         f" under faults p50 {res['heard_p50_faults_s']} s p99 {res['heard_p99_faults_s']} s",

@@ -13,7 +13,7 @@ from bus.core.clock import SYSTEM, Clock
 from bus.core.models import SessionInfo
 from bus.core.settings import Settings
 from bus.delivery.dispatch import Dispatcher, LazyDispatcher, default_dispatcher
-from bus.delivery.floor import Floor
+from bus.delivery.floor import Floor, floor_sync
 from bus.delivery.host import DeliveryParts
 from bus.delivery.inbox import Inbox
 from bus.delivery.kick_list import ListDispatcher
@@ -74,7 +74,7 @@ class Bus(Conversing, Members, Host):
             is_revoked=self.credentials.is_revoked,
             is_current=self.credentials.token_current,
         )
-        self.floor = Floor(s.home, clock=clk)
+        self.floor = Floor(s.home, clock=clk, fsync=floor_sync(s))
         self.send_rate = SendRate(store, s)
         self.receipts = Receipts(store, s, self.claims)
         self.inbox = Inbox(

@@ -52,13 +52,17 @@ class Host(Parts):
         return self.render(lines) if stamped else lines
 
     def drain(self, sid: str, *, stamped: bool = False) -> list[dict[str, Any]] | str:
-        """Claim the floor; notices drained here are marked noticed (now or when Redis is back)."""
+        """Claim the floor; notices drained here are marked noticed (now or when Redis is
+        back). Lines the floor could not read are skipped and said in one ``malformed``
+        line (:meth:`bus.delivery.floor.DrainResult.handed`)."""
         result = self.floor.drain(check_session_id(sid))
         faults.point("drain:after_unlink")
         self.inbox.on_drain(sid, result.taken)
+        self.floor.handed_on(sid, result.lines)
         with contextlib.suppress(StoreError):
             self.seen(sid)  # the drain works without Redis; presence is best effort
-        return self.render(result.lines) if stamped else result.lines
+        lines = result.handed(self.floor.malformed_path(sid))
+        return self.render(lines) if stamped else lines
 
     def render(self, lines: list[dict[str, Any]]) -> str:
         return self.inbox.render(lines)

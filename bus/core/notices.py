@@ -214,13 +214,30 @@ def _notice_threads(line: dict[str, Any]) -> list[ThreadSummary] | None:
         return None
 
 
+def repeat_mark(count: int) -> str:
+    """The line under a notice that carries ``count`` messages an earlier notice carried
+    (a notice sent again after a restart: bus.delivery.said)."""
+    return f"  ↻ {_plural(count, 'message')} of these repeated from an earlier notice"
+
+
+def _repeats(line: dict[str, Any]) -> int:
+    found = line.get("repeats")
+    return len(found) if isinstance(found, list) else 0
+
+
 def render_drained(lines: list[dict[str, Any]], stamp: Callable[[dict[str, Any]], str]) -> str:
-    """A drain's model-facing text: every notice line merged into ONE notice, first,
-    then each raw line stamped; blocks separated by a blank line."""
+    """A drain's model-facing text: every notice line merged into ONE notice, first (with
+    a mark when some of its messages were carried before), then each raw line stamped;
+    blocks separated by a blank line."""
     notices: list[list[ThreadSummary]] = []
     session_id = ""
     raw: list[dict[str, Any]] = []
+    again = 0
+    skipped: list[str] = []
     for line in lines:
+        if line.get("kind") == "malformed":
+            skipped.append(malformed_text(line))
+            continue
         threads = _notice_threads(line) if line.get("kind") == "notice" else None
         if threads is None:
             # Raw messages, and a notice line whose payload is unreadable: stamped, so
@@ -228,9 +245,23 @@ def render_drained(lines: list[dict[str, Any]], stamp: Callable[[dict[str, Any]]
             raw.append(line)
             continue
         notices.append(threads)
+        again += _repeats(line)
         session_id = session_id or str(line.get("to_id", ""))
     blocks: list[str] = []
     if notices:
-        blocks.append(render_notice(merge(notices), session_id))
+        text = render_notice(merge(notices), session_id)
+        blocks.append(text + "\n" + repeat_mark(again) if again else text)
     blocks.extend(stamp(line) for line in raw)
+    blocks.extend(skipped)
     return "\n\n".join(blocks)
+
+
+def malformed_text(line: dict[str, Any]) -> str:
+    """What a drain says of the lines it skipped (its ``malformed`` line): how many, where
+    they are kept, and the command that lists them."""
+    count = int(line.get("count") or 0)
+    kept = one_line(str(line.get("kept") or "malformed.jsonl"), 300)
+    return (
+        f"[inbox · {_plural(count, 'unreadable line')} skipped on the floor, kept in {kept}"
+        " · inbox doctor lists them; inbox threads shows what came]"
+    )

@@ -25,7 +25,7 @@ from bus.core.hook_env import load_hook_env
 from bus.core.ids import check_session_id
 from bus.core.settings import Settings
 
-from .floor import Floor
+from .floor import Floor, floor_sync, skipped_words
 from .floor_lines import append_private
 
 PENDING_MARKS = "marks.pending.jsonl"
@@ -175,31 +175,41 @@ def touch_seen(sid: str) -> None:
 
 def drain(settings: Settings, sid: str, *, stamped: bool) -> list[dict[str, Any]] | str:
     """What ``Bus.drain`` does, on the fast lane."""
-    floor = Floor(settings.home)
+    floor = Floor(settings.home, fsync=floor_sync(settings))
     result = floor.drain(check_session_id(sid))
     faults.point("drain:after_unlink")
     record_drained(floor, sid, notice_ids(result.taken), _mark_over_resp(settings, sid))
+    floor.handed_on(sid, result.lines)
+    lines = result.handed(floor.malformed_path(sid))
     if not stamped:
-        return result.lines
+        return lines
     from bus.core.notices import render_drained
     from bus.core.stamp import render_stamp
 
-    return render_drained(result.lines, render_stamp)
+    return render_drained(lines, render_stamp)
 
 
 def drain_command(sid: str, stamped: bool) -> int:
     """``inbox drain SID [--stamped]`` with something on the floor."""
     try:
-        out = drain(Settings.from_env(), sid, stamped=stamped)
+        lines = drain(Settings.from_env(), sid, stamped=False)
     except (ValueError, OSError) as exc:
         error, code = ("bad_input", 2) if isinstance(exc, ValueError) else ("os_error", 1)
         sys.stdout.write(json.dumps({"ok": False, "error": error, "message": str(exc)}) + "\n")
         sys.stderr.write(f"inbox: {exc}\n")
         return code
-    if isinstance(out, str):
+    assert isinstance(lines, list)
+    words = skipped_words(lines)
+    if words:
+        sys.stderr.write(words + "\n")
+    if stamped:
+        from bus.core.notices import render_drained
+        from bus.core.stamp import render_stamp
+
+        out = render_drained(lines, render_stamp)
         sys.stdout.write(out + ("\n" if out else ""))
     else:
-        sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
+        sys.stdout.write(json.dumps(lines, ensure_ascii=False) + "\n")
     return 0
 
 

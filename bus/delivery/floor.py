@@ -9,7 +9,13 @@ Layout::
         inbox.sock                        only while a harness listens
         log.jsonl                   0600  delivered lines, the last 500
         malformed.jsonl             0600  torn or malformed lines, kept aside, never lost
+                                          (a drain says how many; ``inbox doctor`` lists them)
+        said.jsonl                  0600  what the model was handed, the last 2048
+                                          (heard once: bus.delivery.said)
         log.lock                    0600  serialises the log rewrite between drainers
+
+A writer that died mid-line leaves a torn tail (no newline at the end); the next append
+starts on a new line, so only the fragment is malformed.
 
 Concurrency: appenders take a shared ``flock`` on ``messages.jsonl`` and re-check, once
 they hold it, that the path still names the file they opened. A drainer renames the file
@@ -40,7 +46,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from bus.core import faults, unix_socket
 from bus.core.clock import SYSTEM, Clock
@@ -49,11 +55,22 @@ from bus.core.ids import check_session_id
 from bus.core.owned import check_parents, make_dirs, open_read
 from bus.core.owned import open_private as _open_private
 
-from .floor_lines import append_private, encode_line, heard_keys, heard_lines, line_key
+from .floor_lines import (
+    append_private,
+    encode_line,
+    heard_keys,
+    heard_lines,
+    line_key,
+    torn_tail,
+)
 from .floor_lines import parse_line as _parse
 from .floor_lines import read_fd as _read_fd
 from .floor_lines import same_file as _same_file
 from .floor_lines import write_all as _write_all
+from .said import read_said, record_said, said_keys, unsaid
+
+if TYPE_CHECKING:
+    from bus.core.settings import Settings
 
 MESSAGES = "messages.jsonl"
 DRAINING_PREFIX = "messages.draining."
@@ -82,12 +99,43 @@ class DrainResult:
     # sender's wait, so the sender put them on the file too): not handed on again, but
     # confirmed like the rest.
     heard: list[dict[str, Any]] = field(default_factory=list)
+    # Notices whose every message the session's model was handed already (bus.delivery.said):
+    # confirmed, not handed on again.
+    repeated: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def taken(self) -> list[dict[str, Any]]:
-        """Every good line the drain took: those it hands on and those already heard (a
-        drain confirms them all)."""
-        return [*self.lines, *self.heard]
+        """Every good line the drain took: those it hands on and those already heard or
+        said (a drain confirms them all)."""
+        return [*self.lines, *self.heard, *self.repeated]
+
+    def handed(self, kept: Path) -> list[dict[str, Any]]:
+        """What the drain hands on: its lines, then, when lines were torn or malformed,
+        one ``{"kind": "malformed", "count", "kept"}`` line saying how many were skipped
+        and the file (``kept``) that holds them."""
+        if not self.malformed:
+            return self.lines
+        note = {"kind": "malformed", "count": len(self.malformed), "kept": str(kept)}
+        return [*self.lines, note]
+
+
+def floor_sync(settings: Settings) -> bool:
+    """Does the floor fsync what it writes? Unless the deployment's durability is
+    ``memory``: a notice recorded as written then survives a power cut, as the send
+    that caused it does."""
+    return str(getattr(settings, "durability", "memory")) != "memory"
+
+
+def skipped_words(lines: list[dict[str, Any]]) -> str | None:
+    """The one stderr line a drain's ``malformed`` line calls for, else None."""
+    for line in lines:
+        if line.get("kind") == "malformed":
+            return (
+                f"inbox drain: {line.get('count')} unreadable line(s) skipped, kept in "
+                f"{line.get('kept')}; `inbox doctor` lists them, `inbox threads` shows "
+                "what came"
+            )
+    return None
 
 
 _name_lock = threading.Lock()
@@ -126,9 +174,13 @@ def _inbox_dir(home: Path, sid: str) -> Path:
 class Floor:
     """The inbox tree under ``home`` (``$INBOX_HOME``): write a line, append, drain, peek."""
 
-    def __init__(self, home: Path, clock: Clock = SYSTEM) -> None:
+    def __init__(self, home: Path, clock: Clock = SYSTEM, *, fsync: bool = False) -> None:
         self.home = Path(home)
         self.clock = clock
+        # Each append and each log write reaches the disk before it returns (a power cut
+        # keeps a notice recorded as written): on unless the deployment's durability is
+        # ``memory`` (bus.delivery.floor_sync).
+        self.fsync = fsync
 
     # --- paths -------------------------------------------------------------------------
 
@@ -150,6 +202,10 @@ class Floor:
         d = self.session_dir(sid, create=True)
         os.close(_open_private(d / MESSAGES, os.O_WRONLY | os.O_APPEND))
         return d
+
+    def malformed_path(self, sid: str) -> Path:
+        """Where a drain keeps the torn or malformed lines it skipped."""
+        return self.session_dir(sid) / MALFORMED
 
     def socket_path(self, sid: str) -> Path:
         """Where a listening harness binds (``<dir>/inbox.sock``; a path too long for a
@@ -231,18 +287,23 @@ class Floor:
         for _ in range(_APPEND_TRIES):
             try:
                 check_parents(self.home)
-                fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
+                # Read too: the last byte says whether a torn line ends the file.
+                fd = _open_private(path, os.O_RDWR | os.O_APPEND)
             except FileNotFoundError:
                 # The session's directory made only when missing: its mkdirs are five
                 # system calls a notice, each a GIL hand-off in a busy worker (a wake burst).
                 self.session_dir(sid, create=True)
-                fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
+                fd = _open_private(path, os.O_RDWR | os.O_APPEND)
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH)
                 # A drainer may have claimed the file between our open and our lock;
                 # writing then would land in a file it already read.
                 if _same_file(fd, path):
-                    _write_all(fd, data)
+                    # A writer that died mid-line (no newline at the end) would have this
+                    # line glued to its fragment and both lost as one malformed line.
+                    _write_all(fd, b"\n" + data if torn_tail(fd) else data)
+                    if self.fsync:
+                        os.fdatasync(fd)
                     return path
             finally:
                 os.close(fd)  # also releases the lock
@@ -294,7 +355,9 @@ class Floor:
                         (result.heard if taken else result.lines).append(obj)
                         good.append(raw.rstrip(b"\r") + b"\n")
             if bad:
-                append_private(d / MALFORMED, b"".join(bad))
+                append_private(d / MALFORMED, b"".join(bad), sync=self.fsync)
+            if result.lines:
+                self._once(d, result)
             if good:
                 self._append_log(d, good)
                 faults.point("drain:after_log")
@@ -306,6 +369,29 @@ class Floor:
             for _path, fd in claimed:
                 os.close(fd)
         return result
+
+    def handed_on(self, sid: str, lines: list[dict[str, Any]]) -> None:
+        """Record ``lines`` as handed to the session's model (bus.delivery.said): a drain's
+        caller, once the drain's marks are recorded (a drainer killed before then has its
+        notices carried again, and they must then be handed on)."""
+        d = self.session_dir(sid)
+        if lines and d.is_dir():
+            record_said(d, lines, sync=self.fsync)
+
+    @staticmethod
+    def _once(d: Path, result: DrainResult) -> None:
+        # Heard once: what the model was handed already is not handed on again (the
+        # caller records what it hands on: handed_on).
+        said = read_said(d)
+        fresh = []
+        for line in result.lines:
+            kept = unsaid(line, said)
+            if kept is None:
+                result.repeated.append(line)
+                continue
+            fresh.append(kept)
+            said.update(said_keys(kept))
+        result.lines = fresh
 
     def peek(self, sid: str) -> list[dict[str, Any]]:
         """Pending lines (orphaned claims, then the queue) without consuming them."""
@@ -451,13 +537,15 @@ class Floor:
             if len(kept) + len(lines) <= LOG_KEEP:
                 # A torn last line stays a line of its own instead of swallowing ours.
                 prefix = b"\n" if old and not old.endswith(b"\n") else b""
-                append_private(log, prefix + b"".join(lines))
+                append_private(log, prefix + b"".join(lines), sync=self.fsync)
                 return
             tail = (kept + lines)[-LOG_KEEP:]
             tmp = d / f".{LOG}.{os.getpid()}.{threading.get_ident()}.tmp"
             fd = _open_private(tmp, os.O_WRONLY | os.O_TRUNC)
             try:
                 _write_all(fd, b"".join(tail))
+                if self.fsync:
+                    os.fdatasync(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, log)

@@ -96,11 +96,14 @@ def record_heard(
         os.replace(tmp, path)  # a drain reads the old file or the new, never a part
 
 
-def append_private(path: Path, data: bytes) -> None:
-    """Append ``data`` to ``path``, created 0600 whatever the umask."""
+def append_private(path: Path, data: bytes, *, sync: bool = False) -> None:
+    """Append ``data`` to ``path``, created 0600 whatever the umask (on the disk before
+    this returns when ``sync``)."""
     fd = _open_private(path, os.O_WRONLY | os.O_APPEND)
     try:
         write_all(fd, data)
+        if sync:
+            os.fdatasync(fd)
     finally:
         os.close(fd)
 
@@ -111,6 +114,12 @@ def write_all(fd: int, data: bytes) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+def torn_tail(fd: int) -> bool:
+    """Does the file open on ``fd`` end inside a line (a last byte that is not a newline)?"""
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 def read_fd(fd: int) -> bytes:

@@ -26,6 +26,7 @@ from bus.core import unix_socket
 from bus.core.errors import BadInput, Refused
 from bus.delivery.floor import SOCKET, Floor
 from bus.delivery.floor_lines import HEARD, line_key, record_heard
+from bus.delivery.said import SAID, SaidCache, record_said, unsaid
 
 ACK_OK = b'{"ok": true}\n'
 ACK_NO = b'{"ok": false}\n'
@@ -40,7 +41,9 @@ class Listener:
     ``on_line(obj) -> bool`` decides the ack. Calls are serialised, one line at a time.
     A line whose ``id`` was handed on already (the last ``remember`` ids) is acked ok
     and not handed on again: a sender that timed out and retried must not cause a
-    second delivery. Those ids are also kept in ``heard.jsonl``: a sender that timed out
+    second delivery. Nor is a notice whose every message the session's model was handed
+    already (``said.jsonl``, bus.delivery.said); one that repeats some is handed on with
+    them listed in ``repeats``. Those ids are also kept in ``heard.jsonl``: a sender that timed out
     waiting for the ack put the line on the file floor too, and a drain skips it there.
     """
 
@@ -58,6 +61,7 @@ class Listener:
         self.remember = remember
         self.read_timeout = read_timeout
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._said = SaidCache(self.session_dir)
         self._handle_lock = threading.Lock()
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
@@ -210,11 +214,19 @@ class Listener:
             if key is not None and key in self._seen:
                 self._seen.move_to_end(key)
                 return True
+            # Heard once: what this session's model was handed already (by this listener
+            # or a drain) is not handed on again; a notice repeating part says which.
+            kept = unsaid(obj, self._said.keys())
             try:
-                ok = self.on_line(obj) is True
+                ok = kept is None or self.on_line(kept) is True
             except Exception as exc:  # a handler bug refuses the line; the file keeps it
                 print(f"inbox listen: handler failed: {exc!r}", file=sys.stderr)
                 ok = False
+            if ok and kept is not None:
+                try:
+                    record_said(self.session_dir, [kept])
+                except OSError as exc:
+                    print(f"inbox listen: {SAID} not written: {exc}", file=sys.stderr)
             if ok and key is not None:
                 # On the file too if our ack comes after the sender's wait: the drain
                 # then skips it (bus.delivery.floor_lines.heard_ids). Not recorded, it is seen

@@ -43,6 +43,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from bus.core import unix_socket
 from bus.delivery.floor import SOCKET
+from bus.delivery.said import read_said, unsaid
 
 if TYPE_CHECKING:
     from bus.api import Bus
@@ -278,12 +279,16 @@ class Waiter:
             if line is not None:
                 _ack(conn, False)
             return None
+        fresh: list[dict[str, Any]] = []
         if self.bus.floor.contains_id(self.sid, line["id"]):
             # Already on the file floor (the engine's wake for a notice no drain took):
             # the drain confirms it and takes what else waits there with it.
             text = self.bus.drain(self.sid, stamped=True)
         else:
-            text = self.bus.render([line])
+            # Heard once: a notice repeating only what the model was handed stays unsaid.
+            kept = unsaid(line, read_said(self.dir))
+            fresh = [kept] if kept is not None else []
+            text = self.bus.render(fresh) if fresh else ""
         text = text.strip() if isinstance(text, str) else ""
         if not text:
             _ack(conn, True)
@@ -291,6 +296,8 @@ class Waiter:
         self.out.write(text + "\n")
         self.out.flush()
         _ack(conn, True)
+        with contextlib.suppress(OSError):
+            self.bus.floor.handed_on(self.sid, fresh)
         return text
 
 

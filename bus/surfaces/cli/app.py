@@ -304,14 +304,23 @@ def peek(
 def drain(
     sid: str = sid_arg(), stamped: bool = typer.Option(False, help="model-facing text")
 ) -> None:
-    """Claim the floor: lines move to log.jsonl; notices drained here are marked noticed."""
+    """Claim the floor: lines move to log.jsonl; notices drained here are marked noticed.
+
+    Unreadable lines are skipped, kept in malformed.jsonl and said (stderr, a malformed line)."""
     b = connect()
     local_session(b, sid)
-    out = run(lambda: b.drain(sid, stamped=stamped))
+    from bus.delivery.floor import skipped_words
+
+    lines = run(lambda: b.drain(sid))
+    assert isinstance(lines, list)
+    words = skipped_words(lines)
+    if words:
+        sys.stderr.write(words + "\n")
     if stamped:
-        sys.stdout.write(str(out) + ("\n" if out else ""))
+        out = b.render(lines)
+        sys.stdout.write(out + ("\n" if out else ""))
     else:
-        emit(out)
+        emit(lines)
 
 
 @app.command(rich_help_panel=HARNESS)

@@ -4,7 +4,8 @@ separated for several) makes the process SIGKILL itself when it reaches that poi
 Points: ``drain:after_claim`` (the floor file is claimed, nothing read), ``drain:after_log``
 (the lines are in log.jsonl, the claim not yet deleted), ``drain:after_unlink`` (the claim
 is deleted, the marks not yet recorded), ``notice:after_append`` (the worker wrote a
-notice to the floor file and has not recorded it), ``kick:after_pop`` (a worker's delivery
+notice to the floor file and has not recorded it), ``notice:after_ack`` (a listener acked
+a notice on the session's socket, the worker has not recorded it), ``kick:after_pop`` (a worker's delivery
 loop popped a kick off the host's kick list, nothing delivered; bus/delivery/kick_list.py),
 ``kick:after_ahead`` (a lone delivery's notice records and the loop's next wait written,
 their replies not read),

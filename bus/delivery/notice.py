@@ -190,8 +190,7 @@ class Notices:
             # goes with the rest.
             info = job.info
             run_cmd = job.wake and via == "file" and (info is None or bool(info.wake_cmd))
-            if via != "socket":
-                faults.point("notice:after_append")
+            faults.point("notice:after_append" if via != "socket" else "notice:after_ack")
             job.unlocked = job.unlock and not run_cmd and job.lease is not None
             if job.unlocked and job.lease is not None:
                 job.lease.stop_renewing()

@@ -3,10 +3,12 @@
 A session's socket (``$INBOX_HOME/inbox/<sid>/inbox.sock``) is how its idle waiter is woken
 and how a listener hears a message mid-turn; one that can be neither bound nor connected
 to (:mod:`bus.core.unix_socket`) leaves every delivery on the file floor until the next
-turn. The doctor checks the sessions named, else every session folder of this host's
-floor, and says for each that fails why and what fixes it; and what it thinks of the
-store's server (its version against the store's floor and known security fixes), the
-one check that asks Redis (one that does not answer is said, not a problem here).
+turn. Lines a drain could not read and kept aside (``malformed.jsonl``) are listed too
+(bus.ops.doctor_floor). The doctor checks the sessions named, else every session folder
+of this host's floor, and says for each that fails why and what fixes it; and what it
+thinks of the store's server (its version against the store's floor and known security
+fixes), the one check that asks Redis (one that does not answer is said, not a problem
+here).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from bus.core import unix_socket
 from bus.core.ids import check_session_id, is_session_id
 from bus.core.settings import Settings
 
+from .doctor_floor import malformed_problems
 from .server_gate import doctor_server
 
 
@@ -35,7 +38,8 @@ def doctor_report(
     home: Path, sids: list[str] | None = None, *, settings: Settings | None = None
 ) -> dict[str, Any]:
     """``{"ok", "home", "checked", "problems"}``: each problem is a session whose socket
-    cannot be had, with its ``reason`` and ``fix``. Ids named are checked first (a bad
+    cannot be had (``check`` ``socket``) or whose floor kept unreadable lines aside
+    (``malformed``), with its ``reason`` and ``fix``. Ids named are checked first (a bad
     one is refused, nothing made). With ``settings``, also ``server``: the store's server
     against the store's floor and known fixes (bus.ops.server_gate; below the floor is a
     problem)."""
@@ -46,6 +50,7 @@ def doctor_report(
         for sid in checked
         if sid in found
     ]
+    problems += malformed_problems(home, checked)
     server: dict[str, Any] | None = None
     if settings is not None:
         server, rows = doctor_server(settings)

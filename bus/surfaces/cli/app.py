@@ -395,7 +395,7 @@ def doctor(
         show_default=False,
     ),
 ) -> None:
-    """What keeps a session of this host from being woken or heard: the reason and the fix (exit 1 when any)."""
+    """What keeps a session of this host from being woken or heard, and floor lines no drain could read: the reason and the fix (exit 1 when any)."""
     from bus.core.settings import Settings
     from bus.ops.doctor import doctor_report
 
@@ -405,14 +405,26 @@ def doctor(
     if server.get("state") not in (None, "ok", "too_old"):
         print(f"inbox doctor: the store's server: {server['message']}", file=sys.stderr)
     if report["problems"]:
-        count = sum(1 for row in report["problems"] if "session" in row)
-        what = f"{count} session(s) cannot be woken while idle nor hear a message mid-turn"
-        if server.get("state") == "too_old":
-            what = f"{server['message']}; {what}" if count else str(server["message"])
+        rows = report["problems"]
+        unreachable = {p["session"] for p in rows if p.get("check") == "socket"}
+        torn = {p["session"] for p in rows if p.get("check") == "malformed"}
+        said = []
+        if unreachable:
+            said.append(
+                f"{len(unreachable)} session(s) cannot be woken while idle nor hear a message"
+                " mid-turn"
+            )
+        if torn:
+            said.append(f"{len(torn)} session(s) have unreadable floor lines kept aside")
+        too_old = server.get("state") == "too_old"
+        if too_old:
+            said.insert(0, str(server["message"]))
+        said = said or [f"{len(rows)} problem(s)"]
         refuse(
-            "server_too_old" if server.get("state") == "too_old" else "unreachable",
-            what,
+            "server_too_old" if too_old else "unreachable" if unreachable else "malformed_lines",
+            "; ".join(said),
             1,
+            hint=None if unreachable or too_old else "each problem's fix is in the JSON on stdout",
             details={k: v for k, v in report.items() if k != "ok"},
         )
     emit(report)

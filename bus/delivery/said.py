@@ -12,7 +12,7 @@ already is not handed on again (it is still confirmed, like any line taken); one
 repeats some carries them in ``repeats``, and its rendered text says so
 (:func:`bus.core.notices.render_drained`).
 
-Writers (a drain, a listener, a waiter) append under the file's lock; past twice
+Writers (a drain, a listener, a waiter) append under the file's lock; past about twice
 :data:`SAID_KEEP` lines the file is replaced by its last :data:`SAID_KEEP`.
 """
 
@@ -33,6 +33,9 @@ SAID = "said.jsonl"
 # Two days of a busy session's messages at a thousand a day.
 SAID_KEEP = 2048
 _TRIES = 100
+# A message id's line, as the bus makes them (a UUID and its newline): the file is cut
+# back to its last ``keep`` lines past about twice that many.
+_LINE = 37
 
 
 def said_keys(line: dict[str, Any]) -> list[str]:
@@ -137,7 +140,7 @@ def record_said(
             write_all(fd, data)
             if sync:
                 os.fdatasync(fd)
-            if os.fstat(fd).st_size > 2 * keep * 64:
+            if os.fstat(fd).st_size > 2 * keep * _LINE:
                 _cut(session_dir, fd, keep)
             return
         finally:

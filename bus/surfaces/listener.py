@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any, TextIO
 
 from bus.core import unix_socket
-from bus.core.errors import BadInput, Refused
+from bus.core.errors import BadInput, BusError, Refused
 from bus.delivery.floor import SOCKET, Floor
 from bus.delivery.floor_lines import HEARD, line_key, record_heard
 from bus.delivery.said import SAID, SaidCache, record_said, unsaid
@@ -31,6 +31,9 @@ from bus.delivery.said import SAID, SaidCache, record_said, unsaid
 ACK_OK = b'{"ok": true}\n'
 ACK_NO = b'{"ok": false}\n'
 MAX_LINE = 1 << 20  # well above 8000 characters of text, escaped
+# How often an idle listener checks that its socket path still names its socket: a session
+# folder removed under it would otherwise leave it listening on a name nobody can reach.
+CHECK_S = 1.0
 
 OnLine = Callable[[dict[str, Any]], bool]
 
@@ -54,12 +57,17 @@ class Listener:
         *,
         remember: int = 1000,
         read_timeout: float = 30.0,
+        on_fail: Callable[[str], None] | None = None,
     ) -> None:
         self.session_dir = Path(session_dir)
         self.path = self.session_dir / SOCKET
         self.on_line = on_line
         self.remember = remember
         self.read_timeout = read_timeout
+        # Told why when the listener stops on its own (its socket path vanished and could
+        # not be bound again); ``error`` says it too.
+        self.on_fail = on_fail
+        self.error: str | None = None
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._said = SaidCache(self.session_dir)
         self._handle_lock = threading.Lock()
@@ -134,7 +142,7 @@ class Listener:
             # Another listener may have replaced our socket; its file is not ours to remove.
             if (st.st_dev, st.st_ino) == self._inode:
                 os.unlink(self.path)
-        except FileNotFoundError:
+        except OSError:  # gone, or its folder is (a file where it was)
             pass
 
     def __enter__(self) -> Listener:
@@ -156,7 +164,15 @@ class Listener:
             sel.register(self._server, selectors.EVENT_READ)
             sel.register(self._wake[0], selectors.EVENT_READ)
             while not self._stopped.is_set():
-                for key, _ in sel.select():
+                ready = sel.select(CHECK_S)
+                if not ready and not self._stopped.is_set() and not self._still_bound():
+                    old = self._server
+                    if not self._bind_again():
+                        return
+                    sel.unregister(old)
+                    old.close()
+                    sel.register(self._server, selectors.EVENT_READ)
+                for key, _ in ready:
                     if key.fileobj is not self._server or self._stopped.is_set():
                         continue
                     try:
@@ -167,6 +183,43 @@ class Listener:
                     self._threads = [x for x in self._threads if x.is_alive()]
                     self._threads.append(t)
                     t.start()
+
+    def _still_bound(self) -> bool:
+        """Does the socket path still name the socket this listener bound?"""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._inode
+
+    def _bind_again(self) -> bool:
+        """The socket path vanished (its session folder removed, the file unlinked) or
+        names another socket: bind it again and say so, or, when that cannot be done (a
+        live listener is there now, the folder cannot be made), say why and stop: a
+        listener never stays deaf in silence."""
+        try:
+            if not self.session_dir.is_dir():
+                os.makedirs(self.session_dir, mode=0o700, exist_ok=True)
+                os.chmod(self.session_dir, 0o700)
+            if unix_socket.live(self.path):
+                raise Refused(f"another listener is live on {self.path}", code="listening")
+            server = unix_socket.listen(self.path, 64)
+            st = os.stat(self.path)
+        except (OSError, BusError) as exc:
+            self.error = f"{self.path} vanished and could not be bound again: {exc}"
+            print(f"inbox listen: {self.error}; stopped", file=sys.stderr, flush=True)
+            self._stopped.set()
+            if self.on_fail is not None:
+                self.on_fail(self.error)
+            return False
+        self._inode = (st.st_dev, st.st_ino)
+        self._server = server
+        print(
+            f"inbox listen: {self.path} vanished (its session folder removed?); listening again",
+            file=sys.stderr,
+            flush=True,
+        )
+        return True
 
     def _serve(self, conn: socket.socket) -> None:
         with self._conns_lock:
@@ -285,6 +338,8 @@ def run_listener(
     """``inbox listen SID``: print (or pipe to ``exec_cmd``) each line until stopped.
 
     Blocks until Ctrl-C, SIGTERM, or ``stop`` is set; ``ready`` is set once listening.
+    1 when the listener stopped on its own (its socket path vanished and could not be
+    bound again: said on stderr), else 0.
     """
     handler = exec_handler(exec_cmd) if exec_cmd else print_handler(out)
     done = stop or threading.Event()
@@ -292,8 +347,14 @@ def run_listener(
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:
         previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
+    failed: list[str] = []
+
+    def on_fail(why: str) -> None:
+        failed.append(why)
+        done.set()
+
     try:
-        with Listener.for_session(floor, sid, handler) as listener:
+        with Listener.for_session(floor, sid, handler, on_fail=on_fail) as listener:
             print(f"inbox listen: listening on {listener.path}", file=sys.stderr, flush=True)
             if ready is not None:
                 ready.set()
@@ -303,4 +364,4 @@ def run_listener(
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
-    return 0
+    return 1 if failed else 0

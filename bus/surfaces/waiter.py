@@ -58,6 +58,9 @@ WAIT_BOUND_S = WAIT_TIMEOUT_S - 60
 # A waiter being replaced gets this long to let go of the lock.
 SUPERSEDE_S = 3.0
 _READ_S = 1.0  # the bus's sender waits 1 s for the ack
+# How often the waiter checks that its socket path still names its socket (a session
+# folder removed under it would leave it waiting where no notice can reach it).
+CHECK_S = 2.0
 
 
 LOG = "waiter.log"
@@ -173,6 +176,14 @@ def _ack(conn: socket.socket, ok: bool) -> None:
         conn.sendall(b'{"ok": true}\n' if ok else b'{"ok": false}\n')
 
 
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def _pidfd(pid: int | None) -> int | None:
     if not pid or pid <= 1 or not hasattr(os, "pidfd_open"):
         return None
@@ -199,9 +210,13 @@ class Waiter:
         self.out = out if out is not None else sys.stderr
         self.dir = bus.floor.session_dir(sid, create=True)
         self.why = "not started"
+        self.server: socket.socket | None = None
+        self.inode: tuple[int, int] | None = None
 
     def run(self) -> int:
-        """2 with the notice written to ``out``; 0 when it ends without one."""
+        """2 with the notice written to ``out``; 0 when it ends without one; 1 when its
+        socket vanished and could not be bound again (said on stderr and in
+        ``waiter.log``)."""
         lock = _take_lock(self.dir)
         if lock is None:
             note(self.dir, "the earlier waiter did not stop; not waiting")
@@ -219,18 +234,19 @@ class Waiter:
             _warn(said)
             self.why = said
         pidfd = _pidfd(self.parent_pid)
-        inode = os.stat(path).st_ino if server is not None else None
+        self.server = server
+        self.inode = _inode(path) if server is not None else None
         note(self.dir, said)
         code = 0
         try:
-            code = 0 if server is None else self._wait(server, sig_r, pidfd)
+            code = 0 if server is None else self._wait(sig_r, pidfd)
             return code
         finally:
             note(self.dir, f"exit {code}: {self.why}")
-            if server is not None:
-                server.close()
+            if self.server is not None:
+                self.server.close()
                 with contextlib.suppress(OSError):
-                    if os.stat(path).st_ino == inode:
+                    if _inode(path) == self.inode:
                         os.unlink(path)  # a newer listener's socket is not ours to remove
             signal.set_wakeup_fd(old_fd)
             for s, h in previous.items():
@@ -243,15 +259,21 @@ class Waiter:
                     (self.dir / PID).unlink()
             os.close(lock)  # releases the lock
 
-    def _wait(self, server: socket.socket, sig_r: int, pidfd: int | None) -> int:
+    def _wait(self, sig_r: int, pidfd: int | None) -> int:
         deadline = time.monotonic() + self.bound_s
-        watched: list[Any] = [server, sig_r] + ([pidfd] if pidfd is not None else [])
         while True:
+            server = self.server
+            assert server is not None
+            watched: list[Any] = [server, sig_r] + ([pidfd] if pidfd is not None else [])
             left = deadline - time.monotonic()
             if left <= 0:
                 self.why = "bound reached"
                 return 0
-            ready, _, _ = select.select(watched, [], [], left)
+            ready, _, _ = select.select(watched, [], [], min(left, CHECK_S))
+            if not ready and _inode(self.dir / SOCKET) != self.inode:
+                if not self._bind_again():
+                    return 1
+                continue
             if sig_r in ready:
                 self.why = "stopped (a newer waiter, a turn start, the session's end)"
                 return 0
@@ -269,6 +291,26 @@ class Waiter:
             if text:
                 self.why = "handed a notice over"
                 return 2
+
+    def _bind_again(self) -> bool:
+        """The socket path vanished (the session's folder removed) or names another
+        socket: bind it again, or say why not (stderr, ``waiter.log``) and end: a waiter
+        is never deaf in silence."""
+        path = self.dir / SOCKET
+        with contextlib.suppress(OSError):
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        server, said = _bind(path)
+        if server is None:
+            self.why = f"{path} vanished and could not be bound again: {said}"
+            _warn(self.why)
+            return False
+        assert self.server is not None
+        self.server.close()
+        self.server, self.inode = server, _inode(path)
+        message = f"{path} vanished (its session folder removed?); listening again"
+        _warn(message)
+        note(self.dir, message)
+        return True
 
     def _take(self, conn: socket.socket) -> str | None:
         """Hand one line over: the notice's text on ``out``, then the ack. A raw line (a

@@ -334,7 +334,13 @@ def listen(
     b = connect()
     run(lambda: check_session_id(sid))
     b.receipts.heartbeat(sid)  # a listening harness counts as seen (not stale)
-    run_listener(b.floor, sid, exec_cmd)
+    if run_listener(b.floor, sid, exec_cmd):
+        refuse(
+            "not_listening",
+            f"the listener of {sid} stopped: its socket vanished and could not be bound again",
+            1,
+            hint="see the line above; start `inbox listen` again once that is fixed",
+        )
 
 
 @app.command(rich_help_panel=EVERYDAY)

@@ -28,7 +28,7 @@ def line(i: int) -> dict[str, Any]:
 
 @pytest.fixture(autouse=True)
 def quick_checks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(listener_mod, "CHECK_S", 0.05)
+    monkeypatch.setattr(listener_mod, "CHECK_S", 0.05, raising=False)
 
 
 def test_a_listener_binds_again_when_its_folder_is_removed(

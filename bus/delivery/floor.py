@@ -123,7 +123,7 @@ def floor_sync(settings: Settings) -> bool:
     """Does the floor fsync what it writes? Unless the deployment's durability is
     ``memory``: a notice recorded as written then survives a power cut, as the send
     that caused it does."""
-    return str(getattr(settings, "durability", "memory")) != "memory"
+    return settings.durability != "memory"
 
 
 def skipped_words(lines: list[dict[str, Any]]) -> str | None:

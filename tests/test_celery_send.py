@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from celery import states
 from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.settings import SOURCE_ROOT, Settings, kombu_url
+from bus.trust.tokens import SCOPE_READ, SCOPE_WRITE, issue
 from workers.app import make_app, result_options
 from workers.dispatch import CeleryDispatcher
 from workers.tasks import SendRefused
@@ -132,3 +134,31 @@ def test_the_result_backend_is_the_brokers_redis(broker: str, backend: str | Non
     assert options.get("result_backend") == backend
     if backend:
         assert options["result_backend_transport_options"] == {"global_keyprefix": "p:celery:"}
+
+
+def test_the_worker_never_sends_with_the_token_of_the_shell_that_started_it(
+    settings: Settings, make_bus: Callable[..., Bus], start_worker: Callable[..., WorkerProcess]
+) -> None:
+    secret = "s" * 32
+    s = replace(settings, secret=secret)
+    b = make_bus(secret=secret)
+    b.open_session("alice")
+    b.open_session("demo")
+    alice = issue(secret, session="alice", scopes=[SCOPE_WRITE])
+    # The shell that starts the worker acts as alice.
+    start_worker(s, pool="solo", INBOX_TOKEN=alice, INBOX_SESSION="alice")
+    app = make_app(s)
+
+    bare = app.AsyncResult(call_send(s, {"to_id": "demo", "text": "as whom?"}))
+    with pytest.raises(SendRefused) as refused:
+        bare.get(timeout=30)
+    assert refused.value.code == "token_missing"
+
+    # The caller's own token, among the fields: sent, verified, as its subject.
+    sent = app.AsyncResult(call_send(s, {"to_id": "demo", "text": "mine", "token": alice}))
+    answer = sent.get(timeout=30)
+    assert answer["ok"] is True and answer["state"] == "stored"
+    demo = issue(secret, session="demo", scopes=[SCOPE_READ])
+    thread = b.read("demo", answer["thread"], token=demo)
+    (msg,) = thread["messages"]
+    assert msg["fromSession"] == "alice" and msg["verified"] is True

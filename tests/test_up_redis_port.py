@@ -1,6 +1,7 @@
 """``inbox up --redis-port N``, started as the README says: the embedded server listens on
 TCP with a generated password, and the worker and the scheduler it starts reach it (their
-store URL carries the password), so a send is delivered and its session woken."""
+store URL carries the password), so a send is delivered and its session woken. Its
+children never get the token or session of the shell that started it."""
 
 from __future__ import annotations
 
@@ -37,9 +38,11 @@ def test_inbox_up_with_a_redis_port_delivers_and_wakes(tmp_path: Path) -> None:
     home, port = tmp_path / "h", free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("INBOX_")}
     env.update({"INBOX_HOME": str(home), "INBOX_HOST": "porthost", "PYTHONPATH": str(REPO)})
+    # The shell that starts it acts as a session, with its token.
+    shell = {**env, "INBOX_TOKEN": "the-shells-token", "INBOX_SESSION": "the-shells-session"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "bus.surfaces.cli.app", "up", "--redis-port", str(port)],
-        env=env,
+        env=shell,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -77,6 +80,13 @@ def test_inbox_up_with_a_redis_port_delivers_and_wakes(tmp_path: Path) -> None:
 
         wait_for(woken, timeout=60, what="the worker's delivery and wake", interval=0.3)
         assert "Authentication required" not in (home / "logs" / "worker.log").read_text()
+        rows = json.loads((home / "up.procs.json").read_text())
+        children = [r for r in rows if r["role"] in ("worker", "scheduler", "commands")]
+        assert {r["role"] for r in children} == {"worker", "scheduler", "commands"}, rows
+        for row in children:
+            environ = Path(f"/proc/{row['pid']}/environ").read_bytes().split(b"\0")
+            names = {e.split(b"=", 1)[0] for e in environ}
+            assert not names & {b"INBOX_TOKEN", b"INBOX_SESSION"}, row
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)

@@ -59,7 +59,9 @@ def get_bus() -> Bus:
     """One Bus per worker process, built from the environment on first use."""
     global _bus
     if _bus is None:
-        settings = Settings.from_env()
+        # Never the token or session of the shell that started it: a task acts only with
+        # what its caller hands it (the send task's ``token``).
+        settings = replace(Settings.from_env(), token=None, session=None)
         if settings.metrics_flush_s is None:
             settings = replace(settings, metrics_flush_s=METRICS_FLUSH_S)
         _bus = connect(settings, dispatcher=CeleryDispatcher())
@@ -168,9 +170,12 @@ def send(**fields: Any) -> dict[str, Any]:
 
     The answer (message id, thread, receipt state) is the task's result, kept
     ``INBOX_SEND_RESULT_EXPIRES_S`` (``celery -A workers result <task id>``); a refusal
-    is the task's FAILURE (:class:`SendRefused`), not retried."""
+    is the task's FAILURE (:class:`SendRefused`), not retried. With ``INBOX_SECRET`` set
+    the sender's ``token`` comes among the fields (the worker has none of its own):
+    without one the send is refused ``token_missing``."""
+    token = fields.pop("token", None)
     try:
-        answer = get_bus().send(fields)
+        answer = get_bus().send(fields, token=str(token) if token else None)
     except BusError as exc:
         raise SendRefused.of(exc) from None
     refusal = answer_refusal(answer)

@@ -64,6 +64,10 @@ def kombu_url(url: str) -> str:
     return url
 
 
+# A caller's identity: never handed to the bus's own long-running processes.
+ACTING_VARS = ("INBOX_TOKEN", "INBOX_SESSION")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the bus reads from the environment, with their defaults."""
@@ -259,6 +263,15 @@ class Settings:
         env.update(self.to_env())
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = f"{SOURCE_ROOT}{os.pathsep}{path}" if path else str(SOURCE_ROOT)
+        return env
+
+    def service_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """:meth:`child_env` for the bus's own processes (worker, scheduler, command
+        server): without ``INBOX_TOKEN`` and ``INBOX_SESSION``, so none of them acts as
+        whoever's shell started it; each caller's token comes with its own request."""
+        env = self.child_env(base)
+        for name in ACTING_VARS:
+            env.pop(name, None)
         return env
 
     @property

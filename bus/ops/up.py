@@ -99,7 +99,7 @@ def processes(
 def _supervise(
     settings: Settings, stop: threading.Event, *, concurrency: int, redis_port: int
 ) -> int:
-    env = settings.child_env()
+    env = settings.service_env()  # the shell's INBOX_TOKEN and INBOX_SESSION stay here
     children: list[Child] = []
     if not settings.redis_url:
         embedded = EmbeddedRedis(settings.embedded_socket, settings.embedded_data, port=redis_port)

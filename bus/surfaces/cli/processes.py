@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from bus.core.settings import Settings
+from bus.core.settings import ACTING_VARS, Settings
 from bus.ops.procs import worker_argv
 from bus.surfaces.refusal import emit, run
 
@@ -54,6 +54,8 @@ def worker(
     run(lambda: check_session_id(settings.host, "host name"))
     # Celery runs in its own program (bus/ never imports Celery): this process becomes it.
     argv = [sys.executable, "-m", "celery", "-A", "workers"]
+    for name in ACTING_VARS:  # it never acts as whoever's shell started it
+        os.environ.pop(name, None)
     os.execv(sys.executable, [*argv, *worker_argv(settings, concurrency, pool, loglevel)])
 
 
@@ -67,6 +69,8 @@ def scheduler(
 ) -> None:
     """The scheduled work (debounced wakes, flushes, retries); `inbox up` runs it for you."""
     run(Settings.from_env)  # a bad setting is refused before anything starts
+    for name in ACTING_VARS:  # it never acts as whoever's shell started it
+        os.environ.pop(name, None)
     from bus.delivery.scheduler import run as run_scheduler
 
     b = connect()  # the dispatcher by name (INBOX_DISPATCHER): bus/ imports no workers

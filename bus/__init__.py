@@ -24,8 +24,10 @@ if TYPE_CHECKING:
     from bus.core.settings import Settings
 
     from .api import Bus, connect
+    from .core.version import __version__
 
 _WHERE = {
+    "__version__": "core.version",
     "Bus": "api",
     "connect": "api",
     "Ambiguous": "core.errors",
@@ -67,6 +69,7 @@ __all__ = [
     "Settings",
     "Unauthorized",
     "Unavailable",
+    "__version__",
     "connect",
     "parse_message",
 ]

@@ -26,6 +26,7 @@ from bus.core.settings import Settings
 from bus.delivery.engine import deliver_many as deliver_batch
 from bus.delivery.kick_list import KickLoop
 from bus.delivery.scheduler import tick as run_tick
+from bus.ops.upgrade import EXIT_DATA_TOO_NEW, DataTooNew, check_readable
 from bus.store.outage_log import OUTAGE_ERRORS, Outage
 from bus.telemetry.host_floor import HostFloor, HostTaken, claim_floor
 from bus.telemetry.liveness import Heartbeat
@@ -85,6 +86,13 @@ def _claim_host(**_: Any) -> None:
     another floor's worker holding it ends this one with exit 5."""
     global _floor
     bus = get_bus()
+    try:
+        check_readable(bus.store)  # a host older than the store's data does not start
+    except DataTooNew as exc:
+        print(f"inbox worker: {exc}", file=sys.stderr, flush=True)
+        os._exit(EXIT_DATA_TOO_NEW)
+    except Exception as exc:  # the store not answering: the claim below says so
+        log.warning("the store's data version could not be read: %s", exc)
     try:
         _floor = claim_floor(bus.store, bus.settings.host, bus.settings.home)
     except HostTaken as exc:

@@ -81,6 +81,8 @@ def worker_rows(
             row["pid"] = int(beat["pid"])
         if beat.get("done"):
             row["done"] = int(beat["done"])
+        if beat.get("version"):  # the release the process runs (none before 0.2.0)
+            row["version"] = beat["version"]
         if name != SCHEDULER:
             row["queue"] = depth
         rows.append(row)
@@ -119,22 +121,31 @@ def status_report(
     memory: dict[str, Any],
     unreachable: dict[str, dict[str, str]] | None = None,
     processes: list[dict[str, Any]] | None = None,
+    wake_off: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The status answer: each session's record without its unset (``None``) fields and
     with its backlog, beside the host, the store's (redacted) address and the home, and
     the processes this host's ``inbox up`` runs (bus.core.up_procs; none without one). A
     session in ``unreachable`` (this host's, its socket neither bindable nor reachable:
-    no wake while idle, no message mid-turn) carries its ``{"reason", "fix"}`` there."""
+    no wake while idle, no message mid-turn) carries its ``{"reason", "fix"}`` there; one
+    in ``wake_off`` (this host's, its wake command not kept here: bus.core.wake_consent)
+    its ``wake``: ``{"state": "off", "reason", "fix"}``. ``version`` is the release this
+    host runs; each worker's row says the one it runs."""
+    from bus.core.version import __version__
+
     rows = []
     for row, backlog in zip(sessions, backlogs, strict=True):
         shown = {k: v for k, v in row.items() if v is not None}
         shown["backlog"] = backlog
         if unreachable and row.get("session") in unreachable:
             shown["unreachable"] = unreachable[row["session"]]
+        if wake_off and row.get("session") in wake_off:
+            shown["wake"] = wake_off[row["session"]]
         rows.append(shown)
     return {
         "ok": True,
         "host": host,
+        "version": __version__,
         "store": store,
         "home": home,
         "sessions": rows,

@@ -200,8 +200,13 @@ class Supervisor:
         self.record = record
         self._recorded: list[dict[str, Any]] | None = None
 
-    def start(self) -> Supervisor:
+    def start(self, before_workers: Callable[[], None] | None = None) -> Supervisor:
+        """Start the children, highest stage first; ``before_workers`` runs once the
+        later stages (Redis) are started and before stage 0 (workers, scheduler)."""
         for child in sorted(self.children, key=lambda c: -c.stage):
+            if before_workers is not None and child.stage == 0:
+                before_workers()
+                before_workers = None
             child.start()
         self._record()
         return self

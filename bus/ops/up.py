@@ -18,6 +18,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from bus.core.private_files import private_dirs
@@ -31,6 +32,10 @@ from .embedded import EmbeddedRedis
 from .server_gate import up_gate
 from .standby import Standby, scheduler_standby_argv, standby_argv
 from .supervise import AlreadyRunning, Child, HomeLock, Supervisor, spawn_logged
+from .upgrade import EXIT_DATA_TOO_NEW
+
+# How long the embedded server (or the configured one) may take to answer at the start.
+STORE_WAIT_S = 60.0
 
 
 def _banner(settings: Settings, url: str, logs: Path) -> str:
@@ -46,6 +51,21 @@ def _banner(settings: Settings, url: str, logs: Path) -> str:
             "Ctrl-C stops everything.",
         ]
     )
+
+
+def prepare_store(settings: Settings, store_url: str) -> None:
+    """Refuse a store whose data is newer than this host's code, upgrade older data and
+    name the wake commands that wait for a person (bus.ops.upgrade.prepare)."""
+    from bus.store import data_version
+    from bus.store.connect import open_store
+
+    from .upgrade import prepare
+
+    store = open_store(replace(settings, redis_url=store_url))
+    try:
+        prepare(store, settings, lambda line: print(line, flush=True), wait_s=STORE_WAIT_S)
+    finally:
+        data_version.close(store)
 
 
 def run_up(settings: Settings, *, concurrency: int = 2, redis_port: int = 0) -> int:
@@ -78,6 +98,7 @@ def processes(
     fatal = {
         EXIT_HOST_TAKEN: f"another floor serves host {settings.host}; stopping",
         EXIT_HOME_GONE: f"its INBOX_HOME {settings.home} is gone; stopping",
+        EXIT_DATA_TOO_NEW: "the store's data is newer than this host's inbox; stopping",
     }
     cold = spawn_logged(worker, env, wlog)
     spare = Standby(standby_argv(concurrency), env, wlog, cold) if settings.worker_standby else None
@@ -137,7 +158,8 @@ def _supervise(
     )
     sup = Supervisor(children, store=store, record=lambda rows: write_procs(settings.home, rows))
     try:
-        sup.start()
+        # The store's data checked and upgraded before a worker reads it (bus.ops.upgrade).
+        sup.start(before_workers=lambda: prepare_store(settings, store_url))
         # The embedded server is checked once it is up (INBOX_SERVER_BINARY may be old).
         if not settings.redis_url and not up_gate(store_url, cluster=False):
             sup.stop()

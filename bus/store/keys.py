@@ -53,6 +53,8 @@ buses, or several tests, share one server.
 | ``P:{sid}:rsubs`` | zset: the reader's own subscription names → last use (ms); at most ``INBOX_SUB_MAX`` | a reader's watch (MCP, the gateway; sub_claim.lua) | idle names dropped after ``INBOX_SUB_IDLE_S``; expires with them |
 | ``P:{hs:<skeleton>}:skel`` | hash: session id → "" for the sessions whose handle is not ASCII, by the handle's confusable skeleton (bus.trust.rules.skeleton) | session open | - |
 | ``P:member_folds`` | hash: a member's ``workspace:name`` folded (bus.trust.rules.handle_fold) → ``workspace/name``: handles folding alike are reserved | member add | - |
+| ``P:data`` | hash: version (the data version the store's keys are in, bus.store.data_version), release (the last release that upgraded it), at (ms), by (host): a host whose code reads an older version refuses to start | ``inbox up`` / ``inbox upgrade`` (bus/ops/upgrade.py) | - |
+| ``P:data:lock`` | string: the token of the host upgrading the data (SET NX PX): one host migrates at a time | ``inbox up`` / ``inbox upgrade`` | TTL 60 s, renewed while it works |
 | ``P:memory`` | hash: server setting → JSON of the scheduler's last outcome (want, found, state, why, at; bus/store/server_memory.py) | scheduler, once a minute | - |
 | ``P:hostclaim:<host>:refused`` | hash: floor, pid, at (ms), holder, holder_pid: the last worker refused the host | a refused worker | TTL 1 hour |
 | ``P:{kick:<host>}:list`` | list: session ids whose delivery a loop of the host's workers runs (``INBOX_KICK=list``, bus/delivery/kick_list.py) | dispatch (kick_push.lua) | popped by the loops; no more pushes past 10,000 |
@@ -294,6 +296,31 @@ class Keys:
         check_session_id(reader)
         check_session_id(name, "subscription name")
         return f"{reader}/{name}"
+
+    @property
+    def data(self) -> str:
+        """The version of the data the store keeps (bus.store.data_version)."""
+        return f"{self.prefix}:data"
+
+    @property
+    def data_lock(self) -> str:
+        """Held by the one host upgrading the store's data."""
+        return f"{self.prefix}:data:lock"
+
+    def sub_pattern(self) -> str:
+        """A SCAN pattern matching every durable subscription's record (:meth:`sub`)."""
+        return f"{self.prefix}:sub:*"
+
+    def members_pattern(self) -> str:
+        """A SCAN pattern matching every workspace's members (:meth:`members`)."""
+        return f"{self.prefix}:{{ws:*}}:members"
+
+    def members_workspace(self, key: str) -> str | None:
+        """The workspace whose members key ``key`` is (:meth:`members_pattern`), or None."""
+        head, tail = f"{self.prefix}:{{ws:", "}:members"
+        if key.startswith(head) and key.endswith(tail):
+            return key[len(head) : -len(tail)]
+        return None
 
     @property
     def memory(self) -> str:

@@ -197,8 +197,11 @@ def _send_tool(bus: Bus) -> Callable[..., CallToolResult]:
 
 def build_server(bus: Bus) -> MCPServer:
     """An MCP server whose tools act for the caller session on ``bus``."""
+    from bus.core.version import __version__
+
     server: MCPServer = MCPServer(
         "inbox",
+        version=__version__,  # the client's initialize answer names it (serverInfo)
         instructions=(
             "Messages between agent sessions. Agent messages never become turns: read your "
             "threads with `threads`/`read`, answer with `reply`, send with `send`."

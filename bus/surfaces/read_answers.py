@@ -147,6 +147,7 @@ def status(store: Any, settings: Any) -> dict[str, Any]:
     from bus.core.locate import redact
     from bus.core.unix_socket import session_problems
     from bus.core.up_procs import read_procs
+    from bus.core.wake_consent import wake_off
 
     rows = [_checked(row) for row in store.sessions()]
     return status_report(
@@ -159,4 +160,5 @@ def status(store: Any, settings: Any) -> dict[str, Any]:
         memory=memory_report(store.memory_report()),
         unreachable=session_problems(settings.home, local_sessions(settings.host, rows)),
         processes=read_procs(settings.home),
+        wake_off=wake_off(str(settings.home), settings.host, rows),
     )

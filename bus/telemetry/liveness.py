@@ -22,6 +22,7 @@ from bus.core.models import now_ms
 from bus.core.status_view import SCHEDULER as SCHEDULER
 from bus.core.status_view import host_queue as host_queue
 from bus.core.status_view import queue_of, worker_rows
+from bus.core.version import __version__
 from bus.store.redis_errors import StoreError
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ class Heartbeat:
         fields: dict[str, Any] = {"beat": now, "pid": os.getpid()}
         if started:
             fields["started"] = now
+            fields["version"] = __version__  # the release this host runs (inbox status)
         try:
             self.store.beat(self.name, fields)
         except StoreError:

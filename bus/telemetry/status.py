@@ -9,6 +9,7 @@ from bus.core.hook_env import redact
 from bus.core.status_view import local_sessions
 from bus.core.status_view import status_report as report
 from bus.core.up_procs import read_procs
+from bus.core.wake_consent import wake_off
 from bus.store import server_memory
 
 from . import liveness
@@ -38,4 +39,5 @@ def status_report(store: Store, settings: Settings) -> dict[str, Any]:
             settings.home, local_sessions(settings.host, rows)
         ),
         processes=read_procs(settings.home),
+        wake_off=wake_off(str(settings.home), settings.host, rows),
     )

@@ -41,6 +41,25 @@ app = typer.Typer(
     # Panels need rich help; markdown (not rich markup) keeps START/END[/TZ] literal.
     rich_markup_mode="markdown",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from bus.core.version import __version__
+
+        typer.echo(f"inbox {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="print the version"
+    ),
+) -> None:
+    """The inbox that multi-agent swarms run on."""
+
+
 session_app = typer.Typer(help="Register and close sessions.", no_args_is_help=True)
 app.add_typer(session_app, name="session", rich_help_panel=EVERYDAY)
 
@@ -404,9 +423,11 @@ def doctor(
     """What keeps a session of this host from being woken or heard, and floor lines no drain could read: the reason and the fix (exit 1 when any)."""
     from bus.core.settings import Settings
     from bus.ops.doctor import doctor_report
+    from bus.ops.upgrade import with_wake_consent
 
     settings = run(Settings.from_env)
     report = run(lambda: doctor_report(settings.home, sids, settings=settings))
+    report = run(lambda: with_wake_consent(report, settings, sids))
     server = report.get("server") or {}
     if server.get("state") not in (None, "ok", "too_old"):
         print(f"inbox doctor: the store's server: {server['message']}", file=sys.stderr)
@@ -414,6 +435,7 @@ def doctor(
         rows = report["problems"]
         unreachable = {p["session"] for p in rows if p.get("check") == "socket"}
         torn = {p["session"] for p in rows if p.get("check") == "malformed"}
+        unwoken = {p["session"] for p in rows if p.get("check") == "wake_consent"}
         said = []
         if unreachable:
             said.append(
@@ -422,18 +444,40 @@ def doctor(
             )
         if torn:
             said.append(f"{len(torn)} session(s) have unreadable floor lines kept aside")
+        if unwoken:
+            said.append(
+                f"{len(unwoken)} session(s) are not woken by their wake command until it is"
+                " kept on this host"
+            )
         too_old = server.get("state") == "too_old"
         if too_old:
             said.insert(0, str(server["message"]))
         said = said or [f"{len(rows)} problem(s)"]
         refuse(
-            "server_too_old" if too_old else "unreachable" if unreachable else "malformed_lines",
+            "server_too_old"
+            if too_old
+            else "unreachable"
+            if unreachable
+            else "malformed_lines"
+            if torn
+            else "wake_consent",
             "; ".join(said),
             1,
             hint=None if unreachable or too_old else "each problem's fix is in the JSON on stdout",
             details={k: v for k, v in report.items() if k != "ok"},
         )
     emit(report)
+
+
+@app.command(rich_help_panel=OPERATIONS)
+def upgrade() -> None:
+    """Upgrade the store's data to this release (`inbox up` does it at its start); name the wake commands waiting for your consent."""
+    from bus.core.settings import Settings
+    from bus.ops.upgrade import prepare
+
+    settings = run(Settings.from_env)
+    b = connect()
+    emit(bus_call(lambda: prepare(b.store, settings, lambda line: print(line, file=sys.stderr))))
 
 
 @app.command(rich_help_panel=EVERYDAY)

@@ -1,0 +1,305 @@
+"""Upgrading from the previous release: data written by inbox 0.1.0's own code
+(tests/fixtures/release_0_1_0.json, made by tests/fixtures/make_release_data.py) opened by
+this release. Sessions, unread messages, receipts, tokens, handles, subscriptions and wake
+commands are as before, or said; the data is upgraded once, under a lock, and a kill
+half-way is finished by the next run; a host older than the data refuses to start."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bus.api import Bus
+from bus.core import wake_consent
+from bus.core.errors import BadInput, Refused
+from bus.core.settings import Settings
+from bus.core.version import __version__
+from bus.delivery import kept_wake
+from bus.ops import upgrade
+from bus.ops.migrations import MIGRATIONS, Migration, Run, split_reader_sub
+from bus.store import data_version as dv
+from bus.trust.rules import member_fold, skeleton
+from tests.conftest import settings_env
+
+FIXTURE = Path(__file__).parent / "fixtures" / "release_0_1_0.json"
+INBOX = Path(sys.executable).parent / "inbox"
+
+
+def load_release(bus: Bus, home: Path) -> dict[str, Any]:
+    """Write the 0.1.0 fixture's keys under ``bus``'s prefix and its files under ``home``."""
+    data = json.loads(FIXTURE.read_text())
+    r, prefix = bus.store.r, bus.settings.key_prefix
+    for name, entry in data["keys"].items():
+        key, kind, value = f"{prefix}:{name}", entry["type"], entry["value"]
+        if kind == "string":
+            r.set(key, value)
+        elif kind == "hash":
+            r.hset(key, mapping=value)
+        elif kind == "list":
+            r.rpush(key, *value)
+        elif kind == "set":
+            r.sadd(key, *value)
+        elif kind == "zset":
+            r.zadd(key, {member: score for member, score in value})
+        elif kind == "stream":
+            for eid, fields in value:
+                r.xadd(key, fields, id=eid)
+            if not value:  # emptied by the delivery: the stream stays, at its last id
+                r.xadd(key, {"x": "1"}, id="0-1")
+                r.xdel(key, "0-1")
+    for rel, text in data["files"].items():
+        path = home / rel
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.write_text(text)
+    return data
+
+
+@pytest.fixture
+def old(settings: Settings, make_bus: Any) -> tuple[Bus, dict[str, Any]]:
+    data = json.loads(FIXTURE.read_text())
+    s = replace(settings, host=data["host"], secret=data["secret"])
+    b = make_bus(host=s.host, secret=s.secret)
+    return b, load_release(b, s.home)
+
+
+def reader(bus: Bus, sid: str) -> str:
+    return str(bus.issue_token(session=sid, scopes=["agent:inbox:read"])["token"])
+
+
+def inbox(s: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **settings_env(s)}
+    return subprocess.run(
+        [str(INBOX), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_the_fixture_was_written_by_the_previous_release() -> None:
+    data = json.loads(FIXTURE.read_text())
+    assert data["release"] == "0.1.0" and data["made_by"].endswith("make_release_data.py")
+    assert "data" not in data["keys"]  # 0.1.0 kept no data version
+
+
+def test_release_data_opened_by_this_release(old: tuple[Bus, dict[str, Any]]) -> None:
+    bus, data = old
+    s, facts = bus.settings, data["facts"]
+    said: list[str] = []
+    report = upgrade.prepare(bus.store, s, said.append)
+
+    # Upgraded once: each migration said what it did, the version stamped.
+    assert report["was"] == 1 and report["version"] == dv.DATA_VERSION == 2
+    assert [r["migration"] for r in report["ran"]] == [m.name for m in MIGRATIONS]
+    assert dv.read(bus.store)["release"] == __version__
+    text = "\n".join(said)
+    assert "1 handle(s) indexed for look-alikes (cafe)" in text
+    assert "1 member name(s) indexed against look-alike handles (acme/dean)" in text
+    assert "1 reader subscription(s) renamed, cursors kept (alpha.feed -> alpha/feed)" in text
+
+    # Handles: the look-alike index holds cafe's (Cyrillic, reads as xa:ape): the plain
+    # xa:ape is refused while cafe holds it.
+    cyrillic = "\u0445\u0430:\u0430\u0440\u0435"
+    assert bus.store.r.hkeys(bus.store.k.skeleton_map(skeleton(cyrillic))) == ["cafe"]
+    with pytest.raises(BadInput) as refused:
+        bus.open_session("copy", handle="xa:ape")
+    assert refused.value.code == "handle_lookalike"
+    assert bus.store.member_by_fold(member_fold("acme", "dean")) == "acme/dean"
+
+    # Subscriptions: the reader's goes on from its cursors under its new name.
+    assert bus.store.sub_cursors("alpha/feed", ["waker", "lane"]) == {
+        sid: data["keys"][f"{{{sid}}}:subs"]["value"]["alpha.feed"] for sid in ("waker", "lane")
+    }
+    assert not bus.store.r.exists(bus.store.k.sub("alpha.feed"))
+    assert bus.store.r.zrange(bus.store.k.reader_subs("alpha"), 0, -1) == ["feed"]
+
+    # Sessions, handles, unread messages, receipts and tokens as 0.1.0 left them.
+    assert bus.session("cafe").handle == cyrillic
+    assert bus.session("lane").workspace == "acme" and bus.session("lane").parent == "alpha"
+    token = facts["token"]
+    for sid in facts["messages"]:
+        threads = bus.threads(sid, token=reader(bus, sid))["threads"]
+        assert len(threads) == 1 and threads[0]["unread"] == 1, threads
+    receipt = bus.receipt(facts["messages"]["waker"], token=token)
+    assert receipt["state"] == "stored", receipt
+    with pytest.raises(Exception, match="revoked"):
+        bus.receipt(facts["messages"]["alpha"], token=facts["revoked"])
+
+    # The wake command 0.1.0 kept in Redis only: named with the command, off until kept.
+    assert [c["session"] for c in report["wake_consent"]] == ["waker"]
+    fix = report["wake_consent"][0]["fix"]
+    assert fix == "inbox session open waker --wake-cmd 'touch woke-by-record'"
+    assert any(line.strip() == f"waker: {fix}" for line in said)
+    status = json.loads(inbox(s, "status").stdout)
+    rows = {row["session"]: row for row in status["sessions"]}
+    assert rows["waker"]["wake"]["state"] == "off" and "wake" not in rows["alpha"]
+    assert status["version"] == __version__
+    doctor = inbox(s, "doctor")
+    assert doctor.returncode == 1 and json.loads(doctor.stdout)["error"] == "wake_consent"
+    assert "waker" in doctor.stdout and "inbox session open waker" in doctor.stdout
+
+    # Run again: nothing is migrated twice, the consent is named again.
+    again: list[str] = []
+    assert upgrade.prepare(bus.store, s, again.append)["ran"] == []
+    assert not any("upgrade:" in line for line in again) and any("waker" in x for x in again)
+
+    # The person runs the command named: the wake command is kept; doctor is content.
+    done = inbox(s, *shlex.split(fix)[1:])
+    assert done.returncode == 0, done.stderr
+    assert kept_wake.kept(bus.delivery.floor, "waker") == "touch woke-by-record"
+    assert upgrade.wake_consents(bus.store, s) == []
+    assert inbox(s, "doctor").returncode == 0
+    assert (
+        "wake"
+        not in {r["session"]: r for r in json.loads(inbox(s, "status").stdout)["sessions"]}["waker"]
+    )
+
+
+def test_a_migration_killed_half_way_is_finished_by_the_next_run(bus: Bus) -> None:
+    bus.open_session("ab")
+    done: list[str] = []
+
+    def first(run: Run) -> str:
+        done.append("first")
+        return "first done"
+
+    def killed(run: Run) -> str:
+        raise KeyboardInterrupt  # the process killed in the middle of the step
+
+    steps = (Migration(2, "first", first), Migration(2, "second", killed))
+    with pytest.raises(KeyboardInterrupt):
+        upgrade.upgrade(bus.store, "h", done.append, migrations=steps)
+    assert dv.version_of(dv.read(bus.store)) is None  # not stamped: the step runs again
+    assert dv.take_lock(bus.store) is not None  # the lock was let go (here, by finally)
+    bus.store.r.delete(bus.store.k.data_lock)
+    steps = (Migration(2, "first", first), Migration(2, "second", lambda run: "second done"))
+    said: list[str] = []
+    report = upgrade.upgrade(bus.store, "h", said.append, migrations=steps)
+    assert report["version"] == 2 and said == [
+        "inbox upgrade: first: first done",
+        "inbox upgrade: second: second done",
+    ]
+    assert upgrade.upgrade(bus.store, "h", said.append, migrations=steps)["ran"] == []
+
+
+def test_one_host_upgrades_while_the_others_wait(bus: Bus) -> None:
+    bus.open_session("ab")
+    held = dv.take_lock(bus.store)
+    assert held is not None
+    with pytest.raises(Refused) as busy:
+        upgrade.upgrade(bus.store, "h", print, wait_s=0.3)
+    assert busy.value.code == "upgrade_busy"
+    said: list[str] = []
+    started = threading.Event()
+
+    def other_host() -> None:
+        started.set()
+        upgrade.upgrade(bus.store, "h2", said.append, wait_s=30)
+
+    t = threading.Thread(target=other_host)
+    t.start()
+    started.wait(5)
+    dv.stamp(bus.store, dv.DATA_VERSION, __version__, "h", 0)  # the holder finished
+    dv.release_lock(bus.store, held)
+    t.join(30)
+    assert not t.is_alive() and said == []  # it found the work done
+
+
+def test_a_new_store_is_stamped_without_migrating(bus: Bus) -> None:
+    said: list[str] = []
+    report = upgrade.upgrade(bus.store, "h", said.append)
+    assert report["was"] is None and report["ran"] == [] and said == []
+    assert dv.version_of(dv.read(bus.store)) == dv.DATA_VERSION
+
+
+def test_a_host_older_than_the_data_refuses_to_start(settings: Settings, bus: Bus) -> None:
+    dv.stamp(bus.store, dv.DATA_VERSION + 1, "9.9.0", "newer", 0)
+    up = subprocess.run(
+        [str(INBOX), "up"],
+        env={**os.environ, **settings_env(settings)},
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert up.returncode == 1, up.stdout + up.stderr
+    assert json.loads(up.stdout.splitlines()[-1])["error"] == "data_too_new"
+    assert "upgrade this host to inbox 9.9.0 or later" in up.stderr
+    assert not bus.store.r.exists(bus.store.k.beat(settings.host))  # no worker ran
+    refused = inbox(settings, "upgrade")
+    assert refused.returncode == 1 and "9.9.0" in refused.stderr
+
+
+def test_this_release_delivers_into_data_not_yet_upgraded(
+    old: tuple[Bus, dict[str, Any]],
+) -> None:
+    """A rolling upgrade: a host on this release serves sessions 0.1.0 wrote before any
+    host ran the migrations, and the migration then loses nothing sent meanwhile."""
+    bus, data = old
+    token, op = data["facts"]["token"], reader(bus, "waker")
+    sent = bus.send({"to_id": "waker", "text": "still there?"}, token=token)
+    bus.deliver_session("waker")
+    assert bus.threads("waker", token=op)["threads"][0]["unread"] == 2
+    upgrade.upgrade(bus.store, bus.settings.host, lambda line: None)
+    assert bus.receipt(sent["id"], token=token)["state"] == "stored"
+    assert bus.threads("waker", token=op)["threads"][0]["unread"] == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "sessions", "split"),
+    [
+        ("alpha.feed", {"alpha"}, ("alpha", "feed")),
+        ("a.b.feed", {"a.b"}, ("a.b", "feed")),
+        ("a.b.feed", {"a"}, ("a", "b.feed")),
+        ("nightly", {"nightly"}, None),  # a plain durable subscription
+        ("ops.nightly", set(), None),  # no such reader: left as it is
+        ("alpha/feed", {"alpha"}, None),  # already 0.2.0's
+    ],
+)
+def test_split_reader_sub(name: str, sessions: set[str], split: tuple[str, str] | None) -> None:
+    assert split_reader_sub(name, sessions.__contains__) == split
+
+
+@pytest.mark.parametrize(
+    ("row", "fix"),
+    [
+        (
+            {"session": "w", "host": "h", "wake_cmd": "run it"},
+            "inbox session open w --wake-cmd 'run it'",
+        ),
+        (
+            {
+                "session": "w",
+                "host": "h",
+                "handle": "h:x",
+                "parent": "p",
+                "agent_inbox": False,
+                "wake_cmd": "c",
+            },
+            "inbox session open w --handle h:x --parent p --no-agent-inbox --wake-cmd c",
+        ),
+        (
+            {"session": "w", "host": "h", "handle": "h:w", "wake_cmd": "c;rm"},
+            "inbox session open w --wake-cmd 'c;rm'",
+        ),
+    ],
+)
+def test_the_fix_opens_the_session_again_as_its_record_says(row: dict[str, Any], fix: str) -> None:
+    assert wake_consent.fix(row) == fix
+
+
+def test_the_kept_file_name_is_the_delivery_s() -> None:
+    assert wake_consent.WAKE_FILE == kept_wake.WAKE_FILE
+
+
+@pytest.mark.parametrize(
+    ("stored", "ours", "refused"), [(None, 2, False), (1, 2, False), (2, 2, False), (3, 2, True)]
+)
+def test_too_new(stored: int | None, ours: int, refused: bool) -> None:
+    assert dv.too_new(stored, ours) is refused

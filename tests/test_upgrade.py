@@ -161,6 +161,51 @@ def test_release_data_opened_by_this_release(old: tuple[Bus, dict[str, Any]]) ->
     )
 
 
+@pytest.mark.slow
+def test_inbox_up_says_what_it_upgraded_and_names_the_wake_commands(
+    old: tuple[Bus, dict[str, Any]],
+) -> None:
+    bus, _ = old
+    env = {**os.environ, **settings_env(bus.settings)}
+    env.update(INBOX_WORKER_STANDBY="0", INBOX_SCHEDULER_STANDBY="0")
+    up = subprocess.Popen(
+        [str(INBOX), "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines: list[str] = []
+    try:
+        assert up.stdout is not None
+        timer = threading.Timer(90, up.kill)  # bounds the read below
+        timer.start()
+        for line in up.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.strip().startswith("waker: "):
+                break
+        timer.cancel()
+    finally:
+        up.terminate()
+        up.wait(60)
+    text = "\n".join(lines)
+    assert text.count("inbox upgrade: ") == len(MIGRATIONS), text
+    assert "reader subscriptions: 1 reader subscription(s) renamed" in text
+    assert "1 session(s) of this host are not woken by their wake command" in text
+    assert lines[-1].strip() == "waker: inbox session open waker --wake-cmd 'touch woke-by-record'"
+    assert dv.version_of(dv.read(bus.store)) == dv.DATA_VERSION
+
+
+def test_each_host_says_the_release_it_runs(settings: Settings, bus: Bus) -> None:
+    from bus.telemetry.liveness import Heartbeat
+    from workers.app import make_app
+
+    Heartbeat(bus, settings.host).beat(started=True)
+    rows = {row["name"]: row for row in bus.status()["workers"]}
+    assert rows[settings.host]["version"] == __version__
+    conf = make_app(settings).conf.table(with_defaults=False)  # Flower's worker Config tab
+    assert conf["inbox_version"] == __version__
+    assert conf["inbox_data_version"] == dv.DATA_VERSION
+    version = inbox(settings, "--version")
+    assert version.returncode == 0 and version.stdout == f"inbox {__version__}\n"
+
+
 def test_a_migration_killed_half_way_is_finished_by_the_next_run(bus: Bus) -> None:
     bus.open_session("ab")
     done: list[str] = []
@@ -303,3 +348,18 @@ def test_the_kept_file_name_is_the_delivery_s() -> None:
 )
 def test_too_new(stored: int | None, ours: int, refused: bool) -> None:
     assert dv.too_new(stored, ours) is refused
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_mcp_server_says_its_version(settings: Settings, anyio_backend: str) -> None:
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    env = {**settings_env(settings), "INBOX_SESSION": "mcp-v", "INBOX_DISPATCHER": "none"}
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "bus.surfaces.cli.app", "mcp"], env=env
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+        init = await client.initialize()
+    assert init.server_info.name == "inbox" and init.server_info.version == __version__

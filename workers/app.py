@@ -16,6 +16,8 @@ from celery.worker.consumer import Consumer
 from kombu.transport import redis as kombu_redis
 
 from bus.core.settings import Settings
+from bus.core.version import __version__
+from bus.store.data_version import DATA_VERSION
 from bus.telemetry.liveness import SHARED_QUEUE, host_queue
 
 __all__ = ["SHARED_QUEUE", "app", "host_queue", "make_app"]
@@ -144,6 +146,10 @@ def make_app(settings: Settings | None = None) -> Celery:
             "inbox-tick": {"task": "inbox.tick", "schedule": 0.5},
         },
         **result_options(settings),
+        # Flower's worker page lists these under Config (celery inspect conf): the release
+        # and the data version the host's worker runs.
+        inbox_version=__version__,
+        inbox_data_version=DATA_VERSION,
     )
     return app
 

@@ -18,10 +18,21 @@ import time
 from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
+from bus.core.errors import Refused, Unauthorized
 from bus.core.models import check_session_id, now_ms
 from bus.store.cluster import Poll
+from bus.trust.tokens import SCOPE_READ
 
-from .durable_watch import ClaimsOf, Durable, lanes, reader_of, reader_subscription, resolve
+from .durable_watch import (
+    ClaimsOf,
+    Durable,
+    check_readable,
+    lanes,
+    reader_of,
+    reader_subscription,
+    resolve,
+    visible,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -46,10 +57,14 @@ class Subscription:
         refresh_s: float,
         count: int,
         lanes_of: list[str] | None = None,
+        reader: str | None = None,
     ) -> None:
         if block_ms <= 0:
             raise ValueError("block_ms must be positive (0 would block forever)")
         self.store, self.blocking = store, blocking
+        # A reader's watch hands over what its durable subscription would (visible()).
+        self.reader = reader
+        self.full: set[str] = set()
         self.follow_all = sessions is None and not lanes_of
         self.lanes_of = lanes_of or []
         self.block_ms = block_ms
@@ -66,6 +81,8 @@ class Subscription:
     def follow(self, sid: str, *, newcomer: bool) -> None:
         if sid in self.pos:
             return
+        if self.reader is not None:
+            self.full = {self.reader, *self.store.lanes_of(self.reader)}
         if self.since != "$":
             self.pos[sid] = self.since
         else:
@@ -103,6 +120,10 @@ class Subscription:
                         message = json.loads(fields["m"])
                     except (KeyError, ValueError):
                         message = {"raw": fields}
+                    if self.reader is not None and not visible(
+                        self.reader, self.full, sid, message
+                    ):
+                        continue
                     yield {"session": sid, "stream_id": str(eid), "message": message}
                     if self.stop.is_set():
                         return
@@ -141,6 +162,7 @@ class Watch:
         refresh_s: float = 3.0,
         count: int = 500,
         lanes_of: list[str] | None = None,
+        reader: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Follow ``sessions`` (``None``: all, newcomers found every ``refresh_s``) live, and
         the lanes of each of ``lanes_of`` (the sessions it started or gave work to; new ones
@@ -151,6 +173,8 @@ class Watch:
         streams) or a stream id. Start positions are taken here, eagerly, so a send made
         after this call returns is never missed even if iteration starts later. ``stop``
         ends the iteration; it is checked between reads, so ``block_ms`` bounds the latency.
+        ``reader``: only what that session may read is handed over
+        (:func:`bus.services.durable_watch.visible`; the caller checked what it follows).
         """
         sub = Subscription(
             self.store,
@@ -162,6 +186,7 @@ class Watch:
             refresh_s=refresh_s,
             count=count,
             lanes_of=lanes_of,
+            reader=reader,
         )
         return iter(sub)
 
@@ -183,6 +208,29 @@ class Watch:
         """Who reads: the token's session (authentication on), else ``by``."""
         return reader_of(self.claims, token, by)
 
+    def caller_reader(self, sessions: list[str] | None, lanes_of: list[str] | None) -> str | None:
+        """Who a watch reads as: None (everything) with authentication off or an
+        operator's token; else the token's session, after checking that it follows only
+        itself and its lanes (:func:`~bus.services.durable_watch.check_readable`; every
+        session is an operator's view). Refused otherwise: nothing is read."""
+        claims = self.claims(None, SCOPE_READ)
+        if claims is None or claims.sub_kind == "operator":
+            return None
+        if claims.sub_kind != "session":
+            raise Unauthorized(
+                f"the token is {claims.actor}'s, not a session's nor an operator's",
+                code="token_subject",
+            )
+        reader = str(claims.sub)
+        if sessions is None and not lanes_of:
+            raise Refused(
+                f"{reader!r} may follow itself and its lanes, not every session "
+                "(--all needs an operator's token)",
+                code="not_your_lane",
+            )
+        check_readable(self.store, reader, sessions or [], lanes_of or [])
+        return reader
+
     def open_for_reader(self, token: str | None, by: str | None, name: str, **kw: Any) -> Durable:
         """The gateway's ``GET /v1/watch``: the reader (token, else ``by``) and its own
         durable subscription (:meth:`reader_subscription`)."""
@@ -202,14 +250,23 @@ class Watch:
     ) -> None:
         """Print one JSON line per message until ``stop`` is set or Ctrl-C; with ``name``, as
         the durable subscription of that name (bus.services.durable_watch: each line
-        acknowledged once written)."""
+        acknowledged once written). With authentication on, the caller's token (a
+        session's) reads as that session, live or durable alike: itself and its lanes
+        only, and of a session it only gave work to, its own messages
+        (:meth:`caller_reader`)."""
         out = out or sys.stdout
+        reader = self.caller_reader(sessions, lanes_of)
         if name is not None:
-            self._run_durable(name, out, sessions, lanes_of, stop, block_ms, reset)
+            self._run_durable(name, out, sessions, lanes_of, stop, block_ms, reset, reader)
             return
         try:
             for event in self.subscribe(
-                sessions, since=since, stop=stop, block_ms=block_ms, lanes_of=lanes_of
+                sessions,
+                since=since,
+                stop=stop,
+                block_ms=block_ms,
+                lanes_of=lanes_of,
+                reader=reader,
             ):
                 out.write(json.dumps(event, ensure_ascii=False) + "\n")
                 out.flush()
@@ -225,6 +282,7 @@ class Watch:
         stop: threading.Event | None,
         block_ms: int,
         reset: bool,
+        reader: str | None = None,
     ) -> None:
         """The durable subscription's lines. Once it was opened, Redis going away (a
         restart, a cluster's failover, a partition) does not end it: one line on stderr,
@@ -244,6 +302,7 @@ class Watch:
                     block_ms=block_ms,
                     stop=stop,
                     reset=reset and not opened,
+                    reader=reader,
                 )
                 if away_since:
                     took = time.monotonic() - away_since

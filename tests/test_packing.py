@@ -54,7 +54,8 @@ def test_an_answer_is_kept_without_what_its_place_says_and_restored_whole(
 
 def test_the_field_order_is_send_answers() -> None:
     assert (*packing.ANSWER_FIELDS, "duplicate", "durable") == tuple(SendAnswer.model_fields)
-    assert tuple(Recipient.model_fields) == packing.RECIPIENT_FIELDS
+    # host_state is read live with each send, never kept with the answer.
+    assert tuple(Recipient.model_fields) == (*packing.RECIPIENT_FIELDS, "host_state")
 
 
 def without(d: dict[str, Any], *names: str) -> dict[str, Any]:
@@ -66,6 +67,8 @@ def test_a_resend_gets_the_first_answer_byte_for_byte_from_the_compact_form(bus:
     bus.turn("s1", "start")
     ids = bus.store.k.s("s1", "ids")
     one = bus.send({"id": "one", "from": "neo:a", "to_id": "s1", "text": "hi"})
+    # The single send says whether the host is up (read live, kept nowhere): no worker here.
+    assert one["recipient"].pop("host_state") == "down"
     [many] = bus.send_many([{"id": "many", "from": "neo:b", "to_id": "s1", "text": "yo"}])
     for first, sender in ((one, "neo:a"), (many, "neo:b")):
         raw = bus.store.r.hget(ids, first["id"])
@@ -75,6 +78,7 @@ def test_a_resend_gets_the_first_answer_byte_for_byte_from_the_compact_form(bus:
         again = {**first, "duplicate": True}
         # Its sender's resends (an id is its sender's: another's is refused id_taken).
         single = bus.send({"id": first["id"], "from": sender, "to_id": "s1", "text": "hi"})
+        assert single["recipient"].pop("host_state") == "down"
         [batch] = bus.send_many([{"id": first["id"], "from": sender, "to_id": "s1", "text": "y"}])
         assert json.dumps(single) == json.dumps(batch) == json.dumps(again)
         # The kept answer is the store's; ``durable`` is each call's own (the level it met).

@@ -2,7 +2,16 @@ from dataclasses import replace
 
 import pytest
 
-from bus.core.policy import InboxView, Plan, WakeFacts, decide, floor_times, is_first_work, may_wake
+from bus.core.policy import (
+    InboxView,
+    Plan,
+    WakeFacts,
+    decide,
+    floor_times,
+    is_first_work,
+    may_wake,
+    retry_delay_s,
+)
 
 BASE = WakeFacts(
     msg_class="action",
@@ -216,3 +225,19 @@ def test_floor_times(name, records, expected):
 def test_decide_unknown_state():
     with pytest.raises(ValueError):
         decide(replace(IDLE, state="sleeping"), NOW, DEB, FLUSH)
+
+
+@pytest.mark.parametrize(
+    ("retry_s", "faults", "cap_s", "delay"),
+    [
+        (30.0, 1, 600.0, 30.0),  # the first failure: the configured retry
+        (30.0, 2, 600.0, 60.0),  # doubled per failure in a row
+        (30.0, 5, 600.0, 480.0),
+        (30.0, 6, 600.0, 600.0),  # capped
+        (30.0, 500, 600.0, 600.0),  # a long run of failures stays at the cap
+        (30.0, 0, 600.0, 30.0),  # no count kept: as the first
+        (900.0, 3, 600.0, 900.0),  # a retry longer than the cap is never shortened
+    ],
+)
+def test_retry_delay_backs_off_capped(retry_s, faults, cap_s, delay):
+    assert retry_delay_s(retry_s, faults, cap_s) == delay

@@ -173,6 +173,7 @@ def test_worker_rows() -> None:
         ("hosta", {"beat": "9000", "progress": "7950", "pid": "41", "done": "3"}, 2),
         ("scheduler", {"beat": "10000"}, 0),
         ("hostb", {}, 0),
+        ("scheduler.hostb", {"beat": "-5"}, 0),
     ]
     asked: list[list[str]] = []
 
@@ -183,10 +184,13 @@ def test_worker_rows() -> None:
     rows = status_view.worker_rows(beats, 10_000, floors)
     assert asked == [["hosta", "hostb"]]  # the hosts only, once
     assert rows == [
-        {"name": "hosta", "role": "worker", "beat_age_s": 1.0, "progress_age_s": 2.0, "pid": 41,
-         "done": 3, "queue": 2, "floor": {"machine": "m", "home": "/h"}},
-        {"name": "scheduler", "role": "scheduler", "beat_age_s": 0.0},
-        {"name": "hostb", "role": "worker", "queue": 0},
+        {"name": "hosta", "role": "worker", "state": "up", "beat_age_s": 1.0,
+         "progress_age_s": 2.0, "pid": 41, "done": 3, "queue": 2,
+         "floor": {"machine": "m", "home": "/h"}},
+        {"name": "scheduler", "role": "scheduler", "state": "up", "beat_age_s": 0.0},
+        {"name": "hostb", "role": "worker", "state": "down", "queue": 0},
+        {"name": "scheduler.hostb", "role": "scheduler", "host": "hostb", "state": "down",
+         "beat_age_s": 10.0},
     ]  # fmt: skip
     # A beat from a clock ahead shows age 0, not a negative one.
     [row] = status_view.worker_rows([("scheduler", {"beat": "20000"}, 0)], 10_000, floors)
@@ -265,3 +269,17 @@ def test_the_outbox_view_pages_filters_and_drops_what_aged_out() -> None:
     read = receipt_rules.outbox_view(20, "read", page_of, receipts_of, gone)
     assert [r["id"] for r in read] == [f"m{n}" for n in range(1, 250, 2) if n != 3][:20]
     assert receipt_rules.outbox_view(5, None, lambda s, c: [], receipts_of, gone) == []
+
+
+@pytest.mark.parametrize(
+    ("beat", "now", "down_s", "state"),
+    [
+        (None, 10_000, 10.0, "down"),  # never beaten: no worker serves it
+        (0, 10_000, 10.0, "up"),  # exactly the bound: still up
+        (0, 10_001, 10.0, "down"),  # past the bound
+        (9_000, 10_000, 0.5, "down"),
+        (11_000, 10_000, 10.0, "up"),  # a clock ahead
+    ],
+)
+def test_beat_state(beat: int | None, now: int, down_s: float, state: str) -> None:
+    assert status_view.beat_state(beat, now, down_s) == state

@@ -73,7 +73,7 @@ def test_a_record_leaves_out_a_default_handle_and_the_idle_state(store: Store) -
 
 def test_a_receipt_reads_a_record_without_a_state_as_idle(store: Store) -> None:
     store.put_session(info("s1", handle="hosta:s1"))
-    [[_h, _rec, _ans, (state, _seen, opened)]] = store.receipt_rows([("s1", "m-1")])
-    assert state == "idle" and opened is not None
+    [[_h, _rec, _ans, (state, _seen, opened, host)]] = store.receipt_rows([("s1", "m-1")])
+    assert state == "idle" and opened is not None and host == "hosta"
     [[_h, _rec, _ans, (none, *_)]] = store.receipt_rows([("ghost", "m-1")])
     assert none is None

@@ -195,6 +195,9 @@ class Recipient(BaseModel):
     state: str
     listening: bool = False
     last_seen: int | None = None
+    # Whether the session's host has a worker beating (``up``) or not (``down``: the
+    # message waits for it; bus.core.status_view.beat_state).
+    host_state: str | None = None
 
 
 class SendAnswer(BaseModel):
@@ -251,6 +254,12 @@ class SessionInfo(BaseModel):
     opened_at: int = 0
     updated_at: int = 0
     last_seen: int = 0
+    # Why its last notice could not be written (its floor: the error), since when, and
+    # how many tries in a row failed; cleared by the next notice written. The retry
+    # backs off with the count (bus.core.policy.retry_delay_s).
+    fault: str | None = None
+    fault_at: int | None = None
+    faults: int | None = None
 
 
 class _Strict(BaseModel):

@@ -210,3 +210,16 @@ def from_member(
         return status(check_session_id(workspace, "workspace"), name) == ACTIVE
     except BadInput:
         return False
+
+
+# A failing notice's retry doubles from INBOX_RETRY_S with each failure in a row, up to
+# this: a floor that stays unwritable is tried every few minutes, not every 30 s.
+RETRY_CAP_S = 600.0
+
+
+def retry_delay_s(retry_s: float, faults: int, cap_s: float = RETRY_CAP_S) -> float:
+    """Seconds until the retry of a notice whose write failed ``faults`` times in a row
+    (1: the first failure): ``retry_s`` doubled per earlier failure, at most ``cap_s``
+    (never less than ``retry_s``)."""
+    doubled = retry_s * 2 ** min(max(faults - 1, 0), 30)
+    return max(retry_s, min(doubled, cap_s))

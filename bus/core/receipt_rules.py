@@ -89,7 +89,7 @@ def receipt_views(
     (:meth:`bus.store.receipts.ReceiptStore.receipt_rows`), ``None`` where none."""
     out: list[dict[str, Any] | None] = []
     for n, (to, msg_id) in enumerate(rows):
-        h, rec, ans, (s_state, last_seen, opened_at) = got[n]
+        h, rec, ans, (s_state, last_seen, opened_at, *where) = got[n]
         if not h:
             out.append(None)
             continue
@@ -110,6 +110,7 @@ def receipt_views(
                 "state": recipient_state(s_state or None, seen, now, stale_s),
                 "last_seen": seen or None,
             },
+            "_host": where[0] if where else None,
             "_from": h.get("from"),
             "_from_session": h.get("from_session"),
         }
@@ -155,3 +156,27 @@ def outbox_view(
             gone(lost)
             start -= len(lost)
     return rows[:limit]
+
+
+def host_waits(
+    receipts: list[dict[str, Any] | None],
+    beats_at: Callable[[list[str]], list[int | None]],
+    now: int,
+    down_s: float,
+) -> list[dict[str, Any] | None]:
+    """Each receipt still ``stored`` (no notice yet) with its recipient's ``host_state``
+    (``beats_at`` reads the hosts' last beats, one call for all), and ``waiting`` saying
+    it waits for its host when that host is down."""
+    waiting = [r for r in receipts if r is not None and r["state"] == "stored" and r.get("_host")]
+    hosts = sorted({str(r["_host"]) for r in waiting})
+    if not hosts:
+        return receipts
+    from bus.core.status_view import beat_state
+
+    states = {h: beat_state(at, now, down_s) for h, at in zip(hosts, beats_at(hosts), strict=True)}
+    for r in waiting:
+        host = str(r["_host"])
+        r["recipient"]["host_state"] = states[host]
+        if states[host] == "down":
+            r["waiting"] = f"for its host {host}, which is down (no worker beating)"
+    return receipts

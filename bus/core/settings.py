@@ -146,6 +146,9 @@ class Settings:
     # ``durability_timeout_s`` is refused (``not_durable``), and resending its id is safe.
     durability: str = "memory"
     durability_timeout_s: float = 2.0
+    # A host whose worker has not beaten for this long is ``down`` in status, top, a
+    # send's answer and the doctor (bus.core.status_view.beat_state).
+    host_down_s: float = 10.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -194,6 +197,7 @@ class Settings:
             metrics_flush_s=_not_negative(env, "INBOX_METRICS_FLUSH_S"),
             durability=_durability(env),
             durability_timeout_s=_positive(env, "INBOX_DURABILITY_TIMEOUT_S", 2.0),
+            host_down_s=_positive(env, "INBOX_HOST_DOWN_S", 10.0),
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 
@@ -227,6 +231,7 @@ class Settings:
             "INBOX_REDIS_CONNECT_TIMEOUT_S": str(self.redis_connect_timeout_s),
             "INBOX_DURABILITY": self.durability,
             "INBOX_DURABILITY_TIMEOUT_S": str(self.durability_timeout_s),
+            "INBOX_HOST_DOWN_S": str(self.host_down_s),
         }
         if not self.memory_settings:
             env["INBOX_MEMORY_SETTINGS"] = "0"

@@ -19,6 +19,27 @@ if TYPE_CHECKING:
     FloorPair = tuple[dict[str, str], dict[str, str]]
 
 SCHEDULER = "scheduler"
+# A host whose worker has not beaten for this long (it beats every 2 s,
+# bus.telemetry.liveness) is ``down``: about five beats missed, so a loaded machine's
+# late beat is no alarm, and a dead host is seen within seconds (INBOX_HOST_DOWN_S).
+HOST_DOWN_S = 10.0
+
+
+def scheduler_beat(host: str) -> str:
+    """The heartbeat name of host ``host``'s scheduler (each host runs one)."""
+    return f"{SCHEDULER}.{host}"
+
+
+def is_scheduler(name: str) -> bool:
+    """Whether heartbeat ``name`` is a scheduler's (``scheduler.<host>``, or the one
+    shared name an older scheduler beats under)."""
+    return name == SCHEDULER or name.startswith(SCHEDULER + ".")
+
+
+def beat_state(beat_ms: int | None, now: int, down_s: float = HOST_DOWN_S) -> str:
+    """``up`` when a beat came within ``down_s`` of ``now``, else ``down`` (never beaten:
+    ``down`` too; no process serves the name)."""
+    return "up" if beat_ms is not None and now - beat_ms <= down_s * 1000 else "down"
 
 
 def host_queue(host: str) -> str:
@@ -27,8 +48,8 @@ def host_queue(host: str) -> str:
 
 
 def queue_of(name: str) -> str | None:
-    """The broker queue heartbeat ``name`` works off; ``None`` for the scheduler."""
-    return None if name == SCHEDULER else host_queue(name)
+    """The broker queue heartbeat ``name`` works off; ``None`` for a scheduler."""
+    return None if is_scheduler(name) else host_queue(name)
 
 
 def split_floor(floor: str) -> tuple[str, str]:
@@ -67,13 +88,20 @@ def worker_rows(
     beats: list[tuple[str, dict[str, str], int]],
     now: int,
     floors: Callable[[list[str]], list[FloorPair]],
+    down_s: float = HOST_DOWN_S,
 ) -> list[dict[str, Any]]:
-    """Each heartbeat's row from ``(name, fields, queue depth)``: its ages in seconds at
-    ``now``, pid, tasks done, and for a host its queue's depth and its floor row
-    (``floors`` reads the hosts' floor pairs, in order)."""
+    """Each heartbeat's row from ``(name, fields, queue depth)``: its ``state`` (``up``,
+    or ``down`` past ``down_s`` without a beat: :func:`beat_state`), its ages in seconds
+    at ``now``, pid, tasks done, for a scheduler its ``host``, and for a host its queue's
+    depth and its floor row (``floors`` reads the hosts' floor pairs, in order)."""
     rows = []
     for name, beat, depth in beats:
-        row: dict[str, Any] = {"name": name, "role": "scheduler" if name == SCHEDULER else "worker"}
+        scheduler = is_scheduler(name)
+        row: dict[str, Any] = {"name": name, "role": "scheduler" if scheduler else "worker"}
+        if scheduler and name != SCHEDULER:
+            row["host"] = name[len(SCHEDULER) + 1 :]
+        last = int(beat["beat"]) if beat.get("beat", "").isdigit() else None
+        row["state"] = beat_state(last, now, down_s)
         for field, out in (("beat", "beat_age_s"), ("progress", "progress_age_s")):
             if beat.get(field):
                 row[out] = round(max(0, now - int(beat[field])) / 1000, 1)
@@ -83,7 +111,7 @@ def worker_rows(
             row["done"] = int(beat["done"])
         if beat.get("version"):  # the release the process runs (none before 0.2.0)
             row["version"] = beat["version"]
-        if name != SCHEDULER:
+        if not scheduler:
             row["queue"] = depth
         rows.append(row)
     hosts = [row for row in rows if row["role"] == "worker"]

@@ -408,7 +408,7 @@ def _notices(bus: DeliveryHost, runs: list[_Run], defer: Finisher | None = None)
         if job.notice is not None:
             run.report.notices.append(job.notice)
         if job.error is not None:
-            run.report.errors.append(job.error)
+            (run.report.repeated if job.repeated else run.report.errors).append(job.error)
         if job.unlocked:
             run.done = True
             # Sent more meanwhile, or the lock no longer ours (lost on the way): as after

@@ -320,7 +320,7 @@ class Inbox:
             if job.notice:
                 report.notices.append(job.notice)
             if job.error:
-                report.errors.append(job.error)
+                (report.repeated if job.repeated else report.errors).append(job.error)
         elif plan.action == "wake_floor":
             if not report.still_held():
                 return

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from bus.core import faults, notices
 from bus.core.clock import Clock
 from bus.core.models import SessionInfo
+from bus.core.policy import retry_delay_s
 from bus.store import packing
 from bus.store.delivery import taken_records
 from bus.store.schedule import WAKE_TURN
@@ -105,6 +106,8 @@ class NoticeJob:
     taken: tuple[str, str] | None = None
     notice: dict[str, Any] | None = None
     error: str | None = None
+    # The error is the one the session's last try failed with too (its retry backed off).
+    repeated: bool = False
     unlocked: bool = False
     freed: bool = False
     again: bool = False
@@ -179,8 +182,10 @@ class Notices:
                 via, _ = self.floor.write_line(job.sid, line)
             except OSError as exc:
                 job.error = f"floor: {type(exc).__name__}: {exc}"
-                self.revert(job.sid, nid, job.error)
+                job.repeated = self.revert(job.sid, nid, job.error, job.info)
                 continue
+            if job.info is not None and job.info.fault:  # written again: the fault is over
+                store.update_session(job.sid, fault=None, fault_at=None, faults=None)
             now = clock.now_ms()
             # A wake starts a turn: until the harness reports its end the session counts
             # as running, so later messages join a steer instead of waking it again. The
@@ -271,15 +276,24 @@ class Notices:
         for lease, ok in zip(stale, answers, strict=True):
             lease.confirmed(ok, sent_at)
 
-    def revert(self, sid: str, nid: str, reason: str) -> None:
-        """A notice whose write failed: its messages back to new, the session's retry
-        put on the schedule (``retry_s`` from now)."""
+    def revert(self, sid: str, nid: str, reason: str, info: SessionInfo | None = None) -> bool:
+        """A notice whose write failed: its messages back to new, the fault kept in the
+        session's record (``fault``, ``fault_at``, ``faults`` in a row: what the doctor
+        shows), its retry put on the schedule, backed off with the failures in a row
+        (:func:`bus.core.policy.retry_delay_s`). True when the session's last try failed
+        for the same reason (the task is then no new failure: bus.delivery.report)."""
         store, now = self.store, self.clock.now_ms()
         store.revert_notice(sid, nid, now, reason)
-        retry_at = now + int(self.settings.retry_s * 1000)
-        store.update_session(sid, retry_at=retry_at)
+        if info is None:
+            info = store.get_session(sid)
+        was = info.fault if info is not None else None
+        count = ((info.faults or 0) if info is not None and was else 0) + 1
+        retry_at = now + int(retry_delay_s(self.settings.retry_s, count) * 1000)
+        fault_at = info.fault_at if info is not None and was == reason and info.fault_at else now
+        store.update_session(sid, retry_at=retry_at, fault=reason, fault_at=fault_at, faults=count)
         store.schedule("retry", sid, retry_at)
         self._metrics().incr("retries")
+        return was == reason
 
     def recover(self, sid: str, nid: str | None = "") -> bool:
         """A notice left in flight by a killed worker: on the floor → written; else → new.

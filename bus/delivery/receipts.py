@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any
 from bus.core.errors import BadInput, NotFound, Unauthorized
 from bus.core.models import MESSAGE_ID_PATTERN, Message, check_session_id, now_ms
 from bus.core.receipt_rules import SENT_LIMIT_MAX as SENT_LIMIT_MAX
-from bus.core.receipt_rules import STATES, is_reached, outbox_view, public, receipt_views
+from bus.core.receipt_rules import (
+    STATES,
+    host_waits,
+    is_reached,
+    outbox_view,
+    public,
+    receipt_views,
+)
 from bus.store.redis_errors import StoreFailed
 from bus.trust.tokens import SCOPE_READ
 
@@ -221,7 +228,9 @@ class Receipts:
         """Receipts of ``(recipient, id)`` rows with the records behind them, one round trip
         (every key of one row is in its recipient's slot)."""
         got = self.store.receipt_rows(rows)
-        return receipt_views(got, rows, now_ms(), self.settings.stale_s)
+        now = now_ms()
+        views = receipt_views(got, rows, now, self.settings.stale_s)
+        return host_waits(views, self.store.beats_at, now, self.settings.host_down_s)
 
     def _caller(self, by: str | None, token: str | None) -> tuple[str | None, str | None]:
         """Who asks: ``(session, None)`` or, for a member's token, ``(None, handle)``."""

@@ -20,6 +20,8 @@ class DeliveryReport:
     notices: list[dict[str, Any]] = field(default_factory=list)
     # Why a notice could not be written (put back and retried): the run failed for it.
     errors: list[str] = field(default_factory=list)
+    # The same error as the session's last try (its retry backed off): no new failure.
+    repeated: list[str] = field(default_factory=list)
     lease: Lease | None = field(default=None, repr=False)
     # The hand-off flag, taken with the unlock (bus.delivery.engine); None: not taken yet.
     again: bool | None = field(default=None, repr=False)

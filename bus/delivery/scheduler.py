@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from bus.core.clock import SYSTEM, Clock
 from bus.core.models import SessionInfo, now_ms
+from bus.core.status_view import scheduler_beat
 from bus.store.compaction import compact_all
 from bus.store.many import SweepView
 from bus.store.outage_log import OUTAGE_ERRORS, Outage
 from bus.store.schedule import WAKE_TURN
 from bus.store.server_memory import Keeper
-from bus.telemetry.liveness import SCHEDULER, Heartbeat
+from bus.telemetry.liveness import Heartbeat
 
 from . import heard
 from .dispatch import made_now, request_many
@@ -223,7 +224,7 @@ def run(
     stop = stop or threading.Event()
     log.info("scheduler running (prefix %s)", bus.settings.key_prefix)
     outage = Outage("scheduler", log)
-    beat = Heartbeat(bus, SCHEDULER)
+    beat = Heartbeat(bus, scheduler_beat(bus.settings.host))  # each host's own row
     beat.beat(started=True)
     # The dispatcher is made now, its fallback behind the kick list too, not at the first
     # due entry: making the default one imports Celery (0.3-0.7 s on a loaded machine),

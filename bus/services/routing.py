@@ -18,6 +18,7 @@ from bus.core.errors import BadInput, RateLimited
 from bus.core.models import Message, Recipient, SendAnswer, SessionInfo
 from bus.core.policy import gave_work
 from bus.core.receipt_rules import recipient_state
+from bus.core.status_view import beat_state
 from bus.core.threads import thread_of
 from bus.store import packing
 
@@ -125,6 +126,7 @@ class Router:
         )
         if wait:
             self.inbox.register_waiter(sid, msg.id)
+        beat: list[int | None] = []
         try:
             new, first, dispatch = store.append(
                 sid,
@@ -141,12 +143,18 @@ class Router:
                 # The kick list (the dispatcher's first try) pushed in the append's call.
                 kick_host=info.host if self.settings.kick == "list" else None,
                 durability=(level, self.settings.durability_timeout_s),
+                # Whether a worker serves the receiver's host, read in the same round trip.
+                beat_into=beat,
+                beat_of=info.host,
             )
         except RateLimited:  # inbox_full: what was not stored is not in the outbox either
             self.receipts.unlist_refused([(msg, sid)])
             raise
+        host_state = beat_state(beat[0] if beat else None, now, self.settings.host_down_s)
         if not new:
             prior = packing.restore(first, sid, msg.id)
+            if prior.get("state") == "stored" and isinstance(prior.get("recipient"), dict):
+                prior["recipient"]["host_state"] = host_state
             prior["duplicate"] = True
             prior["durable"] = level
             if wait and prior.get("state") == "stored":
@@ -159,4 +167,6 @@ class Router:
         answer.durable = level  # type: ignore[assignment]  # one of the levels (level_of)
         if wait:
             return self.inbox.wait_answer(sid, msg.id, answer.to_json(), timeout)
-        return answer.to_json()
+        out = answer.to_json()
+        out["recipient"]["host_state"] = host_state  # a down host keeps it waiting
+        return out

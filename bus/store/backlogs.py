@@ -32,3 +32,24 @@ class BacklogStore(StorePart):
     def backlog(self, sid: str, cap: int = BACKLOG_CAP) -> int:
         """One session's :meth:`backlogs`."""
         return self.backlogs([sid], cap)[0]
+
+    def oldest_waiting(self, sids: list[str]) -> list[int | None]:
+        """When each session's oldest message still waiting for a notice arrived (ms):
+        the first one its delivery has not taken (its stream entry's time) or the oldest
+        taken but in no notice yet (``new``), ``None`` where none waits. Two round trips."""
+        pipe = self.pipeline()
+        for sid in sids:
+            pipe.get(self.k.s(sid, "cursor"))
+            pipe.zrange(self.k.s(sid, "new"), 0, 0, withscores=True)
+        got = pipe.execute() if sids else []
+        pipe = self.pipeline()
+        for n, sid in enumerate(sids):
+            pipe.xrange(self.k.s(sid, "stream"), min=f"({got[2 * n] or '0-0'}", count=1)
+        firsts = pipe.execute() if sids else []
+        out: list[int | None] = []
+        for n in range(len(sids)):
+            times = [int(score) for _member, score in got[2 * n + 1]]
+            if firsts[n]:
+                times.append(int(str(firsts[n][0][0]).split("-", 1)[0]))
+            out.append(min(times) if times else None)
+        return out

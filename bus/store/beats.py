@@ -30,3 +30,15 @@ class BeatStore(StorePart):
             fields = dict(next(replies))
             out.append((name, fields, int(next(replies)) if queue is not None else 0))
         return out
+
+    def beat_at(self, name: str) -> int | None:
+        """When ``name``'s last heartbeat was written (ms), ``None`` if it never beat."""
+        return self.beats_at([name])[0]
+
+    def beats_at(self, names: list[str]) -> list[int | None]:
+        """:meth:`beat_at` of each name, in order, in one round trip."""
+        pipe = self.pipeline()
+        for name in names:
+            pipe.hget(self.k.beat(name), "beat")
+        got = pipe.execute() if names else []
+        return [int(v) if v is not None and str(v).isdigit() else None for v in got]

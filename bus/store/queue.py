@@ -39,6 +39,8 @@ class QueueStore(StorePart):
         receipt: tuple[str, str, str] | None = None,
         kick_host: str | None = None,
         durability: tuple[str, float] = ("memory", 0.0),
+        beat_into: list[int | None] | None = None,
+        beat_of: str = "",
     ) -> tuple[bool, str, bool]:
         """Store a message once. Returns (new, answer JSON, dispatch a delivery).
 
@@ -58,8 +60,15 @@ class QueueStore(StorePart):
         same call when one of its delivery loops is alive (as
         :meth:`~bus.store.kick.KickStore.push_kicks`), so the answer's ``d`` is false then;
         on a cluster the list is in another slot and the caller dispatches as without it.
-        ``durability``: ``(level, timeout_s)`` the append is confirmed at before it
-        answers (:meth:`~bus.store.durable.DurableStore.execute_durable`; ``NotDurable``).
+        if beat_into is not None:
+            pipe.hget(k.beat(beat_of), "beat")
+        level, timeout_s = durability
+        replies = self.execute_durable(pipe, level, timeout_s, [msg_id])
+        new, answer, dispatch = replies[0]
+        if beat_into is not None:
+            raw = replies[-1]
+            text = raw.decode() if isinstance(raw, bytes) else raw
+            beat_into.append(int(text) if text and str(text).isdigit() else None)
 
         One round trip: the append script and the message id's index (another slot,
         idempotent, so it need not be atomic with the append) go in one pipeline, and so
@@ -85,8 +94,15 @@ class QueueStore(StorePart):
         receipt_index.index(pipe, k, [(msg_id, sid)], now)
         if also is not None:
             also(pipe)
+        if beat_into is not None:
+            pipe.hget(k.beat(beat_of), "beat")
         level, timeout_s = durability
-        new, answer, dispatch = self.execute_durable(pipe, level, timeout_s, [msg_id])[0]
+        replies = self.execute_durable(pipe, level, timeout_s, [msg_id])
+        new, answer, dispatch = replies[0]
+        if beat_into is not None:
+            raw = replies[-1]
+            text = raw.decode() if isinstance(raw, bytes) else raw
+            beat_into.append(int(text) if text and str(text).isdigit() else None)
         if int(new) < 0:
             receipt_index.unindex(self.r, k, msg_id, now)
             raise RateLimited(

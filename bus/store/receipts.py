@@ -119,7 +119,7 @@ class ReceiptStore:
 
     def receipt_rows(self, rows: list[tuple[str, str]]) -> list[list[Any]]:
         """For each ``(recipient, id)``: ``[receipt hash ({} if none), stored record,
-        first answer, [recipient state, last_seen, opened_at]]`` (``None`` where unset).
+        first answer, [recipient state, last_seen, opened_at, host]]`` (``None`` where unset).
         A receipt kept in ``ids`` reads as a bounced one's hash (:func:`receipt_hash`)."""
         pipe = self.r.pipeline(transaction=False)
         for to, msg_id in rows:
@@ -132,7 +132,7 @@ class ReceiptStore:
         out = []
         for n in range(len(rows)):
             (folded, answer), h, rec, (host, state, *seen) = got[4 * n : 4 * n + 4]
-            seen = [seen_state(host, state), *seen]
+            seen = [seen_state(host, state), *seen, host]
             out.append([receipt_hash(folded, answer) if folded else h, rec, answer, seen])
         return out
 

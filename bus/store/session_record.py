@@ -40,7 +40,7 @@ def session_fields(fields: dict[str, str]) -> tuple[dict[str, str], list[str]]:
 SESSION_FIELDS = (
     "session", "handle", "host", "state", "parent", "delegator", "turns", "wake_cmd",
     "wake_pending", "woken_at", "prompt_waiting", "agent_inbox", "workspace", "starter", "opened_at",
-    "updated_at", "last_seen",
+    "updated_at", "last_seen", "fault", "fault_at", "faults",
 )  # fmt: skip
 
 
@@ -73,6 +73,9 @@ def session_row(data: dict[str, str], sid: str) -> dict[str, Any]:
         "opened_at": int(data.get("opened_at", "0") or 0),
         "updated_at": int(data.get("updated_at", "0") or 0),
         "last_seen": int(data.get("last_seen", "0") or 0),
+        "fault": opt("fault"),
+        "fault_at": int(data["fault_at"]) if data.get("fault_at") else None,
+        "faults": int(data["faults"]) if data.get("faults") else None,
     }
 
 

@@ -118,7 +118,7 @@ _TEXT_SETTINGS = (
     "INBOX_HOME", "INBOX_HOST", "INBOX_REDIS_URL", "INBOX_BROKER_URL", "INBOX_BROKER_MASTER_NAME",
     "INBOX_SESSION", "INBOX_AGENT_INBOX", "INBOX_TOKEN", "INBOX_KEY_PREFIX", "INBOX_UI_URL",
     "INBOX_ALLOWED_HOSTS", "INBOX_KICK", "INBOX_MEMORY_SETTINGS", "INBOX_DISPATCHER",
-    "INBOX_HANDLE", "INBOX_SANDBOX_ROOT", "INBOX_FLOWER_AUTH", OFF_VAR,
+    "INBOX_HANDLE", "INBOX_SANDBOX_ROOT", "INBOX_FLOWER_AUTH", "INBOX_DURABILITY", OFF_VAR,
 )  # fmt: skip
 
 
@@ -135,6 +135,7 @@ class Place:
         self.session = env.get("INBOX_SESSION") or None
         self.key_prefix = env.get("INBOX_KEY_PREFIX") or "inbox"
         self.stale_s = float(env.get("INBOX_STALE_S") or 3600.0)
+        self.host_down_s = float(env.get("INBOX_HOST_DOWN_S") or 10.0)
 
     @classmethod
     def of(cls, env: dict[str, str] | os._Environ[str]) -> Place | None:

@@ -13,7 +13,14 @@ import json
 import time
 
 from bus.core.item_views import inbox_view
-from bus.core.receipt_rules import SENT_LIMIT_MAX, STATES, outbox_view, public, receipt_views
+from bus.core.receipt_rules import (
+    SENT_LIMIT_MAX,
+    STATES,
+    host_waits,
+    outbox_view,
+    public,
+    receipt_views,
+)
 from bus.core.status_view import (
     local_sessions,
     memory_report,
@@ -89,7 +96,9 @@ def _receipts(
     store: Any, settings: Any, rows: list[tuple[str, str]]
 ) -> list[dict[str, Any] | None]:
     """``Receipts._read``: each ``(recipient, id)``'s receipt, ``None`` where none."""
-    return receipt_views(store.receipt_rows(rows), rows, _now_ms(), settings.stale_s)
+    now = _now_ms()
+    views = receipt_views(store.receipt_rows(rows), rows, now, settings.stale_s)
+    return host_waits(views, store.beats_at, now, settings.host_down_s)
 
 
 def sent(store: Any, settings: Any, sid: str, state: str | None, limit: int) -> dict[str, Any]:
@@ -156,7 +165,9 @@ def status(store: Any, settings: Any) -> dict[str, Any]:
         home=str(settings.home),
         sessions=rows,
         backlogs=store.backlogs([r["session"] for r in rows]),
-        workers=worker_rows(store.beats(queue_of), _now_ms(), store.host_floors),
+        workers=worker_rows(
+            store.beats(queue_of), _now_ms(), store.host_floors, settings.host_down_s
+        ),
         memory=memory_report(store.memory_report()),
         unreachable=session_problems(settings.home, local_sessions(settings.host, rows)),
         processes=read_procs(settings.home),

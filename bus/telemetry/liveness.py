@@ -4,7 +4,8 @@ A worker process can live while its broker connection is dead (Celery's reconnec
 known to hang), so "the process exists" says little. Each worker therefore keeps a
 heartbeat in Redis (``P:beat:<host>``, :mod:`bus.store.keys`): ``beat`` from its main process
 every few seconds, ``progress`` each time one of its processes finished a task. The
-scheduler keeps one too (``P:beat:scheduler``, progress per tick). ``inbox status``,
+scheduler keeps one too (``P:beat:scheduler.<host>``, progress per tick). A name
+without a beat for ``INBOX_HOST_DOWN_S`` is ``down`` (:func:`bus.core.status_view.beat_state`). ``inbox status``,
 ``/health`` and ``/metrics`` show each one's age and its host queue's depth, and the
 supervisor (:mod:`bus.ops.supervise`) restarts a worker whose queue holds work while its
 progress is older than a bound (:func:`stalled`, pure).
@@ -19,9 +20,9 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bus.core.models import now_ms
+from bus.core.status_view import HOST_DOWN_S, queue_of, worker_rows
 from bus.core.status_view import SCHEDULER as SCHEDULER
 from bus.core.status_view import host_queue as host_queue
-from bus.core.status_view import queue_of, worker_rows
 from bus.core.version import __version__
 from bus.store.redis_errors import StoreError
 
@@ -137,7 +138,8 @@ class Heartbeat:
         self._stop.set()
 
 
-def workers(store: Store) -> list[dict[str, Any]]:
-    """Each heartbeat's ages (seconds) and, for a host, its queue's depth, the floor that
-    serves it (``floor``: machine, home, pid) and the last worker refused it (``refused``)."""
-    return worker_rows(store.beats(queue_of), now_ms(), store.host_floors)
+def workers(store: Store, down_s: float = HOST_DOWN_S) -> list[dict[str, Any]]:
+    """Each heartbeat's state (``up``/``down`` past ``down_s``), ages (seconds) and, for a
+    host, its queue's depth, the floor that serves it (``floor``: machine, home, pid) and
+    the last worker refused it (``refused``)."""
+    return worker_rows(store.beats(queue_of), now_ms(), store.host_floors, down_s)

@@ -190,8 +190,9 @@ class Metrics:
 class RedisCollector:
     """A Prometheus collector reading the bus's shared counters, queues and sessions."""
 
-    def __init__(self, store: Callable[[], Store]) -> None:
+    def __init__(self, store: Callable[[], Store], down_s: float = 10.0) -> None:
         self._store = store  # a provider: registering must not connect
+        self.down_s = down_s  # INBOX_HOST_DOWN_S: a host without a beat this long is down
 
     def describe(self) -> list[Metric]:
         # Registering must not touch Redis (the gateway starts while Redis may be down).
@@ -238,7 +239,9 @@ class RedisCollector:
         for state in sorted(states):
             sessions.add_metric([state], states[state])
         yield sessions
-        yield from _worker_families(liveness.workers(store))
+        rows = liveness.workers(store, self.down_s)
+        yield from _worker_families(rows)
+        yield from _problem_families(store, rows)
 
 
 def _worker_families(rows: list[dict[str, Any]]) -> Iterator[Metric]:
@@ -260,6 +263,31 @@ def _worker_families(rows: list[dict[str, Any]]) -> Iterator[Metric]:
         if "queue" in row:
             queued.add_metric([row["name"]], row["queue"])
     yield from (beat, progress, queued)
+
+
+def _problem_families(store: Store, rows: list[dict[str, Any]]) -> Iterator[Metric]:
+    """``inbox doctor``'s figures (bus.telemetry.problems): each host up (1) or down (0),
+    and how many problems of each check the bus has now."""
+    from bus.core.models import now_ms
+    from bus.core.status_view import is_scheduler
+    from bus.telemetry.problems import counts, operator_problems
+
+    up = GaugeMetricFamily(
+        "inbox_host_up", "1 while the host's worker beats, 0 once it is down", labels=["host"]
+    )
+    for row in rows:
+        if not is_scheduler(row["name"]):
+            up.add_metric([row["name"]], 1 if row.get("state") == "up" else 0)
+    yield up
+    sessions = [s.model_dump() for s in store.sessions()]
+    oldest = store.oldest_waiting([s["session"] for s in sessions])
+    found = counts(operator_problems(rows, sessions, oldest, now_ms()))
+    problems = GaugeMetricFamily(
+        "inbox_problems", "What `inbox doctor` finds now, by check", labels=["check"]
+    )
+    for check, n in sorted(found.items()):
+        problems.add_metric([check], n)
+    yield problems
 
 
 def _counter_families(counters: dict[str, int]) -> Iterator[Metric]:

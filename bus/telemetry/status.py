@@ -33,7 +33,7 @@ def status_report(store: Store, settings: Settings) -> dict[str, Any]:
         home=str(settings.home),
         sessions=rows,
         backlogs=store.backlogs([s.session for s in sessions]),
-        workers=liveness.workers(store),
+        workers=liveness.workers(store, settings.host_down_s),
         memory=server_memory.report(store),
         unreachable=unix_socket.session_problems(
             settings.home, local_sessions(settings.host, rows)

@@ -192,6 +192,13 @@ def send(
     if answer.get("error"):
         message = str(answer.get("reason") or answer["error"])
         refuse(str(answer["error"]), message, 1, details=answer)
+    rcpt = answer.get("recipient") or {}
+    if rcpt.get("host_state") == "down":
+        print(
+            f"inbox send: host {rcpt.get('host')} is down (no worker beating): the message "
+            f"is stored and waits for it; `inbox status` shows its hosts, `inbox doctor` why",
+            file=sys.stderr,
+        )
     emit(answer)
 
 
@@ -424,10 +431,14 @@ def doctor(
     from bus.core.settings import Settings
     from bus.ops.doctor import doctor_report
     from bus.ops.upgrade import with_wake_consent
+    from bus.telemetry.problems import CHECKS, bus_problems
 
     settings = run(Settings.from_env)
     report = run(lambda: doctor_report(settings.home, sids, settings=settings))
     report = run(lambda: with_wake_consent(report, settings, sids))
+    if not sids:  # the whole bus too: hosts, floors, waiting messages, wakes
+        report["problems"] += bus_problems(settings)
+        report["ok"] = not report["problems"]
     server = report.get("server") or {}
     if server.get("state") not in (None, "ok", "too_old"):
         print(f"inbox doctor: the store's server: {server['message']}", file=sys.stderr)
@@ -452,15 +463,21 @@ def doctor(
         too_old = server.get("state") == "too_old"
         if too_old:
             said.insert(0, str(server["message"]))
+        bus_wide = sorted({p["check"] for p in rows} & set(CHECKS))
+        if bus_wide:
+            said.append(f"{len(rows)} problem(s) in the bus: " + ", ".join(bus_wide))
         said = said or [f"{len(rows)} problem(s)"]
-        refuse(
-            "server_too_old"
-            if too_old
-            else "unreachable"
+        code = (
+            "unreachable"
             if unreachable
             else "malformed_lines"
             if torn
-            else "wake_consent",
+            else "wake_consent"
+            if unwoken
+            else "problems"
+        )
+        refuse(
+            "server_too_old" if too_old else code,
             "; ".join(said),
             1,
             hint=None if unreachable or too_old else "each problem's fix is in the JSON on stdout",

@@ -185,7 +185,7 @@ def create_app(
         authenticate=authenticate if bus.auth.enabled else None,
     )
     registry = CollectorRegistry()
-    registry.register(RedisCollector(lambda: bus.store))
+    registry.register(RedisCollector(lambda: bus.store, bus.settings.host_down_s))
     requests = Counter(
         "inbox_http_requests",
         "HTTP requests this gateway process answered",

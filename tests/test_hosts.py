@@ -1,0 +1,160 @@
+"""Hosts as an operator sees them: a host whose worker stops beating is ``down`` in status,
+a send's answer and its receipt; the doctor finds down hosts, unserved sessions, floors
+that cannot be written, long-waiting messages and wakes no harness took, and exits 1;
+/metrics has the same figures; a failing floor's retry backs off and fails once per
+reason."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bus.api import Bus
+from bus.core.models import now_ms
+from bus.core.settings import Settings
+from bus.telemetry.problems import counts, operator_problems
+
+
+def inbox(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    env = settings.child_env()
+    env["INBOX_DISPATCHER"] = "none"  # no Celery: the test asks for no delivery
+    return subprocess.run(
+        [sys.executable, "-m", "bus", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_down_host_in_status_send_receipt_doctor_and_metrics(bus: Bus) -> None:
+    bus.open_session("alive", host="hosta")
+    bus.open_session("stuck", host="hostb")
+    bus.open_session("nobody", host="ghost")  # no worker ever served this host
+    now = now_ms()
+    bus.store.beat("hosta", {"beat": now})
+    bus.store.beat("hostb", {"beat": now - 60_000})  # beat a minute ago: down
+    bus.store.beat("scheduler.hostb", {"beat": now - 60_000})
+
+    rows = {r["name"]: r for r in bus.status()["workers"]}
+    assert rows["hosta"]["state"] == "up" and rows["hostb"]["state"] == "down"
+    assert rows["scheduler.hostb"]["role"] == "scheduler"
+    assert rows["scheduler.hostb"]["host"] == "hostb"
+
+    up = bus.send({"from": "me:sh", "to_id": "alive", "text": "hi"})
+    assert up["recipient"]["host_state"] == "up"
+    down = bus.send({"from": "me:sh", "to_id": "stuck", "text": "hi"})
+    assert down["recipient"]["host_state"] == "down"
+
+    # The command line: the answer on stdout, one line on stderr saying what it means.
+    out = inbox(bus.settings, "send", "--to-id", "stuck", "--from", "me:sh", "--text", "x")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["recipient"]["host_state"] == "down"
+    assert out.stderr.count("\n") == 1 and "host hostb is down" in out.stderr
+    bus.open_session("asker", host="hosta")
+    asked = bus.send(
+        {"from": "hosta:asker", "from_session": "asker", "to_id": "stuck", "text": "?"}
+    )
+    rc = bus.receipt(asked["id"], by="asker")
+    assert rc["recipient"]["host_state"] == "down" and "hostb" in rc["waiting"]
+
+    doctor = inbox(bus.settings, "doctor")
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    answer = json.loads(doctor.stdout)
+    assert answer["error"] == "problems"
+    found = {(p["check"], p.get("session") or p.get("host")) for p in answer["problems"]}
+    assert ("host", "hostb") in found and ("unserved", "nobody") in found
+    assert ("host", "hosta") not in found
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from bus.telemetry.metrics import RedisCollector
+
+    registry = CollectorRegistry()
+    registry.register(RedisCollector(lambda: bus.store))
+    text = generate_latest(registry).decode()
+    assert 'inbox_host_up{host="hosta"} 1.0' in text
+    assert 'inbox_host_up{host="hostb"} 0.0' in text
+    assert 'inbox_problems{check="host"} 1.0' in text
+    assert 'inbox_problems{check="unserved"} 1.0' in text
+
+
+NOW = 10_000_000
+UP = {"name": "a", "role": "worker", "state": "up", "beat_age_s": 1.0}
+DOWN = {"name": "b", "role": "worker", "state": "down", "beat_age_s": 42.0}
+
+
+def sess(sid: str, host: str = "a", **fields: Any) -> dict[str, Any]:
+    return {"session": sid, "host": host, "state": "idle", **fields}
+
+
+@pytest.mark.parametrize(
+    ("name", "workers", "sessions", "oldest", "checks"),
+    [
+        ("all well", [UP], [sess("s")], [NOW - 1000], []),
+        ("a host down", [UP, DOWN], [sess("s", "b")], [None], ["host"]),
+        ("a host nobody serves", [UP], [sess("s", "z")], [None], ["unserved"]),
+        ("a closed session is nobody's problem", [UP], [sess("s", "z", state="closed")],
+         [NOW - 10**9], []),
+        ("a floor that cannot be written", [UP],
+         [sess("s", fault="floor: IsADirectoryError: x", fault_at=5, faults=3)], [None],
+         ["floor"]),
+        ("a message waiting past the bound", [UP], [sess("s")], [NOW - 1801_000], ["waiting"]),
+        ("just inside the bound", [UP], [sess("s")], [NOW - 1800_000], []),
+        ("woken, no turn", [UP], [sess("s", state="running", woken_at=NOW - 61_000)], [None],
+         ["woken"]),
+        ("woken just now", [UP], [sess("s", state="running", woken_at=NOW - 5_000)], [None], []),
+        ("schedulers are not hosts", [UP, {**DOWN, "name": "scheduler.b", "role": "scheduler"}],
+         [sess("s")], [None], []),
+    ],
+)  # fmt: skip
+def test_operator_problems(
+    name: str,
+    workers: list[dict[str, Any]],
+    sessions: list[dict[str, Any]],
+    oldest: list[int | None],
+    checks: list[str],
+) -> None:
+    found = operator_problems(workers, sessions, oldest, NOW)
+    assert [p["check"] for p in found] == checks
+    assert all(p["reason"] and p["fix"] for p in found)
+    assert sum(counts(found).values()) == len(checks)
+
+
+def test_a_failing_floor_backs_off_and_fails_once_per_reason(
+    make_bus: Callable[..., Bus],
+) -> None:
+    from workers import tasks
+
+    bus = make_bus()
+    bus.open_session("doomed")
+    bus.turn("doomed", "start")  # running: its notice is written at once
+    floor = bus.settings.home / "inbox" / "doomed" / "messages.jsonl"
+    floor.unlink(missing_ok=True)
+    floor.mkdir(parents=True)
+    bus.send({"from": "me:sh", "to_id": "doomed", "text": "x", "class": "action"})
+    with pytest.raises(tasks.DeliveryFailed, match="IsADirectoryError"):
+        tasks._deliver_one(bus, "doomed")
+    info = bus.store.get_session("doomed")
+    assert info is not None and info.faults == 1 and "IsADirectoryError" in (info.fault or "")
+    first_at = info.fault_at
+
+    # The same failure again, its retry due: no new FAILURE (the task answers), and the
+    # next retry backs off.
+    bus.store.update_session("doomed", retry_at=now_ms() - 1)
+    before = now_ms()
+    report = tasks._deliver_one(bus, "doomed")
+    assert report["errors"] == [] and "IsADirectoryError" in report["repeated"][0]
+    info = bus.store.get_session("doomed")
+    assert info is not None and info.faults == 2 and info.fault_at == first_at
+    retry_at = int(bus.store.r.hget(bus.store.k.s("doomed", "session"), "retry_at"))
+    assert retry_at >= before + 2 * bus.settings.retry_s * 1000 - 1000  # doubled
+
+    # The floor writable again: delivered, the fault cleared.
+    floor.rmdir()
+    bus.store.update_session("doomed", retry_at=now_ms() - 1)
+    report = tasks._deliver_one(bus, "doomed")
+    assert report["errors"] == [] and report["repeated"] == []
+    info = bus.store.get_session("doomed")
+    assert info is not None and info.fault is None and not info.faults

@@ -300,6 +300,10 @@ class NoticeLine(_Strict):
     text: str
     urgency: Urgency | None = None
     notice: NoticePayload
+    # Set by the receiving side (bus.delivery.said) on a notice that carries messages the
+    # model was handed already, under an earlier notice: their ids. Added as it is handed on
+    # (a drain, a listener, a waiter), never on the floor.
+    repeats: list[str] | None = None
 
 
 class ThreadRow(_Strict):

@@ -9,7 +9,9 @@ debounce, the flush. When the engine delivers a notice, the waiter writes its te
 stderr, acks it (the ack is what marks it heard, as for any listener) and exits 2.
 
 It blocks in one ``select`` (the socket, a signal pipe, Claude Code's pid as a pidfd) and
-uses no CPU while it waits. It exits 0 quietly when:
+uses no CPU while it waits but a look every :data:`CHECK_S` that its socket is still
+there: one whose session folder was removed is bound again (said on stderr and in
+``waiter.log``), or, when it cannot be, the waiter exits 1 saying why. It exits 0 quietly when:
 
 - a newer waiter starts, a turn starts or the session ends (the hook that saw it sends
   SIGTERM: :func:`stop_waiter`), or Claude Code sends SIGTERM at the hook's timeout;

@@ -48,6 +48,7 @@ import redis
 from bench.local_servers import free_port
 from bus.api import Bus
 from bus.core.settings import Settings
+from bus.delivery.floor_lines import heard_lines
 from bus.ops.embedded import server_binary
 from bus.ops.procs import die_with_parent
 from bus.ops.topology import Topology, _signal_group, start_topology
@@ -615,6 +616,7 @@ class Soak:
             "not_heard": unheard,
             "heard_twice": self.heard_twice,
             "repeats_marked": self.repeats_marked,
+            "repeats_dropped_sock": self.repeats_dropped(),
             "heard_twice_ids": [{**x, "fault": self.fault_before(x["again"])} for x in self.twice],
             "not_heard_ids": unheard_ids,
             "notices_per_session": {
@@ -636,6 +638,20 @@ class Soak:
             "supervised": getattr(self.topo, "supervisor", None) is not None,
             "incidents": self.incidents,
         }
+
+    def repeats_dropped(self) -> int:
+        """Notices the socket sessions' listeners acked but did not hand on: each carried
+        only messages already handed on (bus.delivery.said)."""
+        dropped = 0
+        for sid, (host, kind) in self.sessions.items():
+            if kind != "sock":
+                continue
+            d = self.bus(host).floor.session_dir(sid)
+            acked = {
+                str(x.get("id")) for x in heard_lines(d) if str(x.get("id")).startswith("ntc-")
+            }
+            dropped += max(0, len(acked) - self.notices[sid])
+        return dropped
 
     def fault_before(self, t: float) -> dict[str, Any] | None:
         """The last fault begun by time ``t``, and how long before ``t`` (a message heard
@@ -673,7 +689,8 @@ def report(res: dict[str, Any]) -> str:
         f" stored twice {res['stored_twice']}",
         f"marks still new {res['marks_new']} (marks {res['marks']}), not heard"
         f" {res['not_heard']}, heard twice by message id {res['heard_twice']}"
-        f" (carried again and marked as repeats {res.get('repeats_marked', 0)})",
+        f" (carried again: marked as repeats {res.get('repeats_marked', 0)},"
+        f" socket notices dropped as whole repeats {res.get('repeats_dropped_sock', 0)})",
         f"notices per session {res['notices_per_session']}",
         f"send -> heard calm p50 {res['heard_p50_calm_s']} s p99 {res['heard_p99_calm_s']} s;"
         f" under faults p50 {res['heard_p50_faults_s']} s p99 {res['heard_p99_faults_s']} s",

@@ -48,6 +48,8 @@ def test_a_60_second_chaos_soak_loses_nothing_and_doubles_nothing(tmp_path: Path
     assert res["lost"] == 0 and res["stored_twice"] == 0, stdout
     assert res["stored_once"] == res["sent"] > 0
     assert res["not_heard"] == 0, stdout
+    # A notice carried again after a kill is not handed on twice (bus.delivery.said).
+    assert res["heard_twice"] == 0, stdout
     # A drain SIGKILLed after its claim gives its notice back (bus.delivery.heard): nothing new.
     assert res["marks_new"] == 0, stdout
     assert res["recoveries_failed"] == 0, stdout + stderr[-4000:]

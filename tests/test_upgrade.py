@@ -2,7 +2,8 @@
 (tests/fixtures/release_0_1_0.json, made by tests/fixtures/make_release_data.py) opened by
 this release. Sessions, unread messages, receipts, tokens, handles, subscriptions and wake
 commands are as before, or said; the data is upgraded once, under a lock, and a kill
-half-way is finished by the next run; a host older than the data refuses to start."""
+half-way is finished by the next run; a host older than the data refuses to start; a host
+still on 0.1.0 (its commit's own code) keeps working beside an upgraded one."""
 
 from __future__ import annotations
 
@@ -363,3 +364,77 @@ async def test_the_mcp_server_says_its_version(settings: Settings, anyio_backend
     async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
         init = await client.initialize()
     assert init.server_info.name == "inbox" and init.server_info.version == __version__
+
+
+# -- a rolling upgrade: a host still on 0.1.0 beside one on this release -----------------------
+
+RELEASE_0_1_0 = "db915a6"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+OLD_HOST = """
+import json, os, sys
+from bus.api import connect
+from bus.core.settings import Settings
+b = connect(Settings.from_env())
+facts = json.loads(sys.argv[1])
+out = {"bus": __import__("bus").__file__}
+sent = b.send({"to_id": "cafe", "text": "from the 0.1.0 host"}, token=facts["token"])
+b.deliver_session("cafe")
+out["sent"] = sent["id"]
+out["receipt"] = b.receipt(sent["id"], token=facts["token"])["state"]
+waker = b.issue_token(session="waker", scopes=["agent:inbox:read"])["token"]
+out["waker_unread"] = [t["unread"] for t in b.threads("waker", token=waker)["threads"]]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def release_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """0.1.0's own code (its commit's ``bus/`` and ``workers/``), run with this
+    environment's packages (0.1.0 needs none they lack)."""
+    found = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "cat-file", "-e", f"{RELEASE_0_1_0}^{{commit}}"],
+        capture_output=True,
+        check=False,
+    )
+    if found.returncode:
+        pytest.skip(f"0.1.0's commit {RELEASE_0_1_0} is not in this checkout's history")
+    dest = tmp_path_factory.mktemp("release-0.1.0")
+    tree = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "archive", RELEASE_0_1_0, "bus", "workers"],
+        capture_output=True,
+        check=True,
+    )
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=tree.stdout, check=True)
+    return dest
+
+
+@pytest.mark.slow
+def test_a_0_1_0_host_keeps_working_beside_an_upgraded_one(
+    old: tuple[Bus, dict[str, Any]], release_code: Path
+) -> None:
+    bus, data = old
+    facts = data["facts"]
+    upgrade.prepare(bus.store, bus.settings, lambda line: None)  # the first host moved on
+    sent = bus.send({"to_id": "waker", "text": "from the 0.2.0 host"}, token=facts["token"])
+    bus.deliver_session("waker")
+
+    env = {**os.environ, **settings_env(bus.settings)}
+    env.update(PYTHONPATH=str(release_code), INBOX_DISPATCHER="none")
+    ran = subprocess.run(
+        [sys.executable, "-c", OLD_HOST, json.dumps(facts)],
+        env=env,
+        cwd=release_code,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    seen = json.loads(ran.stdout.splitlines()[-1])
+    assert seen["bus"].startswith(str(release_code))  # 0.1.0's code ran
+    # 0.1.0 reads what this release wrote after the upgrade, and writes what it reads.
+    assert seen["waker_unread"] == [2] and seen["receipt"] == "stored"
+    cafe = bus.threads("cafe", token=reader(bus, "cafe"))["threads"]
+    assert [t["unread"] for t in cafe] == [1]
+    assert bus.receipt(seen["sent"], token=facts["token"])["state"] == "stored"
+    assert bus.receipt(sent["id"], token=facts["token"])["state"] == "stored"

@@ -1,6 +1,7 @@
 """The cost of one message on the paths users take, each beside its baseline in one run.
 
     python bench/cost.py [--quick] [--runs 20] [--sparse-s 60] [--burst 50000] [--skip ROWS]
+                         [--server-binary PATH ...]
 
 ``make bench`` runs it at its default sizes (about 6 minutes on 2 cores); ``--quick`` is the
 smoke test ``tests/test_bench.py`` runs. Rows (``--skip`` takes their names):
@@ -26,6 +27,12 @@ smoke test ``tests/test_bench.py`` runs. Rows (``--skip`` takes their names):
 
 Every figure is measured in the run; each goal is marked met or not from it. The run ends
 with one JSON line holding every figure.
+
+``--server-binary PATH`` (repeatable, ``LABEL=PATH`` to name it): the rows run once per
+server binary in turn (``INBOX_SERVER_BINARY``: the embedded server, the stock servers and
+the sparse systems' servers are all started from it), each run's report printed, then each
+goal's figure side by side, with each binary's start (spawn to its first PONG, median of 7)
+and its empty RSS and ``used_memory``. Without it, the one run uses the default binaries.
 """
 
 from __future__ import annotations
@@ -308,6 +315,83 @@ def lone_row(tmp: Path, count: int) -> dict[str, Any]:
 # -- main --------------------------------------------------------------------------------
 
 
+def server_start(binary: str, tmp: Path, runs: int = 7) -> dict[str, Any]:
+    """The binary's version line, its start (spawn to the first PONG on its unix socket,
+    median of ``runs``) and an empty server's RSS and ``used_memory``."""
+    import redis
+
+    from bench.burst import wait_until
+
+    starts, rss, used = [], [], []
+    for _ in range(runs):
+        d = tmp / f"start-{uuid.uuid4().hex[:8]}"
+        d.mkdir(parents=True)
+        sock = d / "s.sock"
+        args = [binary, "--port", "0", "--unixsocket", str(sock), "--dir", str(d)]
+        began = time.perf_counter()
+        proc = subprocess.Popen([*args, "--save", "", "--appendonly", "no"], **_QUIET)
+        client = redis.Redis(unix_socket_path=str(sock))
+        try:
+            wait_until(lambda c=client: _pongs(c), 20, f"{binary} answers", 0.001)
+            starts.append((time.perf_counter() - began) * 1000)
+            info = client.info("memory")
+            used.append(int(info["used_memory"]))
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            rss.append(
+                int(next(x for x in status.splitlines() if x.startswith("VmRSS")).split()[1])
+            )
+        finally:
+            client.close()
+            proc.terminate()
+            proc.wait(10)
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
+    return {
+        "binary": binary,
+        "version": version,
+        "start_ms": round(statistics.median(starts), 1),
+        "rss_kb": statistics.median(rss),
+        "used_memory": statistics.median(used),
+    }
+
+
+_QUIET: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+
+
+def _pongs(client: Any) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:  # not up yet
+        return False
+
+
+def _servers(given: list[str]) -> list[tuple[str, str]]:
+    """``LABEL=PATH`` or ``PATH`` -> ``(label, path)``; each path must be a file."""
+    out = []
+    for item in given:
+        label, _, path = item.rpartition("=")
+        if not Path(path).is_file():
+            raise SystemExit(f"--server-binary: no such file: {path}")
+        out.append((label or Path(path).parent.name or path, path))
+    return out
+
+
+def compare(runs: list[dict[str, Any]]) -> str:
+    """Each goal's figure per server run, side by side, and each binary's start row."""
+    labels = [r["server"]["label"] for r in runs]
+    lines = ["\nservers side by side: " + " | ".join(labels)]
+    lines.append(
+        "  start ms / RSS KB / used_memory B: "
+        + " | ".join(
+            f"{r['server']['start_ms']} / {r['server']['rss_kb']} / {r['server']['used_memory']}"
+            for r in runs
+        )
+    )
+    for i, goal in enumerate(runs[0]["goals"]):
+        figures = " | ".join(str(r["goals"][i]["value"]) for r in runs)
+        lines.append(f"  {goal['goal']} ({goal['bound']}): {figures}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
@@ -321,7 +405,15 @@ def main(argv: list[str] | None = None) -> int:
         help="idle sample (default 5; the bus's at least its longest periodic pass, 60 s)",
     )
     parser.add_argument("--skip", default="", help="comma list: cli,sparse,lone,burst,memory")
+    parser.add_argument(
+        "--server-binary",
+        action="append",
+        default=[],
+        metavar="[LABEL=]PATH",
+        help="run the rows on this redis-server / valkey-server (repeat: one run each, compared)",
+    )
     args = parser.parse_args(argv)
+    servers = _servers(args.server_binary)
     size = dict(QUICK if args.quick else FULL)
     for key in ("runs", "sparse_s", "burst"):
         if getattr(args, key) is not None:
@@ -337,29 +429,43 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="inbox-cost-"))
-    out: dict[str, Any] = {"bench": "cost", "quick": args.quick, "cores": os.cpu_count()}
     mem: subprocess.Popen[bytes] | None = None
+    runs: list[dict[str, Any]] = []
     try:
-        if "cli" not in skip:
-            print("cli...", flush=True)
-            out["cli"] = cli_rows(size["runs"], tmp)
-        if "memory" not in skip:
-            mem = memory_proc(size["memory"], args.quick, tmp / "memory.log")
-        if "sparse" not in skip:
-            out["sparse"] = sparse_rows(size, tmp, idle_s)
-        if "lone" not in skip:
-            print("lone delivery...", flush=True)
-            out["lone"] = lone_row(tmp, 20 if args.quick else 200)
-        if mem is not None:
-            print("memory (idle_memory.py)...", flush=True)
-            out["memory"] = memory_result(mem, tmp / "memory.log")
-            mem = None
-        if "burst" not in skip:
-            out["burst"] = burst_rows(size, tmp)
-        out["goals"] = goals(out)
-        out["total_s"] = round(time.perf_counter() - started, 1)
-        print(report(out))
-        print(json.dumps(out, separators=(",", ":")))
+        for label, binary in servers or [("", "")]:
+            out: dict[str, Any] = {"bench": "cost", "quick": args.quick, "cores": os.cpu_count()}
+            here = tmp / f"run{len(runs)}"  # each server's run its own folders
+            here.mkdir()
+            if binary:
+                # Every server this run starts (bus.ops.embedded.server_binary and the
+                # stock servers) comes from this binary; its children inherit it.
+                os.environ["INBOX_SERVER_BINARY"] = binary
+                out["server"] = {"label": label, **server_start(binary, here)}
+                print(f"== {label}: {out['server']['version']}", flush=True)
+            if "cli" not in skip:
+                print("cli...", flush=True)
+                out["cli"] = cli_rows(size["runs"], here)
+            if "memory" not in skip:
+                mem = memory_proc(size["memory"], args.quick, here / "memory.log")
+            if "sparse" not in skip:
+                out["sparse"] = sparse_rows(size, here, idle_s)
+            if "lone" not in skip:
+                print("lone delivery...", flush=True)
+                out["lone"] = lone_row(here, 20 if args.quick else 200)
+            if mem is not None:
+                print("memory (idle_memory.py)...", flush=True)
+                out["memory"] = memory_result(mem, here / "memory.log")
+                mem = None
+            if "burst" not in skip:
+                out["burst"] = burst_rows(size, here)
+            out["goals"] = goals(out)
+            out["total_s"] = round(time.perf_counter() - started, 1)
+            print(report(out))
+            runs.append(out)
+        if len(runs) > 1:
+            print(compare(runs))
+        whole = runs[0] if len(runs) == 1 else {"bench": "cost", "servers": runs}
+        print(json.dumps(whole, separators=(",", ":")))
         return 0
     except KeyboardInterrupt:
         print("interrupted; cleaning up", file=sys.stderr)

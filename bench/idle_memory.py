@@ -3,8 +3,8 @@ worker and the scheduler running.
 
     python bench/idle_memory.py [--sessions 1000] [--settle 90] [--cluster] [--keep-config]
 
-A stock server is started for the run from the ``redis-server`` on PATH (else
-the embedded one), with nothing but its port, its directory and persistence off: every
+A stock server is started for the run from ``INBOX_SERVER_BINARY`` if set, else the
+``redis-server`` on PATH (else the embedded one), with nothing but its port, its directory and persistence off: every
 memory setting is the server's default. ``--cluster``: the store on a 3-master Redis
 Cluster of stock nodes, the broker on its own stock server. Sessions are registered and
 running, each gets one message, delivered and noticed on the floor and drained; then each
@@ -49,6 +49,11 @@ from bus.core.settings import Settings  # noqa: E402
 
 
 def stock_binary() -> str:
+    """``INBOX_SERVER_BINARY`` (bench/cost.py --server-binary), else the redis-server on
+    PATH, else the embedded one."""
+    chosen = os.environ.get("INBOX_SERVER_BINARY")
+    if chosen:
+        return chosen
     found = shutil.which("redis-server")
     if found:
         return found

@@ -161,5 +161,12 @@ class Tmux:
                 raise AssertionError(f"timed out waiting for {what}; the screen:\n{screen}")
             time.sleep(0.1)
 
+    def alive(self) -> bool:
+        """Whether the command still runs (its tmux session ends with it)."""
+        done = subprocess.run(
+            ["tmux", "has-session", "-t", self.name], capture_output=True, timeout=10
+        )
+        return done.returncode == 0
+
     def close(self) -> None:
         subprocess.run(["tmux", "kill-session", "-t", self.name], timeout=10, check=False)

@@ -1,7 +1,10 @@
-"""The real Codex CLI (npm ``@openai/codex``) with the hooks exactly as ``inbox hooks codex
---install`` wrote them into a project's ``.codex/hooks.json``, driven by ``codex exec``
-against a scripted stand-in for the Responses API on 127.0.0.1 (a model provider with a
-``base_url``), a real worker and a real scheduler."""
+"""The real Codex CLI (npm ``@openai/codex``) as its users run it: the hooks exactly as
+``inbox hooks codex --install`` wrote them into a project's ``.codex/hooks.json``, trusted
+the documented way (the lines the install prints, pasted into ``$CODEX_HOME/config.toml``)
+and no bypass flags; plain ``codex`` in tmux (its threads in Codex's background server),
+``codex --no-daemon`` and ``codex exec``, against a scripted stand-in for the Responses
+API on 127.0.0.1 (a model provider with a ``base_url``), a real worker and a real
+scheduler."""
 
 from __future__ import annotations
 
@@ -47,13 +50,48 @@ class Codex:
     def env(self) -> dict[str, str]:
         return bare_env(self.home, CODEX_HOME=str(self.home / ".codex"), STUB_API_KEY="sk-stub")
 
-    # Hook trust is a person's answer in the TUI (/hooks); a scripted run says it vetted
-    # the hooks with this flag. The hooks themselves are as installed.
-    FLAGS = ("--dangerously-bypass-hook-trust", "--dangerously-bypass-approvals-and-sandbox")
+    def install(self) -> subprocess.CompletedProcess[str]:
+        """``inbox hooks codex --install .codex/hooks.json --yes`` as the person runs it,
+        their codex on PATH and their CODEX_HOME."""
+        done = subprocess.run(
+            [str(INBOX), "hooks", "codex", "--install", str(self.hooks_file), "--yes"],
+            env={**self.settings.child_env(), **self.env(),
+                 "PATH": f"{self.bin.parent}:/usr/bin:/bin"},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done
+
+    def trust(self) -> str:
+        """The documented way: the lines the install printed, pasted into config.toml."""
+        out = self.install().stdout
+        start = min(i for i in (out.find("# Codex reads"), out.find("[hooks.state.")) if i >= 0)
+        printed = out[start:]
+        with (self.home / ".codex" / "config.toml").open("a") as f:
+            f.write("\n" + printed)
+        return printed
+
+    def trust_own_hook(self) -> None:
+        """The person trusted their own hook long before (Codex would ask about it at
+        each start otherwise)."""
+        from bus.surfaces.codex_trust import hook_entries, trust_toml
+
+        entries = hook_entries(str(self.bin), self.project, env=self.env())
+        own = [e for e in entries if "touch" in str(e.get("command"))]
+        assert len(own) == 1 and all(e["trustStatus"] != "trusted" for e in own)
+        with (self.home / ".codex" / "config.toml").open("a") as f:
+            f.write("\n" + trust_toml(own))
+
+    def stop_daemon(self) -> None:
+        """Codex's background server outlives the windows that started it: stopped."""
+        subprocess.run(
+            [str(self.bin), "app-server", "daemon", "stop"],
+            env=self.env(), capture_output=True, timeout=60, check=False,
+        )  # fmt: skip
 
     def exec(self, prompt: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [str(self.bin), "exec", "--skip-git-repo-check", *self.FLAGS, "--json", prompt],
+            [str(self.bin), "exec", "--skip-git-repo-check", "--json", prompt],
             cwd=self.project, env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True,
         )  # fmt: skip
@@ -62,10 +100,9 @@ class Codex:
         """The headless wake command a person gives the session: ``codex exec resume <id>
         -`` in the project, the notice on stdin, in the person's environment."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env().items())
-        flags = " ".join(self.FLAGS)
         return (
             f"cd {shlex.quote(str(self.project))} && env -i {env} {shlex.quote(str(self.bin))}"
-            f" exec resume --skip-git-repo-check {flags} {sid} -"
+            f" exec resume --skip-git-repo-check {sid} -"
         )
 
 
@@ -86,20 +123,24 @@ def codex(
         json.dumps({"hooks": {"UserPromptSubmit": [{"hooks": [own]}]}})
     )
     with ModelStub() as stub:
+        # The project is not trusted yet: the lines the install prints trust it too.
         (home / ".codex" / "config.toml").write_text(
             'model = "stub-model"\nmodel_provider = "stub"\n'
             "[model_providers.stub]\n"
             f'name = "stub"\nbase_url = "{stub.url}/v1"\nwire_api = "responses"\n'
             'env_key = "STUB_API_KEY"\n'
-            f'[projects."{project}"]\ntrust_level = "trusted"\n'
         )
         for _ in range(2):  # installing twice leaves one entry per event
             install_hooks("codex", project / ".codex" / "hooks.json", s)
         start_worker(s)
         scheduler = Scheduler(s)
+        codex = Codex(binary, project, home, stub, s, celery_bus(s), marker)
         try:
-            yield Codex(binary, project, home, stub, s, celery_bus(s), marker)
+            codex.trust()
+            codex.trust_own_hook()
+            yield codex
         finally:
+            codex.stop_daemon()
             scheduler.stop()
 
 
@@ -231,66 +272,104 @@ def test_a_headless_session_is_woken_by_its_wake_command_and_stays_open_for_the_
     wait_for(lambda: bus.session(sid).state == "idle", 120, what="the second run's end")
 
 
-def test_an_idle_interactive_codex_is_woken_through_its_queue_by_a_blocker_not_an_fyi(
+def _woken_by_a_blocker_not_an_fyi(codex: Codex, sid: str, tag: str) -> float:
+    """An FYI to the idle session starts no turn; a blocker does, its prompt the one
+    notice of both (each said once). The seconds from the blocker's send to its request."""
+    bus, stub = codex.bus, codex.stub
+    seen = len(stub.main_requests())
+    bus.send({"from": "hostb:peer", "to_id": sid, "text": f"fyi: lunch {tag}", "class": "fyi"})
+    with pytest.raises(AssertionError):
+        stub.wait_for(lambda b: f"lunch {tag}" in request_text(b), DEBOUNCE_S + 3, "no wake")
+    assert len(stub.main_requests()) == seen
+    sent = time.monotonic()
+    bus.send({"from": "hostb:lead", "to_id": sid, "class": "blocker", "text": f"blocked {tag}"})
+    woken = stub.wait_for(lambda b: f"blocked {tag}" in request_text(b), 60, "the woken turn")
+    took = time.monotonic() - sent
+    text = request_text(woken)
+    assert "[inbox · 2 new in 2 threads" in text and f"fyi: lunch {tag}" in text
+    assert text.count(f"blocked {tag}") == 1  # the queued prompt is the notice, said once
+    assert '"turn_trigger":"queue"' in text.replace(" ", "").replace('\\"', '"')
+    wait_for(lambda: bus.session(sid).state == "idle", 60, what="the woken turn's end")
+    return took
+
+
+def _first_turn(codex: Codex, tmux: Tmux) -> str:
+    tmux.wait_screen(lambda s: "›" in s, 120, "the prompt")
+    tmux.type("please run: echo first-turn")
+    try:
+        codex.stub.wait_for(lambda b: "first-turn" in request_text(b), 90, "turn 1")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the screen:\n{tmux.screen()}") from None
+    sid = only_session(codex.bus)
+    tmux.wait_screen(lambda s: "Worked for" in s, 90, "turn 1's end")
+    wait_for(lambda: codex.bus.session(sid).state == "idle", 60, what="the turn's end")
+    return sid
+
+
+def _quit(tmux: Tmux) -> None:
+    tmux.type("/quit")
+    deadline = time.monotonic() + 60
+    while tmux.alive():
+        assert time.monotonic() < deadline, "codex did not quit"
+        time.sleep(0.1)
+
+
+def test_plain_codex_in_its_background_server_is_woken_and_its_quit_ends_the_session(
     codex: Codex,
 ) -> None:
-    bus, stub = codex.bus, codex.stub
-    tmux = Tmux([str(codex.bin), *Codex.FLAGS], codex.project, codex.env())
+    bus = codex.bus
+    tmux = Tmux([str(codex.bin)], codex.project, codex.env())
     try:
-        tmux.wait_screen(lambda s: "›" in s, 120, "the prompt")
-        tmux.type("please run: echo first-turn")
-        stub.wait_for(lambda b: "first-turn" in request_text(b), 90, "turn 1")
-        sid = only_session(bus)
-        tmux.wait_screen(lambda s: "Worked for" in s, 90, "turn 1's end")
-        wait_for(lambda: bus.session(sid).state == "idle", 60, what="the turn's end")
-        # The hooks gave the session the queue as its wake command.
-        assert " queue --thread " in (bus.session(sid).wake_cmd or "")
-        seen = len(stub.main_requests())
-
-        bus.send({"from": "hostb:peer", "to_id": sid, "text": "fyi: lunch", "class": "fyi"})
-        with pytest.raises(AssertionError):
-            stub.wait_for(lambda b: "fyi: lunch" in request_text(b), DEBOUNCE_S + 3, "no wake")
-        assert len(stub.main_requests()) == seen
-
-        sent = time.monotonic()
-        bus.send({"from": "hostb:lead", "to_id": sid, "class": "blocker", "text": "schema blocked"})
-        woken = stub.wait_for(
-            lambda b: "schema blocked" in request_text(b), DEBOUNCE_S + 30, "the queued turn"
-        )
-        assert time.monotonic() - sent < DEBOUNCE_S + 30
-        text = request_text(woken)
-        assert "[inbox · 2 new in 2 threads" in text and "fyi: lunch" in text
-        assert text.count("schema blocked") == 1  # the queued prompt is the notice, said once
-        assert '"turn_trigger":"queue"' in text.replace(" ", "").replace('\\"', '"')
-        wait_for(lambda: bus.session(sid).state == "idle", 60, what="the woken turn's end")
-        tmux.wait_screen(lambda s: "schema blocked" in s, 30, "the notice on the screen")
+        sid = _first_turn(codex, tmux)
+        info = bus.session(sid)
+        # The hooks ran in Codex's background server, and found the window all the same.
+        assert " queue --thread " in (info.wake_cmd or "") and info.wake_problem is None
+        took = _woken_by_a_blocker_not_an_fyi(codex, sid, "daemon")
+        assert took < DEBOUNCE_S + 10, took
+        tmux.wait_screen(lambda s: "blocked daemon" in s, 30, "the woken turn in the window")
+        _quit(tmux)
+        # Nobody has it open: a blocker closes it instead of running a turn.
+        seen = len(codex.stub.main_requests())
+        bus.send({"from": "hostb:lead", "to_id": sid, "class": "blocker", "text": "after quit"})
+        wait_for(lambda: bus.session(sid).state == "closed", 30, what="the session closed")
+        assert len(codex.stub.main_requests()) == seen
+        assert "after quit" in json.dumps(bus.floor.peek(sid))  # kept for its next start
     finally:
         tmux.close()
 
 
-def test_the_lines_the_install_prints_trust_the_inbox_hooks_and_no_others(codex: Codex) -> None:
-    # The install as a person runs it, with their codex on PATH and their CODEX_HOME.
+def test_codex_without_its_background_server_is_woken_through_its_queue(codex: Codex) -> None:
+    tmux = Tmux([str(codex.bin), "--no-daemon"], codex.project, codex.env())
+    try:
+        sid = _first_turn(codex, tmux)
+        assert " queue --thread " in (codex.bus.session(sid).wake_cmd or "")
+        took = _woken_by_a_blocker_not_an_fyi(codex, sid, "nodaemon")
+        assert took < DEBOUNCE_S + 30, took
+        _quit(tmux)
+        wait_for(lambda: codex.bus.session(sid).state == "closed", 30, what="SessionEnd")
+    finally:
+        tmux.close()
+
+
+def test_the_lines_the_install_prints_trust_the_project_and_the_inbox_hooks_first_try(
+    codex: Codex,
+) -> None:
+    # The fixture pasted them (Codex.trust) into a config that trusted no project: the
+    # project's table came with them, and now Codex lists every inbox hook as trusted
+    # (the person's own hook has its own table).
+    config = (codex.home / ".codex" / "config.toml").read_text()
+    assert f'[projects."{codex.project}"]' in config
+    assert config.count("[hooks.state.") == len(EVENTS) + 1
+    again = codex.install().stdout
+    assert "already trusts every inbox hook" in again and "[hooks.state." not in again
+    # Uninstalled, the trust tables go too (the person's config otherwise as it was).
     done = subprocess.run(
-        [str(INBOX), "hooks", "codex", "--install", str(codex.hooks_file), "--yes"],
-        env={**codex.settings.child_env(), "PATH": f"{codex.bin.parent}:/usr/bin:/bin",
-             "HOME": str(codex.home), "CODEX_HOME": str(codex.home / ".codex")},
-        capture_output=True, text=True, timeout=120,
+        [str(INBOX), "hooks", "codex", "--uninstall", str(codex.hooks_file), "--yes"],
+        env={**codex.settings.child_env(), **codex.env()},
+        capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    printed = done.stdout[done.stdout.index("[hooks.state.") :]
-    assert printed.count("[hooks.state.") == len(EVENTS) and 'trusted_hash = "sha256:' in printed
-    with (codex.home / ".codex" / "config.toml").open("a") as f:
-        f.write("\n" + printed)
-    # Without --dangerously-bypass-hook-trust: the trusted inbox hooks run, the person's
-    # own (untrusted) hook does not.
-    proc = subprocess.Popen(
-        [str(codex.bin), "exec", "--skip-git-repo-check",
-         "--dangerously-bypass-approvals-and-sandbox", "--json", "say hello"],
-        cwd=codex.project, env=codex.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    _, err = proc.communicate(timeout=180)
-    assert proc.returncode == 0, err
-    sid = only_session(codex.bus)
-    wait_for(lambda: codex.bus.session(sid).state in ("idle", "closed"), 60, what="Stop ran")
-    assert not codex.own_marker.exists()
+    left = (codex.home / ".codex" / "config.toml").read_text()
+    assert left.count("[hooks.state.") == 1 and f'[projects."{codex.project}"]' in left
+    assert "user_prompt_submit:0:0" in left  # the person's hook's, where it still is
+    assert 'model_provider = "stub"' in left

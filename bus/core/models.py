@@ -247,6 +247,12 @@ class SessionInfo(BaseModel):
     # When a wake set the session running (ms), until its harness reports a turn: past
     # INBOX_WAKE_TURN_TIMEOUT_S with none reported, the session is idle again.
     woken_at: int | None = None
+    # Why nothing can wake this idle session (its harness's hooks found no way): shown by
+    # status, doctor and the session's start context.
+    wake_problem: str | None = None
+    # How its last wake command failed (it exited non-zero or could not start); cleared
+    # by the next wake command that works.
+    wake_error: str | None = None
     prompt_waiting: bool = False
     agent_inbox: bool | None = None
     workspace: str | None = None

@@ -23,6 +23,7 @@ from bus.core import faults, notices
 from bus.core.clock import Clock
 from bus.core.models import SessionInfo
 from bus.core.policy import retry_delay_s
+from bus.core.stamp import render_stamp
 from bus.store import packing
 from bus.store.delivery import taken_records
 from bus.store.schedule import WAKE_TURN
@@ -353,8 +354,10 @@ class Notices:
 
     def run_wake_cmd(self, sid: str, line: dict[str, Any], info: SessionInfo | None = None) -> None:
         """Run the session's wake command, as its opener kept it on this host
-        (bus.delivery.kept_wake), with the notice's text on its stdin (no shell unless
-        the command uses shell syntax, and never the bus's secrets)."""
+        (bus.delivery.kept_wake), with the notices waiting on its floor merged into one
+        on its stdin (each thread counted once, however many wakes wrote them; no shell
+        unless the command uses shell syntax, and never the bus's secrets). A session
+        whose harness is gone (its kept holders all ended) is closed instead."""
         if info is None:
             info = self.store.get_session(sid)
         if info is None or not info.wake_cmd:
@@ -369,7 +372,72 @@ class Notices:
                 sid,
             )
             return
+        if kept_wake.holders_gone(self.floor, sid):
+            self.close_gone(sid)
+            return
         # No shell unless the command uses shell syntax, never the bus's secrets; the
         # notice on stdin, never keystrokes into a terminal. A turn outlasts a delivery:
         # the command is left to run, up to its limit (bus.delivery.wake_cmd).
-        wake_cmd.start(sid, cmd, line["text"], limit_s=self.settings.wake_cmd_timeout_s)
+        wake_cmd.start(
+            sid,
+            cmd,
+            self.wake_text(sid, line),
+            limit_s=self.settings.wake_cmd_timeout_s,
+            path=kept_wake.kept_path(self.floor, sid),
+            on_exit=lambda code: self.wake_ended(sid, code),
+        )
+
+    def wake_text(self, sid: str, line: dict[str, Any]) -> str:
+        """The woken turn's prompt: every notice waiting on the floor up to ``line`` (a
+        failed wake's notice too), merged into ONE notice."""
+        waiting: list[dict[str, Any]] = []
+        for x in self.floor.peek(sid):
+            if x.get("kind") == "notice":
+                waiting.append(x)
+            if x.get("id") == line.get("id"):
+                break
+        if not any(x.get("id") == line.get("id") for x in waiting):
+            waiting.append(line)
+        return notices.render_drained(waiting, render_stamp) or str(line["text"])
+
+    def wake_ended(self, sid: str, code: int | None) -> None:
+        """The wake command ended: a failure (non-zero, or it never started) frees a
+        session its wake left running with no turn heard, at once, and is kept as its
+        ``wake_error`` (status, doctor); a success clears that."""
+        if code == 0:
+            info = self.store.get_session(sid)
+            if info is not None and info.wake_error:
+                self.store.update_session(sid, wake_error=None)
+                kept_wake.note(self.floor, sid, "wake_error", None)
+            return
+        what = "could not start" if code is None else f"exited {code}"
+        error = f"wake command {what} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+        info = self.store.get_session(sid)
+        if info is None:
+            return
+        if info.state == "running" and info.woken_at:  # no turn took the wake
+            self.store.unschedule(WAKE_TURN, sid)
+            self.store.update_session(sid, state="idle", woken_at=None, wake_error=error)
+        else:
+            self.store.update_session(sid, wake_error=error)
+        kept_wake.note(self.floor, sid, "wake_error", error)
+        self.store.record(sid, "wake_failed", error=error)
+        log.warning("wake of %s failed: %s; the session is idle again", sid, error)
+
+    def close_gone(self, sid: str) -> None:
+        """The session's harness is gone (no holder alive): closed, as ``session close``
+        would (waiting senders get the closing error), and no command runs."""
+        self.store.unschedule(WAKE_TURN, sid)
+        self.store.update_session(sid, state="closed", woken_at=None)
+        self.store.push_answers(
+            sid,
+            self.store.take_waiters(sid),
+            {
+                "ok": False,
+                "state": "error",
+                "error": "session_closed",
+                "reason": f"session {sid} closed: its harness is gone",
+            },
+        )
+        self.store.record(sid, "session_gone")
+        log.warning("wake of %s: its harness is gone; the session is closed", sid)

@@ -4,9 +4,10 @@ A session's socket (``$INBOX_HOME/inbox/<sid>/inbox.sock``) is how its idle wait
 and how a listener hears a message mid-turn; one that can be neither bound nor connected
 to (:mod:`bus.core.unix_socket`) leaves every delivery on the file floor until the next
 turn. Lines a drain could not read and kept aside (``malformed.jsonl``) are listed too
-(bus.ops.doctor_floor). The doctor checks the sessions named, else every session folder
-of this host's floor, and says for each that fails why and what fixes it; and what it
-thinks of the store's server (its version against the store's floor and known security
+(bus.ops.doctor_floor), and each session that nothing can wake, or whose last wake command
+failed (bus.ops.doctor_wake). The doctor checks the sessions named, else every session
+folder of this host's floor, and says for each that fails why and what fixes it; and what
+it thinks of the store's server (its version against the store's floor and known security
 fixes), the one check that asks Redis (one that does not answer is said, not a problem
 here).
 """
@@ -21,6 +22,7 @@ from bus.core.ids import check_session_id, is_session_id
 from bus.core.settings import Settings
 
 from .doctor_floor import malformed_problems
+from .doctor_wake import wake_problems
 from .server_gate import doctor_server
 
 
@@ -51,6 +53,7 @@ def doctor_report(
         if sid in found
     ]
     problems += malformed_problems(home, checked)
+    problems += wake_problems(home, checked)
     server: dict[str, Any] | None = None
     if settings is not None:
         server, rows = doctor_server(settings)

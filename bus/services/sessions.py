@@ -83,8 +83,10 @@ class Sessions:
         starter: str | None = None,
         agent_inbox: bool | None = None,
         token: str | None = None,
+        wake_problem: str | None = None,
     ) -> dict[str, Any]:
-        """Register a session (or re-register it after a harness restart). Its workspace
+        """Register a session (or re-register it after a harness restart). A re-open that
+        names no handle keeps the session's, on the same host. Its workspace
         is fixed once set: re-registering without one keeps it, naming another is refused
         ``workspace_fixed`` unless an operator's token opens it. With ``INBOX_SECRET`` set,
         joining a workspace takes the token of its starter (an active member of it) or an
@@ -92,7 +94,9 @@ class Sessions:
         check_session_id(sid)
         opener = self.opener(sid, token)
         host = check_host(host or self.settings.host)
-        handle = handle or f"{host}:{sid}"
+        if handle is None:
+            was = self.store.get_session(sid)
+            handle = was.handle if was is not None and was.host == host else f"{host}:{sid}"
         if ":" not in handle or any(c.isspace() for c in handle):
             raise BadInput(f"handle {handle!r} must look like host:name")
         problem = handle_problem(handle)
@@ -154,6 +158,7 @@ class Sessions:
             delegator=prior.delegator if prior else None,
             turns=prior.turns if prior else 0,
             wake_cmd=wake_cmd,
+            wake_problem=None if wake_cmd else wake_problem,
             workspace=workspace,
             starter=starter,
             agent_inbox=agent_inbox,

@@ -39,8 +39,8 @@ def session_fields(fields: dict[str, str]) -> tuple[dict[str, str], list[str]]:
 # SessionInfo's fields in their order (bus.core.models; a test holds them equal).
 SESSION_FIELDS = (
     "session", "handle", "host", "state", "parent", "delegator", "turns", "wake_cmd",
-    "wake_pending", "woken_at", "prompt_waiting", "agent_inbox", "workspace", "starter", "opened_at",
-    "updated_at", "last_seen", "fault", "fault_at", "faults",
+    "wake_pending", "woken_at", "wake_problem", "wake_error", "prompt_waiting", "agent_inbox",
+    "workspace", "starter", "opened_at", "updated_at", "last_seen", "fault", "fault_at", "faults",
 )  # fmt: skip
 
 
@@ -66,6 +66,8 @@ def session_row(data: dict[str, str], sid: str) -> dict[str, Any]:
         "wake_cmd": opt("wake_cmd"),
         "wake_pending": opt("wake_pending"),
         "woken_at": int(data["woken_at"]) if data.get("woken_at") else None,
+        "wake_problem": opt("wake_problem"),
+        "wake_error": opt("wake_error"),
         "prompt_waiting": data.get("prompt_waiting") == "1",
         "agent_inbox": None if not agent_inbox else agent_inbox == "1",
         "workspace": opt("workspace"),

@@ -11,7 +11,15 @@ need review" prompt ("Trust all and continue") or trusts them in ``/hooks``.
 The installer never trusts on a person's behalf; it prints what would: the keys and hashes
 as the installed Codex computes them, asked from ``codex app-server`` (JSON-RPC on stdio:
 ``initialize``, then ``hooks/list`` for the project's folder). Where no ``codex`` is on
-PATH, or it does not answer, it prints how to trust them in Codex instead.
+PATH, or it does not answer, it prints how to trust them in Codex instead. Codex lists a
+project's hooks only once the project is trusted, so for a project it does not trust yet
+the hashes are asked of a Codex whose config trusts just that project (a throwaway
+``$CODEX_HOME``), and the lines printed trust the project too: pasted in the order the
+docs give (install, then these lines), the hooks run at the first start.
+
+``--uninstall`` takes the inbox's trust tables out of ``config.toml`` again
+(:func:`drop_trust`), by the keys the inbox's hooks had in the file before it was changed
+(:func:`own_keys`).
 """
 
 from __future__ import annotations
@@ -19,9 +27,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, TextIO
@@ -111,20 +121,53 @@ def project_of(hooks_file: Path) -> Path:
     return parent.parent if parent.name == ".codex" else parent
 
 
+def codex_home(env: dict[str, str] | None = None) -> Path:
+    """``$CODEX_HOME``, default ``~/.codex``."""
+    env = dict(os.environ) if env is None else env
+    return Path(env.get("CODEX_HOME") or "~/.codex").expanduser()
+
+
+def is_project_file(hooks_file: Path, env: dict[str, str] | None = None) -> bool:
+    """Whether ``hooks_file`` is a project's (``<project>/.codex/hooks.json``), not the
+    user's own ``$CODEX_HOME/hooks.json``."""
+    parent = hooks_file.resolve().parent
+    return parent.name == ".codex" and parent != codex_home(env).resolve()
+
+
+def _listed(codex: str, hooks_file: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The inbox's untrusted hooks of ``hooks_file`` as Codex lists them, and whether the
+    project had to be trusted for the listing (Codex does not trust it yet)."""
+    project = project_of(hooks_file)
+    target = str(hooks_file.resolve())
+    entries = hook_entries(codex, project)
+    if any(str(e.get("sourcePath")) == target for e in entries) or not is_project_file(hooks_file):
+        return untrusted_own(entries, hooks_file), False
+    with tempfile.TemporaryDirectory(prefix="inbox-codex-") as tmp:
+        Path(tmp, "config.toml").write_text(_project_toml(project))
+        entries = hook_entries(codex, project, env={**os.environ, "CODEX_HOME": tmp})
+    return untrusted_own(entries, hooks_file), True
+
+
+def _project_toml(project: Path) -> str:
+    return f'[projects.{json.dumps(str(project))}]\ntrust_level = "trusted"\n'
+
+
 def print_trust(hooks_file: Path, out: TextIO | None = None) -> None:
     """After an install: say what trusts the hooks (see the module's summary)."""
     out = out or sys.stdout
-    home = os.environ.get("CODEX_HOME") or "~/.codex"
+    config = codex_home() / "config.toml"
+    project = project_of(hooks_file)
     out.write(
         "Codex runs these hooks once you trust them: start `codex` in "
-        f'{project_of(hooks_file)} and choose "Trust all and continue" (or /hooks), or add '
-        f"the lines below to {home}/config.toml.\n"
+        f'{project} and choose "Trust all and continue" (or /hooks), or add '
+        f"the lines below to {config}.\n"
     )
     codex = shutil.which("codex")
     entries: list[dict[str, Any]] | None = None
+    untrusted_project = False
     if codex:
         try:
-            entries = untrusted_own(hook_entries(codex, project_of(hooks_file)), hooks_file)
+            entries, untrusted_project = _listed(codex, hooks_file)
         except (OSError, TimeoutError, subprocess.SubprocessError) as exc:
             out.write(f"(codex app-server did not list the hooks: {exc})\n")
     if entries is None:
@@ -133,9 +176,86 @@ def print_trust(hooks_file: Path, out: TextIO | None = None) -> None:
             'trusted_hash = "sha256:<what `codex app-server` hooks/list says>"\n'
         )
     elif entries:
-        out.write("\n" + trust_toml(entries))
+        out.write("\n")
+        if untrusted_project:
+            out.write(
+                f"# Codex reads {hooks_file} only in a project it trusts, and it does not "
+                f"trust {project} yet:\n" + _project_toml(project) + "\n"
+            )
+        out.write(trust_toml(entries))
     else:
         out.write("(Codex already trusts every inbox hook in this file.)\n")
 
 
-__all__ = ["hook_entries", "print_trust", "project_of", "trust_toml", "untrusted_own"]
+# Codex's name for each hook event in a trust key (snake_case).
+_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+_HEADER = re.compile(r"""^\s*\[\s*hooks\.state\.("(?:[^"\\]|\\.)*"|'[^']*')\s*\]\s*(#.*)?$""")
+
+
+def own_keys(hooks_file: Path) -> list[str]:
+    """The trust keys of the inbox's hooks in ``hooks_file`` as it is now."""
+    try:
+        data = json.loads(hooks_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    target = str(hooks_file.resolve())
+    keys = []
+    hooks = data.get("hooks") if isinstance(data, dict) else None
+    for event, groups in (hooks or {}).items() if isinstance(hooks, dict) else []:
+        for gi, group in enumerate(groups if isinstance(groups, list) else []):
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            for hi, h in enumerate(inner if isinstance(inner, list) else []):
+                if isinstance(h, dict) and is_own_command(h.get("command"), "codex"):
+                    keys.append(f"{target}:{_SNAKE.sub('_', str(event)).lower()}:{gi}:{hi}")
+    return keys
+
+
+def _header_key(line: str) -> str | None:
+    found = _HEADER.match(line)
+    if not found:
+        return None
+    quoted = found.group(1)
+    if quoted.startswith("'"):
+        return quoted[1:-1]
+    try:
+        return str(json.loads(quoted))
+    except ValueError:
+        return None
+
+
+def drop_trust(keys: list[str], config: Path | None = None) -> int:
+    """Take the ``[hooks.state."<key>"]`` tables of ``keys`` out of Codex's config.toml
+    (the rest of the file as it is); the number taken out."""
+    config = config or codex_home() / "config.toml"
+    if not keys:
+        return 0
+    try:
+        lines = config.read_text(encoding="utf-8").splitlines(keepends=True)
+    except FileNotFoundError:
+        return 0
+    wanted, kept, dropped, skipping = set(keys), [], 0, False
+    for line in lines:
+        if line.lstrip().startswith("["):
+            key = _header_key(line)
+            skipping = key is not None and key in wanted
+            dropped += skipping
+        if not skipping:
+            kept.append(line)
+    if dropped:
+        fd, tmp = tempfile.mkstemp(dir=config.parent, prefix=f".{config.name}.")
+        os.chmod(tmp, config.stat().st_mode & 0o777)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("".join(kept))
+        os.replace(tmp, config)
+    return dropped
+
+
+__all__ = [
+    "drop_trust",
+    "hook_entries",
+    "own_keys",
+    "print_trust",
+    "project_of",
+    "trust_toml",
+    "untrusted_own",
+]

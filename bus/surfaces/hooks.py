@@ -205,13 +205,17 @@ def unread_text(bus: Bus, sid: str) -> str:
     return notices.render_notice(notices.summarize(inputs), sid, word="unread")
 
 
-def open_text(bus: Bus, sid: str, source: object, wake_cmd: str | None = None) -> str:
-    """Session open (or re-open): register it and say what waits. After a compaction,
-    resume or clear, the unread threads too; a raw line drained then is said as well."""
-    _guarded(
-        "session open",
-        lambda: bus.open_session(sid, handle=_handle(bus, sid), wake_cmd=wake_cmd),
-    )
+def open_text(
+    bus: Bus, sid: str, source: object, wake_cmd: str | None = None, *, opened: bool = False
+) -> str:
+    """Session open (or re-open): register it (unless the caller has, ``opened``) and say
+    what waits. After a compaction, resume or clear, the unread threads too; a raw line
+    drained then is said as well."""
+    if not opened:
+        _guarded(
+            "session open",
+            lambda: bus.open_session(sid, handle=_handle(bus, sid), wake_cmd=wake_cmd),
+        )
     parts = [_guarded("socket check", lambda: unreachable_text(bus, sid)) or ""]
     if source not in FORGETTING:
         parts.append(_drained(bus, sid))
@@ -245,9 +249,22 @@ def start_text(bus: Bus, sid: str, prompt: object = None) -> str:
     if not isinstance(prompt, str) or not prompt.strip():
         return _drained(bus, sid)
     lines = _guarded("drain", lambda: bus.drain(sid))
-    left = [x for x in lines if not _said_in(x, prompt)] if isinstance(lines, list) else []
+    left = _not_said(bus, lines, prompt) if isinstance(lines, list) else []
     text = _guarded("render", lambda: bus.render(left)) if left else ""
     return text.strip() if isinstance(text, str) else ""
+
+
+def _not_said(bus: Bus, lines: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
+    """``lines`` but the notices the prompt already holds: one by one, or the first ones
+    merged into one notice (a wake's prompt merges the notices waiting on the floor)."""
+    said: set[int] = set()
+    notice_at = [i for i, x in enumerate(lines) if x.get("kind") == "notice"]
+    for n in range(len(notice_at), 1, -1):
+        merged = str(bus.render([lines[i] for i in notice_at[:n]]) or "").strip()
+        if merged and merged in prompt:
+            said.update(notice_at[:n])
+            break
+    return [x for i, x in enumerate(lines) if i not in said and not _said_in(x, prompt)]
 
 
 def _said_in(line: dict[str, Any], prompt: str) -> bool:

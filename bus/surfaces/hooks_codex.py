@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from bus.delivery import kept_wake
+
 from . import codex_wake, hooks
 
 if TYPE_CHECKING:
@@ -75,9 +77,39 @@ def _kept_wake_cmd(bus: Bus, sid: str) -> str | None:
     """The wake command the session was opened with on this host (a re-open from a hook
     keeps it): the one kept in its folder, never the record's in Redis, which a re-open
     would otherwise make this host's (bus.delivery.kept_wake)."""
-    from bus.delivery import kept_wake
-
     return kept_wake.kept(bus.floor, sid)
+
+
+def _session_start(bus: Bus, sid: str, payload: dict[str, Any]) -> str:
+    """Register the session with its wake (bus.surfaces.codex_wake.plan) and the processes
+    it lives as long as; say what waits, and why nothing can wake it if nothing can."""
+    kept = hooks._guarded("session", lambda: _kept_wake_cmd(bus, sid))
+    cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else None
+    plan = hooks._guarded("wake command", lambda: codex_wake.plan(sid, kept, cwd))
+    if plan is None:
+        plan = codex_wake.Plan(None, problem="finding Codex's wake failed (see stderr)")
+    if plan.cmd is None and kept and not codex_wake.is_queue_cmd(kept):
+        plan = codex_wake.Plan(kept)  # a person's wake command stays whatever went wrong
+    problem = plan.problem
+
+    def open_it() -> None:
+        bus.open_session(
+            sid, handle=hooks._handle(bus, sid), wake_cmd=plan.cmd, wake_problem=problem
+        )
+        kept_wake.keep_holders(bus.floor, sid, plan.holders)
+        kept_wake.note(bus.floor, sid, "wake_problem", problem)
+
+    hooks._guarded("session open", open_it)
+    text = ""
+    # A resumed thread comes back with its whole history, and a woken run's prompt is its
+    # notice: what waits stays on the floor for that prompt's hook, which says it unless
+    # the prompt already does.
+    if payload.get("source") != "resume":
+        text = hooks.open_text(bus, sid, payload.get("source"), opened=True)
+    if problem:
+        note = f"[inbox] Nothing wakes this session while it is idle: {problem}."
+        text = f"{note}\n\n{text}" if text else note
+    return text
 
 
 def run_codex_hook(event: str, payload: dict[str, Any], bus: Bus) -> tuple[int, str]:
@@ -92,20 +124,7 @@ def run_codex_hook(event: str, payload: dict[str, Any], bus: Bus) -> tuple[int, 
     assert isinstance(sid, str)
     text = ""
     if event == "SessionStart":
-        kept = hooks._guarded("session", lambda: _kept_wake_cmd(bus, sid))
-        wake = hooks._guarded("wake command", lambda: codex_wake.wake_cmd_for(sid, kept))
-        if wake is None and not codex_wake.is_queue_cmd(kept):
-            wake = kept  # a person's wake command stays whatever went wrong above
-        if payload.get("source") == "resume":
-            # A resumed thread comes back with its whole history, and a woken run's prompt
-            # is its notice: what waits stays on the floor for that prompt's hook, which
-            # says it unless the prompt already does.
-            hooks._guarded(
-                "session open",
-                lambda: bus.open_session(sid, handle=hooks._handle(bus, sid), wake_cmd=wake),
-            )
-        else:
-            text = hooks.open_text(bus, sid, payload.get("source"), wake_cmd=wake)
+        text = _session_start(bus, sid, payload)
     elif event == "UserPromptSubmit":
         text = hooks.start_text(bus, sid, payload.get("prompt"))
     elif event == "PostToolUse":
@@ -118,6 +137,7 @@ def run_codex_hook(event: str, payload: dict[str, Any], bus: Bus) -> tuple[int, 
         # each run: it stays open, idle, for its next wake.
         if codex_wake.closes_at_end(hooks._guarded("session", lambda: _kept_wake_cmd(bus, sid))):
             hooks.end_session(bus, sid)
+            hooks._guarded("note", lambda: kept_wake.note(bus.floor, sid, "wake_problem", None))
     else:
         hooks._warn(f"unknown Codex event {event!r}; expected one of {', '.join(EVENTS)}")
     # Codex reads a JSON object on stdout; plain text would be refused as invalid output.

@@ -70,7 +70,9 @@ app.add_typer(session_app, name="session", rich_help_panel=EVERYDAY)
 @session_app.command("open")
 def session_open(
     sid: str = sid_arg("the new session's id (letters, digits, . _ -)"),
-    handle: str | None = typer.Option(None, help="host:name (default <host>:<SID>)"),
+    handle: str | None = typer.Option(
+        None, help="host:name (default: the session's own on a re-open, else <host>:<SID>)"
+    ),
     host: str | None = typer.Option(None, help="the host whose worker delivers (INBOX_HOST)"),
     parent: str | None = typer.Option(None, help="the session or person that started it"),
     wake_cmd: str | None = typer.Option(None, help="command run with a wake notice on stdin"),

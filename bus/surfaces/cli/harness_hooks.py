@@ -32,6 +32,11 @@ def _print_or_install(
     if install is not None and uninstall is not None:
         fail("give --install PATH or --uninstall PATH, not both")
     path = install if install is not None else uninstall
+    keys: list[str] = []
+    if uninstall is not None and harness == "codex":
+        from bus.surfaces.codex_trust import own_keys
+
+        keys = own_keys(uninstall.expanduser())  # before the file changes: their places
     code = run(
         lambda: print_or_install(
             path, yes, inbox_cmd=command, uninstall=uninstall is not None, harness=harness
@@ -41,6 +46,13 @@ def _print_or_install(
         from bus.surfaces.codex_trust import print_trust
 
         print_trust(install.expanduser())  # what trusts them: printed, never written
+    if code == 0 and keys:
+        from bus.surfaces.codex_trust import codex_home, drop_trust
+
+        config = codex_home() / "config.toml"
+        dropped = run(lambda: drop_trust(keys, config))
+        if dropped:
+            typer.echo(f"removed the inbox hooks' {dropped} trust tables from {config}")
     raise typer.Exit(code)
 
 
@@ -82,9 +94,11 @@ hooks_app.command("codex")(
         "e.g. .codex/hooks.json",
         """Print Codex's hooks.json for the inbox, or --install / --uninstall it.
 
-    Install into .codex/hooks.json (a project) or ~/.codex/hooks.json (every session); Codex
-    runs the hooks once they are trusted: --install prints the config.toml lines that trust
-    them (as the codex on PATH computes them), or trust them in Codex (/hooks).""",
+    Install into .codex/hooks.json (a project) or $CODEX_HOME/hooks.json (every session;
+    CODEX_HOME is ~/.codex when unset); Codex runs the hooks once they are trusted:
+    --install prints the $CODEX_HOME/config.toml lines that trust them (as the codex on PATH
+    computes them), or trust them in Codex (/hooks); --uninstall takes those lines out
+    again. With no terminal to ask on, give --yes.""",
     )
 )
 

@@ -54,6 +54,12 @@ def test_compose_file() -> None:
     assert set(floors) == {"a", "b"}
     assert len(set(floors.values())) == len(floors)  # every host its own floor
 
+    upgrade = services["upgrade"]  # the store's data upgraded before the workers start
+    assert command(upgrade) == "inbox upgrade" and upgrade["restart"] == "no"
+    for name in ("worker-a", "worker-b", "scheduler"):
+        after = services[name]["depends_on"]["upgrade"]
+        assert after == {"condition": "service_completed_successfully"}, name
+
     schedulers = [s for s in services.values() if command(s) == "inbox scheduler"]
     assert len(schedulers) == 1
     assert schedulers[0].get("deploy", {}).get("replicas", 1) == 1

@@ -155,7 +155,9 @@ def test_release_data_opened_by_this_release(old: tuple[Bus, dict[str, Any]]) ->
     assert done.returncode == 0, done.stderr
     assert kept_wake.kept(bus.delivery.floor, "waker") == "touch woke-by-record"
     assert upgrade.wake_consents(bus.store, s) == []
-    assert inbox(s, "doctor").returncode == 0
+    assert inbox(s, "doctor", "waker").returncode == 0
+    rest = json.loads(inbox(s, "doctor").stdout)  # the host has no worker: other problems
+    assert not [p for p in rest.get("problems", []) if p["check"] == "wake_consent"]
     assert (
         "wake"
         not in {r["session"]: r for r in json.loads(inbox(s, "status").stdout)["sessions"]}["waker"]
@@ -205,6 +207,33 @@ def test_each_host_says_the_release_it_runs(settings: Settings, bus: Bus) -> Non
     assert conf["inbox_data_version"] == dv.DATA_VERSION
     version = inbox(settings, "--version")
     assert version.returncode == 0 and version.stdout == f"inbox {__version__}\n"
+
+
+@pytest.mark.slow
+def test_a_worker_started_alone_names_the_wake_commands_and_works_with_older_data(
+    old: tuple[Bus, dict[str, Any]], start_worker: Any
+) -> None:
+    bus, _ = old  # not upgraded: a worker of this release on 0.1.0's data
+    worker = start_worker(bus.settings)
+    log = "".join(worker.log)
+    assert "inbox worker: 1 session(s) of this host are not woken by their wake command" in log
+    assert "waker: inbox session open waker --wake-cmd 'touch woke-by-record'" in log
+    assert worker.proc.poll() is None
+
+
+@pytest.mark.slow
+def test_a_worker_older_than_the_data_exits_7(settings: Settings, bus: Bus) -> None:
+    dv.stamp(bus.store, dv.DATA_VERSION + 1, "9.9.0", "newer", 0)
+    ran = subprocess.run(
+        [sys.executable, "-m", "bus.surfaces.cli.app", "worker", "--concurrency", "1"],
+        env=settings.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert ran.returncode == upgrade.EXIT_DATA_TOO_NEW == 7, ran.stdout + ran.stderr
+    assert "upgrade this host to inbox 9.9.0 or later" in ran.stderr
 
 
 def test_a_migration_killed_half_way_is_finished_by_the_next_run(bus: Bus) -> None:

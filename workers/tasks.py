@@ -26,7 +26,13 @@ from bus.core.settings import Settings
 from bus.delivery.engine import deliver_many as deliver_batch
 from bus.delivery.kick_list import KickLoop
 from bus.delivery.scheduler import tick as run_tick
-from bus.ops.upgrade import EXIT_DATA_TOO_NEW, DataTooNew, check_readable
+from bus.ops.upgrade import (
+    EXIT_DATA_TOO_NEW,
+    DataTooNew,
+    check_readable,
+    consent_lines,
+    wake_consents,
+)
 from bus.store.outage_log import OUTAGE_ERRORS, Outage
 from bus.telemetry.host_floor import HostFloor, HostTaken, claim_floor
 from bus.telemetry.liveness import Heartbeat
@@ -88,6 +94,9 @@ def _claim_host(**_: Any) -> None:
     bus = get_bus()
     try:
         check_readable(bus.store)  # a host older than the store's data does not start
+        # Said in the worker's own log too, for a worker started without `inbox up`.
+        for line in consent_lines(wake_consents(bus.store, bus.settings), "inbox worker"):
+            print(line, file=sys.stderr, flush=True)
     except DataTooNew as exc:
         print(f"inbox worker: {exc}", file=sys.stderr, flush=True)
         os._exit(EXIT_DATA_TOO_NEW)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,8 +35,8 @@ from .standby import Standby, scheduler_standby_argv, standby_argv
 from .supervise import AlreadyRunning, Child, HomeLock, Supervisor, spawn_logged
 from .upgrade import EXIT_DATA_TOO_NEW
 
-# How long the embedded server (or the configured one) may take to answer at the start.
-STORE_WAIT_S = 60.0
+# A store that has not answered this long at the start is said to be awaited.
+STORE_QUIET_S = 5.0
 
 
 def _banner(settings: Settings, url: str, logs: Path) -> str:
@@ -53,9 +54,10 @@ def _banner(settings: Settings, url: str, logs: Path) -> str:
     )
 
 
-def prepare_store(settings: Settings, store_url: str) -> None:
-    """Refuse a store whose data is newer than this host's code, upgrade older data and
-    name the wake commands that wait for a person (bus.ops.upgrade.prepare)."""
+def prepare_store(settings: Settings, store_url: str, stop: threading.Event) -> None:
+    """Once the store answers (or Ctrl-C), refuse a store whose data is newer than this
+    host's code, upgrade older data and name the wake commands that wait for a person
+    (bus.ops.upgrade.prepare)."""
     from bus.store import data_version
     from bus.store.connect import open_store
 
@@ -63,7 +65,14 @@ def prepare_store(settings: Settings, store_url: str) -> None:
 
     store = open_store(replace(settings, redis_url=store_url))
     try:
-        prepare(store, settings, lambda line: print(line, flush=True), wait_s=STORE_WAIT_S)
+        waited = time.monotonic() + STORE_QUIET_S
+        while not data_version.answers(store):
+            if waited and time.monotonic() > waited:
+                print("inbox up: waiting for the store to answer (Ctrl-C stops)", flush=True)
+                waited = 0.0
+            if stop.wait(0.1):
+                return
+        prepare(store, settings, lambda line: print(line, flush=True))
     finally:
         data_version.close(store)
 
@@ -159,7 +168,7 @@ def _supervise(
     sup = Supervisor(children, store=store, record=lambda rows: write_procs(settings.home, rows))
     try:
         # The store's data checked and upgraded before a worker reads it (bus.ops.upgrade).
-        sup.start(before_workers=lambda: prepare_store(settings, store_url))
+        sup.start(before_workers=lambda: prepare_store(settings, store_url, stop))
         # The embedded server is checked once it is up (INBOX_SERVER_BINARY may be old).
         if not settings.redis_url and not up_gate(store_url, cluster=False):
             sup.stop()

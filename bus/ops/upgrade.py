@@ -185,12 +185,13 @@ def with_wake_consent(
     return {**report, "ok": not all_problems, "problems": all_problems}
 
 
-def consent_lines(consents: list[dict[str, str]]) -> list[str]:
-    """What ``inbox up`` prints about :func:`wake_consents` (pure)."""
+def consent_lines(consents: list[dict[str, str]], who: str = "inbox up") -> list[str]:
+    """What ``inbox up`` (or ``who``: a worker started alone) prints about
+    :func:`wake_consents` (pure)."""
     if not consents:
         return []
     lines = [
-        f"inbox up: {len(consents)} session(s) of this host are not woken by their wake "
+        f"{who}: {len(consents)} session(s) of this host are not woken by their wake "
         "command until you keep it here (it was kept in the session's record only; this "
         "host runs only one kept on it). Check each command, then run:"
     ]

@@ -33,6 +33,15 @@ LOCK_TTL_MS = 60_000
 _STARTING: tuple[type[Exception], ...] = (*NOT_ANSWERING, redis.BusyLoadingError)
 
 
+def answers(store: Store) -> bool:
+    """Whether the store's server answers (not still starting or loading its data)."""
+    try:
+        store.r.ping()
+    except _STARTING:
+        return False
+    return True
+
+
 def wait_answering(store: Store, timeout_s: float, stop: threading.Event | None = None) -> None:
     """Return once the store's server answers (a server just started may still be
     starting or loading its data); ``Unavailable`` past ``timeout_s``."""
@@ -129,6 +138,7 @@ __all__ = [
     "DATA_VERSION",
     "RELEASE_OF",
     "UNVERSIONED",
+    "answers",
     "close",
     "is_new",
     "needed_release",

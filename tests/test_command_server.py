@@ -386,3 +386,51 @@ def test_without_the_signal_one_thread_watches_each_running_command(
         signal.signal(signal.SIGINT, before)
         ours.close()
         theirs.close()
+
+
+def _raw(path: Path, argv: list[str]) -> socket.socket:
+    """A client's request sent by hand, with this process's descriptors 0-2."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(60)
+    sock.connect(str(path))
+    data = command_client.header(argv)
+    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, command_client._fds())])
+    return sock
+
+
+def test_idle_and_stuck_clients_hold_no_worker(server: Path, settings: Settings) -> None:
+    b = _bus(settings, settings.key_prefix)
+    b.open_session("bob")
+    # More idle connections than workers, and as many that sent half a header.
+    idle = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(8)]
+    for n, sock in enumerate(idle):
+        sock.settimeout(60)
+        sock.connect(str(server))
+        if n % 2:
+            sock.sendall(command_client.header(["send"])[:20])
+    try:
+        warm, modules = imported(
+            settings_env(settings), "send", "--to-id", "bob", "--from", "hosta:a", "--text", "hi"
+        )
+        assert warm.returncode == 0, warm.stderr
+        assert json.loads(warm.stdout)["state"] == "stored"
+        assert "bus.api" not in modules  # the server ran it: no idle client held it off
+        # Each is closed once its bound passes, its request never whole.
+        for sock in idle:
+            assert sock.recv(16) == b""
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+@pytest.mark.parametrize("argv", [["watch", "bob"], ["mcp"], ["session", "open", "x"], []])
+def test_only_the_write_commands_are_taken(server: Path, argv: list[str]) -> None:
+    with _raw(server, argv) as sock:
+        assert sock.recv(16) == b"full"  # nothing ran: the client would run it itself
+        assert sock.recv(16) == b""
+
+
+def test_a_client_that_never_says_go_is_dropped_and_nothing_runs(server: Path) -> None:
+    with _raw(server, ["send", "--help"]) as sock:
+        assert sock.recv(1) == b"+"
+        assert sock.recv(16) == b""  # no "g" within the bound: closed, nothing ran

@@ -22,7 +22,8 @@ The exchange (all on the one connection):
    NUL-separated: :data:`MAGIC`, the client module's path and interpreter (a server
    of another install answers ``full``), cwd, the stdin/stdout/stderr encodings and
    errors, the argv count, the argv, then ``KEY=VALUE`` environment entries;
-2. worker: ``+`` (taken) or ``full`` (run it yourself; nothing ran);
+2. worker: ``+`` (taken) or ``full`` (run it yourself; nothing ran): ``full`` for a
+   client of another install or a command other than :data:`COMMANDS`;
 3. client: ``g`` (go). Only now does the command run: a client that gave up waiting for
    the ``+`` closes instead, and the worker, reading EOF, runs nothing. So a command runs
    once, here or in the client, never both;
@@ -30,6 +31,10 @@ The exchange (all on the one connection):
    goes away first (its Ctrl-C), the command is interrupted (``KeyboardInterrupt``, as
    ``SIGINT`` would have interrupted the cold process; see :class:`_Watcher`), and the
    worker leaves once the command has ended.
+
+Steps 1 and 3 are read by bus.surfaces.command_intake for all of a worker's connections
+at once, each bounded (its ``TAKE_S``): an idle or stuck client holds no worker and
+delays no other client's command. Only this user's clients are read (``SO_PEERCRED``).
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ from typing import NamedTuple
 from bus.core.locate import default_home, embedded_socket
 from bus.core.runtime_dir import private_folder
 from bus.ops.procs import die_with_parent
+
+from .command_intake import Intake
 
 MAGIC = b"inbox-cmd-1"
 SOCKET_NAME = "commands.sock"
@@ -103,22 +110,6 @@ def parse_header(data: bytes) -> Request:
     )
 
 
-def _recv_request(conn: socket.socket) -> tuple[bytes, list[int]]:
-    msg, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3)
-    if len(msg) < 10 or not msg[:10].isdigit():
-        raise ValueError("no length")
-    size = int(msg[:10])
-    if size > MAX_HEADER:
-        raise ValueError("header too large")
-    data = bytearray(msg[10:])
-    while len(data) < size:
-        more = conn.recv(min(65536, size - len(data)))
-        if not more:
-            raise ValueError("short header")
-        data += more
-    return bytes(data), list(fds)
-
-
 def _stdio(fd: int, mode: str, encoding: str, errors: str) -> io.TextIOWrapper:
     """A text stream on ``fd`` as a starting interpreter makes one: stdout line-buffered
     on a terminal, stderr always line-buffered."""
@@ -153,25 +144,9 @@ class _Request:
                 self.gone = True
                 os.kill(os.getpid(), signal.SIGINT)
 
-    def serve(self) -> int | None:
-        """The command's exit code; None when nothing ran (refused, or the client gave
-        up and runs it itself)."""
-        data, fds = _recv_request(self.conn)
-        try:
-            req = parse_header(data)
-            ok = len(fds) == 3 and (req.client, req.python) == client_id()
-        except ValueError:
-            ok = False
-        if not ok:
-            for fd in fds:
-                os.close(fd)
-            self.conn.sendall(b"full")
-            return None
-        self.conn.sendall(b"+")
-        if self.conn.recv(1) != b"g":
-            for fd in fds:
-                os.close(fd)
-            return None  # the client gave up: it runs the command itself
+    def serve(self, req: Request, fds: list[int]) -> int:
+        """Run the request its client said go to (bus.surfaces.command_intake took it)
+        on the client's descriptors ``fds``; its exit code."""
         saved = _Saved()
         try:
             for target, fd in enumerate(fds):
@@ -302,6 +277,18 @@ def _run(run: object, argv: list[str]) -> int:
     return 1
 
 
+def taken(data: bytes, fds: list[int]) -> Request | None:
+    """The request in a whole header, or None (answered ``full``: the client runs it
+    itself): a client of another install, or a command this server is not for."""
+    try:
+        req = parse_header(data)
+    except (ValueError, UnicodeDecodeError, IndexError):
+        return None
+    if len(fds) != 3 or (req.client, req.python) != client_id():
+        return None
+    return req if req.argv[:1] and req.argv[0] in COMMANDS else None
+
+
 def _peer_is_owner(conn: socket.socket) -> bool:
     opt = getattr(socket, "SO_PEERCRED", None)
     if opt is None:
@@ -358,13 +345,12 @@ def _worker(srv: socket.socket, run: object) -> None:
     die_with_parent()
     try:
         watcher = _Watcher()
+        intake = Intake(srv, owner=_peer_is_owner, accept=taken, max_header=MAX_HEADER)
         for _ in range(REQUESTS):
-            conn, _addr = srv.accept()
+            conn, request, fds = intake.next()
             with conn:
-                if not _peer_is_owner(conn):
-                    continue
                 req = _Request(conn, run, watcher)
-                req.serve()
+                req.serve(request, fds)  # type: ignore[arg-type]
             if req.gone:
                 break
     except KeyboardInterrupt:

@@ -6,7 +6,7 @@ with the fix. Pure; bus.store.redis_errors turns such a reply into
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class StoreFault(NamedTuple):
@@ -67,6 +67,16 @@ def fault_of_info(info: dict[str, object], *, stop_writes: bool = True) -> Store
     ):
         return _FAULTS["OOM"]
     return None
+
+
+def with_storage(report: dict[str, Any], fault: StoreFault | None) -> dict[str, Any]:
+    """``inbox status``'s answer with its ``storage`` entry: ``{"ok": true}``, or, when the
+    store refuses writes, ``{"ok": false, "reason", "message", "fix"}`` and the answer's
+    own ``ok`` false."""
+    if fault is None:
+        return {**report, "storage": {"ok": True}}
+    entry = {"ok": False, "reason": fault.reason, "message": fault.words, "fix": fault.fix}
+    return {**report, "ok": False, "storage": entry}
 
 
 def _int(value: object) -> int:

@@ -58,8 +58,32 @@ def doctor_report(
     if settings is not None:
         server, rows = doctor_server(settings)
         problems += rows
+        problems += doctor_storage(settings)
     report = {"ok": not problems, "home": str(home), "checked": len(checked), "problems": problems}
     return report if server is None else {**report, "server": server}
 
 
-__all__ = ["doctor_report", "floor_sessions"]
+def doctor_storage(settings: Settings) -> list[dict[str, Any]]:
+    """A store that refuses writes (disk full, a replica, full memory) as a problem row;
+    none when it takes them or does not answer (``server`` says that)."""
+    from bus.store.connect import open_store
+    from bus.store.redis_errors import StoreError, refused
+    from bus.telemetry.storage import EFFECT, storage_problems
+
+    try:
+        store = open_store(settings)
+        try:
+            return storage_problems(store)
+        finally:
+            store.r.close()
+    except StoreError as exc:  # a server refusing writes may refuse the connect's PING too
+        said = refused(exc)
+        if said is None:
+            return []
+        fix = str(said.details["fix"])
+        reason = str(said).split("; nothing was written")[0]
+        row = {"check": "storage", "effect": EFFECT, "reason": reason, "fix": fix}
+        return [{**row, "store_reason": said.details["reason"]}]
+
+
+__all__ = ["doctor_report", "doctor_storage", "floor_sessions"]

@@ -11,9 +11,10 @@ import redis
 from bus.core import durability
 
 from .base import StorePart
+from .write_fault import WriteFaultStore
 
 
-class DurableStore(StorePart):
+class DurableStore(WriteFaultStore, StorePart):
     """Runs a send's writes and confirms its durability level before it is acknowledged."""
 
     _fsyncs_always: str | None = None  # None: not asked; "" yes; else why not

@@ -24,6 +24,7 @@ from .receipts import ReceiptStore
 from .resp_client import Connection
 from .server_config import ConfigStore
 from .session_record import record_row
+from .write_fault import WriteFaultStore
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
 # (bus.surfaces.fast_read imports this module).
@@ -112,6 +113,18 @@ class _Calls:
     def xrange(self, name: str, min: str = "-", max: str = "+", count: int | None = None) -> Any:
         return self._do("XRANGE", name, min, max, *(("COUNT", count) if count else ()))
 
+    def info(self, section: str) -> dict[str, str]:
+        """INFO's ``key:value`` lines as a dict (the values as text)."""
+        text = self._do("INFO", section)
+        if isinstance(text, bytes):
+            text = text.decode()
+        pairs = (ln.split(":", 1) for ln in str(text or "").splitlines() if ":" in ln)
+        return {k: v for k, v in pairs}
+
+    def config_get(self, name: str) -> dict[str, str]:
+        reply = self._do("CONFIG", "GET", name)
+        return _pairs(reply) if isinstance(reply, list) else {}
+
     def xrevrange(
         self,
         name: str,
@@ -156,7 +169,14 @@ class LiteClient(_Calls):
 
 
 class LiteStore(
-    BacklogStore, BeatStore, InboxStore, ItemStore, ReceiptStore, HostClaimStore, ConfigStore
+    BacklogStore,
+    BeatStore,
+    InboxStore,
+    ItemStore,
+    ReceiptStore,
+    HostClaimStore,
+    ConfigStore,
+    WriteFaultStore,
 ):
     """The store's reads on a :class:`LiteClient`; sessions as dicts (``record_row``)."""
 

@@ -154,12 +154,13 @@ def read_inbox(store: Any, settings: Any, sid: str) -> dict[str, Any]:
 def status(store: Any, settings: Any) -> dict[str, Any]:
     """``Bus.status``: sessions, their states and backlogs, workers, memory settings."""
     from bus.core.locate import redact
+    from bus.core.store_faults import with_storage
     from bus.core.unix_socket import session_problems
     from bus.core.up_procs import read_procs
     from bus.core.wake_consent import wake_off
 
     rows = [_checked(row) for row in store.sessions()]
-    return status_report(
+    answer = status_report(
         host=settings.host,
         store=redact(settings.store_url()),
         home=str(settings.home),
@@ -173,3 +174,4 @@ def status(store: Any, settings: Any) -> dict[str, Any]:
         processes=read_procs(settings.home),
         wake_off=wake_off(str(settings.home), settings.host, rows),
     )
+    return with_storage(answer, store.write_fault())

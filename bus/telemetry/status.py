@@ -8,6 +8,7 @@ from bus.core import unix_socket
 from bus.core.hook_env import redact
 from bus.core.status_view import local_sessions
 from bus.core.status_view import status_report as report
+from bus.core.store_faults import with_storage
 from bus.core.up_procs import read_procs
 from bus.core.wake_consent import wake_off
 from bus.store import server_memory
@@ -23,11 +24,12 @@ def status_report(store: Store, settings: Settings) -> dict[str, Any]:
     """The host, the store's address (its password hidden), the floor's home, every
     session with its backlog, each host's worker and the scheduler (heartbeat ages and
     queue depth), the processes this host's ``inbox up`` runs (spares named ``standby``)
-    and the server memory settings the scheduler keeps. A session of this host whose
+    and the server memory settings the scheduler keeps, and ``storage``: whether the
+    store takes writes (``ok`` false, the reason and fix, when it refuses them). A session of this host whose
     socket cannot be had says why and the fix (``unreachable``)."""
     sessions = store.sessions()
     rows = [s.model_dump() for s in sessions]
-    return report(
+    answer = report(
         host=settings.host,
         store=redact(settings.store_url()),
         home=str(settings.home),
@@ -41,3 +43,4 @@ def status_report(store: Store, settings: Settings) -> dict[str, Any]:
         processes=read_procs(settings.home),
         wake_off=wake_off(str(settings.home), settings.host, rows),
     )
+    return with_storage(answer, store.write_fault())  # not ok when the store refuses writes

@@ -465,12 +465,17 @@ def doctor(
         too_old = server.get("state") == "too_old"
         if too_old:
             said.insert(0, str(server["message"]))
+        storage = [p for p in rows if p.get("check") == "storage"]
+        if storage:  # the store refuses writes: said first, with its fix
+            said.insert(0, f"{storage[0]['reason']}; fix: {storage[0]['fix']}")
         bus_wide = sorted({p["check"] for p in rows} & set(CHECKS))
         if bus_wide:
             said.append(f"{len(rows)} problem(s) in the bus: " + ", ".join(bus_wide))
         said = said or [f"{len(rows)} problem(s)"]
         code = (
-            "unreachable"
+            "store_refused"
+            if storage
+            else "unreachable"
             if unreachable
             else "malformed_lines"
             if torn
@@ -479,7 +484,7 @@ def doctor(
             else "problems"
         )
         refuse(
-            "server_too_old" if too_old else code,
+            "server_too_old" if too_old and not storage else code,
             "; ".join(said),
             1,
             hint=None if unreachable or too_old else "each problem's fix is in the JSON on stdout",

@@ -6,13 +6,20 @@ with the fix. Pure; bus.store.redis_errors turns such a reply into
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+# Not ``typing``: importing it alone costs the read lane several ms (it reports these).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
-class StoreFault(NamedTuple):
-    reason: str  # disk | read_only | memory | replicas
-    words: str  # what the store refuses, and why
-    fix: str  # what to do next
+class StoreFault:
+    """A write-refusing fault: ``reason`` (disk | read_only | memory | replicas), ``words``
+    (what the store refuses, and why), ``fix`` (what to do next)."""
+
+    __slots__ = ("fix", "reason", "words")
+
+    def __init__(self, reason: str, words: str, fix: str) -> None:
+        self.reason, self.words, self.fix = reason, words, fix
 
 
 # By the first word of the server's error reply.

@@ -141,6 +141,9 @@ class Place:
     def of(cls, env: dict[str, str] | os._Environ[str]) -> Place | None:
         if env.get("INBOX_SECRET") or env.get("INBOX_REDIS_CLUSTER"):
             return None  # tokens are checked on the full path; a cluster needs its client
+        level = (env.get("INBOX_DURABILITY") or "memory").strip().lower()
+        if level not in ("memory", "disk", "replica"):
+            return None  # the full path refuses it in words
         for name, value in env.items():
             if name.startswith("INBOX_") and value and name not in _TEXT_SETTINGS:
                 number = float(value)  # ValueError: the full path refuses it in words

@@ -56,6 +56,21 @@ def run(fn: Callable[[], T]) -> T:
         _refuse_error(_unavailable(exc))
     except OSError as exc:
         fail(str(exc), 1, "os_error")
+    except Exception as exc:
+        said = _store_refusal(exc)
+        if said is None:
+            raise
+        _refuse_error(said)
+
+
+def _store_refusal(exc: Exception) -> BusError | None:
+    """A store's reply that it refuses writes (MISCONF, READONLY, OOM, ...) from any call,
+    as the bus's refusal; None for anything else (redis is imported only for its errors)."""
+    if not type(exc).__module__.startswith("redis"):
+        return None
+    from bus.store.redis_errors import refused
+
+    return refused(exc)
 
 
 def _refuse_error(exc: BusError) -> NoReturn:

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
+from bus.core.models import now_ms
 from bus.core.settings import Settings
+from bus.delivery import heard
 from bus.delivery.floor import Floor
 from bus.delivery.said import SAID, SAID_KEEP, fresh_ids, read_said, record_said, unsaid
 from bus.surfaces.listener import Listener
@@ -148,3 +150,33 @@ def test_a_notice_carried_again_after_a_worker_kill_is_heard_once(
     assert len(notices) == 2  # the messages really were carried again, in a second notice
     assert [fresh_ids(x) for x in got] == [ids, [third]]
     assert got[1]["repeats"] == ids and got[1]["text"].endswith(f"↻ 2 messages {MARK}")
+    # The bus itself says the recovered notice's messages may have been heard.
+    assert got[1]["redelivered"] == ids
+    assert "↻ 2 messages of these carried again after a crash (maybe seen)" in got[1]["text"]
+
+
+def test_a_notice_given_back_after_a_drainer_died_lists_its_messages_as_redelivered(
+    bus: Bus, settings: Settings
+) -> None:
+    """A drainer SIGKILLed after it took the floor and before it recorded the marks: the
+    messages come back and the next notice lists them as redelivered. The model, which
+    never got them (the drainer died), is handed them: they are not in said.jsonl."""
+    bus.open_session(SID)
+    bus.turn(SID, "start")
+    ids = [bus.send({"from": "hosta:peer", "to_id": SID, "text": f"m{i}"})["id"] for i in (0, 1)]
+    bus.deliver_session(SID)
+    env = dict(settings.child_env(), INBOX_FAULT="drain:after_unlink", INBOX_DISPATCHER="none")
+    child = subprocess.run([sys.executable, "-m", "bus", "drain", SID], env=env, timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    bus.deliver_session(SID)  # marks the notice's record gone from the floor
+    bus.inbox.sweep_floor(SID, now=now_ms() + heard.GONE_GRACE_MS)  # past the grace: back
+    bus.deliver_session(SID)
+    [line] = bus.drain(SID)
+    assert line["notice"]["messages"] == ids and line["redelivered"] == ids
+    assert "repeats" not in line
+    assert "carried again after a crash (maybe seen)" in line["text"]
+    # A later, ordinary notice carries no such mark.
+    bus.send({"from": "hosta:peer", "to_id": SID, "text": "m2"})
+    bus.deliver_session(SID)
+    [later] = bus.drain(SID)
+    assert "redelivered" not in later

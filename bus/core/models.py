@@ -310,6 +310,9 @@ class NoticeLine(_Strict):
     # model was handed already, under an earlier notice: their ids. Added as it is handed on
     # (a drain, a listener, a waiter), never on the floor.
     repeats: list[str] | None = None
+    # Messages an earlier notice carried that were given back after a crash (a worker
+    # killed after the write, a drainer after its take): they may have been heard.
+    redelivered: list[str] | None = None
 
 
 class ThreadRow(_Strict):

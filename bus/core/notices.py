@@ -220,6 +220,12 @@ def repeat_mark(count: int) -> str:
     return f"  ↻ {_plural(count, 'message')} of these repeated from an earlier notice"
 
 
+def redelivered_mark(count: int) -> str:
+    """The line under a notice that carries ``count`` messages an earlier notice carried
+    and that came back after a crash (it may or may not have been heard)."""
+    return f"  ↻ {_plural(count, 'message')} of these carried again after a crash (maybe seen)"
+
+
 def _repeats(line: dict[str, Any]) -> int:
     found = line.get("repeats")
     return len(found) if isinstance(found, list) else 0

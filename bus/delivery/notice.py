@@ -62,13 +62,20 @@ def notice_line(
 ) -> dict[str, Any]:
     """The notice ``nid``'s line for ``sid`` from the inbox records it carries: the
     threads summarised, the ids listed, ``urgency`` set when one of them is urgent (a
-    listening harness may interrupt its turn for it)."""
+    listening harness may interrupt its turn for it), ``redelivered`` listing those an
+    earlier notice carried and that were given back after a crash."""
     summaries = notices.summarize([summary_input(r) for r in records])
     line = notices.notice_line(
         nid, sid, summaries, [r["id"] for r in records], now, bus_host=bus_host
     )
     if any((r.get("m") or {}).get("urgency") == "urgent" for r in records):
         line["urgency"] = "urgent"
+    again = [r["id"] for r in records if r.get("again")]
+    if again:
+        # Carried by an earlier notice that may have been heard (RabbitMQ's redelivered):
+        # a harness that keeps what it was handed (bus.delivery.said) can tell for sure.
+        line["redelivered"] = again
+        line["text"] += "\n" + notices.redelivered_mark(len(again))
     return line
 
 
@@ -308,7 +315,11 @@ class Notices:
         if self.floor.contains_id(sid, nid):
             store.notice_written(sid, nid, self.clock.now_ms(), "file")
         else:
-            store.revert_notice(sid, nid, self.clock.now_ms(), "recovered after a crash")
+            # Not on the floor: never written, or heard on the socket before the worker
+            # died. Either way its messages go again, listed as redelivered.
+            store.revert_notice(
+                sid, nid, self.clock.now_ms(), "recovered after a crash", again=True
+            )
         return True
 
     def finish_wake(self, sid: str, nid: str, info: SessionInfo) -> None:

@@ -393,13 +393,23 @@ class DeliveryStore(StorePart):
         )
 
     def revert_notice(
-        self, sid: str, nid: str, now: int, reason: str, *, pipeline: Any = None
+        self,
+        sid: str,
+        nid: str,
+        now: int,
+        reason: str,
+        *,
+        pipeline: Any = None,
+        again: bool = False,
     ) -> None:
         """The notice in flight ``nid`` did not go in: its ids back to new (and to the wake
         queue), a ``notice_reverted`` record with ``reason`` (``notice_revert.lua``);
-        nothing when ``nid`` is not the one in flight."""
-        keys = self.k.s_many(sid, ("notice", "new", "wakeq", "events"))
-        self.script("notice_revert")(keys=keys, args=[nid, now, reason], client=pipeline)
+        nothing when ``nid`` is not the one in flight. ``again``: it may have been heard
+        (a worker killed after its write), so its records are marked to be listed as
+        redelivered by the next notice."""
+        names = ("notice", "new", "wakeq", "events", *(("msgs",) if again else ()))
+        args = [nid, now, reason, *(("1",) if again else ())]
+        self.script("notice_revert")(keys=self.k.s_many(sid, names), args=args, client=pipeline)
 
     def notice_written(
         self, sid: str, nid: str, now: int, via: str, *, pipeline: Any = None

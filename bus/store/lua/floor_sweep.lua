@@ -6,7 +6,9 @@
 -- KEYS[1] floor P:{sid}:floor (notice id -> {ids, new, wake, at, ...}: parts/notice_done.lua),
 -- KEYS[2] msgs, KEYS[3] new, KEYS[4] wakeq, KEYS[5] events
 -- ARGV[1] now ms, ARGV[2] grace ms, ARGV[3..] pairs: notice id, "1" on the floor / "0" gone
--- Returns how many notices were given back.
+-- Returns how many notices were given back. A message given back is marked ``again``
+-- (parts/mark_again.lua): its drainer may have handed it on before it died.
+--@include mark_again
 local now = tonumber(ARGV[1])
 local grace = tonumber(ARGV[2])
 local given_back = 0
@@ -33,6 +35,7 @@ for i = 3, #ARGV, 2 do
           -- A record leaves out its at when it is its message's ts (bus.store.packing.keep_record).
           if msg.at == nil and type(msg.m) == 'table' then msg.at = msg.m.ts end
           if msg.mark == 'new' then
+            mark_again(KEYS[2], id)
             redis.call('ZADD', KEYS[3], score[id] or msg.at or now, id)
             if wakes[id] then
               redis.call('ZADD', KEYS[4], wakes[id], id)

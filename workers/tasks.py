@@ -33,7 +33,7 @@ from bus.ops.upgrade import (
     consent_lines,
     wake_consents,
 )
-from bus.store.outage_log import OUTAGE_ERRORS, Outage
+from bus.store.outage_log import OUTAGE_ERRORS, Outage, waits_out
 from bus.telemetry.host_floor import HostFloor, HostTaken, claim_floor
 from bus.telemetry.liveness import Heartbeat
 
@@ -230,7 +230,9 @@ def _deliver_one(bus: Bus, sid: str) -> dict[str, Any]:
     # once it is back (nothing was taken that is not still in the stream).
     try:
         report = bus.deliver_session(sid)  # its counters in one round trip (bus.delivery.engine)
-    except OUTAGE_ERRORS as exc:
+    except Exception as exc:
+        if not waits_out(exc):  # Redis away or refusing writes: the sweep redoes it
+            raise
         _outage.failed(exc)
         raise DeliveryFailed(f"Redis unavailable, retried by the sweep: {exc}") from exc
     _outage.ok()

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bus.core import faults
-from bus.store.outage_log import OUTAGE_ERRORS, Outage
+from bus.store.outage_log import OUTAGE_ERRORS, Outage, waits_out
 
 from .dispatch import Dispatcher, request_many
 from .engine import deliver_many
@@ -204,7 +204,9 @@ class KickLoop:
                         delivered = False
                 self._outage.ok()
                 fails = 0
-            except OUTAGE_ERRORS as exc:
+            except Exception as exc:
+                if not waits_out(exc):  # Redis away or refusing writes: waited out, else a bug
+                    raise
                 self._outage.failed(exc)
                 if ahead.sent is not None:  # its wait is lost with the connection
                     self._listen.release()
@@ -412,6 +414,10 @@ class KickLoop:
             return False
         # Broad on purpose: one bad delivery must not end the loop; the sweep retries it.
         except Exception as exc:
+            if waits_out(exc):  # the store refuses writes: waited out as an outage is
+                self._outage.failed(exc)
+                self._report_failed(sids, started, t0, f"the store refuses writes: {exc}")
+                return False
             log.exception("delivery of %s from the kick list failed", sids)
             self._report_failed(sids, started, t0, f"{type(exc).__name__}: {exc}")
         else:

@@ -26,7 +26,7 @@ from bus.core.models import SessionInfo, now_ms
 from bus.core.status_view import scheduler_beat
 from bus.store.compaction import compact_all
 from bus.store.many import SweepView
-from bus.store.outage_log import OUTAGE_ERRORS, Outage
+from bus.store.outage_log import OUTAGE_ERRORS, Outage, waits_out
 from bus.store.schedule import WAKE_TURN
 from bus.store.server_memory import Keeper
 from bus.telemetry.liveness import Heartbeat
@@ -258,8 +258,12 @@ def run(
                 nxt = None
             # Broad on purpose: the dispatcher's transport error (kombu's, which bus/ does
             # not import) must not end the loop; the log says what it was.
-            except Exception:
-                log.exception("scheduler tick failed")
+            except Exception as exc:
+                if waits_out(exc):  # the store refuses writes: one line until it takes them
+                    outage.failed(exc)
+                    nxt = None
+                else:
+                    log.exception("scheduler tick failed")
                 nxt = None
             delay = (
                 max_sleep_s

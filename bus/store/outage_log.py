@@ -14,6 +14,8 @@ import time
 import redis
 from redis.exceptions import ClusterDownError, RedisClusterException, TryAgainError
 
+from .redis_errors import refused
+
 # What a Redis restart looks like from a client: refused, reset, timed out, or a reply
 # that the server is still loading its append-only file.
 OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
@@ -49,11 +51,21 @@ class Outage:
         return self._since is not None
 
     def failed(self, exc: BaseException) -> None:
-        """A try failed because Redis is away; logs only the first of an outage."""
+        """A try failed because Redis is away or refuses writes; logs only the first of an
+        outage (a refusal with its reason and fix)."""
         with self._lock:
             if self._since is not None:
                 return
             self._since = time.monotonic()
+        said = refused(exc)
+        if said is not None:
+            self.log.warning(
+                "%s: %s; waiting, retrying (the store said: %s)",
+                self.who,
+                str(said),
+                said.details.get("store_said", ""),
+            )
+            return
         self.log.warning("%s: Redis unreachable (%s); retrying", self.who, _short(exc))
 
     def ok(self) -> None:
@@ -64,6 +76,13 @@ class Outage:
             took = time.monotonic() - self._since
             self._since = None
         self.log.warning("%s: Redis back after %.1f s", self.who, took)
+
+
+def waits_out(exc: BaseException) -> bool:
+    """Whether a loop waits ``exc`` out (logged once by :class:`Outage`) instead of failing:
+    Redis away (:data:`OUTAGE_ERRORS`), or a store that refuses writes (disk full, a
+    replica, full memory: bus.core.store_faults) until its operator fixes it."""
+    return isinstance(exc, OUTAGE_ERRORS) or refused(exc) is not None
 
 
 def _short(exc: BaseException) -> str:

@@ -13,7 +13,8 @@ from bus.core.clock import SYSTEM, Clock
 from bus.core.models import SessionInfo
 from bus.core.settings import Settings
 from bus.delivery.dispatch import Dispatcher, LazyDispatcher, default_dispatcher
-from bus.delivery.floor import Floor, floor_sync
+from bus.delivery.floor import Floor
+from bus.delivery.floor_result import floor_sync
 from bus.delivery.host import DeliveryParts
 from bus.delivery.inbox import Inbox
 from bus.delivery.kick_list import ListDispatcher

@@ -54,7 +54,7 @@ class Host(Parts):
     def drain(self, sid: str, *, stamped: bool = False) -> list[dict[str, Any]] | str:
         """Claim the floor; notices drained here are marked noticed (now or when Redis is
         back). Lines the floor could not read are skipped and said in one ``malformed``
-        line (:meth:`bus.delivery.floor.DrainResult.handed`)."""
+        line (:meth:`bus.delivery.floor_result.DrainResult.handed`)."""
         result = self.floor.drain(check_session_id(sid))
         faults.point("drain:after_unlink")
         self.inbox.on_drain(sid, result.taken)

@@ -25,8 +25,9 @@ from bus.core.hook_env import load_hook_env
 from bus.core.ids import check_session_id
 from bus.core.settings import Settings
 
-from .floor import Floor, floor_sync, skipped_words
+from .floor import Floor
 from .floor_lines import append_private
+from .floor_result import floor_sync, skipped_words
 
 PENDING_MARKS = "marks.pending.jsonl"
 

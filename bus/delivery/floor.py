@@ -44,9 +44,8 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from bus.core import faults, unix_socket
 from bus.core.clock import SYSTEM, Clock
@@ -67,10 +66,8 @@ from .floor_lines import parse_line as _parse
 from .floor_lines import read_fd as _read_fd
 from .floor_lines import same_file as _same_file
 from .floor_lines import write_all as _write_all
-from .said import read_said, record_said, said_keys, unsaid
-
-if TYPE_CHECKING:
-    from bus.core.settings import Settings
+from .floor_result import DrainResult
+from .said import record_said, split_repeats
 
 MESSAGES = "messages.jsonl"
 DRAINING_PREFIX = "messages.draining."
@@ -87,55 +84,6 @@ _APPEND_TRIES = 1000
 # Whether a path can itself be a socket's address; a longer one is reached through a
 # short link (bus.core.unix_socket).
 socket_path_fits = unix_socket.fits
-
-
-@dataclass
-class DrainResult:
-    """What one drain took off the floor: parsed lines, and raw lines kept aside."""
-
-    lines: list[dict[str, Any]] = field(default_factory=list)
-    malformed: list[str] = field(default_factory=list)
-    # Lines the session's socket listener handed on already (their ack came after the
-    # sender's wait, so the sender put them on the file too): not handed on again, but
-    # confirmed like the rest.
-    heard: list[dict[str, Any]] = field(default_factory=list)
-    # Notices whose every message the session's model was handed already (bus.delivery.said):
-    # confirmed, not handed on again.
-    repeated: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def taken(self) -> list[dict[str, Any]]:
-        """Every good line the drain took: those it hands on and those already heard or
-        said (a drain confirms them all)."""
-        return [*self.lines, *self.heard, *self.repeated]
-
-    def handed(self, kept: Path) -> list[dict[str, Any]]:
-        """What the drain hands on: its lines, then, when lines were torn or malformed,
-        one ``{"kind": "malformed", "count", "kept"}`` line saying how many were skipped
-        and the file (``kept``) that holds them."""
-        if not self.malformed:
-            return self.lines
-        note = {"kind": "malformed", "count": len(self.malformed), "kept": str(kept)}
-        return [*self.lines, note]
-
-
-def floor_sync(settings: Settings) -> bool:
-    """Does the floor fsync what it writes? Unless the deployment's durability is
-    ``memory``: a notice recorded as written then survives a power cut, as the send
-    that caused it does."""
-    return settings.durability != "memory"
-
-
-def skipped_words(lines: list[dict[str, Any]]) -> str | None:
-    """The one stderr line a drain's ``malformed`` line calls for, else None."""
-    for line in lines:
-        if line.get("kind") == "malformed":
-            return (
-                f"inbox drain: {line.get('count')} unreadable line(s) skipped, kept in "
-                f"{line.get('kept')}; `inbox doctor` lists them, `inbox threads` shows "
-                "what came"
-            )
-    return None
 
 
 _name_lock = threading.Lock()
@@ -179,7 +127,7 @@ class Floor:
         self.clock = clock
         # Each append and each log write reaches the disk before it returns (a power cut
         # keeps a notice recorded as written): on unless the deployment's durability is
-        # ``memory`` (bus.delivery.floor_sync).
+        # ``memory`` (floor_sync).
         self.fsync = fsync
 
     # --- paths -------------------------------------------------------------------------
@@ -357,7 +305,9 @@ class Floor:
             if bad:
                 append_private(d / MALFORMED, b"".join(bad), sync=self.fsync)
             if result.lines:
-                self._once(d, result)
+                # Heard once: what the model was handed already is not handed on again
+                # (the caller records what it hands on: handed_on).
+                result.lines, result.repeated = split_repeats(d, result.lines)
             if good:
                 self._append_log(d, good)
                 faults.point("drain:after_log")
@@ -377,21 +327,6 @@ class Floor:
         d = self.session_dir(sid)
         if lines and d.is_dir():
             record_said(d, lines, sync=self.fsync)
-
-    @staticmethod
-    def _once(d: Path, result: DrainResult) -> None:
-        # Heard once: what the model was handed already is not handed on again (the
-        # caller records what it hands on: handed_on).
-        said = read_said(d)
-        fresh = []
-        for line in result.lines:
-            kept = unsaid(line, said)
-            if kept is None:
-                result.repeated.append(line)
-                continue
-            fresh.append(kept)
-            said.update(said_keys(kept))
-        result.lines = fresh
 
     def peek(self, sid: str) -> list[dict[str, Any]]:
         """Pending lines (orphaned claims, then the queue) without consuming them."""

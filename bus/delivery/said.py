@@ -85,6 +85,24 @@ def read_said(session_dir: Path) -> set[str]:
     return {x.decode("utf-8", "replace") for x in raw.split(b"\n") if x}
 
 
+def split_repeats(
+    session_dir: Path, lines: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``lines`` as they should reach the model (:func:`unsaid`, in order, each one's
+    messages counting as said for those after it), and the notices left out as repeats."""
+    said = read_said(session_dir)
+    fresh: list[dict[str, Any]] = []
+    repeated: list[dict[str, Any]] = []
+    for line in lines:
+        kept = unsaid(line, said)
+        if kept is None:
+            repeated.append(line)
+            continue
+        fresh.append(kept)
+        said.update(said_keys(kept))
+    return fresh, repeated
+
+
 class SaidCache:
     """:func:`read_said` for a long-lived reader (a socket listener): the file is read
     again only when it changed, and only its new tail when it grew."""
@@ -170,5 +188,6 @@ __all__ = [
     "read_said",
     "record_said",
     "said_keys",
+    "split_repeats",
     "unsaid",
 ]

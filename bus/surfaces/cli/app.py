@@ -337,7 +337,7 @@ def drain(
     Unreadable lines are skipped, kept in malformed.jsonl and said (stderr, a malformed line)."""
     b = connect()
     local_session(b, sid)
-    from bus.delivery.floor import skipped_words
+    from bus.delivery.floor_result import skipped_words
 
     lines = run(lambda: b.drain(sid))
     assert isinstance(lines, list)

@@ -56,7 +56,8 @@ def test_no_server_is_said_once_in_words(tmp_path: Path, command: list[str]) -> 
     sock = tmp_path / "redis" / "redis.sock"
     assert answer["message"] == (
         f"Redis did not answer at {sock} (no such file or directory); "
-        "is `inbox up` running, or INBOX_REDIS_URL set?"
+        "is `inbox up` running for this INBOX_HOME, or INBOX_REDIS_URL set to the store "
+        "(a home that joined another machine's store keeps it in $INBOX_HOME/store.env)?"
     )
     assert out.stderr == f"inbox: {answer['message']}\n"  # once, not wrapped in itself
 

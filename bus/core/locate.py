@@ -75,6 +75,37 @@ def embedded_url(home: Path) -> str:
     return f"unix://{embedded_auth(home)}{embedded_socket(home)}"
 
 
+# What a home that joined another machine's store keeps of it (bus.ops.join): ``KEY=VALUE``
+# lines, 0600 in the home; the environment's own value of a key wins.
+JOINED_FILE = "store.env"
+JOINED_KEYS = ("INBOX_REDIS_URL", "INBOX_BROKER_URL", "INBOX_HOST")
+
+
+def joined(home: Path) -> dict[str, str]:
+    """The store settings ``home`` keeps since it joined a store (empty: none kept)."""
+    try:
+        text = (home / JOINED_FILE).read_text()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key in JOINED_KEYS and value:
+            out[key] = value
+    return out
+
+
+def with_joined(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with what its home keeps since it joined a store, where ``env`` sets none
+    of them (``INBOX_REDIS_URL`` in ``env``: the environment chooses, nothing is read)."""
+    if env.get("INBOX_REDIS_URL"):
+        return env
+    kept = joined(default_home(env))
+    if not kept:
+        return env
+    return {**env, **{k: v for k, v in kept.items() if not env.get(k)}}
+
+
 def redact(url: str) -> str:
     """``url`` with its userinfo and any ``password`` query value replaced by ``***``."""
     try:
@@ -94,11 +125,15 @@ def redact(url: str) -> str:
 
 __all__ = [
     "DEFAULT_HOME",
+    "JOINED_FILE",
+    "JOINED_KEYS",
     "default_home",
     "default_host",
     "embedded_auth",
     "embedded_folder",
     "embedded_socket",
     "embedded_url",
+    "joined",
     "redact",
+    "with_joined",
 ]

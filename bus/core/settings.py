@@ -153,6 +153,7 @@ class Settings:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
         env = dict(os.environ) if env is None else env
+        env = locate.with_joined(env)  # a home that joined a store remembers it
         s = cls(
             home=default_home(env),
             host=env.get("INBOX_HOST") or default_host(),

@@ -79,11 +79,19 @@ class EmbeddedRedis:
     """A redis-server child process on a unix socket, persisted under ``data_dir``."""
 
     def __init__(
-        self, socket_path: Path, data_dir: Path, *, port: int = 0, persist: bool = True
+        self,
+        socket_path: Path,
+        data_dir: Path,
+        *,
+        port: int = 0,
+        persist: bool = True,
+        bind: str = "127.0.0.1",
     ) -> None:
         self.socket_path = socket_path
         self.data_dir = data_dir
         self.port = port
+        # Loopback unless `inbox up --listen ADDR --clear-text` serves other machines.
+        self.bind = bind
         self.persist = persist
         self.proc: subprocess.Popen[bytes] | None = None
         self.password: str | None = None
@@ -132,7 +140,7 @@ class EmbeddedRedis:
             "--port",
             str(self.port),
             "--bind",
-            "127.0.0.1",
+            self.bind,
             "--unixsocket",
             str(self.socket_path),
             "--unixsocketperm",

@@ -30,6 +30,7 @@ from bus.store.server_probe import progress_on
 from bus.telemetry.host_floor import EXIT_HOME_GONE, EXIT_HOST_TAKEN
 
 from .embedded import EmbeddedRedis
+from .join import check_listen, remember_store, say_join
 from .server_gate import up_gate
 from .standby import Standby, scheduler_standby_argv, standby_argv
 from .supervise import AlreadyRunning, Child, HomeLock, Supervisor, spawn_logged
@@ -77,8 +78,18 @@ def prepare_store(settings: Settings, store_url: str, stop: threading.Event) -> 
         data_version.close(store)
 
 
-def run_up(settings: Settings, *, concurrency: int = 2, redis_port: int = 0) -> int:
-    """Start Redis (embedded unless configured), a worker and the scheduler; supervise."""
+def run_up(
+    settings: Settings,
+    *,
+    concurrency: int = 2,
+    redis_port: int = 0,
+    listen: str = "",
+    clear_text: bool = False,
+) -> int:
+    """Start Redis (embedded unless configured), a worker and the scheduler; supervise.
+    ``listen``: the address the embedded server also serves other machines on (with
+    ``redis_port`` and ``clear_text``: it has no TLS; :mod:`bus.ops.join`)."""
+    check_listen(settings, redis_port=redis_port, listen=listen, clear_text=clear_text)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -91,7 +102,14 @@ def run_up(settings: Settings, *, concurrency: int = 2, redis_port: int = 0) -> 
         print(f"inbox up: {exc}", file=sys.stderr, flush=True)
         return 1
     try:
-        return _supervise(settings, stop, concurrency=concurrency, redis_port=redis_port)
+        return _supervise(
+            settings,
+            stop,
+            concurrency=concurrency,
+            redis_port=redis_port,
+            listen=listen,
+            clear_text=clear_text,
+        )
     finally:
         lock.release()
 
@@ -127,15 +145,32 @@ def processes(
 
 
 def _supervise(
-    settings: Settings, stop: threading.Event, *, concurrency: int, redis_port: int
+    settings: Settings,
+    stop: threading.Event,
+    *,
+    concurrency: int,
+    redis_port: int,
+    listen: str = "",
+    clear_text: bool = False,
 ) -> int:
     env = settings.service_env()  # the shell's INBOX_TOKEN and INBOX_SESSION stay here
     children: list[Child] = []
-    if not settings.redis_url:
-        embedded = EmbeddedRedis(settings.embedded_socket, settings.embedded_data, port=redis_port)
+    served = ""  # the URL other machines reach the store at
+    if settings.redis_url:
+        served = settings.redis_url
+        remember_store(settings)  # every later command in this home finds the store
+    else:
+        embedded = EmbeddedRedis(
+            settings.embedded_socket,
+            settings.embedded_data,
+            port=redis_port,
+            bind=listen or "127.0.0.1",
+        )
         embedded.prepare()  # with a port, its password is in the children's URLs
         env["INBOX_REDIS_URL"] = embedded.url
         env.setdefault("INBOX_BROKER_URL", embedded.broker_url)
+        if listen:
+            served = embedded.tcp_url.replace("@127.0.0.1:", f"@{listen}:")
 
         def spawn_redis() -> object:
             proc = embedded.start().proc
@@ -179,6 +214,7 @@ def _supervise(
         sup.stop()
         raise
     print(_banner(settings, url, logs), flush=True)
+    say_join(served, clear_text=clear_text)
     try:
         sup.run(stop)
     finally:

@@ -88,7 +88,10 @@ def as_refusal(exc: BaseException) -> BusError:
     return refused(exc) or unavailable(exc)
 
 
-HINT = "is `inbox up` running, or INBOX_REDIS_URL set?"
+HINT = (
+    "is `inbox up` running for this INBOX_HOME, or INBOX_REDIS_URL set to the store "
+    "(a home that joined another machine's store keeps it in $INBOX_HOME/store.env)?"
+)
 PASSWORD_HINT = (
     "check the password in INBOX_REDIS_URL (the embedded server's own is kept in "
     "$INBOX_HOME/redis/password)"

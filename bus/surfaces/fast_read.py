@@ -127,9 +127,10 @@ class Place:
     equal); None from :meth:`of` where the full path reads more (a secret, a cluster)."""
 
     def __init__(self, env: dict[str, str] | os._Environ[str]) -> None:
-        from bus.core.locate import default_home, default_host
+        from bus.core.locate import default_home, default_host, with_joined
 
-        self.home = default_home(dict(env))
+        env = with_joined(dict(env))  # a home that joined a store remembers it
+        self.home = default_home(env)
         self.host = env.get("INBOX_HOST") or default_host()
         self.redis_url = env.get("INBOX_REDIS_URL") or None
         self.session = env.get("INBOX_SESSION") or None

@@ -25,12 +25,33 @@ from .help_panels import OPERATIONS
 def up(
     concurrency: int = typer.Option(2, help="worker processes"),
     redis_port: int = typer.Option(0, help="also listen on this TCP port (0: socket only)"),
+    listen: str = typer.Option(
+        "",
+        help="serve the embedded store to other machines on this address (with --redis-port"
+        " and --clear-text: it has no TLS)",
+    ),
+    clear_text: bool = typer.Option(
+        False, "--clear-text", help="allow --listen without TLS (warns; messages cross in clear)"
+    ),
 ) -> None:
-    """Run the bus here: embedded Redis (unless INBOX_REDIS_URL), a worker, the scheduler."""
+    """Run the bus here: embedded Redis (unless INBOX_REDIS_URL), a worker, the scheduler.
+
+    Given INBOX_REDIS_URL, this home keeps it ($INBOX_HOME/store.env, 0600) for every later
+    command; a store other machines can reach gets the line to run there printed."""
     from bus.ops.up import run_up
 
     settings = run(Settings.from_env)
-    raise typer.Exit(run(lambda: run_up(settings, concurrency=concurrency, redis_port=redis_port)))
+    raise typer.Exit(
+        run(
+            lambda: run_up(
+                settings,
+                concurrency=concurrency,
+                redis_port=redis_port,
+                listen=listen,
+                clear_text=clear_text,
+            )
+        )
+    )
 
 
 def repair_aof() -> None:

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from bus.api import Bus
+from bus.core.models import now_ms
 from bus.core.settings import Settings
 from tests.conftest import settings_env
 
@@ -46,6 +47,7 @@ def test_inbox_session_is_the_default_sender(env: dict[str, str], bus: Bus) -> N
 
 def test_top_without_a_terminal_prints_a_plain_table_once(env: dict[str, str], bus: Bus) -> None:
     bus.open_session("demo")
+    bus.store.beat(bus.settings.host, {"beat": now_ms()})  # its host's worker beats: up
     for args in (["top"], ["top", "--once"]):
         out = inbox(env, *args)
         assert out.returncode == 0, out.stderr

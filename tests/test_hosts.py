@@ -158,3 +158,17 @@ def test_a_failing_floor_backs_off_and_fails_once_per_reason(
     assert report["errors"] == [] and report["repeated"] == []
     info = bus.store.get_session("doomed")
     assert info is not None and info.fault is None and not info.faults
+
+
+def test_top_marks_a_session_whose_host_is_down(bus: Bus) -> None:
+    from bus.services.watch import plain_top
+
+    bus.open_session("here", host="hosta")
+    bus.open_session("there", host="hostb")
+    bus.store.beat("hosta", {"beat": now_ms()})
+    bus.store.beat("hostb", {"beat": now_ms() - 60_000})
+    rows = {r["session"]: r for r in bus.watch.top_rows()}
+    assert (rows["here"]["host_state"], rows["there"]["host_state"]) == ("up", "down")
+    lines = plain_top(list(rows.values())).splitlines()
+    assert any("there" in ln and "hostb (down)" in ln for ln in lines)
+    assert any("here" in ln and "hosta " in ln and "(down)" not in ln for ln in lines)

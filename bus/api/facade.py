@@ -151,6 +151,7 @@ class Bus(Conversing, Members, Host):
             claims=self.claims,
             sub_max=s.sub_max,
             sub_idle_s=s.sub_idle_s,
+            host_down_s=s.host_down_s,
         )
         self.links = SigninLinks(
             s.ui_url, is_member=self.items.is_member, issue_token=self.credentials.issue_token

@@ -142,8 +142,10 @@ class Watch:
         claims: ClaimsOf,
         sub_max: int = 16,
         sub_idle_s: float = 7 * 86400.0,
+        host_down_s: float = 10.0,
     ) -> None:
         self._store, self._blocking, self.claims = store, blocking, claims
+        self.host_down_s = host_down_s  # INBOX_HOST_DOWN_S: top marks a session's host down
         # A reader's own subscriptions: how many at most, and when an unused one is
         # forgotten (INBOX_SUB_MAX, INBOX_SUB_IDLE_S).
         self.sub_max, self.sub_idle_s = sub_max, sub_idle_s
@@ -329,11 +331,19 @@ class Watch:
                 stop.wait(1.0)
 
     def top_rows(self) -> list[dict[str, Any]]:
-        """One row per session: handle, host, state, turns, unread, new, backlog, age, and
-        ``last_at`` (ms of its last message or session change)."""
+        """One row per session: handle, host, ``host_state`` (``up``/``down``: its worker
+        beats or not), state, turns, unread, new, backlog, age, and ``last_at`` (ms of its
+        last message or session change)."""
+        from bus.core.status_view import beat_state
+
         store = self.store
         infos = store.sessions()
         now = now_ms()
+        hosts = sorted({i.host for i in infos})
+        host_states = {
+            h: beat_state(at, now, self.host_down_s)
+            for h, at in zip(hosts, store.beats_at(hosts), strict=True)
+        }
         rows = []
         for info, (marks, last_ms) in zip(
             infos, store.marks_and_last_arrival([i.session for i in infos]), strict=True
@@ -343,6 +353,7 @@ class Watch:
                     "session": info.session,
                     "handle": info.handle,
                     "host": info.host,
+                    "host_state": host_states[info.host],
                     "state": info.state,
                     "turns": info.turns,
                     "unread": sum(1 for m in marks if m in UNREAD_MARKS),
@@ -402,7 +413,7 @@ def render_top(rows: list[dict[str, Any]]) -> Table:
         table.add_row(
             row["session"],
             row["handle"],
-            row["host"],
+            _host_cell(row, "[red]{} (down)[/]"),
             row["state"],
             str(row["turns"]),
             f"[bold]{row['unread']}[/]" if row["unread"] else "0",
@@ -417,10 +428,18 @@ def render_top(rows: list[dict[str, Any]]) -> Table:
 TOP_COLUMNS = ("session", "handle", "host", "state", "turns", "unread", "new", "backlog", "age")
 
 
+def _host_cell(row: dict[str, Any], down: str) -> str:
+    """A row's host, marked by ``down`` (a format) when no worker of it beats."""
+    host = str(row["host"])
+    return down.format(host) if row.get("host_state") == "down" else host
+
+
 def plain_top(rows: list[dict[str, Any]]) -> str:
     """:func:`top_rows` as a plain text table (for a pipe or a file: no terminal codes)."""
     cells = [list(TOP_COLUMNS)] + [
-        [str(r[c]) for c in TOP_COLUMNS[:-1]] + [_age(r["age_s"])] for r in rows
+        [_host_cell(r, "{} (down)") if c == "host" else str(r[c]) for c in TOP_COLUMNS[:-1]]
+        + [_age(r["age_s"])]
+        for r in rows
     ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(TOP_COLUMNS))]
     left = 4  # session, handle, host, state read left to right; counts line up right

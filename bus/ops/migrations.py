@@ -120,43 +120,50 @@ def split_reader_sub(name: str, is_session: Callable[[str], bool]) -> tuple[str,
 
 def rename_reader_subs(run: Run) -> str:
     """Move each ``<reader>.<name>`` subscription to ``<reader>/<name>``, cursors too."""
-    store, moved = run.store, []
+    store = run.store
     prefix_len = len(store.k.sub("x")) - 1
     olds = sorted({key[prefix_len:] for key in dv.scan(store, store.k.sub_pattern())})
 
     def is_session(sid: str) -> bool:
         return store.r.zscore(store.k.sessions, sid) is not None
 
+    renames: dict[str, str] = {}
     for old in olds:
         split = split_reader_sub(old, is_session)
         if split is None:
             continue
         reader, own = split
-        new = store.k.reader_sub(reader, own)
+        renames[old] = store.k.reader_sub(reader, own)
         created = store.r.hget(store.k.sub(old), "created") or run.now_ms
         pipe = store.pipeline()
-        pipe.hsetnx(store.k.sub(new), "created", created)
-        pipe.pexpire(store.k.sub(new), SUB_IDLE_MS)
+        pipe.hsetnx(store.k.sub(renames[old]), "created", created)
+        pipe.pexpire(store.k.sub(renames[old]), SUB_IDLE_MS)
         pipe.zadd(store.k.reader_subs(reader), {own: run.now_ms}, nx=True)
         pipe.pexpire(store.k.reader_subs(reader), SUB_IDLE_MS)
         pipe.execute()
-        for sids in dv.session_ids(store):
-            pipe = store.pipeline()
-            for sid in sids:
-                pipe.hget(store.k.s(sid, "subs"), old)
-            cursors = pipe.execute()
-            pipe = store.pipeline()
-            for sid, cursor in zip(sids, cursors, strict=True):
+    if not renames:
+        return "no reader subscription named the 0.1.0 way; nothing to rename"
+    names = list(renames)
+    for sids in dv.session_ids(store):  # every session's cursors, once for all names
+        pipe = store.pipeline()
+        for sid in sids:
+            pipe.hmget(store.k.s(sid, "subs"), names)
+        rows = pipe.execute()
+        pipe = store.pipeline()
+        for sid, cursors in zip(sids, rows, strict=True):
+            for old, cursor in zip(names, cursors, strict=True):
                 if cursor:
                     at = str(cursor).partition("|")[0]
-                    pipe.hsetnx(store.k.s(sid, "subs"), new, f"{at}|{run.now_ms}")
+                    pipe.hsetnx(store.k.s(sid, "subs"), renames[old], f"{at}|{run.now_ms}")
                     pipe.hdel(store.k.s(sid, "subs"), old)
-            pipe.execute()
-            run.renew()
-        store.r.delete(store.k.sub(old))  # last: a kill before it leaves the old name to move
-        moved.append(f"{old} -> {new}")
-    if not moved:
-        return "no reader subscription named the 0.1.0 way; nothing to rename"
+        pipe.execute()
+        run.renew()
+    # Last: a kill before this leaves the old names to be found and moved again.
+    pipe = store.pipeline()
+    for old in names:
+        pipe.delete(store.k.sub(old))  # one key a call: they sit in different slots
+    pipe.execute()
+    moved = [f"{old} -> {new}" for old, new in renames.items()]
     return f"{len(moved)} reader subscription(s) renamed, cursors kept ({_names(moved)})"
 
 

@@ -23,7 +23,10 @@ smoke test ``tests/test_bench.py`` runs. Rows (``--skip`` takes their names):
   end to end against a naive Celery task per message, and its ingest against raw
   pipelined XADD (bench/userpath.py, bench/swarm.py's rows);
 - **memory**: bytes per idle session on a stock redis-server with the scheduler running
-  (bench/idle_memory.py, run beside the sparse rows: it measures memory, not time).
+  (bench/idle_memory.py, run beside the sparse rows: it measures memory, not time);
+- **durability**: one send and a batch's message at each ``INBOX_DURABILITY`` level
+  (memory, disk, replica, and disk on ``appendfsync always``), each beside memory's
+  (bench/cost_durability.py).
 
 Every figure is measured in the run; each goal is marked met or not from it. The run ends
 with one JSON line holding every figure.
@@ -69,6 +72,7 @@ QUICK: dict[str, Any] = {
     "naive": 300,
     "memory": 50,
     "housekeeping_s": 0.0,  # the bus's idle sample as short as the others'
+    "durability": (20, 100),  # single sends, a batch's messages
 }
 FULL: dict[str, Any] = {
     "runs": 20,
@@ -79,6 +83,7 @@ FULL: dict[str, Any] = {
     "burst": 50000,
     "naive": 5000,
     "memory": 1000,
+    "durability": (300, 1000),
 }
 INBOX = Path(sys.executable).parent / "inbox"
 # Untimed runs of each command first: each of the command server's workers has run it once.
@@ -404,7 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="idle sample (default 5; the bus's at least its longest periodic pass, 60 s)",
     )
-    parser.add_argument("--skip", default="", help="comma list: cli,sparse,lone,burst,memory")
+    parser.add_argument(
+        "--skip", default="", help="comma list: cli,sparse,lone,burst,memory,durability"
+    )
     parser.add_argument(
         "--server-binary",
         action="append",
@@ -422,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--runs, --burst and --sparse-s must be positive")
     idle_s = args.idle_s if args.idle_s is not None else (0.5 if args.quick else 5.0)
     skip = set(filter(None, args.skip.split(",")))
-    unknown = skip - {"cli", "sparse", "lone", "burst", "memory"}
+    unknown = skip - {"cli", "sparse", "lone", "burst", "memory", "durability"}
     if unknown:
         parser.error(f"--skip: unknown rows {sorted(unknown)}")
     signal.signal(signal.SIGTERM, _sigterm)
@@ -458,6 +465,12 @@ def main(argv: list[str] | None = None) -> int:
                 mem = None
             if "burst" not in skip:
                 out["burst"] = burst_rows(size, here)
+            if "durability" not in skip:
+                from bench.cost_durability import measure, table
+
+                print("durability...", flush=True)
+                out["durability"] = measure(here / "durability", *size["durability"])
+                print(table(out["durability"]), flush=True)
             out["goals"] = goals(out)
             out["total_s"] = round(time.perf_counter() - started, 1)
             print(report(out))

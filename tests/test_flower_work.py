@@ -42,8 +42,11 @@ FLUSH = {"via": "file", "messages": 3, "wake": True, "reason": "flush"}
         ([_report("a", SOCK)], [Work("deliver", ("a",), socket=1, messages=2)]),
         (
             [_report("a", SOCK), _report("b", FLOOR), _report("c")],
-            [Work("deliver", ("a", "b", "c"), socket=1, floor=1, messages=3)],
+            [Work("deliver", ("a", "b"), socket=1, floor=1, messages=3)],
         ),
+        # A run that delivered nothing (a look at an undrained floor) is no task, nor is a
+        # failure repeated with the same reason (its retry backed off).
+        ([_report("c"), DeliveryReport("r", repeated=["floor: OSError: full"])], []),
         (
             [_report("w", WAKE), _report("f", FLUSH), _report("d", FLOOR, busy=True)],
             [

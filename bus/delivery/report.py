@@ -82,10 +82,15 @@ def work_kind(report: DeliveryReport) -> str:
 
 def works_of(reports: list[DeliveryReport]) -> list[Work]:
     """A batch's reports grouped by kind (in :data:`WORK_KINDS` order, empty kinds left
-    out), the runs that failed apart from the others: the sessions served, notices by the
+    out; a run that sent no notice, failed anew in nothing and handed nothing off is no
+    work), the runs that failed apart from the others: the sessions served, notices by the
     way they went, messages they named, errors."""
     grouped: dict[tuple[str, bool], list[DeliveryReport]] = {}
     for report in reports:
+        if not (report.notices or report.errors or report.busy):
+            # Nothing delivered, nothing failed anew (a look at a floor not yet drained, a
+            # failure repeated and backed off): no task an operator need see.
+            continue
         grouped.setdefault((work_kind(report), bool(report.errors)), []).append(report)
     works = []
     for kind in WORK_KINDS:

@@ -77,7 +77,7 @@ def test_a_socket_folder_another_user_made_first_is_refused_and_gets_nothing(
     listener = Listener(other, [folder / "redis.sock", folder / "commands.sock"])
     env = victim_env(victim_home)
     try:
-        for argv in (["session", "open", "demo"], SEND):
+        for argv in (["session", "open", "demo"], SEND, ["status"], ["doctor"]):
             refusal = assert_refused(as_user(victim, lambda a=argv: run_inbox(a, env)), victim)
             assert "belongs to another user" in refusal["message"]
         # `inbox up` refuses before it starts anything there.

@@ -172,3 +172,26 @@ def test_top_marks_a_session_whose_host_is_down(bus: Bus) -> None:
     lines = plain_top(list(rows.values())).splitlines()
     assert any("there" in ln and "hostb (down)" in ln for ln in lines)
     assert any("here" in ln and "hosta " in ln and "(down)" not in ln for ln in lines)
+
+
+@pytest.mark.parametrize(
+    ("wake_at", "state", "found"),
+    [
+        (NOW - 301_000, "idle", True),  # a wake's notice undrained past the bound
+        (NOW - 299_000, "idle", False),
+        (None, "idle", False),
+        (NOW - 301_000, "closed", False),
+    ],
+)
+def test_a_wake_notice_nobody_drained(wake_at: int | None, state: str, found: bool) -> None:
+    got = operator_problems([UP], [sess("s", state=state)], [None], NOW, wake_notices=[wake_at])
+    assert [p["check"] for p in got] == (["woken"] if found else [])
+
+
+def test_the_store_reads_the_oldest_undrained_wake_notice(bus: Bus) -> None:
+    bus.open_session("w")
+    floor = bus.store.k.s("w", "floor")
+    bus.store.r.hset(floor, "n1", json.dumps({"ids": ["a"], "new": [], "wake": [], "at": 5}))
+    bus.store.r.hset(floor, "n2", json.dumps({"ids": ["b"], "new": [], "wake": ["b", 1], "at": 9}))
+    bus.store.r.hset(floor, "n3", json.dumps({"ids": ["c"], "new": [], "wake": ["c", 1], "at": 7}))
+    assert bus.store.oldest_wake_notices(["w", "nobody"]) == [7, None]

@@ -53,3 +53,25 @@ class BacklogStore(StorePart):
                 times.append(int(str(firsts[n][0][0]).split("-", 1)[0]))
             out.append(min(times) if times else None)
         return out
+
+    def oldest_wake_notices(self, sids: list[str]) -> list[int | None]:
+        """When each session's oldest notice still on its floor that carries a message
+        worth a wake was written (ms), ``None`` where none waits. One round trip."""
+        import json
+
+        pipe = self.pipeline()
+        for sid in sids:
+            pipe.hvals(self.k.s(sid, "floor"))
+        got = pipe.execute() if sids else []
+        out: list[int | None] = []
+        for values in got:
+            times = []
+            for raw in values:
+                try:
+                    rec = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and rec.get("wake") and str(rec.get("at", "")).isdigit():
+                    times.append(int(rec["at"]))
+            out.append(min(times) if times else None)
+        return out

@@ -46,7 +46,7 @@ buses, or several tests, share one server.
 | ``P:sweep:expiry`` | string: a scheduler claimed the receipts' expiry pass (SET NX PX) | scheduler | TTL (a minute) |
 | ``P:sweep:compact`` | string: a scheduler claimed the short streams' compaction pass (SET NX PX) | scheduler (bus/store/compaction.py) | TTL (a minute) |
 | ``P:workers`` | set: names that keep a heartbeat (hosts' workers, ``scheduler``) | worker, scheduler | - |
-| ``P:beat:<name>`` | hash: pid, started, beat (ms), progress (ms), done: a worker's or the scheduler's heartbeat | worker, scheduler | - |
+| ``P:beat:<name>`` | hash: pid, started, beat (ms), progress (ms), done: a host's worker's heartbeat (name: the host) or a host's scheduler's (``scheduler.<host>``) | worker, scheduler | - |
 | ``P:hostclaim:<host>`` | hash: floor (``<machine>\t<home>``), pid, since, beat (ms): the floor that serves the host; a worker of another floor is refused (bus/telemetry/host_floor.py, host_claim.lua) | the serving worker, every beat | TTL 10 s, renewed every beat; deleted at a clean stop |
 | ``P:{sid}:subs`` | hash: durable subscription name → ``<the last events id it took of the session>|<ms of its last use>`` (bus/services/durable_watch.py); while one was used within ``INBOX_SUB_IDLE_S`` the session's events are kept | a durable subscriber | deleted with ``--reset``; dropped by the compaction pass once none is in use (events_quiet.lua) |
 | ``P:sub:<name>`` | hash: created (ms): a durable subscription (bus/services/durable_watch.py); a reader's own (MCP, the gateway) is named ``<reader>/<name>`` | a durable subscriber | deleted with ``--reset``; expires ``INBOX_SUB_IDLE_S`` after its last use |

@@ -280,8 +280,9 @@ def _problem_families(store: Store, rows: list[dict[str, Any]]) -> Iterator[Metr
             up.add_metric([row["name"]], 1 if row.get("state") == "up" else 0)
     yield up
     sessions = [s.model_dump() for s in store.sessions()]
-    oldest = store.oldest_waiting([s["session"] for s in sessions])
-    found = counts(operator_problems(rows, sessions, oldest, now_ms()))
+    sids = [s["session"] for s in sessions]
+    oldest, wakes = store.oldest_waiting(sids), store.oldest_wake_notices(sids)
+    found = counts(operator_problems(rows, sessions, oldest, now_ms(), wake_notices=wakes))
     problems = GaugeMetricFamily(
         "inbox_problems", "What `inbox doctor` finds now, by check", labels=["check"]
     )

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 WAIT_BOUND_S = 1800.0
 # A wake whose harness began no turn within this long: nobody took it.
 WOKEN_BOUND_S = 60.0
+# A notice worth a wake left on the floor this long (INBOX_WAKE_TURN_TIMEOUT_S's default):
+# no harness drained it, though the session may count as idle again by now.
+UNDRAINED_BOUND_S = 300.0
 CHECKS = ("host", "unserved", "floor", "waiting", "woken")
 
 
@@ -35,12 +38,16 @@ def operator_problems(
     oldest: list[int | None],
     now: int,
     *,
+    wake_notices: list[int | None] | None = None,
     wait_bound_s: float = WAIT_BOUND_S,
     woken_bound_s: float = WOKEN_BOUND_S,
+    undrained_bound_s: float = UNDRAINED_BOUND_S,
 ) -> list[dict[str, Any]]:
-    """The problems found in ``workers`` (status rows), ``sessions`` (records as dicts)
-    and ``oldest`` (each session's oldest waiting message, ms, in order), each with its
-    ``check`` (one of :data:`CHECKS`), what it is about, ``reason`` and ``fix``."""
+    """The problems found in ``workers`` (status rows), ``sessions`` (records as dicts),
+    ``oldest`` (each session's oldest waiting message, ms, in order) and ``wake_notices``
+    (each one's oldest undrained notice worth a wake, ms), each with its ``check`` (one of
+    :data:`CHECKS`), what it is about, ``reason`` and ``fix``."""
+    wake_notices = wake_notices or [None] * len(sessions)
     out: list[dict[str, Any]] = []
     hosts = {r["name"]: r for r in workers if not is_scheduler(r["name"])}
     for name, row in sorted(hosts.items()):
@@ -56,7 +63,7 @@ def operator_problems(
                     "fix": f"start `inbox up` on host {name} (INBOX_HOST={name})",
                 }
             )
-    for row, at in zip(sessions, oldest, strict=True):
+    for row, at, wake_at in zip(sessions, oldest, wake_notices, strict=True):
         sid, host = row["session"], row.get("host")
         if row.get("state") == "closed":
             continue
@@ -94,14 +101,19 @@ def operator_problems(
                     "fix": "see its host's state and floor above; `inbox status` shows backlogs",
                 }
             )
-        woken = row.get("woken_at")
-        if row.get("state") == "running" and woken and now - woken > woken_bound_s * 1000:
+        began = int(row.get("woken_at") or 0)
+        late_wake = row.get("state") == "running" and began and now - began > woken_bound_s * 1000
+        undrained = wake_at is not None and now - wake_at > undrained_bound_s * 1000
+        woken = began if late_wake else (wake_at or 0)
+        if late_wake or undrained:
             out.append(
                 {
                     "check": "woken",
                     "session": sid,
                     "woken_s": round((now - woken) / 1000, 1),
-                    "reason": "woken, and no harness began the turn",
+                    "reason": "woken, and no harness began the turn"
+                    if late_wake
+                    else "a notice worth a wake waits on its floor, and no harness drained it",
                     "fix": "give the session a wake command or a listening harness "
                     "(`inbox hooks claude|codex`), or drain it",
                 }
@@ -114,9 +126,11 @@ def operator_report(store: Store, settings: Settings, now: int) -> list[dict[str
     from bus.telemetry import liveness
 
     sessions = [s.model_dump() for s in store.sessions()]
-    oldest = store.oldest_waiting([s["session"] for s in sessions])
+    sids = [s["session"] for s in sessions]
+    oldest = store.oldest_waiting(sids)
     workers = liveness.workers(store, settings.host_down_s)
-    return operator_problems(workers, sessions, oldest, now)
+    wakes = store.oldest_wake_notices(sids)
+    return operator_problems(workers, sessions, oldest, now, wake_notices=wakes)
 
 
 def bus_problems(settings: Settings) -> list[dict[str, Any]]:

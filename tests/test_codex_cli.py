@@ -8,6 +8,7 @@ scheduler."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import subprocess
@@ -83,11 +84,22 @@ class Codex:
             f.write("\n" + trust_toml(own))
 
     def stop_daemon(self) -> None:
-        """Codex's background server outlives the windows that started it: stopped."""
+        """Codex's background server (and its updater, which ``daemon stop`` leaves)
+        outlives the windows that started it: both are ended."""
+        import psutil
+
         subprocess.run(
             [str(self.bin), "app-server", "daemon", "stop"],
             env=self.env(), capture_output=True, timeout=60, check=False,
         )  # fmt: skip
+        left = []
+        for proc in psutil.process_iter(["cmdline"]):
+            argv = proc.info.get("cmdline") or []
+            if argv and argv[0].startswith(str(self.home)):
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+                    left.append(proc)
+        psutil.wait_procs(left, timeout=30)
 
     def exec(self, prompt: str) -> subprocess.Popen[str]:
         return subprocess.Popen(

@@ -49,3 +49,35 @@ def test_the_lines_are_toml_tables_keyed_as_codex_keys_them(tmp_path: Path) -> N
 def test_a_projects_hooks_file_is_listed_for_the_project(tmp_path: Path) -> None:
     assert codex_trust.project_of(tmp_path / "p" / ".codex" / "hooks.json") == tmp_path / "p"
     assert codex_trust.project_of(tmp_path / "hooks.json") == tmp_path
+
+
+def test_uninstall_drops_exactly_the_inbox_hooks_trust_tables(tmp_path: Path) -> None:
+    hooks_file = tmp_path / "p" / ".codex" / "hooks.json"
+    hooks_file.parent.mkdir(parents=True)
+    own = {"type": "command", "command": "touch /tmp/mine"}
+    ours = {"type": "command", "command": OURS.replace("SessionStart", "UserPromptSubmit")}
+    stop = {"type": "command", "command": OURS.replace("SessionStart", "Stop")}
+    hooks_file.write_text(
+        '{"hooks": {"UserPromptSubmit": [{"hooks": [%s]}, {"hooks": [%s]}],'
+        ' "Stop": [{"hooks": [%s]}]}}'
+        % tuple(__import__("json").dumps(h) for h in (own, ours, stop))
+    )
+    target = hooks_file.resolve()
+    keys = codex_trust.own_keys(hooks_file)
+    assert keys == [f"{target}:user_prompt_submit:1:0", f"{target}:stop:0:0"]
+    config = tmp_path / "config.toml"
+    config.write_text(
+        'model = "m"\n\n'
+        f'[projects."{target.parent.parent}"]\ntrust_level = "trusted"\n\n'
+        f'[hooks.state."{target}:user_prompt_submit:0:0"]\ntrusted_hash = "sha256:own"\n\n'
+        f'[hooks.state."{target}:user_prompt_submit:1:0"]\ntrusted_hash = "sha256:a"\n\n'
+        f"[hooks.state.'{target}:stop:0:0']\ntrusted_hash = \"sha256:b\"\n"
+        "[other]\nx = 1\n"
+    )
+    config.chmod(0o600)
+    assert codex_trust.drop_trust(keys, config) == 2
+    left = tomllib.loads(config.read_text())
+    assert list(left["hooks"]["state"]) == [f"{target}:user_prompt_submit:0:0"]
+    assert left["model"] == "m" and left["other"] == {"x": 1} and "projects" in left
+    assert config.stat().st_mode & 0o777 == 0o600
+    assert codex_trust.drop_trust(keys, config) == 0  # nothing left to take out

@@ -88,3 +88,11 @@ def test_the_codex_process_is_found_among_the_hooks_ancestors(tmp_path: Path) ->
     assert argv[:2] == [str(codex), "-c"] and argv[-2:] == ["exec", "--json"]
     # Not a codex among the ancestors: none found.
     assert codex_wake.codex_process() is None
+
+
+def test_codexs_background_server_is_told_from_other_app_servers() -> None:
+    daemon = ["codex", "app-server", "--listen", "unix://", "--managed-daemon"]
+    assert codex_wake.is_daemon(daemon)
+    assert not codex_wake.is_daemon(["codex", "app-server"])  # an editor's own, on stdio
+    assert not codex_wake.is_daemon(["codex", "app-server", "daemon", "pid-update-loop"])
+    assert not codex_wake.is_daemon(["codex", "--no-daemon"])

@@ -44,8 +44,11 @@ MAX_BYTES = 64 * 1024
 
 def keep(floor: Floor, sid: str, cmd: str | None, path: str | None = None) -> None:
     """Keep ``cmd`` as ``sid``'s wake command on this host, with ``path`` (default: this
-    process's ``PATH``) to run it with (None: forget any kept, and its holders)."""
+    process's ``PATH``) to run it with (None: forget any kept, and its holders). A failed
+    wake's note goes: the session starts afresh."""
     d = floor.session_dir(sid, create=True)
+    with contextlib.suppress(FileNotFoundError):
+        (d / "wake_error").unlink()
     if not cmd:
         for name in (WAKE_FILE, PATH_FILE, HOLDERS_FILE):
             with contextlib.suppress(FileNotFoundError):

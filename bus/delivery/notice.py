@@ -416,10 +416,10 @@ class Notices:
         session its wake left running with no turn heard, at once, and is kept as its
         ``wake_error`` (status, doctor); a success clears that."""
         if code == 0:
+            kept_wake.note(self.floor, sid, "wake_error", None)
             info = self.store.get_session(sid)
             if info is not None and info.wake_error:
                 self.store.update_session(sid, wake_error=None)
-                kept_wake.note(self.floor, sid, "wake_error", None)
             return
         what = "could not start" if code is None else f"exited {code}"
         error = f"wake command {what} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"

@@ -3,6 +3,7 @@ real Codex reading them is tests/test_codex_cli.py."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -57,11 +58,11 @@ def test_uninstall_drops_exactly_the_inbox_hooks_trust_tables(tmp_path: Path) ->
     own = {"type": "command", "command": "touch /tmp/mine"}
     ours = {"type": "command", "command": OURS.replace("SessionStart", "UserPromptSubmit")}
     stop = {"type": "command", "command": OURS.replace("SessionStart", "Stop")}
-    hooks_file.write_text(
-        '{"hooks": {"UserPromptSubmit": [{"hooks": [%s]}, {"hooks": [%s]}],'
-        ' "Stop": [{"hooks": [%s]}]}}'
-        % tuple(__import__("json").dumps(h) for h in (own, ours, stop))
-    )
+    groups = {
+        "UserPromptSubmit": [{"hooks": [own]}, {"hooks": [ours]}],
+        "Stop": [{"hooks": [stop]}],
+    }
+    hooks_file.write_text(json.dumps({"hooks": groups}))
     target = hooks_file.resolve()
     keys = codex_trust.own_keys(hooks_file)
     assert keys == [f"{target}:user_prompt_submit:1:0", f"{target}:stop:0:0"]

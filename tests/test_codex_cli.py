@@ -240,6 +240,31 @@ def _is_result(body: dict[str, Any]) -> bool:
     )
 
 
+def test_a_notice_during_a_command_codex_hands_back_reaches_the_model_before_the_turn_ends(
+    codex: Codex,
+) -> None:
+    # Codex hands a command still running after ~10 s back to the model and runs no
+    # PostToolUse for that step; the turn's Stop says what came meanwhile.
+    proc = codex.exec("please run: sleep 14; echo long-finished")
+    try:
+        bus = codex.bus
+        sid = only_session(bus)
+        wait_for(lambda: bus.session(sid).state == "running", 60, what="the turn started")
+        codex.stub.wait_for(lambda b: "sleep 14" in request_text(b), 60, "the command")
+        bus.send({"from": "hostb:lead", "to_id": sid, "class": "blocker", "text": "long-blocked"})
+        heard = codex.stub.wait_for(
+            lambda b: "long-blocked" in request_text(b), 90, "the notice at the turn's end"
+        )
+        assert request_text(heard).count("long-blocked") == 1
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert sum("long-blocked" in request_text(b) for b in codex.stub.main_requests()) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
 def test_a_headless_session_is_woken_by_its_wake_command_and_stays_open_for_the_next(
     codex: Codex,
 ) -> None:

@@ -17,7 +17,9 @@ SessionStart   register the session; what waits goes into the context as
 UserPromptSubmit  ``turn start``, then the floor drained into the prompt's context
 PostToolUse    drain the floor; anything new is the ``additionalContext`` the model reads
                with the tool's result (the mid-turn notice)
-Stop           ``turn end`` with ``last_assistant_message`` as the answer
+Stop           anything on the floor: drained, and the turn goes on with it as its next
+               input (``decision: block``), once a turn; else ``turn end`` with
+               ``last_assistant_message`` as the answer
 SessionEnd     ``session close``, except for a session with a wake command: that one stays
                open (idle) between its runs, for its next wake
 ============== =========================================================================
@@ -33,6 +35,7 @@ hook only once a person trusted it (``/hooks`` in the TUI, which records the hoo
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from bus.delivery import kept_wake
@@ -112,6 +115,20 @@ def _session_start(bus: Bus, sid: str, payload: dict[str, Any]) -> str:
     return text
 
 
+def _held_at_stop(bus: Bus, sid: str, payload: dict[str, Any]) -> str:
+    """What waits on the floor when the turn would end, drained: a notice that came during
+    a step with no ``PostToolUse`` after it (Codex hands a long command back to the model,
+    which polls it, and runs no hook for that step), said before the turn is over. Once
+    a turn: a Stop that a previous one continued (``stop_hook_active``) drains nothing; what
+    came since stays for the bus's next wake."""
+    if payload.get("stop_hook_active") is True:
+        return ""
+    lines = hooks._guarded("floor", lambda: bus.floor.peek(sid))
+    if not lines:
+        return ""
+    return hooks._drained(bus, sid)
+
+
 def run_codex_hook(event: str, payload: dict[str, Any], bus: Bus) -> tuple[int, str]:
     """Run the inbox's part of one Codex hook; returns (0, stdout text): errors go to
     stderr, never into the exit code (a failing hook must not stop the person's turn)."""
@@ -130,6 +147,10 @@ def run_codex_hook(event: str, payload: dict[str, Any], bus: Bus) -> tuple[int, 
     elif event == "PostToolUse":
         text = hooks._drained(bus, sid)
     elif event == "Stop":
+        held = _held_at_stop(bus, sid, payload)
+        if held:
+            # The turn goes on with what waits as its next input: never lost with it.
+            return 0, json.dumps({"decision": "block", "reason": held}, ensure_ascii=False)
         answer = payload.get("last_assistant_message")
         hooks.end_turn(bus, sid, answer if isinstance(answer, str) and answer.strip() else None)
     elif event == "SessionEnd":

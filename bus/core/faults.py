@@ -9,7 +9,9 @@ a notice on the session's socket, the worker has not recorded it), ``kick:after_
 loop popped a kick off the host's kick list, nothing delivered; bus/delivery/kick_list.py),
 ``kick:after_ahead`` (a lone delivery's notice records and the loop's next wait written,
 their replies not read),
-``wake:before_cmd`` (a wake set the session running, its wake command not yet run).
+``wake:before_cmd`` (a wake set the session running, its wake command not yet run),
+``upgrade:after_cursors`` (the reader subscriptions' migration moved their cursors, the old
+records not yet dropped, the data version not yet stamped; bus/ops/migrations.py).
 """
 
 from __future__ import annotations

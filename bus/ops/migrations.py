@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from bus.core import faults
 from bus.core.errors import BadInput
 from bus.core.ids import is_session_id
 from bus.store import data_version as dv
@@ -158,6 +159,7 @@ def rename_reader_subs(run: Run) -> str:
                     pipe.hdel(store.k.s(sid, "subs"), old)
         pipe.execute()
         run.renew()
+    faults.point("upgrade:after_cursors")
     # Last: a kill before this leaves the old names to be found and moved again.
     pipe = store.pipeline()
     for old in names:

@@ -84,6 +84,7 @@ def upgrade(
     refuses :class:`DataTooNew` (the data is newer than this code) and
     ``upgrade_busy`` (another host held the lock past ``wait_s``)."""
     deadline = time.monotonic() + wait_s
+    waiting = False
     while True:
         fields = check_readable(store)
         stored = dv.version_of(fields)
@@ -92,6 +93,12 @@ def upgrade(
         token = dv.take_lock(store)
         if token is not None:
             break
+        if not waiting:
+            waiting = True
+            say(
+                f"inbox upgrade: another host is upgrading the store's data (or one killed "
+                f"doing it holds the lock for up to {dv.LOCK_TTL_MS // 1000} s); waiting"
+            )
         if time.monotonic() >= deadline:
             raise Refused(
                 f"another host has been upgrading the store's data for {wait_s:g} s; "

@@ -11,6 +11,7 @@ imported the library. The few names the client mirrors are held equal to the ser
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -434,3 +435,35 @@ def test_a_client_that_never_says_go_is_dropped_and_nothing_runs(server: Path) -
     with _raw(server, ["send", "--help"]) as sock:
         assert sock.recv(1) == b"+"
         assert sock.recv(16) == b""  # no "g" within the bound: closed, nothing ran
+
+
+def test_a_leaving_worker_runs_what_it_took_and_closes_the_rest(tmp_path: Path) -> None:
+    from bus.surfaces.command_intake import Intake
+
+    path = tmp_path / "c.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(8)
+    intake = Intake(
+        srv, owner=lambda _c: True, accept=command_server.taken, max_header=1 << 20, take_s=30
+    )
+    taken: list[tuple[socket.socket, object, list[int]]] = []
+    first = threading.Thread(target=lambda: taken.append(intake.next()))
+    idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    idle.settimeout(60)
+    idle.connect(str(path))
+    with _raw(path, ["send", "--text", "late"]) as late, _raw(path, ["reply"]) as now:
+        first.start()
+        assert late.recv(1) == b"+" and now.recv(1) == b"+"
+        now.sendall(b"g")
+        first.join(60)
+        [(conn, request, fds)] = taken
+        assert request.argv == ["reply"] and len(fds) == 3  # type: ignore[attr-defined]
+        late.sendall(b"g")  # its go comes while the worker is leaving: still run there
+        [(left, left_request, left_fds)] = intake.finish()
+        assert left_request.argv == ["send", "--text", "late"]  # type: ignore[attr-defined]
+        assert idle.recv(16) == b""  # nothing taken: closed, its client runs it itself
+    for sock in (conn, left, idle, srv):
+        sock.close()
+    for fd in [*fds, *left_fds]:
+        os.close(fd)

@@ -96,6 +96,23 @@ class Intake:
                 if found is not None and self._advance(found):
                     return self._take(found)
 
+    def finish(self) -> list[tuple[socket.socket, object, list[int]]]:
+        """On the worker's leaving: the connections already answered ``+`` whose go
+        arrives within their bound, to be run (their clients no longer run them
+        themselves); every other is closed, and its client runs its command itself."""
+        left = []
+        for p in list(self.pending.values()):
+            if p.request is not None:
+                try:
+                    p.conn.settimeout(max(0.0, p.deadline - time.monotonic()))
+                    if p.conn.recv(1) == b"g":
+                        left.append(self._take(p))
+                        continue
+                except OSError:
+                    pass
+            self._drop(p)
+        return left
+
     def _accept(self) -> None:
         try:
             conn, _addr = self.srv.accept()

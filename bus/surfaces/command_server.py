@@ -343,6 +343,8 @@ def _worker(srv: socket.socket, run: object) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     die_with_parent()
+    intake: Intake | None = None
+    watcher: _Watcher | None = None
     try:
         watcher = _Watcher()
         intake = Intake(srv, owner=_peer_is_owner, accept=taken, max_header=MAX_HEADER)
@@ -355,6 +357,20 @@ def _worker(srv: socket.socket, run: object) -> None:
                 break
     except KeyboardInterrupt:
         pass  # a client's Ctrl-C that landed after its command: this worker leaves
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        _leave(intake, run, watcher)
+
+
+def _leave(intake: Intake | None, run: object, watcher: _Watcher | None) -> None:
+    """Run what this worker already took (answered ``+``: its client runs it no more),
+    then end the process."""
+    try:
+        if intake is not None and watcher is not None:
+            for conn, request, fds in intake.finish():
+                with conn:
+                    _Request(conn, run, watcher).serve(request, fds)  # type: ignore[arg-type]
     except BaseException:
         traceback.print_exc()
     finally:

@@ -424,7 +424,7 @@ def test_idle_and_stuck_clients_hold_no_worker(server: Path, settings: Settings)
             sock.close()
 
 
-@pytest.mark.parametrize("argv", [["watch", "bob"], ["mcp"], ["session", "open", "x"], []])
+@pytest.mark.parametrize("argv", [["watch", "bob"], ["mcp"]])
 def test_only_the_write_commands_are_taken(server: Path, argv: list[str]) -> None:
     with _raw(server, argv) as sock:
         assert sock.recv(16) == b"full"  # nothing ran: the client would run it itself

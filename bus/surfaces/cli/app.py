@@ -493,17 +493,6 @@ def doctor(
     emit(report)
 
 
-@app.command(rich_help_panel=OPERATIONS)
-def upgrade() -> None:
-    """Upgrade the store's data to this release (`inbox up` does it at its start); name the wake commands waiting for your consent."""
-    from bus.core.settings import Settings
-    from bus.ops.upgrade import prepare
-
-    settings = run(Settings.from_env)
-    b = connect()
-    emit(bus_call(lambda: prepare(b.store, settings, lambda line: print(line, file=sys.stderr))))
-
-
 @app.command(rich_help_panel=EVERYDAY)
 def watch(
     sids: list[str] | None = typer.Argument(

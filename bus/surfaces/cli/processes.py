@@ -1,4 +1,4 @@
-"""The process commands: ``up``, ``repair-aof``, ``worker``, ``scheduler``, ``serve`` and ``flower``.
+"""The process commands: ``up``, ``upgrade``, ``repair-aof``, ``worker``, ``scheduler``, ``serve`` and ``flower``.
 
 :func:`register` adds them to the CLI's app (``bus.surfaces.cli.app`` calls it once).
 """
@@ -16,7 +16,7 @@ import typer
 
 from bus.core.settings import ACTING_VARS, Settings
 from bus.ops.procs import worker_argv
-from bus.surfaces.refusal import emit, run
+from bus.surfaces.refusal import bus_call, emit, run
 
 from .calls import check_session_id, connect
 from .help_panels import OPERATIONS
@@ -154,7 +154,16 @@ def flower(
     )
 
 
+def upgrade() -> None:
+    """Upgrade the store's data to this release (`inbox up` does it at its start); name the wake commands waiting for your consent."""
+    from bus.ops.upgrade import prepare
+
+    settings = run(Settings.from_env)
+    b = connect()
+    emit(bus_call(lambda: prepare(b.store, settings, lambda line: print(line, file=sys.stderr))))
+
+
 def register(app: typer.Typer) -> None:
     """Add the process commands to ``app``, in this order."""
-    for command in (up, repair_aof, worker, scheduler, serve, flower):
+    for command in (up, upgrade, repair_aof, worker, scheduler, serve, flower):
         app.command(rich_help_panel=OPERATIONS)(command)

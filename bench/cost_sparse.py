@@ -190,8 +190,8 @@ def bus_system(home: Path, url: str, log: Path, sids: list[str]) -> Iterator[tup
     try:
 
         def beating() -> bool:
-            names = {w["name"] for w in b.status()["workers"]}
-            return "scheduler" in names and len(names) >= 2
+            roles = {w["role"] for w in b.status()["workers"]}
+            return roles >= {"scheduler", "worker"}
 
         _until(beating, 90, "inbox up's worker and scheduler heartbeats", proc, log)
         open_running(b, sids, host=HOST)

@@ -200,7 +200,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         observer = celery_bus(s)
         stack.callback(close_bus, observer)
         wait_until(
-            lambda: any(w["name"] == "scheduler" for w in observer.status()["workers"]),
+            lambda: any(w["role"] == "scheduler" for w in observer.status()["workers"]),
             60,
             "the scheduler's heartbeat",
             0.1,

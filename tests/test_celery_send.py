@@ -65,6 +65,8 @@ def test_send_answer_and_refusals_are_celery_results(
     refusals = {
         "not_found": {"from": "a:me", "to_id": "nobody", "text": "hi"},
         "bad_input": {"from": "a:me", "to_id": "demo", "text": "hi", "class": "shout"},
+        # The suite's store has no replica: a replica level is not met (in 2 s).
+        "not_durable": {"from": "a:me", "to_id": "demo", "text": "hi", "durability": "replica"},
     }
     for code, fields in refusals.items():
         task_id = call_send(settings, fields)
@@ -79,7 +81,7 @@ def test_send_answer_and_refusals_are_celery_results(
     # The results are kept under the bus's prefix, with an expiry.
     client = redis.Redis.from_url(redis_url)
     keys = list(client.scan_iter(match=f"{settings.key_prefix}:celery:celery-task-meta-*"))
-    assert len(keys) == 3
+    assert len(keys) == 4
     assert all(0 < client.ttl(k) <= settings.send_result_expires_s for k in keys)
     client.close()
 

@@ -121,6 +121,7 @@ CASES: list[tuple[str, list[str], str, dict[str, str]]] = [
     ),
     ("unknown handle", ["send", "--to", "nohost:who", "--text", "x"], "", {}),
     ("unknown option", ["send", "--bogus"], "", {}),
+    ("bad durability", ["send", "--to-id", "bob", "--text", "x", "--durability", "fsync"], "", {}),
     ("bad INBOX_SESSION", ["send", "--to-id", "bob", "--text", "x"], "", {"INBOX_SESSION": "a b"}),
     (
         "token required",

@@ -142,3 +142,21 @@ def test_a_jsonl_burst_waits_once_per_round_trip(settings: Settings, aof_url: st
     # record this process never read costs its chunk a second), not one per message.
     assert 1 <= waitaofs(aof_url) <= 4
     assert os.environ.get("INBOX_DURABILITY") is None  # the test's own levels only
+
+
+def test_http_sends_carry_the_level_and_its_refusal(settings: Settings, aof_url: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from bus.surfaces.http.gateway import create_app
+
+    b = bus_on(settings, aof_url)
+    msg = {"from": "hosta:alice", "to": "hosta:bob", "text": "h"}
+    with TestClient(create_app(b), base_url="http://127.0.0.1") as client:
+        got = client.post("/v1/send", json={**msg, "durability": "disk"})
+        assert got.status_code == 200 and got.json()["durable"] == "disk"
+        refused = client.post("/v1/send", json={**msg, "durability": "replica"})
+        assert refused.status_code == 503 and refused.json()["error"] == "not_durable"
+        batch = client.post("/v1/send/batch?durability=disk", json=[msg, msg])
+        assert {a["durable"] for a in batch.json()["answers"]} == {"disk"}
+        bad = client.post("/v1/send", json={**msg, "durability": "fsync"})
+        assert bad.status_code == 400 and bad.json()["error"] == "bad_durability"

@@ -189,7 +189,8 @@ def send(**fields: Any) -> dict[str, Any]:
     ``INBOX_SEND_RESULT_EXPIRES_S`` (``celery -A workers result <task id>``); a refusal
     is the task's FAILURE (:class:`SendRefused`), not retried. With ``INBOX_SECRET`` set
     the sender's ``token`` comes among the fields (the worker has none of its own):
-    without one the send is refused ``token_missing``."""
+    without one the send is refused ``token_missing``. A ``durability`` field overrides
+    ``INBOX_DURABILITY`` for this send (``not_durable`` when it is not met in time)."""
     token = fields.pop("token", None)
     try:
         answer = get_bus().send(fields, token=str(token) if token else None)

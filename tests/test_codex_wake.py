@@ -96,3 +96,12 @@ def test_codexs_background_server_is_told_from_other_app_servers() -> None:
     assert not codex_wake.is_daemon(["codex", "app-server"])  # an editor's own, on stdio
     assert not codex_wake.is_daemon(["codex", "app-server", "daemon", "pid-update-loop"])
     assert not codex_wake.is_daemon(["codex", "--no-daemon"])
+
+
+def test_a_window_started_elsewhere_with_cd_counts_for_its_folder(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    here = str(tmp_path)
+    assert str(project) in codex_wake._folders(here, ["codex", "-C", "project"])
+    assert str(project) in codex_wake._folders(here, ["codex", f"--cd={project}"])
+    assert codex_wake._folders(str(project), ["codex"]) == {str(project)}

@@ -31,6 +31,7 @@ Where no wake command can work, :func:`plan` says why (the session's ``wake_prob
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
@@ -122,7 +123,7 @@ def windows(home: str, cwd: str | None) -> list[tuple[int, float]]:
                 continue
             if not is_interactive(argv):
                 continue
-            if cwd and os.path.realpath(proc.cwd()) != os.path.realpath(cwd):
+            if cwd and os.path.realpath(cwd) not in _folders(proc.cwd(), argv):
                 continue
             env = proc.environ()
             if os.path.realpath(codex_home({"HOME": env.get("HOME", ""), **env})) != want:
@@ -130,6 +131,18 @@ def windows(home: str, cwd: str | None) -> list[tuple[int, float]]:
             found.append((proc.pid, proc.create_time()))
         except (psutil.Error, OSError, KeyError, TypeError):
             continue
+    return found
+
+
+def _folders(cwd: str, argv: list[str]) -> set[str]:
+    """The folders a Codex window works in: its own, and the one ``-C``/``--cd`` names."""
+    found = {os.path.realpath(cwd)}
+    for flag, value in itertools.pairwise(argv):
+        if flag in ("-C", "--cd"):
+            found.add(os.path.realpath(os.path.join(cwd, value)))
+    for arg in argv:
+        if arg.startswith("--cd="):
+            found.add(os.path.realpath(os.path.join(cwd, arg[5:])))
     return found
 
 

@@ -94,6 +94,10 @@ def sess(sid: str, host: str = "a", **fields: Any) -> dict[str, Any]:
     [
         ("all well", [UP], [sess("s")], [NOW - 1000], []),
         ("a host down", [UP, DOWN], [sess("s", "b")], [None], ["host"]),
+        ("a host down with work queued", [UP, {**DOWN, "queue": 2}], [sess("s")], [None],
+         ["host"]),
+        ("a retired host: down, nothing open nor queued", [UP, DOWN],
+         [sess("s"), sess("t", "b", state="closed")], [None, None], []),
         ("a host nobody serves", [UP], [sess("s", "z")], [None], ["unserved"]),
         ("a closed session is nobody's problem", [UP], [sess("s", "z", state="closed")],
          [NOW - 10**9], []),

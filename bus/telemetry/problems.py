@@ -1,7 +1,8 @@
 """``inbox doctor``'s checks of the whole bus, for an operator: what keeps messages from
 their sessions anywhere, read from the store.
 
-- ``host``: a host whose worker stopped beating (``down``, bus.core.status_view.beat_state);
+- ``host``: a host whose worker stopped beating (``down``, bus.core.status_view.beat_state)
+  while it has sessions open or deliveries queued;
 - ``unserved``: a session whose host no worker has ever served (a name no ``inbox up`` runs);
 - ``floor``: a session whose notices cannot be written (the error, since when, tries);
 - ``waiting``: a session holding a message older than the bound with no notice of it;
@@ -50,8 +51,11 @@ def operator_problems(
     wake_notices = wake_notices or [None] * len(sessions)
     out: list[dict[str, Any]] = []
     hosts = {r["name"]: r for r in workers if not is_scheduler(r["name"])}
+    # A host down matters while it has sessions open or deliveries queued; one retired
+    # (its sessions closed, its queue empty) keeps its old heartbeat and is no problem.
+    serving = {row.get("host") for row in sessions if row.get("state") != "closed"}
     for name, row in sorted(hosts.items()):
-        if row.get("state") == "down":
+        if row.get("state") == "down" and (name in serving or row.get("queue")):
             age = row.get("beat_age_s")
             out.append(
                 {

@@ -190,7 +190,9 @@ def role_drainer(args: argparse.Namespace) -> int:
 def _recover_taken(bus: Bus, sids: list[str], out_path: Path, out: Any) -> None:
     """What a restarted harness does: a drain it was killed in the middle of took (and
     confirmed) lines it never passed on; the floor's ``log.jsonl`` keeps them, so it
-    passes on those its own record lacks."""
+    passes on those its own record lacks, and records them as handed on (``said.jsonl``):
+    the claim the killed drain left, taken again by the next drain, or the notice that
+    carries them again, is then not handed on a second time."""
     logged: set[str] = set()
     for raw in out_path.read_text().splitlines() if out_path.exists() else []:
         try:
@@ -203,14 +205,18 @@ def _recover_taken(bus: Bus, sids: list[str], out_path: Path, out: Any) -> None:
             kept = (bus.floor.session_dir(sid) / "log.jsonl").read_text().splitlines()
         except FileNotFoundError:
             continue
+        passed: list[dict[str, Any]] = []
         for raw in kept:
             try:
-                ids = [i for i in _ids_of(json.loads(raw)) if i not in logged]
+                line = json.loads(raw)
+                ids = [i for i in _ids_of(line) if i not in logged]
             except ValueError:
                 continue
             if ids:
                 logged.update(ids)
                 out.write(json.dumps({"sid": sid, "t": t, "ids": ids}) + "\n")
+                passed.append(line)
+        bus.floor.handed_on(sid, passed)
 
 
 def _ids_of(line: dict[str, Any]) -> list[str]:

@@ -251,6 +251,7 @@ class Soak:
         self.faults: list[dict[str, Any]] = []
         self.listeners: list[Listener] = []
         self.drainers: dict[str, subprocess.Popen[bytes]] = {}
+        self.drainers_lock = threading.Lock()  # one drainer a host, even across a restart
         self.topo: Topology | None = None
         self.sessions: dict[str, tuple[str, str]] = {}  # sid -> (host, kind)
         # Every wait is bounded by this, so the soak always ends with its accounting.
@@ -400,9 +401,12 @@ class Soak:
         bus's own."""
         if self.closing:
             return
-        for host, proc in list(self.drainers.items()):
-            if proc.poll() is not None:
-                self.start_drainer(host)
+        # Under the lock a drain kill holds from its kill to its restart: else this sees
+        # the killed drainer dead and starts a second one for the host beside the kill's.
+        with self.drainers_lock:
+            for host, proc in list(self.drainers.items()):
+                if proc.poll() is not None:
+                    self.start_drainer(host)
 
     def probe(self, host: str, label: str, t_fault: float, timeout: float = 90.0) -> float | None:
         """Send to the host's probe session until heard; the time from the fault."""
@@ -459,9 +463,10 @@ class Soak:
             rec["recovery_s"] = self.scheduler_probe(t)
         elif kind == "drain_kill":
             t = _now()
-            self.drainers[host].kill()
-            self.drainers[host].wait(10)
-            self.start_drainer(host)
+            with self.drainers_lock:
+                self.drainers[host].kill()
+                self.drainers[host].wait(10)
+                self.start_drainer(host)
             rec["recovery_s"] = round(_now() - t, 3)
         elif kind in ("redis_restart", "redis_kill"):
             t = _now()

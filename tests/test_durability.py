@@ -102,6 +102,9 @@ def test_replica_level_without_a_replica_is_refused_within_the_bound(
     b = bus_on(settings, aof_url, durability="replica")
     with pytest.raises(NotDurable, match=r"no replica acknowledged it within 0\.5s"):
         b.send({"from": "hosta:alice", "to": "hosta:bob", "text": "r"})
+    with pytest.raises(NotDurable):  # a waited send is not waited for either
+        b.send({"from": "hosta:alice", "to": "hosta:bob", "text": "w"}, wait=True, timeout=5)
+    assert b.store.r.smembers(b.store.k.s("bob", "waiters")) == set()
     with pytest.raises(NotDurable) as batch:
         b.send_many([{"from": "hosta:alice", "to": "hosta:bob", "text": f"{i}"} for i in range(3)])
     assert len(batch.value.details["ids"]) == 3

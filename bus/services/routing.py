@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from bus.core.clock import SYSTEM, Clock
 from bus.core.durability import level_of
-from bus.core.errors import BadInput, RateLimited
+from bus.core.errors import BadInput, NotDurable, RateLimited
 from bus.core.models import Message, Recipient, SendAnswer, SessionInfo
 from bus.core.policy import gave_work
 from bus.core.receipt_rules import recipient_state
@@ -149,6 +149,10 @@ class Router:
             )
         except RateLimited:  # inbox_full: what was not stored is not in the outbox either
             self.receipts.unlist_refused([(msg, sid)])
+            raise
+        except NotDurable:  # stored, not acknowledged: nobody waits for its answer here
+            if wait:
+                store.drop_waiter(sid, msg.id)
             raise
         host_state = beat_state(beat[0] if beat else None, now, self.settings.host_down_s)
         if not new:

@@ -24,7 +24,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bus.core import notices
 from bus.core.owned import open_private
 
 from .floor_lines import read_fd, same_file, write_all
@@ -64,7 +63,9 @@ def unsaid(line: dict[str, Any], said: set[str]) -> dict[str, Any] | None:
     repeats = before + [k for k in again if k not in before]
     out = {**line, "repeats": repeats}
     if isinstance(line.get("text"), str) and not before:
-        out["text"] = line["text"] + "\n" + notices.repeat_mark(len(repeats))
+        from bus.core.notices import repeat_mark  # rare; the drain's fast lane skips it
+
+        out["text"] = line["text"] + "\n" + repeat_mark(len(repeats))
     return out
 
 

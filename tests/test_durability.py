@@ -163,3 +163,19 @@ def test_http_sends_carry_the_level_and_its_refusal(settings: Settings, aof_url:
         assert {a["durable"] for a in batch.json()["answers"]} == {"disk"}
         bad = client.post("/v1/send", json={**msg, "durability": "fsync"})
         assert bad.status_code == 400 and bad.json()["error"] == "bad_durability"
+
+
+def test_doctor_says_a_level_the_store_cannot_meet(settings: Settings, tmp_path: Path) -> None:
+    with server(waitaof_binary(), tmp_path / "noaof") as (url, _proc):  # appendonly no
+        b = bus_on(settings, url, durability="disk")
+        done = cli(b.settings, "doctor")
+        assert done.returncode == 1, done.stdout + done.stderr
+        said = json.loads(done.stdout)
+        assert said["error"] == "not_durable"
+        [row] = [p for p in said["problems"] if p["check"] == "durability"]
+        assert "appendonly no" in row["reason"] and "INBOX_DURABILITY" in row["fix"]
+        assert "appendonly no" in done.stderr.splitlines()[0]
+        memory = cli(replace(b.settings, durability="memory"), "doctor")
+        assert not [
+            p for p in json.loads(memory.stdout).get("problems", []) if p["check"] == "durability"
+        ]

@@ -78,6 +78,27 @@ def shortfall(level: str, reply: Any, timeout_s: float) -> str | None:
     return None
 
 
+def has_waitaof(info: dict[str, Any]) -> bool:
+    """Whether the server INFO describes has ``WAITAOF`` (Redis and Valkey 7.2 and later)."""
+    raw = str(info.get("valkey_version") or info.get("redis_version") or "0")
+    parts = tuple(int(p) for p in raw.split(".")[:2] if p.isdigit())
+    return parts >= (7, 2)
+
+
+def unmet_by(level: str, info: dict[str, Any], fsyncs_always: bool) -> str | None:
+    """Why a store whose INFO (server, persistence, replication) is ``info`` cannot meet
+    ``level`` at all, so every send at it is refused ``not_durable``; None when it can.
+    ``fsyncs_always``: it runs ``appendfsync always`` (what a server without WAITAOF needs)."""
+    if level == "disk":
+        if str(info.get("aof_enabled", "0")) != "1":
+            return "the store keeps no append-only file (appendonly no)"
+        if not has_waitaof(info) and not fsyncs_always:
+            return "the store has no WAITAOF (older than 7.2) and does not run appendfsync always"
+    if level == "replica" and int(str(info.get("connected_slaves", 0) or 0)) < 1:
+        return "the store has no replica connected"
+    return None
+
+
 def not_durable(level: str, why: str, ids: list[str]) -> NotDurable:
     """The refusal of a send (or a batch) whose level was not met: what failed, and
     that resending the same ids is safe (a resent id is stored at most once)."""

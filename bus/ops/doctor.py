@@ -64,8 +64,9 @@ def doctor_report(
 
 
 def doctor_storage(settings: Settings) -> list[dict[str, Any]]:
-    """A store that refuses writes (disk full, a replica, full memory) as a problem row;
-    none when it takes them or does not answer (``server`` says that)."""
+    """A store that refuses writes (disk full, a replica, full memory) or cannot meet
+    ``INBOX_DURABILITY`` as problem rows; none when it does or does not answer (``server``
+    says that)."""
     from bus.store.connect import open_store
     from bus.store.redis_errors import StoreError, refused
     from bus.telemetry.storage import EFFECT, storage_problems
@@ -73,7 +74,7 @@ def doctor_storage(settings: Settings) -> list[dict[str, Any]]:
     try:
         store = open_store(settings)
         try:
-            return storage_problems(store)
+            return storage_problems(store, settings.durability)
         finally:
             store.r.close()
     except StoreError as exc:  # a server refusing writes may refuse the connect's PING too

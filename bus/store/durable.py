@@ -50,6 +50,17 @@ class DurableStore(WriteFaultStore, StorePart):
                 raise durability.not_durable(level, why, ids)
         return replies
 
+    def durability_unmet(self, level: str) -> str | None:
+        """Why this store cannot meet ``level`` at all (:func:`bus.core.durability.unmet_by`),
+        or None: what ``inbox doctor`` says before the sends are refused."""
+        if level == "memory" or self.cluster:
+            return None if level == "memory" else "a cluster store confirms only memory"
+        info: dict[str, Any] = {}
+        for section in ("server", "persistence", "replication"):
+            info.update(self.r.info(section))
+        always = not durability.has_waitaof(info) and self._fsync_always() == ""
+        return durability.unmet_by(level, info, always)
+
     def _shortfall(self, level: str, reply: Any, timeout_s: float) -> str | None:
         if level == "disk" and durability.lacks_wait(reply):
             return self._fsync_always() or None

@@ -10,17 +10,31 @@ if TYPE_CHECKING:
 EFFECT = "every send and every delivery's record is refused (store_refused) until fixed"
 
 
-def storage_problems(store: Store) -> list[dict[str, Any]]:
-    """The doctor's problem row for a store that refuses writes (none when it takes them)."""
+def storage_problems(store: Store, level: str = "memory") -> list[dict[str, Any]]:
+    """The doctor's problem rows: a store that refuses writes, and a store that cannot
+    meet ``level`` (``INBOX_DURABILITY``: every send is then refused ``not_durable``)."""
     fault = store.write_fault()
-    if fault is None:
-        return []
-    return [
-        {
-            "check": "storage",
-            "effect": EFFECT,
-            "reason": fault.words,
-            "fix": fault.fix,
-            "store_reason": fault.reason,
-        }
-    ]
+    rows = []
+    unmet = store.durability_unmet(level)
+    if unmet is not None:
+        rows.append(
+            {
+                "check": "durability",
+                "effect": f"every send is refused not_durable (INBOX_DURABILITY={level})",
+                "reason": unmet,
+                "fix": "run the store as the level needs (disk: appendonly yes on a server "
+                "with WAITAOF, 7.2 or later, or appendfsync always; replica: a replica "
+                "connected), or set INBOX_DURABILITY to a level it meets",
+            }
+        )
+    if fault is not None:
+        rows.append(
+            {
+                "check": "storage",
+                "effect": EFFECT,
+                "reason": fault.words,
+                "fix": fault.fix,
+                "store_reason": fault.reason,
+            }
+        )
+    return rows

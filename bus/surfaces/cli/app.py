@@ -465,6 +465,9 @@ def doctor(
         too_old = server.get("state") == "too_old"
         if too_old:
             said.insert(0, str(server["message"]))
+        durable = [p for p in rows if p.get("check") == "durability"]
+        if durable:  # INBOX_DURABILITY this store cannot meet: every send refused
+            said.insert(0, f"{durable[0]['reason']}: {durable[0]['effect']}")
         storage = [p for p in rows if p.get("check") == "storage"]
         if storage:  # the store refuses writes: said first, with its fix
             said.insert(0, f"{storage[0]['reason']}; fix: {storage[0]['fix']}")
@@ -475,6 +478,8 @@ def doctor(
         code = (
             "store_refused"
             if storage
+            else "not_durable"
+            if durable
             else "unreachable"
             if unreachable
             else "malformed_lines"
@@ -484,7 +489,7 @@ def doctor(
             else "problems"
         )
         refuse(
-            "server_too_old" if too_old and not storage else code,
+            "server_too_old" if too_old and not storage and not durable else code,
             "; ".join(said),
             1,
             hint=None if unreachable or too_old else "each problem's fix is in the JSON on stdout",

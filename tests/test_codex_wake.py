@@ -105,3 +105,10 @@ def test_a_window_started_elsewhere_with_cd_counts_for_its_folder(tmp_path: Path
     assert str(project) in codex_wake._folders(here, ["codex", "-C", "project"])
     assert str(project) in codex_wake._folders(here, ["codex", f"--cd={project}"])
     assert codex_wake._folders(str(project), ["codex"]) == {str(project)}
+
+
+def test_only_windows_count_as_a_sessions_holders(tmp_path: Path) -> None:
+    # This process is no codex window: none found for its folder.
+    assert codex_wake.windows(str(tmp_path), str(tmp_path)) == []
+    assert {"queue", "mcp", "login", "exec", "app-server"} <= codex_wake._NO_WINDOW
+    assert None not in codex_wake._NO_WINDOW and "resume" not in codex_wake._NO_WINDOW

@@ -50,6 +50,15 @@ _VALUED = frozenset(
 )  # fmt: skip
 # Subcommands whose process does not keep a thread loaded and idle for a queued message.
 _HEADLESS = frozenset({"exec", "e", "review", "app-server", "mcp-server", "exec-server"})
+# Subcommands that are no window a thread runs in (``codex --help``, 0.171): a command that
+# runs and ends (``queue`` is a wake in flight), or a server.
+_NO_WINDOW = _HEADLESS | frozenset(
+    {
+        "agents", "login", "logout", "mcp", "plugin", "remote-control", "completion",
+        "update", "doctor", "sandbox", "debug", "apply", "a", "queue", "archive", "delete",
+        "migrate-rollouts", "migrate-nfs-db", "unarchive", "cloud", "features", "help",
+    }
+)  # fmt: skip
 _QUEUE = re.compile(r"\bqueue --thread \S+ --message ")
 _ANCESTORS = 4
 
@@ -121,7 +130,7 @@ def windows(home: str, cwd: str | None) -> list[tuple[int, float]]:
             argv = info.get("cmdline") or []
             if info.get("name") != "codex" or not argv or info["uids"].real != uid:
                 continue
-            if not is_interactive(argv):
+            if subcommand(argv) in _NO_WINDOW:
                 continue
             if cwd and os.path.realpath(cwd) not in _folders(proc.cwd(), argv):
                 continue

@@ -166,7 +166,7 @@ class BatchWriter:
                 self._queue_round(job)
             ids = [m.id for m in msgs]
             replies = self.store.execute_durable(
-                job.pipe, job.durability, self.settings.durability_timeout_s, ids
+                job.pipe, job.durability, self.settings.durability_timeout_s, ids, list(job.per_sid)
             )
             job.todo, job.bounced = [], []
             got = replies[job.queued : job.queued + len(job.calls)]

@@ -45,7 +45,7 @@ class StorePart:
         raise NotImplementedError
 
     def execute_durable(  # DurableStore defines it
-        self, pipe: Any, level: str, timeout_s: float, ids: list[str]
+        self, pipe: Any, level: str, timeout_s: float, ids: list[str], sids: list[str]
     ) -> list[Any]:
         raise NotImplementedError
 

@@ -63,7 +63,7 @@ class QueueStore(StorePart):
         if beat_into is not None:
             pipe.hget(k.beat(beat_of), "beat")
         level, timeout_s = durability
-        replies = self.execute_durable(pipe, level, timeout_s, [msg_id])
+        replies = self.execute_durable(pipe, level, timeout_s, [msg_id], [sid])
         new, answer, dispatch = replies[0]
         if beat_into is not None:
             raw = replies[-1]
@@ -97,7 +97,7 @@ class QueueStore(StorePart):
         if beat_into is not None:
             pipe.hget(k.beat(beat_of), "beat")
         level, timeout_s = durability
-        replies = self.execute_durable(pipe, level, timeout_s, [msg_id])
+        replies = self.execute_durable(pipe, level, timeout_s, [msg_id], [sid])
         new, answer, dispatch = replies[0]
         if beat_into is not None:
             raw = replies[-1]

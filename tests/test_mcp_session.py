@@ -114,3 +114,41 @@ def test_a_record_names_the_harness_process_and_outlives_no_process(home: Path) 
         timeout=60,
     )
     assert not stale.exists()
+
+
+def test_under_codexs_background_server_the_mcp_server_acts_only_for_the_one_open_window(
+    home: Path, tmp_path: Path
+) -> None:
+    """Codex's background server hosts every window's thread and starts each thread's MCP
+    server itself: a record per session, and the one whose window is open is acted as;
+    with two open, none (never the other window's)."""
+    from bus.delivery import kept_wake
+    from bus.delivery.floor import Floor
+
+    py = shlex.quote(sys.executable)
+    hook = "from pathlib import Path; from bus.surfaces import harness_link as h; "
+    record = hook + "import sys; h.record(Path(sys.argv[1]), sys.argv[2])"
+    read = hook + "import sys; print(h.recorded(Path(sys.argv[1])))"
+    server = tmp_path / "server.py"
+    # A stand-in for the server: its hooks and MCP servers are its children.
+    server.write_text(
+        "import subprocess, sys\n"
+        f"rec, read, home = {record!r}, {read!r}, sys.argv[3]\n"
+        "for sid in sys.argv[4:]:\n"
+        f"    subprocess.run([{sys.executable!r}, '-c', rec, home, sid], check=True)\n"
+        f"subprocess.run([{sys.executable!r}, '-c', read, home], check=True)\n"
+    )
+    floor = Floor(home)
+    gone = subprocess.Popen(["true"])
+    gone.wait(30)
+    kept_wake.keep_holders(floor, "sess-a", [(gone.pid, 1.0)])  # its window quit
+
+    def run(*sids: str) -> str:
+        done = subprocess.run(
+            f"{py} {server} app-server --managed-daemon {home} {' '.join(sids)}",
+            shell=True, check=True, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        return done.stdout.strip()
+
+    assert run("sess-a", "sess-b") == "sess-b"  # a's window is gone: b is the one open
+    assert run("sess-a", "sess-b", "sess-c") == "None"  # b and c both open: neither

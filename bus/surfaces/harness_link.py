@@ -13,6 +13,14 @@ through ``sh -c``; an MCP server may be wrapped the same way), named by its pid 
 time, so a reused pid never finds an old record. Records live in ``$INBOX_HOME/harness/``
 (the home is 0700), one file a harness process, written atomically; records of processes
 that are gone are removed when a new one is written. Process ancestry comes from psutil.
+
+One harness process can host many sessions at once: Codex's background server (``codex
+app-server --managed-daemon``) runs the threads of every window of one ``$CODEX_HOME``,
+and starts each thread's MCP server itself, telling it nothing of the thread. Under such
+a server each session is recorded on its own too (``<harness>~<sid>``), and an MCP server
+acts as the one recorded session whose window is still open (bus.delivery.kept_wake's
+holders); when there are several, it acts as none (the caller must set
+``INBOX_SESSION``) rather than as another window's session.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from bus.core.models import check_session_id
 from bus.core.private_files import private_dirs
 
 FOLDER = "harness"
+# Between a shared harness's name and a session's in a per-session record.
+SEP = "~"
 # Wrappers between a harness and what it starts: skipped to find the harness itself.
 WRAPPERS = frozenset({"sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "tcsh", "csh", "env"})
 
@@ -47,7 +57,7 @@ def harness_of(pid: int | None = None) -> str | None:
 
 
 def _alive(name: str) -> bool:
-    pid, _, started = name.partition("-")
+    pid, _, started = name.split(SEP, 1)[0].partition("-")
     try:
         proc = psutil.Process(int(pid))
         return round(proc.create_time() * 1000) == int(started)
@@ -68,10 +78,34 @@ def record(home: Path, sid: str, pid: int | None = None) -> Path | None:
             with contextlib.suppress(OSError):
                 old.unlink()
     path = folder / harness
-    tmp = folder / f".{harness}.{os.getpid()}"
-    tmp.write_text(sid)
-    os.replace(tmp, path)
+    for target in (path, folder / f"{harness}{SEP}{sid}") if _shared(harness) else (path,):
+        tmp = folder / f".{target.name}.{os.getpid()}"
+        tmp.write_text(sid)
+        os.replace(tmp, target)
     return path
+
+
+def _shared(harness: str) -> bool:
+    """Whether the harness process hosts many sessions (Codex's background server)."""
+    try:
+        argv = psutil.Process(int(harness.partition("-")[0])).cmdline()
+    except (ValueError, psutil.Error):
+        return False
+    return "--managed-daemon" in argv and "app-server" in argv
+
+
+def _live_sessions(home: Path, harness: str) -> list[str]:
+    from bus.delivery import kept_wake
+    from bus.delivery.floor import Floor
+
+    floor = Floor(home)
+    found = []
+    for rec in sorted((home / FOLDER).glob(f"{harness}{SEP}*")):
+        sid = rec.name.split(SEP, 1)[1]
+        with contextlib.suppress(BusError, ValueError, OSError):
+            if not kept_wake.holders_gone(floor, check_session_id(sid)):
+                found.append(sid)
+    return found
 
 
 def recorded(home: Path, pid: int | None = None) -> str | None:
@@ -80,6 +114,9 @@ def recorded(home: Path, pid: int | None = None) -> str | None:
     harness = harness_of(pid)
     if harness is None:
         return None
+    if _shared(harness):
+        live = _live_sessions(home, harness)
+        return live[0] if len(live) == 1 else None
     try:
         sid = (home / FOLDER / harness).read_text().strip()
         return check_session_id(sid)
@@ -93,6 +130,8 @@ def forget(home: Path, sid: str, pid: int | None = None) -> None:
     if harness is None:
         return
     path = home / FOLDER / harness
+    with contextlib.suppress(OSError):
+        (home / FOLDER / f"{harness}{SEP}{sid}").unlink()
     with contextlib.suppress(OSError):
         if path.read_text().strip() == sid:
             path.unlink()

@@ -10,6 +10,7 @@ import pytest
 
 from bus.api import Bus
 from bus.core import item_views, receipt_rules, status_view, thread_views
+from bus.core.version import __version__
 from bus.store.packing import json_list
 
 # -- the thread rows ---------------------------------------------------------------------
@@ -209,10 +210,16 @@ def test_the_status_report() -> None:
         backlogs=[3, 0], workers=[], memory={},
     )  # fmt: skip
     assert out == {
-        "ok": True, "host": "h", "store": "redis://***@x", "home": "/h",
+        "ok": True, "host": "h", "version": __version__, "store": "redis://***@x", "home": "/h",
         "sessions": [{"session": "s1", "turns": 0, "backlog": 3}, {"session": "s2", "backlog": 0}],
         "workers": [], "processes": [], "memory_settings": {},
     }  # fmt: skip
+    off = {"state": "off", "reason": "r", "fix": "f"}
+    shown = status_view.status_report(
+        host="h", store="", home="", sessions=[{"session": "s1"}, {"session": "s2"}],
+        backlogs=[0, 0], workers=[], memory={}, wake_off={"s2": off},
+    )["sessions"]  # fmt: skip
+    assert "wake" not in shown[0] and shown[1]["wake"] == off
     with pytest.raises(ValueError):
         status_view.status_report(
             host="h", store="", home="", sessions=[{}], backlogs=[], workers=[], memory={}

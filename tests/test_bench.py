@@ -84,6 +84,8 @@ def test_cost_bench_runs_quick_and_marks_every_goal() -> None:
     assert burst["messages"] == 2000 and burst["e2e_notices"] >= 1
     assert burst["ingest_over_raw"] > 0 and burst["e2e_over_naive"] > 0
     assert summary["memory"]["info_bytes_per_session"] != 0
+    for level in ("memory", "disk", "replica", "disk_fsync_always"):
+        assert summary["durability"][level]["single_median_ms"] > 0
     goals = summary["goals"]
     assert len(goals) == 11 and all(g["met"] in (True, False) for g in goals)
     assert all(isinstance(g["value"], int | float) for g in goals)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,10 +38,16 @@ INBOX = Path(sys.executable).parent / "inbox"
 
 
 def load_release(bus: Bus, home: Path) -> dict[str, Any]:
-    """Write the 0.1.0 fixture's keys under ``bus``'s prefix and its files under ``home``."""
+    """Write the 0.1.0 fixture's keys under ``bus``'s prefix and its files under ``home``.
+
+    The recipient index's day buckets (``{rc:<b>}:rcpt:<day>``) are moved to today: the
+    data is opened as if 0.1.0 wrote it today, not on the day the fixture was made (a
+    receipt is looked up over the last 8 days only)."""
     data = json.loads(FIXTURE.read_text())
     r, prefix = bus.store.r, bus.settings.key_prefix
+    today = int(time.time() // 86400)
     for name, entry in data["keys"].items():
+        name = re.sub(r"^(\{rc:\d+\}:rcpt:)\d+$", rf"\g<1>{today}", name)
         key, kind, value = f"{prefix}:{name}", entry["type"], entry["value"]
         if kind == "string":
             r.set(key, value)

@@ -19,9 +19,11 @@ from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import BusError
 from bus.core.models import Message, SessionInfo, now_ms
 from bus.core.receipt_rules import recipient_state
+from bus.core.status_view import beat_state
 from bus.core.threads import thread_id, thread_key
 from bus.delivery.dispatch import request_many
 from bus.store import packing
+from bus.store.beats import beat_reply
 
 from . import batch_wire as wire
 from .batch_wire import Standing, inbox_full
@@ -59,6 +61,9 @@ class Job:
     due: dict[str, list[str]] = field(default_factory=dict)
     # The level each round trip is confirmed at (bus.core.durability), once per round trip.
     durability: str = "memory"
+    # The receivers' hosts whose beats the round queued last, and each host's state read.
+    beat_hosts: list[str] = field(default_factory=list)
+    host_states: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.answers = [None] * len(self.msgs)
@@ -151,6 +156,10 @@ class BatchWriter:
         # NX: a message sent again next round keeps the entry of the first).
         rows = wire.receipt_rows(msgs, job.threads, set(job.todo), set(job.bounced))
         self.receipts.open_many(pipe, rows, appended=True)
+        # Each receiver's host up or down (its worker's beat), read in the same round
+        # trip as a single send reads it (Router.post), last in the pipeline.
+        job.beat_hosts = sorted({st[1] for st in job.standings.values()} - set(job.host_states))
+        store.queue_beats(pipe, job.beat_hosts)
 
     def finish(self, job: Job) -> list[dict[str, Any]]:
         """Send a built chunk: one round trip when the records it was built from stand; a
@@ -169,6 +178,11 @@ class BatchWriter:
                 job.pipe, job.durability, self.settings.durability_timeout_s, ids, list(job.per_sid)
             )
             job.todo, job.bounced = [], []
+            beats = replies[len(replies) - len(job.beat_hosts) :] if job.beat_hosts else []
+            for host, raw in zip(job.beat_hosts, beats, strict=True):
+                job.host_states[host] = beat_state(
+                    beat_reply(raw), job.at, self.settings.host_down_s
+                )
             got = replies[job.queued : job.queued + len(job.calls)]
             for sids, reply in zip(job.calls, got, strict=True):
                 said_all = wire.told(reply)
@@ -193,6 +207,7 @@ class BatchWriter:
         for answer in job.answers:
             if answer is not None and answer.get("ok", True) and answer.get("id") not in kept:
                 answer["durable"] = job.durability
+                self._host_state(job, answer)
         return [a for a in job.answers if a is not None]
 
     def _answered(
@@ -219,6 +234,16 @@ class BatchWriter:
                 job.refused.append((msgs[i], sid))
             else:
                 job.answers[i] = {**packing.restore(prior, sid, msgs[i].id), "duplicate": True}
+
+    @staticmethod
+    def _host_state(job: Job, answer: dict[str, Any]) -> None:
+        """A stored message's answer (a resend's too) says its receiver's host state, as
+        a single send's does; the answers kept in ``ids`` do not (it is read per send)."""
+        rcpt = answer.get("recipient")
+        if answer.get("state") == "stored" and isinstance(rcpt, dict):
+            state = job.host_states.get(str(rcpt.get("host") or ""))
+            if state is not None:
+                rcpt["host_state"] = state
 
     def _unwrite(self, refused: list[tuple[Message, str]], now: int) -> None:
         """Messages refused ``inbox_full`` keep no recipient index and no outbox entry (as

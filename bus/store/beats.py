@@ -9,6 +9,7 @@ from .base import StorePart
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 
 class BeatStore(StorePart):
@@ -41,4 +42,17 @@ class BeatStore(StorePart):
         for name in names:
             pipe.hget(self.k.beat(name), "beat")
         got = pipe.execute() if names else []
-        return [int(v) if v is not None and str(v).isdigit() else None for v in got]
+        return [beat_reply(v) for v in got]
+
+    def queue_beats(self, pipe: Any, names: list[str]) -> None:
+        """Queue on ``pipe`` the beat of each name, in order (:func:`beat_reply` reads
+        each reply): a write that answers with a host's state reads it in its own round
+        trip."""
+        for name in names:
+            pipe.hget(self.k.beat(name), "beat")
+
+
+def beat_reply(raw: Any) -> int | None:
+    """A beat's ``HGET`` reply as ms, ``None`` when it never beat."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    return int(text) if text is not None and str(text).isdigit() else None

@@ -117,9 +117,14 @@ def test_the_compaction_pass_shrinks_short_streams_and_keeps_what_they_hold(bus:
 
     before = {key: snapshot(key) for key in [*streams, long_key]}
     usage = {key: store.r.memory_usage(key, samples=0) for key in [*streams, long_key]}
+    nodes_before = {key: int(store.r.xinfo_stream(key)["radix-tree-keys"]) for key in streams}
     saved = compact_all(store, force=True)
-    # At the default stream-node-max-bytes (4096) each short stream held a ~4.7 KB node.
-    assert saved > 0 or all(usage[key] <= 2048 for key in streams)
+    # On Redis 7 at the default stream-node-max-bytes (4096) each short stream held a
+    # ~4.7 KB node: the pass saves it. A server that sizes nodes to their entries (Valkey
+    # 9) leaves nothing to save: then each was compact already (the bound below).
+    assert saved > 0 or all(
+        usage[key] <= 2048 + 1024 * (nodes_before[key] - 1) for key in streams
+    ), usage
     for key in streams:
         assert snapshot(key) == before[key]  # the same entries, last id, count
         # Compact: about its entries' bytes plus the stream's fixed cost, not a whole node
@@ -339,7 +344,10 @@ def test_a_send_answers_age_is_kept_in_the_threads_zset_not_a_key_of_its_own(
     bus.inbox.prune("coord")
     assert store.first_answer("coord", one["id"]) is None
     assert store.r.hexists(k.s("coord", "ids"), f"~{one['id']}") == 0
-    assert store.first_answer("coord", many["id"]) == many
+    # Kept as answered, without what each call answers of its own (durable, host_state).
+    kept = {k_: v for k_, v in many.items() if k_ != "durable"}
+    kept["recipient"] = {k_: v for k_, v in many["recipient"].items() if k_ != "host_state"}
+    assert store.first_answer("coord", many["id"]) == kept
     assert store.threads_of("coord") == listed
     assert f"#{one['id']}" not in dict(store.r.zrange(threads, 0, -1, withscores=True))
     again = bus.send({"id": one["id"], "from": "ha:lane", "to_id": "coord", "text": "one"})

@@ -11,7 +11,8 @@ from tests.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
 def test_receipt_reads_answer_in_order_and_missing_reads_empty(store: Store) -> None:
     rows = [("s1", "m1"), ("s2", "m2")]
     assert store.receipts_exist(rows) == [False, False]
-    assert store.receipt_rows(rows) == [[{}, None, None, [None, None, None]]] * 2
+    # The recipient's [state, last_seen, opened_at, host] all unset.
+    assert store.receipt_rows(rows) == [[{}, None, None, [None, None, None, None]]] * 2
     assert store.may_expire(["s1", "s2"], 10**13) == [False, False]
     pipe = store.pipeline()
     store.queue_outbox_add(pipe, "s1", {"s2|m2": 5, "s3|m3": 7}, keep=1, floor=0)

@@ -162,15 +162,26 @@ class Router:
             prior["duplicate"] = True
             prior["durable"] = level
             if wait and prior.get("state") == "stored":
-                return self.inbox.wait_answer(sid, msg.id, prior, timeout)
+                return settled(self.inbox.wait_answer(sid, msg.id, prior, timeout))
             if wait:
                 store.drop_waiter(sid, msg.id)
             return prior
         if dispatch:
             self._dispatcher().request(info.host, sid)
         answer.durable = level  # type: ignore[assignment]  # one of the levels (level_of)
-        if wait:
-            return self.inbox.wait_answer(sid, msg.id, answer.to_json(), timeout)
         out = answer.to_json()
         out["recipient"]["host_state"] = host_state  # a down host keeps it waiting
+        if wait:
+            return settled(self.inbox.wait_answer(sid, msg.id, out, timeout))
         return out
+
+
+def settled(answer: dict[str, Any]) -> dict[str, Any]:
+    """A waited send's answer: ``host_state`` (read at the send) while its message is still
+    stored (``stored``, or the ``timeout`` error), as a send's; one its turn answered (or
+    its session's close ended) has no host to wait for."""
+    rcpt = answer.get("recipient")
+    waiting = answer.get("state") == "stored" or answer.get("error") == "timeout"
+    if not waiting and isinstance(rcpt, dict) and "host_state" in rcpt:
+        answer["recipient"] = {k: v for k, v in rcpt.items() if k != "host_state"}
+    return answer

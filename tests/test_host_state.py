@@ -1,0 +1,57 @@
+"""A receiver's ``host_state`` in every send's answer: a batch (``send_many``, ``send
+--jsonl``) and a waited send say it as a single send does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from bus.api import Bus
+from bus.core.models import now_ms
+from bus.core.settings import Settings
+
+
+def inbox(settings: Settings, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = settings.child_env()
+    env["INBOX_DISPATCHER"] = "none"  # no Celery: the test asks for no delivery
+    return subprocess.run(
+        [sys.executable, "-m", "bus", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def states(answers: list[dict]) -> list[str | None]:  # type: ignore[type-arg]
+    return [(a.get("recipient") or {}).get("host_state") for a in answers]
+
+
+def test_batch_and_waited_sends_answer_the_host_state_as_a_send_does(bus: Bus) -> None:
+    bus.open_session("alive", host="hosta")
+    bus.open_session("stuck", host="hostb")
+    now = now_ms()
+    bus.store.beat("hosta", {"beat": now})
+    bus.store.beat("hostb", {"beat": now - 60_000})  # a minute ago: down
+    items = [
+        {"id": f"m{i}", "from": "me:sh", "to_id": to, "text": "hi"}
+        for i, to in enumerate(["alive", "stuck", "alive", "stuck"])
+    ]
+    singles = [bus.send({**m, "id": f"one-{m['id']}"}) for m in items]
+    assert states(singles) == ["up", "down", "up", "down"]
+
+    batch = bus.send_many(items)
+    assert states(batch) == states(singles)
+    again = bus.send_many(items)  # resends, still stored: their first answers, read live
+    assert all(a["duplicate"] for a in again) and states(again) == states(singles)
+
+    lines = [json.dumps({**m, "id": f"j-{m['id']}"}) for m in items]
+    out = inbox(bus.settings, "send", "--jsonl", "-", stdin="\n".join(lines) + "\n")
+    assert out.returncode == 0, out.stderr
+    assert states([json.loads(x) for x in out.stdout.splitlines()]) == states(singles)
+
+    # A waited send that times out (its message still stored) says why: its host is down.
+    waited = bus.send({"from": "me:sh", "to_id": "stuck", "text": "?"}, wait=True, timeout=0.2)
+    assert waited["error"] == "timeout" and waited["recipient"]["host_state"] == "down"

@@ -24,6 +24,7 @@ from bus import BusError, connect
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.engine import deliver_many as deliver_batch
+from bus.delivery.holder_watch import HolderWatch
 from bus.delivery.kick_list import KickLoop
 from bus.delivery.scheduler import tick as run_tick
 from bus.ops.upgrade import (
@@ -44,6 +45,7 @@ from .events import FlowerReporter
 log = logging.getLogger(__name__)
 _bus: Bus | None = None
 _beat: Heartbeat | None = None
+_holders: HolderWatch | None = None
 _outage = Outage("worker", log)
 _kick: KickLoop | None = None
 _reporter: FlowerReporter | None = None
@@ -120,13 +122,19 @@ def _exit_with_floor_code() -> None:
 
 @worker_ready.connect
 def _beat_while_running(**_: Any) -> None:
+    global _holders
     heartbeat().start()
+    # The sessions of this host whose harness quit without closing them are closed
+    # (bus.delivery.holder_watch), in the worker's main process beside its beat.
+    _holders = HolderWatch.of(get_bus().inbox.notices).start()
 
 
 @worker_shutdown.connect
 def _stop_beating(**_: Any) -> None:
     if _beat is not None:
         _beat.stop()
+    if _holders is not None:
+        _holders.stop()
 
 
 @celeryd_after_setup.connect

@@ -99,10 +99,11 @@ def holders_gone(floor: Floor, sid: str) -> bool:
         holders = [(int(p), float(t)) for p, t in json.loads(raw)]
     except (ValueError, TypeError):
         return False
-    return bool(holders) and not any(_alive(p, t) for p, t in holders)
+    return bool(holders) and not any(alive(p, t) for p, t in holders)
 
 
-def _alive(pid: int, started: float) -> bool:
+def alive(pid: int, started: float) -> bool:
+    """Whether ``pid`` names the process started at ``started`` (epoch seconds), living."""
     try:
         proc = psutil.Process(pid)
         return abs(proc.create_time() - started) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
@@ -146,6 +147,7 @@ def _read(floor: Floor, sid: str, name: str) -> str | None:
 __all__ = [
     "NOTES",
     "WAKE_FILE",
+    "alive",
     "holders_gone",
     "keep",
     "keep_holders",

@@ -451,4 +451,4 @@ class Notices:
             },
         )
         self.store.record(sid, "session_gone")
-        log.warning("wake of %s: its harness is gone; the session is closed", sid)
+        log.warning("%s: its harness is gone; the session is closed", sid)

@@ -21,6 +21,7 @@ import redis
 from bus.api import Bus
 from bus.core.models import now_ms
 from bus.core.settings import Settings
+from bus.core.status_view import scheduler_beat
 from bus.ops.standby import Standby, scheduler_standby_argv, standby_enabled
 from bus.ops.up import processes
 from tests.conftest import wait_for
@@ -93,7 +94,7 @@ def test_a_dismissed_scheduler_spare_exits_having_run_nothing(
     assert "scheduler running" not in log.read_text()
     client = redis.Redis.from_url(settings.store_url(), decode_responses=True)
     try:
-        assert not client.exists(Bus(settings).store.k.beat("scheduler"))
+        assert not client.exists(Bus(settings).store.k.beat(scheduler_beat(settings.host)))
     finally:
         client.close()
 
@@ -150,7 +151,7 @@ def test_inbox_ups_killed_scheduler_is_followed_by_its_spare(
     reader.start()
     bus = Bus(settings)
     client = redis.Redis.from_url(settings.store_url(), decode_responses=True)
-    beat = bus.store.k.beat("scheduler")
+    beat = bus.store.k.beat(scheduler_beat("sparehost"))
 
     def spares() -> dict[int, str]:
         return {p: c for p, c in _children(up.pid).items() if "standby" in c}

@@ -18,6 +18,7 @@ import redis
 from bus.api import Bus
 from bus.core.models import now_ms
 from bus.core.settings import Settings
+from bus.core.status_view import scheduler_beat
 from bus.delivery.dispatch import NullDispatcher
 from bus.ops.supervise import AlreadyRunning, Child, HomeLock, Supervisor
 from bus.store.keys import Keys
@@ -121,7 +122,7 @@ def test_inbox_up_restarts_a_killed_worker_refuses_a_second_and_stops_redis_last
 
         redis_pid = int(client.info("server")["process_id"])
         worker_pid = int(client.hget(beat, "pid"))
-        sched_pid = int(client.hget(bus.store.k.beat("scheduler"), "pid"))
+        sched_pid = int(client.hget(bus.store.k.beat(scheduler_beat("uphost")), "pid"))
         client.close()
         os.killpg(up.pid, signal.SIGINT)  # what Ctrl-C in its terminal does
         gone: dict[int, float] = {}
@@ -256,14 +257,14 @@ def test_a_killed_supervisor_leaves_no_child_behind(tmp_path: Path) -> None:
             lambda: (
                 _ping(client)
                 and client.hget(keys.beat("uphost"), "pid")
-                and client.hget(keys.beat("scheduler"), "pid")
+                and client.hget(keys.beat(scheduler_beat("uphost")), "pid")
             ),
             60,
             "the worker's and the scheduler's beats",
         )
         pids += [
             int(client.hget(keys.beat("uphost"), "pid")),
-            int(client.hget(keys.beat("scheduler"), "pid")),
+            int(client.hget(keys.beat(scheduler_beat("uphost")), "pid")),
             int(client.info("server")["process_id"]),
         ]
         client.close()

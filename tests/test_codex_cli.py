@@ -27,7 +27,7 @@ from bus.core.settings import Settings
 from tests.conftest import wait_for
 from tests.harness_support import INBOX, Tmux, bare_env, find_cli, install_hooks, only_session
 from tests.model_stub import ModelStub, request_text
-from tests.test_inbox_live import Scheduler, celery_bus
+from tests.test_inbox_live import Scheduler, celery_bus, events
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 DEBOUNCE_S = 1.0
@@ -365,12 +365,15 @@ def test_plain_codex_in_its_background_server_is_woken_and_its_quit_ends_the_ses
         assert took < DEBOUNCE_S + 10, took
         tmux.wait_screen(lambda s: "blocked daemon" in s, 30, "the woken turn in the window")
         _quit(tmux)
-        # Nobody has it open: a blocker closes it instead of running a turn.
+        # Nobody has it open: the worker closes it, no message needed (its holders ended),
+        # and a blocker then runs no turn.
+        wait_for(lambda: bus.session(sid).state == "closed", 30, what="the session closed")
+        assert events(bus, sid, "session_gone")
         seen = len(codex.stub.main_requests())
         bus.send({"from": "hostb:lead", "to_id": sid, "class": "blocker", "text": "after quit"})
-        wait_for(lambda: bus.session(sid).state == "closed", 30, what="the session closed")
+        # Kept on its floor for its next start, and no turn ran for it.
+        wait_for(lambda: "after quit" in json.dumps(bus.floor.peek(sid)), 30, what="the floor")
         assert len(codex.stub.main_requests()) == seen
-        assert "after quit" in json.dumps(bus.floor.peek(sid))  # kept for its next start
     finally:
         tmux.close()
 

@@ -26,7 +26,8 @@ from PIL import Image
 
 from bus.api import Bus
 from bus.core.errors import BadInput, RateLimited, Refused, Unauthorized
-from bus.core.models import parse_message
+from bus.core.models import now_ms, parse_message
+from bus.core.notices import ThreadSummary, notice_line
 from bus.core.private_files import private_dirs
 from bus.core.stamp import render_stamp
 from bus.core.threads import thread_id, thread_key
@@ -231,13 +232,17 @@ def test_9_a_wake_command_gets_no_secrets(
     )
     # A plain command line: run without a shell.
     bus.open_session("sleeper", wake_cmd=f"{sys.executable} {script}")
-    bus.inbox.notices.run_wake_cmd("sleeper", {"text": "[inbox · 1 new]"})
+    summary = ThreadSummary(thread="thr_aaaa", label="deploy", count=1, senders=["h:a"])
+    line = notice_line("n1", "sleeper", [summary], ["m1"], now_ms())
+    bus.inbox.notices.run_wake_cmd("sleeper", line)
     # Started and left to run (bus.delivery.wake_cmd): its output comes when it is done.
     wait_for(lambda: out.exists() and out.read_text().endswith("}"), 30, what="the dump")
     got = json.loads(out.read_text())
-    assert got["stdin"] == "[inbox · 1 new]"
+    assert got["stdin"] == line["text"]  # the notice, as the woken turn's prompt
     assert "INBOX_SECRET" not in got["env"] and "INBOX_TOKEN" not in got["env"]
-    assert got["env"].get("PATH") == os.environ.get("PATH")
+    # The opener's PATH (kept with the command), each folder once.
+    folders = [f for f in os.environ["PATH"].split(":") if f]
+    assert got["env"].get("PATH") == ":".join(dict.fromkeys(folders))
 
 
 # 10 -----------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import psutil
 import pytest
+import redis
 
 from bench.worker_proc import WorkerProcess
 from bus.api import Bus
@@ -97,3 +98,23 @@ def test_the_worker_closes_a_session_whose_window_quit_without_a_wake(
     wait_for(lambda: state("quit") == "closed", 30, what="the quit window's session closed")
     assert events(b, "quit", "session_gone")
     assert state("open") == "idle" and not events(b, "open", "session_gone")
+
+
+def test_a_look_the_store_did_not_answer_is_tried_again_at_the_next(
+    bus: Bus, window: subprocess.Popen[bytes]
+) -> None:
+    bus.open_session("w2")
+    _hold(bus, "w2", window)
+    window.kill()
+    window.wait(30)
+    calls: list[str] = []
+
+    def read(sid: str) -> SessionInfo | None:
+        calls.append(sid)
+        if len(calls) == 1:
+            raise redis.exceptions.ConnectionError("Redis away")
+        return bus.store.get_session(sid)
+
+    watch = HolderWatch(bus.floor, "hosta", bus.inbox.notices.close_gone, read)
+    assert watch.check() == [] and bus.session("w2").state == "idle"
+    assert watch.check() == ["w2"] and bus.session("w2").state == "closed"

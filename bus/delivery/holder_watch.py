@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 
 from bus.core.ids import is_session_id
 from bus.core.models import SessionInfo, now_ms
-from bus.store.outage_log import OUTAGE_ERRORS
+from bus.store.outage_log import waits_out
 
 from . import kept_wake
 
@@ -110,7 +110,11 @@ class HolderWatch:
                         continue
                     self._close(sid)
                     closed.append(sid)
-            except OUTAGE_ERRORS as exc:  # Redis away: the next look tries again
+            except Exception as exc:
+                if not waits_out(exc):
+                    raise
+                # Redis away or refusing writes (the worker's log says so): the next look
+                # tries again.
                 log.debug("holders of %s: the store did not answer: %s", sid, exc)
                 continue
             seen.settled = what != "later"

@@ -245,15 +245,16 @@ def test_redis_runs_two_commands_a_stored_message(counted: tuple[Bus, Recording]
     # SET pending (its flag was unset). The call (its 3 receivers): one MGET of the trims
     # and dispatch flags, one EXISTS of every receipt hash (from before, or bounced).
     # The batch: HSET + EXPIRE per index bucket, the outbox's three, and the kick list's
-    # look for a live delivery loop (none here: the dispatches go to the fallback).
+    # look for a live delivery loop (none here: the dispatches go to the fallback); an
+    # HGET of the receivers' host's beat (one per host: the answers' host_state).
     assert ran["xadd"] == 2 * 90
     assert ran["xlen"] == ran["hlen"] == ran["set"] == 3
     assert "pexpire" not in ran and ran["hset"] == 3 + BUCKETS
-    assert "hget" not in ran and "get" not in ran and ran["hmget"] == 3 + 3
+    assert ran["hget"] == 1 and "get" not in ran and ran["hmget"] == 3 + 3
     assert ran["mget"] == 1
     assert ran["exists"] == 1 + 1  # the call's receipt hashes, and the kick push's look
     assert "hexists" not in ran and "del" not in ran
-    assert sum(ran.values()) <= 2 * 90 + 7 * 3 + 2 + 2 * BUCKETS + 3 + 1
+    assert sum(ran.values()) <= 2 * 90 + 7 * 3 + 2 + 2 * BUCKETS + 3 + 1 + 1
     # Flags set: the next batch's receivers are dispatched already, no SET.
     before = redis_calls(client)
     b.send_many(batch(90, "again"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -17,6 +18,8 @@ from bus.core.models import SessionInfo
 from bus.core.settings import Settings
 from bus.delivery import kept_wake
 from bus.delivery.holder_watch import HolderWatch, verdict
+from bus.surfaces import codex_wake
+from bus.surfaces.hooks_codex import run_codex_hook
 from tests.conftest import wait_for
 from tests.test_inbox_live import events
 
@@ -118,3 +121,31 @@ def test_a_look_the_store_did_not_answer_is_tried_again_at_the_next(
     watch = HolderWatch(bus.floor, "hosta", bus.inbox.notices.close_gone, read)
     assert watch.check() == [] and bus.session("w2").state == "idle"
     assert watch.check() == ["w2"] and bus.session("w2").state == "closed"
+
+
+def test_a_look_right_after_a_new_windows_open_keeps_the_session_open(
+    bus: Bus, window: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The session's first window quit; no look saw it yet. A new window resumes it, and
+    # the worker's look comes just after the SessionStart hook's open.
+    sid = "019a0000-0000-7000-8000-000000000001"
+    bus.open_session(sid)
+    _hold(bus, sid, window)
+    window.kill()
+    window.wait(30)
+    me = psutil.Process()
+    new = codex_wake.Plan("true", holders=[(me.pid, me.create_time())])
+    monkeypatch.setattr(codex_wake, "plan", lambda *a, **k: new)
+    watch = HolderWatch.of(bus.inbox.notices)
+    opened = bus.open_session
+    looked: list[list[str]] = []
+
+    def open_then_look(*args: Any, **kw: Any) -> Any:
+        answer = opened(*args, **kw)
+        looked.append(watch.check())
+        return answer
+
+    monkeypatch.setattr(bus, "open_session", open_then_look)
+    run_codex_hook("SessionStart", {"session_id": sid, "source": "resume"}, bus)
+    assert looked == [[]] and bus.session(sid).state == "idle"
+    assert watch.check() == [] and not events(bus, sid, "session_gone")

@@ -13,8 +13,9 @@ that ``PATH`` before its own, so ``codex``/``claude`` (and the ``node`` an npm i
 runs them with) are found as they were where the session was opened, not only on the
 worker's ``PATH``. And the processes whose life is the session's (``holders``, each a pid
 and its start time, kept by a harness's hooks): when none of them is alive any more, the
-session's harness is gone (:func:`holders_gone`) and a wake closes it instead of running
-the command. What keeps the session from being woken is noted here too (:func:`note`:
+session's harness is gone (:func:`holders_gone`): the host's worker closes it
+(bus.delivery.holder_watch), and a wake that comes first closes it instead of running the
+command. What keeps the session from being woken is noted here too (:func:`note`:
 ``wake_problem`` from its hooks, ``wake_error`` from a failed wake), for ``inbox doctor``,
 which reads the floor and needs no Redis.
 """

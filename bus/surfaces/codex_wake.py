@@ -14,8 +14,9 @@ through its control socket, so the wake command is the same; what differs is who
 the session follows. The server outlives every window and runs no ``SessionEnd`` when a
 window quits, so the hook finds the windows themselves (:func:`windows`: this user's
 interactive Codex processes with the same ``$CODEX_HOME`` and folder) and keeps them as
-the session's holders (bus.delivery.kept_wake): a wake finds none of them alive → the
-session is closed, and no turn runs in a server nobody watches. With ``--no-daemon`` the
+the session's holders (bus.delivery.kept_wake): once none of them is alive the host's
+worker closes the session (bus.delivery.holder_watch), as does a wake that comes first,
+and no turn runs in a server nobody watches. With ``--no-daemon`` the
 window is the hook's ancestor and its own holder.
 
 A headless ``codex exec`` ends with its turn; a message queued for it would wait unheard

@@ -96,10 +96,12 @@ def _session_start(bus: Bus, sid: str, payload: dict[str, Any]) -> str:
     problem = plan.problem
 
     def open_it() -> None:
+        # The new holders before the open: the worker's look (bus.delivery.holder_watch)
+        # then never judges the re-opened session by the holders of a window that quit.
+        kept_wake.keep_holders(bus.floor, sid, plan.holders)
         bus.open_session(
             sid, handle=hooks._handle(bus, sid), wake_cmd=plan.cmd, wake_problem=problem
         )
-        kept_wake.keep_holders(bus.floor, sid, plan.holders)
         kept_wake.note(bus.floor, sid, "wake_problem", problem)
 
     hooks._guarded("session open", open_it)

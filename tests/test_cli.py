@@ -155,8 +155,14 @@ def test_inbox_up_starts_accepts_a_send_delivers_it_and_stops_cleanly(tmp_path: 
         assert banner.wait(60), "".join(log)
         # No INBOX_REDIS_URL: the CLI finds the embedded server through INBOX_HOME.
         assert inbox(e, "session", "open", "demo").returncode == 0
+        # Right after the start, before (or at) the worker's first beat: its host is
+        # starting (or up), never called down (status, the send's answer and its line).
+        rows = {r["name"]: r for r in json.loads(inbox(e, "status").stdout)["workers"]}
+        assert rows["uphost"]["state"] in ("starting", "up"), rows
         sent = inbox(e, "send", "--to-id", "demo", "--from", "uphost:me", "--text", "hello up")
         assert sent.returncode == 0, sent.stderr
+        assert json.loads(sent.stdout)["recipient"]["host_state"] in ("starting", "up")
+        assert "down" not in sent.stderr and "no worker" not in sent.stderr, sent.stderr
         msg_id = json.loads(sent.stdout)["id"]
 
         def on_floor() -> Any:

@@ -55,3 +55,33 @@ def test_batch_and_waited_sends_answer_the_host_state_as_a_send_does(bus: Bus) -
     # A waited send that times out (its message still stored) says why: its host is down.
     waited = bus.send({"from": "me:sh", "to_id": "stuck", "text": "?"}, wait=True, timeout=0.2)
     assert waited["error"] == "timeout" and waited["recipient"]["host_state"] == "down"
+
+
+def test_a_starting_host_and_one_never_seen_are_not_called_down(bus: Bus) -> None:
+    bus.open_session("booting", host="hostc")
+    bus.open_session("nobody", host="ghost")  # no worker was ever started for ghost
+    bus.store.mark_starting("hostc")  # as `inbox up` does before it starts the worker
+
+    rows = {r["name"]: r for r in bus.status()["workers"]}
+    assert rows["hostc"]["state"] == "starting" and "ghost" not in rows
+    assert states([bus.send({"from": "me:sh", "to_id": "booting", "text": "x"})]) == ["starting"]
+    assert states([bus.send({"from": "me:sh", "to_id": "nobody", "text": "x"})]) == ["unseen"]
+    top = {r["session"]: r["host_state"] for r in bus.watch.top_rows()}
+    assert top == {"booting": "starting", "nobody": "unseen"}
+
+    # The command line says nothing of a starting host, and a host never seen in words.
+    out = inbox(bus.settings, "send", "--to-id", "booting", "--from", "me:sh", "--text", "x")
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    out = inbox(bus.settings, "send", "--to-id", "nobody", "--from", "me:sh", "--text", "x")
+    assert out.returncode == 0 and "down" not in out.stderr
+    assert "no worker has served host ghost yet" in out.stderr
+
+    # The doctor: the starting host is no problem; the one nobody serves is (unserved).
+    doctor = json.loads(inbox(bus.settings, "doctor").stdout)
+    found = {(p["check"], p.get("session") or p.get("host")) for p in doctor["problems"]}
+    assert ("unserved", "nobody") in found
+    assert not {f for f in found if "hostc" in str(f) or f[1] == "booting"}, found
+
+    # Its first beat: up.
+    bus.store.beat("hostc", {"beat": now_ms()})
+    assert states([bus.send({"from": "me:sh", "to_id": "booting", "text": "x"})]) == ["up"]

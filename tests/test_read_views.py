@@ -279,14 +279,23 @@ def test_the_outbox_view_pages_filters_and_drops_what_aged_out() -> None:
 
 
 @pytest.mark.parametrize(
-    ("beat", "now", "down_s", "state"),
+    ("beat", "now", "down_s", "starting", "state"),
     [
-        (None, 10_000, 10.0, "down"),  # never beaten: no worker serves it
-        (0, 10_000, 10.0, "up"),  # exactly the bound: still up
-        (0, 10_001, 10.0, "down"),  # past the bound
-        (9_000, 10_000, 0.5, "down"),
-        (11_000, 10_000, 10.0, "up"),  # a clock ahead
+        (None, 10_000, 10.0, None, "unseen"),  # never beaten nor started: no worker ever
+        (0, 10_000, 10.0, None, "up"),  # exactly the bound: still up
+        (0, 10_001, 10.0, None, "down"),  # past the bound
+        (9_000, 10_000, 0.5, None, "down"),
+        (11_000, 10_000, 10.0, None, "up"),  # a clock ahead
+        # `inbox up` started its worker: starting until its first beat, within the bound
+        (None, 10_000, 10.0, 9_000, "starting"),
+        (None, 70_000, 10.0, 10_000, "starting"),  # 60 s: the bound
+        (None, 70_001, 10.0, 10_000, "down"),  # never beat within the bound
+        (1_000, 30_000, 10.0, 25_000, "starting"),  # restarted after its beat stopped
+        (29_000, 30_000, 10.0, 25_000, "up"),  # its first beat
+        (25_000, 40_000, 10.0, 20_000, "down"),  # it beat after its start, then stopped
     ],
 )
-def test_beat_state(beat: int | None, now: int, down_s: float, state: str) -> None:
-    assert status_view.beat_state(beat, now, down_s) == state
+def test_beat_state(
+    beat: int | None, now: int, down_s: float, starting: int | None, state: str
+) -> None:
+    assert status_view.beat_state(beat, now, down_s, starting_ms=starting) == state

@@ -110,6 +110,12 @@ def _claim_host(**_: Any) -> None:
         print(f"inbox worker: {exc}", file=sys.stderr, flush=True)
         os._exit(exc.exit_code)
     atexit.register(_exit_with_floor_code)
+    # A worker started without `inbox up` (compose) marks its host starting too, so the
+    # host is not called down before its first beat (at worker_ready, once its pool is up).
+    try:
+        bus.store.mark_starting(bus.settings.host)
+    except OUTAGE_ERRORS:
+        pass
 
 
 def _exit_with_floor_code() -> None:

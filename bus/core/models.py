@@ -195,8 +195,9 @@ class Recipient(BaseModel):
     state: str
     listening: bool = False
     last_seen: int | None = None
-    # Whether the session's host has a worker beating (``up``) or not (``down``: the
-    # message waits for it; bus.core.status_view.beat_state).
+    # Whether the session's host has a worker beating (``up``), one being started
+    # (``starting``), one that stopped (``down``) or none ever (``unseen``): the message
+    # waits for it but when ``up`` (bus.core.status_view.beat_state).
     host_state: str | None = None
 
 

@@ -158,9 +158,17 @@ def outbox_view(
     return rows[:limit]
 
 
+# What a message waits for while its receiver's host is in each state but ``up``.
+HOST_WAITS = {
+    "down": "which is down (no worker beating)",
+    "starting": "whose worker is starting (no beat yet)",
+    "unseen": "which no worker has served yet (run `inbox up` there)",
+}
+
+
 def host_waits(
     receipts: list[dict[str, Any] | None],
-    beats_at: Callable[[list[str]], list[int | None]],
+    beats_at: Callable[[list[str]], list[tuple[int | None, int | None]]],
     now: int,
     down_s: float,
 ) -> list[dict[str, Any] | None]:
@@ -171,12 +179,12 @@ def host_waits(
     hosts = sorted({str(r["_host"]) for r in waiting})
     if not hosts:
         return receipts
-    from bus.core.status_view import beat_state
+    from bus.core.status_view import host_state
 
-    states = {h: beat_state(at, now, down_s) for h, at in zip(hosts, beats_at(hosts), strict=True)}
+    states = {h: host_state(at, now, down_s) for h, at in zip(hosts, beats_at(hosts), strict=True)}
     for r in waiting:
         host = str(r["_host"])
         r["recipient"]["host_state"] = states[host]
-        if states[host] == "down":
-            r["waiting"] = f"for its host {host}, which is down (no worker beating)"
+        if states[host] in HOST_WAITS:
+            r["waiting"] = f"for its host {host}, {HOST_WAITS[states[host]]}"
     return receipts

@@ -36,10 +36,34 @@ def is_scheduler(name: str) -> bool:
     return name == SCHEDULER or name.startswith(SCHEDULER + ".")
 
 
-def beat_state(beat_ms: int | None, now: int, down_s: float = HOST_DOWN_S) -> str:
-    """``up`` when a beat came within ``down_s`` of ``now``, else ``down`` (never beaten:
-    ``down`` too; no process serves the name)."""
-    return "up" if beat_ms is not None and now - beat_ms <= down_s * 1000 else "down"
+# A host whose worker was started (``inbox up`` marks it ``starting``) and has not beaten
+# since is ``starting`` this long, then ``down``: a worker's boot takes 5-15 s on a loaded
+# 2-core machine (bus.telemetry.liveness.BOOT_MIN_S is the supervisor's bound on it).
+HOST_STARTING_S = 60.0
+
+
+def beat_state(
+    beat_ms: int | None,
+    now: int,
+    down_s: float = HOST_DOWN_S,
+    starting_ms: int | None = None,
+    starting_s: float = HOST_STARTING_S,
+) -> str:
+    """A heartbeat's state at ``now``: ``up`` when a beat came within ``down_s``;
+    ``starting`` when its worker was started (``starting_ms``) after its last beat, within
+    ``starting_s``; ``unseen`` when it never beat nor was started (no worker ever served
+    the name on this store); else ``down`` (it beat once, or was started, and stopped)."""
+    if beat_ms is not None and now - beat_ms <= down_s * 1000:
+        return "up"
+    if starting_ms is not None and starting_ms > (beat_ms or 0):
+        return "starting" if now - starting_ms <= starting_s * 1000 else "down"
+    return "unseen" if beat_ms is None and starting_ms is None else "down"
+
+
+def host_state(beat: tuple[int | None, int | None], now: int, down_s: float) -> str:
+    """:func:`beat_state` of a host's ``(beat, starting)`` as the store reads them
+    (:meth:`bus.store.beats.BeatStore.beats_at`)."""
+    return beat_state(beat[0], now, down_s, starting_ms=beat[1])
 
 
 def host_queue(host: str) -> str:
@@ -101,7 +125,10 @@ def worker_rows(
         if scheduler and name != SCHEDULER:
             row["host"] = name[len(SCHEDULER) + 1 :]
         last = int(beat["beat"]) if beat.get("beat", "").isdigit() else None
-        row["state"] = beat_state(last, now, down_s)
+        starting = int(beat["starting"]) if beat.get("starting", "").isdigit() else None
+        # A row is listed because its process wrote it: never ``unseen``.
+        state = beat_state(last, now, down_s, starting_ms=starting)
+        row["state"] = "down" if state == "unseen" else state
         for field, out in (("beat", "beat_age_s"), ("progress", "progress_age_s")):
             if beat.get(field):
                 row[out] = round(max(0, now - int(beat[field])) / 1000, 1)

@@ -207,9 +207,16 @@ class Supervisor:
             if before_workers is not None and child.stage == 0:
                 before_workers()
                 before_workers = None
-            child.start()
+            self._start(child)
         self._record()
         return self
+
+    def _start(self, child: Child) -> None:
+        """Start ``child``; a worker's host is marked ``starting`` first, so it is not
+        called ``down`` before the worker's first beat (bus.core.status_view.beat_state)."""
+        if child.host is not None and self.store is not None:
+            self.store.mark_starting(child.host)
+        child.start()
 
     def rows(self) -> list[dict[str, Any]]:
         """Every process this supervisor runs: itself, each child (its pid while it runs)
@@ -274,7 +281,7 @@ class Supervisor:
                 if child.restart_at is not None and now >= child.restart_at:
                     signal_group(child.proc, signal.SIGKILL)  # leftovers of its group
                     try:
-                        child.start()
+                        self._start(child)
                     except Exception as exc:  # e.g. Redis did not answer in time: try later
                         child.failures += 1
                         child.restart_at = now + BACKOFF_MAX_S

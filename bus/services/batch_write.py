@@ -19,7 +19,7 @@ from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import BusError
 from bus.core.models import Message, SessionInfo, now_ms
 from bus.core.receipt_rules import recipient_state
-from bus.core.status_view import beat_state
+from bus.core.status_view import host_state
 from bus.core.threads import thread_id, thread_key
 from bus.delivery.dispatch import request_many
 from bus.store import packing
@@ -180,7 +180,7 @@ class BatchWriter:
             job.todo, job.bounced = [], []
             beats = replies[len(replies) - len(job.beat_hosts) :] if job.beat_hosts else []
             for host, raw in zip(job.beat_hosts, beats, strict=True):
-                job.host_states[host] = beat_state(
+                job.host_states[host] = host_state(
                     beat_reply(raw), job.at, self.settings.host_down_s
                 )
             got = replies[job.queued : job.queued + len(job.calls)]

@@ -18,7 +18,7 @@ from bus.core.errors import BadInput, NotDurable, RateLimited
 from bus.core.models import Message, Recipient, SendAnswer, SessionInfo
 from bus.core.policy import gave_work
 from bus.core.receipt_rules import recipient_state
-from bus.core.status_view import beat_state
+from bus.core.status_view import host_state as beat_host
 from bus.core.threads import thread_of
 from bus.store import packing
 
@@ -126,7 +126,7 @@ class Router:
         )
         if wait:
             self.inbox.register_waiter(sid, msg.id)
-        beat: list[int | None] = []
+        beat: list[tuple[int | None, int | None]] = []
         try:
             new, first, dispatch = store.append(
                 sid,
@@ -154,7 +154,7 @@ class Router:
             if wait:
                 store.drop_waiter(sid, msg.id)
             raise
-        host_state = beat_state(beat[0] if beat else None, now, self.settings.host_down_s)
+        host_state = beat_host(beat[0] if beat else (None, None), now, self.settings.host_down_s)
         if not new:
             prior = packing.restore(first, sid, msg.id)
             if prior.get("state") == "stored" and isinstance(prior.get("recipient"), dict):

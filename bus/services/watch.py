@@ -331,17 +331,17 @@ class Watch:
                 stop.wait(1.0)
 
     def top_rows(self) -> list[dict[str, Any]]:
-        """One row per session: handle, host, ``host_state`` (``up``/``down``: its worker
-        beats or not), state, turns, unread, new, backlog, age, and ``last_at`` (ms of its
+        """One row per session: handle, host, ``host_state`` (``up``, ``starting``,
+        ``down``, ``unseen``: bus.core.status_view.beat_state), state, turns, unread, new, backlog, age, and ``last_at`` (ms of its
         last message or session change)."""
-        from bus.core.status_view import beat_state
+        from bus.core.status_view import host_state
 
         store = self.store
         infos = store.sessions()
         now = now_ms()
         hosts = sorted({i.host for i in infos})
         host_states = {
-            h: beat_state(at, now, self.host_down_s)
+            h: host_state(at, now, self.host_down_s)
             for h, at in zip(hosts, store.beats_at(hosts), strict=True)
         }
         rows = []
@@ -413,7 +413,7 @@ def render_top(rows: list[dict[str, Any]]) -> Table:
         table.add_row(
             row["session"],
             row["handle"],
-            _host_cell(row, "[red]{} (down)[/]"),
+            _host_cell(row, "[red]{} ({})[/]"),
             row["state"],
             str(row["turns"]),
             f"[bold]{row['unread']}[/]" if row["unread"] else "0",
@@ -428,16 +428,17 @@ def render_top(rows: list[dict[str, Any]]) -> Table:
 TOP_COLUMNS = ("session", "handle", "host", "state", "turns", "unread", "new", "backlog", "age")
 
 
-def _host_cell(row: dict[str, Any], down: str) -> str:
-    """A row's host, marked by ``down`` (a format) when no worker of it beats."""
-    host = str(row["host"])
-    return down.format(host) if row.get("host_state") == "down" else host
+def _host_cell(row: dict[str, Any], mark: str) -> str:
+    """A row's host, marked by ``mark`` (a format of the host and its state) when no
+    worker of it beats (``down``, ``starting``, ``unseen``)."""
+    host, state = str(row["host"]), row.get("host_state")
+    return mark.format(host, state) if state not in (None, "up") else host
 
 
 def plain_top(rows: list[dict[str, Any]]) -> str:
     """:func:`top_rows` as a plain text table (for a pipe or a file: no terminal codes)."""
     cells = [list(TOP_COLUMNS)] + [
-        [_host_cell(r, "{} (down)") if c == "host" else str(r[c]) for c in TOP_COLUMNS[:-1]]
+        [_host_cell(r, "{} ({})") if c == "host" else str(r[c]) for c in TOP_COLUMNS[:-1]]
         + [_age(r["age_s"])]
         for r in rows
     ]

@@ -3,6 +3,8 @@ Standard library only: the read lane (:mod:`bus.store.lite_reads`) mixes it in t
 
 from __future__ import annotations
 
+import time
+
 from .base import StorePart
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms.
@@ -10,6 +12,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
+
+# A heartbeat's fields a host's state is judged by (bus.core.status_view.host_state).
+BEAT_FIELDS = ("beat", "starting")
 
 
 class BeatStore(StorePart):
@@ -32,15 +37,12 @@ class BeatStore(StorePart):
             out.append((name, fields, int(next(replies)) if queue is not None else 0))
         return out
 
-    def beat_at(self, name: str) -> int | None:
-        """When ``name``'s last heartbeat was written (ms), ``None`` if it never beat."""
-        return self.beats_at([name])[0]
-
-    def beats_at(self, names: list[str]) -> list[int | None]:
-        """:meth:`beat_at` of each name, in order, in one round trip."""
+    def beats_at(self, names: list[str]) -> list[tuple[int | None, int | None]]:
+        """Each name's ``(beat, starting)`` in ms, in order, in one round trip: its last
+        heartbeat and when its worker was last started (``None``: never;
+        :func:`bus.core.status_view.host_state` judges them)."""
         pipe = self.pipeline()
-        for name in names:
-            pipe.hget(self.k.beat(name), "beat")
+        self.queue_beats(pipe, names)
         got = pipe.execute() if names else []
         return [beat_reply(v) for v in got]
 
@@ -49,10 +51,23 @@ class BeatStore(StorePart):
         each reply): a write that answers with a host's state reads it in its own round
         trip."""
         for name in names:
-            pipe.hget(self.k.beat(name), "beat")
+            pipe.hmget(self.k.beat(name), *BEAT_FIELDS)
+
+    def mark_starting(self, host: str) -> None:
+        """Host ``host``'s worker is being started: its heartbeat's ``starting`` now, so
+        the host is ``starting`` (not ``down``) until its first beat."""
+        pipe = self.pipeline()
+        pipe.hset(self.k.beat(host), "starting", int(time.time() * 1000))
+        pipe.sadd(self.k.workers, host)
+        pipe.execute()
 
 
-def beat_reply(raw: Any) -> int | None:
-    """A beat's ``HGET`` reply as ms, ``None`` when it never beat."""
+def _ms(raw: Any) -> int | None:
     text = raw.decode() if isinstance(raw, bytes) else raw
     return int(text) if text is not None and str(text).isdigit() else None
+
+
+def beat_reply(raw: Any) -> tuple[int | None, int | None]:
+    """A heartbeat's ``HMGET beat starting`` reply as ms, ``None`` for a field not there."""
+    beat, starting = raw if raw else (None, None)
+    return _ms(beat), _ms(starting)

@@ -18,6 +18,7 @@ from bus.core.models import now_ms
 
 from . import packing, receipt_index
 from .base import StorePart
+from .beats import BEAT_FIELDS, beat_reply
 from .kick import KICK_CAP
 from .redis_errors import store_failed
 
@@ -39,7 +40,7 @@ class QueueStore(StorePart):
         receipt: tuple[str, str, str] | None = None,
         kick_host: str | None = None,
         durability: tuple[str, float] = ("memory", 0.0),
-        beat_into: list[int | None] | None = None,
+        beat_into: list[tuple[int | None, int | None]] | None = None,
         beat_of: str = "",
     ) -> tuple[bool, str, bool]:
         """Store a message once. Returns (new, answer JSON, dispatch a delivery).
@@ -60,15 +61,6 @@ class QueueStore(StorePart):
         same call when one of its delivery loops is alive (as
         :meth:`~bus.store.kick.KickStore.push_kicks`), so the answer's ``d`` is false then;
         on a cluster the list is in another slot and the caller dispatches as without it.
-        if beat_into is not None:
-            pipe.hget(k.beat(beat_of), "beat")
-        level, timeout_s = durability
-        replies = self.execute_durable(pipe, level, timeout_s, [msg_id], [sid])
-        new, answer, dispatch = replies[0]
-        if beat_into is not None:
-            raw = replies[-1]
-            text = raw.decode() if isinstance(raw, bytes) else raw
-            beat_into.append(int(text) if text and str(text).isdigit() else None)
 
         One round trip: the append script and the message id's index (another slot,
         idempotent, so it need not be atomic with the append) go in one pipeline, and so
@@ -95,14 +87,12 @@ class QueueStore(StorePart):
         if also is not None:
             also(pipe)
         if beat_into is not None:
-            pipe.hget(k.beat(beat_of), "beat")
+            pipe.hmget(k.beat(beat_of), *BEAT_FIELDS)
         level, timeout_s = durability
         replies = self.execute_durable(pipe, level, timeout_s, [msg_id], [sid])
         new, answer, dispatch = replies[0]
         if beat_into is not None:
-            raw = replies[-1]
-            text = raw.decode() if isinstance(raw, bytes) else raw
-            beat_into.append(int(text) if text and str(text).isdigit() else None)
+            beat_into.append(beat_reply(replies[-1]))
         if int(new) < 0:
             receipt_index.unindex(self.r, k, msg_id, now)
             raise RateLimited(

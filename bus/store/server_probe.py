@@ -7,6 +7,7 @@ module outside :mod:`bus.store` talks to Redis.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,16 @@ class Progress:
         except REDIS_ERRORS:
             return None
         return int(queued), int(progress) if progress else None, int(started) if started else None
+
+    def mark_starting(self, host: str) -> None:
+        """Host ``host``'s worker is being started (as
+        :meth:`bus.store.beats.BeatStore.mark_starting`); advisory: a store that does not
+        answer is no reason not to start it."""
+        try:
+            self.client.hset(self.keys.beat(host), "starting", int(time.time() * 1000))
+            self.client.sadd(self.keys.workers, host)
+        except REDIS_ERRORS:
+            pass
 
     def close(self) -> None:
         self.client.close()

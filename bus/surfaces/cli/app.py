@@ -195,10 +195,17 @@ def send(
         message = str(answer.get("reason") or answer["error"])
         refuse(str(answer["error"]), message, 1, details=answer)
     rcpt = answer.get("recipient") or {}
+    # A host whose worker is starting gets no line: it is delivered at the first beat.
     if rcpt.get("host_state") == "down":
         print(
             f"inbox send: host {rcpt.get('host')} is down (no worker beating): the message "
             f"is stored and waits for it; `inbox status` shows its hosts, `inbox doctor` why",
+            file=sys.stderr,
+        )
+    elif rcpt.get("host_state") == "unseen":
+        print(
+            f"inbox send: no worker has served host {rcpt.get('host')} yet: the message is "
+            f"stored and waits for one (run `inbox up` on that machine)",
             file=sys.stderr,
         )
     emit(answer)

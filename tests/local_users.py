@@ -32,7 +32,7 @@ PRELOAD = (
     "bus.surfaces.command_server",
     "bus.surfaces.fast_read",
     "bus.surfaces.cli.app",
-    "bus.core.runtime_dir",
+    "bus.local.runtime_dir",
     "bus.ops.up",
     "json",
     "hashlib",

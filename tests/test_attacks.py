@@ -28,9 +28,9 @@ from bus.api import Bus
 from bus.core.errors import BadInput, RateLimited, Refused, Unauthorized
 from bus.core.models import now_ms, parse_message
 from bus.core.notices import ThreadSummary, notice_line
-from bus.core.private_files import private_dirs
 from bus.core.stamp import render_stamp
 from bus.core.threads import thread_id, thread_key
+from bus.local.private_files import private_dirs
 from bus.ops.embedded import EmbeddedRedis, password_path
 from bus.trust.tokens import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
 from tests.conftest import settings_env, wait_for

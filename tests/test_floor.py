@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from bus.core import unix_socket
 from bus.core.errors import BadInput, Refused
 from bus.delivery import floor as floor_mod
 from bus.delivery.floor import LOG_KEEP, Floor, socket_path_fits
+from bus.local import unix_socket
 from bus.surfaces.listener import Listener
 from tests.conftest import collect
 

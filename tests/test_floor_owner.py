@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.core.owned import UnsafeFloor
 from bus.delivery.floor import Floor
+from bus.local.owned import UnsafeFloor
 from bus.surfaces.listener import Listener
 
 SID = "victim"

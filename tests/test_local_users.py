@@ -2,7 +2,7 @@
 and passwords, and the command server's socket, are this user's or nothing is sent.
 
 The victim's home is deep, so its embedded Redis socket, password and the command
-server's socket live under /tmp (bus.core.runtime_dir). The other user makes that folder
+server's socket live under /tmp (bus.local.runtime_dir). The other user makes that folder
 first, or a link to one of theirs, and listens there: the victim's commands refuse in
 words naming the folder, and the other user's sockets get not one byte."""
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bus.core.locate import embedded_socket
-from bus.core.runtime_dir import UnsafeFolder, open_private
+from bus.local.runtime_dir import UnsafeFolder, open_private
 from bus.surfaces import command_server
 from tests.local_users import Listener, User, as_user, make_folders, run_inbox, two_users
 

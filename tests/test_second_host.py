@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bus.core.settings import SOURCE_ROOT, Settings
-from bus.core.up_procs import process_rows
+from bus.local.up_procs import process_rows
 from bus.ops.exit_reason import exit_reason, log_since
 from tests.conftest import wait_for
 from tests.test_redis_down import inbox

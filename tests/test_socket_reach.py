@@ -1,4 +1,4 @@
-"""A session's socket whatever the length of its path (bus.core.unix_socket), and where it
+"""A session's socket whatever the length of its path (bus.local.unix_socket), and where it
 cannot be had: `inbox status`, `inbox doctor` and the SessionStart hook say why and the fix.
 Real folders, links and sockets; the CLI as subprocesses."""
 
@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from bus.api import Bus
-from bus.core import unix_socket
 from bus.core.models import now_ms
 from bus.core.settings import Settings
-from bus.core.unix_socket import SOCKET_PATH_MAX, Unreachable, address, fits, link_name
+from bus.local import unix_socket
+from bus.local.unix_socket import SOCKET_PATH_MAX, Unreachable, address, fits, link_name
 from bus.surfaces.hooks import run_hook
 from tests.test_small_frictions import inbox as cli
 

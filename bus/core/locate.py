@@ -3,7 +3,7 @@
 :class:`bus.core.settings.Settings` finds them here, and so does the read commands' fast
 lane (bus.surfaces.fast_read), which must find the same Redis without importing the
 settings' dataclass machinery: this module imports only ``os``, ``socket``, ``pathlib`` and
-``urllib.parse`` (``hashlib`` and bus.core.runtime_dir when a home's socket path is too
+``urllib.parse`` (``hashlib`` and bus.local.runtime_dir when a home's socket path is too
 long). And how a store URL is shown (:func:`redact`: never its password).
 """
 
@@ -33,7 +33,7 @@ def embedded_socket(home: Path) -> Path:
     """The unix socket of the embedded Redis that ``inbox up`` starts for ``home``.
 
     Under ``<home>/redis/`` unless that path is too long for a unix socket; then in this
-    user's checked folder under ``/tmp`` (bus.core.runtime_dir), in ``redis-<hash of the
+    user's checked folder under ``/tmp`` (bus.local.runtime_dir), in ``redis-<hash of the
     home>/``, so every process with the same ``INBOX_HOME`` finds the same one.
     """
     path = home.absolute() / "redis" / "redis.sock"
@@ -41,7 +41,7 @@ def embedded_socket(home: Path) -> Path:
         return path
     import hashlib
 
-    from .runtime_dir import runtime_root
+    from bus.local.runtime_dir import runtime_root
 
     digest = hashlib.sha256(str(home.absolute()).encode()).hexdigest()[:12]
     return runtime_root() / f"redis-{digest}" / "redis.sock"
@@ -49,11 +49,11 @@ def embedded_socket(home: Path) -> Path:
 
 def embedded_folder(home: Path) -> Path:
     """The folder of ``home``'s embedded socket and password, made and checked
-    (bus.core.runtime_dir.private_folder: :class:`~bus.core.runtime_dir.UnsafeFolder`
+    (bus.local.runtime_dir.private_folder: :class:`~bus.local.runtime_dir.UnsafeFolder`
     when another user could have put a socket there) when it is outside ``home``."""
     folder = embedded_socket(home).parent
     if folder != home.absolute() / "redis":
-        from .runtime_dir import private_folder
+        from bus.local.runtime_dir import private_folder
 
         private_folder(folder)
     return folder

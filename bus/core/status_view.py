@@ -180,7 +180,7 @@ def status_report(
 ) -> dict[str, Any]:
     """The status answer: each session's record without its unset (``None``) fields and
     with its backlog, beside the host, the store's (redacted) address and the home, and
-    the processes this host's ``inbox up`` runs (bus.core.up_procs; none without one). A
+    the processes this host's ``inbox up`` runs (bus.local.up_procs; none without one). A
     session in ``unreachable`` (this host's, its socket neither bindable nor reachable:
     no wake while idle, no message mid-turn) carries its ``{"reason", "fix"}`` there; one
     in ``wake_off`` (this host's, its wake command not kept here: bus.core.wake_consent)

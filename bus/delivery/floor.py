@@ -47,12 +47,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from bus.core import faults, unix_socket
+from bus.core import faults
 from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import BadInput
 from bus.core.ids import check_session_id
-from bus.core.owned import check_parents, make_dirs, open_read
-from bus.core.owned import open_private as _open_private
+from bus.local import unix_socket
+from bus.local.owned import check_parents, make_dirs, open_read
+from bus.local.owned import open_private as _open_private
 
 from .floor_lines import (
     append_private,
@@ -82,7 +83,7 @@ _APPEND_TRIES = 1000
 
 
 # Whether a path can itself be a socket's address; a longer one is reached through a
-# short link (bus.core.unix_socket).
+# short link (bus.local.unix_socket).
 socket_path_fits = unix_socket.fits
 
 
@@ -157,7 +158,7 @@ class Floor:
 
     def socket_path(self, sid: str) -> Path:
         """Where a listening harness binds (``<dir>/inbox.sock``; a path too long for a
-        socket address is bound through a short link, bus.core.unix_socket)."""
+        socket address is bound through a short link, bus.local.unix_socket)."""
         return self.session_dir(sid) / SOCKET
 
     # --- writing -----------------------------------------------------------------------

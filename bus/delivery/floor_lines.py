@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bus.core.errors import BadInput
-from bus.core.owned import open_private as _open_private
+from bus.local.owned import open_private as _open_private
 
 # The lines a socket listener handed on (bus.surfaces.listener), its last HEARD_KEEP: a
 # line whose ack came late is on the file too, and a drain does not hand it on again.

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from bus.core.owned import open_private, open_read
+from bus.local.owned import open_private, open_read
 
 if TYPE_CHECKING:
     from .floor import Floor

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bus.core.owned import open_private
+from bus.local.owned import open_private
 
 from .floor_lines import read_fd, same_file, write_all
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from bus.core.errors import BusError
-from bus.core.private_files import private_dirs
 from bus.core.settings import Settings
+from bus.local.private_files import private_dirs
 
 from .embedded import server_binary
 from .supervise import AlreadyRunning, HomeLock

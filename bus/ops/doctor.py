@@ -2,7 +2,7 @@
 
 A session's socket (``$INBOX_HOME/inbox/<sid>/inbox.sock``) is how its idle waiter is woken
 and how a listener hears a message mid-turn; one that can be neither bound nor connected
-to (:mod:`bus.core.unix_socket`) leaves every delivery on the file floor until the next
+to (:mod:`bus.local.unix_socket`) leaves every delivery on the file floor until the next
 turn. Lines a drain could not read and kept aside (``malformed.jsonl``) are listed too
 (bus.ops.doctor_floor), and each session that nothing can wake, or whose last wake command
 failed (bus.ops.doctor_wake). The doctor checks the sessions named, else every session
@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bus.core import unix_socket
 from bus.core.ids import check_session_id, is_session_id
 from bus.core.settings import Settings
+from bus.local import unix_socket
 
 from .doctor_floor import malformed_problems
 from .doctor_wake import wake_problems

@@ -17,8 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from bus.core.private_files import private_dirs, secret_file
-from bus.core.runtime_dir import private_folder
+from bus.local.private_files import private_dirs, secret_file
+from bus.local.runtime_dir import private_folder
 from bus.store.server_probe import socket_answers
 
 from .aof_words import AofDamaged, aof_sizes, cut_notes, damage_message, log_offset, log_since

@@ -182,7 +182,7 @@ class Supervisor:
         record: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         """``record``: called with :meth:`rows` whenever a process starts or goes (``inbox
-        up`` writes them for ``inbox status``, bus.core.up_procs)."""
+        up`` writes them for ``inbox status``, bus.local.up_procs)."""
         self.children = children
         self.name = name
         self.store = store  # where each host's queue and heartbeat are read

@@ -22,10 +22,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bus.core.private_files import private_dirs
-from bus.core.runtime_dir import private_folder
 from bus.core.settings import Settings
-from bus.core.up_procs import remove_procs, write_procs
+from bus.local.private_files import private_dirs
+from bus.local.runtime_dir import private_folder
+from bus.local.up_procs import remove_procs, write_procs
 from bus.store.server_probe import progress_on
 from bus.telemetry.host_floor import EXIT_HOME_GONE, EXIT_HOST_TAKEN
 

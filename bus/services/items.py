@@ -27,8 +27,8 @@ from bus.core.models import (
     now_ms,
     parse_message,
 )
-from bus.core.private_files import private_dirs
 from bus.core.threads import thread_id
+from bus.local.private_files import private_dirs
 from bus.store.keys import check_item_key
 from bus.trust.rules import member_fold
 

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bus.core.locate import default_home, embedded_socket
-from bus.core.runtime_dir import private_folder
+from bus.local.runtime_dir import private_folder
 from bus.ops.procs import die_with_parent
 
 from .command_intake import Intake
@@ -378,7 +378,7 @@ def _leave(intake: Intake | None, run: object, watcher: _Watcher | None) -> None
 
 
 def main() -> None:
-    from bus.core.runtime_dir import UnsafeFolder
+    from bus.local.runtime_dir import UnsafeFolder
 
     try:
         serve(socket_path(default_home()))

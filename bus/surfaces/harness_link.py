@@ -33,7 +33,7 @@ import psutil
 
 from bus.core.errors import BusError
 from bus.core.models import check_session_id
-from bus.core.private_files import private_dirs
+from bus.local.private_files import private_dirs
 
 FOLDER = "harness"
 # Between a shared harness's name and a session's in a per-session record.

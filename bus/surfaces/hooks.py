@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bus.core import hook_env as _env
-from bus.core import notices, unix_socket
+from bus.core import notices
 from bus.core.errors import BadInput
 from bus.core.models import check_session_id
+from bus.local import unix_socket
 
 from .waiter import WAIT_TIMEOUT_S, stop_waiter, wait_entry
 
@@ -230,7 +231,7 @@ def open_text(
 
 def unreachable_text(bus: Bus, sid: str) -> str:
     """What the session is told once, at its start, when its socket can be neither bound
-    nor connected to (bus.core.unix_socket): no wake while idle, no message mid-turn."""
+    nor connected to (bus.local.unix_socket): no wake while idle, no message mid-turn."""
     found = unix_socket.problem(bus.floor.socket_path(sid))
     if found is None:
         return ""

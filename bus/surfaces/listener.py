@@ -22,11 +22,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from bus.core import unix_socket
 from bus.core.errors import BadInput, BusError, Refused
 from bus.delivery.floor import SOCKET, Floor
 from bus.delivery.floor_lines import HEARD, line_key, record_heard
 from bus.delivery.said import SAID, SaidCache, record_said, unsaid
+from bus.local import unix_socket
 
 ACK_OK = b'{"ok": true}\n'
 ACK_NO = b'{"ok": false}\n'

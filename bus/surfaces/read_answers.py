@@ -155,9 +155,9 @@ def status(store: Any, settings: Any) -> dict[str, Any]:
     """``Bus.status``: sessions, their states and backlogs, workers, memory settings."""
     from bus.core.locate import redact
     from bus.core.store_faults import with_storage
-    from bus.core.unix_socket import session_problems
-    from bus.core.up_procs import read_procs
     from bus.core.wake_consent import wake_off
+    from bus.local.unix_socket import session_problems
+    from bus.local.up_procs import read_procs
 
     rows = [_checked(row) for row in store.sessions()]
     answer = status_report(

@@ -43,9 +43,9 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from bus.core import unix_socket
 from bus.delivery.floor import SOCKET
 from bus.delivery.said import read_said, unsaid
+from bus.local import unix_socket
 
 if TYPE_CHECKING:
     from bus.api import Bus

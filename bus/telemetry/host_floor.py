@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 from bus.core.errors import Refused
 from bus.core.models import now_ms
-from bus.core.private_files import private_dirs
 from bus.core.status_view import floor_json, split_floor
+from bus.local.private_files import private_dirs
 from bus.store.redis_errors import CONNECTION_ERRORS, StoreError
 
 if TYPE_CHECKING:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bus.core import unix_socket
 from bus.core.hook_env import redact
 from bus.core.status_view import local_sessions
 from bus.core.status_view import status_report as report
 from bus.core.store_faults import with_storage
-from bus.core.up_procs import read_procs
 from bus.core.wake_consent import wake_off
+from bus.local import unix_socket
+from bus.local.up_procs import read_procs
 from bus.store import server_memory
 
 from . import liveness

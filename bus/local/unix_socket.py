@@ -27,7 +27,8 @@ import stat
 import sys
 from pathlib import Path
 
-from .ids import is_session_id
+from bus.core.ids import is_session_id
+
 from .runtime_dir import UnsafeFolder, fix_for, open_private, runtime_root
 
 # sun_path is 104 bytes on macOS and 108 on Linux; a longer address cannot be bound.
@@ -65,7 +66,7 @@ SHORTER = (
 
 def _open_root(root: Path) -> int:
     """``root`` made (0700) if missing and opened, checked by
-    bus.core.runtime_dir.open_private (a link, a file, another user's folder or one
+    bus.local.runtime_dir.open_private (a link, a file, another user's folder or one
     others can write to is refused)."""
     try:
         return open_private(root, root)

@@ -2,7 +2,7 @@
 
 A unix socket's path must be short (``sun_path``), so when ``$INBOX_HOME`` is deep the
 embedded Redis's socket, its password and the command server's socket live in a folder
-under ``/tmp``, as do the short links to long session sockets (bus.core.unix_socket):
+under ``/tmp``, as do the short links to long session sockets (bus.local.unix_socket):
 
     /tmp/inbox-<uid>/               0700, this user's
       redis-<hash of the home>/     0700, this user's: redis.sock, password, commands.sock
@@ -23,7 +23,7 @@ import errno
 import os
 from pathlib import Path
 
-from .errors import Refused
+from bus.core.errors import Refused
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | _NOFOLLOW

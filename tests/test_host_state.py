@@ -85,3 +85,30 @@ def test_a_starting_host_and_one_never_seen_are_not_called_down(bus: Bus) -> Non
     # Its first beat: up.
     bus.store.beat("hostc", {"beat": now_ms()})
     assert states([bus.send({"from": "me:sh", "to_id": "booting", "text": "x"})]) == ["up"]
+
+
+def test_the_upgrade_deletes_the_shared_scheduler_row_and_status_leaves_a_stale_one_out(
+    bus: Bus,
+) -> None:
+    from bus.ops import upgrade
+    from bus.store import data_version as dv
+
+    bus.open_session("s")  # data in the store: with no P:data, it is 0.1.0's (version 1)
+    bus.store.r.delete(bus.store.k.data)
+    # 0.1.0's schedulers all beat under one name; this one stopped an hour ago.
+    bus.store.beat("scheduler", {"beat": now_ms() - 3_600_000, "pid": 1})
+    bus.store.beat("scheduler.hosta", {"beat": now_ms(), "pid": 2})
+    said: list[str] = []
+    report = upgrade.upgrade(bus.store, "hosta", said.append)
+    assert report["was"] == 1 and report["version"] == dv.DATA_VERSION
+    assert any("shared scheduler heartbeat of 0.1.0 deleted" in line for line in said), said
+    assert not bus.store.r.exists(bus.store.k.beat("scheduler"))
+    rows = {r["name"]: r for r in json.loads(inbox(bus.settings, "status").stdout)["workers"]}
+    assert "scheduler" not in rows and rows["scheduler.hosta"]["state"] == "up"
+
+    # A 0.1.0 scheduler still running on a host not yet upgraded writes it again: shown
+    # while it beats, left out once it stops (never down forever).
+    bus.store.beat("scheduler", {"beat": now_ms(), "pid": 1})
+    assert {r["name"] for r in bus.status()["workers"]} >= {"scheduler"}
+    bus.store.beat("scheduler", {"beat": now_ms() - 60_000})
+    assert "scheduler" not in {r["name"] for r in bus.status()["workers"]}

@@ -108,6 +108,11 @@ def floor_row(claim: dict[str, str], refusal: dict[str, str]) -> dict[str, Any]:
     return row
 
 
+def _beats(fields: dict[str, str], now: int, down_s: float) -> bool:
+    raw = fields.get("beat", "")
+    return raw.isdigit() and beat_state(int(raw), now, down_s) == "up"
+
+
 def worker_rows(
     beats: list[tuple[str, dict[str, str], int]],
     now: int,
@@ -117,9 +122,13 @@ def worker_rows(
     """Each heartbeat's row from ``(name, fields, queue depth)``: its ``state`` (``up``,
     or ``down`` past ``down_s`` without a beat: :func:`beat_state`), its ages in seconds
     at ``now``, pid, tasks done, for a scheduler its ``host``, and for a host its queue's
-    depth and its floor row (``floors`` reads the hosts' floor pairs, in order)."""
+    depth and its floor row (``floors`` reads the hosts' floor pairs, in order). The row
+    0.1.0's schedulers shared (``scheduler``) is shown only while one still beats it (a
+    rolling upgrade); the upgrade deletes it (bus.ops.migrations)."""
     rows = []
     for name, beat, depth in beats:
+        if name == SCHEDULER and not _beats(beat, now, down_s):
+            continue  # 0.1.0's shared scheduler row, its scheduler gone: nothing to serve
         scheduler = is_scheduler(name)
         row: dict[str, Any] = {"name": name, "role": "scheduler" if scheduler else "worker"}
         if scheduler and name != SCHEDULER:

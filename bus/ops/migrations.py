@@ -15,6 +15,11 @@ Data version 2 (inbox 0.2.0), from 0.1.0's:
   ``<reader>.<name>``; 0.2.0 names it ``<reader>/<name>`` and lists it among the reader's
   (``P:{reader}:rsubs``). Its record and its cursors move to the new name (a cursor
   ``<id>`` becomes ``<id>|<now>``), so the subscription goes on where it was.
+- the shared scheduler heartbeat: 0.1.0's schedulers beat under one name
+  (``P:beat:scheduler``); 0.2.0's each beat as ``scheduler.<host>``, so the old row would
+  read ``down`` forever. It is deleted (a 0.1.0 scheduler still running during a rolling
+  upgrade writes it again; ``inbox status`` leaves it out once it stops beating,
+  bus.core.status_view.worker_rows).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING
 from bus.core import faults
 from bus.core.errors import BadInput
 from bus.core.ids import is_session_id
+from bus.core.status_view import SCHEDULER
 from bus.store import data_version as dv
 from bus.trust.rules import member_fold, skeleton
 
@@ -169,10 +175,20 @@ def rename_reader_subs(run: Run) -> str:
     return f"{len(moved)} reader subscription(s) renamed, cursors kept ({_names(moved)})"
 
 
+def drop_shared_scheduler_beat(run: Run) -> str:
+    """Delete the heartbeat 0.1.0's schedulers shared (``P:beat:scheduler``)."""
+    if not run.store.drop_beat(SCHEDULER):
+        return "no shared scheduler heartbeat; nothing to delete"
+    return (
+        "the shared scheduler heartbeat of 0.1.0 deleted (each host's scheduler beats as its own)"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "look-alike handles", index_lookalike_handles),
     Migration(2, "member names", index_member_folds),
     Migration(2, "reader subscriptions", rename_reader_subs),
+    Migration(2, "shared scheduler heartbeat", drop_shared_scheduler_beat),
 )
 
 __all__ = ["MIGRATIONS", "Migration", "Run", "split_reader_sub"]

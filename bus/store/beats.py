@@ -53,6 +53,15 @@ class BeatStore(StorePart):
         for name in names:
             pipe.hmget(self.k.beat(name), *BEAT_FIELDS)
 
+    def drop_beat(self, name: str) -> bool:
+        """Forget heartbeat ``name`` (its row and its place among the names); whether it
+        was there."""
+        pipe = self.pipeline()
+        pipe.delete(self.k.beat(name))
+        pipe.srem(self.k.workers, name)  # another slot on a cluster: one key a call
+        gone, listed = pipe.execute()
+        return bool(gone or listed)
+
     def mark_starting(self, host: str) -> None:
         """Host ``host``'s worker is being started: its heartbeat's ``starting`` now, so
         the host is ``starting`` (not ``down``) until its first beat."""

@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# compat: a plain path entry, not an import hook run at every start of `inbox` (hooks)
-	$(PY) -m pip install -q -e '.[serve,test,docs]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[test,docs]' --config-settings editable_mode=compat
 	touch $@
 
 up: install

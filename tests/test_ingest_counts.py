@@ -21,7 +21,8 @@ from bus.delivery.dispatch import RecordingDispatcher
 from bus.ops.embedded import EmbeddedRedis
 from bus.services import send_many
 from bus.store import ingest
-from bus.store.receipt_index import BUCKETS, KEEP_DAYS, bucket_of, day_of
+from bus.store.keys import IDS_KEEP_DAYS
+from bus.store.receipt_index import BUCKETS, bucket_of, day_of
 
 
 def named(args: tuple[Any, ...]) -> str:
@@ -115,7 +116,7 @@ def bare(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def owner_lookups(items: list[dict[str, Any]]) -> int:
     """The id-owner check's index buckets for caller-chosen ids (bus.services.id_owner):
     each bucket the ids fall in, for each day kept, looked at by ids_indexed.lua."""
-    return len({bucket_of(item["id"]) for item in items}) * (KEEP_DAYS + 1)
+    return len({bucket_of(item["id"]) for item in items}) * (IDS_KEEP_DAYS + 1)
 
 
 def owner_calls(items: list[dict[str, Any]]) -> int:
@@ -236,7 +237,7 @@ def test_redis_runs_two_commands_a_stored_message(counted: tuple[Bus, Recording]
     # The caller chose the ids: the id-owner check first, per batch (not per message):
     # an EXISTS per index bucket and day kept, an HMGET of each that exists.
     lookups = owner_lookups(batch(90))
-    assert lookups <= BUCKETS * (KEEP_DAYS + 1)
+    assert lookups <= BUCKETS * (IDS_KEEP_DAYS + 1)
     ran["exists"] -= lookups
     ran["hmget"] -= held
     ran.pop("evalsha", None)

@@ -10,7 +10,8 @@ from redis.crc import key_slot
 from bus.api import Bus
 from bus.core.models import now_ms
 from bus.store import receipt_index
-from bus.store.receipt_index import BUCKETS, DAY_MS, KEEP_DAYS, bucket_of, day_of
+from bus.store.keys import DAY_MS, IDS_KEEP_DAYS
+from bus.store.receipt_index import BUCKETS, bucket_of, day_of
 from tests.conftest import wait_for
 
 
@@ -53,7 +54,7 @@ def test_a_batch_indexes_every_id_in_a_few_hashes_not_a_key_each(
 
 def test_ids_are_found_for_the_whole_retention(bus: Bus) -> None:
     r, k, now = bus.store.r, bus.store.k, now_ms()
-    old = now - KEEP_DAYS * DAY_MS  # indexed seven days ago: still answered
+    old = now - IDS_KEEP_DAYS * DAY_MS  # indexed seven days ago: still answered
     receipt_index.index(r, k, [("aged", "s-old")], old)
     assert receipt_index.lookup(r, k, "aged", now) == "s-old"
     assert receipt_index.lookup(r, k, "aged", now + DAY_MS) is None  # past the retention
@@ -66,7 +67,7 @@ def test_a_buckets_days_share_one_slot_and_buckets_spread_over_slots(bus: Bus) -
     # One lookup reads a bucket's every day kept: on a cluster, one node answers it.
     k, day = bus.store.k, day_of(now_ms())
     slots = {
-        b: {key_slot(k.rcpt_bucket(day - back, b).encode()) for back in range(KEEP_DAYS + 2)}
+        b: {key_slot(k.rcpt_bucket(day - back, b).encode()) for back in range(IDS_KEEP_DAYS + 2)}
         for b in range(BUCKETS)
     }
     assert all(len(s) == 1 for s in slots.values())
@@ -79,7 +80,7 @@ def test_the_buckets_of_earlier_versions_are_moved_once_and_keep_their_expiry(bu
     ids = {f"old-{n}": f"s{n % 3}" for n in range(40)}
     written: dict[str, tuple[str, int]] = {}  # old name -> (new name, its expiry)
     for n, (msg_id, sid) in enumerate(ids.items()):
-        back = n % (KEEP_DAYS + 1)  # spread over the days kept, newest to oldest
+        back = n % (IDS_KEEP_DAYS + 1)  # spread over the days kept, newest to oldest
         old = k.rcpt_bucket_day_first(day - back, bucket_of(msg_id))
         r.hset(old, msg_id, sid)
         r.expire(old, 1000 + back)

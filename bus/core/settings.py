@@ -12,6 +12,9 @@ from .locate import default_home, default_host
 SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
 # The durability levels of an acknowledged send, weakest first (bus.core.durability).
 DURABILITY_LEVELS = ("memory", "disk", "replica")
+# A durable subscription's cursors unused this long keep no session's events and the
+# subscription is forgotten (INBOX_SUB_IDLE_S's default, a week).
+SUB_IDLE_S = 7 * 86400.0
 
 
 def _bool(value: str | None, default: bool) -> bool:
@@ -124,7 +127,7 @@ class Settings:
     # at most this many each, and any subscription's cursors unused this long no longer
     # keep a session's events (bus.services.durable_watch).
     sub_max: int = 16
-    sub_idle_s: float = 7 * 86400.0
+    sub_idle_s: float = SUB_IDLE_S
     # ``inbox up`` and ``compose/local.py`` keep an imported spare per worker and one for the
     # scheduler (bus.ops.standby); the scheduler's follows the workers' unless set.
     worker_standby: bool = True
@@ -188,7 +191,7 @@ class Settings:
             memory_settings=_bool(env.get("INBOX_MEMORY_SETTINGS"), True),
             events_keep_s=_float(env, "INBOX_EVENTS_KEEP_S", 30.0),
             sub_max=int(_positive(env, "INBOX_SUB_MAX", 16)),
-            sub_idle_s=_positive(env, "INBOX_SUB_IDLE_S", 7 * 86400.0),
+            sub_idle_s=_positive(env, "INBOX_SUB_IDLE_S", SUB_IDLE_S),
             worker_standby=_bool(env.get("INBOX_WORKER_STANDBY"), True),
             scheduler_standby=_bool(
                 env.get("INBOX_SCHEDULER_STANDBY"), _bool(env.get("INBOX_WORKER_STANDBY"), True)

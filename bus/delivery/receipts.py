@@ -37,6 +37,7 @@ from bus.core.receipt_rules import (
     public,
     receipt_views,
 )
+from bus.store.keys import IDS_KEEP_MS
 from bus.store.redis_errors import StoreFailed
 from bus.trust.tokens import SCOPE_READ
 
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WAITABLE = ("noticed", "read", "answered")
-KEEP_MS = 7 * 86400 * 1000  # the retention of send answers (bus.store.inbox.IDS_KEEP_MS)
 OUTBOX_MAX = 10_000
 WAIT_CHUNK_S = 60.0  # one blocking read at most this long; the loop re-blocks, never polls
 EXPIRE_EVERY_S = 60.0
@@ -62,7 +62,7 @@ _MESSAGE_ID_RE = re.compile(MESSAGE_ID_PATTERN)
 def receipt_ttl_ms(expire_s: float) -> int:
     """How long a receipt lives after its last transition: it must outlive its message's
     expiry, so the sender can read "expired" (8 days by default)."""
-    return max(KEEP_MS, int(expire_s * 1000) + 86400 * 1000)
+    return max(IDS_KEEP_MS, int(expire_s * 1000) + 86400 * 1000)
 
 
 def check_message_id(msg_id: object) -> str:
@@ -138,7 +138,7 @@ class Receipts:
         for to, opened in by_to.items():
             store.open_receipts(to, opened, now, self.ttl_ms, pipeline=pipe)
         for sender, members in outboxes.items():
-            floor = max(members.values()) - KEEP_MS * 1000
+            floor = max(members.values()) - IDS_KEEP_MS * 1000
             store.queue_outbox_add(pipe, sender, members, OUTBOX_MAX, floor)
 
     def _tick(self) -> int:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from bus.core import faults
 from bus.core.errors import BadInput
 from bus.core.ids import is_session_id
+from bus.core.settings import SUB_IDLE_S
 from bus.core.status_view import SCHEDULER
 from bus.store import data_version as dv
 from bus.trust.rules import member_fold, skeleton
@@ -38,9 +39,9 @@ from bus.trust.rules import member_fold, skeleton
 if TYPE_CHECKING:
     from bus.store.store import Store
 
-# A reader's subscription is used within INBOX_SUB_IDLE_S (7 days by default) or forgotten;
-# a moved one is counted as used at its move.
-SUB_IDLE_MS = 7 * 86_400_000
+# A reader's subscription is used within INBOX_SUB_IDLE_S's default or forgotten; a moved
+# one is counted as used at its move.
+SUB_IDLE_MS = int(SUB_IDLE_S * 1000)
 
 
 @dataclass

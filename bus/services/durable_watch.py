@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from bus.core.errors import BadInput, NotFound, Refused, Unauthorized
 from bus.core.models import check_session_id, now_ms
+from bus.core.settings import SUB_IDLE_S
 from bus.store.cluster import Poll
 from bus.store.many import stream_id_after
 from bus.store.subscriptions import GONE
@@ -372,7 +373,7 @@ def reader_subscription(
     block_ms: int = 1000,
     stop: threading.Event | None = None,
     most: int = 16,
-    idle_s: float = 7 * 86400,
+    idle_s: float = SUB_IDLE_S,
 ) -> Durable:
     """A reader's own durable subscription (MCP, the gateway): its name is kept under the
     reader's (``<reader>/<name>``, bus.store.keys.Keys.reader_sub), it follows only what

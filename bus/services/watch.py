@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from bus.core.errors import Refused, Unauthorized
 from bus.core.models import check_session_id, now_ms
+from bus.core.settings import SUB_IDLE_S
 from bus.store.cluster import Poll
 from bus.trust.tokens import SCOPE_READ
 
@@ -141,7 +142,7 @@ class Watch:
         *,
         claims: ClaimsOf,
         sub_max: int = 16,
-        sub_idle_s: float = 7 * 86400.0,
+        sub_idle_s: float = SUB_IDLE_S,
         host_down_s: float = 10.0,
     ) -> None:
         self._store, self._blocking, self.claims = store, blocking, claims

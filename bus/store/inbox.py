@@ -12,7 +12,7 @@ import json
 
 from . import packing
 from .base import StorePart, store_failed
-from .keys import receipt_field
+from .keys import IDS_KEEP_MS, receipt_field
 from .packing import meta_of
 from .session_record import record_info
 
@@ -22,9 +22,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-
-# Send answers (what a resend of an id gets) outlive the messages themselves.
-IDS_KEEP_MS = 7 * 86400 * 1000
 GONE_MARKS = ("answered", "read", "removed", "retracted", "expired")
 # A send answer's age lives in the session's ``threads`` zset (one key
 # fewer than a zset of its own): member ``#<message id>`` (no thread id nor message id

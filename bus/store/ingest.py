@@ -13,6 +13,7 @@ from typing import Any
 
 from . import receipt_index
 from .base import StorePart
+from .keys import IDS_KEEP_DAYS
 
 # The keys of one receiver in an append_many.lua call, in its order (KEYS[b+1..b+8]).
 APPEND_KEYS = ("stream", "ids", "threads", "pending", "trim", "events", "msgs", "session")
@@ -74,11 +75,11 @@ class IngestStore(StorePart):
         args: list[str] = []
         for b, ids in by_bucket.items():
             blob = "".join(f"{i}\n" for i in ids)
-            for back in range(receipt_index.KEEP_DAYS + 1):
+            for back in range(IDS_KEEP_DAYS + 1):
                 keys.append(self.k.rcpt_bucket(day - back, b))
                 args.append(blob)
         if self.cluster:  # a bucket's days share a slot: a call per bucket
-            days = receipt_index.KEEP_DAYS + 1
+            days = IDS_KEEP_DAYS + 1
             calls = [
                 self.script_call("ids_indexed", keys[at : at + days], args[at : at + days])
                 for at in range(0, len(keys), days)

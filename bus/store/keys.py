@@ -92,6 +92,12 @@ def check_item_key(key: object) -> str:
     return key
 
 
+# How long a send answer is kept for its resends (``ids``), and with it the message id's
+# session in the receipt index and the sender's ``outbox`` entry: one rule, one constant.
+IDS_KEEP_DAYS = 7
+DAY_MS = 86_400_000
+IDS_KEEP_MS = IDS_KEEP_DAYS * DAY_MS
+
 RECEIPT_FIELD = "~"  # no message id has it: MESSAGE_ID_PATTERN
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 
-from .keys import Keys
+from .keys import DAY_MS, IDS_KEEP_DAYS, Keys
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
 # (bus.surfaces.fast_read imports this module).
@@ -22,11 +22,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-DAY_MS = 86400 * 1000
-KEEP_DAYS = 7  # as long as the send answers are kept (bus.delivery.inbox.IDS_KEEP_MS)
 BUCKETS = 16
 # A day's hashes live until the retention of their last id has passed.
-BUCKET_TTL_S = (KEEP_DAYS + 1) * 86400
+BUCKET_TTL_S = (IDS_KEEP_DAYS + 1) * 86400
 
 
 def bucket_of(msg_id: str) -> int:
@@ -62,7 +60,7 @@ def lookup(r: Any, k: Keys, msg_id: str, now_ms: int) -> str | None:
     """The session ``msg_id`` was appended to within the retention; ``None`` if unknown."""
     day, b = day_of(now_ms), bucket_of(msg_id)
     pipe = r.pipeline()
-    for back in range(KEEP_DAYS + 1):
+    for back in range(IDS_KEEP_DAYS + 1):
         pipe.hget(k.rcpt_bucket(day - back, b), msg_id)
     for found in pipe.execute():
         if found:
@@ -82,7 +80,7 @@ def lookup_many(r: Any, k: Keys, msg_ids: Iterable[str], now_ms: int) -> dict[st
     day = day_of(now_ms)
     pipe = r.pipeline()
     asked: list[list[str]] = []
-    for back in range(KEEP_DAYS + 1):
+    for back in range(IDS_KEEP_DAYS + 1):
         for b, ids in by_bucket.items():
             pipe.hmget(k.rcpt_bucket(day - back, b), ids)
             asked.append(ids)
@@ -103,7 +101,7 @@ def move_day_first(r: Any, k: Keys, now_ms: int) -> int:
     day = day_of(now_ms)
     olds = [
         (k.rcpt_bucket_day_first(day - back, b), k.rcpt_bucket(day - back, b))
-        for back in range(KEEP_DAYS + 2)
+        for back in range(IDS_KEEP_DAYS + 2)
         for b in range(BUCKETS)
     ]
     pipe = r.pipeline()

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bus.core.settings import SUB_IDLE_S
+
 from .base import StorePart
 from .keys import is_thread_id
 
-# A durable subscription's cursor unused this long keeps no session's events (the
-# default of INBOX_SUB_IDLE_S, a week).
-SUB_IDLE_MS = 7 * 86400 * 1000
+SUB_IDLE_MS = int(SUB_IDLE_S * 1000)
 
 
 class CompactStore(StorePart):

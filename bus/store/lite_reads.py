@@ -83,8 +83,9 @@ class _Calls:
     def hgetall(self, name: str) -> Any:
         return self._do("HGETALL", name)
 
-    def hmget(self, name: str, keys: list[str], *args: str) -> Any:
-        return self._do("HMGET", name, *keys, *args)
+    def hmget(self, name: str, keys: list[str] | str, *args: str) -> Any:
+        # As redis-py: one field name given alone is a field, not its letters.
+        return self._do("HMGET", name, *([keys] if isinstance(keys, str) else keys), *args)
 
     def hvals(self, name: str) -> Any:
         return self._do("HVALS", name)

@@ -72,8 +72,8 @@ class FastReconnectConsumer(Consumer):
 
 # kombu's check of its long-lived connections runs this often; the worker's BRPOP (sent
 # with a 1 s server-side timeout) is dropped and made again once its reply is this much
-# overdue (with kombu's default, 25 s, a worker's consumer heard nothing for 25-26 s
-# after a 30 s partition ended; kombu documents up to 51 s).
+# overdue (with kombu's default, 25 s, a worker's consumer heard nothing for that long
+# after a partition ended; kombu documents up to about twice it).
 BROKER_CHECK_S = 2.0
 
 

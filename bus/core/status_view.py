@@ -37,8 +37,8 @@ def is_scheduler(name: str) -> bool:
 
 
 # A host whose worker was started (``inbox up`` marks it ``starting``) and has not beaten
-# since is ``starting`` this long, then ``down``: a worker's boot takes 5-15 s on a loaded
-# 2-core machine (bus.telemetry.liveness.BOOT_MIN_S is the supervisor's bound on it).
+# since is ``starting`` this long, then ``down``: a worker's boot takes seconds on a loaded
+# machine (bus.telemetry.liveness.BOOT_MIN_S is the supervisor's bound on it).
 HOST_STARTING_S = 60.0
 
 

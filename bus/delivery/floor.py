@@ -143,8 +143,8 @@ class Floor:
     def prepare(self, sid: str) -> Path:
         """The session's directory, with an empty queue file in it when it has none: a
         notice then appends to a file that exists. Making a file is the costly part of an
-        append on a disk filesystem (ext4 here: 0.2-0.8 ms of kernel time a file against
-        ~0.01 ms to append), so the session's registration and each drain (the turn
+        append on a disk filesystem (the kernel's work for a new file is many times an
+        append's), so the session's registration and each drain (the turn
         boundaries that empty the floor) make it, not the notice of a due wake, whose
         burst is what a swarm waits on. An empty queue file is an empty floor
         (``bus.surfaces.entry.floor_is_empty``, :meth:`drain`)."""

@@ -1,7 +1,8 @@
 """The kick list: a delivery kick without the Celery hop (``INBOX_KICK=list``).
 
 With Celery, a kick is a task: kombu publishes it, the worker's consumer reads it and the
-prefork pool pipes it to a child, 3-8 ms before the delivery starts (bench/README.md).
+prefork pool pipes it to a child, three hops before the delivery starts (their cost:
+bench/README.md).
 With the kick list, the dispatcher pushes the session id onto the host's list
 (``P:{kick:<host>}:list``, one round trip) and a delivery loop in each worker process,
 blocked on BLPOP, takes the kicks waiting (up to ``POP_MAX``) and delivers their sessions
@@ -120,14 +121,14 @@ class KickLoop:
         self._alive_lock = threading.Lock()
         self._running: list[threading.Thread] = []
         # One batch at a time per process: the process's loops share one GIL, and two
-        # batches interleaved by it cost ~40% more CPU a session than one after the other
-        # (bench/wake_cpu.py --threads); the kicks left on the list go to the host's other
-        # processes meanwhile. A lone kick (BLMOVE) is delivered outside it.
+        # batches interleaved by it cost more CPU a session than one after the other
+        # (bench/README.md); the kicks left on the list go to the host's other processes
+        # meanwhile. A lone kick (BLMOVE) is delivered outside it.
         self._gate = threading.Lock()
         # One loop of the process waits on the list (BLMOVE) at a time, and delivers what it
         # heard before another listens: a burst pushed onto a list that every loop waited
-        # on was delivered first as one lone kick a loop (each ~6x a batched session's
-        # CPU), then in batches.
+        # on was delivered first as one lone kick a loop (each costing several times a
+        # batched session's CPU), then in batches.
         self._listen = threading.Lock()
         # Kicks the listening loop has heard: a loop that looked at the list before the
         # last one was heard looks again instead of listening (see _pop).

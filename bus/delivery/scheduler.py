@@ -227,8 +227,8 @@ def run(
     beat = Heartbeat(bus, scheduler_beat(bus.settings.host))  # each host's own row
     beat.beat(started=True)
     # The dispatcher is made now, its fallback behind the kick list too, not at the first
-    # due entry: making the default one imports Celery (0.3-0.7 s on a loaded machine),
-    # which the first wake would wait for.
+    # due entry: making the default one imports Celery (a large import on a loaded
+    # machine), which the first wake would wait for.
     with contextlib.suppress(Exception):
         made_now(bus.dispatcher)
     pokes = Pokes(bus, stop).start()

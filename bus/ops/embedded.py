@@ -25,14 +25,15 @@ from .aof_words import AofDamaged, aof_sizes, cut_notes, damage_message, log_off
 from .procs import die_with_parent
 
 # Redis 7 allocates each new stream node at stream-node-max-bytes (4096 by default), so
-# a short stream (a quiet session's events, a one-message thread log) costs ~4.7 KB until
-# the scheduler's compaction pass (bus/store/compaction.py) shrinks it; at 1024 it costs ~1.6 KB in
-# the meantime. Smaller nodes were measured no better: 512 puts a session's few events in
-# two nodes and costs busy streams ~25% more (bench/README.md).
+# a short stream (a quiet session's events, a one-message thread log) holds most of a
+# node it does not fill until the scheduler's compaction pass (bus/store/compaction.py)
+# shrinks it; 1024 keeps that waste small in the meantime. Smaller nodes are no better:
+# 512 puts a session's few events in two nodes and costs busy streams more (the figures:
+# bench/README.md).
 STREAM_NODE_MAX_BYTES = 1024
 # A hash holding one value past 64 bytes (the default) turns from a listpack into a
-# table: ~600-900 B more for an idle session's inbox record, send answer or one-message
-# thread. Values up to 1 KB stay in the listpack; at most 128 fields,
+# table, several hundred bytes more for an idle session's inbox record, send answer or
+# one-message thread (bench/README.md). Values up to 1 KB stay in the listpack; at most 128 fields,
 # so a busy session's hash is a table again before a write moves much memory. (The
 # ziplist names: Redis 6.2 knows only those; 7+ and Valkey take them for hash-max-listpack-*,
 # so INBOX_SERVER_BINARY may name a 6.2 too.)

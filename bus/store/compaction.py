@@ -47,7 +47,7 @@ BUDGET_S = 0.01
 GAP_S = 0.5
 # A session's events stream is dropped once its newest record is this old (the default
 # of INBOX_EVENTS_KEEP_S): nothing replays it, and a live reader (a --wait, a
-# withdrawal) only waits for newer records. An idle session's ~1.7 KB, the most of its
+# withdrawal) only waits for newer records. An idle session's events stream, the most of its
 # memory, is then gone within a minute of its turn's end.
 QUIET_MS = 30 * 1000
 # A stream whose newest entry is younger than this is left for a later pass: still being

@@ -18,7 +18,8 @@ from .keys import IDS_KEEP_DAYS
 # The keys of one receiver in an append_many.lua call, in its order (KEYS[b+1..b+8]).
 APPEND_KEYS = ("stream", "ids", "threads", "pending", "trim", "events", "msgs", "session")
 # Messages an append_many.lua call takes on a standalone server before the next call
-# starts (whole receivers): bounds the time one call holds Redis (~2-3 ms).
+# starts (whole receivers): bounds the time one call holds Redis, so other clients'
+# commands wait at most one call.
 CALL_MESSAGES = 128
 
 

@@ -386,7 +386,7 @@ def handed_over() -> None:
     """End the process now with code 2: the notice is on stderr and acked, the socket, pid
     file and lock are let go, so nothing is left to do. Claude Code starts the turn when
     the process exits, and the interpreter's teardown (collecting and freeing every module
-    of the bus) takes 0.2-0.7 s on a loaded machine, most of the wake's lateness; so it is
+    of the bus) is most of the wake's lateness on a loaded machine; so it is
     skipped (``os._exit``) once the standard streams and logs are flushed."""
     with contextlib.suppress(Exception):
         logging.shutdown()

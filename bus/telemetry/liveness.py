@@ -49,13 +49,13 @@ SHARED_QUEUE = "inbox"
 
 # A worker not yet ready is judged against this many times the stall bound (stalled),
 # and never less than BOOT_MIN_S: a short stall bound (INBOX_WORKER_STALL_S=2) is no
-# bound on a boot, which takes 5-15 s on a loaded 2-core machine.
+# bound on a boot, which takes seconds on a loaded machine (bench/README.md).
 BOOT_FACTOR = 3
 BOOT_MIN_S = 60.0
 # A ready worker whose processes used at least this share of a core over the bound is
 # starved (a saturated machine: a batch outlasts the bound), not stalled: its kill would
 # redo its work, and carry again a notice a listener acked before its record. A hung
-# worker (the case the bound is for) uses about none; an idle one 0.4%.
+# worker (the case the bound is for) uses about none, and so does an idle one.
 BUSY_SHARE = 0.02
 
 

@@ -94,7 +94,7 @@ def _prototype(ch: str) -> str:
     one-character look-alikes; ASCII stays itself."""
     if ch.isascii():
         return ch
-    # Imported here: its table takes ~35 ms to load, and only a session's open needs it.
+    # Imported here: its table is slow to load, and only a session's open needs it.
     from confusable_homoglyphs import confusables
 
     alikes = [

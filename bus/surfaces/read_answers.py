@@ -153,6 +153,7 @@ def read_inbox(store: Any, settings: Any, sid: str) -> dict[str, Any]:
 
 def status(store: Any, settings: Any) -> dict[str, Any]:
     """``Bus.status``: sessions, their states and backlogs, workers, memory settings."""
+    from bus.core.disk_space import with_disk
     from bus.core.locate import redact
     from bus.core.store_faults import with_storage
     from bus.core.wake_consent import wake_off
@@ -174,4 +175,4 @@ def status(store: Any, settings: Any) -> dict[str, Any]:
         processes=read_procs(settings.home),
         wake_off=wake_off(str(settings.home), settings.host, rows),
     )
-    return with_storage(answer, store.write_fault())
+    return with_disk(with_storage(answer, store.write_fault()), str(settings.home))

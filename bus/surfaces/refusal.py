@@ -8,6 +8,7 @@ and a non-zero exit (2 bad input or usage, 1 refused or not found, 3 Redis down)
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
@@ -55,6 +56,12 @@ def run(fn: Callable[[], T]) -> T:
     except ConnectionError as exc:
         _refuse_error(_unavailable(exc))
     except OSError as exc:
+        from bus.core.disk_space import full_refusal, is_full
+
+        if is_full(exc):  # in words, with the folder and the fix, not "[Errno 28]"
+            said = full_refusal(exc, os.environ.get("INBOX_HOME"))
+            details = {"folder": said["folder"], "fix": said["fix"]}
+            refuse("disk_full", said["message"], 1, hint=said["fix"], details=details)
         fail(str(exc), 1, "os_error")
     except Exception as exc:
         said = _store_refusal(exc)

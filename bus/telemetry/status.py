@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from bus.core.disk_space import with_disk
 from bus.core.hook_env import redact
 from bus.core.status_view import local_sessions
 from bus.core.status_view import status_report as report
@@ -43,4 +44,5 @@ def status_report(store: Store, settings: Settings) -> dict[str, Any]:
         processes=read_procs(settings.home),
         wake_off=wake_off(str(settings.home), settings.host, rows),
     )
-    return with_storage(answer, store.write_fault())  # not ok when the store refuses writes
+    # Not ok when the store refuses writes, or the disk holding the home is full.
+    return with_disk(with_storage(answer, store.write_fault()), str(settings.home))

@@ -59,9 +59,9 @@ def run(fn: Callable[[], T]) -> T:
         from bus.core.disk_space import full_refusal, is_full
 
         if is_full(exc):  # in words, with the folder and the fix, not "[Errno 28]"
-            said = full_refusal(exc, os.environ.get("INBOX_HOME"))
-            details = {"folder": said["folder"], "fix": said["fix"]}
-            refuse("disk_full", said["message"], 1, hint=said["fix"], details=details)
+            full = full_refusal(exc, os.environ.get("INBOX_HOME"))
+            details = {"folder": full["folder"], "fix": full["fix"]}
+            refuse("disk_full", full["message"], 1, hint=full["fix"], details=details)
         fail(str(exc), 1, "os_error")
     except Exception as exc:
         said = _store_refusal(exc)

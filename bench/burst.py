@@ -47,13 +47,13 @@ import redis  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.worker_proc import WorkerProcess  # noqa: E402
 from bus.api import Bus  # noqa: E402
 from bus.core.models import now_ms, parse_message  # noqa: E402
 from bus.core.settings import Settings  # noqa: E402
 from bus.delivery.scheduler import run as run_scheduler  # noqa: E402
 from bus.ops.embedded import EmbeddedRedis  # noqa: E402
 from bus.surfaces.cli.app import worker_argv  # noqa: E402
+from tests.support.worker_proc import WorkerProcess  # noqa: E402
 from workers.app import host_queue, make_app  # noqa: E402
 from workers.dispatch import CeleryDispatcher  # noqa: E402
 
@@ -560,7 +560,7 @@ def report(console: Console, rows: dict[str, Row], meta: dict[str, Any]) -> dict
 # -- main ----------------------------------------------------------------------------------
 
 
-def _sigterm(_signum: int, _frame: object) -> None:
+def sigterm_exits(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
@@ -600,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.messages, args.senders, args.repeat) < 1:
         parser.error("--messages, --senders and --repeat must be at least 1")
-    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGTERM, sigterm_exits)
     # Ctrl-C stops the run and cleans up, even when started with SIGINT ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     # Wide enough for the table when the output goes to a file or a pipe.
@@ -614,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             url, found = pick_redis(args.redis_url, tmp, stack)
             # Registered after the server's stop, so it runs before it.
-            stack.callback(_cleanup_keys, console, url, prefix)
+            stack.callback(cleanup_keys, console, url, prefix)
             home = tmp / "home"
             home.mkdir()
             s = bench_settings(home, url, prefix, own_server=found == STARTED)
@@ -655,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
 
 
-def _cleanup_keys(console: Console, url: str, prefix: str) -> None:
+def cleanup_keys(console: Console, url: str, prefix: str) -> None:
     try:
         delete_prefix(url, prefix)
     except (redis.RedisError, OSError) as exc:

@@ -45,7 +45,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
-from bench.local_servers import free_port
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.floor_lines import heard_lines
@@ -53,6 +52,7 @@ from bus.ops.embedded import server_binary
 from bus.ops.procs import die_with_parent
 from bus.ops.topology import Topology, _signal_group, start_topology
 from bus.surfaces.listener import Listener
+from tests.support.local_servers import free_port
 
 HOSTS = ("a", "b")
 PREFIX = "chaos"
@@ -126,7 +126,7 @@ class RedisServer:
 # -- child roles ---------------------------------------------------------------------------
 
 
-def _retrying(fn: Any, stop_at: float) -> Any:
+def retrying(fn: Any, stop_at: float) -> Any:
     """Call ``fn`` until it works (Redis may be down for a moment)."""
     while True:
         try:
@@ -159,10 +159,10 @@ def role_sender(args: argparse.Namespace) -> int:
                 "class": "blocker" if kind == "wake" else "action",
             }
             resend = rnd.random() < args.resend
-            _retrying(lambda f=fields: bus.send(dict(f)), time.monotonic() + 120)
+            retrying(lambda f=fields: bus.send(dict(f)), time.monotonic() + 120)
             out.write(f"{mid} {sid} {_now():.3f}\n")
             if resend:  # the same id again: must not be stored or carried twice
-                _retrying(lambda f=fields: bus.send(dict(f)), time.monotonic() + 120)
+                retrying(lambda f=fields: bus.send(dict(f)), time.monotonic() + 120)
                 out.write(f"resend {mid}\n")
     return 0
 
@@ -172,7 +172,7 @@ def role_drainer(args: argparse.Namespace) -> int:
     sids = args.targets.split(",")
     bus = Bus(Settings.from_env())
     with open(args.out, "a", buffering=1) as out:
-        _recover_taken(bus, sids, Path(args.out), out)
+        recover_taken(bus, sids, Path(args.out), out)
         while True:
             for sid in sids:
                 try:
@@ -182,12 +182,12 @@ def role_drainer(args: argparse.Namespace) -> int:
                     continue
                 t = _now()
                 for line in lines if isinstance(lines, list) else []:
-                    rec = {"sid": sid, "t": t, "ids": _ids_of(line), "again": _repeats_of(line)}
+                    rec = {"sid": sid, "t": t, "ids": ids_of(line), "again": _repeats_of(line)}
                     out.write(json.dumps(rec) + "\n")
             time.sleep(0.2)
 
 
-def _recover_taken(bus: Bus, sids: list[str], out_path: Path, out: Any) -> None:
+def recover_taken(bus: Bus, sids: list[str], out_path: Path, out: Any) -> None:
     """What a restarted harness does: a drain it was killed in the middle of took (and
     confirmed) lines it never passed on; the floor's ``log.jsonl`` keeps them, so it
     passes on those its own record lacks, and records them as handed on (``said.jsonl``):
@@ -209,7 +209,7 @@ def _recover_taken(bus: Bus, sids: list[str], out_path: Path, out: Any) -> None:
         for raw in kept:
             try:
                 line = json.loads(raw)
-                ids = [i for i in _ids_of(line) if i not in logged]
+                ids = [i for i in ids_of(line) if i not in logged]
             except ValueError:
                 continue
             if ids:
@@ -219,7 +219,7 @@ def _recover_taken(bus: Bus, sids: list[str], out_path: Path, out: Any) -> None:
         bus.floor.handed_on(sid, passed)
 
 
-def _ids_of(line: dict[str, Any]) -> list[str]:
+def ids_of(line: dict[str, Any]) -> list[str]:
     """The message ids a line tells the harness of for the first time: a notice's, less
     those it marks as repeated (``repeats``: bus.delivery.said); a raw line's own."""
     notice = line.get("notice")
@@ -270,7 +270,7 @@ class Soak:
 
     def on_line(self, sid: str) -> Any:
         def handle(obj: dict[str, Any]) -> bool:
-            self.hear(sid, _ids_of(obj), _now(), _repeats_of(obj))
+            self.hear(sid, ids_of(obj), _now(), _repeats_of(obj))
             return True
 
         return handle
@@ -391,7 +391,7 @@ class Soak:
                 lines = bus.drain(sid)
                 t = _now()
                 for line in lines if isinstance(lines, list) else []:
-                    self.hear(sid, _ids_of(line), t, _repeats_of(line))
+                    self.hear(sid, ids_of(line), t, _repeats_of(line))
                 bus.turn(sid, "end")
             except Exception:
                 offsets[path] = 0  # Redis down: try again next round
@@ -635,14 +635,14 @@ class Soak:
                 "median": sorted(per)[len(per) // 2] if per else 0,
                 "max": max(per, default=0),
             },
-            "heard_p50_calm_s": _pct(calm, 50),
-            "heard_p99_calm_s": _pct(calm, 99),
+            "heard_p50_calm_s": pct(calm, 50),
+            "heard_p99_calm_s": pct(calm, 99),
             "heard_calm_by_kind_s": {
-                kind: {"p50": _pct(xs, 50), "p99": _pct(xs, 99), "n": len(xs)}
+                kind: {"p50": pct(xs, 50), "p99": pct(xs, 99), "n": len(xs)}
                 for kind, xs in sorted(by_kind.items())
             },
-            "heard_p50_faults_s": _pct(faulty, 50),
-            "heard_p99_faults_s": _pct(faulty, 99),
+            "heard_p50_faults_s": pct(faulty, 50),
+            "heard_p99_faults_s": pct(faulty, 99),
             "faults": [{k2: v for k2, v in f.items() if k2 != "t"} for f in self.faults],
             "max_recovery_s": max((x for x in recov if x is not None), default=None),
             "recoveries_failed": sum(1 for x in recov if x is None),
@@ -686,7 +686,7 @@ class Soak:
         self.redis.stop()
 
 
-def _pct(xs: list[float], p: int) -> float | None:
+def pct(xs: list[float], p: int) -> float | None:
     if not xs:
         return None
     xs = sorted(xs)

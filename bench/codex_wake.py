@@ -1,6 +1,6 @@
 """How long an idle interactive Codex takes to hear a blocker: the real ``codex`` (npm,
 ``INBOX_TEST_CLI_DIR``) in tmux, its hooks installed and trusted as docs/harnesses.md
-says, against the scripted Responses API of tests/model_stub.py, a real worker and
+says, against the scripted Responses API of tests/support/model_stub.py, a real worker and
 scheduler.
 
     python bench/codex_wake.py [--runs N] [--debounce S] [--redis-url URL]
@@ -31,12 +31,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.worker_proc import WorkerProcess, inbox_worker_argv  # noqa: E402
 from bus.api import Bus  # noqa: E402
 from bus.core.settings import Settings  # noqa: E402
 from bus.delivery.scheduler import run as run_scheduler  # noqa: E402
-from tests.harness_support import INBOX, Tmux, bare_env, find_cli  # noqa: E402
-from tests.model_stub import ModelStub, request_text  # noqa: E402
+from tests.support.harness_support import INBOX, Tmux, bare_env, find_cli  # noqa: E402
+from tests.support.model_stub import ModelStub, request_text  # noqa: E402
+from tests.support.worker_proc import WorkerProcess, inbox_worker_argv  # noqa: E402
 from workers.app import make_app  # noqa: E402
 from workers.dispatch import CeleryDispatcher  # noqa: E402
 

@@ -59,7 +59,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.burst import BenchError, _sigterm  # noqa: E402
+from bench.burst import BenchError, sigterm_exits  # noqa: E402
 from bench.cost_report import goals, report  # noqa: E402
 
 QUICK: dict[str, Any] = {
@@ -107,7 +107,7 @@ def cli_rows(runs: int, tmp: Path) -> dict[str, Any]:
     import compileall
 
     from bench.burst import celery_bus, close_bus
-    from bench.cost_sparse import Server, _env, bus_system, sender_settings
+    from bench.cost_sparse import Server, bus_system, inbox_env, sender_settings
 
     compileall.compile_dir(str(REPO / "bus"), quiet=1)
     out: dict[str, Any] = {"runs": runs}
@@ -116,7 +116,7 @@ def cli_rows(runs: int, tmp: Path) -> dict[str, Any]:
     with ExitStack() as stack:
         server = Server(tmp, "cli")
         stack.callback(server.stop)
-        env = {**_env(home, server.url), "INBOX_SEND_RATE": "0", "INBOX_MAX_UNREAD": "0"}
+        env = {**inbox_env(home, server.url), "INBOX_SEND_RATE": "0", "INBOX_MAX_UNREAD": "0"}
         env.pop("PYTHONPATH")  # the venv's entry point as installed
         stack.enter_context(bus_system(home, server.url, tmp / "cli-up.log", ["cli-a", "cli-b"]))
         lib = celery_bus(sender_settings(home, server.url))
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = skip - {"cli", "sparse", "lone", "burst", "memory", "durability"}
     if unknown:
         parser.error(f"--skip: unknown rows {sorted(unknown)}")
-    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGTERM, sigterm_exits)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="inbox-cost-"))

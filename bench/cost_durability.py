@@ -29,11 +29,11 @@ if str(REPO) not in sys.path:
 
 import redis  # noqa: E402
 
-from bench.local_servers import free_port  # noqa: E402
 from bus.api import Bus  # noqa: E402
 from bus.core.settings import Settings  # noqa: E402
 from bus.delivery.dispatch import RecordingDispatcher  # noqa: E402
 from bus.ops.embedded import server_binary  # noqa: E402
+from tests.support.local_servers import free_port  # noqa: E402
 
 
 def _start(binary: str, data: Path, *args: str) -> tuple[subprocess.Popen[bytes], int]:

@@ -40,9 +40,9 @@ import redis
 
 from bench.burst import BenchError, broker_for, close_bus, wait_until
 from bench.cpu_share import TICK, tree
-from bench.idle_memory import stock_binary
 from bench.swarm import Ears, open_running, percentiles, wire
 from bus.core.settings import SOURCE_ROOT, Settings
+from tests.support.local_servers import stock_binary
 
 HOST = "costbench"
 NAIVE_QUEUE = "naive"
@@ -127,7 +127,7 @@ def _cmdline(pid: int) -> bytes:
 Send = Callable[[dict[str, Any]], str]
 
 
-def _env(home: Path, url: str) -> dict[str, str]:
+def inbox_env(home: Path, url: str) -> dict[str, str]:
     return {
         **os.environ,
         "INBOX_HOME": str(home),
@@ -145,7 +145,7 @@ def naive_system(home: Path, url: str, log: Path) -> Iterator[tuple[Send, int]]:
     argv = [sys.executable, "-m", "celery", "-A", "bench.naive_plain", "worker", "-Q"]
     argv += [NAIVE_QUEUE, "-c", "2", "-P", "prefork", "--loglevel", "info"]
     argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
-    proc = _spawn(argv, _env(home, url), log)
+    proc = _spawn(argv, inbox_env(home, url), log)
     app = Celery("naive-sender", broker=broker_for(url))
     try:
         _until(lambda: _logged(log, " ready."), 60, "the naive worker's ready", proc, log)
@@ -165,7 +165,7 @@ def minimal_system(home: Path, url: str, log: Path) -> Iterator[tuple[Send, int]
     import json
 
     argv = [sys.executable, "-m", "bench.cost_sparse", "consume", url, str(home)]
-    proc = _spawn(argv, _env(home, url), log)
+    proc = _spawn(argv, inbox_env(home, url), log)
     r = redis.Redis.from_url(url)
     try:
         _until(lambda: _logged(log, "consuming"), 30, "the minimal consumer", proc, log)
@@ -184,7 +184,7 @@ def minimal_system(home: Path, url: str, log: Path) -> Iterator[tuple[Send, int]
 def bus_system(home: Path, url: str, log: Path, sids: list[str]) -> Iterator[tuple[Send, int]]:
     from bench.burst import celery_bus
 
-    proc = _spawn([str(Path(sys.executable).parent / "inbox"), "up"], _env(home, url), log)
+    proc = _spawn([str(Path(sys.executable).parent / "inbox"), "up"], inbox_env(home, url), log)
     s = sender_settings(home, url)
     b = celery_bus(s)
     try:

@@ -26,7 +26,6 @@ Only the run's own servers are touched: never the shared Redis.
 from __future__ import annotations
 
 import collections
-import hashlib
 import os
 import re
 import shutil
@@ -40,18 +39,9 @@ from typing import Any
 
 import redis
 
+from tests.support.slowlog import QUIET, Slowlog
+
 TICK = os.sysconf("SC_CLK_TCK")
-LUA = Path(__file__).resolve().parent.parent / "bus" / "store" / "lua"
-_QUIET = {
-    "slowlog",
-    "info",
-    "config",
-    "cluster",
-    "ping",
-    "command",
-    "multi",
-    "exec",
-}  # the sampler's own
 
 
 def role_of(cmd: list[str], broker_port: int | None = None) -> str:
@@ -112,106 +102,9 @@ def _cmd(pid: int) -> list[str]:
         return []
 
 
-def _sockets(pids: list[int]) -> dict[str, int]:
-    """``"ip:port"`` of each TCP socket a process of ``pids`` holds -> its pid."""
-    inode_pid: dict[str, int] = {}
-    tables: dict[str, str] = {}  # netns -> its tcp table, read once
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            # An fd closed since the listing (the listing's own, one a thread closed) is
-            # skipped alone: the process's other sockets still count.
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                inode_pid[link[8:-1]] = pid
-        try:
-            ns = os.readlink(f"/proc/{pid}/ns/net")
-            if ns not in tables:
-                tables[ns] = Path(f"/proc/{pid}/net/tcp").read_text()
-        except OSError:
-            continue
-    out: dict[str, int] = {}
-    for table in tables.values():
-        for line in table.splitlines()[1:]:
-            f = line.split()
-            if f[9] in inode_pid:
-                hexip, hexport = f[1].split(":")
-                ip = ".".join(str(b) for b in reversed(bytes.fromhex(hexip)))
-                out[f"{ip}:{int(hexport, 16)}"] = inode_pid[f[9]]
-    return out
-
-
-def _script_names() -> dict[str, str]:
-    from bus.store.lua_files import lua_source
-
-    return {
-        hashlib.sha1(lua_source(p.stem).encode()).hexdigest(): p.stem for p in LUA.glob("*.lua")
-    }
-
-
 def _commandstats(node: Any) -> dict[str, int]:
     info = node.info("commandstats")
     return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}
-
-
-class _Slowlog:
-    """Every command of ``nodes`` for the window, counted per (role, command or script)."""
-
-    def __init__(self, nodes: list[Any], roles: dict[int, str]) -> None:
-        # Clients of their own that do not decode: a logged DUMP or RESTORE is binary.
-        nodes = [
-            redis.Redis(
-                host=kw["host"], port=kw["port"], password=kw.get("password"), socket_timeout=10
-            )
-            for kw in (n.connection_pool.connection_kwargs for n in nodes)
-        ]
-        self.nodes, self.roles = nodes, roles
-        self.counts: collections.Counter[tuple[str, str]] = collections.Counter()
-        # Server time (µs, as the slow log times it) per command or script, whoever sent it.
-        self.micros: collections.Counter[str] = collections.Counter()
-        self.shas = _script_names()
-        self.saved = [n.config_get("slowlog-*") for n in nodes]
-        for n in nodes:
-            # Raw entries: redis-py's parser fails on them inside a MULTI.
-            n.set_response_callback("SLOWLOG GET", lambda r, **_kw: r)
-            n.config_set("slowlog-max-len", 1_000_000)
-            n.config_set("slowlog-log-slower-than", 0)
-            n.slowlog_reset()
-        self.addr: dict[str, int] = {}
-
-    def poll(self) -> None:
-        self.addr.update(_sockets(list(self.roles)))
-        for n in self.nodes:
-            pipe = n.pipeline(transaction=True)  # atomic: no entry logged in between lost
-            pipe.slowlog_get(-1)
-            pipe.slowlog_reset()
-            entries = pipe.execute()[0]
-            for e in entries:  # [id, time, µs, [args], client address, client name]
-                words = [w.decode(errors="replace") for w in e[3]]
-                if not words or words[0].lower() in _QUIET:
-                    continue
-                name = words[0].lower()
-                if name == "evalsha" and len(words) > 1:
-                    name = "lua:" + self.shas.get(words[1], words[1][:8])
-                client = e[4].decode() if len(e) > 4 else ""
-                # A command a script runs is logged too, from no client ("?:0"; none on
-                # older servers): "(lua)".
-                inner = client in ("", "?:0")
-                role = "(lua)" if inner else self.roles.get(self.addr.get(client, -1), "?")
-                self.counts[(role, name)] += 1
-                if not inner:  # a script's own commands' time is inside its time
-                    self.micros[name] += int(e[2])
-
-    def close(self) -> None:
-        for n, saved in zip(self.nodes, self.saved, strict=True):
-            for k, v in saved.items():
-                n.config_set(k, v)
 
 
 def _pyspy(pids: list[int], seconds: float, roles: dict[int, str]) -> dict[str, list[str]]:
@@ -264,7 +157,7 @@ def sample(
     roles = {pid: role_of(_cmd(pid), broker_port) for pid in before}
     stats0 = [_commandstats(n) for n in nodes]
     broker0 = _commandstats(broker) if broker is not None else {}
-    log = _Slowlog(nodes, roles) if slowlog else None
+    log = Slowlog(nodes, roles) if slowlog else None
     spy: dict[str, list[str]] = {}
     t0 = time.monotonic()
     spy_thread = None
@@ -303,11 +196,11 @@ def sample(
     calls: collections.Counter[str] = collections.Counter()
     for n, s0 in zip(nodes, stats0, strict=True):
         for cmd, c in _commandstats(n).items():
-            if cmd.split("|")[0] not in _QUIET:
+            if cmd.split("|")[0] not in QUIET:
                 calls[cmd] += c - s0.get(cmd, 0)
     if broker is not None:
         got = _commandstats(broker)
-        bcalls = sum(c - broker0.get(k, 0) for k, c in got.items() if k.split("|")[0] not in _QUIET)
+        bcalls = sum(c - broker0.get(k, 0) for k, c in got.items() if k.split("|")[0] not in QUIET)
     res: dict[str, Any] = {
         "wall_s": round(wall, 1),
         "cores": {r: round(c, 3) for r, c in sorted(cores.items(), key=lambda x: -x[1])},

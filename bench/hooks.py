@@ -51,10 +51,10 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.worker_proc import WorkerProcess  # noqa: E402
 from bus.api import Bus  # noqa: E402
 from bus.core.settings import Settings  # noqa: E402
 from bus.delivery.dispatch import NullDispatcher  # noqa: E402
+from tests.support.worker_proc import WorkerProcess  # noqa: E402
 
 SID = "bench-hooks"
 PEER = "bench-peer"

@@ -42,52 +42,20 @@ if str(REPO) not in sys.path:
 import redis  # noqa: E402
 
 from bench.burst import BenchError, bench_settings, celery_bus, close_bus, wait_until  # noqa: E402
-from bench.local_servers import EmbeddedCluster, free_cluster_ports, free_port  # noqa: E402
 from bench.swarm import key_kind, open_running, send_all, wire  # noqa: E402
-from bench.worker_proc import WorkerProcess, inbox_worker_argv  # noqa: E402
 from bus.core.settings import Settings  # noqa: E402
-
-
-def stock_binary() -> str:
-    """``INBOX_SERVER_BINARY`` (bench/cost.py --server-binary), else the redis-server on
-    PATH, else the embedded one."""
-    chosen = os.environ.get("INBOX_SERVER_BINARY")
-    if chosen:
-        return chosen
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    from bus.ops.embedded import server_binary
-
-    return server_binary()
-
-
-def stock_server(tmp: Path, stack: ExitStack) -> str:
-    """A redis-server with its defaults but for its port, dir and no persistence."""
-    port = free_port()
-    d = tmp / f"redis-{port}"
-    d.mkdir(parents=True)
-    args = [stock_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d)]
-    args += ["--save", "", "--appendonly", "no", "--daemonize", "no"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    stack.callback(_stop, proc)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    wait_until(lambda: _pings(client), 20, "the stock server answers", 0.05)
-    client.close()
-    return url
+from tests.support.local_servers import (  # noqa: E402
+    EmbeddedCluster,
+    free_cluster_ports,
+    stock_binary,
+    stock_server,
+)
+from tests.support.worker_proc import WorkerProcess, inbox_worker_argv  # noqa: E402
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.terminate()
     proc.wait(10)
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
 
 
 def nodes(s: Settings) -> list[redis.Redis]:

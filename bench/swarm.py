@@ -62,13 +62,13 @@ from rich.table import Table  # noqa: E402
 from bench.burst import (  # noqa: E402
     STARTED,
     BenchError,
-    _cleanup_keys,
-    _sigterm,
     bench_settings,
     celery_bus,
+    cleanup_keys,
     close_bus,
     pick_redis,
     scheduler_thread,
+    sigterm_exits,
     start_worker,
     wait_until,
 )
@@ -819,7 +819,7 @@ def main(argv: list[str] | None = None) -> int:
         int(w) for w in (args.workers or ("1" if args.size == "tiny" else "1,2,4")).split(",")
     ]
     skip = set(filter(None, args.skip.split(",")))
-    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGTERM, sigterm_exits)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     console = Console(width=None if sys.stdout.isatty() else 140)
     started = time.perf_counter()
@@ -830,7 +830,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.callback(shutil.rmtree, tmp, ignore_errors=True)
         try:
             url, found = pick_redis(args.redis_url, tmp, stack)
-            stack.callback(_cleanup_keys, console, url, prefix)
+            stack.callback(cleanup_keys, console, url, prefix)
             home = tmp / "home"
             home.mkdir()
             s = bench_settings(home, url, prefix, own_server=found == STARTED)

@@ -13,16 +13,17 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bench.chaos import FAULT_WINDOW_S, _pct
+from bench.chaos import FAULT_WINDOW_S, pct
 
-if TYPE_CHECKING:
-    from bench.swarm_hosts import HostsSoak
+# The soak swarm_hosts.py runs (its HostsSoak, which imports this module: named here by
+# its role so the arrow points one way).
+HostsSoak = Any
 
 
 def _spread(xs: list[float]) -> dict[str, Any]:
-    return {"p50": _pct(xs, 50), "p99": _pct(xs, 99), "max": _pct(xs, 100), "n": len(xs)}
+    return {"p50": pct(xs, 50), "p99": pct(xs, 99), "max": pct(xs, 100), "n": len(xs)}
 
 
 def account_extra(
@@ -43,9 +44,9 @@ def account_extra(
         (faulty if under else calm).setdefault(kind, []).append(h - t)
     every_calm = [x for xs in calm.values() for x in xs]
     every_faulty = [x for xs in faulty.values() for x in xs]
-    res["heard_p50_calm_s"], res["heard_p99_calm_s"] = _pct(every_calm, 50), _pct(every_calm, 99)
-    res["heard_p50_faults_s"] = _pct(every_faulty, 50)
-    res["heard_p99_faults_s"] = _pct(every_faulty, 99)
+    res["heard_p50_calm_s"], res["heard_p99_calm_s"] = pct(every_calm, 50), pct(every_calm, 99)
+    res["heard_p50_faults_s"] = pct(every_faulty, 50)
+    res["heard_p99_faults_s"] = pct(every_faulty, 99)
     res["heard_calm_by_kind_s"] = {k: _spread(v) for k, v in sorted(calm.items())}
     res["heard_faults_by_kind_s"] = {k: _spread(v) for k, v in sorted(faulty.items())}
     # A harness shows what its socket took at its next tool step (every --step seconds).
@@ -158,8 +159,8 @@ def _learned(soak: HostsSoak) -> dict[str, Any]:
         "sessions_learned": len(sids),
         "sessions": targets,
         "first_s": round(ts[0], 3) if ts else None,
-        "p50_s": _pct(ts, 50),
-        "last_s": _pct(ts, 100),
+        "p50_s": pct(ts, 50),
+        "last_s": pct(ts, 100),
     }
 
 

@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import chaos
+from tests.support.netns import kill_ns, ns_pids
 
 if TYPE_CHECKING:
-    from bench.cluster_nodes import ReplicatedCluster
-    from bench.netns import HostNet
     from bus.api import Bus
+    from tests.support.cluster_nodes import ReplicatedCluster
+    from tests.support.netns import HostNet
 
 FAULT_KINDS = ("worker_kill", "workers_kill", "master_kill", "partition", "remove")
 
@@ -54,23 +55,6 @@ def default_plan(hosts: int, worker_kills: int) -> list[str]:
         plan.append("remove")
     plan += ["master_kill", "workers_kill"]
     return plan + ["worker_kill"] * max(0, worker_kills - 1)
-
-
-def ns_pids(ns: str) -> list[int]:
-    """The processes in network namespace ``ns``."""
-    got = subprocess.run(
-        ["ip", "netns", "pids", ns], capture_output=True, text=True, check=False, timeout=30
-    )
-    return [int(p) for p in got.stdout.split() if p.isdigit()]
-
-
-def kill_ns(ns: str) -> None:
-    """SIGKILL every process in network namespace ``ns``."""
-    for pid in ns_pids(ns):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 class Faults:
@@ -190,4 +174,4 @@ class Faults:
         return default_plan(len(self.hosts), self.args.faults)
 
 
-__all__ = ["FAULT_KINDS", "Faults", "default_plan", "kill_ns", "ns_pids", "parse_plan"]
+__all__ = ["FAULT_KINDS", "Faults", "default_plan", "parse_plan"]

@@ -5,9 +5,9 @@
 
 Setup (all started by this script as root, all stopped and removed at the end):
 
-- a bridge and, per host ``h0``..``hN-1``, a network namespace on it (bench/netns.py);
+- a bridge and, per host ``h0``..``hN-1``, a network namespace on it (tests/support/netns.py);
 - the store: a 3-master Redis Cluster with one replica each, with a password, on the
-  bridge; the Celery broker: a standalone Redis of its own (bench/cluster_nodes.py);
+  bridge; the Celery broker: a standalone Redis of its own (tests/support/cluster_nodes.py);
 - per host, inside its namespace: ``inbox up`` (a supervised worker and a scheduler, as a
   user runs it) with its own ``INBOX_HOME``, reaching the store over TCP; and the host's
   harness process (bench/swarm_roles.py): socket listeners that ack, floor sessions
@@ -49,16 +49,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import chaos, cpu_share
 from bench.chaos import Soak
-from bench.cluster_nodes import Broker, ReplicatedCluster, _wait
-from bench.netns import HostNet
 from bench.swarm_account import account_extra, report_extra
 from bench.swarm_coordinator import COORD, Coordinator, pick_lanes, progress, run_kills
 from bench.swarm_coordinator import report as coordinator_report
-from bench.swarm_faults import Faults, kill_ns, parse_plan
+from bench.swarm_faults import Faults, parse_plan
 from bench.swarm_roles import add_role_args, role_harness, role_sender
 from bus.api import Bus
 from bus.core.settings import SOURCE_ROOT, Settings
 from bus.ops.procs import die_with_parent
+from tests.support.cluster_nodes import Broker, ReplicatedCluster, wait_for
+from tests.support.netns import HostNet, kill_ns
 
 PREFIX = "swarm"
 KINDS = ("sock", "floor", "wake")
@@ -183,7 +183,7 @@ class HostsSoak(Faults, Soak):
         for sid, (_host, kind) in self.sessions.items():
             if kind == "sock":
                 sock = self.bus(_host).floor.session_dir(sid) / "inbox.sock"
-                _wait(f"{sid}'s listener", deadline, sock.exists)
+                wait_for(f"{sid}'s listener", deadline, sock.exists)
         if lanes:
             self.coord = Coordinator(self, self.hosts[0], lanes)
             self.coord.start()
@@ -218,7 +218,7 @@ class HostsSoak(Faults, Soak):
             return log.exists() and " ready." in log.read_text(errors="replace")
 
         try:
-            _wait(f"{host}'s worker ready", deadline, ready)
+            wait_for(f"{host}'s worker ready", deadline, ready)
         except (_UpExited, RuntimeError) as exc:
             tails = "".join(
                 f"\n--- the end of {p.name} ---\n{_tail(p)}"

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.chaos import _ids_of, _recover_taken, _retrying
+from bench.chaos import ids_of, recover_taken, retrying
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.floor import DRAINING_PREFIX, MESSAGES
@@ -62,12 +62,12 @@ def role_harness(args: argparse.Namespace) -> int:
     wakes_dir = Path(args.wakes)
     replies: queue.Queue[tuple[str, str]] = queue.Queue()
     with open(out_path, "a", buffering=1) as raw_out:
-        _recover_taken(bus, spec["floor"], out_path, raw_out)
+        recover_taken(bus, spec["floor"], out_path, raw_out)
     out = _Log(out_path)
     sent = _Log(out_path.parent / f"sent-reply-{settings.host}.txt")
 
     def heard(sid: str, kind: str, lines: list[dict[str, Any]], t: float) -> None:
-        ids = [i for line in lines for i in _ids_of(line)]
+        ids = [i for line in lines for i in ids_of(line)]
         if not ids:
             return
         n = sum(1 for line in lines if line.get("kind") == "notice")
@@ -91,10 +91,10 @@ def role_harness(args: argparse.Namespace) -> int:
         while True:
             sid, mid = replies.get()
             try:
-                answer = _retrying(
+                answer = retrying(
                     lambda s=sid, m=mid: bus.store.first_answer(s, m), time.monotonic() + 60
                 )
-                res = _retrying(
+                res = retrying(
                     lambda s=sid, m=mid, a=answer: bus.reply(s, a["thread"], f"re {m}"),
                     time.monotonic() + 60,
                 )
@@ -198,7 +198,7 @@ def role_sender(args: argparse.Namespace) -> int:
         except Exception as exc:
             out.write(f"waited {fields['id']} error:{type(exc).__name__} {_now() - t:.3f}")
             # Stored or not? A resend with the same id tells, and stores it at most once.
-            _retrying(lambda: bus.send(dict(fields)), time.monotonic() + 120)
+            retrying(lambda: bus.send(dict(fields)), time.monotonic() + 120)
             out.write(f"{fields['id']} {fields['to_id']} {t:.3f}")
 
     start = time.monotonic()
@@ -238,14 +238,14 @@ def role_sender(args: argparse.Namespace) -> int:
         if prefix == "wt":
             waits.submit(waited, fields, t)
             continue
-        answer = _retrying(lambda f=fields: bus.send(dict(f)), time.monotonic() + 120)
+        answer = retrying(lambda f=fields: bus.send(dict(f)), time.monotonic() + 120)
         out.write(f"{mid} {sid} {t:.3f}")
         state = (answer.get("recipient") or {}).get("state")
         if state == "stale" and sid not in gone:
             gone.add(sid)
             learn.write(json.dumps({"sid": sid, "t": _now(), "sender": args.index}))
         if rnd.random() < args.resend:  # the same id again: stored and carried once
-            _retrying(lambda f=fields: bus.send(dict(f)), time.monotonic() + 120)
+            retrying(lambda f=fields: bus.send(dict(f)), time.monotonic() + 120)
             out.write(f"resend {mid}")
     waits.shutdown(wait=True)
     return 0

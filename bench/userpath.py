@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.burst import BenchError, wait_until
-from bench.local_servers import free_port
 from bus.api import Bus
 from bus.core.settings import SOURCE_ROOT, Settings
+from tests.support.local_servers import free_port
 
 HTTP_BATCH = 5000
 

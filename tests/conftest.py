@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 import redis
 
-from bench.worker_proc import WorkerProcess, inbox_worker_argv
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.ops.embedded import EmbeddedRedis
+from tests.support.worker_proc import WorkerProcess, inbox_worker_argv
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,7 +41,7 @@ def _answers(url: str) -> bool:
 
 def _free_port() -> int:
     # Outside the ephemeral range: some tests restart a server on it while clients reconnect.
-    from bench.local_servers import free_port
+    from tests.support.local_servers import free_port
 
     return free_port()
 
@@ -215,7 +215,7 @@ def redis_cluster_url() -> Iterator[str]:
     if url:
         yield url
         return
-    from bench.local_servers import EmbeddedCluster, free_cluster_ports
+    from tests.support.local_servers import EmbeddedCluster, free_cluster_ports
 
     tmp = Path(tempfile.mkdtemp(prefix="inbox-test-cluster-"))
     cluster = EmbeddedCluster(tmp, free_cluster_ports(3)).start()
@@ -254,7 +254,7 @@ def pytest_terminal_summary(
     """One line at the very end naming the real-CLI tests skipped (the harness CLIs or
     tmux are not installed here) and the command that installs them."""
     yield
-    from tests.harness_support import SKIP_HEAD, install_command
+    from tests.support.harness_support import SKIP_HEAD, install_command
 
     skipped = [
         r

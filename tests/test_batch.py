@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 
-from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.clock import ManualClock
 from bus.core.models import SessionInfo
@@ -19,7 +18,8 @@ from bus.delivery.engine import after_step, deliver_many, takes_batch
 from bus.store.delivery import DeliveryStart
 from bus.telemetry.metrics import summed
 from tests.conftest import wait_for
-from tests.kicks import pop_kicks
+from tests.support.kicks import pop_kicks
+from tests.support.worker_proc import WorkerProcess
 from tests.test_inbox_live import Scheduler, events
 
 

@@ -14,10 +14,10 @@ import pytest
 import redis
 from celery import states
 
-from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.settings import SOURCE_ROOT, Settings, kombu_url
 from bus.trust.tokens import SCOPE_READ, SCOPE_WRITE, issue
+from tests.support.worker_proc import WorkerProcess
 from workers.app import make_app, result_options
 from workers.dispatch import CeleryDispatcher
 from workers.tasks import SendRefused

@@ -25,7 +25,7 @@ from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.scheduler import sweep_backlogs, tick
 from tests.conftest import WorkerProcess, wait_for
-from tests.kicks import pop_kicks
+from tests.support.kicks import pop_kicks
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
 

@@ -3,7 +3,7 @@ one pipeline per node (bus/store/cluster.py ``OrderedBatch``, ``run_commands``):
 the queued order, a script seeing the writes queued before it, a lost script loaded
 again, a command a node answers ``MOVED`` run again where its slot is."""
 
-# ruff: noqa: F811  (the store fixture, imported from tests.store_backends)
+# ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -16,7 +16,7 @@ import redis.connection
 from bus.store.cluster_reach import ClusterUnreachable
 from bus.store.outage_log import OUTAGE_ERRORS
 from bus.store.store import Store
-from tests.store_backends import SIDS, store  # noqa: F401  (the fixture)
+from tests.support.store_backends import SIDS, store  # noqa: F401  (the fixture)
 
 
 def lock(s: Store, sid: str) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.local_servers import free_port
 from bus.store.cluster import cluster_client, split_nodes
+from tests.support.local_servers import free_port
 
 
 @pytest.mark.parametrize(

@@ -21,12 +21,19 @@ from typing import Any
 
 import pytest
 
-from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.settings import Settings
 from tests.conftest import wait_for
-from tests.harness_support import INBOX, Tmux, bare_env, find_cli, install_hooks, only_session
-from tests.model_stub import ModelStub, request_text
+from tests.support.harness_support import (
+    INBOX,
+    Tmux,
+    bare_env,
+    find_cli,
+    install_hooks,
+    only_session,
+)
+from tests.support.model_stub import ModelStub, request_text
+from tests.support.worker_proc import WorkerProcess
 from tests.test_inbox_live import Scheduler, celery_bus, events
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

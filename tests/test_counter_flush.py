@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import redis
 
-from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.telemetry.counter_flush import HeldCounters
 from bus.telemetry.metrics import Metrics
 from tests.conftest import wait_for
+from tests.support.worker_proc import WorkerProcess
 from tests.test_delivery_trips import Trips, standalone
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher

@@ -1,4 +1,4 @@
-"""bench/cpu_share.py's slow-log sampler: each command and script of the window counted
+"""The slow-log sampler (bench/cpu_share.py's): each command and script of the window counted
 under the process that sent it, a script named by its file and timed.
 
 On a throw-away server: the sampler sets the slow log's options for its window."""
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import redis
 
-from bench import cpu_share
-from bench.idle_memory import stock_server
 from bus.store.lua_files import lua_source
+from tests.support.local_servers import stock_server
+from tests.support.slowlog import Slowlog
 
 
 def test_the_slowlog_sampler_counts_and_times_each_script_by_its_name() -> None:
@@ -24,7 +24,7 @@ def test_the_slowlog_sampler_counts_and_times_each_script_by_its_name() -> None:
         saved = node.config_get("slowlog-log-slower-than")
         node.set("k", "v")
         sha = node.script_load(lua_source("queue_trim"))
-        log = cpu_share._Slowlog([node], {os.getpid(): "test"})
+        log = Slowlog([node], {os.getpid(): "test"})
         try:
             for _ in range(5):
                 node.evalsha(sha, 2, "stream", "cursor")

@@ -2,7 +2,7 @@
 ``take_due.lua`` on both backends, the others' looks without round trips, and two real
 scheduler loops on one prefix handing the entries over when the taker stops."""
 
-# ruff: noqa: F811  (the store fixture, imported from tests.store_backends)
+# ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)
 from __future__ import annotations
 
 import threading
@@ -19,7 +19,7 @@ from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.due_taker import CLAIM_MS, Taker, taker_name
 from bus.store.store import Store
 from tests.conftest import wait_for
-from tests.store_backends import store  # noqa: F401  (the fixture)
+from tests.support.store_backends import store  # noqa: F401  (the fixture)
 
 
 def test_only_the_claim_s_holder_takes_and_each_take_renews_it(store: Store) -> None:

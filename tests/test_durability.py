@@ -20,8 +20,7 @@ from bus.api import Bus
 from bus.core.errors import NotDurable
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
-
-from .durable_servers import server, version_of, waitaof_binary
+from tests.support.durable_servers import server, version_of, waitaof_binary
 
 
 def bus_on(settings: Settings, url: str, **over: object) -> Bus:

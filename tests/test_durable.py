@@ -276,7 +276,7 @@ def test_the_gateway_streams_a_durable_subscription_as_server_sent_events(
 ) -> None:
     import http.client
 
-    from bench.local_servers import free_port
+    from tests.support.local_servers import free_port
 
     bus.open_session("coord")
     bus.open_session("lane", parent="coord")

@@ -44,9 +44,9 @@ def test_a_free_port_lies_outside_the_ephemeral_range_and_binds() -> None:
     # connection (or a client's self-connect while reconnecting to it).
     import socket
 
-    from bench.local_servers import _ephemeral_range, free_port
+    from tests.support.local_servers import ephemeral_range, free_port
 
-    low, high = _ephemeral_range()
+    low, high = ephemeral_range()
     for _ in range(20):
         port = free_port()
         assert not low <= port <= high

@@ -1,6 +1,6 @@
 """The store on a Redis Cluster whose master fails over to its replica mid-call.
 
-A 3-master cluster with one replica each (bench/cluster_nodes.py, on loopback, a short
+A 3-master cluster with one replica each (tests/support/cluster_nodes.py, on loopback, a short
 ``cluster-node-timeout``), started per test; the Celery broker stays the suite's Redis.
 """
 
@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from bench.cluster_nodes import ReplicatedCluster
 from bus.api import Bus
 from bus.core.errors import Unavailable
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from tests.conftest import wait_for
+from tests.support.cluster_nodes import ReplicatedCluster
 
 pytestmark = pytest.mark.slow
 

@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench.local_servers import free_port
 from bus.api import Bus
 from bus.core.errors import NotDurable
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
-
-from .conftest import wait_for
-from .durable_servers import server, waitaof_binary
+from tests.conftest import wait_for
+from tests.support.durable_servers import server, waitaof_binary
+from tests.support.local_servers import free_port
 
 
 class PausableHop:

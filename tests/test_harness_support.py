@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.harness_support import CLI_PACKAGES, SKIP_HEAD, clis_required
+from tests.support.harness_support import CLI_PACKAGES, SKIP_HEAD, clis_required
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,6 @@ import psutil
 import pytest
 import redis
 
-from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.models import SessionInfo
 from bus.core.settings import Settings
@@ -21,6 +20,7 @@ from bus.delivery.holder_watch import HolderWatch, verdict
 from bus.surfaces import codex_wake
 from bus.surfaces.hooks_codex import run_codex_hook
 from tests.conftest import wait_for
+from tests.support.worker_proc import WorkerProcess
 from tests.test_inbox_live import events
 
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.surfaces.hooks import EVENTS
 from tests.conftest import wait_for
+from tests.support.worker_proc import WorkerProcess
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
 

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.local_servers import free_port
-from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.errors import Unavailable
 from bus.core.settings import Settings
 from bus.ops.embedded import EmbeddedRedis
 from tests.conftest import wait_for
-from tests.harness_support import install_hooks
+from tests.support.harness_support import install_hooks
+from tests.support.local_servers import free_port
+from tests.support.worker_proc import WorkerProcess
 from tests.test_inbox_live import Scheduler, celery_bus, events, marks
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

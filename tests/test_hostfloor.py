@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from bench.worker_proc import inbox_worker_argv
 from bus.api import Bus
 from bus.core.settings import SOURCE_ROOT, Settings
 from bus.telemetry.host_floor import (
@@ -26,6 +25,7 @@ from bus.telemetry.host_floor import (
     stop_reason,
 )
 from tests.conftest import WorkerProcess, wait_for
+from tests.support.worker_proc import inbox_worker_argv
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
 

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import redis
 
-from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
@@ -23,6 +22,7 @@ from bus.delivery.kick_list import ListDispatcher
 from bus.ops.embedded import EmbeddedRedis
 from bus.surfaces.listener import Listener
 from tests.conftest import _free_port, collect, wait_for
+from tests.support.worker_proc import WorkerProcess
 
 
 def kick_bus(s: Settings) -> tuple[Bus, RecordingDispatcher]:

@@ -3,7 +3,7 @@
 session's ``parent``, in a table of cases, and a lookup whose Redis calls do not grow with
 the sessions that are not its lanes."""
 
-# ruff: noqa: F811  (the store fixture, imported from tests.store_backends)
+# ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -16,7 +16,7 @@ from bus.core.models import SessionInfo, now_ms
 from bus.services.durable_watch import lanes
 from bus.store import many
 from bus.store.store import Store
-from tests.store_backends import store  # noqa: F401  (the fixture)
+from tests.support.store_backends import store  # noqa: F401  (the fixture)
 
 
 def open_(s: Store, sid: str, parent: str | None = None) -> None:

@@ -69,7 +69,7 @@ def _cold_send(
     env = settings.child_env()
     env.update(
         INBOX_FAST_SEND="0",
-        INBOX_DISPATCHER="tests.kicks:FileDispatcher",
+        INBOX_DISPATCHER="tests.support.kicks:FileDispatcher",
         INBOX_TEST_DISPATCH_LOG=str(log),
     )
     argv = [str(INBOX), "send", "--to-id", to, "--from", "lazy:me", "--text", "hi"]

@@ -21,7 +21,7 @@ import pytest
 from bus.core.locate import embedded_socket
 from bus.local.runtime_dir import UnsafeFolder, open_private
 from bus.surfaces import command_server
-from tests.local_users import Listener, User, as_user, make_folders, run_inbox, two_users
+from tests.support.local_users import Listener, User, as_user, make_folders, run_inbox, two_users
 
 __all__ = ["two_users"]  # the fixture, used by name
 

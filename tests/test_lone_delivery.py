@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from bench.lone_trips import Trips, script_names
 from bus.api import Bus
 from bus.core import policy
 from bus.delivery import engine, kick_list
@@ -29,6 +28,7 @@ from bus.ops.embedded import EmbeddedRedis
 from bus.store.delivery import DeliverySnapshot, taken_records
 from bus.surfaces.listener import Listener
 from tests.conftest import collect, wait_for
+from tests.support.trips import Trips, script_names
 
 
 def _snapshot_with_take(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from tests.kicks import pop_kicks
+from tests.support.kicks import pop_kicks
 from tests.test_delivery_trips import Trips, trips  # noqa: F401 (the fixture)
 
 

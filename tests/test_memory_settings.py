@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench.local_servers import free_port
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
@@ -21,6 +20,7 @@ from bus.store import server_memory
 from bus.store.compaction import compact_sessions
 from bus.store.server_memory import WANTED, Wanted, plan, worst
 from tests.conftest import wait_for
+from tests.support.local_servers import free_port
 
 STREAM = WANTED[0]
 
@@ -193,7 +193,7 @@ def test_an_idle_session_costs_at_most_2_kb_on_a_stock_server_the_bus_set(
 def test_every_node_of_a_stock_cluster_gets_the_settings(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from bench.local_servers import EmbeddedCluster, free_cluster_ports
+    from tests.support.local_servers import EmbeddedCluster, free_cluster_ports
 
     with EmbeddedCluster(tmp_path / "c", free_cluster_ports(3), memory_args=False) as cluster:
         bus = _bus(cluster.url, tmp_path)

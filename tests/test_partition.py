@@ -293,7 +293,7 @@ def test_a_cluster_client_with_no_node_to_reach_fails_as_an_outage() -> None:
 def test_a_cluster_whose_nodes_all_went_away_is_an_outage_and_a_heartbeat_survives_it(
     tmp_path: Path, settings: Settings
 ) -> None:
-    from bench.local_servers import EmbeddedCluster, free_cluster_ports
+    from tests.support.local_servers import EmbeddedCluster, free_cluster_ports
 
     cluster = EmbeddedCluster(tmp_path, free_cluster_ports(1)).start()
     try:

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import redis
 
-from bench.worker_proc import WorkerProcess
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.lease import Lease
@@ -22,6 +21,7 @@ from bus.store.outage_log import Outage
 from bus.surfaces.listener import Listener
 from bus.telemetry import liveness
 from tests.conftest import _free_port, wait_for
+from tests.support.worker_proc import WorkerProcess
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
 

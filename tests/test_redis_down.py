@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench.local_servers import free_port
 from bus.core.settings import Settings
 from bus.ops.embedded import EmbeddedRedis
 from bus.store.connection import redis_client
 from bus.store.redis_errors import down_message
+from tests.support.local_servers import free_port
 
 
 def inbox(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,10 +1,10 @@
 """The storage contract of what every aggregate of the store shares (the client, the
 pipelines, the scripts, the counters, the batched reads), held against every backend (a
-standalone Redis and a Redis Cluster: tests/store_backends.py). Each aggregate has its
+standalone Redis and a Redis Cluster: tests/support/store_backends.py). Each aggregate has its
 own suite beside this one: ``tests/test_store_<aggregate>.py``.
 """
 
-# ruff: noqa: F811  (the store fixture, imported from tests.store_backends)
+# ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)
 from __future__ import annotations
 
 import threading
@@ -19,7 +19,7 @@ from bus.core.errors import Unavailable
 from bus.store.cluster import OrderedBatch, read_streams
 from bus.store.keys import Keys
 from bus.store.store import Store
-from tests.store_backends import SIDS, store  # noqa: F401  (the fixture)
+from tests.support.store_backends import SIDS, store  # noqa: F401  (the fixture)
 
 
 def test_the_sessions_used_here_span_several_cluster_nodes() -> None:

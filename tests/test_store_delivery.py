@@ -1,14 +1,14 @@
 """The store's delivery side (bus/store/delivery.py): a delivery's grouped round trips and
 the one notice's steps, held to their contract on every backend (a standalone Redis and a
-Redis Cluster: tests/store_backends.py)."""
+Redis Cluster: tests/support/store_backends.py)."""
 
-# ruff: noqa: F811  (the store fixture, imported from tests.store_backends)
+# ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)
 from __future__ import annotations
 
 from bus.store import packing
 from bus.store.delivery import taken_records
 from bus.store.store import Store
-from tests.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
+from tests.support.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
 
 
 def ingest(store: Store, sid: str, msg_id: str, at: int = 1000) -> None:

@@ -19,10 +19,9 @@ from bus.api import Bus
 from bus.core.errors import BusError, StoreRefused
 from bus.core.settings import Settings
 from bus.ops.embedded import server_binary
-
-from .durable_servers import server
-from .test_durability import bus_on, cli
-from .test_mcp import call, mcp_client
+from tests.support.durable_servers import server
+from tests.test_durability import bus_on, cli
+from tests.test_mcp import call, mcp_client
 
 
 def fail_saves(url: str, data: Path) -> None:

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import redis
 
-from bench.worker_proc import WorkerProcess
 from bus.core.settings import Settings
 from bus.ops.embedded import server_binary
-
-from .conftest import wait_for
-from .durable_servers import server
-from .test_store_faults import fail_saves
+from tests.conftest import wait_for
+from tests.support.durable_servers import server
+from tests.support.worker_proc import WorkerProcess
+from tests.test_store_faults import fail_saves
 
 
 def said(w: WorkerProcess, words: str) -> bool:

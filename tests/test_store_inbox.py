@@ -1,14 +1,14 @@
 """The store's inbox side: records, marks, threads, waiters, the turn's answer
 (bus/store/inbox.py), held to its contract on every backend (a standalone Redis and a Redis
-Cluster: tests/store_backends.py)."""
+Cluster: tests/support/store_backends.py)."""
 
-# ruff: noqa: F811  (the store fixture, imported from tests.store_backends)
+# ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)
 from __future__ import annotations
 
 import json
 
 from bus.store.store import Store
-from tests.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
+from tests.support.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
 
 
 def test_inbox_and_thread_reads_of_missing_things_answer_empty(store: Store) -> None:

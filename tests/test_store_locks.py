@@ -1,8 +1,8 @@
 """The store's delivery locks: one holder, the lease, many at once (bus/store/locks.py), held
 to its contract on every backend (a standalone Redis and a Redis Cluster:
-tests/store_backends.py)."""
+tests/support/store_backends.py)."""
 
-# ruff: noqa: F811  (the store fixture, imported from tests.store_backends)
+# ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)
 from __future__ import annotations
 
 import pytest
@@ -12,7 +12,7 @@ from bus.core.errors import Unavailable
 from bus.store.keys import Keys
 from bus.store.redis_errors import StoreFailed
 from bus.store.store import Store
-from tests.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
+from tests.support.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
 
 
 def test_the_lock_has_one_holder_and_only_its_token_releases_it(store: Store) -> None:

@@ -1,14 +1,14 @@
 """The store's queues: append once per id, cursor, raw line in flight, trim
 (bus/store/queue.py), held to its contract on every backend (a standalone Redis and a Redis
-Cluster: tests/store_backends.py)."""
+Cluster: tests/support/store_backends.py)."""
 
-# ruff: noqa: F811  (the store fixture, imported from tests.store_backends)
+# ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)
 from __future__ import annotations
 
 import json
 
 from bus.store.store import Store
-from tests.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
+from tests.support.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
 
 
 def test_append_stores_an_id_once_and_dispatches_once(store: Store) -> None:

@@ -1,8 +1,8 @@
 """The store's schedule: due times, the sweeps' claims, heartbeats (bus/store/schedule.py),
 held to its contract on every backend (a standalone Redis and a Redis Cluster:
-tests/store_backends.py)."""
+tests/support/store_backends.py)."""
 
-# ruff: noqa: F811  (the store fixture, imported from tests.store_backends)
+# ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)
 from __future__ import annotations
 
 import threading
@@ -13,7 +13,7 @@ import pytest
 
 from bus.store.many import SweepView
 from bus.store.store import Store
-from tests.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
+from tests.support.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
 
 
 def test_the_schedule_keeps_the_earlier_time_and_hands_each_entry_out_once(

@@ -1,11 +1,11 @@
 """The store's sessions: records and their registry (bus/store/sessions.py), held to its
-contract on every backend (a standalone Redis and a Redis Cluster: tests/store_backends.py)."""
+contract on every backend (a standalone Redis and a Redis Cluster: tests/support/store_backends.py)."""
 
-# ruff: noqa: F811  (the store fixture, imported from tests.store_backends)
+# ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)
 from __future__ import annotations
 
 from bus.store.store import Store
-from tests.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
+from tests.support.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
 
 
 def test_sessions_put_update_and_list_across_slots(store: Store) -> None:

@@ -285,8 +285,8 @@ def test_a_killed_supervisor_leaves_no_child_behind(tmp_path: Path) -> None:
 def test_a_worker_cut_off_with_redis_gets_the_whole_bound_once_redis_answers(
     tmp_path: Path,
 ) -> None:
-    from bench.local_servers import free_port
     from bus.ops.embedded import server_binary
+    from tests.support.local_servers import free_port
 
     port = free_port()
     argv = [server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", ""]

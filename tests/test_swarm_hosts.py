@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.netns import unavailable
 from tests.conftest import REPO
+from tests.support.netns import unavailable
 
 
 @pytest.mark.slow

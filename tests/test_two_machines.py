@@ -24,9 +24,8 @@ from typing import Any
 
 import pytest
 
-from bench.netns import HostNet, unavailable
-from bench.swarm_faults import kill_ns
 from tests.conftest import REPO, wait_for
+from tests.support.netns import HostNet, kill_ns, unavailable
 
 pytestmark = pytest.mark.slow
 

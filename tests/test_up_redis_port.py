@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import redis
 
-from bench.local_servers import free_port
 from tests.conftest import wait_for
+from tests.support.local_servers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.worker_proc import WorkerProcess
 from bus.core.settings import Settings
 from tests.conftest import wait_for
+from tests.support.worker_proc import WorkerProcess
 from tests.test_inbox_live import Scheduler, celery_bus, events
 
 

@@ -18,9 +18,17 @@ import pytest
 from bus.api import Bus
 from bus.core.settings import Settings
 from tests.conftest import WorkerProcess, wait_for
-from tests.harness_support import missing
+from tests.support.harness_support import missing
+from tests.support.web_support import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    Served,
+    chart_png,
+    cli,
+    free_port,
+)
 from tests.test_inbox_live import Scheduler, celery_bus, events
-from tests.web_support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Served, chart_png, cli, free_port
 
 pytestmark = pytest.mark.slow
 

@@ -356,7 +356,7 @@ def test_the_live_stream_ends_in_time_and_resumes_after_its_last_event_id(
     import httpx
 
     from bus.surfaces.web import live as web_live
-    from tests.web_support import Served, free_port
+    from tests.support.web_support import Served, free_port
 
     monkeypatch.setattr(web_live, "STREAM_LIFETIME_S", 1.0)
     monkeypatch.setattr(web_live, "ROWS_EVERY_S", 0.2)

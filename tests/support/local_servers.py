@@ -3,16 +3,21 @@ redis-server children (the binary ``inbox up`` embeds), joined without redis-cli
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import time
 from collections.abc import Collection
+from contextlib import ExitStack
 from pathlib import Path
+
+import redis
 
 from bus.ops.embedded import MEMORY_ARGS, server_binary
 from bus.store.server_probe import ClusterNode
 
 
-def _ephemeral_range() -> tuple[int, int]:
+def ephemeral_range() -> tuple[int, int]:
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low, high = (int(x) for x in f.read().split())
@@ -31,7 +36,7 @@ def free_port() -> int:
     import random
     import socket
 
-    low, high = _ephemeral_range()
+    low, high = ephemeral_range()
     candidates = [p for p in range(10000, 65000) if not low <= p <= high]
     rnd = random.Random()
     for _ in range(200):
@@ -56,7 +61,7 @@ def free_cluster_ports(count: int, taken: Collection[int] = ()) -> list[int]:
     import random
     import socket
 
-    low, high = _ephemeral_range()
+    low, high = ephemeral_range()
     candidates = [
         p
         for p in range(10000, 55535)
@@ -186,3 +191,49 @@ class EmbeddedCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def stock_binary() -> str:
+    """``INBOX_SERVER_BINARY`` (bench/cost.py --server-binary), else the redis-server on
+    PATH, else the embedded one."""
+    chosen = os.environ.get("INBOX_SERVER_BINARY")
+    if chosen:
+        return chosen
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    from bus.ops.embedded import server_binary
+
+    return server_binary()
+
+
+def stock_server(tmp: Path, stack: ExitStack) -> str:
+    """A redis-server with its defaults but for its port, dir and no persistence."""
+    port = free_port()
+    d = tmp / f"redis-{port}"
+    d.mkdir(parents=True)
+    args = [stock_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d)]
+    args += ["--save", "", "--appendonly", "no", "--daemonize", "no"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stack.callback(_stop, proc)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 20
+    while not _pings(client):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the stock server on {port} does not answer")
+        time.sleep(0.05)
+    client.close()
+    return url
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(10)
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False

@@ -23,14 +23,14 @@ from typing import Any
 
 import redis
 
-from bench.local_servers import free_cluster_ports
 from bus.ops.embedded import MEMORY_ARGS, server_binary
 from bus.ops.procs import die_with_parent
+from tests.support.local_servers import free_cluster_ports
 
 SLOTS = 16384
 
 
-def _wait(what: str, deadline: float, check: Any, every: float = 0.05) -> Any:
+def wait_for(what: str, deadline: float, check: Any, every: float = 0.05) -> Any:
     while True:
         try:
             got = check()
@@ -93,7 +93,7 @@ class Broker(Node):
     def start_and_wait(self, timeout: float = 30.0) -> None:
         self.start()
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        _wait("the broker's ping", time.monotonic() + timeout, client.ping)
+        wait_for("the broker's ping", time.monotonic() + timeout, client.ping)
         client.close()
 
 
@@ -155,7 +155,7 @@ class ReplicatedCluster:
             node.start()
         try:
             for node in self.nodes:
-                _wait("a cluster node's ping", deadline, lambda node=node: self._answers(node))
+                wait_for("a cluster node's ping", deadline, lambda node=node: self._answers(node))
             clients = [self.client(n) for n in self.nodes]
             heads = clients[: self.masters]
             per = SLOTS // self.masters
@@ -168,13 +168,13 @@ class ReplicatedCluster:
             ids = [c.execute_command("CLUSTER MYID") for c in heads]
             for n, c in enumerate(clients[self.masters :]):
                 master_id = ids[n % self.masters]
-                _wait(
+                wait_for(
                     "a replica learning its master",
                     deadline,
                     lambda c=c, m=master_id: _knows(c, m),
                 )
                 c.execute_command("CLUSTER REPLICATE", master_id)
-            _wait("cluster_state:ok with every replica in sync", deadline, self.settled)
+            wait_for("cluster_state:ok with every replica in sync", deadline, self.settled)
         except BaseException:
             self.stop()
             raise
@@ -273,12 +273,12 @@ class ReplicatedCluster:
                         return node
             return None
 
-        return _wait("the replica's promotion", deadline, promoted, every=0.02)
+        return wait_for("the replica's promotion", deadline, promoted, every=0.02)
 
     def restart_node(self, node: Node, timeout: float = 60.0) -> None:
         """Start a killed node again; it rejoins (as a replica of its old slots' new master)."""
         node.start()
-        _wait("the restarted node's ping", time.monotonic() + timeout, self.client(node).ping)
+        wait_for("the restarted node's ping", time.monotonic() + timeout, self.client(node).ping)
 
     def memory(self) -> dict[str, int]:
         """``used_memory`` summed over the masters, and over every node."""

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench.local_servers import free_port
 from bus.ops.embedded import server_binary
+from tests.support.local_servers import free_port
 
 
 def version_of(binary: str) -> tuple[int, ...]:

@@ -30,7 +30,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "web"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "web"
 
 
 def free_port() -> int:

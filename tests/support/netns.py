@@ -20,6 +20,7 @@ import ipaddress
 import os
 import random
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, field
 
@@ -151,3 +152,20 @@ class HostNet:
 
 
 __all__ = ["HostNet", "unavailable"]
+
+
+def ns_pids(ns: str) -> list[int]:
+    """The processes in network namespace ``ns``."""
+    got = subprocess.run(
+        ["ip", "netns", "pids", ns], capture_output=True, text=True, check=False, timeout=30
+    )
+    return [int(p) for p in got.stdout.split() if p.isdigit()]
+
+
+def kill_ns(ns: str) -> None:
+    """SIGKILL every process in network namespace ``ns``."""
+    for pid in ns_pids(ns):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -25,7 +25,7 @@ def pop_kicks(
 
 
 class FileDispatcher:
-    """A child process's dispatcher (``INBOX_DISPATCHER=tests.kicks:FileDispatcher``): a
+    """A child process's dispatcher (``INBOX_DISPATCHER=tests.support.kicks:FileDispatcher``): a
     line ``made`` of the file ``$INBOX_TEST_DISPATCH_LOG`` when it is made, then a line
     ``host sid`` a request."""
 

@@ -317,7 +317,7 @@ class Waiter:
     def _take(self, conn: socket.socket) -> str | None:
         """Hand one line over: the notice's text on ``out``, then the ack. A raw line (a
         closed session's, or with the inbox switched off) is refused: it stays on the file
-        for the next turn, as before the inbox."""
+        for the next turn's drain."""
         line = _read_line(conn)
         if line is None or line.get("kind") != "notice" or not isinstance(line.get("id"), str):
             if line is not None:

@@ -2,7 +2,7 @@
 
 Redis 7 allocates each new stream node at ``stream-node-max-bytes`` (4096 by default)
 however short its entries, so a quiet session's ``events`` and a one-message thread's
-``log`` take ~4.7 KB each on a default server. Every 30 s (claimed in Redis, as the
+``log`` take a whole node each on a default server. Every 30 s (claimed in Redis, as the
 receipts' expiry pass is; a few :data:`CHUNK` sessions a tick) the scheduler rewrites each such stream of at most
 :data:`MAX_ENTRIES` entries whose memory exceeds its entries' bytes by more than
 :data:`SLACK_BYTES` plus :data:`NODE_BYTES` a node (``stream_compact.lua``: DUMP + RESTORE REPLACE in one script, the
@@ -14,7 +14,7 @@ RESTORE or MEMORY (some managed services) turns the pass off for the process, on
 
 The same pass drops the ``events`` of a session quiet for ``INBOX_EVENTS_KEEP_S``
 (:data:`QUIET_MS` by default)
-(``events_quiet.lua``): an audit trail of ~1-1.6 KB an idle session would keep for good;
+(``events_quiet.lua``): an audit trail an idle session would otherwise keep for good;
 and a queue the delivery took whole with its cursor (``queue_trim.lua``, which the
 delivery runs too, keeps them when it ran within the cursor's millisecond).
 """

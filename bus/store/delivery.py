@@ -139,8 +139,8 @@ class DeliveryStore(StorePart):
 
     lock_ttl_ms: int
     # Pipelines of scripts go packed, their replies raw (bus.store.many; execute_loaded is
-    # declared on StorePart): the batch's steps over 64 sessions pack ~600 commands, and
-    # redis-py's packing was a quarter of a due wake's Python time. (A lost script runs
+    # declared on StorePart): the batch's steps over 64 sessions pack hundreds of commands,
+    # and redis-py's packing of them would be a large share of a due wake's Python time. (A lost script runs
     # again after the rest: a pipeline whose order matters across scripts and plain
     # commands is not packed.)
     script_call: Callable[[str, list[str], list[Any]], tuple[Any, ...]]

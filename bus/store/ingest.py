@@ -107,8 +107,8 @@ class IngestStore(StorePart):
         """Queue on ``pipe`` the ``append_many.lua`` calls storing ``receivers`` (each
         ``(sid, its message ids, its five arguments)``, ``head`` the calls' first three):
         one call per receiver on a cluster (a call's keys in one slot), else one per
-        :data:`CALL_MESSAGES` messages or so (a swarm's batch has ~2 a receiver: a call each
-        was ~500 script calls a batch, their setup and replies). Bare ``EVALSHA`` calls: run
+        :data:`CALL_MESSAGES` messages or so (a swarm's batch has a few a receiver: a call each
+        would be hundreds of script calls a batch, their setup and replies). Bare ``EVALSHA`` calls: run
         the pipeline with :meth:`~bus.store.many.ManyStore.execute_loaded`. Answers each
         call's receivers, in order."""
         sha = self.script("append_many").sha

@@ -178,8 +178,8 @@ class Keys:
         return self.s(sid, "outbox")
 
     def handle_map(self, handle: str) -> str:
-        """The sessions that carry ``handle``, as hash fields (a small hash is a listpack,
-        ~100 B; a set of strings is a table, ~270 B, before Redis 7.2)."""
+        """The sessions that carry ``handle``, as hash fields (a small hash is a listpack;
+        a set of strings is a table, several times its size, before Redis 7.2)."""
         if any(c in handle for c in "{}\n\r\0") or len(handle) > 300:
             raise ValueError(f"bad handle {handle!r}")
         return f"{self.prefix}:{{h:{handle}}}:sidh"

@@ -50,8 +50,8 @@ def read_replies(conn: Any, count: int) -> list[Any]:
 def pack_commands(commands: list[tuple[Any, ...]]) -> bytes:
     """``commands`` in the Redis protocol, as one buffer: the bytes redis-py's
     ``pack_command`` writes for ``str``, ``bytes`` and number arguments, at a fraction of
-    its cost. hiredis packs each command in C (a lone delivery packs ~180 arguments, and
-    this was the kick loop's busiest Python function); an argument hiredis refuses (a
+    its cost. hiredis packs each command in C (a lone delivery packs hundreds of
+    arguments, packing that would otherwise be the kick loop's busiest Python work); an argument hiredis refuses (a
     ``bool``, another type redis-py writes as its repr) sends the commands through the
     Python packing below."""
     if _hiredis_pack is not None:
@@ -73,7 +73,7 @@ def pack_commands(commands: list[tuple[Any, ...]]) -> bytes:
 
 def _pack_text(args: tuple[str, ...]) -> bytes:
     """Text arguments sized by their characters and encoded at once (no per-argument
-    checks: an append call has ~10 arguments a message); sized by their bytes, argument
+    checks: an append call has several arguments a message); sized by their bytes, argument
     by argument, only when the text is not all ASCII."""
     text = "".join([f"${len(a)}\r\n{a}\r\n" for a in args])
     data = text.encode()

@@ -2,7 +2,7 @@
 
 On a stock redis-server two defaults cost an idle session most of its memory: a hash
 holding one value past 64 bytes (an inbox record, a send answer, a one-message thread)
-is a table instead of a listpack (~300 B more each), and each new stream node is
+is a table instead of a listpack (hundreds of bytes more each), and each new stream node is
 allocated at 4 KB. The scheduler (``inbox scheduler``, :func:`keep`) sets them at start
 and checks them once a minute (a restarted server forgets ``CONFIG SET``), on every node
 of a cluster, only where the server still has its default: a value the operator chose

@@ -1,5 +1,5 @@
--- events_quiet.lua: drop a quiet session's events stream (a stream costs
--- ~1-1.6 KB however few its records). Its records are an audit trail nothing replays;
+-- events_quiet.lua: drop a quiet session's events stream (a stream costs a node's
+-- memory however few its records). Its records are an audit trail nothing replays;
 -- live readers (a --wait, a withdrawal) block for records after the newest, and a stream
 -- made again by the next record has ids after it (the server's clock), so they miss
 -- nothing. A reader blocked on the key stays blocked and gets that next record.

@@ -1,6 +1,6 @@
 -- queue_trim.lua: once the delivery has taken every entry of a session's queue, drop the
--- queue and its cursor, so an idle session keeps neither (an empty
--- stream is ~400 B, the cursor ~100 B; a node of entries is stream-node-max-bytes).
+-- queue and its cursor, so an idle session keeps neither (an empty stream and a cursor
+-- still cost memory; a node of entries is stream-node-max-bytes).
 -- All keys are in the session's slot {<sid>}.
 -- KEYS[1] stream   P:{sid}:stream   the session's queue
 -- KEYS[2] cursor   P:{sid}:cursor   the last stream id the delivery has taken

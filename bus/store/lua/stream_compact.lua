@@ -1,14 +1,14 @@
 -- stream_compact.lua: rewrite a short stream whose node holds far more memory than its
 -- entries need (Redis 7 allocates each new stream node at stream-node-max-bytes, 4096 by
 -- default, however short the entry: a one-message thread log or a quiet session's events
--- take ~4.7 KB). DUMP + RESTORE REPLACE rebuilds the same stream (entries, last id,
+-- take a whole node). DUMP + RESTORE REPLACE rebuilds the same stream (entries, last id,
 -- entries-added, groups, TTL) with nodes sized to their content; atomic in this script,
 -- and a reader blocked on the key stays blocked and gets the next entry.
 -- KEYS[1] stream   P:{sid}:events or P:{thr}:log (any stream: one key, its own slot)
 -- ARGV[1] most entries a stream may hold to be compacted (DUMP costs its size)
 -- ARGV[2] slack bytes, ARGV[3] bytes a node: compact only when MEMORY USAGE exceeds the
--- entries' own bytes by more than slack + bytes a node x nodes (a compact stream costs
--- ~450-650 B over its entries for one node, ~330 B for each more: it is never redone).
+-- entries' own bytes by more than slack + bytes a node x nodes (a compact stream stays
+-- under that bound, so it is never redone).
 -- ARGV[4] settled ms: a stream whose newest entry is younger than that (the server's clock,
 -- the one its ids come from) is left for a later pass: it is still being written, and
 -- compacted now it would take a fresh node at the next entry and be redone.

@@ -20,7 +20,7 @@
 -- (a batch's delivery appends a thread's messages in one call).
 -- Returns how many were appended (0 for one already there).
 -- A thread's first message stays in meta (field one_m) with no log and no seen
--- set: a stream and a set cost ~1.1 KB however short. The second
+-- set: a stream and a set cost far more than a field, however short. The second
 -- message moves it to the log (as kept: bus.store.inbox.thread_log restores it), first,
 -- then follows it there.
 local function append(A)

@@ -160,7 +160,7 @@ def test_the_scheduler_kicks_a_delivery_for_a_notice_due_a_look(bus: Bus, three:
     [
         ({"ids": ["a"], "at": 1_000}, False),
         ({"ids": ["a"], "at": 1_000 - heard.CHECK_EVERY_MS}, True),
-        ({"ids": ["a"], "at": 0, "checked": 1_000}, False),
+        ({"ids": ["a"], "at": 1_000 - heard.CHECK_EVERY_MS - 6_000}, False),  # looked at
         ({"ids": ["a"], "at": 1_000, "gone": 1_000}, True),
     ],
 )

@@ -161,7 +161,7 @@ def needs_delivery(info: SessionInfo, view: SweepView, stale_before: int, now: i
     stuck = view.flight_at is not None and view.flight_at < stale_before
     # Notices on the floor not yet confirmed: the delivery looks whether a dead drainer
     # took one (bus.delivery.heard), so its messages are carried again in time.
-    stuck = stuck or heard.any_needs_look(view.floor_records, now)
+    stuck = stuck or heard.any_needs_look(view.floor_records, now, info.last_seen)
     # A wake whose worker died before its command ran (bus.delivery.inbox: wake_pending).
     stuck = stuck or bool(info.wake_pending)
     # New messages with nothing scheduled: a due entry taken by a scheduler whose dispatch

@@ -18,9 +18,12 @@ for i = 3, #ARGV, 2 do
   if rec_json then
     local rec = cjson.decode(rec_json)
     if ARGV[i + 1] == '1' then
-      rec.gone = nil
-      rec.checked = now
-      redis.call('HSET', KEYS[1], nid, cjson.encode(rec))
+      -- Still there: written only when it was seen gone before (a look that finds
+      -- nothing changed writes nothing: the scheduler times looks from the record's at).
+      if rec.gone ~= nil then
+        rec.gone = nil
+        redis.call('HSET', KEYS[1], nid, cjson.encode(rec))
+      end
     elseif rec.gone == nil then
       rec.gone = now
       redis.call('HSET', KEYS[1], nid, cjson.encode(rec))

@@ -207,7 +207,7 @@ class DeliveryStore(StorePart):
         as :meth:`~bus.store.store.Store.set_trim_floor`). With
         ``advance_to``, first :meth:`~bus.store.store.Store.advance` the cursor to it; with ``read_after``, also up to ``count`` entries
         after that stream id (as :meth:`~bus.store.store.Store.read_after`) in ``rows``. One
-        command (``delivery_snapshot.lua``): fewer to pack and parse than the 11-14 it was."""
+        command (``delivery_snapshot.lua``), not one a read: less to pack and parse."""
         sent_at = time.monotonic()
         reply = self.script("delivery_snapshot")(
             keys=self._snapshot_keys(sid),

@@ -26,7 +26,7 @@ LONG = ("--wait", "--jsonl")
 
 
 def socket_path(home: str) -> str:
-    """bus.command_server.socket_path without pathlib (tests hold them equal). Outside
+    """bus.surfaces.command_server.socket_path without pathlib (tests hold them equal). Outside
     ``home`` its folder is checked first (bus.local.runtime_dir.private_folder:
     :class:`~bus.local.runtime_dir.UnsafeFolder` when another user could listen there)."""
     path = os.path.join(os.path.abspath(home), "redis", "redis.sock")

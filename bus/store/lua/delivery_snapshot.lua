@@ -1,6 +1,6 @@
--- delivery_snapshot.lua: a delivery's fence and the plan's reads in one call (bus.delivery.engine,
--- bus.delivery.batch); the same steps, in the same order, as the pipeline it replaces. The steps
--- are parts/snapshot.lua's (delivery_begin.lua runs them too).
+-- delivery_snapshot.lua: a delivery's fence and the plan's reads in one call
+-- (bus.delivery.queue_run, bus.delivery.engine's batch). The steps are parts/snapshot.lua's
+-- (delivery_begin.lua runs them too).
 -- All keys are in the session's slot {<sid>}.
 -- KEYS[1] lock      P:{sid}:lock
 -- KEYS[2] session   P:{sid}:session

@@ -151,6 +151,16 @@ def test_the_scheduler_kicks_a_delivery_for_a_notice_due_a_look(bus: Bus, three:
     assert sweep_backlogs(bus.delivery) == 0  # just written: nothing to look at yet
     rec["at"] = now_ms() - heard.CHECK_EVERY_MS
     bus.store.r.hset(key, nid, json.dumps(rec))
+    calls = list(bus.dispatcher.calls)  # type: ignore[attr-defined]
+    # This host's scheduler looks itself: the notice still there, no delivery (no task).
+    assert sweep_backlogs(bus.delivery) == 0
+    assert bus.dispatcher.calls == calls  # type: ignore[attr-defined]
+    # A drainer took it and died: the look marks it gone, the one past the grace gives
+    # its messages back, and a delivery carries them.
+    bus.floor.session_dir(SID).joinpath("messages.jsonl").unlink()
+    assert sweep_backlogs(bus.delivery) == 0
+    rec = json.loads(bus.store.r.hget(key, nid))
+    bus.store.r.hset(key, nid, json.dumps({**rec, "gone": rec["gone"] - heard.GONE_GRACE_MS}))
     assert sweep_backlogs(bus.delivery) == 1
     assert bus.dispatcher.calls[-1] == ("hosta", SID)  # type: ignore[attr-defined]
 

@@ -78,7 +78,7 @@ def test_a_look_at_a_notice_still_on_the_floor_writes_nothing(bus: Bus) -> None:
 
 
 def test_the_scheduler_backs_off_a_wake_no_harness_took(bus: Bus) -> None:
-    bus.open_session("idle")
+    bus.open_session("idle", host="hostb")  # another host's: its looks are deliveries
     key = bus.store.k.s("idle", "floor")
     # A notice that asked for a wake, written 30 s ago; its harness not seen since.
     rec = {**WAKE, "at": now_ms() - 30_000}

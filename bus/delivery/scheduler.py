@@ -194,11 +194,12 @@ def sweep_backlogs(
     kicked = 0
     for i in range(0, len(ids), SWEEP_CHUNK):
         now = now_ms()
-        found = [
-            info
-            for info, view in store.sweep_views(store.sweep_candidates(ids[i : i + SWEEP_CHUNK]))
-            if needs_delivery(info, view, stale_before, now)
-        ]
+        found = []
+        for info, view in store.sweep_views(store.sweep_candidates(ids[i : i + SWEEP_CHUNK])):
+            if not needs_delivery(info, view, stale_before, now):
+                continue
+            if not _looked_here(bus, info, view, stale_before, now):
+                found.append(info)
         marked = store.mark_pending_many([info.session for info in found]) if found else []
         by_host: dict[str, list[str]] = {}
         for info, ok in zip(found, marked, strict=True):
@@ -210,6 +211,26 @@ def sweep_backlogs(
         if between is not None:
             between()
     return kicked
+
+
+def _looked_here(
+    bus: Scheduled, info: SessionInfo, view: SweepView, stale_before: int, now: int
+) -> bool:
+    """A session of this host whose only work is a look at its unconfirmed floor notices
+    (bus.delivery.heard) is looked at here, by the scheduler, instead of by a delivery
+    task: a look that finds every notice still there (or marks one gone) delivers
+    nothing, and is no task (in Flower). True when that was all there was to do; a notice
+    given back (or a look that failed) is left to a delivery."""
+    inbox = getattr(bus, "inbox", None)
+    if inbox is None or info.host != bus.settings.host:
+        return False
+    if needs_delivery(info, view._replace(floor_records=[]), stale_before, now):
+        return False  # other work: the delivery looks too
+    try:
+        return int(inbox.sweep_floor(info.session)) == 0
+    except Exception as exc:  # the delivery looks again, and reports what fails
+        log.warning("scheduler: could not look at %s's floor: %s", info.session, exc)
+        return False
 
 
 def run(

@@ -1,8 +1,10 @@
 """Every Redis key the bus uses, built here and only here.
 
 Hash tags keep each session's keys in one slot (``{<sid>}``) and each thread's in
-another (``{<thr>}``); no Lua script or MULTI touches two tags, so the store can move
-to Redis Cluster. The prefix (``INBOX_KEY_PREFIX``, default ``inbox``) lets several
+another (``{<thr>}``); on a Redis Cluster no Lua script or MULTI touches two tags. On a
+standalone server a few scripts also take keys of other tags (many sessions' in the batch
+scripts, the host's kick list in ``append.lua`` and ``notice_finish.lua``), which the
+store leaves out on a cluster. The prefix (``INBOX_KEY_PREFIX``, default ``inbox``) lets several
 buses, or several tests, share one server.
 
 | key | type | writer | retention |

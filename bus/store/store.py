@@ -1,7 +1,9 @@
 """The Redis store: session registry, per-session queues, idempotent append, locks.
 
-Each method touches one hash tag (one session, one thread, or one global index), so
-every atomic step is one Lua script or one MULTI in one slot. Keys come from
+On a cluster each atomic step (one Lua script or one MULTI) touches one hash tag (one
+session, one thread, one host's kick list, or one global index), so it runs in one slot;
+on a standalone server a few scripts take keys of more tags in one call (the lua-one-slot
+decision record names them). Keys come from
 :mod:`bus.store.keys`, which documents each one.
 
 The storage contract: each public method's docstring says what any backend must do,

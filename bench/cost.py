@@ -4,7 +4,7 @@
                          [--server-binary PATH ...]
 
 ``make bench`` runs it at its default sizes (about 6 minutes on 2 cores); ``--quick`` is the
-smoke test ``tests/test_bench.py`` runs. Rows (``--skip`` takes their names):
+smoke test ``tests/soak/test_bench.py`` runs. Rows (``--skip`` takes their names):
 
 - **cli**: wall of ``inbox send --to-id X --from a:b --text hi`` (warm, through ``inbox
   up``'s command server, and cold, ``INBOX_FAST_SEND=0``), ``inbox reply``,

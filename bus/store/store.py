@@ -7,7 +7,7 @@ decision record names them). Keys come from
 :mod:`bus.store.keys`, which documents each one.
 
 The storage contract: each public method's docstring says what any backend must do,
-and ``tests/test_store_contract.py`` holds every backend to it (a standalone Redis and
+and ``tests/contract/test_store_contract.py`` holds every backend to it (a standalone Redis and
 a Redis Cluster, see :mod:`bus.store.cluster`). Reads of a missing thing answer empty
 (``None``, ``[]``, ``0``), never raise.
 """

@@ -1,7 +1,7 @@
 """Pure trust rules: label hygiene, handle confusables, wake-command hygiene,
 the gateway's Host/Origin rules, and who a token may act as.
 
-Everything here is a pure function with table-driven tests (tests/test_trust.py); the
+Everything here is a pure function with table-driven tests (tests/unit/test_trust.py); the
 surfaces call them.
 """
 

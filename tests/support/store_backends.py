@@ -1,7 +1,7 @@
 """The store's contract suites run on every backend: a standalone Redis, a Redis Cluster
 and fakeredis.
 
-Each ``tests/test_store_*.py`` holds one aggregate of :class:`bus.store.store.Store` to its
+Each ``tests/contract/test_store_*.py`` holds one aggregate of :class:`bus.store.store.Store` to its
 docstrings; the ``store`` fixture runs each test once on a standalone server, once on a
 real 3-master cluster (started once per session, see ``redis_cluster_url``) and once on
 fakeredis with its Lua (``fakeredis[lua]``), the in-process double the README offers

@@ -1,0 +1,1 @@
+"""Unit tests: pure rules and parsing, no Redis, no child processes (files in temp dirs at most)."""

@@ -40,9 +40,10 @@ STREAM_NODE_MAX_BYTES = 1024
 HASH_LISTPACK_ARGS = ("--hash-max-ziplist-value", "1024", "--hash-max-ziplist-entries", "128")
 STREAM_NODE_ARGS = ("--stream-node-max-bytes", str(STREAM_NODE_MAX_BYTES))
 MEMORY_ARGS = (*STREAM_NODE_ARGS, *HASH_LISTPACK_ARGS)
-# No CPU settings: `latency-tracking no`, `hz`, `io-threads` and the `lazyfree-*` switches
-# measured no gain on the bus's traffic, and the TSC calibration that slows Valkey's start
-# is a build option, not a setting (bench/README.md, the engine comparison).
+# No CPU settings: `latency-tracking no` measured no gain (a server microbenchmark), and
+# `hz`, `dynamic-hz`, `io-threads` and `appendfsync` are alike on Redis 6.2 and Valkey; the
+# TSC calibration that slows Valkey's start is a build option, not a setting
+# (bench/README.md, the engine comparison).
 
 # Commands a client of the bus never needs; on TCP they are refused (ACL).
 _DENIED = ("-config", "-debug", "-module", "-replicaof", "-slaveof", "-acl", "-shutdown")

@@ -20,6 +20,8 @@ from bus.core.version import __version__
 from bus.store.data_version import DATA_VERSION
 from bus.telemetry.liveness import SHARED_QUEUE, host_queue
 
+from . import broker_faults  # noqa: F401 (the consumer waits out a refusing broker)
+
 __all__ = ["SHARED_QUEUE", "app", "host_queue", "make_app"]
 
 

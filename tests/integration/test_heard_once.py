@@ -150,7 +150,9 @@ def test_a_notice_carried_again_after_a_worker_kill_is_heard_once(
     assert len(notices) == 2  # the messages really were carried again, in a second notice
     # A notice lists its messages thread by thread, not always in the order they were sent.
     assert [sorted(fresh_ids(x)) for x in got] == [sorted(ids), [third]]
-    assert sorted(got[1]["repeats"]) == sorted(ids) and got[1]["text"].endswith(f"↻ 2 messages {MARK}")
+    assert sorted(got[1]["repeats"]) == sorted(ids) and got[1]["text"].endswith(
+        f"↻ 2 messages {MARK}"
+    )
     # The bus itself says the recovered notice's messages may have been heard.
     assert sorted(got[1]["redelivered"]) == sorted(ids)
     assert "↻ 2 messages of these carried again after a crash (maybe seen)" in got[1]["text"]

@@ -78,17 +78,24 @@ class Subscription:
         named = [] if sessions is None and lanes_of else sessions
         for sid in resolve(self.store, named, self.lanes_of, named is None and not self.lanes_of):
             self.follow(check_session_id(sid), newcomer=False)
+        self.read_lanes()
 
-    def follow(self, sid: str, *, newcomer: bool) -> None:
-        if sid in self.pos:
-            return
+    def read_lanes(self) -> None:
+        """The reader's own lanes, read once for the sessions just followed (two round
+        trips, not two a session)."""
         if self.reader is not None:
             self.full = {self.reader, *self.store.lanes_of(self.reader)}
+
+    def follow(self, sid: str, *, newcomer: bool) -> bool:
+        """Follow ``sid`` from now (``newcomer``: from its start); whether it is new."""
+        if sid in self.pos:
+            return False
         if self.since != "$":
             self.pos[sid] = self.since
         else:
             # A session first seen after the start has nothing older than the start.
             self.pos[sid] = "0-0" if newcomer else self.store.last_stream_id(sid)
+        return True
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         next_refresh = time.monotonic() + self.refresh_s
@@ -97,8 +104,9 @@ class Subscription:
                 found = self.store.session_ids() if self.follow_all else []
                 for owner in self.lanes_of:
                     found += lanes(self.store, owner)
-                for sid in found:
-                    self.follow(sid, newcomer=True)
+                newcomers = [sid for sid in found if self.follow(sid, newcomer=True)]
+                if newcomers:
+                    self.read_lanes()
                 next_refresh = time.monotonic() + self.refresh_s
             if not self.pos:
                 self.stop.wait(self.block_ms / 1000)

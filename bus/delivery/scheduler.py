@@ -282,7 +282,6 @@ def run(
             except Exception as exc:
                 if waits_out(exc):  # the store refuses writes: one line until it takes them
                     outage.failed(exc)
-                    nxt = None
                 else:
                     log.exception("scheduler tick failed")
                 nxt = None

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import BadInput, NotDurable
+from .server_version import identify
 from .settings import DURABILITY_LEVELS
 
 # The words a server's error reply starts with, and what they mean for the level.
@@ -80,9 +81,7 @@ def shortfall(level: str, reply: Any, timeout_s: float) -> str | None:
 
 def has_waitaof(info: dict[str, Any]) -> bool:
     """Whether the server INFO describes has ``WAITAOF`` (Redis and Valkey 7.2 and later)."""
-    raw = str(info.get("valkey_version") or info.get("redis_version") or "0")
-    parts = tuple(int(p) for p in raw.split(".")[:2] if p.isdigit())
-    return parts >= (7, 2)
+    return identify(info)[1] >= (7, 2, 0)
 
 
 def unmet_by(level: str, info: dict[str, Any], fsyncs_always: bool) -> str | None:

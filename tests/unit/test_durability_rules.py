@@ -74,3 +74,22 @@ def test_levels_and_their_commands() -> None:
     with pytest.raises(BadInput):
         durability.level_of("fsync", "memory")
     assert durability.lacks_wait(redis.ResponseError("unknown command 'WAITAOF', with args"))
+
+
+@pytest.mark.parametrize(
+    ("info", "has"),
+    [
+        ({"redis_version": "6.2.14"}, False),
+        ({"redis_version": "7.0.15"}, False),
+        ({"redis_version": "7.2.4"}, True),
+        ({"redis_version": "8.0.2"}, True),
+        # Valkey reports redis_version 7.2.4 for compatibility: its own version counts.
+        ({"redis_version": "7.2.4", "valkey_version": "9.1.0"}, True),
+        ({"redis_version": "7.2.4", "valkey_version": "7.2.4", "server_name": "valkey"}, True),
+        ({}, False),
+    ],
+)
+def test_which_servers_have_waitaof(info: dict[str, str], has: bool) -> None:
+    assert durability.has_waitaof(info) is has
+    disk = durability.unmet_by("disk", {**info, "aof_enabled": "1"}, fsyncs_always=False)
+    assert (disk is None) is has

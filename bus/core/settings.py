@@ -8,6 +8,7 @@ from pathlib import Path
 
 from . import locate
 from .locate import default_home, default_host
+from .status_view import HOST_DOWN_S
 
 SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
 # The durability levels of an acknowledged send, weakest first (bus.core.durability).
@@ -151,7 +152,7 @@ class Settings:
     durability_timeout_s: float = 2.0
     # A host whose worker has not beaten for this long is ``down`` in status, top, a
     # send's answer and the doctor (bus.core.status_view.beat_state).
-    host_down_s: float = 10.0
+    host_down_s: float = HOST_DOWN_S
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -201,7 +202,7 @@ class Settings:
             metrics_flush_s=_not_negative(env, "INBOX_METRICS_FLUSH_S"),
             durability=_durability(env),
             durability_timeout_s=_positive(env, "INBOX_DURABILITY_TIMEOUT_S", 2.0),
-            host_down_s=_positive(env, "INBOX_HOST_DOWN_S", 10.0),
+            host_down_s=_positive(env, "INBOX_HOST_DOWN_S", HOST_DOWN_S),
         )
         return replace(s, **overrides) if overrides else s  # type: ignore[arg-type]
 

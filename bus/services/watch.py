@@ -21,6 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 from bus.core.errors import Refused, Unauthorized
 from bus.core.models import check_session_id, now_ms
 from bus.core.settings import SUB_IDLE_S
+from bus.core.status_view import HOST_DOWN_S
 from bus.store.cluster import Poll
 from bus.trust.tokens import SCOPE_READ
 
@@ -151,7 +152,7 @@ class Watch:
         claims: ClaimsOf,
         sub_max: int = 16,
         sub_idle_s: float = SUB_IDLE_S,
-        host_down_s: float = 10.0,
+        host_down_s: float = HOST_DOWN_S,
     ) -> None:
         self._store, self._blocking, self.claims = store, blocking, claims
         self.host_down_s = host_down_s  # INBOX_HOST_DOWN_S: top marks a session's host down

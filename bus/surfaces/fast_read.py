@@ -128,6 +128,7 @@ class Place:
 
     def __init__(self, env: dict[str, str] | os._Environ[str]) -> None:
         from bus.core.locate import default_home, default_host, with_joined
+        from bus.core.status_view import HOST_DOWN_S
 
         env = with_joined(dict(env))  # a home that joined a store remembers it
         self.home = default_home(env)
@@ -136,7 +137,7 @@ class Place:
         self.session = env.get("INBOX_SESSION") or None
         self.key_prefix = env.get("INBOX_KEY_PREFIX") or "inbox"
         self.stale_s = float(env.get("INBOX_STALE_S") or 3600.0)
-        self.host_down_s = float(env.get("INBOX_HOST_DOWN_S") or 10.0)
+        self.host_down_s = float(env.get("INBOX_HOST_DOWN_S") or HOST_DOWN_S)
 
     @classmethod
     def of(cls, env: dict[str, str] | os._Environ[str]) -> Place | None:

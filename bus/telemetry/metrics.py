@@ -37,6 +37,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
+from bus.core.status_view import HOST_DOWN_S
 from bus.store.redis_errors import StoreError
 
 from . import liveness
@@ -190,7 +191,7 @@ class Metrics:
 class RedisCollector:
     """A Prometheus collector reading the bus's shared counters, queues and sessions."""
 
-    def __init__(self, store: Callable[[], Store], down_s: float = 10.0) -> None:
+    def __init__(self, store: Callable[[], Store], down_s: float = HOST_DOWN_S) -> None:
         self._store = store  # a provider: registering must not connect
         self.down_s = down_s  # INBOX_HOST_DOWN_S: a host without a beat this long is down
 

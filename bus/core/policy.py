@@ -171,6 +171,39 @@ def decide(view: InboxView, now_ms: int, debounce_ms: int, flush_ms: int) -> Pla
     return _idle(view.first_wake_at, view.first_pending_at, now_ms, debounce_ms, flush_ms, "wake")
 
 
+@dataclass(frozen=True)
+class SteerFacts:
+    """What a delivery's snapshot shows of a session with something new, for the steer
+    rule (:func:`steers`). ``agent_inbox``: as the session names it, or the bus's default."""
+
+    state: str
+    agent_inbox: bool
+    prompt_waiting: bool
+    wake_pending: bool  # a wake's command not yet run (the one-session way runs it)
+    in_flight: bool  # a notice is being written right now
+    unconfirmed: bool  # notices on the file floor that no drain confirmed yet
+    retry_at: int | None  # a refused notice is retried no earlier than this
+    now_ms: int
+
+
+def steers(f: SteerFacts) -> bool:
+    """The steer rule: whether a delivery sends a running session's steer in its own run
+    now (what is new goes into one notice, written at once). Exactly where :func:`decide`
+    plans ``notice`` for a running session and nothing is left for the one-session way
+    (a notice in flight or unconfirmed, a wake command pending). The snapshot's Lua
+    (``steer_ready`` in ``parts/snapshot.lua``) writes the same rule; a table-driven test
+    runs both over every row."""
+    return (
+        f.state == "running"
+        and f.agent_inbox
+        and not f.prompt_waiting
+        and not f.wake_pending
+        and not f.in_flight
+        and not f.unconfirmed
+        and (f.retry_at is None or f.retry_at <= f.now_ms)
+    )
+
+
 def _idle(
     wake_at: int | None,
     first_at: int | None,

@@ -417,15 +417,24 @@ def _notices(bus: DeliveryHost, runs: list[_Run], defer: Finisher | None = None)
 
 
 def steer_likely(bus: DeliveryHost, sid: str, info: SessionInfo | None) -> bool:
-    """Whether a batched run's plan is likely a running session's steer (its notice then
-    taken in the snapshot's call, when the snapshot's reads confirm it: parts/snapshot.lua):
-    running with its inbox on, no person's prompt waiting, no wake command pending, and
-    no drain's marks waiting on this host's floor (those take the one-session way)."""
-    if info is None or info.state != "running" or info.prompt_waiting or info.wake_pending:
+    """Whether a batched run's plan is likely a running session's steer: the steer rule
+    (:func:`bus.core.policy.steers`) on its record as its start read it, with no drain's
+    marks waiting on this host's floor (those take the one-session way). Its notice is
+    then taken in the snapshot's call where the snapshot's reads hold the rule too
+    (``steer_ready`` in parts/snapshot.lua)."""
+    if info is None or raw_mode(bus, info):  # no session, or its inbox off
         return False
-    if raw_mode(bus, info):  # its inbox off
-        return False
-    return not (bus.floor.session_dir(sid) / PENDING_MARKS).exists()
+    facts = policy.SteerFacts(
+        state=info.state,
+        agent_inbox=True,
+        prompt_waiting=info.prompt_waiting,
+        wake_pending=bool(info.wake_pending),
+        in_flight=False,  # read by the snapshot itself
+        unconfirmed=False,
+        retry_at=None,
+        now_ms=0,
+    )
+    return policy.steers(facts) and not (bus.floor.session_dir(sid) / PENDING_MARKS).exists()
 
 
 def _give_back(bus: DeliveryHost, run: _Run) -> None:

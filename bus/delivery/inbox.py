@@ -376,16 +376,7 @@ class Inbox:
 
     def on_close(self, sid: str) -> None:
         """Waiting senders get the closing error; threads stay readable."""
-        self.store.push_answers(
-            sid,
-            self.store.take_waiters(sid),
-            {
-                "ok": False,
-                "state": "error",
-                "error": "session_closed",
-                "reason": f"session {sid} closed before answering",
-            },
-        )
+        self.notices.answer_closed(sid, f"session {sid} closed before answering")
 
     def register_waiter(self, sid: str, msg_id: str) -> None:
         self.store.add_waiter(sid, msg_id)

@@ -440,15 +440,14 @@ class Notices:
         would (waiting senders get the closing error), and no command runs."""
         self.store.unschedule(WAKE_TURN, sid)
         self.store.update_session(sid, state="closed", woken_at=None)
+        self.answer_closed(sid, f"session {sid} closed: its harness is gone")
+        self.store.record(sid, "session_gone")
+        log.warning("%s: its harness is gone; the session is closed", sid)
+
+    def answer_closed(self, sid: str, reason: str) -> None:
+        """The senders waiting on ``sid``'s answer get the closing error, ``reason`` its why."""
         self.store.push_answers(
             sid,
             self.store.take_waiters(sid),
-            {
-                "ok": False,
-                "state": "error",
-                "error": "session_closed",
-                "reason": f"session {sid} closed: its harness is gone",
-            },
+            {"ok": False, "state": "error", "error": "session_closed", "reason": reason},
         )
-        self.store.record(sid, "session_gone")
-        log.warning("%s: its harness is gone; the session is closed", sid)

@@ -1,7 +1,7 @@
 """What spares a lone delivery its round trips, and holds it to the same rules.
 
 A running session's notice is taken in its delivery's snapshot call (parts/snapshot.lua's
-notice_ready) only where the plan (bus.core.policy.decide, with
+steer_ready) only where the plan (bus.core.policy.decide, with
 bus.delivery.engine.after_step) sends a steer in the batch, and a take the plan does not
 send is given back, its messages new again. A send from a session keeps the receiver's
 wake fact about it in the queue's entry (bus.services.routing), which the delivery reads

@@ -17,7 +17,7 @@
 -- ARGV[3] advance_to: move the cursor there first (and drop the raw line in flight); '' not
 -- ARGV[4] read_after: also read up to ARGV[5] entries after this stream id; '' not
 -- ARGV[6] (optional) a notice id: take the notice into flight in this call when the reads
---         show a running session's steer (parts/snapshot.lua's notice_ready), ARGV[7] now
+--         show a running session's steer (parts/snapshot.lua's steer_ready), ARGV[7] now
 --         ms, ARGV[8] '1' when a session that names no agent_inbox has it on
 -- Returns, JSON-encoded (one string: a batch's thousands of nested replies cost the
 -- client's parser more than the encoding costs here; an empty list encodes as {}):

@@ -4,16 +4,10 @@
 -- floor, new, wakeq, stream, cursor, rawflight, again, and with take events, msgs (as
 -- delivery_snapshot.lua's KEYS). take: nil, or {notice id, now ms, '1' when a session
 -- that names no agent_inbox has it on}: the notice is taken into flight here too
--- (parts/notice_take.lua) when the reads show the plan's "steer" (see notice_ready).
+-- (parts/notice_take.lua) when the reads show the plan's "steer" (see steer_ready).
 -- Returns the list delivery_snapshot.lua describes (its callers encode it).
 --@include notice_take
 
--- Whether bus.core.policy.decide plans a notice now (a running session's steer) and the
--- delivery sends it in its batch (bus.delivery.engine.after_step): the lease held, nothing
--- more to read, the session running with its inbox on, no person's prompt waiting, no wake
--- command pending, no retry set, no notice in flight and none unconfirmed on the floor.
--- (Something new is notice_take's own check.) The client plans from the same reads and
--- gives a notice taken here back when its plan differs.
 -- A flat HGETALL reply as a table.
 local function fields(flat)
   local f = {}
@@ -23,16 +17,20 @@ local function fields(flat)
   return f
 end
 
-local function notice_ready(held, f, nid, floor, retry_at, rows, inbox_default)
-  if held == 0 or #rows > 0 or nid ~= '' or #floor > 0 or retry_at ~= '' then
-    return false
-  end
+-- The steer rule, as bus.core.policy.steers writes it (a table-driven test runs both over
+-- every row): a running session with its inbox on, no person's prompt waiting, no wake
+-- command pending, no notice in flight, none unconfirmed on the floor, no retry still to
+-- wait for. f: the session record; nid: the notice in flight or ''; floor: the floor's
+-- records (flat); retry_at: the record's or ''; now: ms; inbox_default: '1' when a session
+-- that names no agent_inbox has it on. (Something new is notice_take's own check.)
+local function steer_ready(f, nid, floor, retry_at, now, inbox_default)
   local inbox = f['agent_inbox']
   if inbox == nil or inbox == '' then
     inbox = inbox_default
   end
   return f['state'] == 'running' and inbox == '1' and f['prompt_waiting'] ~= '1'
-    and (f['wake_pending'] or '') == ''
+    and (f['wake_pending'] or '') == '' and nid == '' and #floor == 0
+    and (retry_at == '' or tonumber(retry_at) <= tonumber(now))
 end
 
 local function snapshot(k, token, ttl, advance_to, read_after, count, take)
@@ -72,7 +70,10 @@ local function snapshot(k, token, ttl, advance_to, read_after, count, take)
     rows = redis.call('XRANGE', k[7], '(' .. read_after, '+', 'COUNT', count)
   end
   local taken = ''
-  if take and notice_ready(held, record, nid, floor, retry_at, rows, take[3]) then
+  -- The lease held and nothing more to read: the delivery plans from these reads now
+  -- (bus.delivery.engine), and gives a notice taken here back if its plan differs.
+  if take and held ~= 0 and #rows == 0
+      and steer_ready(record, nid, floor, retry_at, take[2], take[3]) then
     taken = notice_take({k[3], k[5], k[6], k[11], k[12]}, take[1], take[2]) or ''
   end
   return {held, session, nid, floor, pending, wake[2] or '', first[2] or '', building,

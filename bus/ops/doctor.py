@@ -63,13 +63,29 @@ def doctor_report(
     return report if server is None else {**report, "server": server}
 
 
+def run_doctor(settings: Settings, sids: list[str] | None = None) -> dict[str, Any]:
+    """Everything ``inbox doctor`` checks: :func:`doctor_report` of this host's home, the
+    wake commands waiting for consent (bus.ops.upgrade.with_wake_consent), and, when no
+    session is named, the whole bus (bus.telemetry.problems.bus_problems)."""
+    from bus.telemetry.problems import bus_problems
+
+    from .upgrade import with_wake_consent
+
+    report = doctor_report(settings.home, sids, settings=settings)
+    report = with_wake_consent(report, settings, sids)
+    if not sids:  # the whole bus too: hosts, floors, waiting messages, wakes
+        report["problems"] += bus_problems(settings)
+        report["ok"] = not report["problems"]
+    return report
+
+
 def doctor_storage(settings: Settings) -> list[dict[str, Any]]:
     """A store that refuses writes (disk full, a replica, full memory) or cannot meet
     ``INBOX_DURABILITY`` as problem rows; none when it does or does not answer (``server``
     says that)."""
     from bus.store.connect import open_store
     from bus.store.redis_errors import StoreError, refused
-    from bus.telemetry.storage import EFFECT, storage_problems
+    from bus.telemetry.storage import storage_problems, storage_row
 
     try:
         store = open_store(settings)
@@ -79,12 +95,7 @@ def doctor_storage(settings: Settings) -> list[dict[str, Any]]:
             store.r.close()
     except StoreError as exc:  # a server refusing writes may refuse the connect's PING too
         said = refused(exc)
-        if said is None:
-            return []
-        fix = str(said.details["fix"])
-        reason = str(said).split("; nothing was written")[0]
-        row = {"check": "storage", "effect": EFFECT, "reason": reason, "fix": fix}
-        return [{**row, "store_reason": said.details["reason"]}]
+        return [] if said is None else [storage_row(said.fault)]
 
 
-__all__ = ["doctor_report", "doctor_storage", "floor_sessions"]
+__all__ = ["doctor_report", "doctor_storage", "floor_sessions", "run_doctor"]

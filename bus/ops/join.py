@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
 from bus.core.locate import JOINED_FILE, JOINED_KEYS
+from bus.local.private_files import write_private
 
 if TYPE_CHECKING:
     from bus.core.settings import Settings
@@ -90,20 +91,12 @@ def join_lines(url: str, *, clear_text: bool) -> tuple[list[str], str]:
 
 def remember(home: Path, env: dict[str, str]) -> Path | None:
     """Keep the store settings ``env`` gives (``INBOX_REDIS_URL`` at least) in the home,
-    0600, for every later command there; ``None`` when ``env`` names no store."""
+    0600, for every later command there; ``None`` when ``env`` names no store. A link
+    where the file goes is refused (:class:`bus.local.private_files.LinkRefused`)."""
     if not env.get("INBOX_REDIS_URL"):
         return None
-    path = home / JOINED_FILE
     text = "".join(f"{k}={env[k]}\n" for k in JOINED_KEYS if env.get(k))
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    return path
+    return write_private(home / JOINED_FILE, text)
 
 
 def check_listen(settings: Settings, *, redis_port: int, listen: str, clear_text: bool) -> None:

@@ -22,7 +22,7 @@ import redis
 from redis.exceptions import ClusterError, RedisClusterException
 
 from bus.core.errors import BusError, StoreRefused, Unavailable
-from bus.core.store_faults import fault_of
+from bus.core.store_faults import StoreFault, fault_of
 
 from .cluster_reach import ClusterUnreachable
 
@@ -61,7 +61,12 @@ class RedisUnavailable(Unavailable, StoreFailed, redis.ConnectionError):
 
 class RedisRefused(StoreRefused, StoreFailed, redis.ResponseError):
     """:class:`StoreRefused`, and still a ``redis.ResponseError`` (and the store's
-    :class:`StoreFailed`): code that catches Redis's own errors keeps catching it."""
+    :class:`StoreFailed`): code that catches Redis's own errors keeps catching it.
+    ``fault`` is the fault its reply named (its words and fix apart)."""
+
+    def __init__(self, message: str, fault: StoreFault, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.fault = fault
 
 
 def refused(exc: BaseException) -> RedisRefused | None:
@@ -76,6 +81,7 @@ def refused(exc: BaseException) -> RedisRefused | None:
     said = (str(exc).strip().splitlines() or [""])[0]
     return RedisRefused(
         f"{fault.words}; nothing was written; {fault.fix}",
+        fault,
         reason=fault.reason,
         fix=fault.fix,
         store_said=said[:300],

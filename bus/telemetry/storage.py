@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from bus.core.store_faults import StoreFault
     from bus.store.store import Store
 
 EFFECT = "every send and every delivery's record is refused (store_refused) until fixed"
@@ -28,13 +29,16 @@ def storage_problems(store: Store, level: str = "memory") -> list[dict[str, Any]
             }
         )
     if fault is not None:
-        rows.append(
-            {
-                "check": "storage",
-                "effect": EFFECT,
-                "reason": fault.words,
-                "fix": fault.fix,
-                "store_reason": fault.reason,
-            }
-        )
+        rows.append(storage_row(fault))
     return rows
+
+
+def storage_row(fault: StoreFault) -> dict[str, Any]:
+    """The doctor's problem row of a store that refuses writes with ``fault``."""
+    return {
+        "check": "storage",
+        "effect": EFFECT,
+        "reason": fault.words,
+        "fix": fault.fix,
+        "store_reason": fault.reason,
+    }

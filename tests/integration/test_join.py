@@ -58,6 +58,22 @@ def test_a_joined_home_remembers_its_store_and_the_environment_wins(tmp_path: Pa
     assert (place.store_url(), place.host) == (url, "b")  # the read lane finds it too
 
 
+def test_a_link_where_the_store_file_goes_is_refused_and_nothing_written(
+    tmp_path: Path,
+) -> None:
+    from bus.local.private_files import LinkRefused
+
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.write_text("someone else's\n")
+    (home / locate.JOINED_FILE).symlink_to(elsewhere)
+    with pytest.raises(LinkRefused, match="is a link"):
+        remember(home, {"INBOX_REDIS_URL": "redis://:secret@10.0.0.1:6380/0"})
+    assert elsewhere.read_text() == "someone else's\n"  # the password never went through it
+    assert (home / locate.JOINED_FILE).is_symlink()
+    assert sorted(p.name for p in home.iterdir()) == [locate.JOINED_FILE]  # no file left
+
+
 def inbox(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bus", *args],

@@ -29,72 +29,20 @@ def doctor(
         show_default=False,
     ),
 ) -> None:
-    """What keeps a session of this host from being woken or heard, and floor lines no drain could read: the reason and the fix (exit 1 when any)."""
+    """What keeps a session of this host from being woken or heard, floor lines no drain could read, and (naming no session) the whole bus: the reason and the fix (exit 1 when any)."""
     from bus.core.settings import Settings
-    from bus.ops.doctor import doctor_report
-    from bus.ops.upgrade import with_wake_consent
-    from bus.telemetry.problems import CHECKS, bus_problems
+    from bus.ops.doctor import run_doctor
+    from bus.ops.doctor_verdict import server_note, verdict
 
     settings = run(Settings.from_env)
-    report = run(lambda: doctor_report(settings.home, sids, settings=settings))
-    report = run(lambda: with_wake_consent(report, settings, sids))
-    if not sids:  # the whole bus too: hosts, floors, waiting messages, wakes
-        report["problems"] += bus_problems(settings)
-        report["ok"] = not report["problems"]
-    server = report.get("server") or {}
-    if server.get("state") not in (None, "ok", "too_old"):
-        print(f"inbox doctor: the store's server: {server['message']}", file=sys.stderr)
-    if report["problems"]:
-        rows = report["problems"]
-        unreachable = {p["session"] for p in rows if p.get("check") == "socket"}
-        torn = {p["session"] for p in rows if p.get("check") == "malformed"}
-        unwoken = {p["session"] for p in rows if p.get("check") == "wake_consent"}
-        said = []
-        if unreachable:
-            said.append(
-                f"{len(unreachable)} session(s) cannot be woken while idle nor hear a message"
-                " mid-turn"
-            )
-        if torn:
-            said.append(f"{len(torn)} session(s) have unreadable floor lines kept aside")
-        if unwoken:
-            said.append(
-                f"{len(unwoken)} session(s) are not woken by their wake command until it is"
-                " kept on this host"
-            )
-        too_old = server.get("state") == "too_old"
-        if too_old:
-            said.insert(0, str(server["message"]))
-        durable = [p for p in rows if p.get("check") == "durability"]
-        if durable:  # INBOX_DURABILITY this store cannot meet: every send refused
-            said.insert(0, f"{durable[0]['reason']}: {durable[0]['effect']}")
-        storage = [p for p in rows if p.get("check") == "storage"]
-        if storage:  # the store refuses writes: said first, with its fix
-            said.insert(0, f"{storage[0]['reason']}; fix: {storage[0]['fix']}")
-        bus_wide = sorted({p["check"] for p in rows} & set(CHECKS))
-        if bus_wide:
-            said.append(f"{len(rows)} problem(s) in the bus: " + ", ".join(bus_wide))
-        said = said or [f"{len(rows)} problem(s)"]
-        code = (
-            "store_refused"
-            if storage
-            else "not_durable"
-            if durable
-            else "unreachable"
-            if unreachable
-            else "malformed_lines"
-            if torn
-            else "wake_consent"
-            if unwoken
-            else "problems"
-        )
-        refuse(
-            "server_too_old" if too_old and not storage and not durable else code,
-            "; ".join(said),
-            1,
-            hint=None if unreachable or too_old else "each problem's fix is in the JSON on stdout",
-            details={k: v for k, v in report.items() if k != "ok"},
-        )
+    report = run(lambda: run_doctor(settings, sids))
+    note = server_note(report.get("server"))
+    if note:
+        print(f"inbox doctor: {note}", file=sys.stderr)
+    said = verdict(report["problems"], report.get("server"))
+    if said is not None:
+        details = {k: v for k, v in report.items() if k != "ok"}
+        refuse(said.code, said.message, 1, hint=said.hint, details=details)
     emit(report)
 
 

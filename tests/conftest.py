@@ -114,7 +114,7 @@ def settings(
         lock_ttl_s=3.0,
         visibility_timeout_s=3.0,
         # The suite's Redis is shared: its schedulers leave the server's settings alone
-        # (tests/integration/test_memory_settings.py sets them on servers of its own).
+        # (tests/integration/store/test_memory_settings.py sets them on servers of its own).
         memory_settings=False,
     )
     if not os.environ.get("INBOX_TEST_STORE_CLUSTER"):

@@ -22,7 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-WAKE_FILE = "wake_cmd"  # bus.delivery.kept_wake.WAKE_FILE (tests/integration/test_upgrade.py holds them equal)
+WAKE_FILE = "wake_cmd"  # bus.delivery.kept_wake.WAKE_FILE (tests/integration/durability/test_upgrade.py holds them equal)
 REASON = (
     "its wake command is in the session's record only (kept there by inbox 0.1.0): this host "
     "runs only one a person kept here, so the session is not woken by it"

@@ -15,9 +15,7 @@ import _socket
 import os
 import sys
 
-MAGIC = (
-    b"inbox-cmd-1"  # bus.surfaces.command_server.MAGIC (tests/integration/test_command_server.py)
-)
+MAGIC = b"inbox-cmd-1"  # bus.surfaces.command_server.MAGIC (tests/integration/cli/test_command_server.py)
 SOCKET_NAME = "commands.sock"
 SOCKET_PATH_MAX = 100  # bus.core.locate.SOCKET_PATH_MAX
 OFF_VAR = "INBOX_FAST_SEND"

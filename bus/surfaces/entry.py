@@ -21,7 +21,7 @@ import io
 import os
 import sys
 
-# Mirrors bus.delivery.floor, bus.delivery.inbox and bus.core.models (tests/integration/test_entry.py holds them equal);
+# Mirrors bus.delivery.floor, bus.delivery.inbox and bus.core.models (tests/integration/cli/test_entry.py holds them equal);
 # importing those would import pydantic. Not even json or re here: on a busy machine their
 # imports (enum, functools, collections) cost more than the rest of the fast path.
 MESSAGES = "messages.jsonl"
@@ -38,10 +38,10 @@ def seen_marker(sid: str) -> str:
     return os.path.join(home_dir(), SEEN, sid)
 
 
-# bus.surfaces.fast_read.COMMANDS (tests/integration/test_fast_read.py holds them equal): only these
+# bus.surfaces.fast_read.COMMANDS (tests/integration/cli/test_fast_read.py holds them equal): only these
 # import it.
 READ_COMMANDS = ("status", "threads", "read", "sent", "receipt", "read-inbox")
-# bus.surfaces.command_server.COMMANDS (tests/integration/test_command_server.py holds them equal): run
+# bus.surfaces.command_server.COMMANDS (tests/integration/cli/test_command_server.py holds them equal): run
 # by the warm server of ``inbox up`` when there is one.
 WRITE_COMMANDS = ("send", "reply", "withdraw", "decide")
 

@@ -5,7 +5,7 @@ Importing the library (redis-py and its asyncio, typer, pydantic, rich) costs a 
 most of its time. bus.surfaces.entry hands these commands here first: the argv is parsed
 with the standard library, the store's own read methods run over a small RESP client
 (bus.store.lite_reads), bus.surfaces.read_answers renders their answers, and the JSON printed is the one the command line prints, byte for
-byte (tests/integration/test_fast_read.py runs each command both ways on many states).
+byte (tests/integration/cli/test_fast_read.py runs each command both ways on many states).
 
 Whatever is unusual answers ``None`` and the full command line answers instead, so nothing
 a user sees differs: an option this lane does not know, ``--help``, anything the full path

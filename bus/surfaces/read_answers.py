@@ -36,7 +36,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-# -- names mirrored from the library (tests/integration/test_fast_read.py holds them equal) --------
+# -- names mirrored from the library (tests/integration/cli/test_fast_read.py holds them equal) --------
 
 SESSION_STATES = ("idle", "running", "closing", "closed")  # SessionInfo.state
 

@@ -34,7 +34,7 @@ def cli_dir() -> Path:
     return Path(os.environ.get("INBOX_TEST_CLI_DIR") or "~/.cache/inbox-harness-clis").expanduser()
 
 
-# What .ci/run installs (tests/integration/test_harness_support.py checks the two agree).
+# What .ci/run installs (tests/integration/suite/test_harness_support.py checks the two agree).
 CLI_PACKAGES = ("@anthropic-ai/claude-code@2.1.332", "@openai/codex@0.171.0")
 # The head of every such skip's reason: tests/conftest.py finds them by it.
 SKIP_HEAD = "REAL-CLI TEST SKIPPED"

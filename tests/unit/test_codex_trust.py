@@ -1,5 +1,5 @@
 """The config.toml lines that trust the inbox's Codex hooks (bus.surfaces.codex_trust); the
-real Codex reading them is tests/integration/test_codex_cli.py."""
+real Codex reading them is tests/integration/harness/test_codex_cli.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The facade's host side: a host's delivery, prox's local drop, the floor, the status.
+"""The facade's host side: a host's delivery, prox's local drop, the floor, the status,
+forgetting a host gone for good.
 
 A part of :class:`bus.api.facade.Bus`.
 """
@@ -13,6 +14,7 @@ from bus.core.models import DeliverAnswer, check_session_id, parse_message
 from bus.delivery import engine as delivery_engine
 from bus.delivery.engine import DeliveryReport
 from bus.store.redis_errors import StoreError, translate_redis_errors
+from bus.telemetry import host_retire
 from bus.telemetry.status import status_report
 
 from .parts import Parts
@@ -70,3 +72,10 @@ class Host(Parts):
     def status(self) -> dict[str, Any]:
         """Sessions with their backlogs, workers, memory settings (``inbox status``)."""
         return status_report(self.store, self.settings)
+
+    def forget_host(self, host: str) -> dict[str, Any]:
+        """``inbox host forget``: remove a ``down`` host's records (its heartbeats, floor
+        claim, kick list and Celery queue); refused, nothing written, for an unknown host,
+        one ``up`` or ``starting``, or one with sessions still open
+        (:mod:`bus.telemetry.host_retire`)."""
+        return host_retire.forget_host(self.store, self.settings, host)

@@ -24,7 +24,7 @@ from bus.core.durability import level_of
 from bus.core.errors import BadInput, BusError
 from bus.surfaces.refusal import bus_call, emit, fail, refuse, run, run_app
 
-from . import harness_hooks, people, processes, receipts, tokens, views
+from . import harness_hooks, hosts, people, processes, receipts, tokens, views
 from .calls import check_session_id, connect
 from .floor_here import local_session
 from .help_panels import EVERYDAY, HARNESS, arg, order, sid_arg, thread_arg
@@ -419,6 +419,7 @@ def withdraw(
 
 processes.register(app)  # `up`, `worker`, `scheduler`, `serve`, `flower`
 views.register(app)  # `status`, `watch`, `top`, `doctor`
+hosts.register(app)  # `host forget`
 
 
 @app.command(rich_help_panel=HARNESS)

@@ -63,6 +63,8 @@ CASES: list[tuple[str, dict[str, str], str, int, str]] = [
     ("mcp", BAD_SETTING, "bad_input", 2, "INBOX_WAKE_DEBOUNCE_S"),
     ("flower --basic-auth nocolon", {}, "bad_input", 2, "user:password"),
     ("upgrade", NO_REDIS, "unavailable", 3, "INBOX_REDIS_URL"),
+    ("host forget nosuch", {}, "not_found", 1, "no host 'nosuch' is known"),
+    ("host forget a/b", {}, "bad_input", 2, "host name"),
     ("repair-aof", {}, "aof_not_repaired", 1, "nothing to repair"),
     ("receipt bad/id --by me", {}, "bad_input", 2, "invalid message id"),
     ("receipt m1", {}, "no_session", 2, "--by SID"),

@@ -1,20 +1,33 @@
 """The one delivery engine: sessions delivered as a batch; a lone session is a batch of one.
 
 :func:`deliver_many` (a host's kick loop, a due wake's sessions) and :func:`deliver` (one
-session: ``Bus.deliver_session``, a Celery task) run the same steps, each one round trip
-for the whole batch: the starts (``delivery_begin.lua`` each: the lock, the dispatch flag,
-the first read), the messages taken into the inboxes (:meth:`bus.delivery.inbox.Inbox.ingest`)
-with the snapshots and their fences behind them (a session with nothing to read: its
-snapshot in its start's call), the schedule, the notices (:meth:`bus.delivery.notice.Notices.send`:
-taken, written one by one, their records with their unlocks), the other unlocks. The plan
-is the pure :func:`bus.core.policy.decide` per session; each session keeps its own lock
-and lease, one notice per run, marks only on confirmation.
+session: ``Bus.deliver_session``, a Celery task) run the same stages, top to bottom in
+:func:`run_once`, each one round trip for the whole batch where it can be:
 
-The rarer shapes run the general loop from where they stand
-(:mod:`bus.delivery.queue_run`: a raw line in flight or raw mode, more entries than one
-read) or the inbox's whole plan (:meth:`~bus.delivery.inbox.Inbox.after_delivery`: a notice
-left in flight, unconfirmed floor notices, drain marks waiting on the floor, a wake
-command, a plan other than schedule/notice/wake).
+1. **begin** (:func:`_begin`): every session's lock, dispatch flag and first read
+   (``delivery_begin.lua`` each; a session with nothing to read has its snapshot in the
+   same call). A session whose lock is held elsewhere is ``busy`` (the hand-off, below).
+   A raw line a killed worker left in flight is settled here, and its queue read again.
+2. **take** (:func:`_take`): each read's entries into the inbox
+   (:meth:`bus.delivery.inbox.Inbox.ingest`, every session's writes on one pipeline behind
+   the fence), or written raw, one line a message (:func:`bus.delivery.take.take_raw`:
+   the inbox off, or the session closing).
+3. **snapshot** (:func:`_snapshot`): behind those writes in the same round trip, the fence
+   again, the cursor's move, the plan's reads and the next entries; a running session's
+   steer taken into flight in the same call where the reads show the steer rule
+   (:func:`bus.core.policy.steers`). A session that read more (more entries than one read,
+   or sent while it ran) goes round take and snapshot again.
+4. **plan** (:func:`_plan`): the pure :func:`bus.core.policy.decide` per session, and what
+   the batch does with it (:func:`after_step`): schedule it, send its notice in the batch,
+   nothing, or the one-session plan (:meth:`~bus.delivery.inbox.Inbox.after_delivery`: a
+   notice left in flight, unconfirmed floor notices, drain marks waiting on the floor, a
+   wake command, a plan other than schedule/notice/wake).
+5. **notice** (:func:`_notice`): the notices (:meth:`bus.delivery.notice.Notices.send`:
+   taken, written one by one, their records with their unlocks).
+6. **finish** (:func:`_finish`): the other unlocks, each with its hand-off flag.
+
+Each session keeps its own lock and lease (renewed for the whole batch by one thread,
+:mod:`bus.delivery.renewer`), one notice per run, marks only on confirmation.
 
 The lock hand-off: deliveries of one session are serialised by its lock. A delivery that
 finds the lock held (a send arrived after the holder cleared the dispatch flag) does not
@@ -30,40 +43,38 @@ over then (within ``INBOX_LOCK_TTL_S``), and for a live holder it is one empty d
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bus.core import policy
+from bus.core.clock import Clock
 from bus.core.models import SessionInfo, check_session_id, now_ms
 from bus.store.delivery import DeliverySnapshot, DeliveryStart
 
 from .fast_drain import PENDING_MARKS
 from .lease import Lease
-from .notice import Finisher, NoticeJob, new_notice_id
-from .queue_run import (
-    BATCH,
-    DeliveryHost,
-    continue_after,
-    continue_delivery,
-    inbox_entries,
-    raw_mode,
-)
+from .notice import Finisher, NoticeJob, Notices, new_notice_id
 from .renewer import renewer_for
 from .report import DeliveryReport
+from .take import BATCH, inbox_entries, raw_mode, recover_raw, take_raw
+
+if TYPE_CHECKING:
+    from bus.store.store import Store
+    from bus.telemetry.metrics import Metrics
+
+    from .floor import Floor
+    from .host import DeliveryHost
+    from .inbox import Inbox
+    from .raw_lines import RawLines
 
 log = logging.getLogger(__name__)
 
 # Sessions per step: a step's pipeline stays short, and its fences fresh (bus.delivery.lease).
 CHUNK = 64
-
-
-def takes_batch(start: DeliveryStart, raw: bool) -> bool:
-    """Whether a started delivery goes the batched way: no raw line in flight, and its
-    entries (if any) go into the inbox, not raw."""
-    return start.rows is not None and (not start.rows or not raw)
 
 
 def after_step(
@@ -74,7 +85,7 @@ def after_step(
     action: str,
 ) -> str:
     """What the batch does after a session's snapshot: ``schedule``, ``notice`` (a notice
-    or a wake in the batch), ``none``, or ``one`` (the one-session code,
+    or a wake in the batch), ``none``, or ``one`` (the one-session plan,
     :meth:`~bus.delivery.inbox.Inbox.after_delivery`, for a recovery, a floor sweep or a rarer
     plan). A wake with a command to run is ``one`` too (the command runs between writes)."""
     if info is None:
@@ -101,18 +112,33 @@ LEASE_SLACK_MS = 100
 
 @dataclass
 class _Run:
+    """One session's run through the stages."""
+
     sid: str
-    start: DeliveryStart
     lease: Lease
     report: DeliveryReport
+    info: SessionInfo | None
+    # The read to take next, and its entries' send answers (None: read them first).
+    rows: list[tuple[str, dict[str, str]]]
+    answers: list[dict[str, Any] | None] | None
     snap: DeliverySnapshot | None = None
     plan: policy.Plan | None = None
-    done: bool = False  # its lease released (or handed to the general loop)
+    done: bool = False  # its lease released
     rerun: bool = False
     # Its records as kept -> whole, as ingested (the notice reads them back unrestored).
     wholes: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The notice id its snapshot may take into flight (a running session's steer).
     take_nid: str | None = None
+
+    def drop(self, store: Store, clock: Clock) -> None:
+        """Its lease lost: nothing more is written, a notice its snapshot took goes back
+        (:func:`_give_back`), the lock freed if still ours. Its begin cleared the dispatch
+        flag and the lock may lapse with nobody taking it: it runs again after the batch
+        (the hand-off: delivered, or handed to a holder), not left to the sweep."""
+        _give_back(store, clock, self)
+        self.report.busy = True
+        self.lease.release()
+        self.done = self.rerun = True
 
 
 def deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
@@ -129,9 +155,9 @@ def deliver_many(
 ) -> list[DeliveryReport]:
     """Deliver each of ``sids``, a chunk at a time; one report per distinct session,
     ``busy`` only for one whose work was handed to a running holder. Counters go in one
-    round trip (``Metrics.batched``). ``progress`` is called after each chunk and each
-    session run again on its own: a long batch (after a worker died, many take the
-    general way) still shows its worker's supervisor that it moves (bus.ops.supervise).
+    round trip (``Metrics.batched``). ``progress`` is called after each chunk, each read
+    taken after the first and each session run again on its own: a long batch still
+    shows its worker's supervisor that it moves (bus.ops.supervise).
     ``defer``: sends the first runs' heard steers' records
     (:meth:`bus.delivery.notice.Notices.send`); a session run again sends its own."""
     tick = progress or (lambda: None)
@@ -199,32 +225,28 @@ def run_once(
     tick: Callable[[], object] = lambda: None,
     defer: Finisher | None = None,
 ) -> list[DeliveryReport]:
-    """One run of each of ``sids`` (distinct), the starts in one round trip: the batched
-    steps for the common shape, the general loop for the rest. Each report says whether
+    """One run of each of ``sids`` (distinct) through the stages. Each report says whether
     its session must run again: ``busy`` (the lock held elsewhere, or its lease lost) or
     ``again`` (handed work, or sent more while it ran)."""
-    store = bus.store
+    store, floor, clock = bus.store, bus.floor, bus.clock
+    inbox_default = bus.settings.agent_inbox
     reports = {sid: DeliveryReport(session=sid) for sid in sids}
-    runs: list[_Run] = []
-    for sid, start in zip(sids, store.begin_many(sids, BATCH, snapshot=True), strict=True):
-        if start is None:
-            reports[sid].busy = True  # held elsewhere: the hand-off does the rest
-            continue
-        if takes_batch(start, bool(start.rows) and raw_mode(bus, start.info)):
-            # Renewed with the others' by the process's renewer (bus.delivery.renewer).
-            lease = Lease.adopt(store, sid, start.token, start.sent_at, renew=False)
-            runs.append(_Run(sid, start, lease, reports[sid]))
-            continue
-        report = continue_delivery(bus, sid, start)
-        if len(sids) > 1:
-            tick()
-        report.again = report.again if report.again is not None else store.take_again(sid)
-        reports[sid] = report
+    runs = _begin(store, floor, clock, sids, reports)
     if runs:
         renewer = renewer_for(store)
         handle = renewer.add(runs)
         try:
-            _run_batch(bus, runs, defer)
+            live = [r for r in runs if not r.done]
+            # Take and snapshot while a run has a read to take (or no snapshot yet).
+            while any(r.rows or r.snap is None for r in live):
+                pipe = _take(store, bus.inbox, bus.raw, inbox_default, live)
+                live = _snapshot(store, floor, clock, inbox_default, pipe, live)
+                if any(r.rows for r in live) and len(sids) > 1:
+                    tick()
+            _counted(store, bus.metrics, bus.settings.stream_keep, live)
+            noticing = _plan(store, bus.inbox, floor, clock, live)
+            _notice(bus.notices, clock, noticing, defer)
+            _finish(store, live)
         finally:
             renewer.remove(handle)
             for run in runs:
@@ -236,37 +258,72 @@ def run_once(
     return [reports[sid] for sid in sids]
 
 
-def _fence(bus: DeliveryHost, runs: list[_Run]) -> list[_Run]:
-    """The runs whose leases still stand: fresh ones as they are, the others checked in
-    one round trip (as :meth:`~bus.delivery.lease.Lease.held`, for all of them at once)."""
-    stale = [r for r in runs if not r.lease.fresh()]
-    if stale:
-        sent_at = time.monotonic()
-        answers = bus.store.extend_many([(r.sid, r.lease.token) for r in stale])
-        for run, ok in zip(stale, answers, strict=True):
-            run.lease.confirmed(ok, sent_at)
-    return [r for r in runs if not r.lease.lost]
+# -- 1. begin ----------------------------------------------------------------------------
 
 
-def _run_batch(bus: DeliveryHost, runs: list[_Run], defer: Finisher | None = None) -> None:
-    if not runs:
-        return
-    store = bus.store
-    # The messages into the inboxes, every session's in one pipeline, behind the fence;
-    # then the fence again, the cursor's move, the plan's reads and what came since, in
-    # the same round trip (the snapshots read what the writes left).
-    taking = [r for r in runs if r.start.rows]
+def _begin(
+    store: Store, floor: Floor, clock: Clock, sids: list[str], reports: dict[str, DeliveryReport]
+) -> list[_Run]:
+    """Every session's start in one round trip; a run for each whose lock was taken (the
+    others are ``busy``). A raw line left in flight is settled first (its line looked for
+    on the floor) and the queue read again after it: one session's rare round trips."""
+    runs: list[_Run] = []
+    for sid, start in zip(sids, store.begin_many(sids, BATCH, snapshot=True), strict=True):
+        if start is None:
+            reports[sid].busy = True  # held elsewhere: the hand-off does the rest
+            continue
+        # Renewed with the others' by the process's renewer (bus.delivery.renewer).
+        lease = Lease.adopt(store, sid, start.token, start.sent_at, renew=False)
+        run = _started(store, floor, sid, start, lease, reports[sid])
+        if run.snap is not None and not lease.confirmed(run.snap.held, run.snap.sent_at):
+            run.drop(store, clock)
+        runs.append(run)
+    return runs
+
+
+def _started(
+    store: Store,
+    floor: Floor,
+    sid: str,
+    start: DeliveryStart,
+    lease: Lease,
+    report: DeliveryReport,
+) -> _Run:
+    if start.rows is not None:
+        run = _Run(sid, lease, report, start.info, start.rows, start.answers)
+        run.snap = start.snapshot  # nothing read: the plan's reads came with the start
+        return run
+    # A raw line was in flight: nothing was read.
+    recover_raw(store, floor, sid, report, start.rawflight)
+    rows = store.read_after(sid, store.cursor(sid), BATCH)
+    return _Run(sid, lease, report, store.get_session(sid) if rows else None, rows, None)
+
+
+# -- 2. take -----------------------------------------------------------------------------
+
+
+def _take(
+    store: Store, inbox: Inbox, raw_lines: RawLines, inbox_default: bool, runs: list[_Run]
+) -> Any:
+    """Each run's read taken: into the inbox, every session's writes queued on one
+    pipeline (sent with the snapshots), behind the fence; or written raw, one line a
+    message. A run whose lease is lost takes nothing (its cursor stays). The pipeline."""
     pipe = store.pipeline()
+    taking = [r for r in runs if r.rows]
+    for run in taking:
+        if run.answers is None:  # a later read: its send answers read now
+            msgs = [json.loads(fields["m"]) for _eid, fields in run.rows]
+            run.answers = store.first_answers(run.sid, [m["id"] for m in msgs])
+    raw = [r for r in taking if raw_mode(r.info, inbox_default)]
     handles: dict[str, str | None] = {}
-    for run in _fence(bus, taking):
+    for run in _fence(store, [r for r in taking if r not in raw]):
         facts: list[str] = []
-        batch, raws = inbox_entries(
-            run.start.rows or [], run.start.answers, run.report, facts=facts
-        )
-        bus.inbox.ingest(
+        assert run.answers is not None
+        batch, raws = inbox_entries(run.rows, run.answers, run.report, facts=facts)
+        inbox.ingest(
             run.sid,
             batch,
-            run.start.info,
+            run.info,
             run.report,
             pipe=pipe,
             handles=handles,
@@ -274,136 +331,141 @@ def _run_batch(bus: DeliveryHost, runs: list[_Run], defer: Finisher | None = Non
             wholes=run.wholes,
             facts=facts,
         )
-    # A lease lost at the fence took nothing: the cursor stays. Its begin cleared the
-    # dispatch flag and the lock may have lapsed with nobody taking it: the session runs
-    # again after the batch (the hand-off: delivered, or handed to a holder), not left to
-    # the sweep. (One lost after the fence: its snapshot says so, below.)
+    for run in raw:
+        assert run.answers is not None
+        take_raw(store, raw_lines, run.lease, run.rows, run.answers, run.report)
+    return pipe
+
+
+# -- 3. snapshot -------------------------------------------------------------------------
+
+
+def _snapshot(
+    store: Store, floor: Floor, clock: Clock, inbox_default: bool, pipe: Any, runs: list[_Run]
+) -> list[_Run]:
+    """Behind the take's writes, in the same round trip: each run's fence, its cursor's
+    move past what it took, the plan's reads and the next read. The runs still holding
+    their leases, each with its snapshot and its next read (``rows``)."""
     live = []
     for run in runs:
         if run.lease.lost:
-            run.report.busy = True
-            run.lease.release()
-            run.done = run.rerun = True
+            run.drop(store, clock)
         else:
             live.append(run)
     # A run that read nothing has its snapshot from its start (a due wake: one call).
-    later = [r for r in live if r.start.snapshot is None]
-    items = [(r.sid, r.lease.token, r.start.rows[-1][0] if r.start.rows else None) for r in later]
+    later = [r for r in live if r.rows or r.snap is None]
+    items = [(r.sid, r.lease.token, r.rows[-1][0] if r.rows else None) for r in later]
     # A running session's steer is likely the plan: its notice is taken into flight in
     # the snapshot's own call when the reads show it (one round trip less a lone send).
     for run in later:
-        run.take_nid = new_notice_id() if steer_likely(bus, run.sid, run.start.info) else None
-    # (None later: nothing was read, so nothing was queued on the pipeline either.)
+        likely = steer_likely(floor, inbox_default, run.sid, run.info)
+        run.take_nid = new_notice_id() if likely else None
     got = (
         store.snapshot_many_after(
             pipe,
             items,
             BATCH,
             takes=[r.take_nid for r in later],
-            now=bus.inbox.notices.clock.now_ms(),
-            inbox_default=bus.settings.agent_inbox,
+            now=clock.now_ms(),
+            inbox_default=inbox_default,
         )
         if later
         else []
     )
-    snaps = dict(zip((id(r) for r in later), got, strict=True))
-    planned = []
-    for run in live:
-        snap = run.start.snapshot or snaps[id(run)]
+    kept = [r for r in live if r not in later]  # their snapshots came with their starts
+    for run, snap in zip(later, got, strict=True):
         run.snap = snap
         if not run.lease.confirmed(snap.held, snap.sent_at):
-            _give_back(bus, run)
-            run.report.busy = True
-            run.lease.release()
-            run.done = run.rerun = True  # as above: runs again after the batch
+            run.drop(store, clock)
             continue
-        if run.report.inbox:
-            bus.metrics.incr("messages_in", run.report.inbox)
-        planned.append(run)
-    for run in planned:
+        # The next read (none taken with a steer: parts/snapshot.lua), taken as the first
+        # was; the plan is made from the snapshot after the last.
+        run.rows, run.answers, run.info = snap.rows, None, snap.info
+        if snap.rows:
+            run.snap = None
+        kept.append(run)
+    return kept
+
+
+def _counted(store: Store, metrics: Metrics, keep: int, runs: list[_Run]) -> None:
+    """The messages each run took, counted; its queue's trim floor set (its last
+    snapshot's length)."""
+    for run in runs:
+        taken = run.report.inbox + run.report.raw
+        if taken:
+            metrics.incr("messages_in", taken)
         assert run.snap is not None
-        store.set_trim_floor(run.sid, bus.settings.stream_keep, run.snap.stream_len)
-    _plan_and_notice(bus, planned, defer)
-    # The unlocks with the hand-off flags, in one round trip (a run that wrote a notice
-    # was unlocked in its notice's last call: _notices).
-    ending = [r for r in planned if not r.done]
-    for run in ending:
-        run.lease.stop_renewing()
-    agains = store.unlock_many([(r.sid, r.lease.token) for r in ending])
-    for run, again in zip(ending, agains, strict=True):
-        run.done = True
-        # Lost on the way (a notice left in flight): as above, it runs again.
-        run.rerun = run.rerun or again or run.lease.lost
+        store.set_trim_floor(run.sid, keep, run.snap.stream_len)
 
 
-def _plan_and_notice(bus: DeliveryHost, runs: list[_Run], defer: Finisher | None = None) -> None:
+# -- 4. plan -----------------------------------------------------------------------------
+
+
+def _plan(store: Store, inbox: Inbox, floor: Floor, clock: Clock, runs: list[_Run]) -> list[_Run]:
+    """Each run's plan from its snapshot, and what the batch does with it
+    (:func:`after_step`): its wake put on the schedule (one round trip for all), the
+    one-session plan run now, or its notice left for the notice stage. The runs that
+    send a notice in the batch, their leases fenced."""
     due: list[tuple[str, int]] = []
     noticing: list[_Run] = []
     for run in runs:
         snap = run.snap
         assert snap is not None
-        if snap.rows:
-            # More to read (sent while this ran, or past the first read): the general
-            # loop takes the rest, its plan after it, and frees the lock.
-            more = continue_after(bus, run.sid, run.lease, snap)
-            run.done = True
-            add_report(run.report, more)
-            run.report.busy = more.busy
-            run.rerun = bool(
-                more.again if more.again is not None else bus.store.take_again(run.sid)
-            )
-            continue
         info = snap.info
-        marks = info is not None and (bus.floor.session_dir(run.sid) / PENDING_MARKS).exists()
-        plan = None
-        if info is not None:
-            plan = bus.inbox.decide(bus.inbox.view_of(info, snap.view))
+        marks = info is not None and (floor.session_dir(run.sid) / PENDING_MARKS).exists()
+        plan = inbox.decide(inbox.view_of(info, snap.view)) if info is not None else None
         step = after_step(
             info, snap.notice_id, snap.floor_ids, marks, plan.action if plan else "wait"
         )
         run.plan = plan
         if step != "notice" or plan is None or plan.action != "notice":
-            _give_back(bus, run)  # taken for a steer the plan did not make
+            _give_back(store, clock, run)  # taken for a steer the plan did not make
         if step == "schedule" and plan is not None and plan.at is not None:
             due.append((run.sid, plan.at))
         elif step == "notice":
             noticing.append(run)
         elif step == "one":
             run.report.lease = run.lease
-            bus.inbox.after_delivery(run.sid, run.report, snap)
+            inbox.after_delivery(run.sid, run.report, snap)
             run.report.lease = None
-    bus.store.schedule_many("due", due)
-    fenced = _fence(bus, noticing)
-    kept = {id(r) for r in fenced}
+    store.schedule_many("due", due)
+    fenced = _fence(store, noticing)
     for run in noticing:
-        if id(run) not in kept:
-            _give_back(bus, run)  # its lease lost: it sends nothing
-    _notices(bus, fenced, defer)
+        if run not in fenced:
+            _give_back(store, clock, run)  # its lease lost: it sends nothing
+    return fenced
 
 
-def _notices(bus: DeliveryHost, runs: list[_Run], defer: Finisher | None = None) -> None:
+# -- 5. notice ---------------------------------------------------------------------------
+
+
+def _notice(
+    notices: Notices,
+    clock: Clock,
+    runs: list[_Run],
+    defer: Finisher | None = None,
+) -> None:
     """The runs' notices (no wake command among them), each freeing its lock and taking
     its hand-off flag in its last call (:meth:`bus.delivery.notice.Notices.send`). A
     lease lost before the write leaves its notice in flight, for the next holder to put
     back (:meth:`bus.delivery.notice.Notices.recover`), as after a crash."""
     jobs = []
     for run in runs:
-        assert run.plan is not None
-        snap = run.snap
-        taken = snap.taken if snap is not None else None
+        assert run.plan is not None and run.snap is not None
+        taken = run.snap.taken
         jobs.append(
             NoticeJob(
                 run.sid,
                 run.plan.action == "wake",
                 run.plan.reason,
-                snap.info if snap is not None else None,
+                run.snap.info,
                 lease=run.lease,
                 unlock=True,
                 wholes=run.wholes,
                 taken=(run.take_nid, taken) if run.take_nid and taken else None,
             )
         )
-    bus.inbox.notices.send(jobs, defer)
+    notices.send(jobs, defer)
     for run, job in zip(runs, jobs, strict=True):
         if job.notice is not None:
             run.report.notices.append(job.notice)
@@ -412,17 +474,48 @@ def _notices(bus: DeliveryHost, runs: list[_Run], defer: Finisher | None = None)
         if job.unlocked:
             run.done = True
             # Sent more meanwhile, or the lock no longer ours (lost on the way): as after
-            # an unlock (_run_batch), it runs again.
+            # an unlock (_finish), it runs again.
             run.rerun = run.rerun or job.again or not job.freed
 
 
-def steer_likely(bus: DeliveryHost, sid: str, info: SessionInfo | None) -> bool:
-    """Whether a batched run's plan is likely a running session's steer: the steer rule
-    (:func:`bus.core.policy.steers`) on its record as its start read it, with no drain's
-    marks waiting on this host's floor (those take the one-session way). Its notice is
-    then taken in the snapshot's call where the snapshot's reads hold the rule too
-    (``steer_ready`` in parts/snapshot.lua)."""
-    if info is None or raw_mode(bus, info):  # no session, or its inbox off
+# -- 6. finish ---------------------------------------------------------------------------
+
+
+def _finish(store: Store, runs: list[_Run]) -> None:
+    """The unlocks with the hand-off flags, in one round trip (a run that wrote a notice
+    was unlocked in its notice's last call)."""
+    ending = [r for r in runs if not r.done]
+    for run in ending:
+        run.lease.stop_renewing()
+    agains = store.unlock_many([(r.sid, r.lease.token) for r in ending])
+    for run, again in zip(ending, agains, strict=True):
+        run.done = True
+        # Lost on the way (a notice left in flight): as a lease lost, it runs again.
+        run.rerun = run.rerun or again or run.lease.lost
+
+
+# -- the stages' shared steps ------------------------------------------------------------
+
+
+def _fence(store: Store, runs: list[_Run]) -> list[_Run]:
+    """The runs whose leases still stand: fresh ones as they are, the others checked in
+    one round trip (as :meth:`~bus.delivery.lease.Lease.held`, for all of them at once)."""
+    stale = [r for r in runs if not r.lease.lost and not r.lease.fresh()]
+    if stale:
+        sent_at = time.monotonic()
+        answers = store.extend_many([(r.sid, r.lease.token) for r in stale])
+        for run, ok in zip(stale, answers, strict=True):
+            run.lease.confirmed(ok, sent_at)
+    return [r for r in runs if not r.lease.lost]
+
+
+def steer_likely(floor: Floor, inbox_default: bool, sid: str, info: SessionInfo | None) -> bool:
+    """Whether a run's plan is likely a running session's steer: the steer rule
+    (:func:`bus.core.policy.steers`) on its record as its last read found it, with no
+    drain's marks waiting on this host's floor (those take the one-session way). Its
+    notice is then taken in the snapshot's call where the snapshot's reads hold the rule
+    too (``steer_ready`` in parts/snapshot.lua)."""
+    if info is None or raw_mode(info, inbox_default):  # no session, or its inbox off
         return False
     facts = policy.SteerFacts(
         state=info.state,
@@ -434,18 +527,16 @@ def steer_likely(bus: DeliveryHost, sid: str, info: SessionInfo | None) -> bool:
         retry_at=None,
         now_ms=0,
     )
-    return policy.steers(facts) and not (bus.floor.session_dir(sid) / PENDING_MARKS).exists()
+    return policy.steers(facts) and not (floor.session_dir(sid) / PENDING_MARKS).exists()
 
 
-def _give_back(bus: DeliveryHost, run: _Run) -> None:
+def _give_back(store: Store, clock: Clock, run: _Run) -> None:
     """A notice the run's snapshot took into flight for a steer that is not sent in this
     batch (the plan differs, or the lease was lost): its messages back to new."""
     snap = run.snap
     if snap is None or snap.taken is None or run.take_nid is None:
         return
-    bus.store.revert_notice(
-        run.sid, run.take_nid, bus.inbox.notices.clock.now_ms(), "the plan sent no steer"
-    )
+    store.revert_notice(run.sid, run.take_nid, clock.now_ms(), "the plan sent no steer")
     snap.taken = None
 
 
@@ -459,5 +550,4 @@ __all__ = [
     "deliver_many",
     "run_once",
     "steer_likely",
-    "takes_batch",
 ]

@@ -35,8 +35,8 @@ from bus.store.outage_log import OUTAGE_ERRORS, Outage, waits_out
 
 from .dispatch import Dispatcher, request_many
 from .engine import deliver_many
+from .host import DeliveryHost
 from .notice import Finisher
-from .queue_run import DeliveryHost
 from .report import WorkReporter, works_of
 
 if TYPE_CHECKING:

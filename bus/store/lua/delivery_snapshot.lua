@@ -1,5 +1,5 @@
 -- delivery_snapshot.lua: a delivery's fence and the plan's reads in one call
--- (bus.delivery.queue_run, bus.delivery.engine's batch). The steps are parts/snapshot.lua's
+-- (bus.delivery.engine's snapshot stage). The steps are parts/snapshot.lua's
 -- (delivery_begin.lua runs them too).
 -- All keys are in the session's slot {<sid>}.
 -- KEYS[1] lock      P:{sid}:lock

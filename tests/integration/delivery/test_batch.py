@@ -14,36 +14,12 @@ from bus.core.clock import ManualClock
 from bus.core.models import SessionInfo
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
-from bus.delivery.engine import after_step, deliver_many, takes_batch
-from bus.store.delivery import DeliveryStart
+from bus.delivery.engine import after_step, deliver_many
 from bus.telemetry.metrics import summed
 from tests.conftest import wait_for
 from tests.integration.inbox.test_inbox_live import Scheduler, events
 from tests.support.kicks import pop_kicks
 from tests.support.worker_proc import WorkerProcess
-
-
-def start(rows: list[tuple[str, dict[str, str]]] | None) -> DeliveryStart:
-    return DeliveryStart("t", 0.0, {"id": "m"} if rows is None else None, "0-0", rows)
-
-
-ROW = ("1-0", {"m": "{}"})
-
-
-@pytest.mark.parametrize(
-    ("rows", "raw", "batched"),
-    [
-        ([], False, True),  # nothing queued: a due wake's run
-        ([], True, True),  # raw mode does not matter with nothing to take
-        ([ROW], False, True),  # messages into the inbox
-        ([ROW], True, False),  # raw lines are written one by one
-        (None, False, False),  # a raw line in flight: the one-session recovery
-    ],
-)
-def test_which_started_deliveries_go_the_batched_way(
-    rows: list[tuple[str, dict[str, str]]] | None, raw: bool, batched: bool
-) -> None:
-    assert takes_batch(start(rows), raw) is batched
 
 
 def info(wake_cmd: str | None = None) -> SessionInfo:

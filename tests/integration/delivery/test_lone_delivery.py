@@ -22,7 +22,7 @@ from bus.core import policy
 from bus.delivery import engine, kick_list
 from bus.delivery.engine import after_step
 from bus.delivery.kick_list import KickLoop
-from bus.delivery.queue_run import inbox_entries
+from bus.delivery.take import inbox_entries
 from bus.delivery.report import DeliveryReport
 from bus.ops.embedded import EmbeddedRedis
 from bus.store.delivery import DeliverySnapshot, taken_records
@@ -153,10 +153,10 @@ def test_a_notice_taken_for_a_steer_the_plan_does_not_send_is_given_back(
     gave_back: list[str] = []
     real_give_back = engine._give_back
 
-    def give_back(b: Any, run: Any) -> None:
+    def give_back(store: Any, clock: Any, run: Any) -> None:
         if run.snap is not None and run.snap.taken:
             gave_back.append(run.sid)
-        real_give_back(b, run)
+        real_give_back(store, clock, run)
 
     monkeypatch.setattr(engine, "_give_back", give_back)
     report = bus.deliver_session("s")

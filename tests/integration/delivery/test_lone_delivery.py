@@ -22,8 +22,8 @@ from bus.core import policy
 from bus.delivery import engine, kick_list
 from bus.delivery.engine import after_step
 from bus.delivery.kick_list import KickLoop
-from bus.delivery.take import inbox_entries
 from bus.delivery.report import DeliveryReport
+from bus.delivery.take import inbox_entries
 from bus.ops.embedded import EmbeddedRedis
 from bus.store.delivery import DeliverySnapshot, taken_records
 from bus.surfaces.listener import Listener

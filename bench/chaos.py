@@ -51,7 +51,7 @@ from bus.delivery.floor_lines import heard_lines
 from bus.ops.embedded import server_binary
 from bus.ops.procs import die_with_parent
 from bus.ops.topology import Topology, _signal_group, start_topology
-from bus.surfaces.listener import Listener
+from bus.surfaces.harness.listener import Listener
 from tests.support.local_servers import free_port
 
 HOSTS = ("a", "b")

@@ -75,7 +75,7 @@ from bench.burst import (  # noqa: E402
 from bus.api import Bus  # noqa: E402
 from bus.core.models import parse_message  # noqa: E402
 from bus.core.settings import Settings  # noqa: E402
-from bus.surfaces.listener import Listener  # noqa: E402
+from bus.surfaces.harness.listener import Listener  # noqa: E402
 from workers.app import host_queue, make_app  # noqa: E402
 
 BENCH_HOST = "bench"

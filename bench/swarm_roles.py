@@ -35,7 +35,7 @@ from bench.chaos import ids_of, recover_taken, retrying
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.floor import DRAINING_PREFIX, MESSAGES
-from bus.surfaces.listener import Listener
+from bus.surfaces.harness.listener import Listener
 
 FULL_DRAIN_EVERY_S = 20.0  # a drain even when the file looks empty (orphaned claims)
 

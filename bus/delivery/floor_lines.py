@@ -17,7 +17,7 @@ from typing import Any
 from bus.core.errors import BadInput
 from bus.local.owned import open_private as _open_private
 
-# The lines a socket listener handed on (bus.surfaces.listener), its last HEARD_KEEP: a
+# The lines a socket listener handed on (bus.surfaces.harness.listener), its last HEARD_KEEP: a
 # line whose ack came late is on the file too, and a drain does not hand it on again.
 HEARD = "heard.jsonl"
 HEARD_KEEP = 1000

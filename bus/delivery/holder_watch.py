@@ -12,7 +12,7 @@ host and not seen (open, turn, drain) since the look began is closed as a wake w
 it (:meth:`bus.delivery.notice.Notices.close_gone`: ``session_gone`` in its events, the
 senders waiting on it answered). A session already closed, gone from Redis, or of another
 host is left alone and not read again while its ``holders`` file stays as it is (it stays:
-the MCP server tells a quit window's session by it, bus.surfaces.harness_link).
+the MCP server tells a quit window's session by it, bus.surfaces.harness.link).
 """
 
 from __future__ import annotations

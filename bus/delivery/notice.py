@@ -359,7 +359,7 @@ class Notices:
             self.run_wake_cmd(sid, lines[-1], info)
         else:
             # A harness's waiter on the socket is woken by the line itself; it drains the
-            # floor, which confirms the notice (bus.surfaces.waiter).
+            # floor, which confirms the notice (bus.surfaces.harness.waiter).
             self.floor.offer(sid, lines[-1])
         store.record(sid, "wake", notice=str(lines[-1]["id"]), reason=reason)
 

@@ -143,7 +143,7 @@ def _hook_post_tool_use() -> int:
     if d is not None and floor_is_empty(d) is not False:
         return _empty(str(sid))
     if d is None:  # not a session id: the full hook says so on stderr
-        from .hook_run import hook_entry
+        from .harness.hook_run import hook_entry
 
         return hook_entry("PostToolUse", stdin=io.StringIO(raw))
     from bus.delivery.fast_drain import post_tool_use

@@ -9,7 +9,7 @@ sent or written on a refusal.
 
 The caller is the session in ``INBOX_SESSION`` when it is set, else the session that the
 inbox hooks of the harness which started this server recorded at its SessionStart
-(bus.surfaces.harness_link: Claude Code and Codex pass an MCP server no session id), never
+(bus.surfaces.harness.link: Claude Code and Codex pass an MCP server no session id), never
 guessed; with authentication on, the token's subject. :func:`caller` is the one place that
 decides it, at each call (a ``/clear`` starts a new session in the same harness).
 """
@@ -33,7 +33,7 @@ from bus.core.models import check_session_id
 from bus.store.redis_errors import StoreError, refused
 from bus.trust import tokens
 
-from . import harness_link
+from .harness import link as harness_link
 
 NO_SESSION = "no_session"
 # A waited send with no timeout would hold a worker thread forever if the client goes away.

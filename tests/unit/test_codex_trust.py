@@ -1,4 +1,4 @@
-"""The config.toml lines that trust the inbox's Codex hooks (bus.surfaces.codex_trust); the
+"""The config.toml lines that trust the inbox's Codex hooks (bus.surfaces.harness.codex_trust); the
 real Codex reading them is tests/integration/harness/test_codex_cli.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from bus.surfaces import codex_trust
+from bus.surfaces.harness import codex_trust
 
 OURS = "INBOX_HOME=/h /venv/bin/inbox hook codex SessionStart"
 

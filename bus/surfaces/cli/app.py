@@ -364,7 +364,7 @@ def listen(
     exec_cmd: str | None = typer.Option(None, "--exec", help="pipe each line to CMD"),
 ) -> None:
     """A reference socket listener on inbox.sock that acks each line."""
-    from bus.surfaces.listener import run_listener
+    from bus.surfaces.harness.listener import run_listener
 
     b = connect()
     run(lambda: check_session_id(sid))

@@ -27,14 +27,14 @@ def _print_or_install(
     harness: str, install: Path | None, uninstall: Path | None, yes: bool, command: str | None
 ) -> None:
     """One harness's hooks printed, or installed into / removed from the file given."""
-    from bus.surfaces.hook_install import print_or_install
+    from bus.surfaces.harness.hook_install import print_or_install
 
     if install is not None and uninstall is not None:
         fail("give --install PATH or --uninstall PATH, not both")
     path = install if install is not None else uninstall
     keys: list[str] = []
     if uninstall is not None and harness == "codex":
-        from bus.surfaces.codex_trust import own_keys
+        from bus.surfaces.harness.codex_trust import own_keys
 
         keys = own_keys(uninstall.expanduser())  # before the file changes: their places
     code = run(
@@ -43,11 +43,12 @@ def _print_or_install(
         )
     )
     if code == 0 and install is not None and harness == "codex":
-        from bus.surfaces.codex_trust import print_trust
+        from bus.surfaces.harness.codex_trust import print_trust
 
         print_trust(install.expanduser())  # what trusts them: printed, never written
     if code == 0 and keys:
-        from bus.surfaces.codex_trust import codex_home, drop_trust
+        from bus.surfaces.harness.codex_trust import drop_trust
+        from bus.surfaces.harness.codex_wake import codex_home
 
         config = codex_home() / "config.toml"
         dropped = run(lambda: drop_trust(keys, config))
@@ -106,7 +107,7 @@ hooks_app.command("codex")(
 @hook_app.command("claude")
 def hook_claude(event: str = arg("EVENT", EVENT_HELP)) -> None:
     """Run one Claude Code hook (its JSON on stdin); exits 0 whatever breaks."""
-    from bus.surfaces.hook_run import hook_entry
+    from bus.surfaces.harness.hook_run import hook_entry
 
     raise typer.Exit(hook_entry(event))
 
@@ -114,7 +115,7 @@ def hook_claude(event: str = arg("EVENT", EVENT_HELP)) -> None:
 @hook_app.command("codex")
 def hook_codex(event: str = arg("EVENT", EVENT_HELP)) -> None:
     """Run one Codex hook (its JSON on stdin); exits 0 whatever breaks."""
-    from bus.surfaces.hook_run import hook_entry
+    from bus.surfaces.harness.hook_run import hook_entry
 
     raise typer.Exit(hook_entry(event, harness="codex"))
 

@@ -15,7 +15,7 @@ from bus.delivery.lease import Lease
 from bus.store import packing
 from bus.store.delivery import taken_records
 from bus.store.store import Store
-from bus.surfaces.listener import Listener
+from bus.surfaces.harness.listener import Listener
 from tests.conftest import collect
 
 

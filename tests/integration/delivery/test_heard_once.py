@@ -21,7 +21,7 @@ from bus.core.settings import Settings
 from bus.delivery import heard
 from bus.delivery.floor import Floor
 from bus.delivery.said import SAID, SAID_KEEP, fresh_ids, read_said, record_said, unsaid
-from bus.surfaces.listener import Listener
+from bus.surfaces.harness.listener import Listener
 
 SID = "once-1"
 MARK = "of these repeated from an earlier notice"

@@ -20,7 +20,7 @@ from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.host import DeliveryParts
 from bus.delivery.kick_list import ListDispatcher
 from bus.ops.embedded import EmbeddedRedis
-from bus.surfaces.listener import Listener
+from bus.surfaces.harness.listener import Listener
 from tests.conftest import _free_port, collect, wait_for
 from tests.support.worker_proc import WorkerProcess
 

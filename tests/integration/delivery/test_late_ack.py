@@ -14,7 +14,7 @@ from bus.api import Bus
 from bus.delivery import fast_drain
 from bus.delivery.floor import Floor
 from bus.delivery.floor_lines import HEARD, heard_ids, record_heard
-from bus.surfaces.listener import Listener
+from bus.surfaces.harness.listener import Listener
 from tests.conftest import wait_for
 
 SID = "late-ack"

@@ -16,7 +16,7 @@ from tests.conftest import collect
 def test_a_busy_delivery_hands_off_and_the_holder_takes_the_late_message(
     make_bus: Callable[..., Bus], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bus.surfaces.listener import Listener
+    from bus.surfaces.harness.listener import Listener
 
     b = make_bus()
     b.open_session("s")

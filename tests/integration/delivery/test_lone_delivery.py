@@ -26,7 +26,7 @@ from bus.delivery.report import DeliveryReport
 from bus.delivery.take import inbox_entries
 from bus.ops.embedded import EmbeddedRedis
 from bus.store.delivery import DeliverySnapshot, taken_records
-from bus.surfaces.listener import Listener
+from bus.surfaces.harness.listener import Listener
 from tests.conftest import collect, wait_for
 from tests.support.trips import Trips, script_names
 

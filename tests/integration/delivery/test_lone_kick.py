@@ -97,7 +97,7 @@ def test_a_lone_message_from_a_session_is_delivered_in_few_round_trips(
     trips: Trips,  # noqa: F811 (the fixture imported above)
 ) -> None:
     from bus.delivery.engine import deliver_many
-    from bus.surfaces.listener import Listener
+    from bus.surfaces.harness.listener import Listener
     from tests.conftest import collect
 
     b = make_bus()

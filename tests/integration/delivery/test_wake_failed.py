@@ -21,7 +21,7 @@ from bus.delivery import kept_wake
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.scheduler import tick
 from bus.ops.doctor import doctor_report
-from bus.surfaces import hooks
+from bus.surfaces.harness import hooks
 from tests.conftest import wait_for
 from tests.integration.inbox.test_inbox_live import events
 

@@ -18,7 +18,7 @@ from bus.core.settings import Settings
 from bus.delivery.lease import Lease
 from bus.ops.embedded import EmbeddedRedis
 from bus.store.outage_log import Outage
-from bus.surfaces.listener import Listener
+from bus.surfaces.harness.listener import Listener
 from bus.telemetry import liveness
 from tests.conftest import _free_port, wait_for
 from tests.support.worker_proc import WorkerProcess

@@ -19,7 +19,7 @@ import pytest
 from bus.api import Bus
 from bus.delivery.floor import Floor
 from bus.local.owned import UnsafeFloor
-from bus.surfaces.listener import Listener
+from bus.surfaces.harness.listener import Listener
 
 SID = "victim"
 NOBODY = 65534

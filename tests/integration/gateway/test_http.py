@@ -16,8 +16,8 @@ import pytest
 import uvicorn
 
 from bus.api import Bus
+from bus.surfaces.harness.listener import Listener
 from bus.surfaces.http.gateway import create_app, serve
-from bus.surfaces.listener import Listener
 from bus.telemetry.metrics import Metrics
 
 

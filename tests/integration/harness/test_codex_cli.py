@@ -82,7 +82,7 @@ class Codex:
     def trust_own_hook(self) -> None:
         """The person trusted their own hook long before (Codex would ask about it at
         each start otherwise)."""
-        from bus.surfaces.codex_trust import hook_entries, trust_toml
+        from bus.surfaces.harness.codex_trust import hook_entries, trust_toml
 
         entries = hook_entries(str(self.bin), self.project, env=self.env())
         own = [e for e in entries if "touch" in str(e.get("command"))]

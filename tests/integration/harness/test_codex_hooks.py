@@ -1,6 +1,6 @@
 """The Codex hooks' own rules, run in this process as Codex runs them (event JSON in, JSON
 out): a session nothing can wake says so at its start, in status and in doctor; the turn's
-Stop says what waits on the floor once (bus.surfaces.hooks_codex)."""
+Stop says what waits on the floor once (bus.surfaces.harness.hooks_codex)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from bus.api import Bus
 from bus.ops.doctor import doctor_report
-from bus.surfaces.hooks_codex import run_codex_hook
+from bus.surfaces.harness.hooks_codex import run_codex_hook
 
 
 @pytest.fixture

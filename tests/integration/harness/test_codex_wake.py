@@ -1,4 +1,4 @@
-"""The wake command a Codex session's hooks give it (bus.surfaces.codex_wake)."""
+"""The wake command a Codex session's hooks give it (bus.surfaces.harness.codex_wake)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bus.surfaces import codex_wake
+from bus.surfaces.harness import codex_wake
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_the_codex_process_is_found_among_the_hooks_ancestors(tmp_path: Path) ->
     probe = tmp_path / "probe.py"
     probe.write_text(
         f"import json, sys\nsys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})\n"
-        "from bus.surfaces import codex_wake\nprint(json.dumps(codex_wake.codex_process()))\n"
+        "from bus.surfaces.harness import codex_wake\nprint(json.dumps(codex_wake.codex_process()))\n"
     )
     hook = tmp_path / "hook.sh"
     hook.write_text(f"{sys.executable} {probe}\ntrue\n")

@@ -1,4 +1,4 @@
-"""Claude Code hooks (bus/surfaces/hooks.py), fed the JSON Claude Code sends on stdin, on real Redis."""
+"""Claude Code hooks (bus/surfaces/harness/hooks.py), fed the JSON Claude Code sends on stdin, on real Redis."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import redis
 from bus.api import Bus
 from bus.core.errors import BadInput
 from bus.core.hook_env import load_hook_env, redact
-from bus.surfaces.hook_install import print_or_install
-from bus.surfaces.hook_run import hook_entry
-from bus.surfaces.hooks import (
+from bus.surfaces.harness.hook_install import print_or_install
+from bus.surfaces.harness.hook_run import hook_entry
+from bus.surfaces.harness.hooks import (
     EVENTS,
     claude_settings,
     hook_command,

@@ -16,7 +16,7 @@ import pytest
 
 from bus.core.errors import Refused
 from bus.delivery.floor import Floor
-from bus.surfaces.listener import Listener, run_listener
+from bus.surfaces.harness.listener import Listener, run_listener
 from tests.conftest import collect
 
 SID = "sess-1"

@@ -19,7 +19,7 @@ import pytest
 
 from bus.api import Bus
 from bus.core.settings import Settings
-from bus.surfaces import harness_link
+from bus.surfaces.harness import link as harness_link
 from tests.conftest import settings_env
 from tests.integration.harness.test_mcp import call, mcp_client, ok
 
@@ -87,7 +87,7 @@ def anyio_backend() -> str:
 def test_a_record_names_the_harness_process_and_outlives_no_process(home: Path) -> None:
     # Written through a shell, read by a direct child: both find this process.
     code = (
-        "import sys; from pathlib import Path; from bus.surfaces import harness_link as h; "
+        "import sys; from pathlib import Path; from bus.surfaces.harness import link as h; "
         "print(h.{}(Path(sys.argv[1]){}))"
     )
     write = code.format("record", ", 'sess-1'")
@@ -126,7 +126,7 @@ def test_under_codexs_background_server_the_mcp_server_acts_only_for_the_one_ope
     from bus.delivery.floor import Floor
 
     py = shlex.quote(sys.executable)
-    hook = "from pathlib import Path; from bus.surfaces import harness_link as h; "
+    hook = "from pathlib import Path; from bus.surfaces.harness import link as h; "
     record = hook + "import sys; h.record(Path(sys.argv[1]), sys.argv[2])"
     read = hook + "import sys; print(h.recorded(Path(sys.argv[1])))"
     server = tmp_path / "server.py"
@@ -143,9 +143,13 @@ def test_under_codexs_background_server_the_mcp_server_acts_only_for_the_one_ope
     gone.wait(30)
     kept_wake.keep_holders(floor, "sess-a", [(gone.pid, 1.0)])  # its window quit
 
+    # Run as ``python -c CODE app-server --managed-daemon``: ``-c CODE`` reads as one of
+    # codex's own options, so the command line is the server's (codex_wake.is_daemon).
+    code = shlex.quote(f"exec(open({str(server)!r}).read())")
+
     def run(*sids: str) -> str:
         done = subprocess.run(
-            f"{py} {server} app-server --managed-daemon {home} {' '.join(sids)}",
+            f"{py} -c {code} app-server --managed-daemon {home} {' '.join(sids)}",
             shell=True, check=True, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         return done.stdout.strip()

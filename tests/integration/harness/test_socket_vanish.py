@@ -15,8 +15,8 @@ import pytest
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.floor import Floor
-from bus.surfaces import listener as listener_mod
-from bus.surfaces.listener import Listener, run_listener
+from bus.surfaces.harness import listener as listener_mod
+from bus.surfaces.harness.listener import Listener, run_listener
 from tests.conftest import wait_for
 
 SID = "gone-1"
@@ -73,7 +73,7 @@ def test_a_waiter_binds_again_when_its_folder_is_removed_and_still_hands_a_notic
     code = (
         "import sys\n"
         "from bus.api import connect\n"
-        "from bus.surfaces import waiter\n"
+        "from bus.surfaces.harness import waiter\n"
         "waiter.CHECK_S = 0.05\n"
         f"sys.exit(waiter.Waiter(connect(), {SID!r}, bound_s=60).run())\n"
     )

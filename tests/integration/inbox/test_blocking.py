@@ -18,7 +18,7 @@ from bus.api import Bus
 from bus.core.errors import Refused
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
-from bus.surfaces.listener import Listener
+from bus.surfaces.harness.listener import Listener
 from tests.conftest import settings_env, wait_for
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from bus.core.clock import SYSTEM, ManualClock
 from bus.core.errors import Refused
 from bus.delivery.scheduler import tick
 from bus.store.inbox import AGE_MARK
-from bus.surfaces.listener import Listener
+from bus.surfaces.harness.listener import Listener
 from tests.conftest import wait_for
 
 

@@ -16,7 +16,7 @@ import pytest
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.scheduler import run as run_scheduler
-from bus.surfaces.listener import Listener
+from bus.surfaces.harness.listener import Listener
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.delivery.test_delivery import SilentListener
 from workers.app import make_app

@@ -16,7 +16,7 @@ import pytest
 from bus.core.settings import Settings
 from bus.delivery.report import DeliveryReport, Work, works_of
 from bus.ops.flower import flower_argv, flower_env
-from bus.surfaces.listener import Listener
+from bus.surfaces.harness.listener import Listener
 from tests.conftest import WorkerProcess, collect, wait_for
 from tests.integration.inbox.test_inbox_live import Scheduler, celery_bus
 from tests.integration.ops.test_flower import free_port

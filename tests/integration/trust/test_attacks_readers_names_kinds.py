@@ -22,8 +22,8 @@ from bus.core.stamp import render_stamp
 from bus.core.text import reveal_invisible
 from bus.delivery.floor import Floor
 from bus.services.durable_watch import CursorExpired, poll, visible
+from bus.surfaces.harness.listener import Listener
 from bus.surfaces.http.gateway import create_app
-from bus.surfaces.listener import Listener
 from bus.trust.rules import parent_refusal
 from tests.conftest import wait_for
 from tests.integration.trust.test_attacks_policy_decisions import DEAN, inbox_cli, stored, tok, two

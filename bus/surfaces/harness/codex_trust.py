@@ -36,6 +36,7 @@ import threading
 from pathlib import Path
 from typing import Any, TextIO
 
+from .codex_wake import codex_home
 from .hooks import is_own_command
 
 ANSWER_S = 30.0
@@ -119,12 +120,6 @@ def project_of(hooks_file: Path) -> Path:
     the project; ``~/.codex/hooks.json`` → any folder (the home)."""
     parent = hooks_file.resolve().parent
     return parent.parent if parent.name == ".codex" else parent
-
-
-def codex_home(env: dict[str, str] | None = None) -> Path:
-    """``$CODEX_HOME``, default ``~/.codex``."""
-    env = dict(os.environ) if env is None else env
-    return Path(env.get("CODEX_HOME") or "~/.codex").expanduser()
 
 
 def is_project_file(hooks_file: Path, env: dict[str, str] | None = None) -> bool:

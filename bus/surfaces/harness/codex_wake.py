@@ -114,8 +114,11 @@ def is_daemon(argv: list[str]) -> bool:
     return subcommand(argv) == "app-server" and "--managed-daemon" in argv
 
 
-def codex_home(env: dict[str, str]) -> str:
-    return env.get("CODEX_HOME") or str(Path(env.get("HOME") or "~").expanduser() / ".codex")
+def codex_home(env: dict[str, str] | None = None) -> Path:
+    """``$CODEX_HOME`` of ``env`` (default: this process's), else ``~/.codex`` under the
+    ``HOME`` it names."""
+    env = dict(os.environ) if env is None else env
+    return Path(env.get("CODEX_HOME") or Path(env.get("HOME") or "~") / ".codex").expanduser()
 
 
 def windows(home: str, cwd: str | None) -> list[tuple[int, float]]:
@@ -136,7 +139,7 @@ def windows(home: str, cwd: str | None) -> list[tuple[int, float]]:
             if cwd and os.path.realpath(cwd) not in _folders(proc.cwd(), argv):
                 continue
             env = proc.environ()
-            if os.path.realpath(codex_home({"HOME": env.get("HOME", ""), **env})) != want:
+            if os.path.realpath(codex_home(env)) != want:
                 continue
             found.append((proc.pid, proc.create_time()))
         except (psutil.Error, OSError, KeyError, TypeError):
@@ -192,7 +195,7 @@ def plan(
         return Plan(None, problem=NO_CODEX)
     pid, exe, argv = found
     env = dict(os.environ) if env is None else env
-    home = codex_home(env)
+    home = str(codex_home(env))
     if is_daemon(argv):
         held = windows(home, cwd)
         if not held:

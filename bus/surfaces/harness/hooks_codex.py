@@ -2,7 +2,7 @@
 
 ``inbox hooks codex`` prints a Codex ``hooks.json`` (``--install PATH`` writes it, usually
 ``.codex/hooks.json`` in a project or ``~/.codex/hooks.json``; ``--uninstall PATH`` takes
-it out), with the Claude Code installer's guarantees (bus.surfaces.hook_install.print_or_install). Codex
+it out), with the Claude Code installer's guarantees (bus.surfaces.harness.hook_install.print_or_install). Codex
 runs ``<inbox> hook codex <Event>`` through ``sh -c`` with the event's JSON on stdin, and
 reads a JSON answer on stdout:
 
@@ -13,7 +13,7 @@ SessionStart   register the session; what waits goes into the context as
                nothing (the thread's history is back; what waits is said at the first
                prompt, unless that prompt is the notice itself). A wake
                command a person gave the session is kept; an interactive Codex's
-               session gets ``codex queue`` as its wake command (bus.surfaces.codex_wake).
+               session gets ``codex queue`` as its wake command (bus.surfaces.harness.codex_wake).
 UserPromptSubmit  ``turn start``, then the floor drained into the prompt's context
 PostToolUse    drain the floor; anything new is the ``additionalContext`` the model reads
                with the tool's result (the mid-turn notice)
@@ -84,7 +84,7 @@ def _kept_wake_cmd(bus: Bus, sid: str) -> str | None:
 
 
 def _session_start(bus: Bus, sid: str, payload: dict[str, Any]) -> str:
-    """Register the session with its wake (bus.surfaces.codex_wake.plan) and the processes
+    """Register the session with its wake (bus.surfaces.harness.codex_wake.plan) and the processes
     it lives as long as; say what waits, and why nothing can wake it if nothing can."""
     kept = hooks._guarded("session", lambda: _kept_wake_cmd(bus, sid))
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else None

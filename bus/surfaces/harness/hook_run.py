@@ -1,6 +1,6 @@
 """``inbox hook HARNESS EVENT``: the entry point every harness hook calls. It reads the
-hook's JSON on stdin, finds the bus, runs the harness's own hook (bus.surfaces.hooks for
-Claude Code, bus.surfaces.hooks_codex for Codex) and prints what it answers.
+hook's JSON on stdin, finds the bus, runs the harness's own hook (bus.surfaces.harness.hooks for
+Claude Code, bus.surfaces.harness.hooks_codex for Codex) and prints what it answers.
 """
 
 from __future__ import annotations
@@ -66,12 +66,12 @@ def hook_entry(
 
 def _link(event: str, sid: object, bus: Bus) -> None:
     """At a session's start, record it as the session of the harness process that runs
-    this hook, for the MCP server that harness started (bus.surfaces.harness_link); at
+    this hook, for the MCP server that harness started (bus.surfaces.harness.link); at
     its end, remove that record."""
     from bus.core.errors import BadInput
     from bus.core.models import check_session_id
 
-    from . import harness_link
+    from . import link as harness_link
 
     if event not in ("SessionStart", "SessionEnd"):
         return

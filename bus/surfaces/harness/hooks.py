@@ -17,7 +17,7 @@ PostToolUse    drain the floor; anything new is injected as ``additionalContext`
                is how a mid-turn notice reaches the model at its next tool step
 Stop           ``turn end`` with the turn's last assistant message as the answer; and,
                in the background (``asyncRewake``), ``hook claude wait``: the waiter
-               that wakes the idle session (bus.surfaces.waiter)
+               that wakes the idle session (bus.surfaces.harness.waiter)
 SessionEnd     stop the waiter, ``session close``
 ============== =========================================================================
 

@@ -35,6 +35,8 @@ from bus.core.errors import BusError
 from bus.core.models import check_session_id
 from bus.local.private_files import private_dirs
 
+from .codex_wake import is_daemon
+
 FOLDER = "harness"
 # Between a shared harness's name and a session's in a per-session record.
 SEP = "~"
@@ -91,7 +93,7 @@ def _shared(harness: str) -> bool:
         argv = psutil.Process(int(harness.partition("-")[0])).cmdline()
     except (ValueError, psutil.Error):
         return False
-    return "--managed-daemon" in argv and "app-server" in argv
+    return is_daemon(argv)
 
 
 def _live_sessions(home: Path, harness: str) -> list[str]:

@@ -98,6 +98,17 @@ def report(out: dict[str, Any]) -> str:
                 f" {gross['naive']:.2f}, {_ratio(gross['bus'], gross['naive'])};"
                 f" idle sample {sp['bus'].get('idle_s', '?')} s, the systems side by side"
             )
+        if "script_calls_per_msg" in sp["bus"]:
+            lines.append(
+                "  the servers' commands a message (INFO commandstats; a script's own commands"
+                " counted too), script calls, µs a script call:"
+            )
+            for name in ("naive", "minimal", "bus"):
+                r = sp[name]
+                lines.append(
+                    f"  {name:8} {r['server_commands_per_msg']:>7.1f} {r['script_calls_per_msg']:>6.2f}"
+                    f" {_f(r['script_us_per_call']):>7}  {r['top_commands_per_msg']}"
+                )
         if rounds := sp.get("bus_over_naive_rounds"):
             lines.append(
                 f"  bus ÷ naive by round ({sp.get('rounds')} rounds, the same arrivals to each"

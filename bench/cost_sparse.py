@@ -69,6 +69,18 @@ class Server:
     def ticks(self) -> int:
         return tree(self.proc.pid).get(self.proc.pid, 0)
 
+    def commands(self) -> dict[str, tuple[int, int]]:
+        """``INFO commandstats`` now: per command, (calls, server µs). A script's own
+        commands are counted too, each under its name, as well as the script's call."""
+        client = redis.Redis.from_url(self.url)
+        try:
+            got = client.info("commandstats")
+        finally:
+            client.close()
+        return {
+            k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"])) for k, v in got.items()
+        }
+
     def stop(self) -> None:
         _stop(self.proc)
 
@@ -290,6 +302,7 @@ class Window:
     redis_ticks: int
     heard_ms: list[float]
     notices: int
+    commands: dict[str, tuple[int, int]]  # the server's, over the window: (calls, µs)
 
 
 def start_system(name: str, tmp: Path, t: Traffic, stack: ExitStack) -> System:
@@ -353,6 +366,7 @@ def run_window(s: System, due: list[tuple[float, int]], tag: str) -> Window:
     n = len(due)
     s.ears.reset(n)
     sent_at: dict[str, float] = {}
+    c0 = s.server.commands()
     (p0, r0), t0 = s.ticks(), time.perf_counter()
     for i, (offset, to) in enumerate(due):
         delay = t0 + offset - time.perf_counter()
@@ -366,10 +380,38 @@ def run_window(s: System, due: list[tuple[float, int]], tag: str) -> Window:
         raise BenchError(f"{s.name}: {len(s.ears.covered)} of {n} messages heard")
     t1 = time.perf_counter()
     p1, r1 = s.ticks()
+    c1 = s.server.commands()
     with s.ears.lock:
         heard = [(s.ears.seen_at[mid] - t) * 1000 for mid, t in sent_at.items()]
         notices = sum(s.ears.notices.values())
-    return Window(n, t1 - t0, p1 - p0, r1 - r0, heard, notices)
+    used = {k: (c - c0.get(k, (0, 0))[0], u - c0.get(k, (0, 0))[1]) for k, (c, u) in c1.items()}
+    return Window(n, t1 - t0, p1 - p0, r1 - r0, heard, notices, used)
+
+
+SCRIPT_COMMANDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
+
+
+def server_commands(w: list[Window]) -> dict[str, Any]:
+    """The server's commands a message over windows ``w`` (``INFO commandstats``): all of
+    them (a script's own commands counted as well), the script calls, a script call's
+    server µs (its own commands' time within it), and the most called commands."""
+    n = sum(x.messages for x in w)
+    calls: dict[str, int] = {}
+    usec: dict[str, int] = {}
+    for x in w:
+        for k, (c, u) in x.commands.items():
+            calls[k] = calls.get(k, 0) + c
+            usec[k] = usec.get(k, 0) + u
+    scripts = sum(calls.get(k, 0) for k in SCRIPT_COMMANDS)
+    script_us = sum(usec.get(k, 0) for k in SCRIPT_COMMANDS)
+    return {
+        "server_commands_per_msg": round(sum(calls.values()) / n, 2),
+        "script_calls_per_msg": round(scripts / n, 2),
+        "script_us_per_call": round(script_us / scripts, 1) if scripts else None,
+        "top_commands_per_msg": {
+            k: round(calls[k] / n, 2) for k in sorted(calls, key=lambda k: -calls[k])[:8]
+        },
+    }
 
 
 def net_ms(w: list[Window], idle: tuple[float, float]) -> tuple[float, float, float]:
@@ -430,6 +472,7 @@ def run_systems(tmp: Path, t: Traffic, names: tuple[str, ...]) -> dict[str, Any]
             "idle_after_cores_redis": round(after[name][1], 4),
             "heard_ms": percentiles([h for x in w for h in x.heard_ms]),
             "notices": sum(x.notices for x in w),
+            **server_commands(w),
         }
     return out
 

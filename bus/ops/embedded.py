@@ -40,13 +40,19 @@ STREAM_NODE_MAX_BYTES = 1024
 HASH_LISTPACK_ARGS = ("--hash-max-ziplist-value", "1024", "--hash-max-ziplist-entries", "128")
 STREAM_NODE_ARGS = ("--stream-node-max-bytes", str(STREAM_NODE_MAX_BYTES))
 MEMORY_ARGS = (*STREAM_NODE_ARGS, *HASH_LISTPACK_ARGS)
-# No CPU settings: `latency-tracking no` measured no gain (a server microbenchmark), and
-# `hz`, `dynamic-hz`, `io-threads` and `appendfsync` are alike on Redis 6.2 and Valkey; the
-# TSC calibration that slows Valkey's start is a build option, not a setting
-# (bench/README.md, the engine comparison).
+# No CPU settings: on the bus's traffic Valkey's extra server CPU is in `redis.call`
+# (Lua calls commands through the module API) and in parsing requests, which no setting
+# reaches; `latency-tracking`, `hz`, `dynamic-hz`, `io-threads` and `appendfsync` were
+# measured or are alike on Redis 6.2 and Valkey. The TSC calibration that slows Valkey's
+# start is a build option, not a setting (bench/README.md, the engine comparison).
 
 # Commands a client of the bus never needs; on TCP they are refused (ACL).
 _DENIED = ("-config", "-debug", "-module", "-replicaof", "-slaveof", "-acl", "-shutdown")
+
+# How often the start looks for the server's first answer: a server ready just after a
+# look is found at the next one, and `inbox up` waits on it before anything else starts.
+# A look is one connect on the unix socket, so looking often costs little.
+START_POLL_S = 0.005
 
 
 def password_path(socket_path: Path) -> Path:
@@ -201,7 +207,7 @@ class EmbeddedRedis:
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError("embedded redis-server did not answer in time")
-            time.sleep(0.05)
+            time.sleep(START_POLL_S)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:

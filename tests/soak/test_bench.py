@@ -78,6 +78,10 @@ def test_cost_bench_runs_quick_and_marks_every_goal() -> None:
     assert sparse["naive"]["messages"] == sparse["bus"]["messages"]
     assert len(sparse["bus_over_naive_rounds"]) == sparse["rounds"]
     assert len(sparse["bus"]["rounds_cpu_ms_per_msg"]) == sparse["rounds"]
+    # Each server's commands over the windows: the minimal system's one XADD a message, the
+    # bus's script calls.
+    assert sparse["minimal"]["top_commands_per_msg"]["xadd"] == 1.0
+    assert sparse["bus"]["script_calls_per_msg"] > 0 and sparse["bus"]["script_us_per_call"] > 0
     lone = summary["lone"]
     assert lone["worker_trips_median"] >= 1 and lone["worker_scripts_median"] >= 0
     burst = summary["burst"]

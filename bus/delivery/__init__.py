@@ -4,7 +4,8 @@
 (``DeliveryParts``: what the engine, the loops and the scheduler are given, never the facade),
 ``engine`` (the one engine: sessions delivered as a batch, a lone one a batch of one, each
 under its ``lease``, its stages begin, take, snapshot, plan, notice, finish; the lock
-hand-off), ``take`` (the take stage's parts: entries into the inbox or written raw),
+hand-off), ``run`` (one session's run through the stages, the steps they share), ``take``
+(the take stage's parts: entries into the inbox or written raw),
 ``inbox`` (threads, marks and the plan), ``notice`` (the one notice), ``raw_lines`` (a
 message written as its own line), ``floor``, ``floor_lines`` (a line's bytes, the listener's
 record of lines it handed on) and ``fast_drain`` (the file floor),

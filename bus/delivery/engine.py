@@ -17,13 +17,13 @@ session: ``Bus.deliver_session``, a Celery task) run the same stages, top to bot
    steer taken into flight in the same call where the reads show the steer rule
    (:func:`bus.core.policy.steers`). A session that read more (more entries than one read,
    or sent while it ran) goes round take and snapshot again.
-4. **plan** (:func:`_plan`): the pure :func:`bus.core.policy.decide` per session, and what
-   the batch does with it (:func:`after_step`): schedule it, send its notice in the batch,
-   nothing, or the one-session plan (:meth:`~bus.delivery.inbox.Inbox.after_delivery`: a
-   notice left in flight, unconfirmed floor notices, drain marks waiting on the floor, a
-   wake command, a plan other than schedule/notice/wake).
+4. **plan** (:func:`_plan`): what an earlier run left settled first (a notice left in
+   flight, unconfirmed floor notices, a drain's marks waiting on the floor, a wake whose
+   command never ran), then the pure :func:`bus.core.policy.decide` per session, acted
+   on: a wake or a flush put on the schedule, a notice or a wake for the next stage, a
+   wake for notices the floor still holds, a closing session's inbox written raw.
 5. **notice** (:func:`_notice`): the notices (:meth:`bus.delivery.notice.Notices.send`:
-   taken, written one by one, their records with their unlocks).
+   taken, written one by one, their records with their unlocks; a wake's command run).
 6. **finish** (:func:`_finish`): the other unlocks, each with its hand-off flag.
 
 Each session keeps its own lock and lease (renewed for the whole batch by one thread,
@@ -45,9 +45,7 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bus.core import policy
@@ -60,6 +58,7 @@ from .lease import Lease
 from .notice import Finisher, NoticeJob, Notices, new_notice_id
 from .renewer import renewer_for
 from .report import DeliveryReport
+from .run import Run, fence, give_back, left_over, steer_likely
 from .take import BATCH, inbox_entries, raw_mode, recover_raw, take_raw
 
 if TYPE_CHECKING:
@@ -77,30 +76,6 @@ log = logging.getLogger(__name__)
 CHUNK = 64
 
 
-def after_step(
-    info: SessionInfo | None,
-    notice_id: str | None,
-    floor_ids: list[str],
-    marks_waiting: bool,
-    action: str,
-) -> str:
-    """What the batch does after a session's snapshot: ``schedule``, ``notice`` (a notice
-    or a wake in the batch), ``none``, or ``one`` (the one-session plan,
-    :meth:`~bus.delivery.inbox.Inbox.after_delivery`, for a recovery, a floor sweep or a rarer
-    plan). A wake with a command to run is ``one`` too (the command runs between writes)."""
-    if info is None:
-        return "none"
-    if notice_id is not None or floor_ids or marks_waiting or info.wake_pending:
-        return "one"
-    if action == "schedule":
-        return "schedule"
-    if action == "notice" or (action == "wake" and not info.wake_cmd):
-        return "notice"
-    if action in ("wait", "nothing"):
-        return "none"
-    return "one"
-
-
 # A run whose report asks for another run: busy (its lease lost or the lock held
 # elsewhere), or handed work (``again``). Runs in a row for one session before the rest is
 # dispatched as a fresh task, so one busy session cannot hold a worker child forever
@@ -108,37 +83,6 @@ def after_step(
 MAX_RUNS = 20
 # After the holder's lease would have run out: a little past it, so the kick finds it free.
 LEASE_SLACK_MS = 100
-
-
-@dataclass
-class _Run:
-    """One session's run through the stages."""
-
-    sid: str
-    lease: Lease
-    report: DeliveryReport
-    info: SessionInfo | None
-    # The read to take next, and its entries' send answers (None: read them first).
-    rows: list[tuple[str, dict[str, str]]]
-    answers: list[dict[str, Any] | None] | None
-    snap: DeliverySnapshot | None = None
-    plan: policy.Plan | None = None
-    done: bool = False  # its lease released
-    rerun: bool = False
-    # Its records as kept -> whole, as ingested (the notice reads them back unrestored).
-    wholes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # The notice id its snapshot may take into flight (a running session's steer).
-    take_nid: str | None = None
-
-    def drop(self, store: Store, clock: Clock) -> None:
-        """Its lease lost: nothing more is written, a notice its snapshot took goes back
-        (:func:`_give_back`), the lock freed if still ours. Its begin cleared the dispatch
-        flag and the lock may lapse with nobody taking it: it runs again after the batch
-        (the hand-off: delivered, or handed to a holder), not left to the sweep."""
-        _give_back(store, clock, self)
-        self.report.busy = True
-        self.lease.release()
-        self.done = self.rerun = True
 
 
 def deliver(bus: DeliveryHost, sid: str) -> DeliveryReport:
@@ -244,7 +188,7 @@ def run_once(
                 if any(r.rows for r in live) and len(sids) > 1:
                     tick()
             _counted(store, bus.metrics, bus.settings.stream_keep, live)
-            noticing = _plan(store, bus.inbox, floor, clock, live)
+            noticing = _plan(store, bus.inbox, bus.notices, floor, clock, live)
             _notice(bus.notices, clock, noticing, defer)
             _finish(store, live)
         finally:
@@ -263,11 +207,11 @@ def run_once(
 
 def _begin(
     store: Store, floor: Floor, clock: Clock, sids: list[str], reports: dict[str, DeliveryReport]
-) -> list[_Run]:
+) -> list[Run]:
     """Every session's start in one round trip; a run for each whose lock was taken (the
     others are ``busy``). A raw line left in flight is settled first (its line looked for
     on the floor) and the queue read again after it: one session's rare round trips."""
-    runs: list[_Run] = []
+    runs: list[Run] = []
     for sid, start in zip(sids, store.begin_many(sids, BATCH, snapshot=True), strict=True):
         if start is None:
             reports[sid].busy = True  # held elsewhere: the hand-off does the rest
@@ -288,22 +232,22 @@ def _started(
     start: DeliveryStart,
     lease: Lease,
     report: DeliveryReport,
-) -> _Run:
+) -> Run:
     if start.rows is not None:
-        run = _Run(sid, lease, report, start.info, start.rows, start.answers)
+        run = Run(sid, lease, report, start.info, start.rows, start.answers)
         run.snap = start.snapshot  # nothing read: the plan's reads came with the start
         return run
     # A raw line was in flight: nothing was read.
     recover_raw(store, floor, sid, report, start.rawflight)
     rows = store.read_after(sid, store.cursor(sid), BATCH)
-    return _Run(sid, lease, report, store.get_session(sid) if rows else None, rows, None)
+    return Run(sid, lease, report, store.get_session(sid) if rows else None, rows, None)
 
 
 # -- 2. take -----------------------------------------------------------------------------
 
 
 def _take(
-    store: Store, inbox: Inbox, raw_lines: RawLines, inbox_default: bool, runs: list[_Run]
+    store: Store, inbox: Inbox, raw_lines: RawLines, inbox_default: bool, runs: list[Run]
 ) -> Any:
     """Each run's read taken: into the inbox, every session's writes queued on one
     pipeline (sent with the snapshots), behind the fence; or written raw, one line a
@@ -316,7 +260,7 @@ def _take(
             run.answers = store.first_answers(run.sid, [m["id"] for m in msgs])
     raw = [r for r in taking if raw_mode(r.info, inbox_default)]
     handles: dict[str, str | None] = {}
-    for run in _fence(store, [r for r in taking if r not in raw]):
+    for run in fence(store, [r for r in taking if r not in raw]):
         facts: list[str] = []
         assert run.answers is not None
         batch, raws = inbox_entries(run.rows, run.answers, run.report, facts=facts)
@@ -341,8 +285,8 @@ def _take(
 
 
 def _snapshot(
-    store: Store, floor: Floor, clock: Clock, inbox_default: bool, pipe: Any, runs: list[_Run]
-) -> list[_Run]:
+    store: Store, floor: Floor, clock: Clock, inbox_default: bool, pipe: Any, runs: list[Run]
+) -> list[Run]:
     """Behind the take's writes, in the same round trip: each run's fence, its cursor's
     move past what it took, the plan's reads and the next read. The runs still holding
     their leases, each with its snapshot and its next read (``rows``)."""
@@ -387,7 +331,7 @@ def _snapshot(
     return kept
 
 
-def _counted(store: Store, metrics: Metrics, keep: int, runs: list[_Run]) -> None:
+def _counted(store: Store, metrics: Metrics, keep: int, runs: list[Run]) -> None:
     """The messages each run took, counted; its queue's trim floor set (its last
     snapshot's length)."""
     for run in runs:
@@ -401,39 +345,70 @@ def _counted(store: Store, metrics: Metrics, keep: int, runs: list[_Run]) -> Non
 # -- 4. plan -----------------------------------------------------------------------------
 
 
-def _plan(store: Store, inbox: Inbox, floor: Floor, clock: Clock, runs: list[_Run]) -> list[_Run]:
-    """Each run's plan from its snapshot, and what the batch does with it
-    (:func:`after_step`): its wake put on the schedule (one round trip for all), the
-    one-session plan run now, or its notice left for the notice stage. The runs that
-    send a notice in the batch, their leases fenced."""
+def _plan(
+    store: Store, inbox: Inbox, notices: Notices, floor: Floor, clock: Clock, runs: list[Run]
+) -> list[Run]:
+    """Each run's plan (the pure :func:`bus.core.policy.decide`) from its snapshot, what an
+    earlier run left settled first (:func:`_settled`), and acted on: a wake or a flush put
+    on the schedule (one round trip for all), a notice or a wake left for the notice
+    stage, a wake for notices the floor still holds, or what waits in a closing session's
+    inbox written raw. The runs that send a notice, their leases fenced."""
     due: list[tuple[str, int]] = []
-    noticing: list[_Run] = []
+    noticing: list[Run] = []
     for run in runs:
         snap = run.snap
         assert snap is not None
         info = snap.info
-        marks = info is not None and (floor.session_dir(run.sid) / PENDING_MARKS).exists()
-        plan = inbox.decide(inbox.view_of(info, snap.view)) if info is not None else None
-        step = after_step(
-            info, snap.notice_id, snap.floor_ids, marks, plan.action if plan else "wait"
-        )
-        run.plan = plan
-        if step != "notice" or plan is None or plan.action != "notice":
-            _give_back(store, clock, run)  # taken for a steer the plan did not make
-        if step == "schedule" and plan is not None and plan.at is not None:
+        if info is None:  # the session is gone
+            give_back(store, clock, run)
+            continue
+        view = _settled(inbox, notices, floor, run, info, snap)
+        plan = run.plan = inbox.decide(view)
+        if plan.action != "notice":
+            give_back(store, clock, run)  # taken for a steer the plan did not make
+        if plan.action == "schedule" and plan.at is not None:
             due.append((run.sid, plan.at))
-        elif step == "notice":
+        elif plan.action in ("notice", "wake"):
             noticing.append(run)
-        elif step == "one":
-            run.report.lease = run.lease
-            inbox.after_delivery(run.sid, run.report, snap)
-            run.report.lease = None
+        elif plan.action == "wake_floor" and run.lease.held(fresh=True):
+            notices.wake_for_floor(run.sid, plan.reason, info)
+        elif plan.action == "raw" and view.pending:
+            inbox.pending_raw(run.sid, run.report)
     store.schedule_many("due", due)
-    fenced = _fence(store, noticing)
+    fenced = fence(store, noticing)
     for run in noticing:
         if run not in fenced:
-            _give_back(store, clock, run)  # its lease lost: it sends nothing
+            give_back(store, clock, run)  # its lease lost: it sends nothing
     return fenced
+
+
+def _settled(
+    inbox: Inbox,
+    notices: Notices,
+    floor: Floor,
+    run: Run,
+    info: SessionInfo,
+    snap: DeliverySnapshot,
+) -> policy.InboxView:
+    """The plan's view, once what an earlier run left (:func:`left_over`) is settled: a
+    notice left in flight recovered (on the floor: written; else its messages new again),
+    a wake's command that never ran run now (the lease still ours), a drain's marks
+    recorded, the floor's unconfirmed notices swept (a dead drainer's given back). The
+    snapshot's view stands unless one of those changed the inbox; then it is read again."""
+    sid = run.sid
+    marks = (floor.session_dir(sid) / PENDING_MARKS).exists()
+    if not left_over(info, snap.notice_id, snap.floor_ids, marks):
+        return inbox.view_of(info, snap.view)
+    changed = notices.recover(sid, snap.notice_id)
+    if info.wake_pending and run.lease.held(fresh=True):
+        notices.finish_wake(sid, info.wake_pending, info)
+    if marks:
+        inbox.on_drain(sid, [])  # marks a drain made while Redis was down
+        changed = True
+    if snap.floor_ids:
+        inbox.sweep_floor(sid, nids=snap.floor_ids)
+        changed = True
+    return inbox.view(sid, info) if changed else inbox.view_of(info, snap.view)
 
 
 # -- 5. notice ---------------------------------------------------------------------------
@@ -442,12 +417,13 @@ def _plan(store: Store, inbox: Inbox, floor: Floor, clock: Clock, runs: list[_Ru
 def _notice(
     notices: Notices,
     clock: Clock,
-    runs: list[_Run],
+    runs: list[Run],
     defer: Finisher | None = None,
 ) -> None:
-    """The runs' notices (no wake command among them), each freeing its lock and taking
-    its hand-off flag in its last call (:meth:`bus.delivery.notice.Notices.send`). A
-    lease lost before the write leaves its notice in flight, for the next holder to put
+    """The runs' notices and wakes, each freeing its lock and taking its hand-off flag in
+    its last call (:meth:`bus.delivery.notice.Notices.send`; a wake whose command runs
+    keeps its lock until the command was started, and is unlocked by the finish stage).
+    A lease lost before the write leaves its notice in flight, for the next holder to put
     back (:meth:`bus.delivery.notice.Notices.recover`), as after a crash."""
     jobs = []
     for run in runs:
@@ -481,7 +457,7 @@ def _notice(
 # -- 6. finish ---------------------------------------------------------------------------
 
 
-def _finish(store: Store, runs: list[_Run]) -> None:
+def _finish(store: Store, runs: list[Run]) -> None:
     """The unlocks with the hand-off flags, in one round trip (a run that wrote a notice
     was unlocked in its notice's last call)."""
     ending = [r for r in runs if not r.done]
@@ -494,60 +470,14 @@ def _finish(store: Store, runs: list[_Run]) -> None:
         run.rerun = run.rerun or again or run.lease.lost
 
 
-# -- the stages' shared steps ------------------------------------------------------------
-
-
-def _fence(store: Store, runs: list[_Run]) -> list[_Run]:
-    """The runs whose leases still stand: fresh ones as they are, the others checked in
-    one round trip (as :meth:`~bus.delivery.lease.Lease.held`, for all of them at once)."""
-    stale = [r for r in runs if not r.lease.lost and not r.lease.fresh()]
-    if stale:
-        sent_at = time.monotonic()
-        answers = store.extend_many([(r.sid, r.lease.token) for r in stale])
-        for run, ok in zip(stale, answers, strict=True):
-            run.lease.confirmed(ok, sent_at)
-    return [r for r in runs if not r.lease.lost]
-
-
-def steer_likely(floor: Floor, inbox_default: bool, sid: str, info: SessionInfo | None) -> bool:
-    """Whether a run's plan is likely a running session's steer: the steer rule
-    (:func:`bus.core.policy.steers`) on its record as its last read found it, with no
-    drain's marks waiting on this host's floor (those take the one-session way). Its
-    notice is then taken in the snapshot's call where the snapshot's reads hold the rule
-    too (``steer_ready`` in parts/snapshot.lua)."""
-    if info is None or raw_mode(info, inbox_default):  # no session, or its inbox off
-        return False
-    facts = policy.SteerFacts(
-        state=info.state,
-        agent_inbox=True,
-        prompt_waiting=info.prompt_waiting,
-        wake_pending=bool(info.wake_pending),
-        in_flight=False,  # read by the snapshot itself
-        unconfirmed=False,
-        retry_at=None,
-        now_ms=0,
-    )
-    return policy.steers(facts) and not (floor.session_dir(sid) / PENDING_MARKS).exists()
-
-
-def _give_back(store: Store, clock: Clock, run: _Run) -> None:
-    """A notice the run's snapshot took into flight for a steer that is not sent in this
-    batch (the plan differs, or the lease was lost): its messages back to new."""
-    snap = run.snap
-    if snap is None or snap.taken is None or run.take_nid is None:
-        return
-    store.revert_notice(run.sid, run.take_nid, clock.now_ms(), "the plan sent no steer")
-    snap.taken = None
-
-
 __all__ = [
     "CHUNK",
     "MAX_RUNS",
     "DeliveryReport",
     "add_report",
-    "after_step",
     "deliver",
     "deliver_many",
+    "left_over",
     "run_once",
     "steer_likely",
 ]

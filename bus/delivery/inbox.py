@@ -1,8 +1,8 @@
 """The inbox: agent messages land in threads and the session hears ONE notice.
 
-The host worker's delivery calls :meth:`Inbox.ingest` for each message it takes from the
-session's stream and :meth:`Inbox.after_delivery` once per run; the pure rules in
-:mod:`bus.core.policy` decide whether to steer a notice in now, wake the session after the
+The host worker's delivery (:mod:`bus.delivery.engine`) calls :meth:`Inbox.ingest` for
+each read it takes from the session's stream and plans from :meth:`Inbox.decide` once per
+run; the pure rules in :mod:`bus.core.policy` decide whether to steer a notice in now, wake the session after the
 debounce, flush after at most ``fyi_flush_s``, or wait. Marks move ``new → noticed`` only
 when the notice is confirmed (a socket ack, or the drain that took it off the floor and
 recorded it: :meth:`Inbox.mark_noticed`); a notice that failed, or that a dead drainer took
@@ -30,18 +30,16 @@ from bus.store.redis_errors import RedisUnavailable
 
 from . import heard
 from .fast_drain import PENDING_MARKS, notice_ids, pending_ids, record_drained
-from .notice import NoticeJob, Notices
+from .notice import Notices
 from .raw_lines import RawLines
 from .receipts import receipt_ttl_ms
 
 if TYPE_CHECKING:
     from bus.core.settings import Settings
-    from bus.store.delivery import DeliverySnapshot
     from bus.store.store import Store
     from bus.telemetry.metrics import Metrics
 
     from .floor import Floor
-    from .lease import Lease
     from .receipts import Receipts
     from .report import DeliveryReport
 
@@ -283,69 +281,7 @@ class Inbox:
             floor_first_at=v.get("floor_first_at"),
         )
 
-    def after_delivery(
-        self, sid: str, report: DeliveryReport, snap: DeliverySnapshot | None = None
-    ) -> None:
-        """Recover a notice a crash left, then act on the plan for this session.
-
-        ``snap``: the reads below, made with the delivery's fence in one round trip
-        (:meth:`bus.store.store.Store.delivery_snapshot`); its view is used unless a recovery
-        or the floor's sweep changed the inbox first, then the view is read again."""
-        info = snap.info if snap is not None else self.store.get_session(sid)
-        if info is None:
-            return
-        changed = self.notices.recover(sid, None if snap is None else snap.notice_id)
-        if info.wake_pending and report.still_held():
-            self.notices.finish_wake(sid, info.wake_pending, info)
-        if (self.floor.session_dir(sid) / PENDING_MARKS).exists():
-            self.on_drain(sid, [])  # marks a drain made while Redis was down
-            changed = True
-        floor_ids = None if snap is None else snap.floor_ids
-        if floor_ids is None or floor_ids:
-            self.sweep_floor(sid, nids=floor_ids)
-            changed = True
-        if snap is not None and not changed:
-            view = self.view_of(info, snap.view)
-        else:
-            view = self.view(sid, info)
-        plan = self.decide(view)
-        log.debug("plan for %s: %s", sid, plan)
-        if plan.action == "schedule" and plan.at is not None:
-            self.store.schedule("due", sid, plan.at)
-        elif plan.action in ("notice", "wake"):
-            if not report.still_held():
-                return  # the lease lapsed: another delivery may be writing (bus/delivery/lease.py)
-            job = NoticeJob(sid, plan.action == "wake", plan.reason, info)
-            self.notices.send([job])
-            if job.notice:
-                report.notices.append(job.notice)
-            if job.error:
-                (report.repeated if job.repeated else report.errors).append(job.error)
-        elif plan.action == "wake_floor":
-            if not report.still_held():
-                return
-            self.notices.wake_for_floor(sid, plan.reason, info)
-        elif plan.action == "raw" and view.pending:
-            self._pending_raw(sid, report)
-
-    def notice(
-        self,
-        sid: str,
-        *,
-        wake: bool,
-        reason: str,
-        info: SessionInfo | None = None,
-        lease: Lease | None = None,
-    ) -> dict[str, Any] | None:
-        """Build the one notice in flight, deliver it, and record how it went
-        (:meth:`bus.delivery.notice.Notices.send`, a job of one). ``info``: the session
-        record as the plan read it (``None``: read when needed); ``lease``: fenced before
-        the write (``None``: the caller fenced)."""
-        job = NoticeJob(sid, wake, reason, info, lease=lease)
-        self.notices.send([job])
-        return job.notice
-
-    def _pending_raw(self, sid: str, report: DeliveryReport) -> None:
+    def pending_raw(self, sid: str, report: DeliveryReport) -> None:
         """Closing or switched off: what waits in the inbox goes out raw, nothing lost."""
         for rec in self.store.records(sid, self.store.new_ids(sid)):
             msg = rec.get("m")

@@ -211,7 +211,7 @@ class Notices:
             # file line is recorded written (a drain may already have taken and confirmed
             # it: then this finds nothing to record); a refused notice may be tried again
             # now. A worker killed before the wake command ran leaves ``wake_pending``:
-            # the next delivery runs the command (Inbox.after_delivery).
+            # the next delivery runs the command (bus.delivery.engine's plan stage).
             finishes.append(
                 {
                     "sid": job.sid,

@@ -14,7 +14,7 @@ from bus.core.clock import ManualClock
 from bus.core.models import SessionInfo
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
-from bus.delivery.engine import after_step, deliver_many
+from bus.delivery.engine import deliver_many, left_over
 from bus.telemetry.metrics import summed
 from tests.conftest import wait_for
 from tests.integration.inbox.test_inbox_live import Scheduler, events
@@ -27,34 +27,21 @@ def info(wake_cmd: str | None = None) -> SessionInfo:
 
 
 @pytest.mark.parametrize(
-    ("inf", "nid", "floor", "marks", "action", "step"),
+    ("inf", "nid", "floor", "marks", "left"),
     [
-        (None, None, [], False, "wake", "none"),  # the session is gone
-        (info(), "ntc-1", [], False, "wake", "one"),  # a notice a crash left: recover it
-        (info(), None, ["ntc-2"], False, "wake", "one"),  # floor notices to sweep
-        (info(), None, [], True, "wake", "one"),  # drain marks waiting on the floor
-        (info(), None, [], False, "schedule", "schedule"),
-        (info(), None, [], False, "notice", "notice"),
-        (info(), None, [], False, "wake", "notice"),
-        (info("echo hi"), None, [], False, "wake", "one"),  # its command runs in between
-        (info("echo hi"), None, [], False, "notice", "notice"),
-        (info(), None, [], False, "wait", "none"),
-        (info(), None, [], False, "nothing", "none"),
-        (info(), None, [], False, "raw", "one"),
-        (info(), None, [], False, "wake_floor", "one"),
-        # A wake whose worker died before its command ran: the one-session recovery.
-        (info().model_copy(update={"wake_pending": "ntc-1"}), None, [], False, "schedule", "one"),
+        (info(), "ntc-1", [], False, True),  # a notice a crash left: recover it
+        (info(), None, ["ntc-2"], False, True),  # floor notices to sweep
+        (info(), None, [], True, True),  # drain marks waiting on the floor
+        # A wake whose worker died before its command ran: run it now.
+        (info().model_copy(update={"wake_pending": "ntc-1"}), None, [], False, True),
+        (info(), None, [], False, False),  # nothing left: the snapshot's view stands
+        (info("echo hi"), None, [], False, False),  # a wake command alone leaves nothing
     ],
 )
-def test_what_the_batch_does_after_a_snapshot(
-    inf: SessionInfo | None,
-    nid: str | None,
-    floor: list[str],
-    marks: bool,
-    action: str,
-    step: str,
+def test_what_an_earlier_run_left_is_settled_before_the_plan(
+    inf: SessionInfo, nid: str | None, floor: list[str], marks: bool, left: bool
 ) -> None:
-    assert after_step(inf, nid, floor, marks, action) == step
+    assert left_over(inf, nid, floor, marks) is left
 
 
 @pytest.mark.parametrize(

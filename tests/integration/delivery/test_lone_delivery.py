@@ -2,7 +2,7 @@
 
 A running session's notice is taken in its delivery's snapshot call (parts/snapshot.lua's
 steer_ready) only where the plan (bus.core.policy.decide, with
-bus.delivery.engine.after_step) sends a steer in the batch, and a take the plan does not
+nothing left to settle first, bus.delivery.engine.left_over) sends a steer, and a take the plan does not
 send is given back, its messages new again. A send from a session keeps the receiver's
 wake fact about it in the queue's entry (bus.services.routing), which the delivery reads
 instead of looking it up; an entry without one is looked up as before.
@@ -20,7 +20,7 @@ import pytest
 from bus.api import Bus
 from bus.core import policy
 from bus.delivery import engine, kick_list
-from bus.delivery.engine import after_step
+from bus.delivery.engine import left_over
 from bus.delivery.kick_list import KickLoop
 from bus.delivery.report import DeliveryReport
 from bus.delivery.take import inbox_entries
@@ -102,10 +102,10 @@ def test_the_snapshot_takes_a_notice_only_where_the_plan_sends_a_steer(
     info = snap.info
     assert info is not None
     plan = bus.inbox.decide(bus.inbox.view_of(info, snap.view))
-    step = after_step(info, snap.notice_id, snap.floor_ids, False, plan.action)
+    left = left_over(info, snap.notice_id, snap.floor_ids, False)
     if snap.taken is not None:
-        # Taken: the plan read from the same snapshot sends a steer in the batch.
-        assert (step, plan.action) == ("notice", "notice"), name
+        # Taken: the plan read from the same snapshot sends a steer, nothing to settle first.
+        assert (left, plan.action) == (False, "notice"), name
         assert json.loads(snap.taken)[0] == [sent["id"]]
         assert bus.store.r.hget(bus.store.k.s("s", "notice"), "id") == nid
         assert taken_records(snap.taken)
@@ -151,14 +151,14 @@ def test_a_notice_taken_for_a_steer_the_plan_does_not_send_is_given_back(
     sent = bus.send({"id": "m1", "from": "hosta:me", "to_id": "s", "text": "hi"})
     monkeypatch.setattr(bus.inbox, "decide", lambda _view: policy.Plan("wait", None, "test"))
     gave_back: list[str] = []
-    real_give_back = engine._give_back
+    real_give_back = engine.give_back
 
     def give_back(store: Any, clock: Any, run: Any) -> None:
         if run.snap is not None and run.snap.taken:
             gave_back.append(run.sid)
         real_give_back(store, clock, run)
 
-    monkeypatch.setattr(engine, "_give_back", give_back)
+    monkeypatch.setattr(engine, "give_back", give_back)
     report = bus.deliver_session("s")
     assert gave_back == ["s"]  # the snapshot took it, the plan said wait
     assert report.notices == []

@@ -1,7 +1,8 @@
 """The steer rule is written once: :func:`bus.core.policy.steers`, and the snapshot's Lua
 ``steer_ready`` (``parts/snapshot.lua``) held equal to it over every row of one table, run
-on a real server; the Python plan (:func:`bus.core.policy.decide` with the engine's
-:func:`bus.delivery.engine.after_step`) sends a steer in the run exactly on the same rows.
+on a real server; the Python plan (:func:`bus.core.policy.decide`, with nothing an earlier
+run left to settle first: :func:`bus.delivery.engine.left_over`) sends a steer exactly on
+the same rows.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import redis
 
 from bus.core import policy
 from bus.core.models import SessionInfo
-from bus.delivery.engine import after_step
+from bus.delivery.engine import left_over
 from bus.store.lua_files import lua_source
 
 NOW = 1_000_000
@@ -112,12 +113,8 @@ def test_the_python_plan_sends_a_steer_in_the_run_exactly_where_the_rule_says() 
             prompt_waiting=f.prompt_waiting,
             wake_pending="ntc-w" if f.wake_pending else None,
         )
-        step = after_step(
-            info,
-            "ntc-old" if f.in_flight else None,
-            ["ntc-f"] if f.unconfirmed else [],
-            False,
-            plan.action,
+        left = left_over(
+            info, "ntc-old" if f.in_flight else None, ["ntc-f"] if f.unconfirmed else [], False
         )
-        sent = plan.action == "notice" and step == "notice"
+        sent = plan.action == "notice" and not left
         assert sent is policy.steers(f), row

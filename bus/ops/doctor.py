@@ -66,15 +66,20 @@ def doctor_report(
 def run_doctor(settings: Settings, sids: list[str] | None = None) -> dict[str, Any]:
     """Everything ``inbox doctor`` checks: :func:`doctor_report` of this host's home, the
     wake commands waiting for consent (bus.ops.upgrade.with_wake_consent), and, when no
-    session is named, the whole bus (bus.telemetry.problems.bus_problems)."""
+    session is named, the whole bus (bus.telemetry.problems.bus_problems) and the HTTP
+    gateway and MCP servers configured here (bus.ops.doctor_reach: ``surfaces`` lists
+    each one asked)."""
     from bus.telemetry.problems import bus_problems
 
+    from .doctor_reach import reach_report
     from .upgrade import with_wake_consent
 
     report = doctor_report(settings.home, sids, settings=settings)
     report = with_wake_consent(report, settings, sids)
-    if not sids:  # the whole bus too: hosts, floors, waiting messages, wakes
+    if not sids:  # the whole bus too: hosts, floors, waiting messages, wakes, surfaces
         report["problems"] += bus_problems(settings)
+        report["surfaces"], found = reach_report(settings)
+        report["problems"] += found
         report["ok"] = not report["problems"]
     return report
 

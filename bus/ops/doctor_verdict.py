@@ -3,7 +3,8 @@
 Pure: :func:`verdict` reads the report :func:`bus.ops.doctor.run_doctor` made and says what
 the one refusal line leads with. The store refusing writes comes first (nothing works
 until it is fixed), then a durability it cannot meet, then a server too old; the code is
-the most pressing problem's; bus-wide checks are counted by name at the end.
+the most pressing problem's; an unreachable gateway or MCP server is said with its fix;
+bus-wide checks are counted by name at the end.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from typing import Any
 
 from bus.telemetry.problems import CHECKS
 
-# Problems of the whole bus and of this host's gateway and MCP server, named in one clause.
-BUS_WIDE = (*CHECKS, "gateway", "mcp")
+# Problems of the whole bus, named in one clause.
+BUS_WIDE = CHECKS
+# The surfaces run beside the bus (bus.ops.doctor_reach): each said with its fix.
+SURFACES = ("gateway", "mcp")
 FIXES_IN_JSON = "each problem's fix is in the JSON on stdout"
 # The server states a line on stderr is worth (``ok`` and ``too_old`` are said elsewhere).
 QUIET_SERVER = (None, "ok", "too_old")
@@ -76,6 +79,7 @@ def verdict(problems: list[dict[str, Any]], server: dict[str, Any] | None) -> Ve
             f"{len(unwoken)} session(s) are not woken by their wake command until it is"
             " kept on this host"
         )
+    said += [f"{p['reason']}; fix: {p['fix']}" for p in problems if p.get("check") in SURFACES]
     bus_wide = [name for name in BUS_WIDE if _first(problems, name)]
     if bus_wide:
         said.append(f"{len(problems)} problem(s) in the bus: " + ", ".join(sorted(bus_wide)))
@@ -112,4 +116,4 @@ def _code(
     return "problems"
 
 
-__all__ = ["BUS_WIDE", "FIXES_IN_JSON", "Verdict", "server_note", "verdict"]
+__all__ = ["BUS_WIDE", "FIXES_IN_JSON", "SURFACES", "Verdict", "server_note", "verdict"]

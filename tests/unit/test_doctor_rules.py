@@ -59,7 +59,9 @@ TOO_OLD = {"state": "too_old", "message": "the server is too old"}
          FIXES_IN_JSON),
         ([GATEWAY, MCP, SOCKET], None, "unreachable",
          "1 session(s) cannot be woken while idle nor hear a message mid-turn; "
-         "3 problem(s) in the bus: gateway, mcp", None),
+         "gateway reason; fix: gateway fix; mcp reason; fix: mcp fix", None),
+        ([MCP, HOST], None, "problems",
+         "mcp reason; fix: mcp fix; 2 problem(s) in the bus: host", FIXES_IN_JSON),
         ([STORE], None, "problems", "1 problem(s)", FIXES_IN_JSON),
     ],
 )  # fmt: skip

@@ -125,12 +125,14 @@ def serve(
     port: int = typer.Option(5252, help="port"),
 ) -> None:
     """The HTTP gateway: POST /send (local precedence), /v1/send, GET /health, /metrics, /openapi.json."""
+    from bus.ops.serve_record import served
     from bus.surfaces.http.gateway import check_bind
     from bus.surfaces.http.gateway import serve as serve_http
 
     b = connect()
     run(lambda: check_bind(b, host))  # a non-loopback bind needs INBOX_SECRET
-    serve_http(b, host=host, port=port)
+    with served(b.settings.home, host, port):  # `inbox doctor` asks the gateway on record
+        serve_http(b, host=host, port=port)
 
 
 def flower(

@@ -29,7 +29,7 @@ def doctor(
         show_default=False,
     ),
 ) -> None:
-    """What keeps a session of this host from being woken or heard, floor lines no drain could read, and (naming no session) the whole bus: the reason and the fix (exit 1 when any)."""
+    """What keeps a session of this host from being woken or heard, floor lines no drain could read, and (naming no session) the whole bus and the HTTP gateway and MCP servers set up here: the reason and the fix (exit 1 when any)."""
     from bus.core.settings import Settings
     from bus.ops.doctor import run_doctor
     from bus.ops.doctor_verdict import server_note, verdict

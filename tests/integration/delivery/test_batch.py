@@ -15,6 +15,7 @@ from bus.core.models import SessionInfo
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.engine import deliver_many, left_over
+from bus.delivery.take import BATCH
 from bus.telemetry.metrics import summed
 from tests.conftest import wait_for
 from tests.integration.inbox.test_inbox_live import Scheduler, events
@@ -130,6 +131,40 @@ def test_a_running_session_gets_a_steer_notice_and_no_wake(make_bus: Callable[..
         assert [(n["wake"], n["messages"]) for n in report.notices] == [(False, 3)]
         assert not events(b, sid, "wake")
         assert len(b.floor.peek(sid)) == 1
+
+
+def test_a_queue_longer_than_one_read_is_taken_whole_in_one_run(
+    make_bus: Callable[..., Bus],
+) -> None:
+    # Two running sessions in one batch, one with its inbox off: each read goes round
+    # take and snapshot again until the queue is empty; the inbox's session hears ONE
+    # notice carrying every message, the other each message as its own line, once.
+    b = make_bus()
+    for sid in ("long", "plain"):
+        b.open_session(sid)
+        b.turn(sid, "start")
+    b.store.update_session("plain", agent_inbox=False)
+    n = 2 * BATCH + 7
+    sent = {
+        sid: [
+            a["id"]
+            for a in b.send_many(
+                [{"from": f"hx:to-{sid}", "to_id": sid, "text": f"m{i}"} for i in range(n)]
+            )
+        ]
+        for sid in ("long", "plain")
+    }
+    reports = deliver_many(b.delivery, ["long", "plain"])
+    long, plain = reports
+    assert (long.inbox, long.raw) == (n, 0)
+    assert [x["messages"] for x in long.notices] == [n]
+    [line] = b.floor.peek("long")
+    assert sorted(line["notice"]["messages"]) == sorted(sent["long"])
+    assert (plain.inbox, plain.raw) == (0, n)
+    assert [x["id"] for x in b.floor.peek("plain")] == sent["plain"]
+    for sid in ("long", "plain"):
+        assert b.store.read_after(sid, b.store.cursor(sid), BATCH) == []
+        assert not b.store.r.exists(b.store.k.s(sid, "lock"))
 
 
 def taken_lists(b: Bus) -> dict[str, int]:

@@ -22,10 +22,6 @@ import dataclasses
 import json
 import os
 import secrets
-import shutil
-import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +141,9 @@ def mcp_rows(entry: McpEntry, probe: Probe) -> list[dict[str, Any]]:
 
 def _get(url: str, token: str | None, timeout_s: float) -> tuple[int, Any]:
     """``(status, JSON body or None)`` of ``GET url`` (no proxy: the gateway is ours)."""
+    import urllib.error  # only when a gateway is set up: the doctor's start stays quick
+    import urllib.request
+
     request = urllib.request.Request(url, headers={"accept": "application/json"})
     if token:
         request.add_header("authorization", f"Bearer {token}")
@@ -222,6 +221,9 @@ def probe_mcp(
     """Start ``entry`` as its harness would (``environ`` with the entry's own env over it),
     speak the MCP handshake and ask its ``receipt`` tool of no message; bounded by
     ``timeout_s``, and stopped after."""
+    import shutil
+    import tempfile
+
     import anyio
 
     env = {**environ, **entry.env}

@@ -12,7 +12,6 @@ reads: nothing is started here.
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,8 +83,14 @@ def _json(path: Path) -> dict[str, Any]:
 
 def _toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    import tomllib  # only where Codex keeps a config
+
+    try:
+        return tomllib.loads(text)
+    except ValueError:
         return {}
 
 

@@ -18,7 +18,7 @@ so a drift of the machine's speed hits both alike:
   ``--wakes`` wakes: the waiter's exit − the waking blocker's send − the debounce, p50/p99;
 - the everyday read commands (``status``, ``threads``, ``read``, ``sent``, ``receipt``,
   ``read-inbox``, ``status --help``) on a session with one thread, each as a user runs it
-  (the read lane, bus.surfaces.fast_read, where it answers) and on the full command line
+  (the read lane, bus.lanes.read, where it answers) and on the full command line
   (``INBOX_FAST_READ=0``): the full path's start-up (the imports of the command line and
   the library) is most of what it costs.
 

@@ -1,6 +1,6 @@
 """The agent inbox bus: messages between coding-agent sessions that never become turns.
 
-The names below are imported on first use, so a small entry point (``bus.surfaces.entry``, run at
+The names below are imported on first use, so a small entry point (``bus.lanes.entry``, run at
 every tool step of a harness) does not pay for the library, pydantic and redis.
 """
 

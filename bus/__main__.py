@@ -1,5 +1,5 @@
 """``python -m bus``: the ``inbox`` command."""
 
-from bus.surfaces.entry import main
+from bus.lanes.entry import main
 
 main()

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import BadInput, NotDurable
+from .lane_names import durability_level
 from .server_version import identify
-from .settings import DURABILITY_LEVELS
 
 # The words a server's error reply starts with, and what they mean for the level.
 _NO_COMMAND = "unknown command"
@@ -38,8 +38,8 @@ def level_of(raw: str | None, default: str) -> str:
     (``INBOX_DURABILITY``); an unknown name is :class:`BadInput`."""
     if raw is None or raw == "":
         return default
-    level = raw.strip().lower()
-    if level not in DURABILITY_LEVELS:
+    level = durability_level(raw)
+    if level is None:
         raise BadInput(
             f"durability must be one of memory, disk, replica; got {raw!r}",
             code="bad_durability",

@@ -1,6 +1,6 @@
 """Items as ``read_inbox`` shows them: each with its fields and its thread, who wrote each
 entry named as its reader may know them. Pure, and standard library only: the library
-(:mod:`bus.services.items`) and the read lane (:mod:`bus.surfaces.read_answers`) both answer
+(:mod:`bus.services.items`) and the read lane (:mod:`bus.lanes.read_answers`) both answer
 with these.
 """
 

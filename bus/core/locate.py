@@ -1,7 +1,7 @@
 """Where this host's bus is: its home, its host name, and the store's URL.
 
 :class:`bus.core.settings.Settings` finds them here, and so does the read commands' fast
-lane (bus.surfaces.fast_read), which must find the same Redis without importing the
+lane (bus.lanes.read), which must find the same Redis without importing the
 settings' dataclass machinery: this module imports only ``os``, ``socket``, ``pathlib`` and
 ``urllib.parse`` (``hashlib`` and bus.local.runtime_dir when a home's socket path is too
 long). And how a store URL is shown (:func:`redact`: never its password).
@@ -9,19 +9,16 @@ long). And how a store URL is shown (:func:`redact`: never its password).
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
-DEFAULT_HOME = "~/.local/share/inbox"
-SOCKET_PATH_MAX = 100  # bytes: a unix socket's path is at most 108 (Linux), 104 (macOS)
+from .lane_names import DEFAULT_HOME, SOCKET_PATH_MAX, home_dir
 
 
 def default_home(env: dict[str, str] | None = None) -> Path:
     """``$INBOX_HOME``, else ``~/.local/share/inbox``."""
-    env = dict(os.environ) if env is None else env
-    return Path(env.get("INBOX_HOME") or DEFAULT_HOME).expanduser()
+    return Path(home_dir(env))
 
 
 def default_host() -> str:

@@ -1,6 +1,6 @@
 """The receipt rules: which state a receipt shows, what the inbox's records prove, and
 one receipt as a sender reads it. Pure, and standard library only: the library
-(:mod:`bus.delivery.receipts`) and the read lane (:mod:`bus.surfaces.read_answers`) both
+(:mod:`bus.delivery.receipts`) and the read lane (:mod:`bus.lanes.read_answers`) both
 answer with these.
 """
 

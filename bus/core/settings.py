@@ -7,12 +7,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import locate
+from .lane_names import durability_level
 from .locate import default_home, default_host
 from .status_view import HOST_DOWN_S
 
 SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
-# The durability levels of an acknowledged send, weakest first (bus.core.durability).
-DURABILITY_LEVELS = ("memory", "disk", "replica")
 # A durable subscription's cursors unused this long keep no session's events and the
 # subscription is forgotten (INBOX_SUB_IDLE_S's default, a week).
 SUB_IDLE_S = 7 * 86400.0
@@ -54,9 +53,10 @@ def _durability(env: dict[str, str]) -> str:
     raw = (env.get("INBOX_DURABILITY") or "").strip().lower()
     if raw == "":
         return "memory"
-    if raw not in DURABILITY_LEVELS:
+    level = durability_level(raw)
+    if level is None:
         raise ValueError(f"INBOX_DURABILITY must be one of memory, disk, replica; got {raw!r}")
-    return raw
+    return level
 
 
 def kombu_url(url: str) -> str:

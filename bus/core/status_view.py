@@ -1,7 +1,7 @@
 """``inbox status`` as one JSON answer: the sessions with their backlogs, each heartbeat's
 row (ages, queue depth, the floor serving its host), the memory settings' report. Pure,
 and standard library only: the library (:mod:`bus.telemetry.status`,
-:mod:`bus.telemetry.liveness`) and the read lane (:mod:`bus.surfaces.read_answers`) both
+:mod:`bus.telemetry.liveness`) and the read lane (:mod:`bus.lanes.read_answers`) both
 answer with these; the caller reads the store.
 """
 

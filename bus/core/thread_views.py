@@ -1,6 +1,6 @@
 """A session's threads as ``threads`` and ``read`` show them: one row a thread, one item a
 message. Pure, and standard library only: the library (:mod:`bus.services.conversation`)
-and the read lane (:mod:`bus.surfaces.read_answers`) both answer with these.
+and the read lane (:mod:`bus.lanes.read_answers`) both answer with these.
 """
 
 from __future__ import annotations

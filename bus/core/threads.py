@@ -12,7 +12,7 @@ import hashlib
 import re
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
-# (bus.surfaces.fast_read imports this module).
+# (bus.lanes.read imports this module).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

@@ -8,7 +8,7 @@ hand-off), ``run`` (one session's run through the stages, the steps they share),
 (the take stage's parts: entries into the inbox or written raw),
 ``inbox`` (threads, marks and the plan), ``notice`` (the one notice), ``raw_lines`` (a
 message written as its own line), ``floor``, ``floor_lines`` (a line's bytes, the listener's
-record of lines it handed on) and ``fast_drain`` (the file floor),
+record of lines it handed on) and ``drain_marks`` (a drain's notice marks) (the file floor),
 ``heard`` (when a notice counts as heard), ``receipts`` (the sender's side),
 ``scheduler`` (debounced wakes, flushes, retries), ``renewer`` (one thread a process renewing
 the leases of running batches), ``report`` (what a delivery did, and the work an operator

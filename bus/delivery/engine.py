@@ -53,7 +53,7 @@ from bus.core.clock import Clock
 from bus.core.models import SessionInfo, check_session_id, now_ms
 from bus.store.delivery import DeliverySnapshot, DeliveryStart
 
-from .fast_drain import PENDING_MARKS
+from .drain_marks import PENDING_MARKS
 from .lease import Lease
 from .notice import Finisher, NoticeJob, Notices, new_notice_id
 from .renewer import renewer_for

@@ -51,6 +51,7 @@ from bus.core import faults
 from bus.core.clock import SYSTEM, Clock
 from bus.core.errors import BadInput
 from bus.core.ids import check_session_id
+from bus.core.lane_names import DRAINING_PREFIX, FLOOR, MESSAGES  # the drain's lane's too
 from bus.local import unix_socket
 from bus.local.owned import check_parents, make_dirs, open_read
 from bus.local.owned import open_private as _open_private
@@ -70,8 +71,6 @@ from .floor_lines import write_all as _write_all
 from .floor_result import DrainResult
 from .said import record_said, split_repeats
 
-MESSAGES = "messages.jsonl"
-DRAINING_PREFIX = "messages.draining."
 LOG = "log.jsonl"
 MALFORMED = "malformed.jsonl"
 SOCKET = unix_socket.SOCKET
@@ -117,7 +116,7 @@ def _inbox_dir(home: Path, sid: str) -> Path:
     check_session_id(sid)
     if sid in (".", ".."):  # the id pattern admits these; as a path they escape the tree
         raise BadInput(f"invalid session id {sid!r}: '.' and '..' are not session ids")
-    return home / "inbox" / sid
+    return home / FLOOR / sid
 
 
 class Floor:
@@ -147,7 +146,7 @@ class Floor:
         append's), so the session's registration and each drain (the turn
         boundaries that empty the floor) make it, not the notice of a due wake, whose
         burst is what a swarm waits on. An empty queue file is an empty floor
-        (``bus.surfaces.entry.floor_is_empty``, :meth:`drain`)."""
+        (``bus.lanes.entry.floor_is_empty``, :meth:`drain`)."""
         d = self.session_dir(sid, create=True)
         os.close(_open_private(d / MESSAGES, os.O_WRONLY | os.O_APPEND))
         return d

@@ -29,7 +29,7 @@ from bus.store import packing
 from bus.store.redis_errors import RedisUnavailable
 
 from . import heard
-from .fast_drain import PENDING_MARKS, notice_ids, pending_ids, record_drained
+from .drain_marks import PENDING_MARKS, notice_ids, pending_ids, record_drained
 from .notice import Notices
 from .raw_lines import RawLines
 from .receipts import receipt_ttl_ms
@@ -379,7 +379,7 @@ class Inbox:
 
     def on_drain(self, sid: str, lines: list[dict[str, Any]]) -> None:
         """Notices taken off the floor are noticed; with Redis down, remember them in
-        ``marks.pending.jsonl`` for the next drain or delivery (bus.delivery.fast_drain)."""
+        ``marks.pending.jsonl`` for the next drain or delivery (bus.delivery.drain_marks)."""
         record_drained(
             self.floor,
             sid,

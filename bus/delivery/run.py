@@ -18,7 +18,7 @@ from bus.core import policy
 from bus.core.models import SessionInfo
 from bus.store.delivery import DeliverySnapshot
 
-from .fast_drain import PENDING_MARKS
+from .drain_marks import PENDING_MARKS
 from .lease import Lease
 from .report import DeliveryReport
 from .take import raw_mode

@@ -13,7 +13,12 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+
+# Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
+# (``inbox status`` there reads this file; tests/integration/cli/test_cli_startup.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 FILE = "up.procs.json"
 

@@ -1,5 +1,5 @@
 """The sessions' backlogs: the messages each queue holds that its delivery has not taken.
-Standard library only: the read lane (:mod:`bus.store.lite_reads`) mixes it in too."""
+Standard library only: the read lane (:mod:`bus.lanes.lite_store`) mixes it in too."""
 
 from __future__ import annotations
 

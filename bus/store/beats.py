@@ -1,5 +1,5 @@
 """The heartbeats' read: every worker's and the scheduler's beat with its queue depth.
-Standard library only: the read lane (:mod:`bus.store.lite_reads`) mixes it in too."""
+Standard library only: the read lane (:mod:`bus.lanes.lite_store`) mixes it in too."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from .packing import meta_of
 from .session_record import record_info
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
-# (bus.surfaces.fast_read imports this module).
+# (bus.lanes.read imports this module).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

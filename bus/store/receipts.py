@@ -16,7 +16,7 @@ from .keys import receipt_field, reply_cursor_field
 from .session_record import seen_state
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
-# (bus.surfaces.fast_read imports this module).
+# (bus.lanes.read imports this module).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

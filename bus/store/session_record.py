@@ -5,7 +5,7 @@ reads back the same: ``session`` (its key's), ``prompt_waiting`` "0"
 (:func:`session_fields`), ``state`` ``idle`` and a default ``handle``
 (``<host>:<sid>``). :func:`as_read` puts the handle back; ``session_row`` reads a
 missing state as ``idle``. A record that keeps them reads the same.
-Standard library only (the read lane, bus.store.lite_reads, reads records through it).
+Standard library only (the read lane, bus.lanes.lite_store, reads records through it).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def session_row(data: dict[str, str], sid: str) -> dict[str, Any]:
     """A session record read whole, as :class:`~bus.core.models.SessionInfo`'s fields in
     their order: ``session`` is ``sid`` (its key's), ``prompt_waiting`` absent is false
     (:func:`session_fields` stores neither). Standard library only
-    (the read commands' fast lane, bus.surfaces.fast_read, uses it as it is)."""
+    (the read commands' fast lane, bus.lanes.read, uses it as it is)."""
 
     def opt(name: str) -> str | None:
         v = data.get(name)

@@ -6,7 +6,7 @@ time, and no subset of it is enough to apply the send's rules (validation, id ow
 rate limits, routing, the worker's kick, token checks). So ``inbox up`` keeps this server
 running: it imports the command line and builds its click command once, listens on a unix
 socket (:func:`socket_path`, owner-only) and forks :data:`WORKERS` workers that accept
-clients one at a time. bus.surfaces.command_client (called by the ``inbox`` entry point,
+clients one at a time. bus.lanes.send (called by the ``inbox`` entry point,
 standard library only) connects and passes its stdin, stdout and stderr (``SCM_RIGHTS``),
 its argv, environment, working directory and stdio encodings; the worker puts them in
 place of its own and runs :func:`bus.surfaces.cli.app.prepared_runner`'s run on the argv:
@@ -19,11 +19,11 @@ from the caller's environment each time.
 The exchange (all on the one connection):
 
 1. client: ``<length:10 ascii digits><header>`` with the three descriptors; the header is
-   NUL-separated: :data:`MAGIC`, the client module's path and interpreter (a server
-   of another install answers ``full``), cwd, the stdin/stdout/stderr encodings and
+   NUL-separated: ``COMMAND_MAGIC`` (bus.core.lane_names), the path of bus.core.lane_names as the client imported
+   it and its interpreter (a server of another install answers ``full``), cwd, the stdin/stdout/stderr encodings and
    errors, the argv count, the argv, then ``KEY=VALUE`` environment entries;
 2. worker: ``+`` (taken) or ``full`` (run it yourself; nothing ran): ``full`` for a
-   client of another install or a command other than :data:`COMMANDS`;
+   client of another install or a command other than the ``WRITE_COMMANDS`` (bus.core.lane_names);
 3. client: ``g`` (go). Only now does the command run: a client that gave up waiting for
    the ``+`` closes instead, and the worker, reading EOF, runs nothing. So a command runs
    once, here or in the client, never both;
@@ -52,16 +52,16 @@ import traceback
 from pathlib import Path
 from typing import NamedTuple
 
-from bus.core.locate import default_home, embedded_socket
+from bus.core import lane_names
+from bus.core.lane_names import COMMAND_MAGIC, WRITE_COMMANDS
+from bus.core.locate import default_home
+from bus.local.command_socket import command_socket
 from bus.local.runtime_dir import private_folder
 from bus.ops.procs import die_with_parent
 
 from .command_intake import Intake
 
-MAGIC = b"inbox-cmd-1"
-SOCKET_NAME = "commands.sock"
 MAX_HEADER = 4 << 20  # bytes: argv and environment
-COMMANDS = ("send", "reply", "withdraw", "decide")
 WORKERS = 2  # commands served at once; a client finding all busy waits TAKE_S, then runs its own
 REQUESTS = 1000  # commands a worker serves before a fresh fork replaces it
 
@@ -69,14 +69,13 @@ REQUESTS = 1000  # commands a worker serves before a fresh fork replaces it
 def socket_path(home: Path) -> Path:
     """The server's socket: beside the embedded Redis's (a path short enough for a unix
     socket whatever the home)."""
-    return embedded_socket(home).parent / SOCKET_NAME
+    return Path(command_socket(str(home)))
 
 
 def client_id() -> tuple[bytes, bytes]:
-    """What a client must match: the client module's file and the interpreter."""
-    from bus.surfaces import command_client
-
-    return os.fsencode(command_client.__file__), os.fsencode(sys.executable)
+    """What a client must match: bus.core.lane_names's file (one install, one file) and
+    the interpreter."""
+    return os.fsencode(lane_names.__file__), os.fsencode(sys.executable)
 
 
 class Request(NamedTuple):
@@ -93,7 +92,7 @@ class Request(NamedTuple):
 def parse_header(data: bytes) -> Request:
     """The client's header, parsed."""
     parts = data.split(b"\0")
-    if len(parts) < 12 or parts[0] != MAGIC:
+    if len(parts) < 12 or parts[0] != COMMAND_MAGIC:
         raise ValueError("not an inbox command header")
     count = int(parts[10])
     argv = parts[11 : 11 + count]
@@ -286,7 +285,7 @@ def taken(data: bytes, fds: list[int]) -> Request | None:
         return None
     if len(fds) != 3 or (req.client, req.python) != client_id():
         return None
-    return req if req.argv[:1] and req.argv[0] in COMMANDS else None
+    return req if req.argv[:1] and req.argv[0] in WRITE_COMMANDS else None
 
 
 def _peer_is_owner(conn: socket.socket) -> bool:

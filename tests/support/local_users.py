@@ -27,10 +27,10 @@ import pytest
 
 # What a victim's command imports, loaded before the child drops to its user.
 PRELOAD = (
-    "bus.surfaces.entry",
-    "bus.surfaces.command_client",
+    "bus.lanes.entry",
+    "bus.lanes.send",
     "bus.surfaces.command_server",
-    "bus.surfaces.fast_read",
+    "bus.lanes.read",
     "bus.surfaces.cli.app",
     "bus.local.runtime_dir",
     "bus.ops.up",
@@ -130,7 +130,7 @@ def as_user(user: User, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
 def run_inbox(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     """``inbox ARGV`` as its console entry runs it, in this (dropped) process: exit code,
     stdout, stderr."""
-    from bus.surfaces import entry
+    from bus.lanes import entry
 
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115
     os.environ.clear()

@@ -1,4 +1,4 @@
-"""What the everyday read commands import: through the fast lane (bus.surfaces.fast_read)
+"""What the everyday read commands import: through the fast lane (bus.lanes.read)
 not even redis-py, pydantic, typer or rich; on the full command line never the serving,
 picture or worker stacks.
 
@@ -38,8 +38,12 @@ NEVER = (
     "bus.surfaces.mcp_server",
     "bus.surfaces.web",
 )
-# What the read lane never imports: the library's own stack.
-LIBRARY = ("redis", "pydantic", "typer", "click", "rich", "asyncio", "bus.api", "bus.surfaces.cli")
+# What the read lane never imports: the library's own stack, and ``typing`` (the modules it
+# shares with the library spell ``TYPE_CHECKING`` themselves to keep it so).
+LIBRARY = (
+    "redis", "pydantic", "typer", "click", "rich", "asyncio", "typing", "bus.api",
+    "bus.surfaces.cli",
+)  # fmt: skip
 _MODULE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.M)
 
 
@@ -84,7 +88,7 @@ def thread(bus: Bus) -> tuple[str, str]:
 def test_the_importtime_report_is_read() -> None:
     # The parse above must see a module every command imports, or the checks prove nothing.
     _, modules = imported({}, "--help")
-    assert {"bus.surfaces.entry", "bus.surfaces.cli.app", "typer"} <= modules
+    assert {"bus.lanes.entry", "bus.surfaces.cli.app", "typer"} <= modules
 
 
 READS = [
@@ -105,7 +109,7 @@ def test_the_read_lane_imports_none_of_the_library(
     out, modules = imported(env, *[a.format(thread=thr, msg=msg) for a in argv])
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     assert json.loads(out.stdout)["ok"] is True
-    assert "bus.surfaces.fast_read" in modules  # the parse above sees the lane's modules
+    assert "bus.lanes.read" in modules  # the parse above sees the lane's modules
     assert heavy(modules, LIBRARY + NEVER) == []
 
 

@@ -26,9 +26,11 @@ import pytest
 import redis
 
 from bus.api import Bus
+from bus.core import lane_names
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
-from bus.surfaces import command_client, command_server, entry
+from bus.lanes import send as command_client
+from bus.surfaces import command_server
 from tests.conftest import settings_env
 from tests.integration.cli.test_cli_startup import LIBRARY, heavy, imported
 
@@ -240,7 +242,7 @@ def test_the_warm_start_answers_every_input_as_the_cold_command(
                 if warm and "--jsonl" in argv:  # a long command runs in its own process
                     assert "bus.api" in modules, f"{name}: ran in the server"
                 elif warm:
-                    assert "bus.surfaces.command_client" in modules, name
+                    assert "bus.lanes.send" in modules, name
                     assert heavy(modules, LIBRARY) == [], f"{name}: ran in the client"
                 got[warm] = (
                     out.returncode,
@@ -278,21 +280,10 @@ def test_without_a_server_the_command_runs_cold(settings: Settings, home: Path) 
 def test_a_server_of_another_install_hands_the_command_back(
     server: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The header names the client module's file; a server at another path answers "full"
-    # and nothing runs there.
-    monkeypatch.setattr(command_client, "__file__", "/elsewhere/bus/surfaces/command_client.py")
+    # The header names the file of bus.core.lane_names as the client imported it; a server
+    # whose own is another answers "full" and nothing runs there.
+    monkeypatch.setattr(lane_names, "__file__", "/elsewhere/bus/core/lane_names.py")
     assert command_client.run(["send", "--help"], str(server.parent.parent)) is None
-
-
-@pytest.mark.parametrize("home", ["/tmp/h", "/tmp/" + "x" * 120])
-def test_client_and_server_agree_on_the_socket(home: str) -> None:
-    assert command_client.socket_path(home) == str(command_server.socket_path(Path(home)))
-
-
-def test_the_mirrored_names_are_the_servers() -> None:
-    assert command_client.MAGIC == command_server.MAGIC
-    assert command_client.SOCKET_NAME == command_server.SOCKET_NAME
-    assert entry.WRITE_COMMANDS == command_server.COMMANDS
 
 
 def test_a_header_round_trips(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,7 +2,7 @@
 
 Each state is built with the library on a real Redis; each command then runs as a real
 ``inbox`` process on the full path (``INBOX_FAST_READ=0``) and through the lane, in this
-process (:func:`bus.surfaces.fast_read.answer`, so a test knows the lane answered and did not
+process (:func:`bus.lanes.read.answer`, so a test knows the lane answered and did not
 hand the command on) and as a process (the console entry, which must print the same bytes
 whichever answers). The few names the lane mirrors are held equal to the library's.
 """
@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
+from bus.core.lane_names import SESSION_STATES
 from bus.core.models import SessionInfo
 from bus.core.settings import Settings
-from bus.surfaces import entry, fast_read
-from bus.surfaces import read_answers as answers
+from bus.lanes import read as fast_read
 from bus.telemetry import liveness
 from tests.conftest import settings_env
 from tests.unit.test_pictures import png_bytes
@@ -297,10 +297,9 @@ def test_the_argv_the_lane_takes(argv: list[str], parsed: object) -> None:
     assert fast_read.parse(argv) == parsed
 
 
-def test_the_mirrored_names_agree() -> None:
-    assert fast_read.COMMANDS == entry.READ_COMMANDS
+def test_the_session_states_are_the_models() -> None:
     state = SessionInfo.model_fields["state"].annotation
-    assert typing.get_args(state) == answers.SESSION_STATES
+    assert typing.get_args(state) == SESSION_STATES
 
 
 @pytest.mark.parametrize(
@@ -340,6 +339,20 @@ def test_the_lane_hands_on_what_the_settings_read_more_of(env: dict[str, str]) -
     assert fast_read.Place.of(env) is None
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"INBOX_HOST_DOWN_S": "0"},
+        {"INBOX_HOST_DOWN_S": "-5"},
+        {"INBOX_DURABILITY": "fast"},
+    ],
+)
+def test_a_setting_the_library_refuses_is_left_to_the_full_path(env: dict[str, str]) -> None:
+    assert fast_read.Place.of(env) is None
+    with pytest.raises(ValueError):
+        Settings.from_env(env)
+
+
 def test_a_setting_that_is_not_a_number_is_left_to_the_full_path() -> None:
     with pytest.raises(ValueError):
         fast_read.Place.of({"INBOX_RETRY_S": "soon"})
@@ -365,7 +378,7 @@ def test_the_urls_the_small_client_speaks_as_redis_py_does(url: str, spoken: boo
 
 
 def test_a_pipeline_reads_every_reply_before_it_raises_an_error(settings: Settings) -> None:
-    from bus.store import resp_client
+    from bus.lanes import resp as resp_client
 
     conn = resp_client.connect(settings.store_url())
     assert isinstance(conn, resp_client.Connection)

@@ -52,6 +52,6 @@ def test_a_client_connects_when_the_first_node_named_is_down(redis_cluster_url: 
 
 
 def test_the_fast_drains_own_client_leaves_a_several_node_url_to_redis_py() -> None:
-    from bus.store import resp_client
+    from bus.lanes import resp as resp_client
 
     assert resp_client.connect("redis://:pw@a:1,b:2/0") is resp_client.UNSUPPORTED

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from bus.delivery import fast_drain
 from bus.delivery.floor import Floor
 from bus.delivery.floor_lines import HEARD, heard_ids, record_heard
+from bus.lanes import drain as fast_drain
 from bus.surfaces.harness.listener import Listener
 from tests.conftest import wait_for
 

@@ -9,7 +9,7 @@ import redis
 
 from bus.api import Bus
 from bus.core.errors import BusError, Unavailable
-from bus.delivery.fast_drain import outage_words
+from bus.delivery.drain_marks import outage_words
 from bus.store.cluster_reach import ClusterUnreachable
 from bus.store.redis_errors import NOT_ANSWERING, down_message, translated, unavailable
 from tests.integration.gateway.test_http import Gateway, wire

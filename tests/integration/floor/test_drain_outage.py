@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from bus.api import Bus
+from bus.core.lane_names import PENDING_MARKS
 from bus.core.settings import Settings
-from bus.delivery.fast_drain import PENDING_MARKS, outage_words, touch_seen
-from bus.surfaces import entry
+from bus.delivery.drain_marks import outage_words
+from bus.lanes import entry
+from bus.lanes.drain import touch_seen
 
 
 def floor_with_a_notice(b: Bus) -> None:
@@ -49,7 +51,7 @@ def test_the_fast_drain_with_redis_down_says_so_and_keeps_its_marks_private(
         "INBOX_REDIS_CLUSTER": "",  # a standalone server's socket, with nobody there
     }
     out = subprocess.run(
-        [sys.executable, "-c", "import os; os.umask(0o022); from bus.surfaces.entry import main; main()",
+        [sys.executable, "-c", "import os; os.umask(0o022); from bus.lanes.entry import main; main()",
          "drain", "bob"],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -132,7 +134,7 @@ def test_on_a_cluster_a_hooks_drain_and_last_seen_are_recorded_whichever_node_is
         sent = b.send({"from": "hosta:alice", "from_session": "alice", "to_id": sid, "text": "x"})
         b.deliver_session(sid)
         out = subprocess.run(
-            [sys.executable, "-m", "bus.surfaces.entry", "drain", sid],
+            [sys.executable, "-m", "bus.lanes.entry", "drain", sid],
             env={**os.environ}, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert out.returncode == 0 and '"kind": "notice"' in out.stdout, out.stderr

@@ -52,7 +52,7 @@ def test_a_joined_home_remembers_its_store_and_the_environment_wins(tmp_path: Pa
     other = "redis://127.0.0.1:1/0"
     s = Settings.from_env({"INBOX_HOME": str(tmp_path), "INBOX_REDIS_URL": other})
     assert s.redis_url == other and s.host != "b"  # the environment chooses: nothing read
-    from bus.surfaces.fast_read import Place
+    from bus.lanes.read import Place
 
     place = Place({"INBOX_HOME": str(tmp_path)})
     assert (place.store_url(), place.host) == (url, "b")  # the read lane finds it too

@@ -1,5 +1,5 @@
-"""The client of bus.surfaces.command_server: ``inbox send`` (``reply``, ``withdraw``,
-``decide``) handed to the server that ``inbox up`` keeps warm, standard library only.
+"""The send lane: ``inbox send`` (``reply``, ``withdraw``, ``decide``) handed to the server
+that ``inbox up`` keeps warm (bus.surfaces.command_server), standard library only.
 
 :func:`run` answers the exit code once the server's child has run the command on this
 process's stdin, stdout and stderr, or ``None`` when nothing ran and the full command line
@@ -15,28 +15,15 @@ import _socket
 import os
 import sys
 
-MAGIC = b"inbox-cmd-1"  # bus.surfaces.command_server.MAGIC (tests/integration/cli/test_command_server.py)
-SOCKET_NAME = "commands.sock"
-SOCKET_PATH_MAX = 100  # bus.core.locate.SOCKET_PATH_MAX
+from bus.core import lane_names
+from bus.core.lane_names import COMMAND_MAGIC
+from bus.local.command_socket import command_socket
+
 OFF_VAR = "INBOX_FAST_SEND"
 TAKE_S = 2.0  # seconds a server has to take the request before this process runs it
 # Options that make a command run long (a wait for the answering turn, a stream of lines):
 # such a command runs here, where its start-up is a small part of its time.
 LONG = ("--wait", "--jsonl")
-
-
-def socket_path(home: str) -> str:
-    """bus.surfaces.command_server.socket_path without pathlib (tests hold them equal). Outside
-    ``home`` its folder is checked first (bus.local.runtime_dir.private_folder:
-    :class:`~bus.local.runtime_dir.UnsafeFolder` when another user could listen there)."""
-    path = os.path.join(os.path.abspath(home), "redis", "redis.sock")
-    if len(path.encode()) > SOCKET_PATH_MAX:
-        from pathlib import Path
-
-        from bus.core.locate import embedded_folder
-
-        path = str(embedded_folder(Path(home)) / "redis.sock")
-    return os.path.join(os.path.dirname(path), SOCKET_NAME)
 
 
 def peer_uid(sock: _socket.socket) -> int | None:
@@ -68,8 +55,8 @@ def header(argv: list[str]) -> bytes:
     for stream in (sys.stdin, sys.stdout, sys.stderr):
         stdio += [stream.encoding.encode(), str(stream.errors).encode()]
     fields = [
-        MAGIC,
-        os.fsencode(__file__),
+        COMMAND_MAGIC,
+        os.fsencode(lane_names.__file__),  # the install: the server's must be the same file
         os.fsencode(sys.executable),
         os.getcwdb(),
         *stdio,
@@ -92,7 +79,7 @@ def run(argv: list[str], home: str) -> int | None:
     if any(a in LONG or a.startswith("--jsonl=") for a in argv):
         return None  # a long command would hold one of the server's few workers
     try:
-        path = socket_path(home)
+        path = command_socket(home)
     except Exception:  # an unsafe folder: the full command line refuses it in words
         return None
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)

@@ -1,10 +1,10 @@
 """What the read commands' fast lane answers: each command's JSON, rendered as the
 library's :class:`~bus.api.Bus` method renders it, from the store's reads
-(bus.store.lite_reads) with the library's own views (the receipt rules, the thread rows,
+(bus.lanes.lite_store) with the library's own views (the receipt rules, the thread rows,
 the item view, the status report: the stdlib-only modules of bus.core both use).
 
 Each answer raises :class:`FullPath` where the full command line would refuse or write;
-bus.surfaces.fast_read then hands the command on.
+bus.lanes.read then hands the command on.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import time
 
 from bus.core.item_views import inbox_view
+from bus.core.lane_names import SESSION_STATES
 from bus.core.receipt_rules import (
     SENT_LIMIT_MAX,
     STATES,
@@ -35,10 +36,6 @@ from bus.store.packing import json_list
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
-
-# -- names mirrored from the library (tests/integration/cli/test_fast_read.py holds them equal) --------
-
-SESSION_STATES = ("idle", "running", "closing", "closed")  # SessionInfo.state
 
 
 class FullPath(Exception):

@@ -1,11 +1,12 @@
-"""The read commands' fast lane: ``status``, ``threads``, ``read``, ``sent``, ``receipt``
-and ``read-inbox`` answered without the library.
+"""The read commands' lane: ``status``, ``threads``, ``read``, ``sent``, ``receipt`` and
+``read-inbox`` (bus.core.lane_names.READ_COMMANDS) answered without the library.
 
 Importing the library (redis-py and its asyncio, typer, pydantic, rich) costs a read command
-most of its time. bus.surfaces.entry hands these commands here first: the argv is parsed
-with the standard library, the store's own read methods run over a small RESP client
-(bus.store.lite_reads), bus.surfaces.read_answers renders their answers, and the JSON printed is the one the command line prints, byte for
-byte (tests/integration/cli/test_fast_read.py runs each command both ways on many states).
+most of its time. bus.lanes.entry hands these commands here first: the argv is parsed with
+the standard library, the store's own read methods run over a small RESP client
+(bus.lanes.lite_store), bus.lanes.read_answers renders their answers, and the JSON printed
+is the one the command line prints, byte for byte (tests/integration/cli/test_fast_read.py
+runs each command both ways on many states).
 
 Whatever is unusual answers ``None`` and the full command line answers instead, so nothing
 a user sees differs: an option this lane does not know, ``--help``, anything the full path
@@ -23,6 +24,9 @@ import os
 import sys
 from collections.abc import Callable
 
+from bus.core.lane_names import durability_level
+from bus.core.status_view import HOST_DOWN_S
+
 from .read_answers import FullPath, read, read_inbox, receipt, sent, status, threads
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the lane several ms.
@@ -30,7 +34,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-COMMANDS = ("status", "threads", "read", "sent", "receipt", "read-inbox")
 OFF_VAR = "INBOX_FAST_READ"
 
 # -- argv ---------------------------------------------------------------------------------
@@ -128,7 +131,6 @@ class Place:
 
     def __init__(self, env: dict[str, str] | os._Environ[str]) -> None:
         from bus.core.locate import default_home, default_host, with_joined
-        from bus.core.status_view import HOST_DOWN_S
 
         env = with_joined(dict(env))  # a home that joined a store remembers it
         self.home = default_home(env)
@@ -143,9 +145,11 @@ class Place:
     def of(cls, env: dict[str, str] | os._Environ[str]) -> Place | None:
         if env.get("INBOX_SECRET") or env.get("INBOX_REDIS_CLUSTER"):
             return None  # tokens are checked on the full path; a cluster needs its client
-        level = (env.get("INBOX_DURABILITY") or "memory").strip().lower()
-        if level not in ("memory", "disk", "replica"):
+        level = env.get("INBOX_DURABILITY") or ""
+        if level.strip() and durability_level(level) is None:
             return None  # the full path refuses it in words
+        if float(env.get("INBOX_HOST_DOWN_S") or HOST_DOWN_S) <= 0:
+            return None  # as the full path, which refuses it in words (ValueError too)
         for name, value in env.items():
             if name.startswith("INBOX_") and value and name not in _TEXT_SETTINGS:
                 number = float(value)  # ValueError: the full path refuses it in words
@@ -176,9 +180,10 @@ CONNECT_TIMEOUT_S = 2.0  # a slow Redis: the full path answers (and waits as it 
 
 
 def _run(command: str, args: list[str], opts: dict[str, str]) -> dict[str, Any] | None:
-    from bus.store import resp_client
     from bus.store.keys import Keys
-    from bus.store.lite_reads import LiteStore
+
+    from . import resp
+    from .lite_store import LiteStore
 
     place = Place.of(os.environ)
     if place is None:
@@ -186,8 +191,8 @@ def _run(command: str, args: list[str], opts: dict[str, str]) -> dict[str, Any] 
     url = place.store_url()
     if not spoken(url):
         return None
-    conn = resp_client.connect(url, timeout=CONNECT_TIMEOUT_S)
-    if not isinstance(conn, resp_client.Connection):
+    conn = resp.connect(url, timeout=CONNECT_TIMEOUT_S)
+    if not isinstance(conn, resp.Connection):
         return None  # TLS, a URL this client does not speak
     conn.errors = "strict"
     try:
@@ -196,4 +201,4 @@ def _run(command: str, args: list[str], opts: dict[str, str]) -> dict[str, Any] 
         conn.close()
 
 
-__all__ = ["COMMANDS", "OFF_VAR", "Place", "answer", "parse", "spoken"]
+__all__ = ["OFF_VAR", "Place", "answer", "parse", "spoken"]

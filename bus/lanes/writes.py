@@ -1,32 +1,34 @@
-"""The store's fast lane: a drain's marks and a harness's ``last_seen`` without redis-py.
+"""The drain lane's two writes: a drain's marks and a harness's ``last_seen``, without
+redis-py.
 
 A harness drains at every tool step; importing redis-py alone costs more than the rest of
-the drain, so these two writes go over :mod:`bus.store.resp_client` (plain sockets). The
-scripts are the library's own (``floor_drained.lua``, ``seen.lua``, their parts included,
-bus.store.lua_files). A URL the small client does not speak (TLS, a cluster) answers
-:data:`UNSUPPORTED`: the caller takes the library's path.
+the drain, so these two writes go over :mod:`bus.lanes.resp` (plain sockets). The scripts
+are the library's own (``floor_drained.lua``, ``seen.lua``, their parts included,
+bus.store.lua_files), on the keys of bus.store.keys. A URL the small client does not speak
+(TLS, a cluster) answers :data:`UNSUPPORTED`: the caller takes the library's path.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import resp_client
-from .keys import Keys
-from .lua_files import lua_source
+from bus.store.keys import Keys
+from bus.store.lua_files import lua_source
 
-UNSUPPORTED = resp_client.UNSUPPORTED
-# What the fast lane raises when Redis cannot take its write (besides OSError).
-FAST_LANE_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError, resp_client.RespError)
+from . import resp
+
+UNSUPPORTED = resp.UNSUPPORTED
+# What this lane raises when Redis cannot take its write (besides OSError).
+FAST_LANE_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError, resp.RespError)
 _DRAINED_KEYS = ("floor", "msgs", "carried", "events", "notice", "session")
 
 
 def _run(url: str, script: str, keys: list[str], args: list[str | int]) -> Any:
-    conn = resp_client.connect(url)
-    if not isinstance(conn, resp_client.Connection):
+    conn = resp.connect(url)
+    if not isinstance(conn, resp.Connection):
         return UNSUPPORTED
     try:
-        return resp_client.run_script(conn, lua_source(script), keys, args)
+        return resp.run_script(conn, lua_source(script), keys, args)
     finally:
         conn.close()
 
@@ -47,4 +49,4 @@ def touch_seen(url: str, prefix: str, sid: str, now: int) -> bool:
 
 def is_refusal(exc: BaseException) -> bool:
     """Whether ``exc`` is the server's error reply (not a socket's failure)."""
-    return isinstance(exc, resp_client.RespError)
+    return isinstance(exc, resp.RespError)

@@ -1,5 +1,5 @@
-"""A minimal Redis client for the fast lanes: a Lua script from the drain's, a pipeline of
-reads from the read commands' (bus.store.lite_reads).
+"""A minimal Redis client for the fast lanes: a Lua script from the drain's
+(bus.lanes.writes), a pipeline of reads from the read commands' (bus.lanes.lite_store).
 
 redis-py 8 costs a hook run most of its time just to import (it pulls in asyncio and its
 observability modules); the drain after a tool step needs one EVALSHA, a read command a few
@@ -15,7 +15,7 @@ import socket
 from urllib.parse import parse_qs, unquote, urlsplit
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
-# (bus.surfaces.fast_read imports this module).
+# (bus.lanes.read imports this module).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

@@ -1,11 +1,11 @@
-"""The store's reads for the read commands' fast lane, without redis-py.
+"""The store's reads for the read commands' lane, without redis-py.
 
 :class:`LiteStore` is the store's own read methods (its backlog, heartbeat, inbox, item,
 receipt, host claim and server config parts, unchanged) on :class:`LiteClient`, the few
-redis-py calls they make spoken over :mod:`bus.store.resp_client`, plus the session reads
+redis-py calls they make spoken over :mod:`bus.lanes.resp`, plus the session reads
 :class:`~bus.store.store.Store` makes itself, with a session record as a dict of
 :class:`~bus.core.models.SessionInfo`'s fields (:func:`bus.store.session_record.record_row`)
-instead of the model. Read only: nothing here writes. bus.surfaces.fast_read renders what
+instead of the model. Read only: nothing here writes. bus.lanes.read_answers renders what
 these answer.
 """
 
@@ -13,21 +13,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import receipt_index
-from .backlogs import BacklogStore
-from .beats import BeatStore
-from .host_claim import HostClaimStore
-from .inbox import InboxStore
-from .items import ItemStore
-from .keys import Keys
-from .receipts import ReceiptStore
-from .resp_client import Connection
-from .server_config import ConfigStore
-from .session_record import record_row
-from .write_fault import WriteFaultStore
+from bus.store import receipt_index
+from bus.store.backlogs import BacklogStore
+from bus.store.beats import BeatStore
+from bus.store.host_claim import HostClaimStore
+from bus.store.inbox import InboxStore
+from bus.store.items import ItemStore
+from bus.store.keys import Keys
+from bus.store.receipts import ReceiptStore
+from bus.store.server_config import ConfigStore
+from bus.store.session_record import record_row
+from bus.store.write_fault import WriteFaultStore
+
+from .resp import Connection
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
-# (bus.surfaces.fast_read imports this module).
+# (bus.lanes.read imports this module).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

@@ -20,6 +20,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+from .private_files import write_private
+
 FILE = "up.procs.json"
 
 
@@ -90,12 +92,7 @@ def read_procs(home: Path) -> list[dict[str, Any]]:
 
 def write_procs(home: Path, rows: list[dict[str, Any]]) -> None:
     """Replace the file with ``rows`` (private, whole: a reader never sees half of it)."""
-    path = procs_path(home)
-    tmp = path.with_name(f".{FILE}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(rows))
-    os.replace(tmp, path)
+    write_private(procs_path(home), json.dumps(rows))
 
 
 def remove_procs(home: Path) -> None:

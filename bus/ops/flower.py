@@ -12,11 +12,11 @@ import secrets
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from bus.core.errors import BadInput
 from bus.core.settings import Settings
+from bus.local.private_files import write_private
 
 from .procs import die_with_parent
 
@@ -67,16 +67,7 @@ def flower_env(
 def write_auth_file(home: Path, auth: str) -> Path:
     """Write ``auth`` to ``home/flower.auth``, 0600 from the first byte, replacing any old one."""
     os.makedirs(home, mode=0o700, exist_ok=True)
-    path = home / AUTH_FILE
-    # mkstemp creates the file 0600; the rename makes the new credential appear whole.
-    fd, tmp = tempfile.mkstemp(prefix=".flower.auth.", dir=home)
-    try:
-        os.write(fd, (auth + "\n").encode())
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    return path
+    return write_private(home / AUTH_FILE, auth + "\n")  # whole, 0600, never through a link
 
 
 def resolve_auth(settings: Settings, basic_auth: str | None) -> str:

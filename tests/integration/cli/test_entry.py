@@ -128,6 +128,18 @@ def test_with_redis_down_the_lane_drains_and_defers_the_marks(
     assert bad.returncode == 2 and json.loads(bad.stdout)["error"] == "bad_input"
 
 
+def test_an_older_installs_console_script_still_starts(
+    env: dict[str, str], settings: Settings
+) -> None:
+    # Its script imports bus.surfaces.entry (pyproject's entry point before bus.lanes).
+    Path(settings.home, "inbox", "s1").mkdir(parents=True)
+    code = "import sys; sys.argv = ['inbox', 'drain', 's1']; from bus.surfaces.entry import main; main()"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert (out.returncode, out.stdout) == (0, "[]\n"), out.stderr
+
+
 def test_importing_bus_is_light() -> None:
     out = subprocess.run(
         [

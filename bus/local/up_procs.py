@@ -20,8 +20,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-from .private_files import write_private
-
 FILE = "up.procs.json"
 
 
@@ -92,6 +90,8 @@ def read_procs(home: Path) -> list[dict[str, Any]]:
 
 def write_procs(home: Path, rows: list[dict[str, Any]]) -> None:
     """Replace the file with ``rows`` (private, whole: a reader never sees half of it)."""
+    from .private_files import write_private  # the writer's only: the read lane reads
+
     write_private(procs_path(home), json.dumps(rows))
 
 

@@ -10,7 +10,6 @@ and Celery's broker keys), so tests never see each other's data.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -26,10 +25,10 @@ import redis
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
-from bus.ops.embedded import EmbeddedRedis
+from tests.support.gateway_server import Server
+from tests.support.local_servers import own_redis_server
+from tests.support.trips import RoundTrips
 from tests.support.worker_proc import WorkerProcess, inbox_worker_argv
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _answers(url: str) -> bool:
@@ -37,30 +36,6 @@ def _answers(url: str) -> bool:
         return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5).ping())
     except redis.RedisError:
         return False
-
-
-def _free_port() -> int:
-    # Outside the ephemeral range: some tests restart a server on it while clients reconnect.
-    from tests.support.local_servers import free_port
-
-    return free_port()
-
-
-@contextlib.contextmanager
-def own_redis_server() -> Iterator[str]:
-    """Start a throw-away redis-server on a free loopback port; yield its URL.
-
-    The embedded server on TCP requires its generated password, so the URL carries it.
-    Its temporary folder (socket, password file) is removed however the block ends.
-    """
-    tmp = Path(tempfile.mkdtemp(prefix="inbox-test-redis-"))
-    try:
-        # TCP, not the unix socket: Celery's broker URL and the bus store URL then agree.
-        server = EmbeddedRedis(tmp / "redis.sock", tmp / "data", port=_free_port(), persist=False)
-        with server:
-            yield server.tcp_url
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -155,11 +130,6 @@ def bus(make_bus: Callable[..., Bus]) -> Bus:
     return make_bus()
 
 
-def settings_env(s: Settings) -> dict[str, str]:
-    """The environment that makes a child process use these settings."""
-    return s.child_env()
-
-
 @pytest.fixture
 def start_worker() -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []
@@ -174,35 +144,6 @@ def start_worker() -> Iterator[Callable[..., WorkerProcess]]:
     yield factory
     for w in started:
         w.stop()
-
-
-def collect(into: list[Any], key: str | None = None) -> Callable[[dict[str, Any]], bool]:
-    """A listener handler that records each line (or one field of it) and accepts it."""
-
-    def on_line(obj: dict[str, Any]) -> bool:
-        into.append(obj if key is None else obj[key])
-        return True
-
-    return on_line
-
-
-def wait_for(
-    predicate: Callable[[], object],
-    timeout: float = 15.0,
-    what: str = "condition",
-    interval: float = 0.02,
-) -> object:
-    """Poll ``predicate`` until truthy, bounded; for state only observable by reading it."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="session")
@@ -271,3 +212,41 @@ def pytest_terminal_summary(
         yellow=True,
         bold=True,
     )
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The MCP and other async tests run on asyncio."""
+    return "asyncio"
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., Server]]:
+    """Factory: ``serve(bus, **create_app options)`` → the HTTP gateway of this bus served by
+    uvicorn on a loopback port, with a client; stopped after the test."""
+    started: list[Server] = []
+
+    def start(b: Bus, **kw: Any) -> Server:
+        from bus.surfaces.http.gateway import create_app  # the web stack: not for every test
+
+        server = Server(create_app(b, **kw))
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def gateway(serve: Callable[..., Server]) -> Callable[[Bus], Server]:
+    """Factory: ``gateway(bus)`` → this bus's HTTP gateway served on a loopback port."""
+    return serve
+
+
+@pytest.fixture
+def trips(monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
+    """Every round trip this process sends to Redis during the test, counted."""
+    t = RoundTrips()
+    t.install(monkeypatch)
+    return t

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
 from tests.support.netns import unavailable
+from tests.support.paths import REPO
 
 
 @pytest.mark.slow

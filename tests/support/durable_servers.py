@@ -4,15 +4,20 @@ has ``WAITAOF`` (7.2 and later)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import redis
 
+from bus.api import Bus
+from bus.core.settings import Settings
+from bus.delivery.dispatch import RecordingDispatcher
 from bus.ops.embedded import server_binary
 from tests.support.local_servers import free_port
 
@@ -80,3 +85,23 @@ def server(binary: str, data: Path, *args: str) -> Iterator[tuple[str, subproces
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def fail_saves(url: str, data: Path) -> None:
+    """The server's next save fails (its folder is gone), as a full disk makes it fail."""
+    r = redis.Redis.from_url(url)
+    shutil.rmtree(data)
+    r.bgsave()
+    deadline = time.monotonic() + 10
+    while r.info("persistence")["rdb_last_bgsave_status"] == "ok":
+        assert time.monotonic() < deadline, "the save did not fail"
+        time.sleep(0.02)
+
+
+def bus_on(settings: Settings, url: str, **over: object) -> Bus:
+    """A bus on the server at ``url`` (store and broker), sessions alice and bob open."""
+    s = replace(settings, redis_url=url, broker_url=url, durability_timeout_s=0.5, **over)  # type: ignore[arg-type]
+    b = Bus(s, dispatcher=RecordingDispatcher())
+    b.open_session("alice", handle="hosta:alice")
+    b.open_session("bob", handle="hosta:bob")
+    return b

@@ -3,17 +3,19 @@ redis-server children (the binary ``inbox up`` embeds), joined without redis-cli
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import redis
 
-from bus.ops.embedded import MEMORY_ARGS, server_binary
+from bus.ops.embedded import MEMORY_ARGS, EmbeddedRedis, server_binary
 from bus.store.server_probe import ClusterNode
 
 
@@ -237,3 +239,20 @@ def _pings(client: redis.Redis) -> bool:
         return bool(client.ping())
     except redis.RedisError:
         return False
+
+
+@contextlib.contextmanager
+def own_redis_server() -> Iterator[str]:
+    """Start a throw-away redis-server on a free loopback port; yield its URL.
+
+    The embedded server on TCP requires its generated password, so the URL carries it.
+    Its temporary folder (socket, password file) is removed however the block ends.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix="inbox-test-redis-"))
+    try:
+        # TCP, not the unix socket: Celery's broker URL and the bus store URL then agree.
+        server = EmbeddedRedis(tmp / "redis.sock", tmp / "data", port=free_port(), persist=False)
+        with server:
+            yield server.tcp_url
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

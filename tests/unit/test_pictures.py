@@ -3,44 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import stat
-import struct
-import zlib
 from pathlib import Path
 
 import filetype
 import pytest
-from PIL import Image
 
 from bus.core.errors import BadInput
 from bus.core.models import FileRef
 from bus.services import pictures
 from bus.services.pictures import MAX_PICTURES, Picture, read_pictures, safe_name, store_picture
+from tests.support.pictures import JPEG, encoded, png_bytes
 
-
-def _chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-
-def png_bytes() -> bytes:
-    """A complete 1x1 RGB PNG."""
-    ihdr = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
-    idat = zlib.compress(b"\x00\xff\x00\x00")
-    return (
-        b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
-    )
-
-
-def _encoded(fmt: str) -> bytes:
-    """A real 2x2 picture in ``fmt``, made by Pillow (the bus verifies with Pillow)."""
-    out = io.BytesIO()
-    Image.new("RGB", (2, 2), (0, 128, 255)).save(out, format=fmt)
-    return out.getvalue()
-
-
-JPEG = _encoded("JPEG")
 # The classic 1x1 transparent GIF.
 GIF = (
     b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00"
@@ -50,7 +25,7 @@ GIF = (
 
 def webp_bytes() -> bytes:
     """A real RIFF/WEBP picture."""
-    return _encoded("WEBP")
+    return encoded("WEBP")
 
 
 SAMPLES = {

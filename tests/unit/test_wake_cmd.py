@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from bus.delivery import wake_cmd
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 
 def _gone(pid: int) -> bool:

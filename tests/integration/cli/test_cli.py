@@ -17,26 +17,14 @@ from bus.api import Bus
 from bus.core.models import now_ms
 from bus.core.settings import Settings
 from bus.surfaces.command_server import socket_path
-from tests.conftest import settings_env, wait_for
-from tests.integration.cli.test_cli_startup import imported
-
-
-def inbox(
-    env: dict[str, str], *args: str, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from tests.support.cli import inbox
+from tests.support.import_trace import imported
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture
 def env(settings: Settings) -> dict[str, str]:
-    e = settings_env(settings)
+    e = settings.child_env()
     e["INBOX_DISPATCHER"] = "none"
     return e
 
@@ -88,7 +76,7 @@ def test_bad_text_and_urgency_are_refused(
 
 
 def test_deliver_needs_no_redis(settings: Settings, home: Path) -> None:
-    e = settings_env(settings)
+    e = settings.child_env()
     e["INBOX_REDIS_URL"] = "redis://127.0.0.1:1/0"  # nothing listens there
     out = inbox(e, "deliver", "s1", "--from", "h:me", "--text", "hello")
     assert out.returncode == 0, out.stderr
@@ -99,7 +87,7 @@ def test_deliver_needs_no_redis(settings: Settings, home: Path) -> None:
 
 
 def test_send_to_a_dead_redis_says_so(settings: Settings) -> None:
-    e = settings_env(settings)
+    e = settings.child_env()
     e["INBOX_REDIS_URL"] = "redis://127.0.0.1:1/0"
     out = inbox(e, "send", "--to-id", "s1", "--from", "h:me", "--text", "hello")
     assert out.returncode == 3 and "Redis did not answer" in out.stderr

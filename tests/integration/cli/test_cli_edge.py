@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
 from bus.api import Bus
 from bus.core.models import now_ms
 from bus.core.settings import Settings
-from tests.conftest import settings_env
+from tests.support.cli import ENTRY
+from tests.support.cli import inbox as run_inbox
 
 
 @pytest.fixture
 def env(settings: Settings) -> dict[str, str]:
-    return dict(settings_env(settings), INBOX_DISPATCHER="none")
+    return dict(settings.child_env(), INBOX_DISPATCHER="none")
 
 
 def inbox(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bus", *args], env=env, capture_output=True, text=True, timeout=60
-    )
+    return run_inbox(env, *args, module=ENTRY)
 
 
 def test_inbox_session_is_the_default_sender(env: dict[str, str], bus: Bus) -> None:

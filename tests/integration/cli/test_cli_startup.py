@@ -10,62 +10,17 @@ The timing goals themselves live in bench/hooks.py.
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from bus.api import Bus
 from bus.core.settings import Settings
-from tests.conftest import settings_env
-
-INBOX = Path(sys.executable).parent / "inbox"
-# Pictures (Pillow, filetype), the HTTP gateway and web pages, the MCP server, Celery.
-NEVER = (
-    "PIL",
-    "filetype",
-    "fastapi",
-    "starlette",
-    "uvicorn",
-    "jinja2",
-    "mcp",
-    "celery",
-    "kombu",
-    "workers",
-    "bus.surfaces.http.gateway",
-    "bus.surfaces.mcp_server",
-    "bus.surfaces.web",
-)
-# What the read lane never imports: the library's own stack, and ``typing`` (the modules it
-# shares with the library spell ``TYPE_CHECKING`` themselves to keep it so).
-LIBRARY = (
-    "redis", "pydantic", "typer", "click", "rich", "asyncio", "typing", "bus.api",
-    "bus.surfaces.cli",
-)  # fmt: skip
-_MODULE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.M)
-
-
-def imported(env: dict[str, str], *argv: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    """Run ``inbox ARGV``; its result and the modules it imported."""
-    out = subprocess.run(
-        [sys.executable, "-X", "importtime", str(INBOX), *argv],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return out, set(_MODULE.findall(out.stderr))
-
-
-def heavy(modules: set[str], never: tuple[str, ...] = NEVER) -> list[str]:
-    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in never))
+from tests.support.import_trace import LIBRARY, NEVER, heavy, imported
 
 
 @pytest.fixture
 def env(settings: Settings) -> dict[str, str]:
-    return settings_env(settings)
+    return settings.child_env()
 
 
 @pytest.fixture

@@ -31,8 +31,7 @@ from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.lanes import send as command_client
 from bus.surfaces import command_server
-from tests.conftest import settings_env
-from tests.integration.cli.test_cli_startup import LIBRARY, heavy, imported
+from tests.support.import_trace import LIBRARY, heavy, imported
 
 INBOX = Path(sys.executable).parent / "inbox"
 ID1 = "11111111-1111-4111-8111-111111111111"
@@ -47,7 +46,7 @@ def server(home: Path, settings: Settings) -> Iterator[Path]:
     """A command server for ``home``; its socket once it listens."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "bus.surfaces.command_server"],
-        env=settings_env(settings),
+        env=settings.child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -210,7 +209,7 @@ def _run(
 def _with_stdin(
     env: dict[str, str], argv: list[str], stdin: str
 ) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    from tests.integration.cli.test_cli_startup import _MODULE
+    from tests.support.import_trace import IMPORT_LINE
 
     out = subprocess.run(
         [sys.executable, "-X", "importtime", str(INBOX), *argv],
@@ -220,7 +219,7 @@ def _with_stdin(
         text=True,
         timeout=120,
     )
-    return out, set(_MODULE.findall(out.stderr))
+    return out, set(IMPORT_LINE.findall(out.stderr))
 
 
 def _clean_err(err: str) -> str:
@@ -236,7 +235,7 @@ def test_the_warm_start_answers_every_input_as_the_cold_command(
         for name, argv, stdin, extra in CASES:
             got = {}
             for warm, prefix in prefixes.items():
-                env = {**settings_env(replace(settings, key_prefix=prefix)), **extra}
+                env = {**replace(settings, key_prefix=prefix).child_env(), **extra}
                 args = [a.format(**worlds[warm]) for a in argv]
                 out, modules = _run(env, args, stdin, warm)
                 if warm and "--jsonl" in argv:  # a long command runs in its own process
@@ -269,7 +268,7 @@ def test_without_a_server_the_command_runs_cold(settings: Settings, home: Path) 
     b = _bus(settings, settings.key_prefix)
     b.open_session("bob")
     out, modules = imported(
-        settings_env(settings), "send", "--to-id", "bob", "--from", "hosta:a", "--text", "hi"
+        settings.child_env(), "send", "--to-id", "bob", "--from", "hosta:a", "--text", "hi"
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["state"] == "stored"
@@ -306,7 +305,7 @@ def test_a_client_that_goes_away_interrupts_its_command(
     silent.listen(8)
     silent.settimeout(60)
     env = {
-        **settings_env(settings),
+        **settings.child_env(),
         "INBOX_REDIS_URL": f"redis://127.0.0.1:{silent.getsockname()[1]}/0",
         "INBOX_REDIS_TIMEOUT_S": "120",
     }
@@ -331,7 +330,7 @@ def test_a_client_that_goes_away_interrupts_its_command(
         silent.close()
     # The server still answers (a fresh worker took the leaving one's place).
     ok = subprocess.run(
-        [str(INBOX), "send", "--help"], env=settings_env(settings), capture_output=True, timeout=60
+        [str(INBOX), "send", "--help"], env=settings.child_env(), capture_output=True, timeout=60
     )
     assert ok.returncode == 0
 
@@ -403,7 +402,7 @@ def test_idle_and_stuck_clients_hold_no_worker(server: Path, settings: Settings)
             sock.sendall(command_client.header(["send"])[:20])
     try:
         warm, modules = imported(
-            settings_env(settings), "send", "--to-id", "bob", "--from", "hosta:a", "--text", "hi"
+            settings.child_env(), "send", "--to-id", "bob", "--from", "hosta:a", "--text", "hi"
         )
         assert warm.returncode == 0, warm.stderr
         assert json.loads(warm.stdout)["state"] == "stored"

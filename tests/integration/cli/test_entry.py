@@ -14,7 +14,6 @@ import pytest
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.lanes import entry
-from tests.conftest import settings_env
 
 HEAVY = (
     "pydantic",
@@ -87,7 +86,7 @@ def run_entry(env: dict[str, str], *argv: str, stdin: str = "") -> subprocess.Co
 def env(settings: Settings) -> dict[str, str]:
     # Redis unreachable: the fast path must not need it.
     return dict(
-        settings_env(settings), INBOX_REDIS_URL="redis://127.0.0.1:1/0", INBOX_REDIS_CLUSTER=""
+        settings.child_env(), INBOX_REDIS_URL="redis://127.0.0.1:1/0", INBOX_REDIS_CLUSTER=""
     )
 
 
@@ -162,7 +161,7 @@ def test_importing_bus_is_light() -> None:
 def test_a_waiting_notice_is_drained_and_confirmed_without_the_library(
     settings: Settings, bus: Bus
 ) -> None:
-    env = settings_env(settings)
+    env = settings.child_env()
     bus.open_session("s3")
     bus.turn("s3", "start")
     sent = [
@@ -202,7 +201,7 @@ def test_the_small_client_speaks_the_urls_it_can() -> None:
 def test_an_empty_look_tells_redis_the_harness_was_seen_once_a_minute(
     settings: Settings,
 ) -> None:
-    env = settings_env(settings)  # Redis answers here
+    env = settings.child_env()  # Redis answers here
     b = Bus(settings)
     b.open_session("s3")
     key = b.store.k.s("s3", "session")

@@ -25,8 +25,7 @@ from bus.core.models import SessionInfo
 from bus.core.settings import Settings
 from bus.lanes import read as fast_read
 from bus.telemetry import liveness
-from tests.conftest import settings_env
-from tests.unit.test_pictures import png_bytes
+from tests.support.pictures import png_bytes
 
 INBOX = Path(sys.executable).parent / "inbox"
 # The lane reads one standalone server; on a cluster the full command line answers.
@@ -75,7 +74,7 @@ def lane(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) ->
 
 @pytest.fixture
 def env(settings: Settings) -> dict[str, str]:
-    return settings_env(settings)
+    return settings.child_env()
 
 
 def same(lane: Lane, env: dict[str, str], argv: list[str], *, answered: bool = True) -> Any:

@@ -4,8 +4,6 @@ what it kept, ``read-inbox`` answers ``ok``, and a reply's length is checked fir
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -13,22 +11,12 @@ from bus.api import Bus
 from bus.core.errors import BadInput, NotFound
 from bus.core.models import parse_message
 from bus.core.settings import Settings
-
-
-def inbox(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**settings.child_env(), "INBOX_DISPATCHER": "none"}
-    return subprocess.run(
-        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from tests.support.cli import inbox_as
 
 
 def test_send_with_blank_text_is_refused_in_our_words(settings: Settings, bus: Bus) -> None:
     bus.open_session("demo")
-    out = inbox(settings, "send", "--to-id", "demo", "--from", "hosta:me", "--text", "")
+    out = inbox_as(settings, "send", "--to-id", "demo", "--from", "hosta:me", "--text", "")
     assert out.returncode == 2
     answer = json.loads(out.stdout)
     assert answer["error"] == "bad_input"
@@ -47,7 +35,9 @@ def test_a_send_to_an_unknown_id_says_it_kept_a_bounced_receipt(
     settings: Settings, bus: Bus
 ) -> None:
     bus.open_session("alice")
-    out = inbox(settings, "send", "--to-id", "nobody", "--from", "hosta:alice", "--text", "hello")
+    out = inbox_as(
+        settings, "send", "--to-id", "nobody", "--from", "hosta:alice", "--text", "hello"
+    )
     assert out.returncode == 1
     answer = json.loads(out.stdout)
     assert answer["error"] == "not_found" and answer["state"] == "bounced"
@@ -57,7 +47,7 @@ def test_a_send_to_an_unknown_id_says_it_kept_a_bounced_receipt(
 
 def test_read_inbox_answers_ok(settings: Settings, bus: Bus) -> None:
     bus.open_session("agent")
-    out = inbox(settings, "read-inbox", "agent")
+    out = inbox_as(settings, "read-inbox", "agent")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"ok": True, "items": []}
 

@@ -4,8 +4,6 @@ without a token, a drain on a host that is not the session's."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +15,7 @@ from bus.core.decisions import allowed, why_refused
 from bus.core.settings import Settings
 from bus.surfaces.cli.floor_here import not_here
 from bus.trust.tokens import missing_token
-from tests.conftest import settings_env
+from tests.support.cli import inbox_as
 
 
 @pytest.mark.parametrize(
@@ -70,22 +68,12 @@ def test_a_session_not_here_says_where_it_is(recorded: str | None, message: str,
     assert said == message and next_step.startswith(hint)
 
 
-def _inbox(s: Settings, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
-        env={**settings_env(s), "INBOX_DISPATCHER": "none", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_drain_on_another_host_names_the_session_s_host_and_moves_nothing(
     settings: Settings, make_bus: Callable[..., Bus], tmp_path: Path
 ) -> None:
     make_bus(host="hostb", home=tmp_path / "b").open_session("remote")
     here = replace(settings, host="hosta", home=tmp_path / "a")
-    done = _inbox(here, "drain", "remote")
+    done = inbox_as(here, "drain", "remote")
     assert done.returncode == 1
     assert json.loads(done.stdout)["error"] == "not_found"
     assert "lives on host 'hostb'" in done.stderr and "INBOX_HOST=hostb" in done.stderr
@@ -95,7 +83,7 @@ def test_drain_on_another_host_names_the_session_s_host_and_moves_nothing(
 
 def test_a_write_without_a_token_says_how_to_get_one(settings: Settings, bus: Bus) -> None:
     bus.open_session("bob")
-    done = _inbox(settings, "send", "--to-id", "bob", "--text", "hi", INBOX_SECRET="s" * 64)
+    done = inbox_as(settings, "send", "--to-id", "bob", "--text", "hi", INBOX_SECRET="s" * 64)
     assert done.returncode == 1, done.stdout
     assert json.loads(done.stdout)["error"] == "token_missing"
     assert "inbox token issue" in done.stderr and "INBOX_TOKEN" in done.stderr

@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 
 from bus.core.settings import Settings
-from tests.conftest import settings_env
 
 
 @pytest.fixture
 def inbox(settings: Settings):  # type: ignore[no-untyped-def]
-    env = settings_env(settings)
+    env = settings.child_env()
     env["INBOX_DISPATCHER"] = "none"
     env["INBOX_HOST"] = "neo"
 
@@ -237,7 +236,7 @@ def run_block(heading: str, env: dict[str, str], cwd: Path) -> list[str]:
 @pytest.fixture
 def shell_env(settings: Settings) -> dict[str, str]:
     """A user's shell after `source .venv/bin/activate`: inbox on PATH, this test's bus."""
-    env = settings_env(settings)
+    env = settings.child_env()
     env["PATH"] = f"{Path(sys.executable).parent}:/usr/bin:/bin"
     env["INBOX_HOST"] = "neo"
     return env

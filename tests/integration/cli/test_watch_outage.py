@@ -16,7 +16,8 @@ from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.ops.embedded import EmbeddedRedis
-from tests.conftest import _free_port, wait_for
+from tests.support.local_servers import free_port
+from tests.support.waiting import wait_for
 
 
 def _send(bus: Bus, text: str) -> str:
@@ -33,7 +34,7 @@ def _send(bus: Bus, text: str) -> str:
 def test_a_durable_watch_carries_on_through_a_redis_restart(
     tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    port = _free_port()
+    port = free_port()
     server = EmbeddedRedis(tmp_path / "r.sock", tmp_path / "rdata", port=port).start()
     url = f"redis://:{server.password}@127.0.0.1:{port}/0"
     # Its own standalone server, restarted (also when the suite's store is a cluster).

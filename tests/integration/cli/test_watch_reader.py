@@ -13,7 +13,7 @@ from dataclasses import replace
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.trust.tokens import SCOPE_READ, SCOPE_WRITE, issue
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 SECRET = "w" * 32
 

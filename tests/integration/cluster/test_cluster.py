@@ -24,8 +24,9 @@ from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.scheduler import sweep_backlogs, tick
-from tests.conftest import WorkerProcess, wait_for
 from tests.support.kicks import pop_kicks
+from tests.support.waiting import wait_for
+from tests.support.worker_proc import WorkerProcess
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
 

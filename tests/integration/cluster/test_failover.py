@@ -20,8 +20,8 @@ from bus.api import Bus
 from bus.core.errors import Unavailable
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
-from tests.conftest import wait_for
 from tests.support.cluster_nodes import ReplicatedCluster
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -17,9 +17,10 @@ from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.engine import deliver_many, left_over
 from bus.delivery.take import BATCH
 from bus.telemetry.metrics import summed
-from tests.conftest import wait_for
-from tests.integration.inbox.test_inbox_live import Scheduler, events
+from tests.support.celery_bus import Scheduler, events
 from tests.support.kicks import pop_kicks
+from tests.support.sessions import idle_with_blockers
+from tests.support.waiting import wait_for
 from tests.support.worker_proc import WorkerProcess
 
 
@@ -65,16 +66,6 @@ def test_a_batch_counts_each_counter_once(
     writes: list[tuple[str, str, float]], out: list[tuple[str, str, float]]
 ) -> None:
     assert summed(writes) == out
-
-
-def idle_with_blockers(b: Bus, sids: list[str]) -> None:
-    for sid in sids:
-        b.open_session(sid)
-        b.turn(sid, "start")
-        b.turn(sid, "end")
-    b.send_many(
-        [{"from": "hx:peer", "to_id": sid, "text": "blocked", "class": "blocker"} for sid in sids]
-    )
 
 
 def test_due_wakes_delivered_as_one_batch_each_wake_once(make_bus: Callable[..., Bus]) -> None:

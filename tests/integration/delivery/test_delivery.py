@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +14,9 @@ import pytest
 
 from bus.api import Bus
 from bus.core.settings import Settings
-from tests.conftest import WorkerProcess, settings_env, wait_for
+from tests.support.listeners import SilentListener
+from tests.support.waiting import wait_for
+from tests.support.worker_proc import WorkerProcess
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
 
@@ -80,40 +80,6 @@ def test_same_id_sent_twice_across_a_worker_restart_is_written_once(
     marker = b.send({"from": "hosta:me", "to_id": "s1", "text": "after", "id": "m-2"})
     wait_for(lambda: floor_ids(settings.home, "s1")[-1:] == [marker["id"]], what="marker")
     assert floor_ids(settings.home, "s1") == ["m-1", "m-2"]
-
-
-class SilentListener:
-    """A harness socket that takes lines and never acks: the worker waits in its ack."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(str(path))
-        self.sock.listen(8)
-        self.path = path
-        self.got_line = threading.Event()
-        self.conns: list[socket.socket] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(conn)
-            conn.settimeout(5)
-            try:
-                if conn.recv(65536):
-                    self.got_line.set()
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.sock.close()
-        for c in self.conns:
-            c.close()
-        self.path.unlink(missing_ok=True)
 
 
 def test_worker_killed_mid_delivery_loses_nothing_and_writes_once(
@@ -193,7 +159,7 @@ def test_celery_call_send_end_to_end(
     )
     out = subprocess.run(
         [sys.executable, "-m", "celery", "-A", "workers", "call", "send", "--kwargs", kwargs],
-        env=settings_env(settings),
+        env=settings.child_env(),
         capture_output=True,
         text=True,
         timeout=60,

@@ -4,11 +4,10 @@ and a count (not a timing) of the round trips one kick makes."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import redis.connection
 
 from bus.api import Bus
 from bus.delivery.lease import Lease
@@ -16,56 +15,12 @@ from bus.store import packing
 from bus.store.delivery import taken_records
 from bus.store.store import Store
 from bus.surfaces.harness.listener import Listener
-from tests.conftest import collect
-
-
-class Trips:
-    """Round trips this process sends to Redis (one per command or pipeline), and the
-    names of the commands in them."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.commands: list[str] = []
-        self.rounds: list[list[str]] = []  # the commands of each round trip, in order
-
-    def sent(self, command: Any) -> None:
-        self.count += 1
-        chunks = command if isinstance(command, list) else [command]
-        data = b"".join(bytes(c) for c in chunks)
-        # RESP: each command is an array whose first bulk string is its name.
-        parts = data.split(b"\r\n")
-        names = []
-        for i, part in enumerate(parts):
-            if part.startswith(b"*") and i + 2 < len(parts) and parts[i + 1].startswith(b"$"):
-                name = parts[i + 2].upper()
-                if name == b"SCRIPT" and i + 4 < len(parts):
-                    name += b" " + parts[i + 4].upper()
-                names.append(name.decode(errors="replace"))
-        self.commands += names
-        self.rounds.append(names)
-
-
-@pytest.fixture
-def trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[Trips]:
-    t = Trips()
-    real = redis.connection.AbstractConnection.send_packed_command
-
-    def counting(self: Any, command: Any, check_health: bool = True) -> None:
-        t.sent(command)
-        real(self, command, check_health)
-
-    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
-    yield t
-
-
-def standalone(b: Bus) -> Bus:
-    if b.store.cluster:
-        pytest.skip("counts round trips of a standalone server (a cluster splits them)")
-    return b
+from tests.support.listeners import collect
+from tests.support.trips import RoundTrips, standalone
 
 
 def test_a_kick_with_one_message_makes_few_round_trips_and_no_script_exists(
-    bus: Bus, trips: Trips
+    bus: Bus, trips: RoundTrips
 ) -> None:
     standalone(bus)
     bus.open_session("s")
@@ -98,7 +53,7 @@ def test_a_kick_with_one_message_makes_few_round_trips_and_no_script_exists(
 
 
 def test_a_pipeline_runs_a_script_the_server_never_saw_without_script_exists(
-    bus: Bus, trips: Trips
+    bus: Bus, trips: RoundTrips
 ) -> None:
     store = standalone(bus).store
     # A script body no server has cached (a fresh comment), as after a restart.
@@ -269,7 +224,9 @@ def test_release_takes_the_hand_off_flag_with_the_unlock(bus: Bus) -> None:
     assert again is not None and again.release(take_again=True) is False
 
 
-def test_a_debounced_wake_makes_few_round_trips(make_bus: Callable[..., Bus], trips: Trips) -> None:
+def test_a_debounced_wake_makes_few_round_trips(
+    make_bus: Callable[..., Bus], trips: RoundTrips
+) -> None:
     from bus.core.clock import ManualClock
     from bus.core.models import now_ms
 
@@ -376,7 +333,7 @@ def test_a_message_sent_while_a_batch_is_taken_in_goes_in_the_same_notice(
 
 
 def test_a_batch_of_a_senders_messages_is_two_script_calls_and_lands_in_order(
-    bus: Bus, trips: Trips
+    bus: Bus, trips: RoundTrips
 ) -> None:
     # thread_append.lua and ingest.lua take many messages a call: a session's
     # 30 messages from two senders are one call per thread and one for the inbox, not two
@@ -463,14 +420,14 @@ def test_the_notice_s_last_call_frees_the_lock_and_takes_the_hand_off_flag(bus: 
 
 
 def test_a_batch_of_due_wakes_makes_three_script_calls_a_session(
-    make_bus: Callable[..., Bus], trips: Trips
+    make_bus: Callable[..., Bus], trips: RoundTrips
 ) -> None:
     # The start with its snapshot, the notice taken, the notice's records with the unlock.
     import time
 
     from bus.core.clock import ManualClock
     from bus.delivery.engine import deliver_many
-    from tests.integration.delivery.test_batch import idle_with_blockers
+    from tests.support.sessions import idle_with_blockers
 
     clock = ManualClock(int(time.time() * 1000))
     b = standalone(make_bus(clock=clock, wake_debounce_s=60.0))

@@ -18,8 +18,8 @@ from bus.delivery import scheduler
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.due_taker import CLAIM_MS, Taker, taker_name
 from bus.store.store import Store
-from tests.conftest import wait_for
 from tests.support.store_backends import store  # noqa: F401  (the fixture)
+from tests.support.waiting import wait_for
 
 
 def test_only_the_claim_s_holder_takes_and_each_take_renews_it(store: Store) -> None:

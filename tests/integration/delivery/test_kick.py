@@ -21,7 +21,9 @@ from bus.delivery.host import DeliveryParts
 from bus.delivery.kick_list import ListDispatcher
 from bus.ops.embedded import EmbeddedRedis
 from bus.surfaces.harness.listener import Listener
-from tests.conftest import _free_port, collect, wait_for
+from tests.support.listeners import collect
+from tests.support.local_servers import free_port
+from tests.support.waiting import wait_for
 from tests.support.worker_proc import WorkerProcess
 
 
@@ -195,7 +197,7 @@ def test_a_worker_killed_after_writing_a_lone_notice_s_records_has_it_heard_once
 def test_the_kick_loop_carries_on_after_a_redis_restart(
     tmp_path: Path, settings: Settings, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    port = _free_port()
+    port = free_port()
     server = EmbeddedRedis(tmp_path / "r.sock", tmp_path / "rdata", port=port).start()
     url = f"redis://:{server.password}@127.0.0.1:{port}/0"
     # Its own standalone server, restarted (also when the suite's store is a cluster).
@@ -236,7 +238,7 @@ def test_a_loop_beats_while_it_delivers_a_long_batch(
     # A batch longer than the beat's staleness (a loaded machine) must not look dead:
     # another loop would put its kicks back and deliver them again.
     from bus.delivery import kick_list
-    from tests.integration.delivery.test_batch import idle_with_blockers
+    from tests.support.sessions import idle_with_blockers
 
     b = make_bus()
     sids = [f"lb{i}" for i in range(70)]  # two chunks

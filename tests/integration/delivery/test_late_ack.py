@@ -15,7 +15,7 @@ from bus.delivery.floor import Floor
 from bus.delivery.floor_lines import HEARD, heard_ids, record_heard
 from bus.lanes import drain as fast_drain
 from bus.surfaces.harness.listener import Listener
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 SID = "late-ack"
 

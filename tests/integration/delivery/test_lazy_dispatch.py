@@ -120,7 +120,7 @@ def test_the_scheduler_makes_the_fallback_at_its_start(settings: Settings) -> No
     """The scheduler (and a promoted spare) makes the kick list's fallback before its first
     due entry, so a wake that finds no live loop does not wait for Celery's import."""
     from bus.delivery.scheduler import run as run_scheduler
-    from tests.conftest import wait_for
+    from tests.support.waiting import wait_for
 
     made, make = counted()
     lazy = LazyDispatcher(make)

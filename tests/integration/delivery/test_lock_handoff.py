@@ -10,7 +10,7 @@ import pytest
 
 from bus.api import Bus
 from bus.core.models import now_ms
-from tests.conftest import collect
+from tests.support.listeners import collect
 
 
 def test_a_busy_delivery_hands_off_and_the_holder_takes_the_late_message(

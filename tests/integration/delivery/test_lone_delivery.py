@@ -27,8 +27,9 @@ from bus.delivery.take import inbox_entries
 from bus.ops.embedded import EmbeddedRedis
 from bus.store.delivery import DeliverySnapshot, taken_records
 from bus.surfaces.harness.listener import Listener
-from tests.conftest import collect, wait_for
+from tests.support.listeners import collect
 from tests.support.trips import Trips, script_names
+from tests.support.waiting import wait_for
 
 
 def _snapshot_with_take(

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from bus.api import Bus
-from tests.integration.delivery.test_delivery_trips import Trips, trips  # noqa: F401 (the fixture)
 from tests.support.kicks import pop_kicks
+from tests.support.trips import RoundTrips
 
 
 def test_a_kick_waited_for_comes_with_those_behind_it_and_those_waiting_come_together(
@@ -94,11 +94,11 @@ def test_a_batch_whose_ingest_script_was_lost_still_notices_what_it_took(
 
 def test_a_lone_message_from_a_session_is_delivered_in_few_round_trips(
     make_bus: Callable[..., Bus],
-    trips: Trips,  # noqa: F811 (the fixture imported above)
+    trips: RoundTrips,
 ) -> None:
     from bus.delivery.engine import deliver_many
     from bus.surfaces.harness.listener import Listener
-    from tests.conftest import collect
+    from tests.support.listeners import collect
 
     b = make_bus()
     if b.store.cluster:

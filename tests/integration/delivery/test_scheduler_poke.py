@@ -14,7 +14,7 @@ from bus.delivery import scheduler
 from bus.delivery.due_taker import Taker
 from bus.delivery.host import DeliveryParts
 from bus.store.schedule import POKE_WITHIN_MS
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 
 def test_an_entry_due_soon_pokes_once_and_one_due_later_does_not(bus: Bus) -> None:

@@ -16,8 +16,9 @@ from bus.api import Bus
 from bus.core.settings import Settings
 from bus.delivery.dispatch import request_many
 from bus.delivery.scheduler import tick
-from tests.conftest import WorkerProcess, wait_for
-from tests.integration.inbox.test_inbox_live import Scheduler, celery_bus, events
+from tests.support.celery_bus import Scheduler, celery_bus, events
+from tests.support.waiting import wait_for
+from tests.support.worker_proc import WorkerProcess
 from workers.app import make_app
 from workers.dispatch import MANY_CHUNK, CeleryDispatcher
 

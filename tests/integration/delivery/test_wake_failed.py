@@ -22,8 +22,8 @@ from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.scheduler import tick
 from bus.ops.doctor import doctor_report
 from bus.surfaces.harness import hooks
-from tests.conftest import wait_for
-from tests.integration.inbox.test_inbox_live import events
+from tests.support.celery_bus import events
+from tests.support.waiting import wait_for
 
 
 def _bus(make_bus: Callable[..., Bus]) -> tuple[Bus, ManualClock]:

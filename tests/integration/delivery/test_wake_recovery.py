@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bus.core.settings import Settings
-from tests.conftest import wait_for
-from tests.integration.inbox.test_inbox_live import Scheduler, celery_bus, events
+from tests.support.celery_bus import Scheduler, celery_bus, events
+from tests.support.waiting import wait_for
 from tests.support.worker_proc import WorkerProcess
 
 

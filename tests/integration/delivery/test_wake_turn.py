@@ -12,7 +12,7 @@ from bus.core.clock import ManualClock
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.delivery.scheduler import tick
 from bus.store.schedule import WAKE_TURN
-from tests.integration.inbox.test_inbox_live import events
+from tests.support.celery_bus import events
 
 TIMEOUT_S = 30.0
 

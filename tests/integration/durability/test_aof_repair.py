@@ -15,7 +15,7 @@ import redis
 from bus.core.settings import Settings
 from bus.ops.embedded import EmbeddedRedis
 from bus.ops.supervise import HomeLock
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 ENTRIES = 100
 

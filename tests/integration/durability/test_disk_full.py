@@ -14,7 +14,6 @@ import pytest
 
 from bus.core.disk_space import FULL_BYTES, MB, disk_entry, size_words
 from bus.core.settings import Settings
-from tests.conftest import settings_env
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -46,7 +45,7 @@ def test_inbox_up_and_status_on_a_full_disk(tmp_path: Path, settings: Settings) 
     if probe.returncode != 0:
         pytest.skip(f"no mount namespace here: {probe.stderr.strip()}")
     py = sys.executable
-    env = {**settings_env(settings), "PYTHONPATH": str(REPO)}
+    env = {**settings.child_env(), "PYTHONPATH": str(REPO)}
     env.pop("INBOX_REDIS_URL", None)  # inbox up starts its own store in the home
     home = mount / "h"
     up = in_full_disk(mount, f"INBOX_HOME={home} {py} -m bus.surfaces.cli.app up", env)
@@ -60,7 +59,7 @@ def test_inbox_up_and_status_on_a_full_disk(tmp_path: Path, settings: Settings) 
     assert up.stderr.count("\n") == 1 and "free at least 64 MB" in up.stderr
 
     # inbox status (the store elsewhere, the home on the full disk) names it.
-    env = {**settings_env(settings), "PYTHONPATH": str(REPO)}
+    env = {**settings.child_env(), "PYTHONPATH": str(REPO)}
     status = in_full_disk(mount, f"INBOX_HOME={mount} {py} -m bus status", env)
     report = json.loads(status.stdout)
     assert report["ok"] is False, report

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -16,31 +14,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from bus.api import Bus
 from bus.core.errors import NotDurable
 from bus.core.settings import Settings
-from bus.delivery.dispatch import RecordingDispatcher
-from tests.support.durable_servers import server, version_of, waitaof_binary
-
-
-def bus_on(settings: Settings, url: str, **over: object) -> Bus:
-    s = replace(settings, redis_url=url, broker_url=url, durability_timeout_s=0.5, **over)  # type: ignore[arg-type]
-    b = Bus(s, dispatcher=RecordingDispatcher())
-    b.open_session("alice", handle="hosta:alice")
-    b.open_session("bob", handle="hosta:bob")
-    return b
-
-
-def cli(s: Settings, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**s.child_env(), "INBOX_DISPATCHER": "none", "INBOX_FAST_SEND": "0"}
-    return subprocess.run(
-        [sys.executable, "-m", "bus", *argv],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from tests.support.cli import inbox_entry as cli
+from tests.support.durable_servers import bus_on, server, version_of, waitaof_binary
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ from bus.api import Bus
 from bus.core.errors import NotDurable
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
-from tests.conftest import wait_for
 from tests.support.durable_servers import server, waitaof_binary
 from tests.support.local_servers import free_port
+from tests.support.waiting import wait_for
 
 
 class PausableHop:

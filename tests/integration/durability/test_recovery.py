@@ -20,7 +20,8 @@ from bus.ops.embedded import EmbeddedRedis
 from bus.store.outage_log import Outage
 from bus.surfaces.harness.listener import Listener
 from bus.telemetry import liveness
-from tests.conftest import _free_port, wait_for
+from tests.support.local_servers import free_port
+from tests.support.waiting import wait_for
 from tests.support.worker_proc import WorkerProcess
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
@@ -226,7 +227,7 @@ def test_a_message_after_a_redis_restart_is_heard_without_waiting_out_a_lock(
 ) -> None:
     from bus.delivery.scheduler import run as run_scheduler
 
-    port = _free_port()
+    port = free_port()
     server = EmbeddedRedis(tmp_path / "r.sock", tmp_path / "rdata", port=port).start()
     # On TCP the embedded server requires its generated password.
     url = f"redis://:{server.password}@127.0.0.1:{port}/0"

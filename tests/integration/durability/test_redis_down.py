@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,17 +16,8 @@ from bus.core.settings import Settings
 from bus.ops.embedded import EmbeddedRedis
 from bus.store.connection import redis_client
 from bus.store.redis_errors import down_message
+from tests.support.cli import inbox
 from tests.support.local_servers import free_port
-
-
-def inbox(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def bare_env(home: Path, **extra: str) -> dict[str, str]:

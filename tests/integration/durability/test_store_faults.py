@@ -6,33 +6,19 @@ a failed save (its folder removed under it) with stop-writes-on-bgsave-error, a 
 from __future__ import annotations
 
 import json
-import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
-import redis
 
 from bus.api import Bus
 from bus.core.errors import BusError, StoreRefused
 from bus.core.settings import Settings
 from bus.ops.embedded import server_binary
-from tests.integration.durability.test_durability import bus_on, cli
-from tests.integration.harness.test_mcp import call, mcp_client
-from tests.support.durable_servers import server
-
-
-def fail_saves(url: str, data: Path) -> None:
-    """The server's next save fails (its folder is gone), as a full disk makes it fail."""
-    r = redis.Redis.from_url(url)
-    shutil.rmtree(data)
-    r.bgsave()
-    deadline = time.monotonic() + 10
-    while r.info("persistence")["rdb_last_bgsave_status"] == "ok":
-        assert time.monotonic() < deadline, "the save did not fail"
-        time.sleep(0.02)
+from tests.support.cli import inbox_entry
+from tests.support.durable_servers import bus_on, fail_saves, server
+from tests.support.mcp_client import call, mcp_client
 
 
 @pytest.fixture
@@ -59,19 +45,19 @@ def test_the_api_raises_one_refusal_with_the_reason(failing: Bus) -> None:
 
 def test_the_cli_refuses_in_one_line_and_status_and_doctor_say_it(failing: Bus) -> None:
     s = failing.settings
-    done = cli(s, "send", "--from", "hosta:alice", "--to", "hosta:bob", "--text", "x")
+    done = inbox_entry(s, "send", "--from", "hosta:alice", "--to", "hosta:bob", "--text", "x")
     assert done.returncode == 1
     answer = json.loads(done.stdout)
     assert answer["error"] == "store_refused" and answer["reason"] == "disk"
     [line] = done.stderr.splitlines()
     assert line.startswith("inbox: the store refuses writes") and "free space" in line
-    status = cli(s, "status")
+    status = inbox_entry(s, "status")
     report = json.loads(status.stdout)
     # Its reads that run scripts are refused too (the server refuses a script without
     # the no-writes flag): the refusal itself, else its storage entry, names the fault.
     assert report["ok"] is False and report.get("storage", report)["reason"] == "disk"
     assert status.returncode in (0, 1) and "Traceback" not in status.stderr
-    doctor = cli(s, "doctor")
+    doctor = inbox_entry(s, "doctor")
     assert doctor.returncode == 1, (doctor.stdout, doctor.stderr)
     assert doctor.stdout, doctor.stderr
     said = json.loads(doctor.stdout)

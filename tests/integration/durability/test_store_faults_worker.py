@@ -12,9 +12,8 @@ import redis
 
 from bus.core.settings import Settings
 from bus.ops.embedded import server_binary
-from tests.conftest import wait_for
-from tests.integration.durability.test_store_faults import fail_saves
-from tests.support.durable_servers import server
+from tests.support.durable_servers import fail_saves, server
+from tests.support.waiting import wait_for
 from tests.support.worker_proc import WorkerProcess
 
 

@@ -31,7 +31,6 @@ from bus.ops import upgrade
 from bus.ops.migrations import MIGRATIONS, Migration, Run, split_reader_sub
 from bus.store import data_version as dv
 from bus.trust.rules import member_fold, skeleton
-from tests.conftest import settings_env
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "release_0_1_0.json"
 INBOX = Path(sys.executable).parent / "inbox"
@@ -85,7 +84,7 @@ def reader(bus: Bus, sid: str) -> str:
 
 
 def inbox(s: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **settings_env(s)}
+    env = {**os.environ, **s.child_env()}
     return subprocess.run(
         [str(INBOX), *args], env=env, capture_output=True, text=True, timeout=60, check=False
     )
@@ -177,7 +176,7 @@ def test_inbox_up_says_what_it_upgraded_and_names_the_wake_commands(
     old: tuple[Bus, dict[str, Any]],
 ) -> None:
     bus, _ = old
-    env = {**os.environ, **settings_env(bus.settings)}
+    env = {**os.environ, **bus.settings.child_env()}
     env.update(INBOX_WORKER_STANDBY="0", INBOX_SCHEDULER_STANDBY="0")
     up = subprocess.Popen(
         [str(INBOX), "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -277,7 +276,7 @@ def test_an_upgrade_killed_half_way_is_finished_by_the_next(
 ) -> None:
     bus, data = old
     s = bus.settings
-    env = {**os.environ, **settings_env(s), "INBOX_FAULT": "upgrade:after_cursors"}
+    env = {**os.environ, **s.child_env(), "INBOX_FAULT": "upgrade:after_cursors"}
     killed = subprocess.run(
         [str(INBOX), "upgrade"], env=env, capture_output=True, text=True, timeout=60, check=False
     )
@@ -329,7 +328,7 @@ def test_a_host_older_than_the_data_refuses_to_start(settings: Settings, bus: Bu
     dv.stamp(bus.store, dv.DATA_VERSION + 1, "9.9.0", "newer", 0)
     up = subprocess.run(
         [str(INBOX), "up"],
-        env={**os.environ, **settings_env(settings)},
+        env={**os.environ, **settings.child_env()},
         capture_output=True,
         text=True,
         timeout=90,
@@ -418,7 +417,7 @@ async def test_the_mcp_server_says_its_version(settings: Settings, anyio_backend
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    env = {**settings_env(settings), "INBOX_SESSION": "mcp-v", "INBOX_DISPATCHER": "none"}
+    env = {**settings.child_env(), "INBOX_SESSION": "mcp-v", "INBOX_DISPATCHER": "none"}
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "bus.surfaces.cli.app", "mcp"], env=env
     )
@@ -479,7 +478,7 @@ def test_a_0_1_0_host_keeps_working_beside_an_upgraded_one(
     sent = bus.send({"to_id": "waker", "text": "from the 0.2.0 host"}, token=facts["token"])
     bus.deliver_session("waker")
 
-    env = {**os.environ, **settings_env(bus.settings)}
+    env = {**os.environ, **bus.settings.child_env()}
     env.update(PYTHONPATH=str(release_code), INBOX_DISPATCHER="none")
     ran = subprocess.run(
         [sys.executable, "-c", OLD_HOST, json.dumps(facts)],

@@ -21,7 +21,6 @@ from bus.core.models import now_ms
 from bus.core.settings import Settings
 from bus.delivery import heard
 from bus.delivery.scheduler import sweep_backlogs
-from tests.conftest import settings_env
 
 SID = "crashy"
 
@@ -40,7 +39,7 @@ def carried(lines: list[dict[str, Any]]) -> set[str]:
 
 
 def in_child(settings: Settings, fault: str, *args: str) -> int:
-    env = dict(settings_env(settings), INBOX_FAULT=fault, INBOX_DISPATCHER="none")
+    env = dict(settings.child_env(), INBOX_FAULT=fault, INBOX_DISPATCHER="none")
     return subprocess.run(
         [sys.executable, *args], env=env, capture_output=True, timeout=60
     ).returncode

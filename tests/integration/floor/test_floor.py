@@ -17,7 +17,7 @@ from bus.delivery import floor as floor_mod
 from bus.delivery.floor import LOG_KEEP, Floor, socket_path_fits
 from bus.local import unix_socket
 from bus.surfaces.harness.listener import Listener
-from tests.conftest import collect
+from tests.support.listeners import collect
 
 SID = "sess-1"
 

@@ -24,8 +24,8 @@ from bus.telemetry.host_floor import (
     refusal_text,
     stop_reason,
 )
-from tests.conftest import WorkerProcess, wait_for
-from tests.support.worker_proc import inbox_worker_argv
+from tests.support.waiting import wait_for
+from tests.support.worker_proc import WorkerProcess, inbox_worker_argv
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
 

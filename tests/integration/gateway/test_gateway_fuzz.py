@@ -10,9 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bus.api import Bus
-from tests.integration.trust.test_attacks_gateway import Server, serve
-
-__all__ = ["serve"]  # the gateway fixture, shared with the attack tests
+from tests.support.gateway_server import Server
 
 FIELDS = [
     "from", "to", "to_id", "text", "class", "urgency", "kind", "thread", "pr", "topic",

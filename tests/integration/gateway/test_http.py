@@ -4,71 +4,24 @@ from __future__ import annotations
 
 import inspect
 import json
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from bus.api import Bus
 from bus.surfaces.harness.listener import Listener
-from bus.surfaces.http.gateway import create_app, serve
+from bus.surfaces.http.gateway import serve
 from bus.telemetry.metrics import Metrics
-
-
-class Gateway:
-    """A uvicorn server in a background thread, bound before it starts (no port race)."""
-
-    def __init__(self, b: Bus) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(create_app(b), log_level="warning", lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-        self.client = httpx.Client(base_url=self.url, timeout=10)
-
-    def stop(self) -> None:
-        self.client.close()
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
+from tests.support.gateway_server import Server, wire
 
 
 @pytest.fixture
-def gateway() -> Iterator[Callable[[Bus], Gateway]]:
-    started: list[Gateway] = []
-
-    def start(b: Bus) -> Gateway:
-        g = Gateway(b)
-        started.append(g)
-        return g
-
-    yield start
-    for g in started:
-        g.stop()
-
-
-@pytest.fixture
-def gw(bus: Bus, gateway: Callable[[Bus], Gateway]) -> httpx.Client:
+def gw(bus: Bus, gateway: Callable[[Bus], Server]) -> httpx.Client:
     bus.open_session("s1")  # prox's door delivers to sessions this host knows
     return gateway(bus).client
-
-
-def wire(**kw: Any) -> dict[str, Any]:
-    return {"from": "neo:sip", "to_id": "s1", "text": "look at the diff", **kw}
 
 
 def floor_lines(b: Bus, sid: str) -> list[dict[str, Any]]:
@@ -118,7 +71,7 @@ def test_send_to_an_unknown_session_is_404_unknown_session_and_makes_no_folder(
 
 
 def test_send_reaches_a_listener_whose_socket_path_is_over_200_bytes(
-    make_bus: Callable[..., Bus], gateway: Callable[[Bus], Gateway], home: Path
+    make_bus: Callable[..., Bus], gateway: Callable[[Bus], Server], home: Path
 ) -> None:
     b = make_bus(home=home / ("d" * 100) / ("e" * 60))
     sid = "0f5c2a9e-8d1b-4c3e-9a7f-6b2d1e0c4f8a"
@@ -184,7 +137,7 @@ def test_v1_send_bounces_unknown_and_maps_errors(bus: Bus, gw: httpx.Client) -> 
 
 
 def test_health_and_local_send_with_redis_down(
-    make_bus: Callable[..., Bus], gateway: Callable[[Bus], Gateway]
+    make_bus: Callable[..., Bus], gateway: Callable[[Bus], Server]
 ) -> None:
     dead = make_bus(redis_url="redis://127.0.0.1:1/0")
     client = gateway(dead).client
@@ -244,7 +197,7 @@ def test_serve_binds_loopback_by_default() -> None:
 
 
 def test_v1_send_takes_the_sender_from_a_bearer_token(
-    make_bus: Callable[..., Bus], gateway: Callable[[Bus], Gateway]
+    make_bus: Callable[..., Bus], gateway: Callable[[Bus], Server]
 ) -> None:
     from bus.trust.tokens import SCOPE_WRITE, issue
 
@@ -266,7 +219,7 @@ def test_v1_send_takes_the_sender_from_a_bearer_token(
 
 
 def test_prox_send_needs_a_token_once_a_secret_is_configured(
-    make_bus: Callable[..., Bus], gateway: Callable[[Bus], Gateway]
+    make_bus: Callable[..., Bus], gateway: Callable[[Bus], Server]
 ) -> None:
     from bus.trust.tokens import SCOPE_WRITE, issue
 

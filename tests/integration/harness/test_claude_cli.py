@@ -21,10 +21,10 @@ from bus.api import Bus
 from bus.core.errors import NotFound
 from bus.core.hook_env import HOOK_ENV
 from bus.core.settings import Settings
-from tests.conftest import wait_for
-from tests.integration.inbox.test_inbox_live import Scheduler, celery_bus
+from tests.support.celery_bus import Scheduler, celery_bus
 from tests.support.harness_support import Tmux, bare_env, find_cli, install_hooks, only_session
 from tests.support.model_stub import ModelStub, request_text
+from tests.support.waiting import wait_for
 from tests.support.worker_proc import WorkerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

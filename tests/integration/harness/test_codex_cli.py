@@ -23,8 +23,7 @@ import pytest
 
 from bus.api import Bus
 from bus.core.settings import Settings
-from tests.conftest import wait_for
-from tests.integration.inbox.test_inbox_live import Scheduler, celery_bus, events
+from tests.support.celery_bus import Scheduler, celery_bus, events
 from tests.support.harness_support import (
     INBOX,
     Tmux,
@@ -34,6 +33,7 @@ from tests.support.harness_support import (
     only_session,
 )
 from tests.support.model_stub import ModelStub, request_text
+from tests.support.waiting import wait_for
 from tests.support.worker_proc import WorkerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

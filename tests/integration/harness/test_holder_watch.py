@@ -19,8 +19,8 @@ from bus.delivery import kept_wake
 from bus.delivery.holder_watch import HolderWatch, verdict
 from bus.surfaces.harness import codex_wake
 from bus.surfaces.harness.hooks_codex import run_codex_hook
-from tests.conftest import wait_for
-from tests.integration.inbox.test_inbox_live import events
+from tests.support.celery_bus import events
+from tests.support.waiting import wait_for
 from tests.support.worker_proc import WorkerProcess
 
 

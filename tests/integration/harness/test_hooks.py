@@ -27,7 +27,7 @@ from bus.surfaces.harness.hooks import (
     is_own_command,
     run_hook,
 )
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 
 def payload(sid: str, event: str, **extra: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import pytest
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.surfaces.harness.hooks import EVENTS
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 from tests.support.worker_proc import WorkerProcess
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher

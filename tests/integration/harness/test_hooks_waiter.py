@@ -20,10 +20,10 @@ from bus.api import Bus
 from bus.core.errors import Unavailable
 from bus.core.settings import Settings
 from bus.ops.embedded import EmbeddedRedis
-from tests.conftest import wait_for
-from tests.integration.inbox.test_inbox_live import Scheduler, celery_bus, events, marks
+from tests.support.celery_bus import Scheduler, celery_bus, events, marks
 from tests.support.harness_support import install_hooks
 from tests.support.local_servers import free_port
+from tests.support.waiting import wait_for
 from tests.support.worker_proc import WorkerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -17,7 +17,7 @@ import pytest
 from bus.core.errors import Refused
 from bus.delivery.floor import Floor
 from bus.surfaces.harness.listener import Listener, run_listener
-from tests.conftest import collect
+from tests.support.listeners import collect
 
 SID = "sess-1"
 

@@ -9,14 +9,9 @@ import pytest
 
 from bus.api import Bus
 from bus.surfaces.mcp_server import build_server
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def documented_tools() -> list[str]:

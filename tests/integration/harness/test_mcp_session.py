@@ -20,8 +20,7 @@ import pytest
 from bus.api import Bus
 from bus.core.settings import Settings
 from bus.surfaces.harness import link as harness_link
-from tests.conftest import settings_env
-from tests.integration.harness.test_mcp import call, mcp_client, ok
+from tests.support.mcp_client import call, mcp_client, ok
 
 INBOX = Path(sys.executable).parent / "inbox"
 
@@ -30,7 +29,7 @@ def hook(
     settings: Settings, event: str, payload: dict[str, object], harness: str = "claude"
 ) -> None:
     """Run ``inbox hook HARNESS EVENT`` through ``sh -c``, as the harness does."""
-    env = {k: v for k, v in settings_env(settings).items()}
+    env = {k: v for k, v in settings.child_env().items()}
     env.pop("INBOX_SESSION", None)
     done = subprocess.run(
         ["sh", "-c", f"{shlex.quote(str(INBOX))} hook {harness} {event}"],
@@ -77,11 +76,6 @@ async def test_mcp_sends_as_the_session_the_hooks_registered(
         ok(await call(client, "send", to_id="peer", text="anonymous"))
         after = sender(bus, "peer")
         assert "from_session" not in after and after["from"] == "hosta:inbox"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def test_a_record_names_the_harness_process_and_outlives_no_process(home: Path) -> None:

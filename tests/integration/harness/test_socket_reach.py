@@ -24,7 +24,7 @@ from bus.core.settings import Settings
 from bus.local import unix_socket
 from bus.local.unix_socket import SOCKET_PATH_MAX, Unreachable, address, fits, link_name
 from bus.surfaces.harness.hooks import run_hook
-from tests.integration.cli.test_plain_answers import inbox as cli
+from tests.support.cli import inbox_as as cli
 
 NOBODY = 65534
 

@@ -17,7 +17,7 @@ from bus.core.settings import Settings
 from bus.delivery.floor import Floor
 from bus.surfaces.harness import listener as listener_mod
 from bus.surfaces.harness.listener import Listener, run_listener
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 SID = "gone-1"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -18,14 +17,11 @@ from bus.api import Bus
 from bus.core.models import now_ms
 from bus.core.settings import Settings
 from bus.telemetry.problems import counts, operator_problems
+from tests.support.cli import ENTRY, inbox_as
 
 
 def inbox(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = settings.child_env()
-    env["INBOX_DISPATCHER"] = "none"  # no Celery: the test asks for no delivery
-    return subprocess.run(
-        [sys.executable, "-m", "bus", *args], env=env, capture_output=True, text=True, timeout=60
-    )
+    return inbox_as(settings, *args, module=ENTRY)
 
 
 def test_a_down_host_in_status_send_receipt_doctor_and_metrics(bus: Bus) -> None:

@@ -15,7 +15,7 @@ import pytest
 from bus.core import locate
 from bus.core.settings import Settings
 from bus.ops.join import join_lines, remember
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 CA = "ssl_ca_certs=/etc/inbox/ca.crt"
 TLS = f"rediss://:pw@10.0.0.1:6380/0?{CA}&ssl_cert_reqs=required"

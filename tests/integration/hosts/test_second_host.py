@@ -20,8 +20,8 @@ import pytest
 from bus.core.settings import SOURCE_ROOT, Settings
 from bus.local.up_procs import process_rows
 from bus.ops.exit_reason import exit_reason, log_since
-from tests.conftest import wait_for
-from tests.integration.durability.test_redis_down import inbox
+from tests.support.cli import inbox
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

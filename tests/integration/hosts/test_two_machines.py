@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, wait_for
 from tests.support.netns import HostNet, kill_ns, unavailable
+from tests.support.paths import REPO
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from bus.core.errors import Refused
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.surfaces.harness.listener import Listener
-from tests.conftest import settings_env, wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 WAITED = ("--text", "how long?", "--wait", "--timeout", "30")
@@ -36,7 +36,7 @@ def test_a_waited_send_gets_the_answer_of_a_turn_that_ends_8_s_later(
 ) -> None:
     bus.open_session("slow")
     bus.turn("slow", "start")
-    env = dict(settings_env(settings), INBOX_DISPATCHER="none")
+    env = dict(settings.child_env(), INBOX_DISPATCHER="none")
     sender = subprocess.Popen(
         [
             sys.executable,
@@ -90,7 +90,7 @@ def test_withdraw_waits_its_full_window_for_a_notice_on_its_way(bus: Bus) -> Non
 
 
 def test_watch_blocks_idle_past_the_socket_timeout_then_prints(settings: Settings) -> None:
-    env = dict(settings_env(settings), INBOX_DISPATCHER="none")
+    env = dict(settings.child_env(), INBOX_DISPATCHER="none")
 
     def inbox(*args: str) -> Any:
         return subprocess.run(

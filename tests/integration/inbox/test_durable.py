@@ -17,7 +17,7 @@ import pytest
 from bus.api import Bus
 from bus.core.settings import SOURCE_ROOT, Settings
 from bus.services.durable_watch import CursorExpired, Durable, expired, lanes
-from tests.conftest import settings_env, wait_for
+from tests.support.waiting import wait_for
 
 
 def send(b: Bus, to: str, text: str, **kw: Any) -> dict[str, Any]:
@@ -164,7 +164,7 @@ def test_a_cursor_trimmed_away_is_refused_as_cursor_expired(bus: Bus) -> None:
 
 
 def _watch(s: Settings, *args: str) -> subprocess.Popen[str]:
-    env = settings_env(s)
+    env = s.child_env()
     env["INBOX_DISPATCHER"] = "none"
     return subprocess.Popen(
         [sys.executable, "-m", "bus.surfaces.cli.app", "watch", *args],
@@ -245,7 +245,7 @@ def test_a_reader_follows_itself_and_its_lanes_only(bus: Bus) -> None:
 async def test_the_mcp_watch_tool_resumes_from_what_was_acknowledged(
     settings: Settings, bus: Bus
 ) -> None:
-    from tests.integration.harness.test_mcp import call, error_text, mcp_client, ok
+    from tests.support.mcp_client import call, error_text, mcp_client, ok
 
     bus.open_session("coord")
     bus.open_session("lane", parent="coord")
@@ -266,11 +266,6 @@ async def test_the_mcp_watch_tool_resumes_from_what_was_acknowledged(
     assert "not_your_lane" in error_text(refused)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_the_gateway_streams_a_durable_subscription_as_server_sent_events(
     bus: Bus, settings: Settings
 ) -> None:
@@ -281,7 +276,7 @@ def test_the_gateway_streams_a_durable_subscription_as_server_sent_events(
     bus.open_session("coord")
     bus.open_session("lane", parent="coord")
     port = free_port()
-    env = settings_env(settings)
+    env = settings.child_env()
     env["INBOX_DISPATCHER"] = "none"
     server = subprocess.Popen(
         [sys.executable, "-m", "bus.surfaces.cli.app", "serve", "--port", str(port)],

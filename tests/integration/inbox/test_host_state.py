@@ -5,24 +5,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 from bus.api import Bus
 from bus.core.models import now_ms
 from bus.core.settings import Settings
+from tests.support.cli import ENTRY, inbox_as
 
 
 def inbox(settings: Settings, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    env = settings.child_env()
-    env["INBOX_DISPATCHER"] = "none"  # no Celery: the test asks for no delivery
-    return subprocess.run(
-        [sys.executable, "-m", "bus", *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return inbox_as(settings, *args, stdin=stdin, module=ENTRY)
 
 
 def states(answers: list[dict]) -> list[str | None]:  # type: ignore[type-arg]

@@ -21,7 +21,7 @@ from bus.core.errors import Refused
 from bus.delivery.scheduler import tick
 from bus.store.inbox import AGE_MARK
 from bus.surfaces.harness.listener import Listener
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 
 def floor(b: Bus, sid: str) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -13,39 +12,14 @@ from typing import Any
 
 import pytest
 
-from bus.api import Bus
 from bus.core.settings import Settings
-from bus.delivery.scheduler import run as run_scheduler
 from bus.surfaces.harness.listener import Listener
-from tests.conftest import WorkerProcess, wait_for
-from tests.integration.delivery.test_delivery import SilentListener
-from workers.app import make_app
-from workers.dispatch import CeleryDispatcher
+from tests.support.celery_bus import Scheduler, celery_bus, events, marks
+from tests.support.listeners import SilentListener
+from tests.support.waiting import wait_for
+from tests.support.worker_proc import WorkerProcess
 
 pytestmark = pytest.mark.slow
-
-
-def celery_bus(s: Settings) -> Bus:
-    return Bus(s, dispatcher=CeleryDispatcher(make_app(s)))
-
-
-class Scheduler:
-    """``inbox scheduler``'s loop in a thread; stop() is a scheduler going away."""
-
-    def __init__(self, s: Settings) -> None:
-        self.bus = celery_bus(s)
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(
-            target=run_scheduler,
-            args=(self.bus.delivery, self.stop_event),
-            kwargs={"max_sleep_s": 0.05},
-            daemon=True,
-        )
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.thread.join(5)
 
 
 @pytest.fixture
@@ -60,15 +34,6 @@ def schedulers() -> Iterator[Callable[[Settings], Scheduler]]:
     yield factory
     for sch in made:
         sch.stop()
-
-
-def events(b: Bus, sid: str, kind: str) -> list[dict[str, str]]:
-    return [f for _e, f in b.store.r.xrange(b.store.k.s(sid, "events")) if f["kind"] == kind]
-
-
-def marks(b: Bus, sid: str) -> dict[str, str]:
-    raw = b.store.r.hgetall(b.store.k.s(sid, "msgs"))
-    return {k: json.loads(v)["mark"] for k, v in raw.items()}
 
 
 def test_300_messages_through_a_worker_are_one_notice_and_no_turns(

@@ -17,7 +17,6 @@ from bus.core.models import now_ms
 from bus.core.settings import Settings
 from bus.delivery.dispatch import RecordingDispatcher
 from bus.store import packing
-from tests.conftest import settings_env
 
 
 def msgs(prefix: str, n: int = 6) -> list[dict[str, Any]]:
@@ -68,7 +67,7 @@ def send_jsonl(
     out = subprocess.run(
         [sys.executable, "-m", "bus.surfaces.cli.app", "send", "--jsonl", "-"],
         input="\n".join(lines) + "\n",
-        env={**settings_env(settings), "INBOX_DISPATCHER": "none", **env},
+        env={**settings.child_env(), "INBOX_DISPATCHER": "none", **env},
         capture_output=True,
         text=True,
         timeout=60,
@@ -198,13 +197,13 @@ def test_http_batch_route_answers_each_and_refuses_a_bad_batch_whole(
     make_bus: Callable[..., Bus],
 ) -> None:
     from bus.trust.tokens import SCOPE_WRITE, issue
-    from tests.integration.gateway.test_http import Gateway
+    from tests.support.gateway_server import Server
 
     secret = "batch-secret-0123456789"
     b = make_bus(secret=secret)
     b.open_session("alice", handle="neo:alice")
     b.open_session("bob")
-    g = Gateway(b)
+    g = Server(b)
     try:
         body = [{"to_id": "bob", "text": f"m{i}"} for i in range(3)]
         assert g.client.post("/v1/send/batch", json=body).status_code == 401  # no token
@@ -224,7 +223,7 @@ def test_http_batch_route_answers_each_and_refuses_a_bad_batch_whole(
 
 
 def test_jsonl_answers_a_line_before_the_next_is_written(two: Bus, settings: Any) -> None:
-    env = {**settings_env(settings), "INBOX_DISPATCHER": "none"}
+    env = {**settings.child_env(), "INBOX_DISPATCHER": "none"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "bus.surfaces.cli.app", "send", "--jsonl", "-"],
         stdin=subprocess.PIPE,
@@ -413,11 +412,11 @@ def test_a_batch_over_the_senders_rate_is_refused_whole(make_bus: Callable[..., 
 
 
 def test_the_http_batch_is_429_over_the_rate(make_bus: Callable[..., Bus]) -> None:
-    from tests.integration.gateway.test_http import Gateway
+    from tests.support.gateway_server import Server
 
     b = make_bus(send_rate=0.001, send_burst=2)
     b.open_session("bob")
-    g = Gateway(b)
+    g = Server(b)
     try:
         body = [{"from": "h:me", "to_id": "bob", "text": f"m{i}"} for i in range(3)]
         r = g.client.post("/v1/send/batch", json=body)

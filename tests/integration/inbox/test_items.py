@@ -12,7 +12,7 @@ from bus.api import Bus
 from bus.core.errors import BadInput, BusError, NotFound, Refused
 from bus.core.item_views import FORMER_MEMBER
 from bus.core.policy import from_member
-from tests.unit.test_pictures import png_bytes
+from tests.support.pictures import png_bytes
 
 WS = "acme"
 

@@ -17,9 +17,10 @@ from bus.core.models import now_ms
 from bus.core.settings import Settings
 from bus.delivery.receipts import receipt_ttl_ms
 from bus.store.inbox import IDS_KEEP_MS
-from tests.integration.gateway.test_http import Gateway, gateway  # noqa: F401  (the fixture)
-from tests.integration.harness.test_mcp import anyio_backend, call, mcp_client, ok  # noqa: F401
-from tests.integration.inbox.test_receipts import inbox, pair, send
+from tests.support.cli import inbox
+from tests.support.gateway_server import Server
+from tests.support.mcp_client import call, mcp_client, ok
+from tests.support.sessions import pair, send
 
 DAY_MS = 86400 * 1000
 
@@ -29,7 +30,7 @@ def folded(b: Bus, to: str, msg_id: str) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
-def every_reader(b: Bus, gw: Gateway, msg_id: str) -> list[Any]:
+def every_reader(b: Bus, gw: Server, msg_id: str) -> list[Any]:
     """The receipt through the API, the CLI and HTTP, and the sender's outbox."""
     out = inbox(b.settings.child_env(), "receipt", msg_id, "--by", "alice")
     assert out.returncode == 0, out.stderr
@@ -41,7 +42,7 @@ def every_reader(b: Bus, gw: Gateway, msg_id: str) -> list[Any]:
 
 def test_every_reader_answers_the_same_receipt_from_ids(
     bus: Bus,
-    gateway: Callable[[Bus], Gateway],  # noqa: F811
+    gateway: Callable[[Bus], Server],
 ) -> None:
     gw = gateway(bus)
     pair(bus)

@@ -12,7 +12,7 @@ from bus.core.models import now_ms
 from bus.store import receipt_index
 from bus.store.keys import DAY_MS, IDS_KEEP_DAYS
 from bus.store.receipt_index import BUCKETS, bucket_of, day_of
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 
 @pytest.mark.parametrize(

@@ -25,13 +25,15 @@ from bus.core.receipt_rules import (
 from bus.core.settings import Settings
 from bus.delivery import scheduler
 from bus.trust.tokens import SCOPE_READ, SCOPE_WRITE, issue
-from tests.conftest import WorkerProcess, wait_for
-from tests.integration.gateway.test_http import Gateway, gateway  # noqa: F401  (the fixture)
-from tests.integration.harness.test_mcp import anyio_backend, call, error_text, mcp_client, ok  # noqa: F401
-from tests.integration.inbox.test_inbox_live import celery_bus
+from tests.support.celery_bus import celery_bus
+from tests.support.cli import inbox
+from tests.support.gateway_server import Server
+from tests.support.mcp_client import call, error_text, mcp_client, ok
+from tests.support.sessions import pair, send
+from tests.support.waiting import wait_for
+from tests.support.worker_proc import WorkerProcess
 
 HOUR_MS = 3600 * 1000
-CLI = (sys.executable, "-m", "bus.surfaces.cli.app")
 
 # -- pure rules ---------------------------------------------------------------------------------
 
@@ -138,26 +140,9 @@ def test_inbox_records_back_a_missed_stamp(
     assert from_records(stamped, rec, answer) == expected
 
 
+CLI = (sys.executable, "-m", "bus.surfaces.cli.app")
+
 # -- helpers --------------------------------------------------------------------------------------
-
-
-def inbox(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def send(b: Bus, to: str = "bob", text: str = "look at the diff", **kw: Any) -> dict[str, Any]:
-    return b.send({"from": "hosta:alice", "from_session": "alice", "to_id": to, "text": text, **kw})
-
-
-def pair(b: Bus) -> None:
-    b.open_session("alice")
-    b.open_session("bob")
 
 
 def waiting_on(b: Bus, msg_id: str) -> bool:
@@ -466,7 +451,7 @@ def test_messages_unnoticed_past_the_bound_end_expired(make_bus: Callable[..., B
 
 def test_the_gateway_answers_a_receipt_to_its_sender_only(
     make_bus: Callable[..., Bus],
-    gateway: Callable[[Bus], Gateway],  # noqa: F811
+    gateway: Callable[[Bus], Server],
 ) -> None:
     secret = "gw-receipt-secret-0123456789"
     b = make_bus(secret=secret)
@@ -488,7 +473,7 @@ def test_the_gateway_answers_a_receipt_to_its_sender_only(
 
 def test_the_gateway_without_a_secret_needs_the_sender_named(
     bus: Bus,
-    gateway: Callable[[Bus], Gateway],  # noqa: F811
+    gateway: Callable[[Bus], Server],
 ) -> None:
     pair(bus)
     sent = send(bus)

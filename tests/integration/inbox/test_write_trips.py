@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from bus.api import Bus
-from tests.integration.delivery.test_delivery_trips import Trips, trips  # noqa: F401 (the fixture)
+from tests.support.trips import RoundTrips
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def bus(make_bus: Callable[..., Bus]) -> Bus:
 
 def test_a_reply_reads_its_session_the_parties_and_the_tail_in_one_round_trip(
     bus: Bus,
-    trips: Trips,  # noqa: F811 (the fixture imported above)
+    trips: RoundTrips,
 ) -> None:
     sent = bus.send({"from": "hosta:alice", "from_session": "alice", "to_id": "bob", "text": "hi"})
     bus.deliver_session("bob")
@@ -41,7 +41,7 @@ def test_a_reply_reads_its_session_the_parties_and_the_tail_in_one_round_trip(
 
 def test_a_withdraw_reads_the_answer_the_record_and_the_cursor_in_one_round_trip(
     bus: Bus,
-    trips: Trips,  # noqa: F811 (the fixture imported above)
+    trips: RoundTrips,
 ) -> None:
     sent = bus.send({"from": "hosta:alice", "from_session": "alice", "to_id": "bob", "text": "hi"})
     trips.rounds.clear()
@@ -55,7 +55,7 @@ def test_a_withdraw_reads_the_answer_the_record_and_the_cursor_in_one_round_trip
 
 def test_a_decision_reads_its_actor_and_the_thread_in_one_round_trip(
     bus: Bus,
-    trips: Trips,  # noqa: F811 (the fixture imported above)
+    trips: RoundTrips,
 ) -> None:
     req = bus.request("bob", "task", "do it", actor="alice")
     trips.rounds.clear()

@@ -16,8 +16,8 @@ from bus.api import Bus
 from bus.core.settings import Settings
 from bus.telemetry.counter_flush import HeldCounters
 from bus.telemetry.metrics import Metrics
-from tests.conftest import wait_for
-from tests.integration.delivery.test_delivery_trips import Trips, standalone
+from tests.support.trips import RoundTrips, standalone
+from tests.support.waiting import wait_for
 from tests.support.worker_proc import WorkerProcess
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher
@@ -80,7 +80,7 @@ def trip_log(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     real = redis.connection.AbstractConnection.send_packed_command
 
     def logging(self: Any, command: Any, check_health: bool = True) -> None:
-        counted = Trips()
+        counted = RoundTrips()
         counted.sent(command)
         log.append(counted.commands)
         real(self, command, check_health)

@@ -16,9 +16,7 @@ from typing import Any
 
 from bus.api import Bus
 from bus.trust.tokens import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
-from tests.integration.trust.test_attacks_gateway import Server, serve
-
-__all__ = ["serve"]  # the gateway fixture
+from tests.support.gateway_server import Server
 
 SECRET = "doctor-secret-0123456789"
 OTHER = "another-secret-987654321"

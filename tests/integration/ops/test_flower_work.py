@@ -17,9 +17,11 @@ from bus.core.settings import Settings
 from bus.delivery.report import DeliveryReport, Work, works_of
 from bus.ops.flower import flower_argv, flower_env
 from bus.surfaces.harness.listener import Listener
-from tests.conftest import WorkerProcess, collect, wait_for
-from tests.integration.inbox.test_inbox_live import Scheduler, celery_bus
-from tests.integration.ops.test_flower import free_port
+from tests.support.celery_bus import Scheduler, celery_bus
+from tests.support.listeners import collect
+from tests.support.local_servers import free_port
+from tests.support.waiting import wait_for
+from tests.support.worker_proc import WorkerProcess
 from workers.events import NAMED_SESSIONS, sessions_repr
 
 AUTH = ("ops", "flower-pw")

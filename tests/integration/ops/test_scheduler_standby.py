@@ -24,7 +24,7 @@ from bus.core.settings import Settings
 from bus.core.status_view import scheduler_beat
 from bus.ops.standby import Standby, scheduler_standby_argv, standby_enabled
 from bus.ops.up import processes
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 

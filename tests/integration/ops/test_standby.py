@@ -17,7 +17,7 @@ from bus.api import Bus
 from bus.core.settings import Settings
 from bus.ops.standby import Standby, standby_argv, standby_enabled
 from bus.ops.supervise import Child, Supervisor, spawn_logged
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 from tests.support.worker_proc import inbox_worker_argv
 from workers.app import make_app
 from workers.dispatch import CeleryDispatcher

@@ -24,7 +24,8 @@ from bus.ops.supervise import AlreadyRunning, Child, HomeLock, Supervisor
 from bus.store.keys import Keys
 from bus.store.server_probe import Progress
 from bus.telemetry.liveness import host_queue
-from tests.conftest import REPO, wait_for
+from tests.support.paths import REPO
+from tests.support.waiting import wait_for
 
 
 def test_a_second_lock_on_a_home_names_the_first_holder(tmp_path: Path) -> None:

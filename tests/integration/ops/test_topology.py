@@ -17,7 +17,7 @@ import redis
 import yaml
 
 from bus.ops.topology import Topology, start_topology
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 COMPOSE = Path(__file__).resolve().parents[3] / "compose"
 FAST = {"INBOX_WAKE_DEBOUNCE_S": "0.3", "INBOX_FYI_FLUSH_S": "2", "INBOX_RETRY_S": "0.5"}

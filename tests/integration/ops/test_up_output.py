@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bus.ops.supervise import HomeLock
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -17,20 +17,11 @@ from typing import Any
 import pytest
 import redis
 
-from tests.conftest import wait_for
+from tests.support.cli import inbox
 from tests.support.local_servers import free_port
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def inbox(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 @pytest.mark.slow

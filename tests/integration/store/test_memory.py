@@ -19,7 +19,7 @@ from bus.core.errors import Refused
 from bus.core.models import now_ms
 from bus.store import compaction
 from bus.store.compaction import MAX_ENTRIES, compact_all
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 
 def send(b: Bus, to: str, text: str) -> dict[str, Any]:

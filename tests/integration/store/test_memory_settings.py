@@ -19,8 +19,8 @@ from bus.ops.embedded import server_binary
 from bus.store import server_memory
 from bus.store.compaction import compact_sessions
 from bus.store.server_memory import WANTED, Wanted, plan, worst
-from tests.conftest import wait_for
 from tests.support.local_servers import free_port
+from tests.support.waiting import wait_for
 
 STREAM = WANTED[0]
 

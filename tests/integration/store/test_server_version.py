@@ -20,7 +20,7 @@ from bus.ops.doctor import doctor_report
 from bus.ops.embedded import EmbeddedRedis
 from bus.ops.server_gate import up_gate
 from bus.store.server_check import check_server
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 DEBIAN = "/usr/bin/redis-server"
 

@@ -15,7 +15,7 @@ from kombu import Connection
 
 from bus.api import Bus
 from bus.core.settings import Settings
-from tests.conftest import own_redis_server
+from tests.support.local_servers import own_redis_server
 
 
 def _own_folders() -> set[Path]:

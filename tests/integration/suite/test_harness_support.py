@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
 from tests.support.harness_support import CLI_PACKAGES, SKIP_HEAD, clis_required
+from tests.support.paths import REPO
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ from bus.api import Bus
 from bus.core.errors import Unauthorized
 from bus.core.settings import Settings
 from bus.trust.tokens import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
-from tests.conftest import settings_env
 
 SECRET = "test-secret-1234567890"
 
@@ -115,7 +114,7 @@ def test_without_a_secret_senders_are_marked_unverified_in_the_stamp(bus: Bus) -
 
 
 def test_token_cli_issue_and_revoke(settings: Settings) -> None:
-    env = settings_env(settings)
+    env = settings.child_env()
     env["INBOX_SECRET"] = SECRET
     env["INBOX_DISPATCHER"] = "none"
 

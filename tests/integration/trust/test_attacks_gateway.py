@@ -8,73 +8,21 @@ import json
 import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from bus.api import Bus
 from bus.core.errors import BadInput
 from bus.surfaces.http.gateway import check_bind, create_app
-from bus.trust.tokens import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
-from tests.conftest import settings_env
-
-SECRET = "attack-secret-0123456789"
-ALL = (SCOPE_READ, SCOPE_WRITE, SCOPE_THREAD)
-
-
-def tok(**kw: Any) -> str:
-    return issue(SECRET, scopes=ALL, **kw)
+from tests.support.gateway_server import Server
+from tests.support.trust import SECRET, tok
 
 
 def stream_len(b: Bus, sid: str) -> int:
     return int(b.store.r.xlen(b.store.k.s(sid, "stream")))
-
-
-class Server:
-    """A uvicorn server for ``app`` in a thread, bound before it starts."""
-
-    def __init__(self, app: Any, **config: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, log_level="warning", lifespan="off", **config)
-        )
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline
-            time.sleep(0.01)
-        self.client = httpx.Client(base_url=self.url, timeout=10)
-
-    def stop(self) -> None:
-        self.client.close()
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., Server]]:
-    started: list[Server] = []
-
-    def start(b: Bus, **kw: Any) -> Server:
-        s = Server(create_app(b, **kw))
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
 
 
 # 4 ------------------------------------------------------------------------------------------
@@ -193,7 +141,7 @@ def test_6_gateway_bounds(bus: Bus, serve: Callable[..., Server]) -> None:
 
 
 def test_6_inbox_serve_refuses_a_public_bind_without_a_secret(bus: Bus) -> None:
-    env = settings_env(bus.settings)
+    env = bus.settings.child_env()
     env.pop("INBOX_SECRET", None)
     out = subprocess.run(
         [sys.executable, "-m", "bus.surfaces.cli.app", "serve", "--host", "0.0.0.0", "--port", "1"],

@@ -27,52 +27,11 @@ from bus.api import Bus
 from bus.core.errors import BadInput, RateLimited, Refused, Unauthorized
 from bus.surfaces.http.front_door import MAX_IN_FLIGHT_PER_CLIENT, HeaderDeadlineH11
 from bus.surfaces.http.gateway import create_app, log_config, serve_options
-from bus.trust.tokens import SCOPE_OPERATOR, SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
-from tests.conftest import settings_env
-from tests.integration.trust.test_attacks_gateway import Server, serve
-from tests.integration.trust.test_attacks_trust_model import png
-
-SECRET = "attack-secret-0123456789"
-ALL = (SCOPE_READ, SCOPE_WRITE, SCOPE_THREAD)
-__all__ = ["serve"]
-
-
-def tok(**kw: Any) -> str:
-    return issue(SECRET, scopes=ALL, **kw)
-
-
-DEAN = tok(member="acme/dean")
-ERIN = tok(member="beta/erin")
-
-
-def stored(b: Bus, sid: str) -> int:
-    return sum(1 for f in b.store.r.hkeys(b.store.k.s(sid, "ids")) if not f.startswith("~"))
-
-
-def inbox_cli(b: Bus, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    e = settings_env(b.settings)
-    e.update({"INBOX_DISPATCHER": "none", **env})
-    return subprocess.run(
-        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-@pytest.fixture
-def two(make_bus: Callable[..., Bus]) -> Bus:
-    """Workspaces acme (dean; session bob) and beta (erin; session other); loner in none."""
-    b = make_bus(secret=SECRET)
-    b.items.member_add("acme", "dean")
-    b.items.member_add("beta", "erin")
-    # Joining a workspace takes its starter's member token.
-    b.open_session("bob", handle="ha:bob", workspace="acme", starter="dean", token=DEAN)
-    b.open_session("other", handle="hb:other", workspace="beta", starter="erin", token=ERIN)
-    b.open_session("loner", handle="hc:loner")
-    return b
-
+from bus.trust.tokens import SCOPE_OPERATOR, issue
+from tests.support.cli import inbox_as
+from tests.support.gateway_server import Server
+from tests.support.pictures import png
+from tests.support.trust import ALL, DEAN, ERIN, SECRET, stored, tok
 
 # 1 ------------------------------------------------------------------------------------------
 
@@ -93,7 +52,7 @@ def test_1_a_member_sends_only_into_its_own_workspace(
         assert r.status_code == 403 and r.json()["ok"] is False
         r = gw.post("/v1/send/batch", json=[{"to_id": to, "text": "hi"}], headers=auth)
         assert r.status_code == 400
-    out = inbox_cli(two, "send", "--to-id", "other", "--text", "hi", INBOX_TOKEN=dean)
+    out = inbox_as(two.settings, "send", "--to-id", "other", "--text", "hi", INBOX_TOKEN=dean)
     assert out.returncode != 0 and json.loads(out.stdout)["error"] == "not_your_workspace"
     assert stored(two, "other") == stored(two, "loner") == 0
     assert not two.floor.peek("other") and not two.floor.session_dir("nobody").exists()
@@ -213,7 +172,9 @@ def test_6_a_sessions_workspace_is_fixed_once_set(two: Bus, serve: Callable[...,
     with pytest.raises(Refused) as err:
         two.open_session("other", workspace="acme", starter="dean")
     assert err.value.code == "workspace_fixed"
-    out = inbox_cli(two, "session", "open", "other", "--workspace", "acme", "--starter", "dean")
+    out = inbox_as(
+        two.settings, "session", "open", "other", "--workspace", "acme", "--starter", "dean"
+    )
     assert out.returncode != 0 and json.loads(out.stdout)["error"] == "workspace_fixed"
     two.open_session("other", handle="hb:other")  # a harness restart keeps the workspace
     assert two.session("other").workspace == "beta"
@@ -248,7 +209,9 @@ def test_6_joining_a_workspace_takes_its_starters_or_an_operators_token(two: Bus
         assert err.value.code == code, (sid, code)
     assert two.store.get_session("fresh") is None
     assert two.session("newbie").workspace is None
-    out = inbox_cli(two, "session", "open", "fresh", "--workspace", "acme", "--starter", "dean")
+    out = inbox_as(
+        two.settings, "session", "open", "fresh", "--workspace", "acme", "--starter", "dean"
+    )
     assert out.returncode != 0 and json.loads(out.stdout)["error"] == "token_missing"
     # A member token serves only a join: it never re-registers a session.
     with pytest.raises(Unauthorized):
@@ -258,8 +221,8 @@ def test_6_joining_a_workspace_takes_its_starters_or_an_operators_token(two: Bus
         two.open_session("bob", handle="ha:bob", starter="mia")
     assert two.session("bob").starter == "dean"
     # The starter's token, an operator's, and a restart as registered (no token) may.
-    out = inbox_cli(
-        two,
+    out = inbox_as(
+        two.settings,
         "session",
         "open",
         "fresh",
@@ -315,7 +278,7 @@ def test_8_member_and_operator_names_are_reserved(two: Bus) -> None:
         with pytest.raises(BadInput) as err:
             two.open_session("mallory", handle=handle)
         assert err.value.code == "reserved_handle", handle
-    out = inbox_cli(two, "session", "open", "mallory", "--handle", "acme:dean")
+    out = inbox_as(two.settings, "session", "open", "mallory", "--handle", "acme:dean")
     assert out.returncode != 0 and json.loads(out.stdout)["error"] == "reserved_handle"
     with pytest.raises(BadInput) as err:
         two.items.member_add("operator", "root")
@@ -343,7 +306,7 @@ def test_10_look_alike_handles_are_refused(two: Bus, handle: str) -> None:
     with pytest.raises(BadInput) as err:
         two.open_session("mallory", handle=handle)
     assert err.value.code == "handle_confusable"
-    out = inbox_cli(two, "session", "open", "mallory", "--handle", handle)
+    out = inbox_as(two.settings, "session", "open", "mallory", "--handle", handle)
     assert out.returncode != 0 and json.loads(out.stdout)["error"] == "handle_confusable"
     assert two.store.get_session("mallory") is None
 
@@ -463,7 +426,9 @@ def test_13_prox_door_keeps_the_unread_cap_and_makes_no_folders(
 def test_14_the_takers_setting_cannot_make_a_live_holder_stale(two: Bus) -> None:
     seen = two.clock.now_ms() - 5000  # bob's harness was seen 5 s ago
     two.store.touch_seen("bob", seen)
-    out = inbox_cli(two, "session", "open", "bobby", "--handle", "ha:bob", INBOX_STALE_S="1")
+    out = inbox_as(
+        two.settings, "session", "open", "bobby", "--handle", "ha:bob", INBOX_STALE_S="1"
+    )
     assert out.returncode != 0 and json.loads(out.stdout)["error"] == "handle_taken"
     with pytest.raises(Refused):
         two.with_settings(replace(two.settings, stale_s=1.0)).open_session("bobby", handle="ha:bob")

@@ -25,10 +25,9 @@ from bus.services.durable_watch import CursorExpired, poll, visible
 from bus.surfaces.harness.listener import Listener
 from bus.surfaces.http.gateway import create_app
 from bus.trust.rules import parent_refusal
-from tests.conftest import wait_for
-from tests.integration.trust.test_attacks_policy_decisions import DEAN, inbox_cli, stored, tok, two
-
-__all__ = ["two"]  # the fixture
+from tests.support.cli import inbox_as
+from tests.support.trust import DEAN, stored, tok
+from tests.support.waiting import wait_for
 
 
 def gateway(b: Bus) -> TestClient:
@@ -129,7 +128,7 @@ def test_1_a_tokenless_reopen_cannot_make_a_reader_the_parent(two: Bus) -> None:
 async def test_1_the_mcp_watch_hands_over_only_the_readers_own_messages(
     bus: Bus, settings: Any
 ) -> None:
-    from tests.integration.harness.test_mcp import call, mcp_client, ok
+    from tests.support.mcp_client import call, mcp_client, ok
 
     for sid in ("alice", "victim"):
         bus.open_session(sid)
@@ -142,11 +141,6 @@ async def test_1_the_mcp_watch_hands_over_only_the_readers_own_messages(
         bus.send({"from": "hosta:bob", "to_id": "victim", "text": "hunter2"})
         got = ok(await call(client, "watch", wait_s=2))
     assert [e["message"]["id"] for e in got["events"]] == [mine["id"]]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 # 2 ------------------------------------------------------------------------------------------
@@ -201,7 +195,7 @@ def test_3_reserved_names_match_whatever_their_case_and_separators_are_refused(
 
 
 def test_3_the_cli_refuses_a_case_variant_of_a_member(two: Bus) -> None:
-    out = inbox_cli(two, "session", "open", "mallory", "--handle", "Acme:DEAN")
+    out = inbox_as(two.settings, "session", "open", "mallory", "--handle", "Acme:DEAN")
     assert out.returncode != 0 and json.loads(out.stdout)["error"] == "reserved_handle"
 
 
@@ -269,7 +263,7 @@ def test_5_a_sender_may_not_set_the_kinds_the_bus_writes(two: Bus, kind: str) ->
 def test_5_the_cli_refuses_a_reserved_kind(two: Bus, tmp_path: Path) -> None:
     lines = tmp_path / "m.jsonl"
     lines.write_text(json.dumps({"to_id": "bob", "text": "x", "kind": "notice"}) + "\n")
-    out = inbox_cli(two, "send", "--jsonl", str(lines), INBOX_TOKEN=tok(session="loner"))
+    out = inbox_as(two.settings, "send", "--jsonl", str(lines), INBOX_TOKEN=tok(session="loner"))
     assert out.returncode != 0 and "kind_reserved" in out.stdout + out.stderr
     assert stored(two, "bob") == 0
 

@@ -6,7 +6,6 @@ Real Redis, real files, a real uvicorn gateway on a loopback port.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import socket
@@ -18,11 +17,9 @@ import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
-from PIL import Image
 
 from bus.api import Bus
 from bus.core.errors import BadInput, RateLimited, Refused, Unauthorized
@@ -32,29 +29,12 @@ from bus.core.stamp import render_stamp
 from bus.core.threads import thread_id, thread_key
 from bus.local.private_files import private_dirs
 from bus.ops.embedded import EmbeddedRedis, password_path
-from bus.trust.tokens import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
-from tests.conftest import settings_env, wait_for
-from tests.integration.trust.test_attacks_gateway import Server, serve
+from tests.support.gateway_server import Server
+from tests.support.pictures import png, png_chunk
+from tests.support.trust import SECRET, keys_of, stored, tok
+from tests.support.waiting import wait_for
 
-SECRET = "attack-secret-0123456789"
-ALL = (SCOPE_READ, SCOPE_WRITE, SCOPE_THREAD)
 WS = "acme"
-__all__ = ["serve"]  # the gateway fixture
-
-
-def tok(**kw: Any) -> str:
-    return issue(SECRET, scopes=ALL, **kw)
-
-
-def stream_len(b: Bus, sid: str) -> int:
-    """Messages ever stored for ``sid``: one send answer each (a delivered queue is
-    emptied, so its length counts only what waits); the receipts beside them (``~<id>``)
-    not counted."""
-    return sum(1 for f in b.store.r.hkeys(b.store.k.s(sid, "ids")) if not f.startswith("~"))
-
-
-def keys_of(b: Bus) -> set[str]:
-    return {str(k) for k in b.store.r.scan_iter(match=b.store.k.pattern(), count=1000)}
 
 
 @pytest.fixture
@@ -83,7 +63,7 @@ def test_1_a_member_token_never_acts_as_a_session(secured: Bus, tmp_path: Path) 
     eve = tok(member="elsewhere/eve")  # a member of no workspace
     dean = tok(member=f"{WS}/dean")  # even an active member of bob's workspace
     (tmp_path / "p.png").write_bytes(png())
-    before = keys_of(secured), stream_len(secured, "alice"), stream_len(secured, "bob")
+    before = keys_of(secured), stored(secured, "alice"), stored(secured, "bob")
     for token in (eve, dean):
         for call in (
             lambda t=token: secured.threads("bob", token=t),
@@ -102,7 +82,7 @@ def test_1_a_member_token_never_acts_as_a_session(secured: Bus, tmp_path: Path) 
     with pytest.raises(Unauthorized) as err:
         secured.read_inbox("bob", token=eve)  # not a member of acme
     assert err.value.code == "token_subject"
-    after = keys_of(secured), stream_len(secured, "alice"), stream_len(secured, "bob")
+    after = keys_of(secured), stored(secured, "alice"), stored(secured, "bob")
     assert after == before
     assert not (Path(secured.settings.home) / "items").exists()
 
@@ -120,7 +100,7 @@ def test_2_naming_a_thread_does_not_make_you_a_party(secured: Bus) -> None:
     with pytest.raises(Refused) as err:
         secured.send({"to_id": "bob", "text": "let me in", "thread": computed}, token=mallory)
     assert err.value.code == "not_a_party"
-    assert stream_len(secured, "bob") == 1
+    assert stored(secured, "bob") == 1
     # Even a message that reached the thread's log another way never adds its sender.
     secured.post(
         parse_message(
@@ -144,7 +124,7 @@ def test_2_naming_a_thread_does_not_make_you_a_party(secured: Bus) -> None:
         assert err.value.code == "not_a_party"
     # bob's reply goes to the parties only.
     out = secured.reply("bob", computed, "to alice", token=tok(session="bob"))
-    assert out["to"] == ["alice"] and stream_len(secured, "mallory") == 0
+    assert out["to"] == ["alice"] and stored(secured, "mallory") == 0
 
 
 # 3 ------------------------------------------------------------------------------------------
@@ -248,16 +228,6 @@ def test_9_a_wake_command_gets_no_secrets(
 # 10 -----------------------------------------------------------------------------------------
 
 
-def png(color: tuple[int, int, int] = (0, 128, 255)) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (2, 2), color).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def _chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-
 @pytest.fixture
 def agent(bus: Bus) -> Bus:
     bus.items.member_add(WS, "dean")
@@ -321,9 +291,9 @@ def test_10_a_script_under_a_png_header_and_a_bomb_are_refused(agent: Bus, tmp_p
     ihdr = struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)
     bomb = (
         b"\x89PNG\r\n\x1a\n"
-        + _chunk(b"IHDR", ihdr)
-        + _chunk(b"IDAT", zlib.compress(b"\0" * 64))
-        + _chunk(b"IEND", b"")
+        + png_chunk(b"IHDR", ihdr)
+        + png_chunk(b"IDAT", zlib.compress(b"\0" * 64))
+        + png_chunk(b"IEND", b"")
     )
     (tmp_path / "bomb.png").write_bytes(bomb)
     for name, code in (("script.png", "not_a_picture"), ("bomb.png", "picture_too_large")):
@@ -389,7 +359,7 @@ def test_12_a_sender_over_its_rate_is_refused(make_bus: Callable[..., Bus]) -> N
     with pytest.raises(RateLimited) as err:
         b.send({"from": "h:flood", "to_id": "s1", "text": "one too many"})
     assert err.value.code == "rate_limited"
-    assert stream_len(b, "s1") == 3
+    assert stored(b, "s1") == 3
     # Another sender has its own bucket.
     assert b.send({"from": "h:calm", "to_id": "s1", "text": "hi"})["state"] == "stored"
 
@@ -413,7 +383,7 @@ def test_12_a_full_inbox_refuses_and_drops_nothing(
 
 def test_12_the_cli_exits_non_zero_when_rate_limited(bus: Bus) -> None:
     bus.open_session("s1")
-    env = settings_env(bus.settings)
+    env = bus.settings.child_env()
     env.update({"INBOX_DISPATCHER": "none", "INBOX_SEND_RATE": "0.001", "INBOX_SEND_BURST": "1"})
     cmd = [
         sys.executable,
@@ -431,7 +401,7 @@ def test_12_the_cli_exits_non_zero_when_rate_limited(bus: Bus) -> None:
     second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert first.returncode == 0, first.stderr
     assert second.returncode == 4 and json.loads(second.stdout)["error"] == "rate_limited"
-    assert stream_len(bus, "s1") == 1
+    assert stored(bus, "s1") == 1
 
 
 def test_12_prox_door_is_bounded_too(

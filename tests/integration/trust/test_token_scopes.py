@@ -7,8 +7,6 @@ active; it never reads a session's threads or writes, replies or decides as a se
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -21,15 +19,14 @@ from bus.core.errors import Refused, Unauthorized
 from bus.core.settings import Settings
 from bus.surfaces.http.gateway import create_app
 from bus.trust.tokens import SCOPE_OPERATOR, SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
-from tests.conftest import settings_env
-from tests.integration.harness.test_mcp import anyio_backend, call, mcp_client
-from tests.integration.trust.test_attacks_gateway import Server
-from tests.integration.trust.test_attacks_trust_model import png
+from tests.support.cli import inbox as cli
+from tests.support.gateway_server import Server
+from tests.support.mcp_client import call, mcp_client
+from tests.support.pictures import png
 
 SECRET = "scopes-secret-0123456789"
 ALL = (SCOPE_READ, SCOPE_WRITE, SCOPE_THREAD)
 WS = "acme"
-__all__ = ["anyio_backend"]  # the MCP test's fixture, used here too
 
 
 def tok(**kw: Any) -> str:
@@ -158,22 +155,12 @@ def test_a_session_token_acts_only_as_its_session(world: tuple[Bus, str, str]) -
     assert keys_of(b) == before
 
 
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bus.surfaces.cli.app", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 @pytest.mark.slow
 def test_cli_refuses_a_member_token_as_a_session(
     world: tuple[Bus, str, str], tmp_path: Path
 ) -> None:
     b, thread, req = world
-    env = settings_env(b.settings)
+    env = b.settings.child_env()
     env.update(
         {
             "INBOX_SECRET": SECRET,

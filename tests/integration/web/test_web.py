@@ -17,9 +17,9 @@ import pytest
 
 from bus.api import Bus
 from bus.core.settings import Settings
-from tests.conftest import WorkerProcess, wait_for
-from tests.integration.inbox.test_inbox_live import Scheduler, celery_bus, events
+from tests.support.celery_bus import Scheduler, celery_bus, events
 from tests.support.harness_support import missing
+from tests.support.waiting import wait_for
 from tests.support.web_support import (
     ARTIFACTS,
     CHROMIUM,
@@ -29,6 +29,7 @@ from tests.support.web_support import (
     cli,
     free_port,
 )
+from tests.support.worker_proc import WorkerProcess
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from bus.surfaces.http.gateway import create_app
 from bus.surfaces.web.page_gate import MAX_FORM_BYTES, _origin, is_loopback
 from bus.surfaces.web.permission import decide
 from bus.trust import tokens
-from tests.unit.test_pictures import JPEG, png_bytes
+from tests.support.pictures import JPEG, png_bytes
 
 SECRET = "gate-test-secret"
 

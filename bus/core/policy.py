@@ -179,7 +179,7 @@ class SteerFacts:
     state: str
     agent_inbox: bool
     prompt_waiting: bool
-    wake_pending: bool  # a wake's command not yet run (the one-session way runs it)
+    wake_pending: bool  # a wake's command not yet run (settled before the plan)
     in_flight: bool  # a notice is being written right now
     unconfirmed: bool  # notices on the file floor that no drain confirmed yet
     retry_at: int | None  # a refused notice is retried no earlier than this
@@ -189,10 +189,10 @@ class SteerFacts:
 def steers(f: SteerFacts) -> bool:
     """The steer rule: whether a delivery sends a running session's steer in its own run
     now (what is new goes into one notice, written at once). Exactly where :func:`decide`
-    plans ``notice`` for a running session and nothing is left for the one-session way
-    (a notice in flight or unconfirmed, a wake command pending). The snapshot's Lua
-    (``steer_ready`` in ``parts/snapshot.lua``) writes the same rule; a table-driven test
-    runs both over every row."""
+    plans ``notice`` for a running session and nothing an earlier run left is to be
+    settled first (a notice in flight or unconfirmed, a wake command pending). The
+    snapshot's Lua (``steer_ready`` in ``parts/snapshot.lua``) writes the same rule; a
+    table-driven test runs both over every row."""
     return (
         f.state == "running"
         and f.agent_inbox

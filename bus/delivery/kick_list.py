@@ -383,7 +383,7 @@ class KickLoop:
 
     def _beater(self, store: Store, loop: str) -> Callable[[], None]:
         """Progress within a batch: the loop's beat (at most every BEAT_S), so a batch
-        longer than STALE_MS (a loaded machine, many one-session recoveries) does not
+        longer than STALE_MS (a loaded machine, many recoveries settled) does not
         have its kicks put back and delivered again by another loop; then ``on_done``."""
         beat_at = time.monotonic()
 

@@ -161,9 +161,13 @@ def _get(url: str, token: str | None, timeout_s: float) -> tuple[int, Any]:
 
 def probe_gateway(url: str, token: str | None, timeout_s: float = GATEWAY_TIMEOUT_S) -> Probe:
     """Ask the gateway at ``url`` its health, then whether it takes ``token``."""
+    from http.client import HTTPException  # a reply cut short, a status line not HTTP's
+
     base = url.rstrip("/")
     try:
         status, body = _get(f"{base}/health", None, timeout_s)
+    except HTTPException as exc:
+        return Probe("not_gateway", f"it does not answer HTTP ({type(exc).__name__})")
     except (OSError, ValueError) as exc:  # refused, timed out, no such name, a bad URL
         return Probe("unreachable", str(getattr(exc, "reason", None) or exc))
     if status != 200 or not isinstance(body, dict) or "redis" not in body:
@@ -175,7 +179,7 @@ def probe_gateway(url: str, token: str | None, timeout_s: float = GATEWAY_TIMEOU
     probe_id = f"doctor-{secrets.token_hex(8)}"  # no message has it: the answer is about the token
     try:
         status, body = _get(f"{base}/v1/messages/{probe_id}?by=doctor", token, timeout_s)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, HTTPException) as exc:
         return Probe("unreachable", str(getattr(exc, "reason", None) or exc))
     code = body.get("error", "") if isinstance(body, dict) else ""
     if status == 401 and code in TOKEN_REFUSED:

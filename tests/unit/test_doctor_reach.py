@@ -4,11 +4,13 @@ the harnesses keep them, and the rows a probe's finding becomes."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from pathlib import Path
 
 import pytest
 
-from bus.ops.doctor_reach import SERVED, UI_URL, Probe, gateway_rows, mcp_rows
+from bus.ops.doctor_reach import SERVED, UI_URL, Probe, gateway_rows, mcp_rows, probe_gateway
 from bus.ops.mcp_configs import McpEntry, inbox_mcp_entries, is_inbox_mcp
 from bus.ops.serve_record import url_of
 
@@ -129,3 +131,21 @@ def test_mcp_rows(probe: Probe, reason: str | None, fix: str | None) -> None:
     assert (row["check"], row["harness"], row["server"]) == ("mcp", "codex", "inbox")
     assert row["command"] == "/bin/inbox mcp"
     assert reason in row["reason"] and fix in row["fix"]
+
+
+def test_a_listener_that_speaks_no_http_is_not_the_gateway() -> None:
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+
+        def answer() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                conn.recv(1024)
+                conn.sendall(b"-ERR unknown command\r\n")  # a Redis, say
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        probe = probe_gateway(f"http://127.0.0.1:{srv.getsockname()[1]}", None, timeout_s=10)
+        thread.join(10)
+    assert probe.state == "not_gateway" and "does not answer HTTP" in probe.said

@@ -44,7 +44,6 @@ over then (within ``INBOX_LOCK_TTL_S``), and for a live holder it is one empty d
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -69,8 +68,6 @@ if TYPE_CHECKING:
     from .host import DeliveryHost
     from .inbox import Inbox
     from .raw_lines import RawLines
-
-log = logging.getLogger(__name__)
 
 # Sessions per step: a step's pipeline stays short, and its fences fresh (bus.delivery.lease).
 CHUNK = 64

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -42,8 +41,6 @@ if TYPE_CHECKING:
     from .floor import Floor
     from .receipts import Receipts
     from .report import DeliveryReport
-
-log = logging.getLogger(__name__)
 
 THREAD_LOG_MAX = 5000
 # A waited send whose store stopped answering tries again after these pauses (doubling).

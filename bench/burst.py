@@ -290,7 +290,7 @@ def events(b: Bus, sid: str, kind: str) -> list[dict[str, str]]:
 def all_written(b: Bus, sid: str) -> bool:
     """Every message taken from the stream and carried by a notice that was written."""
     k = b.store.k
-    if b.store.backlog(sid):
+    if b.store.queue.backlog(sid):
         return False
     return not any(b.store.r.exists(k.s(sid, name)) for name in ("new", "notice"))
 

@@ -435,7 +435,7 @@ class Soak:
         while time.monotonic() < deadline:
             try:
                 if not placed:
-                    bus.store.schedule("due", "probe-a", int(_now() * 1000))
+                    bus.store.schedule.schedule("due", "probe-a", int(_now() * 1000))
                     placed = True
                 if bus.store.r.zscore(bus.store.k.due, "due|probe-a") is None:
                     return _now() - t_fault

@@ -96,10 +96,10 @@ def measure(mode: str, codex: Path, s: Settings, bus: Bus, runs: int) -> list[fl
         tmux = Tmux(argv, project, env)
         try:
             tmux.wait_screen(lambda x: "›" in x, 120, "the prompt")
-            before = set(bus.store.session_ids())
+            before = set(bus.store.sessions.session_ids())
             tmux.type("please run: echo first-turn")
-            wait(lambda: set(bus.store.session_ids()) - before, 90, "the session")
-            [sid] = set(bus.store.session_ids()) - before
+            wait(lambda: set(bus.store.sessions.session_ids()) - before, 90, "the session")
+            [sid] = set(bus.store.sessions.session_ids()) - before
             wait(lambda: bus.session(sid).state == "idle" and bus.session(sid).turns, 90, "idle")
             for n in range(runs):
                 sent = time.monotonic()

@@ -453,7 +453,7 @@ def scenario_wake(s: Settings, observer: Bus, sessions: int) -> dict[str, Any]:
                 if f["kind"] == "inbox_received"
             ),
             None,
-        ) or observer.store.cursor(sid)
+        ) or observer.store.queue.cursor(sid)
         arrived = int(str(eid).split("-")[0])
         late.append(woke[sid] - arrived - DEBOUNCE_S * 1000)
     return {"sessions": sessions, "debounce_ms": DEBOUNCE_S * 1000, "late_ms": percentiles(late)}

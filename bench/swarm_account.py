@@ -129,8 +129,8 @@ def _why_unheard(soak: HostsSoak, rows: list[dict[str, Any]]) -> list[dict[str, 
         sid = row["sid"]
         store = soak.bus(soak.host_of(sid)).store
         try:
-            recs = store.records(sid, [row["id"]])
-            views = store.sweep_views([sid])
+            recs = store.inbox.records(sid, [row["id"]])
+            views = store.schedule.sweep_views([sid])
             view = views[0][1]._asdict() if views else None
             out.append({**row, "record": recs[0] if recs else None, "sweep_view": view})
         except Exception as exc:  # the store itself away: say so

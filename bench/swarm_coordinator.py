@@ -86,7 +86,7 @@ class Coordinator:
         store = self.soak.bus(self.host).store
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            got = store.sub_cursors(NAME, self.lanes)
+            got = store.events.sub_cursors(NAME, self.lanes)
             if all(got.values()):
                 self.starts = {s: str(c) for s, c in got.items()}
                 return

@@ -92,7 +92,7 @@ def role_harness(args: argparse.Namespace) -> int:
             sid, mid = replies.get()
             try:
                 answer = retrying(
-                    lambda s=sid, m=mid: bus.store.first_answer(s, m), time.monotonic() + 60
+                    lambda s=sid, m=mid: bus.store.queue.first_answer(s, m), time.monotonic() + 60
                 )
                 res = retrying(
                     lambda s=sid, m=mid, a=answer: bus.reply(s, a["thread"], f"re {m}"),

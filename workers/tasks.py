@@ -113,7 +113,7 @@ def _claim_host(**_: Any) -> None:
     # A worker started without `inbox up` (compose) marks its host starting too, so the
     # host is not called down before its first beat (at worker_ready, once its pool is up).
     try:
-        bus.store.mark_starting(bus.settings.host)
+        bus.store.schedule.mark_starting(bus.settings.host)
     except OUTAGE_ERRORS:
         pass
 

@@ -70,7 +70,7 @@ class Conversing(Parts):
         if not msg.thread:
             return
         parties = self.conversation.parties(msg.thread)
-        exists = parties or self.store.thread_exists(msg.thread)
+        exists = parties or self.store.inbox.thread_exists(msg.thread)
         refusal = send_many.party_refusal(msg, parties, bool(exists))  # one rule for a batch too
         if refusal is not None:
             raise refusal

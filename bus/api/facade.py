@@ -120,7 +120,7 @@ class Bus(Conversing, Members, Host):
             self.auth,
             s,
             session=self.sessions.get,
-            member_status=lambda ws, name: self.store.member_status(ws, name),
+            member_status=lambda ws, name: self.store.members.member_status(ws, name),
             clock=clk,
         )
         self.batches = BatchSender(

@@ -44,7 +44,9 @@ class Taker:
         """The entries due at ``now_ms`` when this scheduler holds (or gets) the claim;
         ``[]`` while another holds it (with no round trip until it can have lapsed:
         :meth:`~bus.store.schedule.ScheduleStore.take_due_as`)."""
-        taken, left_ms, next_due = store.take_due_as(self.name, self.claim_ms, now_ms, limit)
+        taken, left_ms, next_due = store.schedule.take_due_as(
+            self.name, self.claim_ms, now_ms, limit
+        )
         self.holds = left_ms == 0
         self.next_due = next_due if self.holds else None
         return taken
@@ -52,5 +54,5 @@ class Taker:
     def release(self, store: Store) -> None:
         """Give the claim up (the scheduler stops): another takes over at its next look."""
         if self.holds:
-            store.release_taker(self.name)
+            store.schedule.release_taker(self.name)
             self.holds = False

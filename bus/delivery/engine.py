@@ -125,19 +125,19 @@ def _hand_off(
     report, runs = first, 1
     while True:
         if report.busy:
-            store.ask_again(sid, store.lock_ttl_ms)
+            store.delivery.ask_again(sid, store.lock_ttl_ms)
             report = _once(bus, sid, total, tick)
             if report.busy:
                 total.busy = True  # the holder runs again after it unlocks
-                store.schedule("lease", sid, now_ms() + store.lock_ttl_ms + LEASE_SLACK_MS)
+                store.schedule.schedule("lease", sid, now_ms() + store.lock_ttl_ms + LEASE_SLACK_MS)
                 return total
         if not report.again:
             return total
         if runs >= MAX_RUNS:
             break
         report, runs = _once(bus, sid, total, tick), runs + 1
-    if store.mark_pending(sid):
-        info = store.get_session(sid)
+    if store.queue.mark_pending(sid):
+        info = store.sessions.get_session(sid)
         if info is not None:
             bus.dispatcher.request(info.host, sid)
     return total
@@ -209,7 +209,7 @@ def _begin(
     others are ``busy``). A raw line left in flight is settled first (its line looked for
     on the floor) and the queue read again after it: one session's rare round trips."""
     runs: list[Run] = []
-    for sid, start in zip(sids, store.begin_many(sids, BATCH, snapshot=True), strict=True):
+    for sid, start in zip(sids, store.delivery.begin_many(sids, BATCH, snapshot=True), strict=True):
         if start is None:
             reports[sid].busy = True  # held elsewhere: the hand-off does the rest
             continue
@@ -236,8 +236,8 @@ def _started(
         return run
     # A raw line was in flight: nothing was read.
     recover_raw(store, floor, sid, report, start.rawflight)
-    rows = store.read_after(sid, store.cursor(sid), BATCH)
-    return Run(sid, lease, report, store.get_session(sid) if rows else None, rows, None)
+    rows = store.queue.read_after(sid, store.queue.cursor(sid), BATCH)
+    return Run(sid, lease, report, store.sessions.get_session(sid) if rows else None, rows, None)
 
 
 # -- 2. take -----------------------------------------------------------------------------
@@ -254,7 +254,7 @@ def _take(
     for run in taking:
         if run.answers is None:  # a later read: its send answers read now
             msgs = [json.loads(fields["m"]) for _eid, fields in run.rows]
-            run.answers = store.first_answers(run.sid, [m["id"] for m in msgs])
+            run.answers = store.queue.first_answers(run.sid, [m["id"] for m in msgs])
     raw = [r for r in taking if raw_mode(r.info, inbox_default)]
     handles: dict[str, str | None] = {}
     for run in fence(store, [r for r in taking if r not in raw]):
@@ -302,7 +302,7 @@ def _snapshot(
         likely = steer_likely(floor, inbox_default, run.sid, run.info)
         run.take_nid = new_notice_id() if likely else None
     got = (
-        store.snapshot_many_after(
+        store.delivery.snapshot_many_after(
             pipe,
             items,
             BATCH,
@@ -336,7 +336,7 @@ def _counted(store: Store, metrics: Metrics, keep: int, runs: list[Run]) -> None
         if taken:
             metrics.incr("messages_in", taken)
         assert run.snap is not None
-        store.set_trim_floor(run.sid, keep, run.snap.stream_len)
+        store.queue.set_trim_floor(run.sid, keep, run.snap.stream_len)
 
 
 # -- 4. plan -----------------------------------------------------------------------------
@@ -371,7 +371,7 @@ def _plan(
             notices.wake_for_floor(run.sid, plan.reason, info)
         elif plan.action == "raw" and view.pending:
             inbox.pending_raw(run.sid, run.report)
-    store.schedule_many("due", due)
+    store.schedule.schedule_many("due", due)
     fenced = fence(store, noticing)
     for run in noticing:
         if run not in fenced:
@@ -460,7 +460,7 @@ def _finish(store: Store, runs: list[Run]) -> None:
     ending = [r for r in runs if not r.done]
     for run in ending:
         run.lease.stop_renewing()
-    agains = store.unlock_many([(r.sid, r.lease.token) for r in ending])
+    agains = store.delivery.unlock_many([(r.sid, r.lease.token) for r in ending])
     for run, again in zip(ending, agains, strict=True):
         run.done = True
         # Lost on the way (a notice left in flight): as a lease lost, it runs again.

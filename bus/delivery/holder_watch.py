@@ -84,7 +84,7 @@ class HolderWatch:
             notices.floor,
             notices.settings.host,
             notices.close_gone,
-            lambda sid: notices.store.get_session(sid),
+            lambda sid: notices.store.sessions.get_session(sid),
         )
 
     def check(self) -> list[str]:

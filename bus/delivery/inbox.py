@@ -84,7 +84,11 @@ class _SenderFacts:
         """The one live session with ``handle`` (a sender that gave no session id)."""
         if handle not in self._handles:
             try:
-                found = [s for s in self.ib.store.sessions_by_handle(handle) if s.state != "closed"]
+                found = [
+                    s
+                    for s in self.ib.store.sessions.sessions_by_handle(handle)
+                    if s.state != "closed"
+                ]
             except ValueError:
                 found = []
             self._handles[handle] = found[0].session if len(found) == 1 else None
@@ -98,7 +102,7 @@ class _SenderFacts:
         """Whether this session gave ``sender_sid`` work (its first work, or as parent)."""
         if sender_sid not in self._gave:
             store, info = self.ib.store, self.info
-            recorded, sender = store.gave_and_session(self.sid, sender_sid)
+            recorded, sender = store.sessions.gave_and_session(self.sid, sender_sid)
             self._gave[sender_sid] = policy.gave_work(
                 recorded,
                 sender.parent if sender is not None else None,
@@ -120,14 +124,14 @@ class _SenderFacts:
             receiver_delegator=info.delegator,
             receiver_turns=info.turns,
             receiver_gave_work_to_sender=sender_sid is not None and self.gave_work_to(sender_sid),
-            from_member=policy.from_member(info, msg, self.ib.store.member_status),
+            from_member=policy.from_member(info, msg, self.ib.store.members.member_status),
         )
         giver = sender_sid or str(msg["from"])
         if policy.is_first_work(facts) and giver not in self._first_work_recorded:
             self._first_work_recorded.add(giver)
-            self.ib.store.set_delegator_once(self.sid, giver)
+            self.ib.store.sessions.set_delegator_once(self.sid, giver)
             if sender_sid:
-                self.ib.store.add_gave(sender_sid, self.sid)
+                self.ib.store.sessions.add_gave(sender_sid, self.sid)
         return policy.may_wake(facts)
 
 
@@ -242,9 +246,9 @@ class Inbox:
             )
             report.inbox += 1
         for thread, args in appends.items():
-            store.append_to_thread(thread, args, pipeline=pipe)
+            store.inbox.append_to_thread(thread, args, pipeline=pipe)
         if takes:
-            store.take_into_inbox(sid, takes, pipeline=pipe)
+            store.inbox.take_into_inbox(sid, takes, pipeline=pipe)
         if own:
             pipe.execute()
 
@@ -252,7 +256,7 @@ class Inbox:
 
     def view(self, sid: str, info: SessionInfo) -> policy.InboxView:
         """The plan's view of ``sid``'s inbox, read now."""
-        return self.view_of(info, self.store.inbox_view(sid))
+        return self.view_of(info, self.store.inbox.inbox_view(sid))
 
     def decide(self, view: policy.InboxView) -> policy.Plan:
         """The plan for a session's inbox now (:func:`bus.core.policy.decide` with this
@@ -280,30 +284,32 @@ class Inbox:
 
     def pending_raw(self, sid: str, report: DeliveryReport) -> None:
         """Closing or switched off: what waits in the inbox goes out raw, nothing lost."""
-        for rec in self.store.records(sid, self.store.new_ids(sid)):
+        for rec in self.store.inbox.records(sid, self.store.inbox.new_ids(sid)):
             msg = rec.get("m")
             if msg:
                 self.raw.write(sid, msg, report)
-            self.store.drop_new(sid, rec["id"])
+            self.store.inbox.drop_new(sid, rec["id"])
 
     def records(self, sid: str, ids: list[str]) -> list[dict[str, Any]]:
-        """The inbox records of ``ids`` (see :meth:`bus.store.store.Store.records`)."""
-        return self.store.records(sid, ids)
+        """The inbox records of ``ids`` (see :meth:`bus.store.store.Store.inbox.records`)."""
+        return self.store.inbox.records(sid, ids)
 
     # -- harness events -------------------------------------------------------------------
 
     def on_turn(self, sid: str, event: str, answer: str | None) -> dict[str, Any]:
         # A refused notice is tried again at the next turn start or end, not only after
         # the retry delay.
-        self.store.clear_retry(sid)
-        self.store.unschedule("retry", sid)
+        self.store.sessions.clear_retry(sid)
+        self.store.schedule.unschedule("retry", sid)
         if event != "end":
             return {}
         # The ids the turn carried, read in one MULTI with the answer (the receipts' stamp).
-        carried, waiting = self.store.answer_turn(sid, answer, self.clock.now_ms())
+        carried, waiting = self.store.inbox.answer_turn(sid, answer, self.clock.now_ms())
         if answer is not None:
             self.receipts.mark(sid, "answered", carried)
-        self.store.push_answers(sid, waiting, {"ok": True, "state": "answered", "answer": answer})
+        self.store.inbox.push_answers(
+            sid, waiting, {"ok": True, "state": "answered", "answer": answer}
+        )
         self.prune(sid)
         return {"answered": len(waiting)}
 
@@ -312,7 +318,7 @@ class Inbox:
         self.notices.answer_closed(sid, f"session {sid} closed before answering")
 
     def register_waiter(self, sid: str, msg_id: str) -> None:
-        self.store.add_waiter(sid, msg_id)
+        self.store.inbox.add_waiter(sid, msg_id)
 
     def wait_answer(
         self, sid: str, msg_id: str, stored: dict[str, Any], timeout: float | None
@@ -340,14 +346,14 @@ class Inbox:
         deadline: float | None,
         timeout: float | None,
     ) -> dict[str, Any]:
-        prior = self.store.first_answer(sid, msg_id) or {}
+        prior = self.store.queue.first_answer(sid, msg_id) or {}
         if prior.get("state") in ("answered", "withdrawn", "retracted"):
             return {**stored, **prior}
         left = 0.0 if deadline is None else deadline - time.monotonic()
         got = None
         if deadline is None or left > 0:
             # The blocking client: BLPOP's own timeout bounds the wait, not the socket's.
-            got = self.store.pop_answer(self._blocking(), sid, msg_id, left)
+            got = self.store.inbox.pop_answer(self._blocking(), sid, msg_id, left)
         if got is None:
             return _no_answer(stored, timeout)
         answer = json.loads(got)
@@ -356,21 +362,21 @@ class Inbox:
     def mark_noticed(self, sid: str, nids: list[str], via: str) -> int:
         """Confirm notices heard (``via`` socket or drain): their messages move
         ``new → noticed``. Every such move goes through here (``floor_drained.lua``)."""
-        return self.store.confirm_notices(sid, nids, via, self.clock.now_ms())
+        return self.store.inbox.confirm_notices(sid, nids, via, self.clock.now_ms())
 
     def sweep_floor(self, sid: str, now: int | None = None, nids: list[str] | None = None) -> int:
         """Notices written to the floor and never confirmed: those a dead drainer took off
         are given back to ``new`` (see bus.delivery.heard). Returns how many were given back.
         ``nids``: the floor's unconfirmed notices as already read (``None``: read here)."""
         if nids is None:
-            nids = self.store.floor_notice_ids(sid)
+            nids = self.store.inbox.floor_notice_ids(sid)
         if not nids:
             return 0
         there = self.floor.pending_ids(sid)
         # Marks a drain deferred while Redis was down count as confirmations on their way.
         there.update(pending_ids(self.floor.session_dir(sid) / PENDING_MARKS))
         now = self.clock.now_ms() if now is None else now
-        return self.store.sweep_floor_notices(
+        return self.store.inbox.sweep_floor_notices(
             sid, now, heard.GONE_GRACE_MS, {n: n in there for n in nids}
         )
 
@@ -393,7 +399,7 @@ class Inbox:
         Send answers (what a resend of an id gets) are kept for
         :data:`bus.store.inbox.IDS_KEEP_MS`, longer than the messages themselves.
         """
-        return self.store.prune(
+        return self.store.inbox.prune(
             sid,
             self.settings.retain_messages,
             self.clock.now_ms(),

@@ -84,7 +84,7 @@ class ListDispatcher:
 
     def _push(self, host: str, sids: list[str]) -> bool:
         try:
-            return self._store().push_kicks(host, sids)
+            return self._store().delivery.push_kicks(host, sids)
         except OUTAGE_ERRORS as exc:  # Redis away: the fallback tries (or fails) its way
             log.debug("kick list unavailable (%s); dispatching through the fallback", exc)
             return False
@@ -158,7 +158,7 @@ class KickLoop:
             if now - self._alive_at < BLOCK_S:
                 return
             self._alive_at = now
-        moved = store.reclaim_kicks(self.host, STALE_MS)
+        moved = store.delivery.reclaim_kicks(self.host, STALE_MS)
         if moved:
             log.info("put %d kicks of dead delivery loops back on the list", moved)
 
@@ -182,10 +182,12 @@ class KickLoop:
                 if client is None or ahead.broken:
                     if pool is not None:
                         pool.disconnect()
-                    client, pool = store.kick_client(BLOCK_S, f"inbox-kick:{self.host}:{loop}")
+                    client, pool = store.delivery.kick_client(
+                        BLOCK_S, f"inbox-kick:{self.host}:{loop}"
+                    )
                     ahead = _Ahead()  # a new connection: perhaps a restarted server
                 if time.monotonic() - beat_at >= BEAT_S:
-                    store.kick_beat(self.host, loop, ALIVE_MS)
+                    store.delivery.kick_beat(self.host, loop, ALIVE_MS)
                     beat_at = time.monotonic()
                     self._reclaim(store)
                 held: threading.Lock | None = None
@@ -240,7 +242,7 @@ class KickLoop:
             self._done(store, loop)
         if not undone:
             with contextlib.suppress(*OUTAGE_ERRORS):
-                store.kick_gone(self.host, loop)
+                store.delivery.kick_gone(self.host, loop)
         if pool is not None:
             pool.disconnect()
 
@@ -267,7 +269,7 @@ class KickLoop:
             return [], None, False
         seen = self._heard_n
         got = _kept_if_any(
-            self._gate, lambda: store.take_kicks(self.host, loop, POP_MAX, clear=clear)
+            self._gate, lambda: store.delivery.take_kicks(self.host, loop, POP_MAX, clear=clear)
         )
         if got[0]:
             return (*got, True)
@@ -294,9 +296,9 @@ class KickLoop:
         self._listener = loop
 
         def listen() -> list[str]:
-            sids, waiting = store.wait_kick(client, self.host, loop, BLOCK_S, clear=clear)
+            sids, waiting = store.delivery.wait_kick(client, self.host, loop, BLOCK_S, clear=clear)
             if sids and waiting:
-                sids += store.take_kicks(self.host, loop, POP_MAX - 1)
+                sids += store.delivery.take_kicks(self.host, loop, POP_MAX - 1)
             return sids
 
         heard = _kept_if_any(self._listen, listen)
@@ -315,16 +317,18 @@ class KickLoop:
 
         def finish(finishes: list[dict[str, Any]]) -> list[tuple[bool, bool]]:
             if ahead.sent is not None:  # one wait ahead at a time
-                return store.finish_notices(finishes)
-            calls = [c for f in finishes for c in store.finish_calls(**f, kicks_of=self.host)]
+                return store.delivery.finish_notices(finishes)
+            calls = [
+                c for f in finishes for c in store.delivery.finish_calls(**f, kicks_of=self.host)
+            ]
             try:
-                ahead.sent = store.send_then_wait(
+                ahead.sent = store.delivery.send_then_wait(
                     client, self.host, loop, BLOCK_S, calls, load=not ahead.loaded
                 )
             except OUTAGE_ERRORS as exc:
                 log.debug("kick connection failed (%s); notice records sent apart", exc)
                 ahead.broken = True
-                return store.finish_notices(finishes)
+                return store.delivery.finish_notices(finishes)
             ahead.loaded, ahead.calls = True, calls
             faults.point("kick:after_ahead")
             return [(True, False)] * len(finishes)
@@ -352,7 +356,7 @@ class KickLoop:
                 log.info("notice records answered with an error; sent again, loaded")
                 store.run_in_order(lost)
             if sids and waiting:
-                sids += store.take_kicks(self.host, loop, POP_MAX - 1)
+                sids += store.delivery.take_kicks(self.host, loop, POP_MAX - 1)
             return sids
 
         heard = _kept_if_any(self._listen, listen)
@@ -377,7 +381,7 @@ class KickLoop:
 
     def _done(self, store: Store, loop: str) -> None:
         try:
-            store.done_kicks(self.host, loop)
+            store.delivery.done_kicks(self.host, loop)
         except OUTAGE_ERRORS as exc:  # left taken: put back once this loop's beat lapses
             self._outage.failed(exc)
 
@@ -392,7 +396,7 @@ class KickLoop:
             if time.monotonic() - beat_at >= BEAT_S:
                 beat_at = time.monotonic()
                 with contextlib.suppress(*OUTAGE_ERRORS):
-                    store.kick_beat(self.host, loop, ALIVE_MS)
+                    store.delivery.kick_beat(self.host, loop, ALIVE_MS)
             if self.on_done is not None:
                 self.on_done()
 

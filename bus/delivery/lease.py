@@ -67,7 +67,7 @@ class Lease:
     @classmethod
     def acquire(cls, store: Store, sid: str) -> Lease | None:
         """Take the session's lock and start renewing it; None when another holds it."""
-        token = store.lock(sid)
+        token = store.delivery.lock(sid)
         if token is None:
             return None
         lease = cls(store, sid, token)
@@ -79,7 +79,7 @@ class Lease:
         cls, store: Store, sid: str, token: str, sent_at: float, *, renew: bool = True
     ) -> Lease:
         """The lease of a lock this process took with ``token`` (in a script that did more,
-        :meth:`bus.store.store.Store.begin_delivery`) by a call sent at ``sent_at``
+        :meth:`bus.store.store.Store.delivery.begin_delivery`) by a call sent at ``sent_at``
         (``time.monotonic()``); starts renewing it (``renew=False``: the caller renews it
         with others, bus.delivery.engine, through :meth:`confirmed`)."""
         lease = cls(store, sid, token)
@@ -113,7 +113,7 @@ class Lease:
         if fresh and sent_at - self._confirmed_at < self._fresh_s:
             return True
         try:
-            ok = self.store.extend_lock(self.sid, self.token)
+            ok = self.store.delivery.extend_lock(self.sid, self.token)
         except StoreFailed:
             ok = False
         return self.confirmed(ok, sent_at)
@@ -131,14 +131,14 @@ class Lease:
     def release(self, *, take_again: bool = False) -> bool | None:
         """Stop renewing and free the lock (if still ours; an error leaves it to lapse).
         With ``take_again``, the hand-off flag is taken right after, in the same round
-        trip (:meth:`bus.store.store.Store.unlock_and_take_again`): its answer, or ``None``
+        trip (:meth:`bus.store.store.Store.delivery.unlock_and_take_again`): its answer, or ``None``
         when that failed (the caller takes it alone)."""
         if self._done is not None:
             self._done.set()
         try:
             if take_again:
-                return self.store.unlock_and_take_again(self.sid, self.token)
-            self.store.unlock(self.sid, self.token)
+                return self.store.delivery.unlock_and_take_again(self.sid, self.token)
+            self.store.delivery.unlock(self.sid, self.token)
         except StoreFailed as exc:
             log.info("delivery lock for %s left to lapse: %s", self.sid, exc)
         return None
@@ -155,7 +155,7 @@ class Lease:
         while not done.wait(interval):
             try:
                 sent_at = time.monotonic()
-                if self.store.extend_lock(self.sid, self.token):
+                if self.store.delivery.extend_lock(self.sid, self.token):
                     self._last_ok = time.monotonic()
                     self._confirmed_at = max(self._confirmed_at, sent_at)
                     continue

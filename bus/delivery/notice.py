@@ -4,7 +4,7 @@ Every notice a session hears goes through :meth:`Notices.send`, one notice or a 
 many: the messages taken into the notice in flight (``notice_take.lua``, one round trip
 for all), the line built from their records (:func:`notice_line`), the fence before each
 write, the write to the socket or the file floor, and the records after it (one round
-trip for all, :meth:`bus.store.store.Store.finish_calls`). A write that fails gives the
+trip for all, :meth:`bus.store.store.Store.delivery.finish_calls`). A write that fails gives the
 messages back (:meth:`Notices.revert`); a notice a killed worker left in flight is
 settled by the next delivery (:meth:`Notices.recover`). A wake's command runs here too
 (:meth:`Notices.run_wake_cmd`): the notice on its stdin, never keystrokes.
@@ -84,7 +84,7 @@ def new_notice_id() -> str:
     return f"ntc-{uuid.uuid4()}"
 
 
-# Sends notices' records (the arguments of Store.finish_calls, in order) and answers each
+# Sends notices' records (the arguments of Store.delivery.finish_calls, in order) and answers each
 # one's (freed, again): Notices.send's ``defer``.
 Finisher = Callable[[list[dict[str, Any]]], list[tuple[bool, bool]]]
 
@@ -168,7 +168,7 @@ class Notices:
         nids = [j.taken[0] if j.taken else new_notice_id() for j in jobs]
         # The notices not taken into flight yet, in one round trip.
         to_take = [(j.sid, n) for j, n in zip(jobs, nids, strict=True) if j.taken is None]
-        took = iter(store.take_notices(to_take, clock.now_ms()) if to_take else [])
+        took = iter(store.delivery.take_notices(to_take, clock.now_ms()) if to_take else [])
         taken_all = [j.taken[1] if j.taken else next(took) for j in jobs]
         finishes: list[dict[str, Any]] = []
         sent: list[_Sent] = []
@@ -193,7 +193,7 @@ class Notices:
                 job.repeated = self.revert(job.sid, nid, job.error, job.info)
                 continue
             if job.info is not None and job.info.fault:  # written again: the fault is over
-                store.update_session(job.sid, fault=None, fault_at=None, faults=None)
+                store.sessions.update_session(job.sid, fault=None, fault_at=None, faults=None)
             now = clock.now_ms()
             # A wake starts a turn: until the harness reports its end the session counts
             # as running, so later messages join a steer instead of waking it again. The
@@ -251,7 +251,7 @@ class Notices:
         ):
             unlocks = defer(finishes)
         else:
-            unlocks = store.finish_notices(finishes)
+            unlocks = store.delivery.finish_notices(finishes)
         metrics = self._metrics()
         for s, (freed, again) in zip(sent, unlocks, strict=True):
             job = s.job
@@ -265,7 +265,7 @@ class Notices:
             if s.run_cmd:
                 faults.point("wake:before_cmd")
                 self.run_wake_cmd(job.sid, s.line, job.info)
-                store.wake_done(job.sid, s.nid, job.reason)
+                store.delivery.wake_done(job.sid, s.nid, job.reason)
             job.notice = {
                 "notice": s.nid,
                 "via": s.via,
@@ -280,7 +280,7 @@ class Notices:
         if not stale:
             return
         sent_at = time.monotonic()
-        answers = self.store.extend_many([(lease.sid, lease.token) for lease in stale])
+        answers = self.store.delivery.extend_many([(lease.sid, lease.token) for lease in stale])
         for lease, ok in zip(stale, answers, strict=True):
             lease.confirmed(ok, sent_at)
 
@@ -291,15 +291,17 @@ class Notices:
         (:func:`bus.core.policy.retry_delay_s`). True when the session's last try failed
         for the same reason (the task is then no new failure: bus.delivery.report)."""
         store, now = self.store, self.clock.now_ms()
-        store.revert_notice(sid, nid, now, reason)
+        store.delivery.revert_notice(sid, nid, now, reason)
         if info is None:
-            info = store.get_session(sid)
+            info = store.sessions.get_session(sid)
         was = info.fault if info is not None else None
         count = ((info.faults or 0) if info is not None and was else 0) + 1
         retry_at = now + int(retry_delay_s(self.settings.retry_s, count) * 1000)
         fault_at = info.fault_at if info is not None and was == reason and info.fault_at else now
-        store.update_session(sid, retry_at=retry_at, fault=reason, fault_at=fault_at, faults=count)
-        store.schedule("retry", sid, retry_at)
+        store.sessions.update_session(
+            sid, retry_at=retry_at, fault=reason, fault_at=fault_at, faults=count
+        )
+        store.schedule.schedule("retry", sid, retry_at)
         self._metrics().incr("retries")
         return was == reason
 
@@ -309,15 +311,15 @@ class Notices:
         there was one."""
         store = self.store
         if nid == "":
-            nid = store.notice_in_flight(sid)
+            nid = store.inbox.notice_in_flight(sid)
         if not nid:
             return False
         if self.floor.contains_id(sid, nid):
-            store.notice_written(sid, nid, self.clock.now_ms(), "file")
+            store.delivery.notice_written(sid, nid, self.clock.now_ms(), "file")
         else:
             # Not on the floor: never written, or heard on the socket before the worker
             # died. Either way its messages go again, listed as redelivered.
-            store.revert_notice(
+            store.delivery.revert_notice(
                 sid, nid, self.clock.now_ms(), "recovered after a crash", again=True
             )
         return True
@@ -332,14 +334,14 @@ class Notices:
             log.warning(
                 "wake of %s for %s: its worker died before the command ran; ran it", sid, nid
             )
-        self.store.wake_done(sid, nid, "recovered" if lines else "drained")
+        self.store.delivery.wake_done(sid, nid, "recovered" if lines else "drained")
 
     def wake_for_floor(self, sid: str, reason: str, info: SessionInfo) -> None:
         """Wake an idle session for notices on its file floor that no drain took: written
         for a running turn that ended before its harness drained them (the turn's end
         raced the notice's write). Once per notice (``floor_woken.lua``)."""
         store = self.store
-        nids = store.floor_woken(sid, self.clock.now_ms())
+        nids = store.delivery.floor_woken(sid, self.clock.now_ms())
         if not nids:
             return
         lines = [x for x in self.floor.peek(sid) if x.get("id") in nids]
@@ -348,8 +350,8 @@ class Notices:
         # As a wake with a fresh notice (send): running first, the command, then the
         # wake record.
         now = self.clock.now_ms()
-        store.update_session(sid, state="running", woken_at=now)
-        store.schedule(
+        store.sessions.update_session(sid, state="running", woken_at=now)
+        store.schedule.schedule(
             WAKE_TURN,
             sid,
             now + int(self.settings.wake_turn_timeout_s * 1000),
@@ -361,7 +363,7 @@ class Notices:
             # A harness's waiter on the socket is woken by the line itself; it drains the
             # floor, which confirms the notice (bus.surfaces.harness.waiter).
             self.floor.offer(sid, lines[-1])
-        store.record(sid, "wake", notice=str(lines[-1]["id"]), reason=reason)
+        store.events.record(sid, "wake", notice=str(lines[-1]["id"]), reason=reason)
 
     def run_wake_cmd(self, sid: str, line: dict[str, Any], info: SessionInfo | None = None) -> None:
         """Run the session's wake command, as its opener kept it on this host
@@ -370,7 +372,7 @@ class Notices:
         unless the command uses shell syntax, and never the bus's secrets). A session
         whose harness is gone (its kept holders all ended) is closed instead."""
         if info is None:
-            info = self.store.get_session(sid)
+            info = self.store.sessions.get_session(sid)
         if info is None or not info.wake_cmd:
             return
         # The command the session's opener kept on this host, never the record's: a
@@ -417,37 +419,37 @@ class Notices:
         ``wake_error`` (status, doctor); a success clears that."""
         if code == 0:
             kept_wake.note(self.floor, sid, "wake_error", None)
-            info = self.store.get_session(sid)
+            info = self.store.sessions.get_session(sid)
             if info is not None and info.wake_error:
-                self.store.update_session(sid, wake_error=None)
+                self.store.sessions.update_session(sid, wake_error=None)
             return
         what = "could not start" if code is None else f"exited {code}"
         error = f"wake command {what} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
-        info = self.store.get_session(sid)
+        info = self.store.sessions.get_session(sid)
         if info is None:
             return
         if info.state == "running" and info.woken_at:  # no turn took the wake
-            self.store.unschedule(WAKE_TURN, sid)
-            self.store.update_session(sid, state="idle", woken_at=None, wake_error=error)
+            self.store.schedule.unschedule(WAKE_TURN, sid)
+            self.store.sessions.update_session(sid, state="idle", woken_at=None, wake_error=error)
         else:
-            self.store.update_session(sid, wake_error=error)
+            self.store.sessions.update_session(sid, wake_error=error)
         kept_wake.note(self.floor, sid, "wake_error", error)
-        self.store.record(sid, "wake_failed", error=error)
+        self.store.events.record(sid, "wake_failed", error=error)
         log.warning("wake of %s failed: %s; the session is idle again", sid, error)
 
     def close_gone(self, sid: str) -> None:
         """The session's harness is gone (no holder alive): closed, as ``session close``
         would (waiting senders get the closing error), and no command runs."""
-        self.store.unschedule(WAKE_TURN, sid)
-        self.store.update_session(sid, state="closed", woken_at=None)
+        self.store.schedule.unschedule(WAKE_TURN, sid)
+        self.store.sessions.update_session(sid, state="closed", woken_at=None)
         self.answer_closed(sid, f"session {sid} closed: its harness is gone")
-        self.store.record(sid, "session_gone")
+        self.store.events.record(sid, "session_gone")
         log.warning("%s: its harness is gone; the session is closed", sid)
 
     def answer_closed(self, sid: str, reason: str) -> None:
         """The senders waiting on ``sid``'s answer get the closing error, ``reason`` its why."""
-        self.store.push_answers(
+        self.store.inbox.push_answers(
             sid,
-            self.store.take_waiters(sid),
+            self.store.inbox.take_waiters(sid),
             {"ok": False, "state": "error", "error": "session_closed", "reason": reason},
         )

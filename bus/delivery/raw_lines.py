@@ -71,7 +71,7 @@ class RawLines:
             report.file += 1
         report.raw += 1
         store, metrics = self._store(), self._metrics()
-        store.record(sid, "delivered", id=msg["id"], via=via)
+        store.events.record(sid, "delivered", id=msg["id"], via=via)
         if via == "socket":  # acked by the harness: noticed
             self.receipts.mark(sid, "noticed", [msg["id"]], touch=True)
         metrics.incr("deliveries", via=via)

@@ -136,10 +136,10 @@ class Receipts:
                 members = outboxes.setdefault(msg.from_session, {})
                 members.setdefault(f"{to}|{msg.id}", self._tick())
         for to, opened in by_to.items():
-            store.open_receipts(to, opened, now, self.ttl_ms, pipeline=pipe)
+            store.receipts.open_receipts(to, opened, now, self.ttl_ms, pipeline=pipe)
         for sender, members in outboxes.items():
             floor = max(members.values()) - IDS_KEEP_MS * 1000
-            store.queue_outbox_add(pipe, sender, members, OUTBOX_MAX, floor)
+            store.receipts.queue_outbox_add(pipe, sender, members, OUTBOX_MAX, floor)
 
     def _tick(self) -> int:
         """Microseconds, strictly increasing in this process: a burst (or a batch) from one
@@ -152,7 +152,7 @@ class Receipts:
         """A send to no registered session: the receipt (and the outbox) say so."""
         store = self.store
         pipe = store.pipeline()
-        store.index_recipients([(msg.id, to)], now_ms(), pipeline=pipe)
+        store.receipts.index_recipients([(msg.id, to)], now_ms(), pipeline=pipe)
         self.open(pipe, msg, to, None, state="bounced", reason=reason)
         pipe.execute()
 
@@ -164,8 +164,8 @@ class Receipts:
         if not rows:
             return
         store = self.store
-        found = store.receipts_exist([(to, msg.id) for msg, to in rows])
-        store.outbox_remove(
+        found = store.receipts.receipts_exist([(to, msg.id) for msg, to in rows])
+        store.receipts.outbox_remove(
             [
                 (msg.from_session or "", to, msg.id)
                 for (msg, to), kept in zip(rows, found, strict=True)
@@ -187,7 +187,7 @@ class Receipts:
         ids = list(ids)
         if not ids and not touch:
             return
-        self.store.mark_receipts(
+        self.store.receipts.mark_receipts(
             sid, state, ids, now_ms(), self.ttl_ms, touch=touch, pipeline=client
         )
 
@@ -204,7 +204,7 @@ class Receipts:
         once the marks are stamped."""
         self.mark(sid, "read", [i for i in ids if _MESSAGE_ID_RE.fullmatch(i)], touch=True)
         if last:
-            self.store.move_reply_cursor(thread, sid, last)
+            self.store.receipts.move_reply_cursor(thread, sid, last)
 
     def heartbeat(self, sid: str) -> threading.Event:
         """Keep ``sid`` seen while a listener runs (a daemon thread); set the event to stop."""
@@ -227,10 +227,10 @@ class Receipts:
     def _read(self, rows: list[tuple[str, str]]) -> list[dict[str, Any] | None]:
         """Receipts of ``(recipient, id)`` rows with the records behind them, one round trip
         (every key of one row is in its recipient's slot)."""
-        got = self.store.receipt_rows(rows)
+        got = self.store.receipts.receipt_rows(rows)
         now = now_ms()
         views = receipt_views(got, rows, now, self.settings.stale_s)
-        return host_waits(views, self.store.beats_at, now, self.settings.host_down_s)
+        return host_waits(views, self.store.schedule.beats_at, now, self.settings.host_down_s)
 
     def _caller(self, by: str | None, token: str | None) -> tuple[str | None, str | None]:
         """Who asks: ``(session, None)`` or, for a member's token, ``(None, handle)``."""
@@ -268,7 +268,7 @@ class Receipts:
         if timeout is not None and timeout < 0:
             raise BadInput("timeout must be 0 or more seconds")
         me, handle = self._caller(by, token)
-        to = self.store.recipient_of(msg_id)
+        to = self.store.queue.recipient_of(msg_id)
         found = self._read([(to, msg_id)])[0] if to else None
         sender = found["_from_session"] if found else None
         if found is None or (
@@ -290,10 +290,10 @@ class Receipts:
         """Block on the recipient's events stream (every transition writes a record there)
         and look again after each; no polling."""
         store = self.store
-        cursor = store.last_event_id(to)
+        cursor = store.events.last_event_id(to)
         found = self._read([(to, msg_id)])[0] or found  # after the cursor: nothing missed
         deadline = None if timeout is None else time.monotonic() + timeout
-        conn, pool = store.waiting_client(WAIT_CHUNK_S, f"inbox-wait:{msg_id}")
+        conn, pool = store.events.waiting_client(WAIT_CHUNK_S, f"inbox-wait:{msg_id}")
         try:
             while not is_reached(found["state"], want):
                 left = WAIT_CHUNK_S if deadline is None else deadline - time.monotonic()
@@ -306,7 +306,7 @@ class Receipts:
                         f"it is {found['state']}",
                     }
                 block_ms = max(1, int(min(left, WAIT_CHUNK_S) * 1000))
-                cursor = store.wait_events(conn, to, cursor, block_ms) or cursor
+                cursor = store.events.wait_events(conn, to, cursor, block_ms) or cursor
                 found = self._read([(to, msg_id)])[0] or found
         finally:
             if pool is not None:
@@ -336,9 +336,9 @@ class Receipts:
         rows = outbox_view(
             limit,
             state,
-            lambda start, count: store.outbox_page(sid, start, count),
+            lambda start, count: store.inbox.outbox_page(sid, start, count),
             self._read,
-            lambda gone: store.drop_from_outbox(sid, gone),
+            lambda gone: store.inbox.drop_from_outbox(sid, gone),
         )
         return {"ok": True, "session": sid, "sent": rows}
 
@@ -348,7 +348,7 @@ class Receipts:
         """Messages to ``sid`` no notice got in for ``expire_s`` end ``expired``."""
         store = self.store
         cutoff = now_ms() - int(self.settings.expire_s * 1000)
-        ids = store.expire_unnoticed(sid, cutoff, now_ms())
+        ids = store.receipts.expire_unnoticed(sid, cutoff, now_ms())
         self.mark(sid, "expired", ids)
         return ids
 
@@ -362,14 +362,14 @@ class Receipts:
         scheduler takes due entries there: a large registry's pass does not hold up the
         wakes due meanwhile)."""
         store = self.store
-        if not force and not store.claim_sweep(int(EXPIRE_EVERY_S * 1000), what="expiry"):
+        if not force and not store.schedule.claim_sweep(int(EXPIRE_EVERY_S * 1000), what="expiry"):
             return 0
-        sids = store.session_ids()
+        sids = store.sessions.session_ids()
         cutoff = now_ms() - int(self.settings.expire_s * 1000)
         expired = 0
         for i in range(0, len(sids), EXPIRE_CHUNK):
             chunk = sids[i : i + EXPIRE_CHUNK]
-            for sid, due in zip(chunk, store.may_expire(chunk, cutoff), strict=True):
+            for sid, due in zip(chunk, store.receipts.may_expire(chunk, cutoff), strict=True):
                 if due:
                     expired += len(self.expire(sid))
             if between is not None:

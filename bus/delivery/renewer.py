@@ -92,7 +92,7 @@ class Renewer:
             return 0
         sent_at = time.monotonic()
         try:
-            answers = self.store.extend_many([(r.lease.sid, r.lease.token) for r in live])
+            answers = self.store.delivery.extend_many([(r.lease.sid, r.lease.token) for r in live])
         except StoreFailed as exc:  # a blip: the next pass tries again, the fences decide
             log.info("batch lease renewal failed (%s); trying again", exc)
             return 0

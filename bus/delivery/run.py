@@ -76,7 +76,7 @@ def fence(store: Store, runs: list[Run]) -> list[Run]:
     stale = [r for r in runs if not r.lease.lost and not r.lease.fresh()]
     if stale:
         sent_at = time.monotonic()
-        answers = store.extend_many([(r.sid, r.lease.token) for r in stale])
+        answers = store.delivery.extend_many([(r.sid, r.lease.token) for r in stale])
         for run, ok in zip(stale, answers, strict=True):
             run.lease.confirmed(ok, sent_at)
     return [r for r in runs if not r.lease.lost]
@@ -109,7 +109,7 @@ def give_back(store: Store, clock: Clock, run: Run) -> None:
     snap = run.snap
     if snap is None or snap.taken is None or run.take_nid is None:
         return
-    store.revert_notice(run.sid, run.take_nid, clock.now_ms(), "the plan sent no steer")
+    store.delivery.revert_notice(run.sid, run.take_nid, clock.now_ms(), "the plan sent no steer")
     snap.taken = None
 
 

@@ -77,7 +77,7 @@ def tick(
 ) -> dict[str, Any]:
     """Dispatch deliveries for due entries; every few seconds also sweep for backlogs.
 
-    The sweep's interval is kept in Redis (:meth:`Store.claim_sweep`), so however many
+    The sweep's interval is kept in Redis (:meth:`Store.schedule.claim_sweep`), so however many
     schedulers and worker pool children tick, one of them sweeps per interval. Due entries
     are taken again between the sweep's chunks and after each pass: over thousands of
     sessions a sweep takes seconds, and a wake due meanwhile must not wait for its end.
@@ -99,7 +99,7 @@ def tick(
 
     due(always=True)
     swept = 0
-    if sweep or (sweep is None and store.claim_sweep(int(SWEEP_EVERY_S * 1000))):
+    if sweep or (sweep is None and store.schedule.claim_sweep(int(SWEEP_EVERY_S * 1000))):
         swept = sweep_backlogs(bus, clock=clock, between=due)
     # Messages no notice got in for INBOX_EXPIRE_S end expired (at most once a minute).
     expired = bus.receipts.expire_all(force=bool(sweep), between=due)
@@ -124,14 +124,14 @@ def dispatch_due(
     """Take the entries due now (``taker``: while it holds the claim) and dispatch their
     sessions' deliveries, a host's at once: ``(taken, dispatched)``."""
     now = clock.now_ms()
-    taken = bus.store.take_due(now) if taker is None else taker.take(bus.store, now)
+    taken = bus.store.schedule.take_due(now) if taker is None else taker.take(bus.store, now)
     due = [sid for what, sid in taken if what != WAKE_TURN]
     turns = [sid for what, sid in taken if what == WAKE_TURN]
     if turns:
         # Wakes whose turn never began: idle again, and delivered (what waited for the
         # turn's end, on the floor or new, wakes it when a harness can be there).
         cutoff = now - int(bus.settings.wake_turn_timeout_s * 1000)
-        due += bus.store.end_unheard_wakes(turns, cutoff, now)
+        due += bus.store.schedule.end_unheard_wakes(turns, cutoff, now)
     dispatched = 0
     for host, sids in _by_host(bus, due).items():
         log.debug("due on %s: %s", host, sids)
@@ -143,14 +143,14 @@ def dispatch_due(
 def _by_host(bus: Scheduled, sids: list[str]) -> dict[str, list[str]]:
     """The due sessions that still exist, by host, in due order; each one's dispatch flag
     set (the trigger must reach the delivery even when a flag is still set). One round
-    trip for the lot (:meth:`~bus.store.many.ManyStore.hosts_flagged`), not two per
+    trip for the lot (:meth:`~bus.store.queue.QueueStore.hosts_flagged`), not two per
     session: a burst of wakes is dispatched at once."""
     store = bus.store
     sids = list(dict.fromkeys(sids))  # a wake and a retry of one session: one delivery
     if not sids:
         return {}
     out: dict[str, list[str]] = {}
-    for sid, host in zip(sids, store.hosts_flagged(sids), strict=True):
+    for sid, host in zip(sids, store.queue.hosts_flagged(sids), strict=True):
         if host is not None:
             out.setdefault(host, []).append(sid)
     return out
@@ -190,17 +190,19 @@ def sweep_backlogs(
     """
     store = bus.store
     stale_before = clock.now_ms() - int(bus.settings.lock_ttl_s * 1000)
-    ids = store.session_ids()
+    ids = store.sessions.session_ids()
     kicked = 0
     for i in range(0, len(ids), SWEEP_CHUNK):
         now = now_ms()
         found = []
-        for info, view in store.sweep_views(store.sweep_candidates(ids[i : i + SWEEP_CHUNK])):
+        for info, view in store.schedule.sweep_views(
+            store.schedule.sweep_candidates(ids[i : i + SWEEP_CHUNK])
+        ):
             if not needs_delivery(info, view, stale_before, now):
                 continue
             if not _looked_here(bus, info, view, stale_before, now):
                 found.append(info)
-        marked = store.mark_pending_many([info.session for info in found]) if found else []
+        marked = store.queue.mark_pending_many([info.session for info in found]) if found else []
         by_host: dict[str, list[str]] = {}
         for info, ok in zip(found, marked, strict=True):
             if ok:
@@ -261,7 +263,7 @@ def run(
             memory(time.monotonic())  # the server's memory settings, once a minute
             if not moved:  # an earlier version's recipient index, renamed once
                 with contextlib.suppress(*OUTAGE_ERRORS):
-                    n = bus.store.move_recipient_index()
+                    n = bus.store.queue.move_recipient_index()
                     moved = True
                     if n:
                         log.info("moved %d recipient index buckets to their new names", n)
@@ -336,12 +338,12 @@ class Pokes:
                 self._listening.wait(POKE_WAIT_S)
                 continue
             try:
-                if not self.bus.store.wait_poked(POKE_WAIT_S):
+                if not self.bus.store.schedule.wait_poked(POKE_WAIT_S):
                     continue
                 if self._listening.is_set():
                     self.poked.set()
                 else:  # left the pokes while this wait ran: this one is the taker's
-                    self.bus.store.poke_scheduler(0)
+                    self.bus.store.schedule.poke_scheduler(0)
             except OUTAGE_ERRORS:  # the loop's tick says so, once per outage
                 self._stop.wait(POKE_WAIT_S)
             # Broad on purpose, as the loop's: the sleep then only waits out its time.
@@ -353,5 +355,5 @@ class Pokes:
         """End the thread: its wait ended by a poke of its own (another scheduler, if
         any, ticks once more for it)."""
         with contextlib.suppress(*OUTAGE_ERRORS):
-            self.bus.store.poke_scheduler(0)
+            self.bus.store.schedule.poke_scheduler(0)
         self._thread.join(POKE_WAIT_S + 1)

@@ -96,7 +96,7 @@ def take_raw(
             return False
         if withdrawn(answer):
             report.skipped += 1
-            store.advance(sid, eid)
+            store.queue.advance(sid, eid)
             continue
         msg = json.loads(fields["m"])
         raw.write(
@@ -104,8 +104,8 @@ def take_raw(
             msg,
             report,
             unsure=False,
-            before=functools.partial(store.set_rawflight, sid, eid, msg["id"]),
-            after=functools.partial(store.advance, sid, eid),
+            before=functools.partial(store.queue.set_rawflight, sid, eid, msg["id"]),
+            after=functools.partial(store.queue.advance, sid, eid),
         )
     return True
 
@@ -122,7 +122,7 @@ def recover_raw(
             sid,
             flight["id"],
         )
-        store.advance(sid, flight["stream_id"])
+        store.queue.advance(sid, flight["stream_id"])
         report.skipped += 1
 
 

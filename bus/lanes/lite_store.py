@@ -20,6 +20,7 @@ from bus.store.host_claim import HostClaimStore
 from bus.store.inbox import InboxStore
 from bus.store.items import ItemStore
 from bus.store.keys import Keys
+from bus.store.members import MemberStore
 from bus.store.receipts import ReceiptStore
 from bus.store.server_config import ConfigStore
 from bus.store.session_record import record_row
@@ -174,6 +175,7 @@ class LiteStore(
     BacklogStore,
     BeatStore,
     InboxStore,
+    MemberStore,
     ItemStore,
     ReceiptStore,
     HostClaimStore,

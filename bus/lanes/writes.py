@@ -35,7 +35,7 @@ def _run(url: str, script: str, keys: list[str], args: list[str | int]) -> Any:
 
 def confirm_drained(url: str, prefix: str, sid: str, nids: list[str], now: int) -> Any:
     """Confirm the notices ``nids`` a drain took (``floor_drained.lua``, as
-    :meth:`bus.store.store.Store.confirm_notices` with ``via`` ``drain``): the script's
+    :meth:`bus.store.store.Store.inbox.confirm_notices` with ``via`` ``drain``): the script's
     reply, or :data:`UNSUPPORTED`. Raises OSError when the server does not answer."""
     k = Keys(prefix)
     return _run(url, "floor_drained", [k.s(sid, n) for n in _DRAINED_KEYS], [now, "drain", *nids])

@@ -83,7 +83,7 @@ def index_lookalike_handles(run: Run) -> str:
             if skel == handle:
                 continue
             try:
-                store.index_skeleton(skel, sid)
+                store.sessions.index_skeleton(skel, sid)
             except (BadInput, ValueError):
                 continue  # a skeleton no key may carry: 0.2.0 refuses such a handle anew
             indexed.append(sid)
@@ -100,10 +100,10 @@ def index_member_folds(run: Run) -> str:
         workspace = store.k.members_workspace(key)
         if workspace is None or not is_session_id(workspace):
             continue
-        for name in sorted(store.members(workspace)):
+        for name in sorted(store.members.members(workspace)):
             if not is_session_id(name):
                 continue
-            store.index_member_fold(member_fold(workspace, name), workspace, name)
+            store.members.index_member_fold(member_fold(workspace, name), workspace, name)
             done.append(f"{workspace}/{name}")
         run.renew()
     if not done:
@@ -178,7 +178,7 @@ def rename_reader_subs(run: Run) -> str:
 
 def drop_shared_scheduler_beat(run: Run) -> str:
     """Delete the heartbeat 0.1.0's schedulers shared (``P:beat:scheduler``)."""
-    if not run.store.drop_beat(SCHEDULER):
+    if not run.store.schedule.drop_beat(SCHEDULER):
         return "no shared scheduler heartbeat; nothing to delete"
     return (
         "the shared scheduler heartbeat of 0.1.0 deleted (each host's scheduler beats as its own)"

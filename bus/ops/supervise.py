@@ -185,7 +185,7 @@ class Supervisor:
         up`` writes them for ``inbox status``, bus.local.up_procs)."""
         self.children = children
         self.name = name
-        self.store = store  # where each host's queue and heartbeat are read
+        self.progress = store  # where each host's queue and heartbeat are read
         self.stall_s = stall_s if stall_s is not None else _stall_from_env()
         self.log = log
         self.stopping = threading.Event()
@@ -214,8 +214,8 @@ class Supervisor:
     def _start(self, child: Child) -> None:
         """Start ``child``; a worker's host is marked ``starting`` first, so it is not
         called ``down`` before the worker's first beat (bus.core.status_view.beat_state)."""
-        if child.host is not None and self.store is not None:
-            self.store.mark_starting(child.host)
+        if child.host is not None and self.progress is not None:
+            self.progress.mark_starting(child.host)
         child.start()
 
     def rows(self) -> list[dict[str, Any]]:
@@ -288,7 +288,7 @@ class Supervisor:
                         self.log(f"{self.name}: {child.name} did not start: {exc}")
                 if child.standby is not None and child.restart_at is None:
                     child.standby.tend(now)
-            if self.store is not None and self.stall_s > 0 and now >= self._next_liveness:
+            if self.progress is not None and self.stall_s > 0 and now >= self._next_liveness:
                 self._next_liveness = now + LIVENESS_EVERY_S
                 self._check_progress()
             self._record()
@@ -304,11 +304,11 @@ class Supervisor:
         return f": {reason}" if reason else ""
 
     def _check_progress(self) -> None:
-        assert self.store is not None
+        assert self.progress is not None
         for child in self.children:
             if child.host is None or child.restart_at is not None:
                 continue
-            found = self.store.of(host_queue(child.host), child.host)
+            found = self.progress.of(host_queue(child.host), child.host)
             if found is None:
                 self._unreachable = True
                 return  # Redis away: nothing to judge progress by

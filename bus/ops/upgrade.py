@@ -154,7 +154,7 @@ def _run(
 def wake_consents(store: Store, settings: Settings) -> list[dict[str, str]]:
     """This host's sessions whose wake command is off until a person keeps it here:
     ``[{"session", "wake_cmd", "reason", "fix"}]`` (bus.core.wake_consent)."""
-    rows = [s.model_dump() for s in store.sessions()]
+    rows = [s.model_dump() for s in store.sessions.sessions()]
     off = wake_off(str(settings.home), settings.host, rows)
     by_sid = {row["session"]: row for row in rows}
     return [{"session": sid, "wake_cmd": by_sid[sid]["wake_cmd"], **off[sid]} for sid in off]

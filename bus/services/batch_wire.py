@@ -130,7 +130,7 @@ def told(reply: str) -> dict[int, list[tuple[str, str]]]:
 
 
 def inbox_full(sid: str, cap: int) -> RateLimited:
-    """What a send to a session holding ``cap`` messages is refused (``Store.append``)."""
+    """What a send to a session holding ``cap`` messages is refused (``Store.queue.append``)."""
     return RateLimited(
         f"session {sid} holds {cap} messages already; nothing was stored",
         code="inbox_full",

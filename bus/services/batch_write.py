@@ -111,7 +111,7 @@ class BatchWriter:
         """A chunk's write, its first round trip queued, not sent: each receiver's appends
         made from the record it had when last read (:data:`~bus.services.batch_wire.RECORDS`);
         :meth:`finish` sends it."""
-        # The records' times are the wall clock's, as Store.append writes them; the
+        # The records' times are the wall clock's, as Store.queue.append writes them; the
         # recipients' states are by the bus's clock, as Router.post answers them.
         store, now = self.store, now_ms()
         job = Job(msgs, now, self.clock.now_ms(), self.settings.key_prefix, durability=durability)
@@ -137,7 +137,7 @@ class BatchWriter:
         if first:
             # The id -> receiver index first (the replies after it are the appends'):
             # one HSET per bucket the batch touches (bus.store.receipt_index).
-            job.queued = store.queue_index(pipe, ((m.id, m.to_id) for m in msgs), job.now)
+            job.queued = store.queue.queue_index(pipe, ((m.id, m.to_id) for m in msgs), job.now)
         job.standings = {}
         receivers: list[tuple[str, list[str], list[str]]] = []
         for sid in job.todo:
@@ -150,7 +150,7 @@ class BatchWriter:
                 job.blobs[sid] = wire.blobs(msgs, job.threads, job.per_sid[sid])
             ids = [msgs[i].id for i in job.per_sid[sid]]
             receivers.append((sid, ids, [said, *job.blobs[sid], *parts]))
-        job.calls = store.queue_append_many(pipe, job.head, receivers)
+        job.calls = store.queue.queue_append_many(pipe, job.head, receivers)
         # The appends open the stored messages' receipts; the bounced ones open theirs
         # here (receipt_open.lua), and every message sent gets its outbox entry (ZADD
         # NX: a message sent again next round keeps the entry of the first).
@@ -159,7 +159,7 @@ class BatchWriter:
         # Each receiver's host up or down (its worker's beat), read in the same round
         # trip as a single send reads it (Router.post), last in the pipeline.
         job.beat_hosts = sorted({st[1] for st in job.standings.values()} - set(job.host_states))
-        store.queue_beats(pipe, job.beat_hosts)
+        store.schedule.queue_beats(pipe, job.beat_hosts)
 
     def finish(self, job: Job) -> list[dict[str, Any]]:
         """Send a built chunk: one round trip when the records it was built from stand; a
@@ -247,6 +247,6 @@ class BatchWriter:
 
     def _unwrite(self, refused: list[tuple[Message, str]], now: int) -> None:
         """Messages refused ``inbox_full`` keep no recipient index and no outbox entry (as
-        ``Store.append`` and ``Bus.post`` leave a refused send); only on a refusal."""
-        self.store.unindex_many((msg.id for msg, _sid in refused), now)
+        ``Store.queue.append`` and ``Bus.post`` leave a refused send); only on a refusal."""
+        self.store.queue.unindex_many((msg.id for msg, _sid in refused), now)
         self.receipts.unlist_refused(refused)

@@ -55,23 +55,23 @@ class Conversation:
         """The session's threads, newest first (the thread row's fields)."""
         check_session_id(sid)
         store = self.store
-        thread_ids = store.threads_of(sid)
-        metas = store.thread_metas(thread_ids)
-        return thread_rows(thread_ids, metas, store.all_records(sid), json_list)
+        thread_ids = store.inbox.threads_of(sid)
+        metas = store.inbox.thread_metas(thread_ids)
+        return thread_rows(thread_ids, metas, store.inbox.all_records(sid), json_list)
 
     def parties(self, thread: str) -> list[str]:
-        return json_list(self.store.thread_field(thread, "parties"))
+        return json_list(self.store.inbox.thread_field(thread, "parties"))
 
     def read(self, sid: str, thread: str, *, mark_read: bool = False) -> dict[str, Any]:
         """A whole thread, oldest first; refused for a session that is not a party."""
         check_session_id(sid)
-        meta = self.store.thread_meta(thread)
+        meta = self.store.inbox.thread_meta(thread)
         if not meta:
             raise NotFound(f"no thread {thread!r}")
         if sid not in json_list(meta.get("parties")):
             raise Refused(f"session {sid!r} is not a party to {thread}", code="not_a_party")
-        msgs = [json.loads(fields["m"]) for fields in self.store.thread_log(thread)]
-        recs = {r["id"]: r for r in self.store.records(sid, [m["id"] for m in msgs])}
+        msgs = [json.loads(fields["m"]) for fields in self.store.inbox.thread_log(thread)]
+        recs = {r["id"]: r for r in self.store.inbox.records(sid, [m["id"] for m in msgs])}
         result = thread_view(thread, meta, msgs, recs, mark_read=mark_read)
         if mark_read:
             self._mark_read(sid, [r for r in recs.values() if r["mark"] in UNREAD])
@@ -81,14 +81,14 @@ class Conversation:
         if not recs:
             return
         pipe = self.store.pipeline(transaction=True)
-        self.store.queue_mark_read(pipe, sid, recs, self.clock.now_ms())
+        self.store.inbox.queue_mark_read(pipe, sid, recs, self.clock.now_ms())
         self.receipts.mark(sid, "read", [r["id"] for r in recs], touch=True, client=pipe)
         pipe.execute()
 
     def reply(self, sid: str, thread: str, text: str) -> dict[str, Any]:
         """Answer into the other parties' inboxes under the same thread; wakes nobody."""
         check_text(text)  # bad input first, whatever the thread
-        info, raw_parties, last, ids = self.store.reply_reads(check_session_id(sid), thread)
+        info, raw_parties, last, ids = self.store.inbox.reply_reads(check_session_id(sid), thread)
         if info is None:
             raise no_session(sid)
         parties = json_list(raw_parties)
@@ -126,10 +126,10 @@ class Conversation:
         """Unsend before any notice; wait out a notice on its way; retract after."""
         check_session_id(by, "withdrawing session id")
         store = self.store
-        sid = store.recipient_of(msg_id)
+        sid = store.queue.recipient_of(msg_id)
         if sid is None:
             raise NotFound(f"no message {msg_id!r}")
-        first, record, receipt, cursor = store.withdraw_reads(sid, msg_id)
+        first, record, receipt, cursor = store.inbox.withdraw_reads(sid, msg_id)
         msg = dict(record["m"]) if record else sent_by(msg_id, receipt)
         msg = msg or self._message(sid, msg_id)
         if first is None or msg is None:
@@ -141,7 +141,7 @@ class Conversation:
         deadline = _now_ms() + int(WITHDRAW_WAIT_S * 1000)
         while verdict[0] == "wait" and _now_ms() < deadline:
             # Block on the session's records until the notice on its way lands or fails.
-            got = store.wait_event(self._blocking(), sid, cursor, deadline - _now_ms())
+            got = store.events.wait_event(self._blocking(), sid, cursor, deadline - _now_ms())
             if got is not None:
                 cursor = got
             verdict = self._withdraw_once(sid, msg_id)
@@ -170,15 +170,15 @@ class Conversation:
         raise Refused(f"withdraw of {msg_id} timed out waiting for its notice", code="timeout")
 
     def _withdraw_once(self, sid: str, msg_id: str) -> list[str]:
-        return self.store.withdraw(sid, msg_id, self.clock.now_ms())
+        return self.store.inbox.withdraw(sid, msg_id, self.clock.now_ms())
 
     def _message(self, sid: str, msg_id: str) -> dict[str, Any] | None:
         """The message of ``msg_id`` that has neither an inbox record nor a receipt in its
         answers' hash: from the queue, else what a bounced receipt keeps."""
-        for _eid, fields in self.store.read_after(sid, "0-0", 100000):
+        for _eid, fields in self.store.queue.read_after(sid, "0-0", 100000):
             if fields.get("id") == msg_id:
                 return dict(json.loads(fields["m"]))
-        return sent_by(msg_id, self.store.receipt_rows([(sid, msg_id)])[0][0])
+        return sent_by(msg_id, self.store.receipts.receipt_rows([(sid, msg_id)])[0][0])
 
 
 def sent_by(msg_id: str, receipt: dict[str, str]) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ class Credentials:
         return self._store()
 
     def is_revoked(self, jti: str) -> bool:
-        return self.store.is_revoked(jti)
+        return self.store.members.is_revoked(jti)
 
     def token_current(self, claims: Claims) -> bool:
         """Whether a member token is of its member's current generation (removing a
@@ -39,7 +39,7 @@ class Credentials:
             return True
         workspace, _, name = claims.sub.partition("/")
         try:
-            return claims.gen >= self.store.member_generation(workspace, name)
+            return claims.gen >= self.store.members.member_generation(workspace, name)
         except (BadInput, ValueError):
             return False
 
@@ -59,7 +59,7 @@ class Credentials:
         if member is not None and isinstance(member, str) and member.count("/") == 1:
             workspace, _, name = member.partition("/")
             with contextlib.suppress(BadInput, ValueError):  # tokens.issue refuses a bad name
-                gen = self.store.member_generation(workspace, name)
+                gen = self.store.members.member_generation(workspace, name)
         token = tokens.issue(
             self.settings.secret,
             session=session,
@@ -84,5 +84,5 @@ class Credentials:
         if not self.settings.secret:
             raise BadInput("no INBOX_SECRET is configured: there are no tokens to revoke")
         claims = tokens.verify(self.settings.secret, token, now=0)
-        self.store.revoke(claims.jti)
+        self.store.members.revoke(claims.jti)
         return {"ok": True, "revoked": claims.jti, "subject": claims.actor}

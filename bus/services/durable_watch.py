@@ -68,7 +68,7 @@ def lanes(store: Store, sid: str) -> list[str]:
     check_session_id(sid)
     # From the parent's lanes index (bus.store.many.lanes_of): a watch looks its lanes up
     # every few seconds, and reading every session's parent grew with the bus.
-    return sorted(set(store.lanes_of(sid)) | set(store.gave_to(sid)))
+    return sorted(set(store.sessions.lanes_of(sid)) | set(store.sessions.gave_to(sid)))
 
 
 def visible(reader: str | None, full: set[str], sid: str, message: dict[str, Any]) -> bool:
@@ -85,7 +85,7 @@ def resolve(
     """The sessions a selection names now: ``sessions``, the lanes of each of ``lanes_of``,
     or every registered session (``follow_all``)."""
     if follow_all:
-        return store.session_ids()
+        return store.sessions.session_ids()
     out = {check_session_id(sid) for sid in sessions or []}
     for owner in lanes_of or []:
         out.update(lanes(store, owner))
@@ -144,37 +144,37 @@ class Durable:
         self.pos: dict[str, str] = {}  # session id -> the last events id read
         self.poll = Poll()  # the wait between reads on a cluster, kept across them
         self._acked: dict[str, str] = {}
-        self.store.check_sub_name(name)  # checked before anything is written
+        self.store.events.check_sub_name(name)  # checked before anything is written
         for owner in lanes_of or []:
-            if self.store.get_session(check_session_id(owner)) is None:
+            if self.store.sessions.get_session(check_session_id(owner)) is None:
                 raise NotFound(f"no session {owner!r} is registered", session=owner)
         if reset:
-            self.store.sub_reset(name, resolve(self.store, *self.selection))
-        self.created = self.store.sub_open(name, now_ms(), idle_ms)
+            self.store.events.sub_reset(name, resolve(self.store, *self.selection))
+        self.created = self.store.events.sub_open(name, now_ms(), idle_ms)
         self.follow(resolve(self.store, *self.selection))
 
     def follow(self, sids: list[str]) -> None:
         """Take ``sids`` in (those not yet followed): their cursors, checked, or new ones."""
         if self.reader is not None:
-            self.full = {self.reader, *self.store.lanes_of(self.reader)}
+            self.full = {self.reader, *self.store.sessions.lanes_of(self.reader)}
         fresh = [sid for sid in sids if sid not in self.pos]
         if not fresh:
             return
-        cursors = self.store.sub_cursors(self.name, fresh)
+        cursors = self.store.events.sub_cursors(self.name, fresh)
         started: dict[str, str] = {}
         for sid in fresh:
             cursor = cursors[sid]
             if cursor is None:
-                info = self.store.get_session(sid)
+                info = self.store.sessions.get_session(sid)
                 late = info is not None and info.opened_at >= self.created
-                cursor = "0-0" if late else self.store.last_event_id(sid)
+                cursor = "0-0" if late else self.store.events.last_event_id(sid)
             else:
                 self._check(sid, cursor)
             # Written back either way: a cursor's time of use moves (an idle one keeps
             # the session's events no longer, events_quiet.lua).
             started[sid] = cursor
             self.pos[sid] = cursor
-        self.store.sub_commit(self.name, started)
+        self.store.events.sub_commit(self.name, started)
         self._touched = time.monotonic()
 
     def touch(self) -> None:
@@ -183,8 +183,8 @@ class Durable:
         if not self.idle_ms or time.monotonic() - self._touched < self.idle_ms / 4000:
             return
         self._touched = time.monotonic()
-        self.store.sub_commit(self.name, dict(self.pos))
-        self.store.sub_open(self.name, now_ms(), self.idle_ms)
+        self.store.events.sub_commit(self.name, dict(self.pos))
+        self.store.events.sub_open(self.name, now_ms(), self.idle_ms)
 
     def commit(self, cursors: dict[str, str]) -> None:
         """Move the cursors of sessions this subscription follows (``poll``'s second
@@ -194,7 +194,7 @@ class Durable:
                 raise Refused(f"subscription {self.name!r} does not follow {sid!r}")
             if not isinstance(cursor, str) or not STREAM_ID.fullmatch(cursor):
                 raise BadInput(f"cursor {str(cursor)[:40]!r} of {sid!r} is not a stream id")
-        self.store.sub_commit(self.name, {sid: str(c) for sid, c in cursors.items()})
+        self.store.events.sub_commit(self.name, {sid: str(c) for sid, c in cursors.items()})
         for sid, c in cursors.items():
             self.pos[sid] = str(c)
 
@@ -208,14 +208,14 @@ class Durable:
         handed over but neither acknowledged nor followed by another comes again after
         a restart (never lost)."""
         sid, eid = str(event["session"]), str(event["stream_id"])
-        self.store.sub_commit(self.name, {sid: eid})
+        self.store.events.sub_commit(self.name, {sid: eid})
         self._acked[sid] = eid
 
     def _check(self, sid: str, cursor: str) -> None:
         gone = cursor == GONE  # its records dropped while it was unused (events_quiet.lua)
         if not gone:
-            bounds = self.store.events_bounds(sid)
-            kept = bool(bounds) and self.store.has_event(sid, cursor)
+            bounds = self.store.events.events_bounds(sid)
+            kept = bool(bounds) and self.store.events.has_event(sid, cursor)
             gone = expired(cursor, bounds, kept)
         if gone:
             raise CursorExpired(
@@ -229,10 +229,10 @@ class Durable:
 
     def _message(self, sid: str, fields: dict[str, str]) -> dict[str, Any]:
         msg_id = fields.get("id", "")
-        recs = self.store.records(sid, [msg_id]) if msg_id else []
+        recs = self.store.inbox.records(sid, [msg_id]) if msg_id else []
         if recs and isinstance(recs[0].get("m"), dict):
             return dict(recs[0]["m"])
-        queued = self.store.queued_message(sid, msg_id) if msg_id else None
+        queued = self.store.queue.queued_message(sid, msg_id) if msg_id else None
         if queued and "m" in queued:
             try:
                 return dict(json.loads(queued["m"]))
@@ -251,7 +251,7 @@ class Durable:
                 self.stop.wait(self.block_ms / 1000)
                 continue
             self.touch()
-            rows = self.store.read_session_streams(
+            rows = self.store.events.read_session_streams(
                 self.blocking,
                 dict(self.pos),
                 stream="events",
@@ -279,10 +279,10 @@ class Durable:
                     # moved it already where the caller acknowledged it).
                     eid_done = moved.pop(sid)
                     if self._acked.get(sid) != eid_done:
-                        self.store.sub_commit(self.name, {sid: eid_done})
+                        self.store.events.sub_commit(self.name, {sid: eid_done})
                     if self.stop.is_set():
                         return
-            self.store.sub_commit(self.name, moved)
+            self.store.events.sub_commit(self.name, moved)
 
 
 # -- the reader's trust (MCP, the gateway) ---------------------------------------------
@@ -331,7 +331,7 @@ def poll(
     call that does not commit gets the same messages again next time."""
     if sub.lanes_of_selection():
         sub.follow(resolve(sub.store, *sub.selection))
-    rows = sub.store.read_session_streams(
+    rows = sub.store.events.read_session_streams(
         sub.blocking,
         dict(sub.pos),
         stream="events",
@@ -387,7 +387,7 @@ def reader_subscription(
     if not sessions and not owners:
         raise BadInput("follow sessions, your lanes, or both")
     idle_ms = int(idle_s * 1000)
-    if not store.sub_claim(reader, name, now_ms(), idle_ms, most):
+    if not store.events.sub_claim(reader, name, now_ms(), idle_ms, most):
         raise Refused(
             f"{reader!r} already has {most} subscriptions in use (the most a reader "
             f"holds, INBOX_SUB_MAX); reuse a name, or wait: one unused for "

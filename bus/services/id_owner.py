@@ -40,11 +40,11 @@ def id_refusal(msg: Message, owner: Owner | None) -> Refused | None:
 def owners(store: Store, msg_ids: Iterable[str]) -> dict[str, Owner]:
     """The sender of each of ``msg_ids`` that was stored within the receipts' retention:
     one round trip for the ids' receivers, one more only for the ids found."""
-    found = store.recipients_of(list(msg_ids))
+    found = store.queue.recipients_of(list(msg_ids))
     if not found:
         return {}
     pairs = list(found.items())
-    rows = store.receipt_rows([(sid, msg_id) for msg_id, sid in pairs])
+    rows = store.receipts.receipt_rows([(sid, msg_id) for msg_id, sid in pairs])
     out: dict[str, Owner] = {}
     for (msg_id, _sid), row in zip(pairs, rows, strict=True):
         h = row[0]

@@ -116,12 +116,12 @@ class Items:
     # -- members ------------------------------------------------------------------------------
 
     def _members(self, workspace: str) -> dict[str, str]:
-        return self.store.members(check_session_id(workspace, "workspace"))
+        return self.store.members.members(check_session_id(workspace, "workspace"))
 
     def member_status(self, workspace: str, name: str) -> str | None:
         """``active``, ``removed`` (the account is gone), or None (never a member)."""
         check_session_id(name, "member name")
-        return self.store.member_status(check_session_id(workspace, "workspace"), name)
+        return self.store.members.member_status(check_session_id(workspace, "workspace"), name)
 
     def member_add(self, workspace: str, name: str) -> dict[str, Any]:
         """Add (or re-add) a member. A reserved workspace name, or a member whose handle
@@ -132,14 +132,14 @@ class Items:
         if workspace in RESERVED_WORKSPACES:
             raise BadInput(f"workspace {workspace!r} is reserved", code="reserved_name")
         handle = f"{workspace}:{name}"
-        if any(s.state != "closed" for s in self.store.sessions_by_handle(handle)):
+        if any(s.state != "closed" for s in self.store.sessions.sessions_by_handle(handle)):
             raise Refused(
                 f"the handle {handle!r} is held by a session; close it before adding the member",
                 code="handle_taken",
             )
-        self.store.set_member(workspace, name, ACTIVE)
+        self.store.members.set_member(workspace, name, ACTIVE)
         # Its handle folded: a session may take no handle that reads as it (acme:Dean).
-        self.store.index_member_fold(member_fold(workspace, name), workspace, name)
+        self.store.members.index_member_fold(member_fold(workspace, name), workspace, name)
         return {"ok": True, "workspace": workspace, "member": name, "status": ACTIVE}
 
     def member_remove(self, workspace: str, name: str) -> dict[str, Any]:
@@ -148,8 +148,8 @@ class Items:
         on: re-adding the member does not revive them)."""
         if self.member_status(workspace, name) is None:
             raise NotFound(f"{name!r} is not a member of {workspace!r}", code="unknown_member")
-        self.store.set_member(workspace, name, REMOVED)
-        self.store.bump_member_generation(workspace, name)
+        self.store.members.set_member(workspace, name, REMOVED)
+        self.store.members.bump_member_generation(workspace, name)
         return {"ok": True, "workspace": workspace, "member": name, "status": REMOVED}
 
     def is_member(self, workspace: str, name: str) -> bool:
@@ -181,7 +181,7 @@ class Items:
 
     def _item(self, sid: str, key: str) -> dict[str, Any]:
         """The session's own item under ``key``; another session's key is simply not here."""
-        item = self.store.item(sid, check_item_key(key))
+        item = self.store.items.item(sid, check_item_key(key))
         if item is None:
             raise NotFound(f"session {sid} has no item {key!r}", code="unknown_item", key=key)
         return item
@@ -189,7 +189,7 @@ class Items:
     def _update(
         self, sid: str, key: str, patch: dict[str, Any], entry: dict[str, Any] | None
     ) -> dict[str, Any]:
-        out = self.store.update_item(sid, key, patch, entry)
+        out = self.store.items.update_item(sid, key, patch, entry)
         if out is None:
             raise NotFound(f"session {sid} has no item {key!r}", code="unknown_item", key=key)
         return out
@@ -200,7 +200,7 @@ class Items:
             return []
         size = sum(p.size for p in pictures)
         cap = self.settings.max_picture_bytes
-        if not self.store.take_picture_bytes(sid, size, cap):
+        if not self.store.items.take_picture_bytes(sid, size, cap):
             raise RateLimited(
                 f"session {sid}'s items keep {cap} bytes of pictures at most; these {size} "
                 "bytes would pass it, nothing was stored",
@@ -213,7 +213,7 @@ class Items:
                 private_dirs(d)
             return [store_picture(target, pic).name for pic in pictures]
         except BaseException:
-            self.store.give_picture_bytes(sid, size)
+            self.store.items.give_picture_bytes(sid, size)
             raise
 
     def item_post(
@@ -241,7 +241,7 @@ class Items:
             "createdAt": at,
             "workspace": info.workspace,
         }
-        return {"ok": True, "item": self.store.post_item(sid, key, item)}
+        return {"ok": True, "item": self.store.items.post_item(sid, key, item)}
 
     def item_settle(self, sid: str, key: str, *, member: str, answer: str) -> dict[str, Any]:
         """A member of the item's workspace settles it with an answer."""
@@ -300,7 +300,7 @@ class Items:
             ]
             msg = msg.model_copy(update={"files": refs})
         # Its messages name the thread by id (the label would be that id): the item's key.
-        self.store.label_thread(str(fields["thread"]), f"item {key}")
+        self.store.items.label_thread(str(fields["thread"]), f"item {key}")
         answer = self.post(msg)
         return {
             "ok": True,
@@ -313,8 +313,8 @@ class Items:
     def read_inbox(self, sid: str) -> dict[str, Any]:
         """Every item of the agent, newest update first, each with its thread oldest first."""
         self.session(sid)
-        thread_of = partial(self.store.item_thread, sid)
-        return {"items": inbox_view(self.store.items_of(sid), self._members, thread_of)}
+        thread_of = partial(self.store.items.item_thread, sid)
+        return {"items": inbox_view(self.store.items.items_of(sid), self._members, thread_of)}
 
     def reply_inbox(
         self,
@@ -358,12 +358,12 @@ class Items:
         """Every item of every session started in ``workspace``: key, title, status,
         revision, updatedAt and who last wrote; open first, newest first."""
         check_session_id(workspace, "workspace")
-        sessions = [s for s in self.store.sessions() if s.workspace == workspace]
-        per_session = self.store.items_of_many([s.session for s in sessions])
+        sessions = [s for s in self.store.sessions.sessions() if s.workspace == workspace]
+        per_session = self.store.items.items_of_many([s.session for s in sessions])
         found = [
             (s, item) for s, items in zip(sessions, per_session, strict=True) for item in items
         ]
-        lasts = self.store.last_item_entries([(s.session, item["key"]) for s, item in found])
+        lasts = self.store.items.last_item_entries([(s.session, item["key"]) for s, item in found])
         statuses = self._members(workspace)
         rows = []
         for (s, item), last in zip(found, lasts, strict=True):
@@ -380,7 +380,7 @@ class Items:
         item = self._item(sid, key)
         ws = item.get("workspace") or ""
         statuses = self._members(ws) if ws else {}
-        entries = self.store.item_thread(sid, key)
+        entries = self.store.items.item_thread(sid, key)
         thread = []
         for e in entries:
             view = entry_view(e, statuses)

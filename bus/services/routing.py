@@ -2,7 +2,7 @@
 
 The path of a send, top to bottom: the facade (:class:`bus.api.Bus`) validates and
 authenticates it, then :meth:`Router.post` looks the receiver up, computes the thread,
-appends it once (:meth:`bus.store.store.Store.append`, the sender's receipt in the same round
+appends it once (:meth:`bus.store.store.Store.queue.append`, the sender's receipt in the same round
 trip) and asks the dispatcher for a delivery when none is pending. The host's worker
 then runs :func:`bus.delivery.engine.deliver` → :mod:`bus.delivery.engine` → :class:`bus.delivery.inbox.Inbox`.
 """
@@ -56,7 +56,7 @@ class Router:
 
     def kick(self, host: str, sid: str) -> None:
         """Ask ``host``'s worker for a delivery of ``sid`` unless one is pending already."""
-        if self.store.mark_pending(sid):
+        if self.store.queue.mark_pending(sid):
             self._dispatcher().request(host, sid)
 
     def thread_for(self, msg: Message) -> str:
@@ -93,11 +93,11 @@ class Router:
         if msg.from_session:
             # The receiver's wake fact about the sending session, read with its record:
             # the delivery then looks nothing up for it (bus.delivery.inbox).
-            info, recorded, parent = store.session_and_gave(sid, msg.from_session)
+            info, recorded, parent = store.sessions.session_and_gave(sid, msg.from_session)
             if info is not None:
                 facts = "g" if gave_work(recorded, parent, sid, info.handle) else "-"
         else:
-            info = store.get_session(sid)
+            info = store.sessions.get_session(sid)
         if info is None:
             self.receipts.bounced(msg, sid, f"no session {sid!r} is registered")
             return SendAnswer(
@@ -128,7 +128,7 @@ class Router:
             self.inbox.register_waiter(sid, msg.id)
         beat: list[tuple[int | None, int | None]] = []
         try:
-            new, first, dispatch = store.append(
+            new, first, dispatch = store.queue.append(
                 sid,
                 msg.id,
                 msg.line(),
@@ -152,7 +152,7 @@ class Router:
             raise
         except NotDurable:  # stored, not acknowledged: nobody waits for its answer here
             if wait:
-                store.drop_waiter(sid, msg.id)
+                store.inbox.drop_waiter(sid, msg.id)
             raise
         host_state = beat_host(beat[0] if beat else (None, None), now, self.settings.host_down_s)
         if not new:
@@ -164,7 +164,7 @@ class Router:
             if wait and prior.get("state") == "stored":
                 return settled(self.inbox.wait_answer(sid, msg.id, prior, timeout))
             if wait:
-                store.drop_waiter(sid, msg.id)
+                store.inbox.drop_waiter(sid, msg.id)
             return prior
         if dispatch:
             self._dispatcher().request(info.host, sid)

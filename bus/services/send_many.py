@@ -9,7 +9,7 @@ never has to work out which half of a batch went in. Then:
   message's receipt: one call for several receivers on a standalone server, one per
   receiver on a cluster; all calls in one pipeline, run without redis-py's ``SCRIPT
   EXISTS`` round trip and packed without redis-py's per-argument packing
-  (:meth:`~bus.store.many.ManyStore.execute_loaded`). A receiver's messages go as one
+  (:meth:`~bus.store.many.RoundTrips.execute_loaded`). A receiver's messages go as one
   argument, and the send answer JSON is built in the script from three parts kept per
   receiver (:mod:`bus.services.batch_wire`), so the Python side packs a few arguments
   per message and encodes no JSON per receiver;
@@ -178,7 +178,7 @@ class BatchSender:
         )
         if not named:
             return
-        got = self.store.thread_parties_many(named)
+        got = self.store.inbox.thread_parties_many(named)
         found = {t: (json_list(raw), ex) for t, (raw, ex) in zip(named, got, strict=True)}
         for i, c in enumerate(checked):
             if isinstance(c, Message) and c.thread:
@@ -194,12 +194,12 @@ class BatchSender:
         if not ids:
             return
         store = self.store
-        found = store.indexed(ids, now_ms())
+        found = store.queue.indexed(ids, now_ms())
         if not found:
             return
         pairs = list(found.items())
         owners: dict[str, id_owner.Owner] = {}
-        rows = store.receipt_rows([(sid, msg_id) for msg_id, sid in pairs])
+        rows = store.receipts.receipt_rows([(sid, msg_id) for msg_id, sid in pairs])
         for (msg_id, _sid), row in zip(pairs, rows, strict=True):
             if row[0]:
                 owners[msg_id] = (row[0].get("from_session") or None, row[0].get("from") or None)
@@ -256,7 +256,7 @@ class BatchSender:
         s = self.settings
         if s.send_rate <= 0:
             return None
-        return self.store.take_tokens(wanted, s.send_rate, s.send_burst, partial=partial)
+        return self.store.queue.take_tokens(wanted, s.send_rate, s.send_burst, partial=partial)
 
     def _take_whole(self, msgs: Sequence[Message], claims: Claims | None) -> None:
         """Every message's token or none: ``rate_limited`` with nothing written (tokens one
@@ -269,7 +269,7 @@ class BatchSender:
         if not short:
             return
         s = self.settings
-        self.store.give_tokens(got, s.send_rate, s.send_burst)
+        self.store.queue.give_tokens(got, s.send_rate, s.send_burst)
         raise over_rate(s, short[0], wanted[short[0]])
 
     def _rate_each(self, checked: Checked, claims: Claims | None) -> list[tuple[int, Message]]:

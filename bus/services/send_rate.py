@@ -23,7 +23,7 @@ class SendRate:
         s = self.settings
         if s.send_rate <= 0:
             return
-        if not self._store().take_send_token(sender, s.send_rate, s.send_burst):
+        if not self._store().queue.take_send_token(sender, s.send_rate, s.send_burst):
             raise RateLimited(
                 f"{sender} is sending faster than {s.send_rate:g}/s (burst {s.send_burst:g});"
                 " nothing was stored, try again shortly",

@@ -95,7 +95,7 @@ class Sessions:
         opener = self.opener(sid, token)
         host = check_host(host or self.settings.host)
         if handle is None:
-            was = self.store.get_session(sid)
+            was = self.store.sessions.get_session(sid)
             handle = was.handle if was is not None and was.host == host else f"{host}:{sid}"
         if ":" not in handle or any(c.isspace() for c in handle):
             raise BadInput(f"handle {handle!r} must look like host:name")
@@ -105,7 +105,7 @@ class Sessions:
         self.check_handle_reserved(handle)
         self.check_handle_free(sid, handle)
         skel = self.check_no_look_alike(sid, handle)
-        prior = self.store.get_session(sid)
+        prior = self.store.sessions.get_session(sid)
         exists = prior is not None
         if parent_refusal(
             prior.parent if prior else None, parent, opener, exists=exists, sid=sid, auth=self.auth
@@ -174,10 +174,10 @@ class Sessions:
             # back from Redis (bus.delivery.kept_wake).
             kept_wake.keep(self.floor, sid, wake_cmd)
         if skel != handle:  # found by its skeleton when a look-alike comes
-            self.store.index_skeleton(skel, sid)
-        self.store.put_session(info)
+            self.store.sessions.index_skeleton(skel, sid)
+        self.store.sessions.put_session(info)
         self.seen(sid)
-        self.store.record(sid, "session_open", handle=handle, host=host)
+        self.store.events.record(sid, "session_open", handle=handle, host=host)
         return {"ok": True, "session": info.model_dump(exclude_none=True)}
 
     def check_handle_reserved(self, handle: str) -> None:
@@ -191,11 +191,11 @@ class Sessions:
                 check_session_id(name, "member name")
             except BadInput:
                 return  # no workspace or member is named so
-            if self.store.member_status(first, name) is not None:
+            if self.store.members.member_status(first, name) is not None:
                 why = f"it is the name of member {first}/{name}"
         if why is None:
             # Case and look-alikes do not make another name: ACME:dean is acme:dean's.
-            member = self.store.member_by_fold(handle_fold_of(handle))
+            member = self.store.members.member_by_fold(handle_fold_of(handle))
             if member is not None:
                 why = f"it reads as the name of member {member}"
         if why is not None:
@@ -208,9 +208,9 @@ class Sessions:
         Answers the skeleton."""
         skel = skeleton(handle)
         try:
-            holders = list(self.store.sessions_by_skeleton(skel))
+            holders = list(self.store.sessions.sessions_by_skeleton(skel))
             if skel != handle:
-                holders += self.store.sessions_by_handle(skel)
+                holders += self.store.sessions.sessions_by_handle(skel)
         except ValueError:  # it reads as characters no handle holds ("{", "}")
             raise BadInput(
                 f"handle {handle!r} reads as {skel!r}, which no handle may be",
@@ -237,10 +237,10 @@ class Sessions:
         """
         now = self.clock.now_ms()
         stale_ms = max(self.settings.stale_s, MIN_HANDLE_STALE_S) * 1000
-        for other in self.store.sessions_by_handle(handle):
+        for other in self.store.sessions.sessions_by_handle(handle):
             if other.session == sid or other.state == "closed":
                 continue
-            last = self.store.last_seen(other.session) or other.updated_at
+            last = self.store.sessions.last_seen(other.session) or other.updated_at
             if now - last <= stale_ms or self.router.floor_listening(other):
                 raise Refused(
                     f"handle {handle!r} is held by open session {other.session}",
@@ -250,11 +250,11 @@ class Sessions:
 
     def seen(self, sid: str) -> None:
         """The harness of ``sid`` is alive now (``last_seen``, ms): open, turn, drain."""
-        self.store.touch_seen(sid, self.clock.now_ms())
+        self.store.sessions.touch_seen(sid, self.clock.now_ms())
 
     def get(self, sid: str) -> SessionInfo:
         """The session's record, or :class:`NotFound` saying how to open it."""
-        info = self.store.get_session(check_session_id(sid))
+        info = self.store.sessions.get_session(check_session_id(sid))
         if info is None:
             raise no_session(sid)
         return info
@@ -262,10 +262,10 @@ class Sessions:
     def close(self, sid: str) -> dict[str, Any]:
         """Close a session: later messages are delivered raw; its threads stay readable."""
         info = self.get(sid)
-        self.store.update_session(sid, state="closing")
+        self.store.sessions.update_session(sid, state="closing")
         self.inbox.on_close(sid)
-        self.store.update_session(sid, state="closed")
-        self.store.record(sid, "session_close")
+        self.store.sessions.update_session(sid, state="closed")
+        self.store.events.record(sid, "session_close")
         self.router.kick(info.host, sid)
         return {"ok": True, "session": sid, "state": "closed"}
 
@@ -277,20 +277,20 @@ class Sessions:
         self.seen(sid)
         now = self.clock.now_ms()
         if info.woken_at:  # the wake is heard (or over): its timeout entry goes
-            self.store.unschedule(WAKE_TURN, sid)
+            self.store.schedule.unschedule(WAKE_TURN, sid)
         if event == "start":
-            turns = self.store.incr_turns(sid)
+            turns = self.store.sessions.incr_turns(sid)
             # The harness took the turn: its wake (if any) is heard (woken_at cleared).
-            self.store.update_session(
+            self.store.sessions.update_session(
                 sid, state="running", prompt_waiting=prompt_waiting, last_seen=now, woken_at=None
             )
-            self.store.record(sid, "turn_start", turn=turns)
+            self.store.events.record(sid, "turn_start", turn=turns)
         elif event == "end":
             turns = info.turns
-            self.store.update_session(
+            self.store.sessions.update_session(
                 sid, state="idle", prompt_waiting=False, last_seen=now, woken_at=None
             )
-            self.store.record(sid, "turn_end", turn=turns, answer=answer or "")
+            self.store.events.record(sid, "turn_end", turn=turns, answer=answer or "")
         else:
             raise BadInput(f"turn event must be start or end, not {event!r}")
         result: dict[str, Any] = {"ok": True, "session": sid, "event": event, "turns": turns}
@@ -301,7 +301,9 @@ class Sessions:
     def resolve(self, handle: str) -> SessionInfo:
         """The one live session with ``handle``; an error listing candidates otherwise."""
         try:
-            found = [s for s in self.store.sessions_by_handle(handle) if s.state != "closed"]
+            found = [
+                s for s in self.store.sessions.sessions_by_handle(handle) if s.state != "closed"
+            ]
         except ValueError as exc:  # a handle no key may be built from
             raise BadInput(f"invalid handle {handle!r:.80}") from exc
         if not found:

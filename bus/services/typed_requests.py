@@ -97,7 +97,7 @@ class Requests:
         at = now_ms()
         # Setting ``key`` first makes the delivery's thread_append keep these fields (it only
         # initialises a thread whose meta has no key yet).
-        self.store.open_request_thread(
+        self.store.items.open_request_thread(
             thr,
             {
                 "key": f"request:{thr}",
@@ -113,7 +113,7 @@ class Requests:
             },
         )
         # The sender's own inbox lists the thread too, so `inbox threads` shows its state.
-        self.store.list_thread(actor, thr, at)
+        self.store.items.list_thread(actor, thr, at)
         answer = self.post(msg)
         return {
             "ok": True,
@@ -144,7 +144,7 @@ class Requests:
             )
         check_session_id(actor, "actor session id")
         _check_thread(thread)
-        info, meta = self.store.session_and_thread(actor, thread)
+        info, meta = self.store.inbox.session_and_thread(actor, thread)
         if info is None:
             raise no_session(actor)
         if not meta.get("type") or not meta.get("state"):
@@ -184,7 +184,7 @@ class Requests:
             }
             # A counter is the standing offer: its windows replace the thread's.
             store_windows = json.dumps(wins) if decision == "counter" else ""
-            verdict = self.store.decide(
+            verdict = self.store.items.decide(
                 thread,
                 [
                     state,
@@ -204,12 +204,12 @@ class Requests:
                 break
             if verdict == "missing":
                 raise NotFound(f"no typed request thread {thread!r}", code="unknown_thread")
-            meta = self.store.thread_meta(
+            meta = self.store.inbox.thread_meta(
                 thread
             )  # another decision won: recompute from what it left
         else:
             raise Refused(f"{thread} kept changing; try again", code="conflict")
-        self.store.list_thread(actor, thread, at)
+        self.store.items.list_thread(actor, thread, at)
         note = f"{info.handle} decided {decision}"
         if message:
             note += f": {message}"
@@ -234,7 +234,7 @@ class Requests:
     def request_state(self, thread: str) -> dict[str, Any]:
         """A typed thread's state, parties and standing windows (read-only)."""
         _check_thread(thread)
-        meta = self.store.thread_meta(thread)
+        meta = self.store.inbox.thread_meta(thread)
         if not meta.get("type"):
             raise NotFound(f"no typed request thread {thread!r}", code="unknown_thread")
         out: dict[str, Any] = {

@@ -85,7 +85,7 @@ class Subscription:
         """The reader's own lanes, read once for the sessions just followed (two round
         trips, not two a session)."""
         if self.reader is not None:
-            self.full = {self.reader, *self.store.lanes_of(self.reader)}
+            self.full = {self.reader, *self.store.sessions.lanes_of(self.reader)}
 
     def follow(self, sid: str, *, newcomer: bool) -> bool:
         """Follow ``sid`` from now (``newcomer``: from its start); whether it is new."""
@@ -95,14 +95,14 @@ class Subscription:
             self.pos[sid] = self.since
         else:
             # A session first seen after the start has nothing older than the start.
-            self.pos[sid] = "0-0" if newcomer else self.store.last_stream_id(sid)
+            self.pos[sid] = "0-0" if newcomer else self.store.queue.last_stream_id(sid)
         return True
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         next_refresh = time.monotonic() + self.refresh_s
         while not self.stop.is_set():
             if (self.follow_all or self.lanes_of) and time.monotonic() >= next_refresh:
-                found = self.store.session_ids() if self.follow_all else []
+                found = self.store.sessions.session_ids() if self.follow_all else []
                 for owner in self.lanes_of:
                     found += lanes(self.store, owner)
                 newcomers = [sid for sid in found if self.follow(sid, newcomer=True)]
@@ -114,7 +114,7 @@ class Subscription:
                 continue
             # A copy: positions move while the caller handles the batch. The blocking
             # client's read timeout outlasts a block: block_ms bounds each read.
-            rows = self.store.read_session_streams(
+            rows = self.store.events.read_session_streams(
                 self.blocking,
                 dict(self.pos),
                 stream="stream",
@@ -347,16 +347,16 @@ class Watch:
         from bus.core.status_view import host_state
 
         store = self.store
-        infos = store.sessions()
+        infos = store.sessions.sessions()
         now = now_ms()
         hosts = sorted({i.host for i in infos})
         host_states = {
             h: host_state(at, now, self.host_down_s)
-            for h, at in zip(hosts, store.beats_at(hosts), strict=True)
+            for h, at in zip(hosts, store.schedule.beats_at(hosts), strict=True)
         }
         rows = []
         for info, (marks, last_ms) in zip(
-            infos, store.marks_and_last_arrival([i.session for i in infos]), strict=True
+            infos, store.inbox.marks_and_last_arrival([i.session for i in infos]), strict=True
         ):
             rows.append(
                 {
@@ -368,7 +368,7 @@ class Watch:
                     "turns": info.turns,
                     "unread": sum(1 for m in marks if m in UNREAD_MARKS),
                     "new": sum(1 for m in marks if m == "new"),
-                    "backlog": store.backlog(info.session),
+                    "backlog": store.queue.backlog(info.session),
                     "age_s": max(0, round((now - info.opened_at) / 1000))
                     if info.opened_at
                     else None,

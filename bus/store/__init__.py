@@ -1,9 +1,9 @@
 """The Redis store: the only door to Redis.
 
-``store.Store`` (one class, its parts one per aggregate: ``sessions``, ``queue``,
-``locks``, ``schedule``, ``inbox``, ``delivery``, ``receipts``, ``kick``, ``items``,
-``many``, ``ingest``, ``metrics``, ``stream_compact``, ``conversations``,
-``subscriptions``), every key (``keys``), every Lua script (``lua/``, each headed by its
+``store.Store`` (the plumbing, ``core``, with ``many`` and ``durable``; and its
+aggregates, each an attribute: ``sessions``, ``members``, ``queue``, ``inbox``,
+``receipts``, ``delivery``, ``schedule``, ``items``, ``events``, ``server``, built from
+the part modules that hold their methods), every key (``keys``), every Lua script (``lua/``, each headed by its
 KEYS and ARGV), the cluster adapters, the clients (``connection``, ``connect``,
 ``blocking``, ``server_probe`` for the servers ``bus.ops`` starts and watches), and what
 "Redis is down" means (``redis_errors``: the store's

@@ -17,6 +17,22 @@ if TYPE_CHECKING:
 BEAT_FIELDS = ("beat", "starting")
 
 
+def queue_beat_read(pipe: Any, keys: Any, name: str) -> None:
+    """Queue on ``pipe`` the read of ``name``'s beat (:func:`beat_reply` reads its reply):
+    the one spelling of it, for :meth:`BeatStore.queue_beats` and a write that answers
+    with a host's state in its own round trip (:meth:`bus.store.queue.QueueStore.append`)."""
+    pipe.hmget(keys.beat(name), *BEAT_FIELDS)
+
+
+def queue_mark_starting(pipe: Any, keys: Any, host: str) -> None:
+    """Queue on ``pipe`` host ``host``'s worker marked as being started: its heartbeat's
+    ``starting`` now, and the host among the heartbeats' names (another slot on a
+    cluster: one key a command). For :meth:`BeatStore.mark_starting` and the process
+    runner's probe (:meth:`bus.store.server_probe.Progress.mark_starting`)."""
+    pipe.hset(keys.beat(host), "starting", int(time.time() * 1000))
+    pipe.sadd(keys.workers, host)
+
+
 class BeatStore(StorePart):
     """Reads the heartbeats the processes write (:class:`bus.telemetry.liveness.Heartbeat`)."""
 
@@ -51,7 +67,7 @@ class BeatStore(StorePart):
         each reply): a write that answers with a host's state reads it in its own round
         trip."""
         for name in names:
-            pipe.hmget(self.k.beat(name), *BEAT_FIELDS)
+            queue_beat_read(pipe, self.k, name)
 
     def drop_beat(self, name: str) -> bool:
         """Forget heartbeat ``name`` (its row and its place among the names); whether it
@@ -66,8 +82,7 @@ class BeatStore(StorePart):
         """Host ``host``'s worker is being started: its heartbeat's ``starting`` now, so
         the host is ``starting`` (not ``down``) until its first beat."""
         pipe = self.pipeline()
-        pipe.hset(self.k.beat(host), "starting", int(time.time() * 1000))
-        pipe.sadd(self.k.workers, host)
+        queue_mark_starting(pipe, self.k, host)
         pipe.execute()
 
 

@@ -85,10 +85,12 @@ def compact_sessions(
     cursors, short streams written ``settled_ms`` ago or earlier compacted (the logs of
     threads whose newest message is ``threads_from`` ms or later); the bytes saved
     (MEMORY USAGE, the queues' not counted)."""
-    saved = store.drop_quiet_events(sids, quiet_ms, sub_idle_ms)
-    store.drop_taken_queues(sids)
-    keys = store.session_streams(sids, threads_from)
-    return saved + store.compact_streams(keys, MAX_ENTRIES, SLACK_BYTES, NODE_BYTES, settled_ms)
+    saved = store.events.drop_quiet_events(sids, quiet_ms, sub_idle_ms)
+    store.events.drop_taken_queues(sids)
+    keys = store.events.session_streams(sids, threads_from)
+    return saved + store.events.compact_streams(
+        keys, MAX_ENTRIES, SLACK_BYTES, NODE_BYTES, settled_ms
+    )
 
 
 def compact_all(
@@ -115,12 +117,12 @@ def compact_all(
         return 0
     left = _left.get(prefix) or []
     if force:
-        left = store.session_ids()
+        left = store.sessions.session_ids()
         _start_pass(prefix, full=True)
     elif not left:
-        if not store.claim_sweep(int(COMPACT_EVERY_S * 1000), what="compact"):
+        if not store.schedule.claim_sweep(int(COMPACT_EVERY_S * 1000), what="compact"):
             return 0
-        left = store.session_ids()
+        left = store.sessions.session_ids()
         _start_pass(prefix)
     saved = 0
     started = time.monotonic()

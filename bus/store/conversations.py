@@ -82,19 +82,3 @@ class ConversationStore(StorePart):
             keys=self.k.s_many(sid, _WITHDRAW_KEYS), args=[msg_id, now_ms]
         )
         return [str(x) for x in out]
-
-    def wait_event(self, client: Any, sid: str, cursor: str, block_ms: int) -> str | None:
-        """Block on ``client`` (one that may block) up to ``block_ms`` (at most one
-        :data:`~bus.store.block_chunks.BLOCK_CHUNK_S` block: the caller loops) for a record of
-        the session's ``events`` stream after ``cursor``: the newest id read, ``None`` if
-        none came."""
-        from .block_chunks import BLOCK_CHUNK_S
-
-        block = max(1, min(block_ms, int(BLOCK_CHUNK_S * 1000)))
-        got = client.xread({self.k.s(sid, "events"): cursor}, block=block)
-        if isinstance(got, dict):  # RESP3 answers a dict key -> entries
-            entries = next(iter(got.values()), None)
-            entries = entries[0] if entries and isinstance(entries[0], list) else entries
-        else:
-            entries = got[0][1] if got else None
-        return str(entries[-1][0]) if entries else None

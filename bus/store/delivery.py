@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,19 +142,13 @@ class DeliveryStore(StorePart):
     # and redis-py's packing of them would be a large share of a due wake's Python time. (A lost script runs
     # again after the rest: a pipeline whose order matters across scripts and plain
     # commands is not packed.)
-    script_call: Callable[[str, list[str], list[Any]], tuple[Any, ...]]
-    run_scripts: Callable[[list[tuple[Any, ...]]], list[Any]]
-    run_in_order: Callable[[list[tuple[Any, ...]]], list[Any]]
-    # The packed send itself and the scripts' sources (bus.store.many, bus.store.store).
-    run_packed: Callable[[list[tuple[Any, ...]]], list[Any]]
     cluster: bool
-    _sources: dict[str, str]
 
     def begin_delivery(self, sid: str, count: int) -> DeliveryStart | None:
-        """Take the session's delivery lock (as :meth:`~bus.store.store.Store.lock`) and, in the
-        same call, clear the dispatch flag (as :meth:`~bus.store.store.Store.clear_pending`) and
+        """Take the session's delivery lock (as :meth:`~bus.store.store.Store.delivery.lock`) and, in the
+        same call, clear the dispatch flag (as :meth:`~bus.store.store.Store.queue.clear_pending`) and
         read what the delivery starts from: the raw line in flight, the cursor, up to
-        ``count`` entries after it (as :meth:`~bus.store.store.Store.read_after`), the session
+        ``count`` entries after it (as :meth:`~bus.store.store.Store.queue.read_after`), the session
         record and the entries' send answers. ``None`` (nothing touched) while another
         holder's lock has not expired. One round trip (``delivery_begin.lua``)."""
         token = secrets.token_hex(8)
@@ -200,13 +193,13 @@ class DeliveryStore(StorePart):
         read_after: str | None = None,
         count: int = 200,
     ) -> DeliverySnapshot:
-        """The fence (as :meth:`~bus.store.store.Store.extend_lock`) and, in the same round
+        """The fence (as :meth:`~bus.store.store.Store.delivery.extend_lock`) and, in the same round
         trip, the session record, the notice in flight, the floor's unconfirmed notices and
         the plan's view (as :meth:`~bus.store.inbox.InboxStore.inbox_view`) and the
         queue's length once its entries up to the cursor are trimmed (``queue_trim.lua``,
-        as :meth:`~bus.store.store.Store.set_trim_floor`). With
-        ``advance_to``, first :meth:`~bus.store.store.Store.advance` the cursor to it; with ``read_after``, also up to ``count`` entries
-        after that stream id (as :meth:`~bus.store.store.Store.read_after`) in ``rows``. One
+        as :meth:`~bus.store.store.Store.queue.set_trim_floor`). With
+        ``advance_to``, first :meth:`~bus.store.store.Store.queue.advance` the cursor to it; with ``read_after``, also up to ``count`` entries
+        after that stream id (as :meth:`~bus.store.store.Store.queue.read_after`) in ``rows``. One
         command (``delivery_snapshot.lua``), not one a read: less to pack and parse."""
         sent_at = time.monotonic()
         reply = self.script("delivery_snapshot")(
@@ -261,7 +254,7 @@ class DeliveryStore(StorePart):
         replies = self.run_packed(stack)
         if any(isinstance(reply, NoScriptError) for reply in replies):
             shas = list(dict.fromkeys(c[1] for c in stack if c[0] == "EVALSHA"))
-            loads = [("SCRIPT", "LOAD", self._sources[sha]) for sha in shas]
+            loads = [("SCRIPT", "LOAD", self.io.script_source(sha)) for sha in shas]
             sent_at = time.monotonic()
             replies = self.run_packed(loads + stack)[len(loads) :]
         for reply in replies:

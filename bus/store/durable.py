@@ -11,23 +11,17 @@ import redis
 from bus.core import durability
 
 from .base import StorePart
-from .write_fault import WriteFaultStore
 
 
-class DurableStore(WriteFaultStore, StorePart):
+class DurableStore(StorePart):
     """Runs a send's writes and confirms its durability level before it is acknowledged."""
 
     _fsyncs_always: str | None = None  # None: not asked; "" yes; else why not
 
-    def run_loaded_then(  # ManyStore defines it
-        self, stack: list[tuple[Any, ...]], tail: tuple[Any, ...] | None
-    ) -> tuple[list[Any], list[Any]]:
-        raise NotImplementedError
-
     def execute_durable(
         self, pipe: Any, level: str, timeout_s: float, ids: list[str], sids: list[str]
     ) -> list[Any]:
-        """:meth:`~bus.store.many.ManyStore.execute_loaded` of ``pipe`` (a send's writes to
+        """:meth:`~bus.store.many.RoundTrips.execute_loaded` of ``pipe`` (a send's writes to
         the sessions ``sids``), confirmed at ``level`` within ``timeout_s``: the replies;
         :class:`NotDurable` naming ``ids`` when the level was not met (the writes ran: a
         resend of the same ids is stored once). Every send pipeline writes on its
@@ -76,23 +70,12 @@ class DurableStore(WriteFaultStore, StorePart):
             if why is not None:
                 raise durability.not_durable(level, why, ids)
 
-    def durability_unmet(self, level: str) -> str | None:
-        """Why this store cannot meet ``level`` at all (:func:`bus.core.durability.unmet_by`),
-        or None: what ``inbox doctor`` says before the sends are refused."""
-        if level == "memory" or self.cluster:
-            return None  # a cluster's nodes are asked at each send
-        info: dict[str, Any] = {}
-        for section in ("server", "persistence", "replication"):
-            info.update(self.r.info(section))
-        always = not durability.has_waitaof(info) and self._fsync_always() == ""
-        return durability.unmet_by(level, info, always)
-
     def _shortfall(self, level: str, reply: Any, timeout_s: float) -> str | None:
         if level == "disk" and durability.lacks_wait(reply):
-            return self._fsync_always() or None
+            return self.fsync_always() or None
         return durability.shortfall(level, reply, timeout_s)
 
-    def _fsync_always(self) -> str:
+    def fsync_always(self) -> str:
         """A server without ``WAITAOF`` (older than 7.2) has each write on disk before its
         reply when it runs ``appendonly yes`` with ``appendfsync always``: "" then, else
         why ``disk`` cannot be confirmed (asked once per store client)."""
@@ -110,3 +93,18 @@ class DurableStore(WriteFaultStore, StorePart):
             always = got.get("appendfsync") == "always" and aof.get("appendonly") == "yes"
             self._fsyncs_always = "" if always else f"{lacks} and does not run appendfsync always"
         return self._fsyncs_always
+
+
+class DurabilityCheck(StorePart):
+    """Whether the store's server can meet a durability level at all."""
+
+    def durability_unmet(self, level: str) -> str | None:
+        """Why this store cannot meet ``level`` at all (:func:`bus.core.durability.unmet_by`),
+        or None: what ``inbox doctor`` says before the sends are refused."""
+        if level == "memory" or self.cluster:
+            return None  # a cluster's nodes are asked at each send
+        info: dict[str, Any] = {}
+        for section in ("server", "persistence", "replication"):
+            info.update(self.r.info(section))
+        always = not durability.has_waitaof(info) and self.io.fsync_always() == ""
+        return durability.unmet_by(level, info, always)

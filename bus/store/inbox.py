@@ -14,7 +14,6 @@ from . import packing
 from .base import StorePart, store_failed
 from .keys import IDS_KEEP_MS, receipt_field
 from .packing import meta_of
-from .session_record import record_info
 
 # Not ``typing.TYPE_CHECKING``: importing typing alone costs the read lane several ms
 # (bus.lanes.read imports this module).
@@ -66,60 +65,6 @@ def view_of_replies(
 
 class InboxStore(StorePart):
     """Inbox and thread records of a :class:`~bus.store.store.Store`."""
-
-    # -- the session record's small fields -----------------------------------------------
-
-    def touch_seen(self, sid: str, at_ms: int) -> None:
-        """Set ``last_seen`` of an existing session record; never make a record."""
-        key = self.k.s(sid, "session")
-        if self.r.exists(key):
-            self.r.hset(key, "last_seen", str(at_ms))
-
-    def last_seen(self, sid: str) -> int | None:
-        """The session's ``last_seen`` (ms); ``None`` if never set."""
-        seen = self.r.hget(self.k.s(sid, "session"), "last_seen")
-        return int(seen) if seen else None
-
-    def set_delegator_once(self, sid: str, giver: str) -> bool:
-        """Record ``giver`` as the session's delegator unless one is recorded (HSETNX);
-        True when this call set it."""
-        return bool(self.r.hsetnx(self.k.s(sid, "session"), "delegator", giver))
-
-    def clear_retry(self, sid: str) -> None:
-        """Drop the session's ``retry_at`` (a refused notice may be tried again now)."""
-        self.r.hdel(self.k.s(sid, "session"), "retry_at")
-
-    # -- who gave whom work -------------------------------------------------------------
-
-    def add_gave(self, giver: str, to: str) -> None:
-        """Remember that session ``giver`` gave session ``to`` work."""
-        self.r.sadd(self.k.s(giver, "gave"), to)
-
-    def gave(self, giver: str, to: str) -> bool:
-        """Whether :meth:`add_gave` recorded ``giver`` giving ``to`` work."""
-        return bool(self.r.sismember(self.k.s(giver, "gave"), to))
-
-    def gave_and_session(self, giver: str, to: str) -> tuple[bool, Any]:
-        """:meth:`gave` and ``to``'s session record (as :meth:`~bus.store.store.Store.get_session`:
-        a ``SessionInfo`` or ``None``) in one round trip: a delivery's wake rules for a
-        sender that names its session (bus.delivery.inbox), one trip on a lone send's path."""
-        pipe = self.pipeline()
-        pipe.sismember(self.k.s(giver, "gave"), to)
-        pipe.hgetall(self.k.s(to, "session"))
-        gave, data = pipe.execute()
-        return bool(gave), (record_info(data, to) if data else None)
-
-    def session_and_gave(self, sid: str, sender: str) -> tuple[Any, bool, str | None]:
-        """``sid``'s session record (as :meth:`~bus.store.store.Store.get_session`), whether
-        :meth:`gave` records ``sid`` giving ``sender`` work, and ``sender``'s parent, in one
-        round trip: a send from a session carries its receiver's wake fact about it
-        (bus.services.routing), so the delivery looks nothing up for it."""
-        pipe = self.pipeline()
-        pipe.hgetall(self.k.s(sid, "session"))
-        pipe.sismember(self.k.s(sid, "gave"), sender)
-        pipe.hget(self.k.s(sender, "session"), "parent")
-        data, gave, parent = pipe.execute()
-        return (record_info(data, sid) if data else None), bool(gave), parent or None
 
     # -- the inbox ------------------------------------------------------------------------
 
@@ -235,11 +180,6 @@ class InboxStore(StorePart):
             if got is not None:
                 return str(got[1])
         return None
-
-    def run(  # provided by Store
-        self, name: str, sid: str, keys: tuple[str, ...], args: list[Any], client: Any = None
-    ) -> Any:
-        raise NotImplementedError
 
     def queue_mark_read(self, pipe: Any, sid: str, recs: list[dict[str, Any]], now: int) -> None:
         """Queue on ``pipe`` (a :meth:`~bus.store.store.Store.pipeline`): ``recs`` marked read,
@@ -400,11 +340,6 @@ class InboxStore(StorePart):
         # Positive scores only: the ids' ages share the key (negative, see prune).
         return [str(t) for t in self.r.zrevrangebyscore(key, "+inf", AGE_SCORE_BELOW)]
 
-    def last_event_id(self, sid: str) -> str:
-        """The id of the session's newest durability record, ``0-0`` when it has none."""
-        last = self.r.xrevrange(self.k.s(sid, "events"), count=1)
-        return str(last[0][0]) if last else "0-0"
-
     # -- the sender's outbox ------------------------------------------------------------------
 
     def outbox_page(self, sid: str, start: int, count: int) -> list[str]:
@@ -417,65 +352,15 @@ class InboxStore(StorePart):
         if members:
             self.r.zrem(self.k.outbox(sid), *members)
 
-    # -- workspace members ------------------------------------------------------------------
+    # -- threads, several at once -----------------------------------------------------------
 
-    def member_status(self, workspace: str, name: str) -> str | None:
-        """``active``, ``removed``, or ``None`` (never a member of ``workspace``)."""
-        raw = self.r.hget(self.k.members(workspace), name)
-        return str(raw) if raw else None
-
-    def set_member(self, workspace: str, name: str, status: str) -> None:
-        """Record member ``name``'s status in ``workspace``."""
-        self.r.hset(self.k.members(workspace), name, status)
-
-    def index_member_fold(self, fold: str, workspace: str, name: str) -> None:
-        """Remember member ``workspace/name`` under its handle folded (``fold``)."""
-        self.r.hset(self.k.member_folds, fold, f"{workspace}/{name}")
-
-    def member_by_fold(self, fold: str) -> str | None:
-        """The member (``workspace/name``) whose handle folds to ``fold``, if any."""
-        raw = self.r.hget(self.k.member_folds, fold)
-        return str(raw) if raw else None
-
-    def take_picture_bytes(self, sid: str, size: int, cap: int) -> bool:
-        """Count ``size`` more bytes of pictures kept for ``sid``'s items, unless that
-        would pass ``cap`` (then nothing is counted and the answer is False)."""
-        key = self.k.s(sid, "picture_bytes")
-        if int(self.r.incrby(key, size)) <= cap:
-            return True
-        self.r.decrby(key, size)
-        return False
-
-    def give_picture_bytes(self, sid: str, size: int) -> None:
-        """Uncount bytes :meth:`take_picture_bytes` counted for a write that failed."""
-        self.r.decrby(self.k.s(sid, "picture_bytes"), size)
-
-    def member_generation(self, workspace: str, name: str) -> int:
-        """How many times ``name`` was removed from ``workspace`` (0: never)."""
-        return int(self.r.hget(self.k.member_gens(workspace), name) or 0)
-
-    def bump_member_generation(self, workspace: str, name: str) -> int:
-        """Move ``name``'s token generation on: tokens issued before are dead."""
-        return int(self.r.hincrby(self.k.member_gens(workspace), name, 1))
-
-    def members(self, workspace: str) -> dict[str, str]:
-        """Every member of ``workspace`` with its status."""
-        return dict(self.r.hgetall(self.k.members(workspace)))
-
-    # -- tokens and the hand-off --------------------------------------------------------------
-
-    def is_revoked(self, jti: str) -> bool:
-        """Whether token id ``jti`` was revoked."""
-        return bool(self.r.sismember(self.k.revoked, jti))
-
-    def revoke(self, jti: str) -> None:
-        """Revoke token id ``jti`` for good."""
-        self.r.sadd(self.k.revoked, jti)
-
-    def ask_again(self, sid: str, ttl_ms: int) -> None:
-        """Ask the delivery holding ``sid`` to run once more after it unlocks."""
-        self.r.set(self.k.s(sid, "again"), "1", px=ttl_ms)
-
-    def take_again(self, sid: str) -> bool:
-        """Whether another run was asked for since the last take (GETDEL)."""
-        return bool(self.r.getdel(self.k.s(sid, "again")))
+    def thread_parties_many(self, threads: list[str]) -> list[tuple[Any, bool]]:
+        """Each named thread's raw ``parties`` field (``None`` if unset) and whether the
+        thread exists, in order."""
+        pipe = self.pipeline()
+        for thread in threads:
+            meta = self.k.t(thread, "meta")
+            pipe.hget(meta, "parties")
+            pipe.exists(meta)
+        got = pipe.execute()
+        return [(got[2 * n], bool(got[2 * n + 1])) for n in range(len(threads))]

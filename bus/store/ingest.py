@@ -8,7 +8,7 @@ answers in the callers' order, one round trip per call here, a missing thing rea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from . import receipt_index
@@ -28,9 +28,6 @@ class IngestStore(StorePart):
 
     cluster: bool
     lock_ttl_ms: int
-    # bus.store.many.ManyStore's (a mixin of the same Store).
-    script_call: Callable[[str, list[str], list[Any]], tuple[Any, ...]]
-    run_scripts: Callable[[list[tuple[Any, ...]]], list[Any]]
 
     # -- the senders' rate -------------------------------------------------------------
 
@@ -109,7 +106,7 @@ class IngestStore(StorePart):
         one call per receiver on a cluster (a call's keys in one slot), else one per
         :data:`CALL_MESSAGES` messages or so (a swarm's batch has a few a receiver: a call each
         would be hundreds of script calls a batch, their setup and replies). Bare ``EVALSHA`` calls: run
-        the pipeline with :meth:`~bus.store.many.ManyStore.execute_loaded`. Answers each
+        the pipeline with :meth:`~bus.store.many.RoundTrips.execute_loaded`. Answers each
         call's receivers, in order."""
         sha = self.script("append_many").sha
         calls: list[list[str]] = []

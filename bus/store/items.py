@@ -86,9 +86,22 @@ class ItemStore(StorePart):
 
     def decide(self, thread: str, args: list[Any]) -> str:
         """Apply one decision if the thread is still as the caller read it
-        (``decide.lua``): ``ok``, ``missing`` or ``changed``."""
+        (``decide.lua``): ``ok``, ``missing`` or ``conflict``."""
         out = self.script("decide")(
             keys=[self.k.t(thread, "meta"), self.k.t(thread, "log"), self.k.t(thread, "seen")],
             args=args,
         )
         return str(out[0])
+
+    def take_picture_bytes(self, sid: str, size: int, cap: int) -> bool:
+        """Count ``size`` more bytes of pictures kept for ``sid``'s items, unless that
+        would pass ``cap`` (then nothing is counted and the answer is False)."""
+        key = self.k.s(sid, "picture_bytes")
+        if int(self.r.incrby(key, size)) <= cap:
+            return True
+        self.r.decrby(key, size)
+        return False
+
+    def give_picture_bytes(self, sid: str, size: int) -> None:
+        """Uncount bytes :meth:`take_picture_bytes` counted for a write that failed."""
+        self.r.decrby(self.k.s(sid, "picture_bytes"), size)

@@ -52,7 +52,6 @@ class KickStore(StorePart):
     """Push, pop and liveness of a host's kick list."""
 
     server_time_ms: Callable[[], int]
-    _sources: dict[str, str]  # SHA -> Lua source (bus.store.store)
 
     def push_kicks(self, host: str, sids: list[str]) -> bool:
         """Put ``sids`` on ``host``'s kick list when a delivery loop of it is alive
@@ -110,7 +109,7 @@ class KickStore(StorePart):
         load: bool,
     ) -> SentWait:
         """Write ``calls`` (script calls and commands, as
-        :meth:`~bus.store.many.ManyStore.run_in_order` takes them: a lone delivery's
+        :meth:`~bus.store.many.RoundTrips.run_in_order` takes them: a lone delivery's
         notice records) and then :meth:`wait_kick`'s commands (the taken list emptied
         first) on ``client``'s one connection, without waiting for a reply: Redis runs
         the calls as soon as the write arrives, then waits for the next kick. The
@@ -120,7 +119,9 @@ class KickStore(StorePart):
         k = self.k
         taken, kicks = k.kick_taken(host, loop), k.kick_list(host)
         shas = list(dict.fromkeys(c[1] for c in calls if c[0] == "EVALSHA")) if load else []
-        commands: list[tuple[Any, ...]] = [("SCRIPT", "LOAD", self._sources[sha]) for sha in shas]
+        commands: list[tuple[Any, ...]] = [
+            ("SCRIPT", "LOAD", self.io.script_source(sha)) for sha in shas
+        ]
         commands += calls
         commands += [("DEL", taken), ("BLMOVE", kicks, taken, "LEFT", "RIGHT", block_s)]
         commands.append(("LLEN", kicks))

@@ -10,8 +10,6 @@ A part of :class:`~bus.store.store.Store` (one class per aggregate). The lock
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
-from typing import Any
 
 from .base import StorePart
 from .redis_errors import store_failed
@@ -19,10 +17,6 @@ from .redis_errors import store_failed
 
 class LockStore(StorePart):
     """Delivery locks, one session or many at once."""
-
-    # Script calls sent packed in one round trip (bus.store.many).
-    script_call: Callable[[str, list[str], list[Any]], tuple[Any, ...]]
-    run_scripts: Callable[[list[tuple[Any, ...]]], list[Any]]
 
     def lock(self, sid: str) -> str | None:
         """Take the session's delivery lock for ``lock_ttl_ms``: a token, or ``None``
@@ -44,7 +38,7 @@ class LockStore(StorePart):
 
     @store_failed
     def unlock_and_take_again(self, sid: str, token: str) -> bool:
-        """:meth:`~bus.store.store.Store.unlock`, then :meth:`~bus.store.inbox.InboxStore.take_again`,
+        """:meth:`~bus.store.store.Store.delivery.unlock`, then :meth:`~bus.store.inbox.InboxStore.take_again`,
         in that order, one round trip: whether another run was asked for."""
         keys = self.k.s_many(sid, ("lock", "again"))
         return bool(int(self.script("unlock")(keys=keys, args=[token])[1]))
@@ -60,7 +54,7 @@ class LockStore(StorePart):
 
     @store_failed
     def extend_many(self, held: list[tuple[str, str]]) -> list[bool]:
-        """:meth:`~bus.store.store.Store.extend_lock` for each ``(sid, token)``, in one round
+        """:meth:`~bus.store.store.Store.delivery.extend_lock` for each ``(sid, token)``, in one round
         trip: which are still ours (each extended to a full TTL)."""
         calls = [
             self.script_call(
@@ -69,3 +63,11 @@ class LockStore(StorePart):
             for sid, token in held
         ]
         return [bool(int(r)) for r in self.run_scripts(calls)]
+
+    def ask_again(self, sid: str, ttl_ms: int) -> None:
+        """Ask the delivery holding ``sid`` to run once more after it unlocks."""
+        self.r.set(self.k.s(sid, "again"), "1", px=ttl_ms)
+
+    def take_again(self, sid: str) -> bool:
+        """Whether another run was asked for since the last take (GETDEL)."""
+        return bool(self.r.getdel(self.k.s(sid, "again")))

@@ -1,22 +1,18 @@
-"""The store's batched side: reads and writes over many sessions or threads in one round
-trip, for the scheduler's dispatch and a batch send's checks.
+"""The store's plumbing for many calls in one round trip: bare ``EVALSHA`` tuples run per
+node or in order, a loaded pipeline, commands packed onto one connection.
 
-A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.inbox`; the same contract: each
-answers in its callers' order, one round trip per node, and a missing thing reads empty.
+A part of :class:`~bus.store.core.StoreCore`, which every aggregate of the store reaches
+through :class:`~bus.store.base.StorePart`; the calls answer in their callers' order, one
+round trip per node.
 """
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from bus.core.ids import is_session_id
-
-from . import receipt_index
 from .base import StorePart
 from .cluster import run_per_node
 
@@ -29,11 +25,6 @@ except ImportError:  # pragma: no cover
     _hiredis_pack = None
 
 _TEXT = frozenset((str, int, float))
-
-# A lanes index entry whose session's record names another parent (or none) is taken out
-# by a lookup once it is this old, in ms: a younger one may be a session being opened now,
-# its index entry written and its record not yet.
-LANE_SETTLE_MS = 60_000
 
 
 def read_replies(conn: Any, count: int) -> list[Any]:
@@ -119,117 +110,10 @@ def stream_id_after(last: str, cursor: str | None) -> bool:
     return (int(a), int(b or 0)) > (int(c), int(d or 0))
 
 
-class ManyStore(StorePart):
-    """Several sessions' or threads' keys at once."""
+class RoundTrips(StorePart):
+    """Script calls and commands for many keys, sent in one round trip."""
 
-    lock_ttl_ms: int
-    cluster: bool
     _sources: dict[str, str]
-    session_ids: Callable[[], list[str]]  # bus.store.sessions
-
-    def session_hosts(self, sids: list[str]) -> list[str | None]:
-        """Each session's host, in order; ``None`` for a session that does not exist."""
-        pipe = self.pipeline()
-        for sid in sids:
-            pipe.hget(self.k.s(sid, "session"), "host")
-        return list(pipe.execute())
-
-    def session_parents(self, sids: list[str]) -> list[str | None]:
-        """Each session's ``parent`` field, in order (``None``: none, or no session), one
-        round trip per node: a field a session, not its whole record."""
-        pipe = self.pipeline()
-        for sid in sids:
-            pipe.hget(self.k.s(sid, "session"), "parent")
-        return [str(p) if p else None for p in pipe.execute()]
-
-    def lanes_of(self, parent: str) -> list[str]:
-        """The sessions whose ``parent`` is ``parent`` now, sorted: the entries of its
-        lanes index, each checked against its record's ``parent``. An entry that
-        disagrees (its session gone or given another parent) is taken out once it is
-        :data:`LANE_SETTLE_MS` old (a younger one's record may still be on its way: the
-        index is written first). Two round trips and a field a lane, whatever the number
-        of other sessions; the first lookup of a bus indexes the sessions opened before
-        the index (:meth:`index_lanes`)."""
-        key = self.k.lanes(parent)
-        pipe = self.pipeline()
-        pipe.exists(self.k.lanes_indexed)
-        pipe.zrange(key, 0, -1, withscores=True)
-        indexed, entries = pipe.execute()
-        if not indexed:
-            self.index_lanes()
-            entries = self.r.zrange(key, 0, -1, withscores=True)
-        stamped = sorted((str(sid), int(at)) for sid, at in entries)
-        parents = self.session_parents([sid for sid, _at in stamped])
-        settled = int(time.time() * 1000) - LANE_SETTLE_MS
-        stale = [
-            sid
-            for (sid, at), p in zip(stamped, parents, strict=True)
-            if p != parent and at <= settled
-        ]
-        if stale:
-            self.r.zrem(key, *stale)
-        return [sid for (sid, _at), p in zip(stamped, parents, strict=True) if p == parent]
-
-    def index_lanes(self) -> None:
-        """Put every registered session with a parent in its parent's lanes index, then
-        mark the bus indexed: for the sessions opened before the index (their open wrote
-        none). Reads every session's ``parent``: once."""
-        ids = self.session_ids()
-        pipe = self.pipeline()
-        for sid, parent in zip(ids, self.session_parents(ids), strict=True):
-            if is_session_id(parent):  # as put_session indexes
-                pipe.zadd(self.k.lanes(parent), {sid: 0}, nx=True)
-        pipe.set(self.k.lanes_indexed, "1")
-        pipe.execute()
-
-    def flag_dispatched(self, sids: Iterable[str]) -> None:
-        """Set each session's dispatch flag (``pending``, for the lock TTL) in one round trip,
-        whether or not it was set: the caller is sending the delivery now."""
-        pipe = self.pipeline()
-        for sid in sids:
-            pipe.set(self.k.s(sid, "pending"), "1", px=self.lock_ttl_ms)
-        pipe.execute()
-
-    def hosts_flagged(self, sids: list[str]) -> list[str | None]:
-        """:meth:`session_hosts`, and :meth:`flag_dispatched` for those that exist, in one
-        round trip: one script call for them all on a standalone server
-        (``hosts_flag.lua``), two pipelines on a cluster."""
-        if not sids:
-            return []
-        if self.cluster:
-            hosts = self.session_hosts(sids)
-            self.flag_dispatched(s for s, h in zip(sids, hosts, strict=True) if h is not None)
-            return hosts
-        keys = [key for sid in sids for key in self.k.s_many(sid, ("session", "pending"))]
-        [reply] = self.run_scripts([self.script_call("hosts_flag", keys, [self.lock_ttl_ms])])
-        return [host or None for host in json.loads(reply)]
-
-    def mark_pending_many(self, sids: list[str]) -> list[bool]:
-        """:meth:`~bus.store.store.Store.mark_pending` for each of ``sids`` in one round trip:
-        True for each whose dispatch flag this set (the caller dispatches it)."""
-        pipe = self.pipeline()
-        for sid in sids:
-            pipe.set(self.k.s(sid, "pending"), "1", nx=True, px=self.lock_ttl_ms)
-        return [bool(x) for x in pipe.execute()]
-
-    def thread_parties_many(self, threads: list[str]) -> list[tuple[Any, bool]]:
-        """Each named thread's raw ``parties`` field (``None`` if unset) and whether the
-        thread exists, in order."""
-        pipe = self.pipeline()
-        for thread in threads:
-            meta = self.k.t(thread, "meta")
-            pipe.hget(meta, "parties")
-            pipe.exists(meta)
-        got = pipe.execute()
-        return [(got[2 * n], bool(got[2 * n + 1])) for n in range(len(threads))]
-
-    def unindex_many(self, msg_ids: Iterable[str], now: int) -> None:
-        """Forget the recipient index entries just written for ``msg_ids`` (their appends
-        were refused), in one round trip."""
-        pipe = self.pipeline()
-        for msg_id in msg_ids:
-            receipt_index.unindex(pipe, self.k, msg_id, now)
-        pipe.execute()
 
     def script_call(self, name: str, keys: list[str], args: list[Any]) -> tuple[Any, ...]:
         """Script ``name`` on ``keys`` with ``args`` as a bare ``EVALSHA`` argument tuple,

@@ -10,7 +10,7 @@ slot, except the message id's recipient index (:mod:`bus.store.receipt_index`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from bus.core.errors import RateLimited
@@ -18,7 +18,7 @@ from bus.core.models import now_ms
 
 from . import packing, receipt_index
 from .base import StorePart
-from .beats import BEAT_FIELDS, beat_reply
+from .beats import beat_reply, queue_beat_read
 from .kick import KICK_CAP
 from .redis_errors import store_failed
 
@@ -65,7 +65,7 @@ class QueueStore(StorePart):
         One round trip: the append script and the message id's index (another slot,
         idempotent, so it need not be atomic with the append) go in one pipeline, and so
         do the steps ``also`` queues on it after the append (the sender's outbox entry),
-        sent without the script's source (:meth:`~bus.store.many.ManyStore.execute_loaded`:
+        sent without the script's source (:meth:`~bus.store.many.RoundTrips.execute_loaded`:
         a server that lost it answers ``NOSCRIPT``, and the append alone is loaded and run
         then; the steps around it are independent of it).
         """
@@ -87,7 +87,7 @@ class QueueStore(StorePart):
         if also is not None:
             also(pipe)
         if beat_into is not None:
-            pipe.hmget(k.beat(beat_of), *BEAT_FIELDS)
+            queue_beat_read(pipe, k, beat_of)
         level, timeout_s = durability
         replies = self.execute_durable(pipe, level, timeout_s, [msg_id], [sid])
         new, answer, dispatch = replies[0]
@@ -197,8 +197,54 @@ class QueueStore(StorePart):
         """Record the raw line about to be written, for recovery after a crash."""
         self.r.set(self.k.s(sid, "rawflight"), json.dumps({"stream_id": stream_id, "id": msg_id}))
 
-    def record(self, sid: str, kind: str, **fields: object) -> None:
-        """Append a durability record (``inbox``, ``inbox_noticed``, ...) to the session's log."""
-        data = {"kind": kind, "at": str(now_ms())}
-        data.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in fields.items()})
-        self.r.xadd(self.k.s(sid, "events"), data, maxlen=10000, approximate=True)
+    def flag_dispatched(self, sids: Iterable[str]) -> None:
+        """Set each session's dispatch flag (``pending``, for the lock TTL) in one round trip,
+        whether or not it was set: the caller is sending the delivery now."""
+        pipe = self.pipeline()
+        for sid in sids:
+            pipe.set(self.k.s(sid, "pending"), "1", px=self.lock_ttl_ms)
+        pipe.execute()
+
+    def hosts_flagged(self, sids: list[str]) -> list[str | None]:
+        """:meth:`session_hosts`, and :meth:`flag_dispatched` for those that exist, in one
+        round trip: one script call for them all on a standalone server
+        (``hosts_flag.lua``), two pipelines on a cluster."""
+        if not sids:
+            return []
+        if self.cluster:
+            hosts = self.session_hosts(sids)
+            self.flag_dispatched(s for s, h in zip(sids, hosts, strict=True) if h is not None)
+            return hosts
+        keys = [key for sid in sids for key in self.k.s_many(sid, ("session", "pending"))]
+        [reply] = self.run_scripts([self.script_call("hosts_flag", keys, [self.lock_ttl_ms])])
+        return [host or None for host in json.loads(reply)]
+
+    def mark_pending_many(self, sids: list[str]) -> list[bool]:
+        """:meth:`~bus.store.store.Store.queue.mark_pending` for each of ``sids`` in one round trip:
+        True for each whose dispatch flag this set (the caller dispatches it)."""
+        pipe = self.pipeline()
+        for sid in sids:
+            pipe.set(self.k.s(sid, "pending"), "1", nx=True, px=self.lock_ttl_ms)
+        return [bool(x) for x in pipe.execute()]
+
+    def unindex_many(self, msg_ids: Iterable[str], now: int) -> None:
+        """Forget the recipient index entries just written for ``msg_ids`` (their appends
+        were refused), in one round trip."""
+        pipe = self.pipeline()
+        for msg_id in msg_ids:
+            receipt_index.unindex(pipe, self.k, msg_id, now)
+        pipe.execute()
+
+    def queued_message(self, sid: str, msg_id: str) -> dict[str, str] | None:
+        """The queue entry carrying ``msg_id`` while it is still queued."""
+        for _eid, fields in self.r.xrange(self.k.s(sid, "stream"), count=1000):
+            if fields.get("id") == msg_id:
+                return dict(fields)
+        return None
+
+    def session_hosts(self, sids: list[str]) -> list[str | None]:
+        """Each session's host, in order; ``None`` for a session that does not exist."""
+        pipe = self.pipeline()
+        for sid in sids:
+            pipe.hget(self.k.s(sid, "session"), "host")
+        return list(pipe.execute())

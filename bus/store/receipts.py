@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from . import receipt_index
-from .base import store_failed
+from .base import StorePart, store_failed
 from .keys import receipt_field, reply_cursor_field
 from .session_record import seen_state
 
@@ -33,14 +33,8 @@ def receipt_hash(folded: str | bytes, answer: str | bytes | None) -> dict[str, s
     return {str(f): str(int(v)) if isinstance(v, float) else str(v) for f, v in rc.items()}
 
 
-class ReceiptStore:
-    """Receipts, outboxes, and a connection to wait on."""
-
-    r: Any
-    k: Any
-
-    def script(self, name: str) -> Any:  # the registered Lua script; Store defines it
-        raise NotImplementedError
+class ReceiptStore(StorePart):
+    """Receipts and outboxes."""
 
     def open_receipts(
         self, to: str, rows: list[tuple[str, list[Any]]], now: int, ttl_ms: int, *, pipeline: Any
@@ -80,7 +74,7 @@ class ReceiptStore:
 
     def index_recipients(self, rows: list[tuple[str, str]], now: int, *, pipeline: Any) -> None:
         """Queue on ``pipeline`` the recipient index entries of ``(message id, session)``
-        rows (:meth:`~bus.store.store.Store.recipient_of` finds them)."""
+        rows (:meth:`~bus.store.store.Store.queue.recipient_of` finds them)."""
         receipt_index.index(pipeline, self.k, rows, now)
 
     def expire_unnoticed(self, sid: str, cutoff: int, now: int) -> list[str]:
@@ -145,19 +139,3 @@ class ReceiptStore:
             pipe.hlen(self.k.s(sid, "floor"))
         got = pipe.execute()
         return [bool(got[2 * n] or got[2 * n + 1]) for n in range(len(sids))]
-
-    def waiting_client(self, block_s: float, name: str) -> tuple[Any, Any]:
-        """``(client, pool)``: a connection whose socket timeout outlasts a ``block_s``
-        blocking read (the shared client's may be shorter), on a pool of its own the caller
-        disconnects (on a cluster, a cluster client of its own and its pools).
-        ``name`` shows in ``CLIENT LIST``: who is waiting for what."""
-        from .blocking import outlasting, own_client
-
-        return own_client(self.r, socket_timeout=outlasting(self.r, block_s), name=name)
-
-    def wait_events(self, client: Any, sid: str, after: str, block_ms: int) -> str | None:
-        """Block up to ``block_ms`` on ``client`` (:meth:`waiting_client`) for records of
-        ``sid``'s events stream after id ``after`` (XREAD BLOCK): the newest one's id, or
-        ``None`` when none came."""
-        got = client.xread({self.k.s(sid, "events"): after}, count=100, block=block_ms)
-        return str(got[0][1][-1][0]) if got else None

@@ -32,9 +32,6 @@ WAKE_TURN = "turn"
 class ScheduleStore(StorePart):
     """The schedule, the sweeps' claims and the heartbeats."""
 
-    # Script calls in one round trip per node (bus.store.many).
-    run_scripts: Callable[[list[tuple[Any, ...]]], list[Any]]
-
     def schedule(self, what: str, sid: str, at_ms: int, *, earliest: bool = True) -> None:
         """Put ``what`` for ``sid`` on the schedule; keep the earlier time if one is there."""
         check_session_id(sid)

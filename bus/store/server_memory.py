@@ -85,7 +85,7 @@ def keep(store: Store, *, enabled: bool = True) -> dict[str, dict[str, Any]]:
             out[name] = {**row, "state": "off", "why": "INBOX_MEMORY_SETTINGS=0"}
             continue
         try:
-            found = store.server_config(want.names)
+            found = store.server.server_config(want.names)
         except redis.ResponseError as exc:
             out[name] = {
                 **row,
@@ -98,7 +98,7 @@ def keep(store: Store, *, enabled: bool = True) -> dict[str, dict[str, Any]]:
         try:
             for node, state in enumerate(states):
                 if state == "set":
-                    store.set_server_config(node, want.names, want.value)
+                    store.server.set_server_config(node, want.names, want.value)
         except redis.ResponseError as exc:
             out[name] = {
                 **row,
@@ -116,7 +116,9 @@ def keep(store: Store, *, enabled: bool = True) -> dict[str, dict[str, Any]]:
             row["why"] = "this server has no such setting"
         out[name] = row
     try:
-        store.keep_memory_report({k: json.dumps({**v, "at": now_ms()}) for k, v in out.items()})
+        store.server.keep_memory_report(
+            {k: json.dumps({**v, "at": now_ms()}) for k, v in out.items()}
+        )
     except REDIS_ERRORS:
         pass
     return out
@@ -124,7 +126,7 @@ def keep(store: Store, *, enabled: bool = True) -> dict[str, dict[str, Any]]:
 
 def report(store: Store) -> dict[str, Any]:
     """The scheduler's last outcome per setting; ``{}`` before its first check."""
-    return memory_report(store.memory_report())
+    return memory_report(store.server.memory_report())
 
 
 class Keeper:

@@ -7,12 +7,12 @@ module outside :mod:`bus.store` talks to Redis.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import redis
 
+from .beats import queue_mark_starting
 from .cluster import REDIS_ERRORS, cluster_client
 from .connection import Lazy, broker_client
 from .keys import Keys
@@ -83,11 +83,12 @@ class Progress:
 
     def mark_starting(self, host: str) -> None:
         """Host ``host``'s worker is being started (as
-        :meth:`bus.store.beats.BeatStore.mark_starting`); advisory: a store that does not
-        answer is no reason not to start it."""
+        :meth:`bus.store.beats.BeatStore.mark_starting`, in one round trip); advisory: a
+        store that does not answer is no reason not to start it."""
         try:
-            self.client.hset(self.keys.beat(host), "starting", int(time.time() * 1000))
-            self.client.sadd(self.keys.workers, host)
+            pipe = self.client.pipeline(transaction=False)
+            queue_mark_starting(pipe, self.keys, host)
+            pipe.execute()
         except REDIS_ERRORS:
             pass
 

@@ -6,9 +6,6 @@ A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.many`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from bus.core.settings import SUB_IDLE_S
 
 from .base import StorePart
@@ -19,10 +16,6 @@ SUB_IDLE_MS = int(SUB_IDLE_S * 1000)
 
 class CompactStore(StorePart):
     """Short streams rewritten to the memory their entries need."""
-
-    # Independent script calls in one round trip per node (bus.store.many).
-    script_call: Callable[[str, list[str], list[Any]], tuple[Any, ...]]
-    run_scripts: Callable[[list[tuple[Any, ...]]], list[Any]]
 
     def compact_streams(
         self, keys: list[str], max_entries: int, slack: int, node_bytes: int, settled_ms: int

@@ -9,6 +9,7 @@ is ``gone`` (its subscription refused ``cursor_expired``).
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -106,10 +107,6 @@ class SubsStore(StorePart):
             pipe.hdel(self.k.s(sid, "subs"), name)
         pipe.execute()
 
-    def gave_to(self, sid: str) -> list[str]:
-        """The sessions ``sid`` gave work to (its ``gave`` set)."""
-        return sorted(str(s) for s in self.r.smembers(self.k.s(sid, "gave")))
-
     def events_bounds(self, sid: str) -> dict[str, Any] | None:
         """The session's ``events`` stream: its first and last ids and the newest id
         trimmed from it (``max-deleted-entry-id``); ``None`` when it has none."""
@@ -124,9 +121,45 @@ class SubsStore(StorePart):
             "max_deleted": str(info.get("max-deleted-entry-id") or "0-0"),
         }
 
-    def queued_message(self, sid: str, msg_id: str) -> dict[str, str] | None:
-        """The queue entry carrying ``msg_id`` while it is still queued."""
-        for _eid, fields in self.r.xrange(self.k.s(sid, "stream"), count=1000):
-            if fields.get("id") == msg_id:
-                return dict(fields)
-        return None
+    def record(self, sid: str, kind: str, **fields: object) -> None:
+        """Append a durability record (``inbox``, ``inbox_noticed``, ...) to the session's log."""
+        data = {"kind": kind, "at": str(now_ms())}
+        data.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in fields.items()})
+        self.r.xadd(self.k.s(sid, "events"), data, maxlen=10000, approximate=True)
+
+    def last_event_id(self, sid: str) -> str:
+        """The id of the session's newest durability record, ``0-0`` when it has none."""
+        last = self.r.xrevrange(self.k.s(sid, "events"), count=1)
+        return str(last[0][0]) if last else "0-0"
+
+    def wait_event(self, client: Any, sid: str, cursor: str, block_ms: int) -> str | None:
+        """Block on ``client`` (one that may block) up to ``block_ms`` (at most one
+        :data:`~bus.store.block_chunks.BLOCK_CHUNK_S` block: the caller loops) for a record of
+        the session's ``events`` stream after ``cursor``: the newest id read, ``None`` if
+        none came."""
+        from .block_chunks import BLOCK_CHUNK_S
+
+        block = max(1, min(block_ms, int(BLOCK_CHUNK_S * 1000)))
+        got = client.xread({self.k.s(sid, "events"): cursor}, block=block)
+        if isinstance(got, dict):  # RESP3 answers a dict key -> entries
+            entries = next(iter(got.values()), None)
+            entries = entries[0] if entries and isinstance(entries[0], list) else entries
+        else:
+            entries = got[0][1] if got else None
+        return str(entries[-1][0]) if entries else None
+
+    def waiting_client(self, block_s: float, name: str) -> tuple[Any, Any]:
+        """``(client, pool)``: a connection whose socket timeout outlasts a ``block_s``
+        blocking read (the shared client's may be shorter), on a pool of its own the caller
+        disconnects (on a cluster, a cluster client of its own and its pools).
+        ``name`` shows in ``CLIENT LIST``: who is waiting for what."""
+        from .blocking import outlasting, own_client
+
+        return own_client(self.r, socket_timeout=outlasting(self.r, block_s), name=name)
+
+    def wait_events(self, client: Any, sid: str, after: str, block_ms: int) -> str | None:
+        """Block up to ``block_ms`` on ``client`` (:meth:`waiting_client`) for records of
+        ``sid``'s events stream after id ``after`` (XREAD BLOCK): the newest one's id, or
+        ``None`` when none came."""
+        got = client.xread({self.k.s(sid, "events"): after}, count=100, block=block_ms)
+        return str(got[0][1][-1][0]) if got else None

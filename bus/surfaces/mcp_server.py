@@ -85,7 +85,7 @@ def _caller_or_none(bus: Bus) -> str | None:
 def sender_handle(bus: Bus, sid: str | None) -> str:
     """The caller's own ``host:name``, else the anonymous ``<host>:inbox``."""
     if sid:
-        info = bus.store.get_session(sid)
+        info = bus.store.sessions.get_session(sid)
         if info is not None:
             return info.handle
     return f"{bus.settings.host}:inbox"

@@ -137,12 +137,12 @@ class HostFloor:
     def claim(self) -> HostFloor:
         """Claim the host for this floor, or raise :class:`HostTaken` (recorded)."""
         self.started = home_id(self.home)
-        holder = self.store.claim_host(self.host, self.floor, self.pid, self.ttl_ms)
+        holder = self.store.schedule.claim_host(self.host, self.floor, self.pid, self.ttl_ms)
         if holder is None:
             return self
         text = refusal_text(self.host, self.floor, holder)
         try:
-            self.store.record_refusal(
+            self.store.schedule.record_refusal(
                 self.host,
                 {
                     "floor": self.floor,
@@ -162,7 +162,9 @@ class HostFloor:
         holder = None
         if now is not None and now == self.started:
             try:
-                holder = self.store.claim_host(self.host, self.floor, self.pid, self.ttl_ms)
+                holder = self.store.schedule.claim_host(
+                    self.host, self.floor, self.pid, self.ttl_ms
+                )
             except StoreError:
                 return None  # Redis away: the claim is renewed once it answers
         return stop_reason(started=self.started, now=now, holder=holder)
@@ -188,7 +190,7 @@ class HostFloor:
         """Stop renewing and give the claim up (if this process still holds it)."""
         self._stop.set()
         try:
-            self.store.release_host(self.host, self.floor, self.pid)
+            self.store.schedule.release_host(self.host, self.floor, self.pid)
         except StoreError:
             pass  # it expires by itself
 

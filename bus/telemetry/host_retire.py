@@ -85,7 +85,7 @@ def forget_host(store: Store, settings: Settings, host: str) -> dict[str, Any]:
     check_host_name(host)
     names = (host, scheduler_beat(host))
     rows = [r for r in liveness.workers(store, settings.host_down_s) if r["name"] in names]
-    mine = [s for s in store.sessions() if s.host == host]
+    mine = [s for s in store.sessions.sessions() if s.host == host]
     open_sids = sorted(s.session for s in mine if s.state != "closed")
     refusal = forget_refusal(host, rows, open_sids)
     if refusal is not None:

@@ -107,7 +107,7 @@ class Heartbeat:
             fields["started"] = now
             fields["version"] = __version__  # the release this host runs (inbox status)
         try:
-            self.store.beat(self.name, fields)
+            self.store.schedule.beat(self.name, fields)
         except StoreError:
             pass
 
@@ -119,7 +119,7 @@ class Heartbeat:
         self._last_progress = t
         now = now_ms()
         try:
-            self.store.beat(self.name, {"progress": now, "beat": now}, done=True)
+            self.store.schedule.beat(self.name, {"progress": now, "beat": now}, done=True)
         except StoreError:
             self._last_progress = 0.0
 
@@ -142,4 +142,4 @@ def workers(store: Store, down_s: float = HOST_DOWN_S) -> list[dict[str, Any]]:
     """Each heartbeat's state (``up``/``down`` past ``down_s``), ages (seconds) and, for a
     host, its queue's depth, the floor that serves it (``floor``: machine, home, pid) and
     the last worker refused it (``refused``)."""
-    return worker_rows(store.beats(queue_of), now_ms(), store.host_floors, down_s)
+    return worker_rows(store.schedule.beats(queue_of), now_ms(), store.schedule.host_floors, down_s)

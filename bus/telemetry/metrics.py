@@ -44,7 +44,6 @@ from . import liveness
 from .counter_flush import HeldCounters
 
 if TYPE_CHECKING:
-    from bus.store.metrics import MetricsStore
     from bus.store.store import Store
 
 BUCKETS: tuple[float, ...] = (
@@ -109,13 +108,13 @@ def summed(writes: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]
 class Metrics:
     """Writes and reads the shared counters of one bus (one key prefix)."""
 
-    def __init__(self, store: MetricsStore, *, flush_s: float = 0.0) -> None:
+    def __init__(self, store: Store, *, flush_s: float = 0.0) -> None:
         """``flush_s`` > 0: additions are held in this process and written that often
         (:class:`~bus.telemetry.counter_flush.HeldCounters`); 0: each batch at once."""
         # Every Redis command goes through the store (bus.store.metrics).
         self.store = store
         self._local = threading.local()  # this thread's writes held by batched()
-        self.held = HeldCounters(store.counter_add_many, flush_s) if flush_s > 0 else None
+        self.held = HeldCounters(store.server.counter_add_many, flush_s) if flush_s > 0 else None
 
     @contextmanager
     def batched(self) -> Iterator[None]:
@@ -134,7 +133,7 @@ class Metrics:
                 self.held.add(held)
             elif held:
                 # MULTI where it can be (a cluster refuses one over two keys' slots).
-                self.store.counter_add_many(summed(held))
+                self.store.server.counter_add_many(summed(held))
 
     def _write(self, writes: list[tuple[str, str, float]]) -> bool:
         """Queue ``writes`` when batched(); False when the caller must send them now."""
@@ -151,7 +150,7 @@ class Metrics:
         """Add ``n`` to counter ``name`` (with ``labels``)."""
         field = counter_field(name, labels)
         if not self._write([("metrics", field, int(n))]):
-            self.store.counter_incr(field, n)
+            self.store.server.counter_incr(field, n)
 
     def observe_latency(self, seconds: float) -> None:
         """Record one delivery latency: its bucket, the sum and the count, atomically."""
@@ -166,11 +165,11 @@ class Metrics:
         ]
         if self._write(writes):
             return
-        self.store.counter_add_many(writes, atomic=True)
+        self.store.server.counter_add_many(writes, atomic=True)
 
     def snapshot(self) -> dict[str, Any]:
         """``{"counters": {field: n}, "latency": {"buckets": {le: cumulative}, "sum", "count"}}``."""
-        counters_raw, latency_raw = self.store.counters_read()
+        counters_raw, latency_raw = self.store.server.counters_read()
         counters = {_text(k): int(_text(v)) for k, v in counters_raw.items()}
         latency = {_text(k): _text(v) for k, v in latency_raw.items()}
         buckets: dict[str, int] = {}
@@ -227,8 +226,8 @@ class RedisCollector:
 
         depth: dict[str, int] = {}
         states = dict.fromkeys(SESSION_STATES, 0)
-        for info in store.sessions():
-            depth[info.host] = depth.get(info.host, 0) + store.backlog(info.session)
+        for info in store.sessions.sessions():
+            depth[info.host] = depth.get(info.host, 0) + store.queue.backlog(info.session)
             states[info.state] = states.get(info.state, 0) + 1
         queue = GaugeMetricFamily(
             "inbox_queue_depth", "Messages stored and not yet taken by a delivery", labels=["host"]
@@ -280,9 +279,9 @@ def _problem_families(store: Store, rows: list[dict[str, Any]]) -> Iterator[Metr
         if not is_scheduler(row["name"]):
             up.add_metric([row["name"]], 1 if row.get("state") == "up" else 0)
     yield up
-    sessions = [s.model_dump() for s in store.sessions()]
+    sessions = [s.model_dump() for s in store.sessions.sessions()]
     sids = [s["session"] for s in sessions]
-    oldest, wakes = store.oldest_waiting(sids), store.oldest_wake_notices(sids)
+    oldest, wakes = store.queue.oldest_waiting(sids), store.queue.oldest_wake_notices(sids)
     found = counts(operator_problems(rows, sessions, oldest, now_ms(), wake_notices=wakes))
     problems = GaugeMetricFamily(
         "inbox_problems", "What `inbox doctor` finds now, by check", labels=["check"]

@@ -129,11 +129,11 @@ def operator_report(store: Store, settings: Settings, now: int) -> list[dict[str
     """:func:`operator_problems` of the store as it is now."""
     from bus.telemetry import liveness
 
-    sessions = [s.model_dump() for s in store.sessions()]
+    sessions = [s.model_dump() for s in store.sessions.sessions()]
     sids = [s["session"] for s in sessions]
-    oldest = store.oldest_waiting(sids)
+    oldest = store.queue.oldest_waiting(sids)
     workers = liveness.workers(store, settings.host_down_s)
-    wakes = store.oldest_wake_notices(sids)
+    wakes = store.queue.oldest_wake_notices(sids)
     return operator_problems(workers, sessions, oldest, now, wake_notices=wakes)
 
 

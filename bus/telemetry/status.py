@@ -28,14 +28,14 @@ def status_report(store: Store, settings: Settings) -> dict[str, Any]:
     and the server memory settings the scheduler keeps, and ``storage``: whether the
     store takes writes (``ok`` false, the reason and fix, when it refuses them). A session of this host whose
     socket cannot be had says why and the fix (``unreachable``)."""
-    sessions = store.sessions()
+    sessions = store.sessions.sessions()
     rows = [s.model_dump() for s in sessions]
     answer = report(
         host=settings.host,
         store=redact(settings.store_url()),
         home=str(settings.home),
         sessions=rows,
-        backlogs=store.backlogs([s.session for s in sessions]),
+        backlogs=store.queue.backlogs([s.session for s in sessions]),
         workers=liveness.workers(store, settings.host_down_s),
         memory=server_memory.report(store),
         unreachable=unix_socket.session_problems(
@@ -45,4 +45,4 @@ def status_report(store: Store, settings: Settings) -> dict[str, Any]:
         wake_off=wake_off(str(settings.home), settings.host, rows),
     )
     # Not ok when the store refuses writes, or the disk holding the home is full.
-    return with_disk(with_storage(answer, store.write_fault()), str(settings.home))
+    return with_disk(with_storage(answer, store.server.write_fault()), str(settings.home))

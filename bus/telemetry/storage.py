@@ -14,9 +14,9 @@ EFFECT = "every send and every delivery's record is refused (store_refused) unti
 def storage_problems(store: Store, level: str = "memory") -> list[dict[str, Any]]:
     """The doctor's problem rows: a store that refuses writes, and a store that cannot
     meet ``level`` (``INBOX_DURABILITY``: every send is then refused ``not_durable``)."""
-    fault = store.write_fault()
+    fault = store.server.write_fault()
     rows = []
-    unmet = store.durability_unmet(level)
+    unmet = store.server.durability_unmet(level)
     if unmet is not None:
         rows.append(
             {

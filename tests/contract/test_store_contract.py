@@ -39,13 +39,15 @@ def test_ping_of_a_server_that_does_not_answer_is_unavailable() -> None:
 
 
 def test_a_missing_session_reads_empty(store: Store) -> None:
-    assert store.get_session("nobody") is None
-    assert store.session_ids() == [] and store.sessions() == []
-    assert store.sessions_by_handle("h:none") == []
-    assert store.first_answer("nobody", "m1") is None and store.recipient_of("m1") is None
-    assert store.cursor("nobody") == "0-0" and store.backlog("nobody") == 0
-    assert store.read_after("nobody", "0-0") == [] and store.rawflight("nobody") is None
-    assert store.next_due() is None
+    assert store.sessions.get_session("nobody") is None
+    assert store.sessions.session_ids() == [] and store.sessions.sessions() == []
+    assert store.sessions.sessions_by_handle("h:none") == []
+    assert (
+        store.queue.first_answer("nobody", "m1") is None and store.queue.recipient_of("m1") is None
+    )
+    assert store.queue.cursor("nobody") == "0-0" and store.queue.backlog("nobody") == 0
+    assert store.queue.read_after("nobody", "0-0") == [] and store.queue.rawflight("nobody") is None
+    assert store.schedule.next_due() is None
 
 
 def test_a_pipeline_runs_scripts_and_commands_in_order_across_slots(store: Store) -> None:
@@ -69,7 +71,7 @@ def test_a_pipeline_script_is_loaded_again_on_a_node_that_lost_it(store: Store) 
         store.run("extend_lock", sid, ("lock",), ["nobody", 1000], client=pipe)
     assert pipe.execute() == [0] * len(SIDS)
     store.r.script_flush()
-    assert [store.extend_lock(sid, "nobody") for sid in SIDS] == [False] * len(SIDS)
+    assert [store.delivery.extend_lock(sid, "nobody") for sid in SIDS] == [False] * len(SIDS)
 
 
 def test_independent_scripts_on_a_cluster_go_as_one_pipeline_a_node(
@@ -99,7 +101,7 @@ def test_independent_scripts_on_a_cluster_go_as_one_pipeline_a_node(
 
 def test_reading_many_streams_answers_each_after_its_position(store: Store) -> None:
     for sid in SIDS:
-        store.append(sid, f"{sid}-a", "{}", "{}")
+        store.queue.append(sid, f"{sid}-a", "{}", "{}")
     positions = {store.k.s(sid, "stream"): "0-0" for sid in SIDS}
     got = read_streams(store.r, positions, count=10, block_ms=100, stop=threading.Event())
     assert {key: [f["id"] for _e, f in entries] for key, entries in got} == {
@@ -135,7 +137,7 @@ def test_a_quiet_read_of_many_streams_on_a_cluster_backs_off(
     # The next quiet second goes on at POLL_MAX_S: 0.4 + 0.4 + 0.2.
     assert read_streams(store.r, positions, **quiet) == []
     assert len(reads) <= 3
-    store.append(SIDS[0], "one", "{}", "{}")
+    store.queue.append(SIDS[0], "one", "{}", "{}")
     got = read_streams(store.r, positions, **quiet)
     assert [f["id"] for _k, entries in got for _e, f in entries] == ["one"]
     assert poll.wait == cluster.POLL_MAX_S / 2  # heard after the longest wait: half of it
@@ -183,31 +185,19 @@ def test_a_watch_heard_every_so_often_settles_near_that_interval() -> None:
 # -- the inbox, thread, member and item side (bus/store/inbox.py, bus/store/items.py) ------
 
 
-def test_counters_add_in_one_batch_and_read_back(store: Store) -> None:
-    assert store.counters_read() == ({}, {})
-    store.counter_incr("messages_in", 2)
-    store.counter_add_many([("metrics", "wakes", 1), ("latency", "sum", 0.5)])
-    store.counter_add_many([("latency", "count", 1), ("latency", "sum", 0.25)], atomic=True)
-    counters, latency = store.counters_read()
-    assert counters == {"messages_in": "2", "wakes": "1"}
-    assert float(latency["sum"]) == 0.75 and latency["count"] == "1"
-    with pytest.raises(ValueError):
-        store.counter_add_many([("sessions", "x", 1)])
-
-
 def test_batched_reads_answer_in_order_and_missing_reads_empty(store: Store) -> None:
-    assert store.session_hosts(["nobody", "noone"]) == [None, None]
+    assert store.queue.session_hosts(["nobody", "noone"]) == [None, None]
     store.r.hset(store.k.s("here", "session"), "host", "h1")
-    assert store.session_hosts(["nobody", "here", "noone"]) == [None, "h1", None]
+    assert store.queue.session_hosts(["nobody", "here", "noone"]) == [None, "h1", None]
     store.r.hset(store.k.s("there", "session"), "host", "h2")
     # Hosts and dispatch flags of a due burst: the flags only where a session exists.
-    assert store.hosts_flagged(["nobody", "there", "here"]) == [None, "h2", "h1"]
+    assert store.queue.hosts_flagged(["nobody", "there", "here"]) == [None, "h2", "h1"]
     assert store.r.get(store.k.s("there", "pending")) == "1"
     assert 0 < store.r.pttl(store.k.s("here", "pending")) <= store.lock_ttl_ms
     assert not store.r.exists(store.k.s("nobody", "pending"))
-    assert store.hosts_flagged([]) == []
-    assert store.thread_parties_many(["thr_a", "thr_b"]) == [(None, False), (None, False)]
-    store.flag_dispatched(["s1", "s2"])  # sessions in different slots on a cluster
+    assert store.queue.hosts_flagged([]) == []
+    assert store.inbox.thread_parties_many(["thr_a", "thr_b"]) == [(None, False), (None, False)]
+    store.queue.flag_dispatched(["s1", "s2"])  # sessions in different slots on a cluster
     assert store.r.get(store.k.s("s1", "pending")) == "1"
     assert 0 < store.r.pttl(store.k.s("s2", "pending")) <= store.lock_ttl_ms
 

@@ -18,53 +18,57 @@ def ingest(store: Store, sid: str, msg_id: str, at: int = 1000) -> None:
         msg, key="", thread="thr_t", sender_sid=None, at=at, wakes=False, why="fyi"
     )
     record, _one_m = packing.keep_ingested(whole, sid)
-    store.take_into_inbox(sid, [msg_id, record, at, "0", "thr_t"])
+    store.inbox.take_into_inbox(sid, [msg_id, record, at, "0", "thr_t"])
 
 
 def test_nothing_new_takes_no_notice_and_a_stranger_changes_nothing(store: Store) -> None:
-    assert not any(store.take_notices([(sid, f"ntc-{sid}") for sid in SIDS], 1000))
-    store.revert_notice("s1", "ntc-none", 1000, "test")
-    store.notice_written("s1", "ntc-none", 1000, "file")
-    assert store.notice_in_flight("s1") is None and store.floor_notice_ids("s1") == []
-    assert store.floor_woken("s1", 1000) == []
-    assert store.finish_notices([]) == []
+    assert not any(store.delivery.take_notices([(sid, f"ntc-{sid}") for sid in SIDS], 1000))
+    store.delivery.revert_notice("s1", "ntc-none", 1000, "test")
+    store.delivery.notice_written("s1", "ntc-none", 1000, "file")
+    assert store.inbox.notice_in_flight("s1") is None and store.inbox.floor_notice_ids("s1") == []
+    assert store.delivery.floor_woken("s1", 1000) == []
+    assert store.delivery.finish_notices([]) == []
 
 
 def test_a_notice_takes_whats_new_across_slots_and_gives_it_back_on_revert(store: Store) -> None:
     for sid in SIDS:
-        store.put_session(info(sid))
+        store.sessions.put_session(info(sid))
         ingest(store, sid, f"{sid}-m")
-    taken = store.take_notices([(sid, f"ntc-{sid}") for sid in SIDS], 2000)
+    taken = store.delivery.take_notices([(sid, f"ntc-{sid}") for sid in SIDS], 2000)
     for sid, reply in zip(SIDS, taken, strict=True):
         [record] = [packing.restore_record(r, sid) for r in taken_records(reply)]
         assert record["id"] == f"{sid}-m"
-        assert store.notice_in_flight(sid) == f"ntc-{sid}" and store.new_ids(sid) == []
+        assert store.inbox.notice_in_flight(sid) == f"ntc-{sid}" and store.inbox.new_ids(sid) == []
     # One notice in flight at a time: nothing more is taken meanwhile.
-    assert not store.take_notices([(SIDS[0], "ntc-again")], 2001)[0]
-    store.revert_notice(SIDS[0], f"ntc-{SIDS[0]}", 2002, "floor: test")
-    assert store.notice_in_flight(SIDS[0]) is None and store.new_ids(SIDS[0]) == [f"{SIDS[0]}-m"]
+    assert not store.delivery.take_notices([(SIDS[0], "ntc-again")], 2001)[0]
+    store.delivery.revert_notice(SIDS[0], f"ntc-{SIDS[0]}", 2002, "floor: test")
+    assert store.inbox.notice_in_flight(SIDS[0]) is None and store.inbox.new_ids(SIDS[0]) == [
+        f"{SIDS[0]}-m"
+    ]
 
 
 def test_a_written_notice_waits_on_the_floor_and_its_finish_frees_the_lock(store: Store) -> None:
-    store.put_session(info("s1"))
+    store.sessions.put_session(info("s1"))
     ingest(store, "s1", "m1")
-    assert store.take_notices([("s1", "ntc-1")], 2000)[0]
-    token = store.lock("s1")
+    assert store.delivery.take_notices([("s1", "ntc-1")], 2000)[0]
+    token = store.delivery.lock("s1")
     assert token is not None
-    [(freed, again)] = store.finish_notices(
+    [(freed, again)] = store.delivery.finish_notices(
         [{"sid": "s1", "nid": "ntc-1", "via": "file", "now": 2001, "heard": False, "unlock": token}]
     )
-    assert freed and not again and store.lock("s1") is not None
-    assert store.notice_in_flight("s1") is None and store.floor_notice_ids("s1") == ["ntc-1"]
-    assert store.confirm_notices("s1", ["ntc-1"], "drain", 2002) == 1
-    assert store.floor_notice_ids("s1") == []
+    assert freed and not again and store.delivery.lock("s1") is not None
+    assert store.inbox.notice_in_flight("s1") is None and store.inbox.floor_notice_ids("s1") == [
+        "ntc-1"
+    ]
+    assert store.inbox.confirm_notices("s1", ["ntc-1"], "drain", 2002) == 1
+    assert store.inbox.floor_notice_ids("s1") == []
 
 
 def test_a_heard_notice_is_confirmed_and_finished_in_one_script_call(store: Store) -> None:
     # The socket's ack confirms the notice inside notice_finish.lua (parts/drained.lua):
     # one call, where a floor_drained.lua call went before it.
-    calls = store.finish_calls("s1", "ntc-1", "socket", 1, heard=True, unlock="tok")
+    calls = store.delivery.finish_calls("s1", "ntc-1", "socket", 1, heard=True, unlock="tok")
     assert len(calls) == 1
     assert calls[0][:2] == ("EVALSHA", store.script("notice_finish").sha)
-    written = store.finish_calls("s1", "ntc-1", "file", 1, heard=False)
+    written = store.delivery.finish_calls("s1", "ntc-1", "file", 1, heard=False)
     assert len(written) == 1 and written[0][1] == calls[0][1]

@@ -12,50 +12,59 @@ from tests.support.store_backends import SIDS, info, store  # noqa: F401  (the f
 
 
 def test_append_stores_an_id_once_and_dispatches_once(store: Store) -> None:
-    store.put_session(info("s1"))
-    first = store.append("s1", "m-1", json.dumps({"id": "m-1"}), '{"n": 1}')
+    store.sessions.put_session(info("s1"))
+    first = store.queue.append("s1", "m-1", json.dumps({"id": "m-1"}), '{"n": 1}')
     assert first == (True, '{"n": 1}', True)
     # Again: nothing new, the first answer, no second dispatch.
-    assert store.append("s1", "m-1", json.dumps({"id": "m-1"}), '{"n": 2}') == (
+    assert store.queue.append("s1", "m-1", json.dumps({"id": "m-1"}), '{"n": 2}') == (
         False,
         '{"n": 1}',
         False,
     )
     # Another id while the dispatch flag is up: stored, no dispatch.
-    assert store.append("s1", "m-2", json.dumps({"id": "m-2"}), '{"n": 3}')[0::2] == (True, False)
+    assert store.queue.append("s1", "m-2", json.dumps({"id": "m-2"}), '{"n": 3}')[0::2] == (
+        True,
+        False,
+    )
     # Restored whole (bus/store/packing.py): what the key says (the id, ok, duplicate) comes back.
     whole = {"ok": True, "id": "m-1", "n": 1, "duplicate": False}
-    assert store.first_answer("s1", "m-1") == whole
-    assert store.first_answers("s1", ["m-2", "nope"]) == [{**whole, "id": "m-2", "n": 3}, None]
-    assert store.recipient_of("m-1") == "s1"
-    rows = store.read_after("s1", "0-0")
+    assert store.queue.first_answer("s1", "m-1") == whole
+    assert store.queue.first_answers("s1", ["m-2", "nope"]) == [
+        {**whole, "id": "m-2", "n": 3},
+        None,
+    ]
+    assert store.queue.recipient_of("m-1") == "s1"
+    rows = store.queue.read_after("s1", "0-0")
     assert [f["id"] for _e, f in rows] == ["m-1", "m-2"]
-    assert store.backlog("s1") == 2
+    assert store.queue.backlog("s1") == 2
 
 
 def test_cursor_advance_and_rawflight(store: Store) -> None:
     for i in range(3):
-        store.append("s2", f"m{i}", "{}", "{}")
-    rows = store.read_after("s2", "0-0")
-    store.set_rawflight("s2", rows[0][0], "m0")
-    assert store.rawflight("s2") == {"stream_id": rows[0][0], "id": "m0"}
-    store.advance("s2", rows[0][0])
-    assert store.cursor("s2") == rows[0][0] and store.rawflight("s2") is None
-    assert [f["id"] for _e, f in store.read_after("s2", store.cursor("s2"))] == ["m1", "m2"]
-    assert store.backlog("s2") == 2
-    store.advance("s2", rows[-1][0])
-    assert store.backlog("s2") == 0
+        store.queue.append("s2", f"m{i}", "{}", "{}")
+    rows = store.queue.read_after("s2", "0-0")
+    store.queue.set_rawflight("s2", rows[0][0], "m0")
+    assert store.queue.rawflight("s2") == {"stream_id": rows[0][0], "id": "m0"}
+    store.queue.advance("s2", rows[0][0])
+    assert store.queue.cursor("s2") == rows[0][0] and store.queue.rawflight("s2") is None
+    assert [f["id"] for _e, f in store.queue.read_after("s2", store.queue.cursor("s2"))] == [
+        "m1",
+        "m2",
+    ]
+    assert store.queue.backlog("s2") == 2
+    store.queue.advance("s2", rows[-1][0])
+    assert store.queue.backlog("s2") == 0
 
 
 def test_the_dispatch_flag_is_taken_once_until_cleared(store: Store) -> None:
-    assert store.mark_pending("s4") is True
-    assert store.mark_pending("s4") is False
-    store.clear_pending("s4")
-    assert store.mark_pending("s4") is True
+    assert store.queue.mark_pending("s4") is True
+    assert store.queue.mark_pending("s4") is False
+    store.queue.clear_pending("s4")
+    assert store.queue.mark_pending("s4") is True
 
 
 def test_records_go_to_the_sessions_event_log(store: Store) -> None:
-    store.record("s9", "inbox", ids=["a", "b"], note="x")
+    store.events.record("s9", "inbox", ids=["a", "b"], note="x")
     rows = store.r.xrange(store.k.s("s9", "events"))
     assert len(rows) == 1
     fields = rows[0][1]
@@ -65,20 +74,22 @@ def test_records_go_to_the_sessions_event_log(store: Store) -> None:
 
 def test_the_trim_floor_keeps_the_last_delivered_while_some_wait(store: Store) -> None:
     for i in range(30):
-        store.append("s10", f"m{i}", "{}", "{}")
-    rows = store.read_after("s10", "0-0")
-    store.advance("s10", rows[-2][0])  # the newest one is not taken yet
-    store.set_trim_floor("s10", keep=5)
+        store.queue.append("s10", f"m{i}", "{}", "{}")
+    rows = store.queue.read_after("s10", "0-0")
+    store.queue.advance("s10", rows[-2][0])  # the newest one is not taken yet
+    store.queue.set_trim_floor("s10", keep=5)
     assert store.r.get(store.k.s("s10", "trim")) == rows[-7][0]
-    assert store.read_after("s10", store.cursor("s10")) == rows[-1:]
+    assert store.queue.read_after("s10", store.queue.cursor("s10")) == rows[-1:]
 
 
 def test_a_queue_taken_whole_is_emptied(store: Store) -> None:
     for i in range(30):
-        store.append("s11", f"m{i}", "{}", "{}")
-    rows = store.read_after("s11", "0-0")
-    store.advance("s11", rows[-1][0])
-    store.set_trim_floor("s11", keep=5)
+        store.queue.append("s11", f"m{i}", "{}", "{}")
+    rows = store.queue.read_after("s11", "0-0")
+    store.queue.advance("s11", rows[-1][0])
+    store.queue.set_trim_floor("s11", keep=5)
     assert store.r.xlen(store.k.s("s11", "stream")) == 0
-    store.append("s11", "m30", "{}", "{}")
-    assert [f["id"] for _e, f in store.read_after("s11", store.cursor("s11"))] == ["m30"]
+    store.queue.append("s11", "m30", "{}", "{}")
+    assert [f["id"] for _e, f in store.queue.read_after("s11", store.queue.cursor("s11"))] == [
+        "m30"
+    ]

@@ -10,70 +10,72 @@ from tests.support.store_backends import SIDS, info, store  # noqa: F401  (the f
 
 def test_sessions_put_update_and_list_across_slots(store: Store) -> None:
     for n, sid in enumerate(SIDS):
-        store.put_session(info(sid, handle="h:even" if n % 2 == 0 else "h:odd", opened_at=n + 1))
-    assert store.session_ids() == SIDS
-    assert [s.session for s in store.sessions()] == SIDS
-    assert [s.session for s in store.sessions_by_handle("h:even")] == sorted(SIDS[::2])
-    store.update_session("s3", state="running", wake_cmd=None, prompt_waiting=True)
-    got = store.get_session("s3")
+        store.sessions.put_session(
+            info(sid, handle="h:even" if n % 2 == 0 else "h:odd", opened_at=n + 1)
+        )
+    assert store.sessions.session_ids() == SIDS
+    assert [s.session for s in store.sessions.sessions()] == SIDS
+    assert [s.session for s in store.sessions.sessions_by_handle("h:even")] == sorted(SIDS[::2])
+    store.sessions.update_session("s3", state="running", wake_cmd=None, prompt_waiting=True)
+    got = store.sessions.get_session("s3")
     assert got is not None and got.state == "running" and got.prompt_waiting
     assert got.updated_at > 0
-    assert store.incr_turns("s3") == 1 and store.incr_turns("s3") == 2
+    assert store.sessions.incr_turns("s3") == 1 and store.sessions.incr_turns("s3") == 2
     # Put replaces the record: a field left out of the new one is gone.
-    store.put_session(info("s3", handle="h:moved"))
-    again = store.get_session("s3")
+    store.sessions.put_session(info("s3", handle="h:moved"))
+    again = store.sessions.get_session("s3")
     assert again is not None and again.turns == 0 and again.state == "idle"
     # The old handle's index still lists s3, but the record no longer carries it.
-    assert "s3" not in [s.session for s in store.sessions_by_handle("h:odd")]
+    assert "s3" not in [s.session for s in store.sessions.sessions_by_handle("h:odd")]
 
 
 def test_the_delegator_is_recorded_once(store: Store) -> None:
-    store.put_session(info("s1"))
-    assert store.set_delegator_once("s1", "boss")
-    assert not store.set_delegator_once("s1", "other")
-    got = store.get_session("s1")
+    store.sessions.put_session(info("s1"))
+    assert store.sessions.set_delegator_once("s1", "boss")
+    assert not store.sessions.set_delegator_once("s1", "other")
+    got = store.sessions.get_session("s1")
     assert got is not None and got.delegator == "boss"
 
 
 def test_presence_touches_only_an_existing_session(store: Store) -> None:
-    store.touch_seen("ghost", 5)
-    assert store.get_session("ghost") is None
-    store.put_session(info("s1"))
-    store.touch_seen("s1", 1234)
-    assert store.last_seen("s1") == 1234
+    store.sessions.touch_seen("ghost", 5)
+    assert store.sessions.get_session("ghost") is None
+    store.sessions.put_session(info("s1"))
+    store.sessions.touch_seen("s1", 1234)
+    assert store.sessions.last_seen("s1") == 1234
 
 
 def test_a_record_leaves_out_a_default_handle_and_the_idle_state(store: Store) -> None:
     key = store.k.s("s1", "session")
-    store.put_session(info("s1", handle="hosta:s1"))
+    store.sessions.put_session(info("s1", handle="hosta:s1"))
     raw = store.r.hgetall(key)
     assert "handle" not in raw and "state" not in raw and raw["host"] == "hosta"
-    got = store.get_session("s1")
+    got = store.sessions.get_session("s1")
     assert got is not None and (got.handle, got.state) == ("hosta:s1", "idle")
-    assert [s.session for s in store.sessions_by_handle("hosta:s1")] == ["s1"]
+    assert [s.session for s in store.sessions.sessions_by_handle("hosta:s1")] == ["s1"]
     # Another handle, and any state but idle, are kept; back to idle, the state goes.
-    store.put_session(info("s2", handle="h:named"))
+    store.sessions.put_session(info("s2", handle="h:named"))
     assert store.r.hget(store.k.s("s2", "session"), "handle") == "h:named"
-    store.update_session("s1", state="running")
+    store.sessions.update_session("s1", state="running")
     assert store.r.hget(key, "state") == "running"
-    store.update_session("s1", state="idle")
+    store.sessions.update_session("s1", state="idle")
     assert store.r.hget(key, "state") is None
     # A new host moves the default with it; the old default stays the record's handle.
-    store.update_session("s1", host="hostb")
-    moved = store.get_session("s1")
+    store.sessions.update_session("s1", host="hostb")
+    moved = store.sessions.get_session("s1")
     assert moved is not None and (moved.host, moved.handle) == ("hostb", "hosta:s1")
-    store.update_session("s1", handle="hostb:s1")
+    store.sessions.update_session("s1", handle="hostb:s1")
     assert "handle" not in store.r.hgetall(key)
     # A record that keeps both reads the same.
-    store.put_session(info("s3", handle="hosta:s3"))
-    compact = store.get_session("s3")
+    store.sessions.put_session(info("s3", handle="hosta:s3"))
+    compact = store.sessions.get_session("s3")
     store.r.hset(store.k.s("s3", "session"), mapping={"handle": "hosta:s3", "state": "idle"})
-    assert store.get_session("s3") == compact
+    assert store.sessions.get_session("s3") == compact
 
 
 def test_a_receipt_reads_a_record_without_a_state_as_idle(store: Store) -> None:
-    store.put_session(info("s1", handle="hosta:s1"))
-    [[_h, _rec, _ans, (state, _seen, opened, host)]] = store.receipt_rows([("s1", "m-1")])
+    store.sessions.put_session(info("s1", handle="hosta:s1"))
+    [[_h, _rec, _ans, (state, _seen, opened, host)]] = store.receipts.receipt_rows([("s1", "m-1")])
     assert state == "idle" and opened is not None and host == "hosta"
-    [[_h, _rec, _ans, (none, *_)]] = store.receipt_rows([("ghost", "m-1")])
+    [[_h, _rec, _ans, (none, *_)]] = store.receipts.receipt_rows([("ghost", "m-1")])
     assert none is None

@@ -112,7 +112,7 @@ def only_session(bus: Bus, timeout: float = 60.0) -> str:
     """The one session the harness opened (its id is the harness's own)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        ids = bus.store.session_ids()
+        ids = bus.store.sessions.session_ids()
         if ids:
             assert len(ids) == 1, ids
             return str(ids[0])

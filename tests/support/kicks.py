@@ -15,12 +15,12 @@ def pop_kicks(
     loop takes them (bus.delivery.kick_list): those already waiting without blocking, else
     the next one waited for up to ``block_s`` on ``client``, with those waiting behind it
     when it came."""
-    got = store.take_kicks(host, loop, count)
+    got = store.delivery.take_kicks(host, loop, count)
     if got:
         return got
-    got, waiting = store.wait_kick(client, host, loop, block_s)
+    got, waiting = store.delivery.wait_kick(client, host, loop, block_s)
     if got and waiting:
-        got += store.take_kicks(host, loop, count - 1)
+        got += store.delivery.take_kicks(host, loop, count - 1)
     return got
 
 

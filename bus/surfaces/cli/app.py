@@ -216,7 +216,7 @@ def _default_sender(b: Bus) -> str:
     own session), else the anonymous ``<host>:inbox`` of local single-user use."""
     sid = b.settings.session
     if sid:
-        info = b.store.get_session(check_session_id(sid, "INBOX_SESSION"))
+        info = b.store.sessions.get_session(check_session_id(sid, "INBOX_SESSION"))
         return info.handle if info is not None else f"{b.settings.host}:{sid}"
     return f"{b.settings.host}:inbox"
 

@@ -189,7 +189,7 @@ def last_assistant_text(transcript_path: object, limit: int = 8000) -> str | Non
 def unread_text(bus: Bus, sid: str) -> str:
     """One notice over every thread of ``sid`` that still has unread messages (blockers
     first, the notice's cap on lines), for a context that lost the earlier notices."""
-    records = [r for r in bus.store.all_records(sid) if r.get("mark") in ("new", "noticed")]
+    records = [r for r in bus.store.inbox.all_records(sid) if r.get("mark") in ("new", "noticed")]
     if not records:
         return ""
     inputs = [

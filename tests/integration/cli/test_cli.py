@@ -222,7 +222,7 @@ def test_an_ambiguous_handle_lists_the_candidates_and_sends_nothing(
     inbox(env, "session", "open", "one", "--handle", "hosta:twin")
     # "one"'s harness unseen for two hours (stale: never sooner than an hour, whatever
     # INBOX_STALE_S says), so "two" may take the handle.
-    bus.store.touch_seen("one", now_ms() - 2 * 3600 * 1000)
+    bus.store.sessions.touch_seen("one", now_ms() - 2 * 3600 * 1000)
     assert inbox(env, "session", "open", "two", "--handle", "hosta:twin").returncode == 0
     inbox(env, "turn", "one", "start")
     out = inbox(env, "send", "--to", "hosta:twin", "--from", "h:me", "--text", "hi")

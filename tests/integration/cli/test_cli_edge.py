@@ -45,7 +45,7 @@ def test_inbox_session_is_the_default_sender(env: dict[str, str], bus: Bus) -> N
 
 def test_top_without_a_terminal_prints_a_plain_table_once(env: dict[str, str], bus: Bus) -> None:
     bus.open_session("demo")
-    bus.store.beat(bus.settings.host, {"beat": now_ms()})  # its host's worker beats: up
+    bus.store.schedule.beat(bus.settings.host, {"beat": now_ms()})  # its host's worker beats: up
     for args in (["top"], ["top", "--once"]):
         out = inbox(env, *args)
         assert out.returncode == 0, out.stderr

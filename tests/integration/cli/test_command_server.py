@@ -72,7 +72,7 @@ def _world(settings: Settings, prefix: str) -> dict[str, str]:
         for sid in ("alice", "bob", "carol"):
             b.open_session(sid, handle=f"hosta:{sid}")
         # A delivery loop of the host is alive, so a send's kick goes on the kick list.
-        b.store.kick_alive("hosta", 600_000)
+        b.store.delivery.kick_alive("hosta", 600_000)
         sent = b.send({"from": "hosta:alice", "to_id": "bob", "text": "first", "id": ID4})
         asked = _bus(replace(settings, session="alice"), prefix).request(
             "bob", "task", "take this over"

@@ -233,17 +233,17 @@ def test_the_backlogs_count_what_the_delivery_has_not_taken(bus: Bus) -> None:
     store = bus.store
     for sid in ("bl1", "bl2"):
         bus.open_session(sid)
-    assert store.backlogs([]) == []
-    assert store.backlogs(["bl1", "bl2", "nobody"]) == [0, 0, 0]
+    assert store.queue.backlogs([]) == []
+    assert store.queue.backlogs(["bl1", "bl2", "nobody"]) == [0, 0, 0]
     for n in range(3):
-        store.append("bl1", f"m{n}", "{}", "{}")
-    assert store.backlogs(["bl1", "bl2"]) == [3, 0]
-    assert store.backlogs(["bl1"], cap=2) == [2]
-    rows = store.read_after("bl1", "0-0")
-    store.advance("bl1", rows[0][0])
-    assert store.backlog("bl1") == 2
-    store.advance("bl1", rows[-1][0])
-    assert store.backlog("bl1") == 0
+        store.queue.append("bl1", f"m{n}", "{}", "{}")
+    assert store.queue.backlogs(["bl1", "bl2"]) == [3, 0]
+    assert store.queue.backlogs(["bl1"], cap=2) == [2]
+    rows = store.queue.read_after("bl1", "0-0")
+    store.queue.advance("bl1", rows[0][0])
+    assert store.queue.backlog("bl1") == 2
+    store.queue.advance("bl1", rows[-1][0])
+    assert store.queue.backlog("bl1") == 0
 
 
 # -- the outbox --------------------------------------------------------------------------

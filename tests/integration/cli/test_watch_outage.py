@@ -53,7 +53,7 @@ def test_a_durable_watch_carries_on_through_a_redis_restart(
     try:
         bus.open_session("lane")
         watcher.start()
-        wait_for(lambda: bus.store.sub_cursors("coord", ["lane"])["lane"], 20, "the cursor")
+        wait_for(lambda: bus.store.events.sub_cursors("coord", ["lane"])["lane"], 20, "the cursor")
         before = _send(bus, "before")
         wait_for(lambda: before in out.getvalue(), 20, "the line before the restart")
         server.stop()  # graceful: the cursor is in the append-only file

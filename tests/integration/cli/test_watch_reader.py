@@ -34,7 +34,7 @@ def test_the_live_watch_applies_the_reader_rule(
     b = make_bus(secret=SECRET)
     for sid in ("alice", "worker1", "bob", "carol"):
         b.open_session(sid)
-    b.store.add_gave("alice", "worker1")  # alice gave worker1 work: one of its lanes
+    b.store.sessions.add_gave("alice", "worker1")  # alice gave worker1 work: one of its lanes
     alice = issue(SECRET, session="alice", scopes=[SCOPE_READ, SCOPE_WRITE])
     bob = issue(SECRET, session="bob", scopes=[SCOPE_WRITE])
     env = {**replace(settings, secret=SECRET, token=alice).child_env(), "INBOX_DISPATCHER": "none"}

@@ -93,7 +93,9 @@ def test_send_notice_read_through_a_real_worker_on_the_cluster(
         {"from": "hosta:lane", "from_session": "lane-1", "to_id": "coord", "text": "and this"}
     )
     assert more["thread"] == sent["thread"]
-    wait_for(lambda: more["id"] in b.store.reply_reads("coord", sent["thread"])[3], timeout=30)
+    wait_for(
+        lambda: more["id"] in b.store.inbox.reply_reads("coord", sent["thread"])[3], timeout=30
+    )
     b.reply("coord", sent["thread"], "on it")
     assert b.receipt(more["id"], by="lane-1")["state"] == "read"
     # A withdraw reads in the session's slot, a decision the actor's and the thread's.
@@ -136,7 +138,7 @@ def test_watch_all_status_top_and_the_sweep_cross_the_cluster_nodes(
     # Every session has a backlog and a dispatch flag still up; drop the flags (a lost
     # broker message) and the sweep kicks each session once, on every node.
     for sid in sids:
-        b.store.clear_pending(sid)
+        b.store.queue.clear_pending(sid)
     recorder.calls.clear()
     assert sweep_backlogs(b.delivery) == len(sids)
     assert sorted(sid for _h, sid in recorder.calls) == sorted(sids)
@@ -144,7 +146,7 @@ def test_watch_all_status_top_and_the_sweep_cross_the_cluster_nodes(
     tick(b.delivery)
     recorder.calls.clear()
     for sid in sids:
-        b.store.clear_pending(sid)
+        b.store.queue.clear_pending(sid)
     assert tick(b.delivery)["swept"] == 0
 
 
@@ -163,16 +165,16 @@ def test_a_dead_loops_kicks_are_reclaimed_on_the_cluster(cluster_settings: Setti
     store = Bus(cluster_settings, dispatcher=RecordingDispatcher()).store
     host = cluster_settings.host
     store.r.rpush(store.k.kick_list(host), "a", "b")
-    store.kick_beat(host, "l1", 3000)
-    client, pool = store.kick_client(0.1, "test-kick")
+    store.delivery.kick_beat(host, "l1", 3000)
+    client, pool = store.delivery.kick_client(0.1, "test-kick")
     try:
         assert pop_kicks(store, client, host, "l1", 0.1, 2) == ["a", "b"]
     finally:
         if pool is not None:
             pool.disconnect()
-    assert store.reclaim_kicks(host, 60_000) == 0  # alive: left alone
+    assert store.delivery.reclaim_kicks(host, 60_000) == 0  # alive: left alone
     store.r.hset(store.k.kick_loops(host), "l1", 0)  # its beat long gone
-    assert store.reclaim_kicks(host, 60_000) == 2
+    assert store.delivery.reclaim_kicks(host, 60_000) == 2
     assert store.r.lrange(store.k.kick_list(host), 0, -1) == ["a", "b"]
 
 

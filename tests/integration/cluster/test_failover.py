@@ -91,7 +91,7 @@ def test_a_waited_send_waits_on_through_a_master_failover(
     waiters = bus.store.k.s("coord", "waiters")
     wait_for(lambda: bus.store.r.sismember(waiters, "wq-f"), 30, "the sender waiting")
     wait_for(lambda: (bus.deliver_session("coord"), bus.drain("coord"))[1], 30, "the notice")
-    node = replicated.master_of(bus.store.answer_key("coord", "wq-f"))
+    node = replicated.master_of(bus.store.inbox.answer_key("coord", "wq-f"))
     replicated.client(node).execute_command("WAIT", 1, 5000)  # the replica has it all
     replicated.wait_promoted(replicated.kill_master(node), timeout=120)
     _retrying(lambda: bus.turn("coord", "end", answer="42"))

@@ -81,7 +81,7 @@ def test_due_wakes_delivered_as_one_batch_each_wake_once(make_bus: Callable[...,
     assert all(not events(b, sid, "wake") for sid in sids)
     due = set(b.store.r.zrange(b.store.k.due, 0, -1))
     assert {f"due|{sid}" for sid in sids} <= due
-    held = b.store.lock(sids[0])  # another delivery holds the first one
+    held = b.store.delivery.lock(sids[0])  # another delivery holds the first one
     assert held is not None
     clock.advance(61_000)  # past the due times
     ticks: list[int] = []
@@ -99,7 +99,7 @@ def test_due_wakes_delivered_as_one_batch_each_wake_once(make_bus: Callable[...,
     # The held one is not lost: the hand-off flag and a lease kick are there for it.
     assert b.store.r.exists(b.store.k.s(sids[0], "again"))
     assert f"lease|{sids[0]}" in b.store.r.zrange(b.store.k.due, 0, -1)
-    b.store.unlock(sids[0], held)
+    b.store.delivery.unlock(sids[0], held)
     assert [n["wake"] for n in deliver_many(b.delivery, [sids[0]])[0].notices] == [True]
     # Run again: nothing more to do, no second wake, every lock free.
     assert all(not r.notices for r in deliver_many(b.delivery, sids))
@@ -134,7 +134,7 @@ def test_a_queue_longer_than_one_read_is_taken_whole_in_one_run(
     for sid in ("long", "plain"):
         b.open_session(sid)
         b.turn(sid, "start")
-    b.store.update_session("plain", agent_inbox=False)
+    b.store.sessions.update_session("plain", agent_inbox=False)
     n = 2 * BATCH + 7
     sent = {
         sid: [
@@ -154,7 +154,7 @@ def test_a_queue_longer_than_one_read_is_taken_whole_in_one_run(
     assert (plain.inbox, plain.raw) == (0, n)
     assert [x["id"] for x in b.floor.peek("plain")] == sent["plain"]
     for sid in ("long", "plain"):
-        assert b.store.read_after(sid, b.store.cursor(sid), BATCH) == []
+        assert b.store.queue.read_after(sid, b.store.queue.cursor(sid), BATCH) == []
         assert not b.store.r.exists(b.store.k.s(sid, "lock"))
 
 
@@ -169,7 +169,7 @@ def test_a_loop_killed_holding_a_batch_of_kicks_loses_none_of_them(
 ) -> None:
     s = replace(settings, kick="list")
     b = Bus(s, dispatcher=RecordingDispatcher())
-    b.store.kick_alive(s.host, 60_000)  # the pushes go to the list before any loop runs
+    b.store.delivery.kick_alive(s.host, 60_000)  # the pushes go to the list before any loop runs
     sids = [f"kw{i}" for i in range(80)]
     idle_with_blockers(b, sids)
     kicks = b.store.k.kick_list(s.host)
@@ -202,8 +202,8 @@ def test_a_dead_loops_taken_kicks_go_back_to_the_head_of_the_list(
     store, host = b.store, b.settings.host
     kicks = store.k.kick_list(host)
     store.r.rpush(kicks, "a", "b", "c", "d")
-    store.kick_beat(host, "l1", 3000)
-    client, pool = store.kick_client(0.1, "test-kick")
+    store.delivery.kick_beat(host, "l1", 3000)
+    client, pool = store.delivery.kick_client(0.1, "test-kick")
     try:
         assert pop_kicks(store, client, host, "l1", 0.1, 3) == ["a", "b", "c"]
     finally:
@@ -212,20 +212,20 @@ def test_a_dead_loops_taken_kicks_go_back_to_the_head_of_the_list(
     taken = store.k.kick_taken(host, "l1")
     assert store.r.lrange(taken, 0, -1) == ["a", "b", "c"]
     assert store.r.lrange(kicks, 0, -1) == ["d"]
-    assert store.reclaim_kicks(host, 60_000) == 0  # alive: left alone
+    assert store.delivery.reclaim_kicks(host, 60_000) == 0  # alive: left alone
     assert store.r.lrange(taken, 0, -1) == ["a", "b", "c"]
     store.r.hset(store.k.kick_loops(host), "l1", 0)  # its beat long gone: dead
-    assert store.reclaim_kicks(host, 60_000) == 3
+    assert store.delivery.reclaim_kicks(host, 60_000) == 3
     assert store.r.lrange(kicks, 0, -1) == ["a", "b", "c", "d"]
     assert not store.r.exists(taken)
     assert not store.r.hexists(store.k.kick_loops(host), "l1")
-    store.kick_beat(host, "l2", 3000)
-    client, pool = store.kick_client(0.1, "test-kick")
+    store.delivery.kick_beat(host, "l2", 3000)
+    client, pool = store.delivery.kick_client(0.1, "test-kick")
     try:
         assert pop_kicks(store, client, host, "l2", 0.1, 64) == ["a", "b", "c", "d"]
         assert pop_kicks(store, client, host, "l2", 0.1, 64) == []  # none came
     finally:
         if pool is not None:
             pool.disconnect()
-    store.done_kicks(host, "l2")
+    store.delivery.done_kicks(host, "l2")
     assert not store.r.exists(store.k.kick_taken(host, "l2"))

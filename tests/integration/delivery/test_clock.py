@@ -31,7 +31,7 @@ def test_the_scheduler_takes_an_entry_when_the_clock_reaches_it(
     b = make_bus(dispatcher=recorder)
     b.open_session("later")
     clock = ManualClock()
-    b.store.schedule("due", "later", clock.now_ms() + 60_000)
+    b.store.schedule.schedule("due", "later", clock.now_ms() + 60_000)
     assert tick(b.delivery, sweep=False, clock=clock)["taken"] == 0
     clock.advance(59_999)
     assert tick(b.delivery, sweep=False, clock=clock)["taken"] == 0
@@ -51,7 +51,7 @@ def interval_passed(one: Bus, two: Bus, monkeypatch: pytest.MonkeyPatch, claim_k
     one.store.r.delete(claim_key)
     later = time.monotonic() + 61
     for b in (one, two):
-        monkeypatch.setattr(b.store, "claim_clock", lambda: later)
+        monkeypatch.setattr(b.store.schedule, "claim_clock", lambda: later)
 
 
 def test_one_tick_of_many_sweeps_per_interval(
@@ -61,9 +61,9 @@ def test_one_tick_of_many_sweeps_per_interval(
     recorder = RecordingDispatcher()
     one, two = make_bus(dispatcher=recorder), make_bus(dispatcher=recorder)
     one.open_session("stuck")
-    one.store.append("stuck", "m1", "{}", "{}")
-    one.store.clear_pending("stuck")  # the dispatch was lost
-    assert one.store.claim_sweep(60_000)  # another process swept just now
+    one.store.queue.append("stuck", "m1", "{}", "{}")
+    one.store.queue.clear_pending("stuck")  # the dispatch was lost
+    assert one.store.schedule.claim_sweep(60_000)  # another process swept just now
     assert tick(two.delivery)["swept"] == 0 and tick(one.delivery)["swept"] == 0
     interval_passed(one, two, monkeypatch, one.store.k.sweep)
     assert tick(two.delivery)["swept"] == 1
@@ -92,7 +92,7 @@ def test_one_expiry_pass_of_many_per_interval(
     sent = one.send({"from": "hosta:me", "to_id": "gone", "text": "nobody reads", "class": "fyi"})
     one.deliver_session("gone")
     one.store.r.zadd(one.store.k.s("gone", "new"), {sent["id"]: 1})  # arrived long ago
-    assert one.store.claim_sweep(60_000, what="expiry")  # another process's pass, just now
+    assert one.store.schedule.claim_sweep(60_000, what="expiry")  # another process's pass, just now
     assert two.receipts.expire_all() == 0
     interval_passed(one, two, monkeypatch, one.store.k.expiry_sweep)
     assert two.receipts.expire_all() == 1

@@ -113,8 +113,8 @@ def test_a_line_written_before_a_crash_is_not_written_again(bus: Bus) -> None:
     bus.open_session("crashy")
     sent = bus.send({"from": "hosta:me", "to_id": "crashy", "text": "hi"})
     # What a worker killed between writing the line and moving the cursor leaves behind.
-    eid, fields = bus.store.read_after("crashy", "0-0")[0]
-    bus.store.set_rawflight("crashy", eid, sent["id"])
+    eid, fields = bus.store.queue.read_after("crashy", "0-0")[0]
+    bus.store.queue.set_rawflight("crashy", eid, sent["id"])
     bus.floor.append("crashy", json.loads(fields["m"]))
     report = bus.deliver_session("crashy")
     assert report.skipped == 1 and report.raw == 0
@@ -124,8 +124,8 @@ def test_a_line_written_before_a_crash_is_not_written_again(bus: Bus) -> None:
 def test_a_line_not_written_before_a_crash_is_written(bus: Bus) -> None:
     bus.open_session("crashy")
     sent = bus.send({"from": "hosta:me", "to_id": "crashy", "text": "hi"})
-    eid, _ = bus.store.read_after("crashy", "0-0")[0]
-    bus.store.set_rawflight("crashy", eid, sent["id"])
+    eid, _ = bus.store.queue.read_after("crashy", "0-0")[0]
+    bus.store.queue.set_rawflight("crashy", eid, sent["id"])
     report = bus.deliver_session("crashy")
     assert report.raw == 1
     assert floor_ids(bus.settings.home, "crashy") == [sent["id"]]
@@ -145,7 +145,7 @@ def test_unknown_recipient_bounces_and_stores_nothing(bus: Bus) -> None:
     answer = bus.send({"from": "hosta:me", "to_id": "nobody", "text": "hi"})
     assert answer["state"] == "bounced" and answer["ok"] is False
     assert "nobody" in answer["reason"]
-    assert bus.store.read_after("nobody", "0-0") == []
+    assert bus.store.queue.read_after("nobody", "0-0") == []
 
 
 def test_celery_call_send_end_to_end(
@@ -185,7 +185,9 @@ def test_a_delivery_that_lost_its_lock_stops_before_the_next_write(
     report = bus.deliver_session("slow")
     assert report.busy and report.raw == 1
     assert floor_ids(bus.settings.home, "slow") == ids[:1]
-    assert bus.store.read_after("slow", bus.store.cursor("slow")) != []  # the rest waits
+    assert (
+        bus.store.queue.read_after("slow", bus.store.queue.cursor("slow")) != []
+    )  # the rest waits
 
 
 def test_the_sweep_redoes_a_wake_whose_dispatch_was_lost(make_bus: Callable[..., Bus]) -> None:
@@ -195,13 +197,13 @@ def test_the_sweep_redoes_a_wake_whose_dispatch_was_lost(make_bus: Callable[...,
     b.open_session("lost")
     b.send({"from": "hosta:me", "to_id": "lost", "text": "first work"})
     b.deliver_session("lost")
-    b.store.take_due(2**62)  # a scheduler took the wake, then its dispatch failed
+    b.store.schedule.take_due(2**62)  # a scheduler took the wake, then its dispatch failed
     calls = b.dispatcher.calls  # type: ignore[attr-defined]
     calls.clear()
-    b.store.clear_pending("lost")
+    b.store.queue.clear_pending("lost")
     assert sweep_backlogs(b.delivery) == 1 and calls == [("hosta", "lost")]
     b.deliver_session("lost")
-    assert b.store.next_due() is not None  # planned again
+    assert b.store.schedule.next_due() is not None  # planned again
 
 
 def test_delivered_entries_are_trimmed_and_undelivered_ones_never(
@@ -212,12 +214,12 @@ def test_delivered_entries_are_trimmed_and_undelivered_ones_never(
     for i in range(30):
         b.send({"from": "hosta:me", "to_id": "t", "text": f"m{i}"})
     b.deliver_session("t")
-    assert b.store.backlog("t") == 0
+    assert b.store.queue.backlog("t") == 0
     undelivered = [
         b.send({"from": "hosta:me", "to_id": "t", "text": f"n{i}"})["id"] for i in range(12)
     ]
-    assert b.store.backlog("t") == 12
+    assert b.store.queue.backlog("t") == 12
     length = b.store.r.xlen(b.store.k.s("t", "stream"))
     assert length < 30 + 12, length  # delivered entries went
-    pending = [f["id"] for _e, f in b.store.read_after("t", b.store.cursor("t"))]
+    pending = [f["id"] for _e, f in b.store.queue.read_after("t", b.store.queue.cursor("t"))]
     assert pending == undelivered  # undelivered ones never

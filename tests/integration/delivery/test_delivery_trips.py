@@ -74,33 +74,33 @@ def test_begin_delivery_takes_the_lock_clears_the_flag_and_reads_the_start(bus: 
     store = bus.store
     k = store.k
     bus.open_session("s")
-    assert store.mark_pending("s")
+    assert store.queue.mark_pending("s")
     a = bus.send({"id": "a", "from": "hosta:me", "to_id": "s", "text": "a"})
     bus.send({"id": "b", "from": "hosta:me", "to_id": "s", "text": "b"})
     # b's answer gone (pruned): its entry still comes, with no answer.
     store.r.hdel(k.s("s", "ids"), "b")
-    start = store.begin_delivery("s", 200)
+    start = store.delivery.begin_delivery("s", 200)
     assert start is not None and store.r.get(k.s("s", "lock")) == start.token
     assert not store.r.exists(k.s("s", "pending"))
     assert start.rawflight is None and start.cursor == "0-0"
     assert start.rows is not None
     assert [f["id"] for _eid, f in start.rows] == ["a", "b"]
     assert [json.loads(f["m"])["text"] for _eid, f in start.rows] == ["a", "b"]
-    assert start.rows == store.read_after("s", "0-0", 200)
-    assert start.info == store.get_session("s")
+    assert start.rows == store.queue.read_after("s", "0-0", 200)
+    assert start.info == store.sessions.get_session("s")
     # Kept compact (bus/store/packing.py): the delivery reads its state; restored whole, the answer.
     assert start.answers[0] is not None and start.answers[0]["state"] == "stored"
     restored = packing.restore(json.dumps(start.answers[0]), "s", "a")
     # Kept without what the send answered of its own call (durable, host_state).
     kept = {f: v for f, v in a.items() if f != "durable"}
     kept["recipient"] = {f: v for f, v in a["recipient"].items() if f != "host_state"}
-    assert restored == store.first_answer("s", "a") == kept
+    assert restored == store.queue.first_answer("s", "a") == kept
     assert start.answers[1] is None
     # Held: nothing is touched, the flag stays.
-    assert store.mark_pending("s")
-    assert store.begin_delivery("s", 200) is None
+    assert store.queue.mark_pending("s")
+    assert store.delivery.begin_delivery("s", 200) is None
     assert store.r.exists(k.s("s", "pending"))
-    store.unlock("s", start.token)
+    store.delivery.unlock("s", start.token)
 
 
 @pytest.mark.parametrize(
@@ -128,12 +128,12 @@ def test_begin_delivery_reads(
     b.open_session("s")
     for i in range(queued):
         b.send({"id": f"m{i}", "from": "hosta:me", "to_id": "s", "text": str(i)})
-    entries = store.read_after("s", "0-0", 200)
+    entries = store.queue.read_after("s", "0-0", 200)
     if cursor_at:
-        store.advance("s", entries[cursor_at - 1][0])
+        store.queue.advance("s", entries[cursor_at - 1][0])
     if flight:
-        store.set_rawflight("s", entries[cursor_at or 0][0], f"m{cursor_at or 0}")
-    start = store.begin_delivery("s", count)
+        store.queue.set_rawflight("s", entries[cursor_at or 0][0], f"m{cursor_at or 0}")
+    start = store.delivery.begin_delivery("s", count)
     assert start is not None
     assert start.cursor == (entries[cursor_at - 1][0] if cursor_at else "0-0")
     assert (start.rawflight is not None) is flight
@@ -146,20 +146,20 @@ def test_begin_delivery_reads(
         ]
         assert len(start.answers) == rows
     assert (start.info is not None) is info
-    store.unlock("s", start.token)
+    store.delivery.unlock("s", start.token)
 
 
 def test_the_snapshot_fences_and_moves_the_cursor(bus: Bus) -> None:
     store = bus.store
     bus.open_session("s")
-    start = store.begin_delivery("s", 200)
+    start = store.delivery.begin_delivery("s", 200)
     assert start is not None
-    snap = store.delivery_snapshot("s", start.token, advance_to="5-0")
-    assert snap.held and store.cursor("s") == "5-0"
-    assert snap.info == store.get_session("s") and snap.notice_id is None
-    assert snap.floor_ids == [] and snap.view == store.inbox_view("s")
+    snap = store.delivery.delivery_snapshot("s", start.token, advance_to="5-0")
+    assert snap.held and store.queue.cursor("s") == "5-0"
+    assert snap.info == store.sessions.get_session("s") and snap.notice_id is None
+    assert snap.floor_ids == [] and snap.view == store.inbox.inbox_view("s")
     store.r.set(store.k.s("s", "lock"), "another")
-    assert not store.delivery_snapshot("s", start.token).held
+    assert not store.delivery.delivery_snapshot("s", start.token).held
 
 
 def test_notice_take_with_the_msgs_key_returns_the_records_too(bus: Bus) -> None:
@@ -188,14 +188,14 @@ def test_notice_take_with_the_msgs_key_returns_the_records_too(bus: Bus) -> None
 def test_a_fresh_fence_check_answers_from_the_last_confirmation(bus: Bus) -> None:
     store = bus.store
     calls: list[str] = []
-    real = store.extend_lock
+    real = store.delivery.extend_lock
 
     def extend(sid: str, token: str) -> bool:
         calls.append(sid)
         return real(sid, token)
 
-    store.extend_lock = extend  # type: ignore[method-assign]
-    start = store.begin_delivery("f", 200)
+    store.delivery.extend_lock = extend  # type: ignore[method-assign]
+    start = store.delivery.begin_delivery("f", 200)
     assert start is not None
     lease = Lease.adopt(store, "f", start.token, start.sent_at)
     try:
@@ -214,10 +214,10 @@ def test_a_fresh_fence_check_answers_from_the_last_confirmation(bus: Bus) -> Non
 
 def test_release_takes_the_hand_off_flag_with_the_unlock(bus: Bus) -> None:
     store = bus.store
-    start = store.begin_delivery("h", 200)
+    start = store.delivery.begin_delivery("h", 200)
     assert start is not None
     lease = Lease.adopt(store, "h", start.token, start.sent_at)
-    store.ask_again("h", 3000)
+    store.delivery.ask_again("h", 3000)
     assert lease.release(take_again=True) is True
     assert not store.r.exists(store.k.s("h", "lock"), store.k.s("h", "again"))
     again = Lease.acquire(store, "h")
@@ -258,11 +258,11 @@ def test_finish_notice(bus: Bus, heard: bool, running: bool, wake: bool) -> None
     store = bus.store
     k = store.k
     bus.open_session("n")
-    store.update_session("n", retry_at=5, state="idle")
+    store.sessions.update_session("n", retry_at=5, state="idle")
     store.r.zadd(k.s("n", "new"), {"m1": 1})
     store.r.hset(k.s("n", "msgs"), "m1", json.dumps({"id": "m1", "mark": "new"}))
     assert store.run("notice_take", "n", ("notice", "new", "wakeq", "events"), ["ntc-1", 2])
-    store.finish_notice(
+    store.delivery.finish_notice(
         "n",
         "ntc-1",
         "socket" if heard else "file",
@@ -271,13 +271,13 @@ def test_finish_notice(bus: Bus, heard: bool, running: bool, wake: bool) -> None
         running=running,
         wake={"notice": "ntc-1", "reason": "blocker"} if wake else None,
     )
-    info = store.get_session("n")
+    info = store.sessions.get_session("n")
     assert info is not None and info.state == ("running" if running else "idle")
     assert store.r.hget(k.s("n", "session"), "retry_at") is None
     mark = json.loads(store.r.hget(k.s("n", "msgs"), "m1"))["mark"]
     assert mark == ("noticed" if heard else "new")  # a file line waits for its drain
-    assert store.notice_in_flight("n") is None
-    assert store.floor_notice_ids("n") == ([] if heard else ["ntc-1"])
+    assert store.inbox.notice_in_flight("n") is None
+    assert store.inbox.floor_notice_ids("n") == ([] if heard else ["ntc-1"])
     events = [f for _e, f in store.r.xrange(k.s("n", "events"))]
     assert events[-1]["kind"] == (
         "wake" if wake else "inbox_noticed" if heard else "notice_written"
@@ -291,19 +291,21 @@ def test_the_snapshot_reads_the_entries_after_the_batch(bus: Bus) -> None:
     bus.open_session("r")
     for i in range(3):
         bus.send({"id": f"r{i}", "from": "hosta:me", "to_id": "r", "text": str(i)})
-    entries = store.read_after("r", "0-0", 200)
-    start = store.begin_delivery("r", 200)
+    entries = store.queue.read_after("r", "0-0", 200)
+    start = store.delivery.begin_delivery("r", 200)
     assert start is not None
-    snap = store.delivery_snapshot("r", start.token, read_after=entries[0][0], count=1)
+    snap = store.delivery.delivery_snapshot("r", start.token, read_after=entries[0][0], count=1)
     assert snap.rows == entries[1:2]
-    snap = store.delivery_snapshot(
+    snap = store.delivery.delivery_snapshot(
         "r", start.token, advance_to=entries[2][0], read_after=entries[2][0]
     )
     # Every entry taken: the cursor is the last one's, or gone with the emptied queue
     # (queue_trim.lua drops both once the server's clock is past its ms).
-    assert snap.rows == [] and store.cursor("r") in (entries[2][0], "0-0")
-    assert store.backlog("r") == 0 and store.read_after("r", store.cursor("r")) == []
-    store.unlock("r", start.token)
+    assert snap.rows == [] and store.queue.cursor("r") in (entries[2][0], "0-0")
+    assert (
+        store.queue.backlog("r") == 0 and store.queue.read_after("r", store.queue.cursor("r")) == []
+    )
+    store.delivery.unlock("r", start.token)
 
 
 def test_a_message_sent_while_a_batch_is_taken_in_goes_in_the_same_notice(
@@ -329,7 +331,7 @@ def test_a_message_sent_while_a_batch_is_taken_in_goes_in_the_same_notice(
         listener.stop()
     assert report.inbox == 2 and len(report.notices) == 1
     assert got[-1]["notice"]["messages"] == [first["id"], sent[0]]
-    assert bus.store.backlog("late") == 0
+    assert bus.store.queue.backlog("late") == 0
 
 
 def test_a_batch_of_a_senders_messages_is_two_script_calls_and_lands_in_order(
@@ -352,17 +354,19 @@ def test_a_batch_of_a_senders_messages_is_two_script_calls_and_lands_in_order(
     report = bus.deliver_session("s")
     assert report.inbox == 30
     assert trips.commands.count("EVALSHA") + trips.commands.count("EVAL") < 12, trips.commands
-    assert sorted(r["id"] for r in store.all_records("s")) == sorted(f"m{i}" for i in range(30))
-    threads = store.threads_of("s")
+    assert sorted(r["id"] for r in store.inbox.all_records("s")) == sorted(
+        f"m{i}" for i in range(30)
+    )
+    threads = store.inbox.threads_of("s")
     assert len(threads) == 2
     for thread in threads:
-        rows = store.thread_log(thread)
+        rows = store.inbox.thread_log(thread)
         got = [json.loads(r["m"])["text"] for r in rows]
         sender = json.loads(rows[0]["m"])["from"]
         assert got == [t for i, t in enumerate(texts) if f"hosta:p{i % 2}" == sender]
-        assert int(store.thread_field(thread, "count") or 0) == 15
+        assert int(store.inbox.thread_field(thread, "count") or 0) == 15
     bus.deliver_session("s")  # a redone delivery takes nothing twice
-    assert len(store.all_records("s")) == 30
+    assert len(store.inbox.all_records("s")) == 30
 
 
 def test_a_start_asked_for_its_snapshot_brings_it_when_nothing_is_read(bus: Bus) -> None:
@@ -371,11 +375,11 @@ def test_a_start_asked_for_its_snapshot_brings_it_when_nothing_is_read(bus: Bus)
     bus.open_session("idle")
     bus.open_session("sent")
     bus.send({"from": "hosta:me", "to_id": "sent", "text": "x"})
-    idle, sent = store.begin_many(["idle", "sent"], 200, snapshot=True)
+    idle, sent = store.delivery.begin_many(["idle", "sent"], 200, snapshot=True)
     assert idle is not None and sent is not None
     assert sent.rows and sent.snapshot is None  # entries read: its snapshot comes after them
     assert idle.rows == [] and idle.snapshot is not None
-    alone = store.delivery_snapshot("idle", idle.token)
+    alone = store.delivery.delivery_snapshot("idle", idle.token)
     got = idle.snapshot
     assert got.held and alone.held
     assert (got.info, got.notice_id, got.floor_ids, got.view, got.stream_len, got.rows) == (
@@ -386,10 +390,10 @@ def test_a_start_asked_for_its_snapshot_brings_it_when_nothing_is_read(bus: Bus)
         alone.stream_len,
         alone.rows,
     )
-    store.unlock_many([("idle", idle.token), ("sent", sent.token)])
-    [plain] = store.begin_many(["idle"], 200)
+    store.delivery.unlock_many([("idle", idle.token), ("sent", sent.token)])
+    [plain] = store.delivery.begin_many(["idle"], 200)
     assert plain is not None and plain.snapshot is None  # not asked for: not taken
-    store.unlock("idle", plain.token)
+    store.delivery.unlock("idle", plain.token)
 
 
 def test_the_notice_s_last_call_frees_the_lock_and_takes_the_hand_off_flag(bus: Bus) -> None:
@@ -400,12 +404,12 @@ def test_the_notice_s_last_call_frees_the_lock_and_takes_the_hand_off_flag(bus: 
     bus.deliver_session("s")  # in the inbox, its notice on the floor
     store.r.delete(k.s("s", "floor"))
     store.r.zadd(k.s("s", "new"), {"m-again": 1})
-    start = store.begin_delivery("s", 200)
+    start = store.delivery.begin_delivery("s", 200)
     assert start is not None
     keys = ("notice", "new", "wakeq", "events", "msgs")
     assert store.run("notice_take", "s", keys, ["ntc-1", 1])
     store.r.set(k.s("s", "again"), "1")  # a send asked for another run meanwhile
-    calls = store.finish_calls("s", "ntc-1", "file", 5, heard=False, unlock=start.token)
+    calls = store.delivery.finish_calls("s", "ntc-1", "file", 5, heard=False, unlock=start.token)
     assert len(calls) == 1  # a notice on the floor: one call for all of it
     assert [int(x) for x in store.run_in_order(calls)[-1]] == [1, 1]
     assert not store.r.exists(k.s("s", "lock")) and not store.r.exists(k.s("s", "again"))
@@ -414,7 +418,7 @@ def test_the_notice_s_last_call_frees_the_lock_and_takes_the_hand_off_flag(bus: 
     # Not ours any more: the lock stays its holder's; the flag is taken all the same.
     store.r.set(k.s("s", "lock"), "another")
     store.r.set(k.s("s", "again"), "1")
-    calls = store.finish_calls("s", "ntc-2", "file", 6, heard=False, unlock=start.token)
+    calls = store.delivery.finish_calls("s", "ntc-2", "file", 6, heard=False, unlock=start.token)
     assert [int(x) for x in store.run_in_order(calls)[-1]] == [0, 1]
     assert store.r.get(k.s("s", "lock")) == "another"
 
@@ -436,7 +440,7 @@ def test_a_batch_of_due_wakes_makes_three_script_calls_a_session(
     clock.set(int(time.time() * 1000))
     deliver_many(b.delivery, sids)  # the arrivals: each wake planned
     clock.advance(61_000)
-    due = [sid for _what, sid in b.store.take_due(clock.now_ms() + 1_000, limit=100)]
+    due = [sid for _what, sid in b.store.schedule.take_due(clock.now_ms() + 1_000, limit=100)]
     assert sorted(due) == sorted(sids)
     before = len(trips.commands)
     reports = deliver_many(b.delivery, due)

@@ -23,39 +23,39 @@ from tests.support.waiting import wait_for
 
 
 def test_only_the_claim_s_holder_takes_and_each_take_renews_it(store: Store) -> None:
-    store.schedule("due", "s1", 1000)
-    store.schedule("due", "s2", 2000)
-    store.schedule("retry", "s3", 9000)
+    store.schedule.schedule("due", "s1", 1000)
+    store.schedule.schedule("due", "s2", 2000)
+    store.schedule.schedule("retry", "s3", 9000)
     two = Store(store.r, store.k)  # the other scheduler's process
-    taken, left, nxt = store.take_due_as("one", 1500, 1500)
+    taken, left, nxt = store.schedule.take_due_as("one", 1500, 1500)
     assert (taken, left, nxt) == ([("due", "s1")], 0, 2000)
-    got, left, nxt = two.take_due_as("two", 1500, 5000)  # s2 is due: not two's to take
+    got, left, nxt = two.schedule.take_due_as("two", 1500, 5000)  # s2 is due: not two's to take
     assert got == [] and 0 < left <= 1500 and nxt is None
-    assert store.next_due() == 2000
+    assert store.schedule.next_due() == 2000
     assert store.r.pttl(store.k.due_taker) > 0
-    assert store.take_due_as("one", 1500, 5000) == ([("due", "s2")], 0, 9000)  # renewed
-    assert two.release_taker("two") is False  # not two's to give up
-    assert store.release_taker("one") is True
-    two.claim_clock = lambda: time.monotonic() + 1.5  # type: ignore[method-assign]
-    assert two.take_due_as("two", 1500, 9000) == ([("retry", "s3")], 0, None)
+    assert store.schedule.take_due_as("one", 1500, 5000) == ([("due", "s2")], 0, 9000)  # renewed
+    assert two.schedule.release_taker("two") is False  # not two's to give up
+    assert store.schedule.release_taker("one") is True
+    two.schedule.claim_clock = lambda: time.monotonic() + 1.5  # type: ignore[method-assign]
+    assert two.schedule.take_due_as("two", 1500, 9000) == ([("retry", "s3")], 0, None)
 
 
 def test_a_scheduler_s_restart_takes_the_claim_at_once_and_another_host_s_waits(
     store: Store,
 ) -> None:
     name = taker_name("h1", "/home/a/.local/share/inbox")
-    store.schedule("due", "s1", 1000)
-    assert store.take_due_as(name, 1500, 0)[1] == 0  # the scheduler, before its kill
+    store.schedule.schedule("due", "s1", 1000)
+    assert store.schedule.take_due_as(name, 1500, 0)[1] == 0  # the scheduler, before its kill
     restarted = taker_name("h1", "/home/a/.local/share/inbox")  # its restart, or the spare
-    assert store.take_due_as(restarted, 1500, 1000)[:2] == ([("due", "s1")], 0)
-    assert store.take_due_as(taker_name("h2", "/home/b"), 1500, 1000)[1] > 0
+    assert store.schedule.take_due_as(restarted, 1500, 1000)[:2] == ([("due", "s1")], 0)
+    assert store.schedule.take_due_as(taker_name("h2", "/home/b"), 1500, 1000)[1] > 0
 
 
 def test_a_scheduler_that_does_not_hold_the_claim_looks_again_once_it_can_have_lapsed(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     other = Store(store.r, store.k)  # another host's scheduler
-    assert other.take_due_as(taker_name("h2", "/b"), 1200, 0)[1] == 0
+    assert other.schedule.take_due_as(taker_name("h2", "/b"), 1200, 0)[1] == 0
     calls: list[str] = []
     real = store.script
 
@@ -65,7 +65,7 @@ def test_a_scheduler_that_does_not_hold_the_claim_looks_again_once_it_can_have_l
 
     clock = [100.0]
     monkeypatch.setattr(store, "script", script)
-    monkeypatch.setattr(store, "claim_clock", lambda: clock[0])
+    monkeypatch.setattr(store.schedule, "claim_clock", lambda: clock[0])
     taker = Taker(taker_name("h1", "/a"), claim_ms=1200)
     assert taker.take(store, now_ms()) == [] and not taker.holds and taker.next_due is None
     assert calls == ["take_due"]  # asked once: held, with its time left
@@ -74,7 +74,7 @@ def test_a_scheduler_that_does_not_hold_the_claim_looks_again_once_it_can_have_l
         assert taker.take(store, now_ms()) == []
     assert calls == ["take_due"]
     store.r.delete(store.k.due_taker)  # the other's claim lapsed (its host went)
-    store.schedule("due", "s1", 0)
+    store.schedule.schedule("due", "s1", 0)
     clock[0] += 0.11
     assert taker.take(store, now_ms()) == [("due", "s1")] and taker.holds
     assert calls == ["take_due", "take_due"]
@@ -100,7 +100,7 @@ def test_of_two_schedulers_one_takes_the_entries_and_the_other_takes_over_when_i
     loops = {"a": _run(a, stops["a"]), "b": _run(b, stops["b"])}
     try:
         for n, sid in enumerate(sids):
-            a.store.schedule("due", sid, now_ms() + 20 * n)
+            a.store.schedule.schedule("due", sid, now_ms() + 20 * n)
         wait_for(lambda: len(a_calls.calls) + len(b_calls.calls) >= len(sids), 15, "all taken")
         # One scheduler took them all, each once: the other did not race it for each.
         first, second = ("a", "b") if a_calls.calls else ("b", "a")
@@ -108,16 +108,16 @@ def test_of_two_schedulers_one_takes_the_entries_and_the_other_takes_over_when_i
         assert sorted(sid for _h, sid in calls[first].calls) == sids
         assert calls[second].calls == []
         stops[first].set()  # it stops (and gives the claim up)
-        a.store.poke_scheduler(0)
+        a.store.schedule.poke_scheduler(0)
         loops[first].join(10)
         assert not loops[first].is_alive()
-        a.store.schedule("due", "t0", now_ms())
+        a.store.schedule.schedule("due", "t0", now_ms())
         # The other takes over at its next look: within a claim's time and a sleep.
         wait_for(lambda: calls[second].calls != [], CLAIM_MS / 1000 + 10, "taken over")
         assert calls[second].calls == [("h1", "t0")]
     finally:
         for stop in stops.values():
             stop.set()
-        a.store.poke_scheduler(0)
+        a.store.schedule.poke_scheduler(0)
         for loop in loops.values():
             loop.join(10)

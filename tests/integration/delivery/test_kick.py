@@ -51,7 +51,7 @@ def test_with_no_loop_alive_the_kick_goes_to_the_fallback(settings: Settings) ->
     bus.dispatcher.request(settings.host, "nobody")
     assert fallback.calls == [(settings.host, "nobody")]
     assert bus.store.r.llen(bus.store.k.kick_list(settings.host)) == 0
-    bus.store.kick_alive(settings.host, 10_000)  # a loop says it is alive
+    bus.store.delivery.kick_alive(settings.host, 10_000)  # a loop says it is alive
     bus.dispatcher.request(settings.host, "somebody")
     assert fallback.calls == [(settings.host, "nobody")]
     assert bus.store.r.lrange(bus.store.k.kick_list(settings.host), 0, -1) == ["somebody"]
@@ -68,8 +68,10 @@ def test_a_send_pushes_its_kick_in_the_append_s_own_call_when_a_loop_is_alive(
     bus.open_session("dead", host=host)
     kicks = bus.store.k.kick_list(host)
     pushes: list[list[str]] = []
-    real_push = bus.store.push_kicks
-    monkeypatch.setattr(bus.store, "push_kicks", lambda h, s: pushes.append(s) or real_push(h, s))
+    real_push = bus.store.delivery.push_kicks
+    monkeypatch.setattr(
+        bus.store.delivery, "push_kicks", lambda h, s: pushes.append(s) or real_push(h, s)
+    )
 
     # No loop alive: the append pushes nothing; the dispatcher tries the list, then its
     # fallback.
@@ -77,7 +79,7 @@ def test_a_send_pushes_its_kick_in_the_append_s_own_call_when_a_loop_is_alive(
     assert (pushes, fallback.calls, bus.store.r.llen(kicks)) == ([["dead"]], [(host, "dead")], 0)
 
     # A loop alive: the append's own call pushes the kick; the dispatcher is not asked.
-    bus.store.kick_alive(host, 10_000)
+    bus.store.delivery.kick_alive(host, 10_000)
     sent = bus.send({"from": "a:b", "to_id": "alive", "text": "two"})
     assert sent["state"] == "stored"
     assert bus.store.r.lrange(kicks, 0, -1) == ["alive"]
@@ -245,9 +247,11 @@ def test_a_loop_beats_while_it_delivers_a_long_batch(
     idle_with_blockers(b, sids)
     monkeypatch.setattr(kick_list, "BEAT_S", 0.0)  # every progress call beats
     beats: list[str] = []
-    real = b.store.kick_beat
+    real = b.store.delivery.kick_beat
     monkeypatch.setattr(
-        b.store, "kick_beat", lambda host, loop, ms: (beats.append(loop), real(host, loop, ms))
+        b.store.delivery,
+        "kick_beat",
+        lambda host, loop, ms: (beats.append(loop), real(host, loop, ms)),
     )
     loop = kick_list.KickLoop(b.delivery)
     assert loop._deliver(sids, loop._beater(b.store, "l1"))
@@ -301,12 +305,12 @@ def test_a_process_runs_one_batch_at_a_time_and_leaves_the_rest_on_the_list(
     monkeypatch.setattr(kick_list, "deliver_many", deliver_many)
     loop = kick_list.KickLoop(b.delivery, threads=3)
     gate = loop._gate = _Gate()  # type: ignore[assignment]
-    store.kick_beat(host, "seed", 3000)  # alive: the pushes go on the list
-    assert store.push_kicks(host, ["a", "b", "c"])
+    store.delivery.kick_beat(host, "seed", 3000)  # alive: the pushes go on the list
+    assert store.delivery.push_kicks(host, ["a", "b", "c"])
     loop.start()
     try:
         wait_for(lambda: batches == [["a", "b", "c"]], 10, "the first batch")
-        assert store.push_kicks(host, ["d", "e"])
+        assert store.delivery.push_kicks(host, ["d", "e"])
         refused = gate.refused
         wait_for(
             lambda: gate.refused >= refused + 4 or len(batches) > 1,
@@ -336,7 +340,7 @@ def test_a_burst_on_a_quiet_list_is_one_lone_kick_and_one_batch_not_a_lone_kick_
     batches: list[list[str]] = []
     waiting: list[int] = [0, 0]  # now, most at once
     listening = threading.Event()
-    real_wait = store.wait_kick
+    real_wait = store.delivery.wait_kick
 
     def wait_kick(*args: object, **kw: bool) -> tuple[list[str], int]:
         waiting[0] += 1
@@ -354,11 +358,11 @@ def test_a_burst_on_a_quiet_list_is_one_lone_kick_and_one_batch_not_a_lone_kick_
         return []
 
     beats: list[str] = []
-    real_beat = store.kick_beat
+    real_beat = store.delivery.kick_beat
     monkeypatch.setattr(
-        store, "kick_beat", lambda h, lp, ms: (beats.append(lp), real_beat(h, lp, ms))
+        store.delivery, "kick_beat", lambda h, lp, ms: (beats.append(lp), real_beat(h, lp, ms))
     )
-    monkeypatch.setattr(store, "wait_kick", wait_kick)
+    monkeypatch.setattr(store.delivery, "wait_kick", wait_kick)
     monkeypatch.setattr(kick_list, "deliver_many", deliver_many)
     loop = kick_list.KickLoop(b.delivery, threads=4).start()
     try:
@@ -371,7 +375,7 @@ def test_a_burst_on_a_quiet_list_is_one_lone_kick_and_one_batch_not_a_lone_kick_
             "the loops settled",
         )
         burst = [f"k{i}" for i in range(10)]
-        assert store.push_kicks(host, burst)
+        assert store.delivery.push_kicks(host, burst)
         wait_for(lambda: sum(map(len, batches)) >= len(burst), 10, "the burst delivered")
         assert sum(1 for batch in batches if len(batch) == 1) <= 1, batches
         assert len(batches) <= 2, batches
@@ -393,7 +397,7 @@ def test_an_idle_process_s_other_loops_wait_for_the_listener_not_the_clock(
     monkeypatch.setattr(kick_list, "LISTEN_WAIT_S", 60.0)  # no bounded wake in the test
     takes: list[str] = []
     quiet = [0]
-    real_take, real_wait = store.take_kicks, store.wait_kick
+    real_take, real_wait = store.delivery.take_kicks, store.delivery.wait_kick
 
     def take_kicks(h: str, lp: str, n: int, *, clear: bool = False) -> list[str]:
         takes.append(lp)
@@ -411,8 +415,8 @@ def test_an_idle_process_s_other_loops_wait_for_the_listener_not_the_clock(
         return got
 
     delivered: list[list[str]] = []
-    monkeypatch.setattr(store, "take_kicks", take_kicks)
-    monkeypatch.setattr(store, "wait_kick", wait_kick)
+    monkeypatch.setattr(store.delivery, "take_kicks", take_kicks)
+    monkeypatch.setattr(store.delivery, "wait_kick", wait_kick)
     monkeypatch.setattr(
         kick_list,
         "deliver_many",
@@ -438,7 +442,7 @@ def test_an_idle_process_s_other_loops_wait_for_the_listener_not_the_clock(
 
         wait_for(fresh_blmove, 10, "the listener in a fresh BLMOVE")
         before = len(takes)
-        assert store.push_kicks(host, ["one"])
+        assert store.delivery.push_kicks(host, ["one"])
         wait_for(lambda: delivered == [["one"]], 10, "the kick delivered")
         settled = quiet[0]
         wait_for(lambda: quiet[0] > settled, 10, "the next listener's quiet BLMOVE")
@@ -455,14 +459,14 @@ def test_a_loops_taken_kicks_and_a_dispatch_flag_go_without_a_pipeline_on_a_clus
     store = make_bus(redis_url=cluster_settings.redis_url, redis_cluster=True).store
     taken, flag = store.k.kick_taken("hosta", "0"), store.k.s("s1", "pending")
     store.r.rpush(taken, "s1")
-    assert store.mark_pending("s1")
+    assert store.queue.mark_pending("s1")
 
     def no_pipeline(*_a: object, **_k: object) -> None:
         pytest.fail("a pipeline for one key")
 
     monkeypatch.setattr(store.r, "pipeline", no_pipeline)
-    store.done_kicks("hosta", "0")
-    store.clear_pending("s1")
+    store.delivery.done_kicks("hosta", "0")
+    store.queue.clear_pending("s1")
     assert [store.r.execute_command("EXISTS", key) for key in (taken, flag)] == [0, 0]
 
 
@@ -472,16 +476,16 @@ def test_a_take_empties_the_loop_s_delivered_kicks_in_the_same_call(
     store = make_bus().store
     taken = store.k.kick_taken("hosta", "L")
     store.r.rpush(taken, "old")  # delivered, still on the loop's taken list
-    store.kick_alive("hosta", 3000)
-    assert store.push_kicks("hosta", ["new"])
-    assert store.take_kicks("hosta", "L", 8) == ["new"]
+    store.delivery.kick_alive("hosta", 3000)
+    assert store.delivery.push_kicks("hosta", ["new"])
+    assert store.delivery.take_kicks("hosta", "L", 8) == ["new"]
     assert store.r.lrange(taken, 0, -1) == ["old", "new"]
     store.r.delete(taken)
     store.r.rpush(taken, "old")
-    assert store.push_kicks("hosta", ["newer"])
-    assert store.take_kicks("hosta", "L", 8, clear=True) == ["newer"]
+    assert store.delivery.push_kicks("hosta", ["newer"])
+    assert store.delivery.take_kicks("hosta", "L", 8, clear=True) == ["newer"]
     assert store.r.lrange(taken, 0, -1) == ["newer"]
-    assert store.take_kicks("hosta", "L", 8, clear=True) == []
+    assert store.delivery.take_kicks("hosta", "L", 8, clear=True) == []
     assert store.r.llen(taken) == 0
 
 
@@ -494,7 +498,7 @@ def test_a_lone_kick_costs_no_separate_done_when_a_take_follows(
     store, host = b.store, b.settings.host
     dones: list[str] = []
     clears: list[bool] = []
-    real_take, real_done = store.take_kicks, store.done_kicks
+    real_take, real_done = store.delivery.take_kicks, store.delivery.done_kicks
 
     def take_kicks(h: str, lp: str, n: int, *, clear: bool = False) -> list[str]:
         clears.append(clear)
@@ -504,16 +508,16 @@ def test_a_lone_kick_costs_no_separate_done_when_a_take_follows(
         dones.append(lp)
         real_done(h, lp)
 
-    real_wait = store.wait_kick
+    real_wait = store.delivery.wait_kick
 
     def wait_kick(*args: Any, clear: bool = False) -> tuple[list[str], int]:
         clears.append(clear)
         return real_wait(*args, clear=clear)
 
     delivered: list[list[str]] = []
-    monkeypatch.setattr(store, "take_kicks", take_kicks)
-    monkeypatch.setattr(store, "wait_kick", wait_kick)
-    monkeypatch.setattr(store, "done_kicks", done_kicks)
+    monkeypatch.setattr(store.delivery, "take_kicks", take_kicks)
+    monkeypatch.setattr(store.delivery, "wait_kick", wait_kick)
+    monkeypatch.setattr(store.delivery, "done_kicks", done_kicks)
     monkeypatch.setattr(
         kick_list,
         "deliver_many",
@@ -523,7 +527,7 @@ def test_a_lone_kick_costs_no_separate_done_when_a_take_follows(
     try:
         wait_for(lambda: clears, 10, "the loop's first look")
         for n in range(3):
-            assert store.push_kicks(host, [f"s{n}"])
+            assert store.delivery.push_kicks(host, [f"s{n}"])
             wait_for(lambda n=n: len(delivered) == n + 1, 10, "the kick delivered")
             # The listener's next BLMOVE empties it in its own round trip.
             wait_for(lambda: True in clears, 10, "the next BLMOVE emptying the taken list")
@@ -556,7 +560,7 @@ def test_a_loop_that_looked_before_the_listener_heard_a_kick_looks_again_not_lis
     store = b.store
     loop = kick_list.KickLoop(b.delivery, threads=1)  # not started: _pop driven here
     listened: list[int] = []
-    real_take = store.take_kicks
+    real_take = store.delivery.take_kicks
 
     def take_heard_meanwhile(h: str, lp: str, n: int, *, clear: bool = False) -> list[str]:
         got = real_take(h, lp, n, clear=clear)
@@ -567,10 +571,10 @@ def test_a_loop_that_looked_before_the_listener_heard_a_kick_looks_again_not_lis
         listened.append(1)
         return [], 0
 
-    monkeypatch.setattr(store, "wait_kick", wait_kick)
-    monkeypatch.setattr(store, "take_kicks", take_heard_meanwhile)
+    monkeypatch.setattr(store.delivery, "wait_kick", wait_kick)
+    monkeypatch.setattr(store.delivery, "take_kicks", take_heard_meanwhile)
     assert loop._pop(store, None, "L", False) == ([], None, True)
     assert listened == [] and not loop._listen.locked() and not loop._gate.locked()
-    monkeypatch.setattr(store, "take_kicks", real_take)  # nothing heard meanwhile: listens
+    monkeypatch.setattr(store.delivery, "take_kicks", real_take)  # nothing heard meanwhile: listens
     assert loop._pop(store, None, "L", False) == ([], None, True)
     assert listened == [1] and not loop._listen.locked()

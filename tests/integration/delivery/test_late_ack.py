@@ -85,5 +85,5 @@ def test_a_notice_acked_late_is_heard_once_and_its_message_noticed(bus: Bus, lan
     finally:
         listener.stop()
     assert drained == []  # heard on the socket: not handed on again
-    [record] = bus.store.records(SID, [sent["id"]])
+    [record] = bus.store.inbox.records(SID, [sent["id"]])
     assert record["mark"] == "noticed"  # yet confirmed

@@ -81,7 +81,7 @@ def test_a_send_to_a_live_host_imports_no_dispatcher(settings: Settings, tmp_pat
     s = replace(settings, kick="list")
     bus = Bus(s, dispatcher=RecordingDispatcher())
     bus.open_session("lazy-b")
-    bus.store.kick_alive(s.host, 60_000)  # a delivery loop of the host is alive
+    bus.store.delivery.kick_alive(s.host, 60_000)  # a delivery loop of the host is alive
     out, log = _cold_send(s, tmp_path, "lazy-b")
     assert out.returncode == 0, out.stderr[-2000:]
     assert not log.exists()  # the default dispatcher was never made
@@ -105,7 +105,7 @@ def test_a_send_to_a_live_host_imports_no_celery(settings: Settings, tmp_path: P
     s = replace(settings, kick="list")
     bus = Bus(s, dispatcher=RecordingDispatcher())
     bus.open_session("lazy-d")
-    bus.store.kick_alive(s.host, 60_000)
+    bus.store.delivery.kick_alive(s.host, 60_000)
     env = {**s.child_env(), "INBOX_FAST_SEND": "0", "PYTHONPROFILEIMPORTTIME": "1"}
     argv = [str(INBOX), "send", "--to-id", "lazy-d", "--from", "lazy:me", "--text", "hi"]
     out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)

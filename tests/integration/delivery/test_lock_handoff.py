@@ -53,7 +53,7 @@ def test_a_busy_delivery_hands_off_and_the_holder_takes_the_late_message(
     [report] = reports
     assert not report.busy and report.inbox == 2  # the holder ran again for the late one
     assert [n["notice"]["messages"] for n in got] == [[first["id"]], [late["id"]]]
-    assert b.store.backlog("s") == 0 and not b.store.r.exists(b.store.k.s("s", "again"))
+    assert b.store.queue.backlog("s") == 0 and not b.store.r.exists(b.store.k.s("s", "again"))
 
 
 def test_without_a_hand_off_a_delivery_runs_once(make_bus: Callable[..., Bus]) -> None:
@@ -70,7 +70,7 @@ def test_a_hand_off_to_a_holder_that_never_returns_is_kicked_when_its_lease_ends
 ) -> None:
     b = make_bus()
     b.open_session("s")
-    assert b.store.lock("s") is not None  # a holder that died: it never renews or unlocks
+    assert b.store.delivery.lock("s") is not None  # a holder that died: it never renews or unlocks
     b.send({"from": "hosta:me", "to_id": "s", "text": "behind a dead holder"})
     before = now_ms()
     assert b.deliver_session("s").busy

@@ -34,7 +34,7 @@ def handed_off(make_bus: Callable[..., Bus], *, send: bool) -> tuple[Bus, str, l
     b = make_bus()
     b.open_session("s")
     store = b.store
-    token = store.lock("s")
+    token = store.delivery.lock("s")
     assert token is not None
     if send:
         b.send({"from": "hosta:me", "to_id": "s", "text": "behind a long run"})
@@ -50,9 +50,9 @@ def test_a_hand_off_outlives_the_ttl_while_its_holder_renews_its_lease(
     ttl = store.lock_ttl_ms
     for _ in range(4):  # four TTLs of a run, renewed every two thirds of a TTL
         elapse(b, keys, ttl * 2 // 3)
-        assert store.extend_lock("s", token)  # the holder's renewal
+        assert store.delivery.extend_lock("s", token)  # the holder's renewal
     # The holder unlocks: the hand-off is still there for it.
-    assert store.unlock_and_take_again("s", token)
+    assert store.delivery.unlock_and_take_again("s", token)
     assert not store.r.exists(keys[1])
 
 
@@ -63,8 +63,8 @@ def test_a_hand_off_outlives_the_ttl_through_the_holders_fences(
     store = b.store
     for _ in range(4):  # the fence before each batch's snapshot extends the lease too
         elapse(b, keys, store.lock_ttl_ms * 2 // 3)
-        assert store.delivery_snapshot("s", token).held
-    assert store.unlock_and_take_again("s", token)
+        assert store.delivery.delivery_snapshot("s", token).held
+    assert store.delivery.unlock_and_take_again("s", token)
 
 
 def test_the_hand_off_flag_lapses_with_a_dead_holders_lease(
@@ -72,12 +72,12 @@ def test_the_hand_off_flag_lapses_with_a_dead_holders_lease(
 ) -> None:
     b, token, keys = handed_off(make_bus, send=False)
     store = b.store
-    assert store.extend_lock("s", token)
+    assert store.delivery.extend_lock("s", token)
     again_ttl = store.r.pttl(keys[1])
     assert 0 < again_ttl <= store.lock_ttl_ms  # no flag kept forever
     elapse(b, keys, store.lock_ttl_ms)  # the holder died: nothing renews either
     assert not store.r.exists(keys[0]) and not store.r.exists(keys[1])
-    assert not store.extend_lock("s", token)
+    assert not store.delivery.extend_lock("s", token)
 
 
 @pytest.mark.parametrize("batched", [1, 3])
@@ -91,7 +91,7 @@ def test_a_batched_run_that_lost_its_lease_leaves_its_session_delivered(
         b.turn(sid, "start")
     sent = [b.send({"from": "hosta:me", "to_id": sid, "text": "x"})["id"] for sid in sids]
     store = b.store
-    real = store.begin_many
+    real = store.delivery.begin_many
 
     def begin_then_lapse(ids: list[str], count: int, **options: Any) -> list[Any]:
         starts = real(ids, count, **options)
@@ -100,13 +100,13 @@ def test_a_batched_run_that_lost_its_lease_leaves_its_session_delivered(
         store.r.delete(store.k.s(ids[0], "lock"))
         return starts
 
-    monkeypatch.setattr(store, "begin_many", begin_then_lapse)
+    monkeypatch.setattr(store.delivery, "begin_many", begin_then_lapse)
     reports = deliver_many(b.delivery, sids)
-    monkeypatch.setattr(store, "begin_many", real)
+    monkeypatch.setattr(store.delivery, "begin_many", real)
     # Every session delivered in this call: none left behind a cleared dispatch flag.
     for sid, msg_id, report in zip(sids, sent, reports, strict=True):
         assert not report.busy
         assert [n["messages"] for n in report.notices] == [1], sid
-        assert store.backlog(sid) == 0
+        assert store.queue.backlog(sid) == 0
         assert [n["notice"]["messages"] for n in b.floor.peek(sid)] == [[msg_id]]
         assert not store.r.exists(store.k.s(sid, "lock"))

@@ -38,14 +38,14 @@ def _snapshot_with_take(
     """The engine's batched steps up to the snapshot, asking for the take: the start,
     the messages into the inbox and the snapshot in one pipeline; the lock freed after."""
     store = bus.store
-    [start] = store.begin_many([sid], 200)
+    [start] = store.delivery.begin_many([sid], 200)
     assert start is not None and start.rows
     pipe = store.pipeline()
     report = DeliveryReport(session=sid)
     batch, raws = inbox_entries(start.rows, start.answers, report)
     bus.inbox.ingest(sid, batch, start.info, report, pipe=pipe, raws=raws)
     nid = "ntc-test"
-    [snap] = store.snapshot_many_after(
+    [snap] = store.delivery.snapshot_many_after(
         pipe,
         [(sid, start.token, start.rows[-1][0])],
         200,
@@ -53,7 +53,7 @@ def _snapshot_with_take(
         now=1,
         inbox_default=inbox_default,
     )
-    store.unlock_many([(sid, start.token)])
+    store.delivery.unlock_many([(sid, start.token)])
     return snap, nid
 
 
@@ -128,9 +128,11 @@ def test_a_running_session_s_lone_delivery_takes_no_separate_notice_call(
     got: list[dict[str, Any]] = []
     listener = Listener.for_session(bus.floor, "s", collect(got)).start()
     takes: list[Any] = []
-    real = bus.store.take_notices
+    real = bus.store.delivery.take_notices
     monkeypatch.setattr(
-        bus.store, "take_notices", lambda items, now: (takes.append(items), real(items, now))[1]
+        bus.store.delivery,
+        "take_notices",
+        lambda items, now: (takes.append(items), real(items, now))[1],
     )
     try:
         sent = bus.send({"id": "m1", "from": "hosta:me", "to_id": "s", "text": "hi"})
@@ -186,7 +188,7 @@ def test_a_send_from_a_session_keeps_the_receiver_s_wake_fact_about_it(bus: Bus)
     bus.open_session("child", parent="boss")
     bus.open_session("stranger")
     bus.open_session("helper")
-    bus.store.add_gave("boss", "helper")  # boss gave helper its first work
+    bus.store.sessions.add_gave("boss", "helper")  # boss gave helper its first work
     for sender in ("child", "stranger", "helper"):
         bus.send({"from": f"hosta:{sender}", "from_session": sender, "to_id": "boss", "text": "r"})
     bus.send({"from": "hosta:person", "to_id": "boss", "text": "no session"})
@@ -212,7 +214,7 @@ def test_a_delivery_reads_the_kept_fact_and_looks_nothing_up(
     def no_lookup(*_a: object) -> None:
         pytest.fail("the delivery looked the sender's facts up")
 
-    monkeypatch.setattr(bus.store, "gave_and_session", no_lookup)
+    monkeypatch.setattr(bus.store.sessions, "gave_and_session", no_lookup)
     bus.deliver_session("boss")
     wakeq = bus.store.r.zrange(bus.store.k.s("boss", "wakeq"), 0, -1)
     new = bus.store.r.zrange(bus.store.k.s("boss", "new"), 0, -1)
@@ -228,9 +230,9 @@ def test_an_entry_without_a_kept_fact_is_looked_up_as_before(
     bus.turn("boss", "end")
     bus.open_session("child", parent="boss")
     # As an entry stored before sends kept the fact: none on it.
-    real_append = bus.store.append
+    real_append = bus.store.queue.append
     monkeypatch.setattr(
-        bus.store, "append", lambda *a, **kw: real_append(*a, **{**kw, "facts": ""})
+        bus.store.queue, "append", lambda *a, **kw: real_append(*a, **{**kw, "facts": ""})
     )
     sent = bus.send(
         {"from": "hosta:child", "from_session": "child", "to_id": "boss", "text": "done",
@@ -238,9 +240,9 @@ def test_an_entry_without_a_kept_fact_is_looked_up_as_before(
     )  # fmt: skip
     assert _entry_facts(bus, "boss") == [None]
     looked: list[str] = []
-    real = bus.store.gave_and_session
+    real = bus.store.sessions.gave_and_session
     monkeypatch.setattr(
-        bus.store, "gave_and_session", lambda g, t: (looked.append(t), real(g, t))[1]
+        bus.store.sessions, "gave_and_session", lambda g, t: (looked.append(t), real(g, t))[1]
     )
     bus.deliver_session("boss")
     assert looked == ["child"]

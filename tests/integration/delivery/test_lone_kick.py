@@ -20,7 +20,7 @@ def test_a_kick_waited_for_comes_with_those_behind_it_and_those_waiting_come_tog
     b = make_bus()
     store, host = b.store, b.settings.host
     kicks, taken = store.k.kick_list(host), store.k.kick_taken(host, "l1")
-    client, pool = store.kick_client(0.5, "test-kick")
+    client, pool = store.delivery.kick_client(0.5, "test-kick")
     real = client.pipeline
     blocked: list[str] = []
 
@@ -89,7 +89,7 @@ def test_a_batch_whose_ingest_script_was_lost_still_notices_what_it_took(
     assert lost  # the fault ran
     assert [n["messages"] for n in report.notices] == [1]
     assert [n["notice"]["messages"] for n in b.floor.peek("s")] == [[sent["id"]]]
-    assert store.backlog("s") == 0
+    assert store.queue.backlog("s") == 0
 
 
 def test_a_lone_message_from_a_session_is_delivered_in_few_round_trips(

@@ -83,12 +83,12 @@ def test_the_scheduler_backs_off_a_wake_no_harness_took(bus: Bus) -> None:
     # A notice that asked for a wake, written 30 s ago; its harness not seen since.
     rec = {**WAKE, "at": now_ms() - 30_000}
     bus.store.r.hset(key, "n1", json.dumps(rec))
-    bus.store.update_session("idle", last_seen=1)
+    bus.store.sessions.update_session("idle", last_seen=1)
     assert sweep_backlogs(bus.delivery) == 0  # looks at 10, 20, then 40 s: none now
     bus.store.r.hset(key, "n1", json.dumps({**rec, "wake": []}))
     assert sweep_backlogs(bus.delivery) == 1  # a notice that asked no wake: every 10 s
     bus.store.r.hset(key, "n1", json.dumps(rec))
     bus.store.r.delete(bus.store.k.s("idle", "pending"))  # that delivery done
     assert sweep_backlogs(bus.delivery) == 0
-    bus.store.update_session("idle", last_seen=now_ms())  # a turn, a drain: seen again
+    bus.store.sessions.update_session("idle", last_seen=now_ms())  # a turn, a drain: seen again
     assert sweep_backlogs(bus.delivery) == 1

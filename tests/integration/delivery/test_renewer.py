@@ -22,6 +22,7 @@ class FakeStore:
         self.asked: list[list[tuple[str, str]]] = []
         self.answers = answers or {}
         self.fail = fail
+        self.delivery = self  # the store's delivery aggregate: extend_many is all it uses
 
     def extend_many(self, items: list[tuple[str, str]]) -> list[bool]:
         self.asked.append(items)

@@ -19,16 +19,16 @@ from tests.support.waiting import wait_for
 
 def test_an_entry_due_soon_pokes_once_and_one_due_later_does_not(bus: Bus) -> None:
     store, k = bus.store, bus.store.k
-    store.schedule("flush", "far", now_ms() + POKE_WITHIN_MS + 60_000)
-    store.schedule_many("due", [("far2", now_ms() + POKE_WITHIN_MS + 60_000)])
+    store.schedule.schedule("flush", "far", now_ms() + POKE_WITHIN_MS + 60_000)
+    store.schedule.schedule_many("due", [("far2", now_ms() + POKE_WITHIN_MS + 60_000)])
     assert store.r.llen(k.due_soon) == 0
-    assert store.wait_poked(0.01) is False
-    store.schedule("retry", "soon", now_ms() + 100)
-    store.schedule_many("due", [("a", now_ms() + 60_000), ("b", now_ms() + 50)])
-    store.schedule("due", "c", now_ms() - 5)  # already due
+    assert store.schedule.wait_poked(0.01) is False
+    store.schedule.schedule("retry", "soon", now_ms() + 100)
+    store.schedule.schedule_many("due", [("a", now_ms() + 60_000), ("b", now_ms() + 50)])
+    store.schedule.schedule("due", "c", now_ms() - 5)  # already due
     assert store.r.llen(k.due_soon) == 1  # a burst of pokes wakes the scheduler once
-    assert store.wait_poked(0.01) is True
-    assert store.wait_poked(0.01) is False
+    assert store.schedule.wait_poked(0.01) is True
+    assert store.schedule.wait_poked(0.01) is False
     # The entries themselves are scheduled as before.
     assert store.r.zscore(k.due, "due|b") is not None
     assert store.r.zscore(k.due, "retry|soon") is not None
@@ -59,12 +59,12 @@ def test_a_sleeping_scheduler_takes_an_entry_scheduled_due_soon(
     loop.start()
     try:
         assert ticked.wait(15), "the scheduler never ticked"
-        bus.store.schedule("retry", "s1", now_ms() + 50)
+        bus.store.schedule.schedule("retry", "s1", now_ms() + 50)
         wait_for(lambda: ("h1", "s1") in bus.dispatcher.calls, 10, "the entry dispatched")
         assert bus.store.r.zscore(bus.store.k.due, "retry|s1") is None  # taken
     finally:
         stop.set()
-        bus.store.poke_scheduler(0)  # ends the sleep now
+        bus.store.schedule.poke_scheduler(0)  # ends the sleep now
         loop.join(5)
     assert not loop.is_alive()
     assert pokers() == before  # its poke thread ended with it

@@ -80,14 +80,14 @@ def test_the_chunked_reads_match_the_one_session_reads(make_bus: Callable[..., B
     b.send({"from": "hosta:me", "to_id": "queued", "text": "not taken yet"})
     b.send({"from": "hosta:me", "to_id": "taken", "text": "taken"})
     b.deliver_session("taken")
-    store.schedule("due", "due", 12345)
+    store.schedule.schedule("due", "due", 12345)
     sids = ["fresh", "queued", "taken", "due", "nobody"]
-    got = store.sweep_views(sids)
+    got = store.schedule.sweep_views(sids)
     assert [i.session for i, _v in got] == ["fresh", "queued", "taken", "due"]  # nobody: gone
     for inf, v in got:
         sid = inf.session
-        assert inf == store.get_session(sid)
-        assert v.backlog is bool(store.read_after(sid, store.cursor(sid), 1))
+        assert inf == store.sessions.get_session(sid)
+        assert v.backlog is bool(store.queue.read_after(sid, store.queue.cursor(sid), 1))
         r, k = store.r, store.k
         at = r.hget(k.s(sid, "notice"), "at")
         assert v.flight_at == (None if at is None else int(at))
@@ -121,21 +121,21 @@ def test_the_sweep_reads_only_the_sessions_its_server_side_test_keeps(
     r.hset(k.s("waking", "session"), "wake_pending", "n1")
     r.xadd(k.s("nocursor", "stream"), {"m": "{}"})
     sids = ["fresh", "queued", "taken", "flight", "new", "floor", "waking", "nocursor", "nobody"]
-    kept = store.sweep_candidates(sids)
+    kept = store.schedule.sweep_candidates(sids)
     assert {"queued", "flight", "new", "floor", "waking", "nocursor"} <= set(kept)
     assert "fresh" not in kept and "nobody" not in kept
     now = store.server_time_ms()
-    for inf, view in store.sweep_views(sids):
+    for inf, view in store.schedule.sweep_views(sids):
         if needs_delivery(inf, view, now - 3000, now):
             assert inf.session in kept, inf.session
     read: list[list[str]] = []
-    real = store.sweep_views
+    real = store.schedule.sweep_views
 
     def views(ids: list[str]) -> Any:
         read.append(ids)
         return real(ids)
 
-    monkeypatch.setattr(store, "sweep_views", views)
+    monkeypatch.setattr(store.schedule, "sweep_views", views)
     sweep_backlogs(b)
     # The sweep takes the sessions oldest first: those opened in one millisecond by name.
     assert [sorted(ids) for ids in read] == [sorted(kept)]
@@ -146,7 +146,7 @@ def test_the_sweep_dispatches_each_lost_dispatch_once(make_bus: Callable[..., Bu
     for sid in ("q1", "q2", "q3"):
         b.open_session(sid)
         b.send({"from": "hosta:me", "to_id": sid, "text": "lost dispatch"})
-        b.store.clear_pending(sid)
+        b.store.queue.clear_pending(sid)
     calls = b.dispatcher.calls  # type: ignore[attr-defined]
     calls.clear()
     assert sweep_backlogs(b.delivery) == 3
@@ -163,9 +163,9 @@ def test_a_wake_due_during_a_long_sweep_is_taken_between_its_chunks(
     for n in range(6):
         b.open_session(f"idle{n}")
     b.open_session("waker")
-    b.store.schedule("due", "waker", clock.now_ms() + 1000)
+    b.store.schedule.schedule("due", "waker", clock.now_ms() + 1000)
     monkeypatch.setattr(scheduler, "SWEEP_CHUNK", 2)
-    real = b.store.sweep_views
+    real = b.store.schedule.sweep_views
     chunks: list[int] = []
 
     def slow_chunk(sids: list[str]) -> Any:
@@ -174,7 +174,7 @@ def test_a_wake_due_during_a_long_sweep_is_taken_between_its_chunks(
             clock.advance(2000)  # the wake falls due while the sweep reads its first chunk
         return real(sids)
 
-    monkeypatch.setattr(b.store, "sweep_views", slow_chunk)
+    monkeypatch.setattr(b.store.schedule, "sweep_views", slow_chunk)
     calls = b.dispatcher.calls  # type: ignore[attr-defined]
     calls.clear()
     order: list[int] = []

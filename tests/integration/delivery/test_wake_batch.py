@@ -72,7 +72,7 @@ def test_due_wakes_are_dispatched_per_host_in_one_call_each(
         idle_with_a_blocker(b, sid, "hostb")
     b.store.r.delete(b.store.k.s("a4", "session"))  # a session gone: nothing dispatched
     for sid in on_a + on_b:
-        b.store.clear_pending(sid)
+        b.store.queue.clear_pending(sid)
     time.sleep(b.settings.wake_debounce_s)  # let the due times pass
     rec.single.clear()
     rec.many.clear()
@@ -86,7 +86,7 @@ def test_due_wakes_are_dispatched_per_host_in_one_call_each(
     # Each dispatched session's flag is set, so a send meanwhile does not dispatch again.
     for sid in on_a[:4] + on_b:
         assert b.store.r.exists(b.store.k.s(sid, "pending"))
-        assert not b.store.mark_pending(sid)
+        assert not b.store.queue.mark_pending(sid)
 
 
 def test_request_many_falls_back_to_one_request_per_session() -> None:
@@ -142,7 +142,7 @@ def test_a_batch_to_many_receivers_dispatches_per_host_not_per_receiver(
     for sid in sids:
         b.open_session(sid)
         b.turn(sid, "start")
-        b.store.clear_pending(sid)
+        b.store.queue.clear_pending(sid)
     rec.single.clear()
     b.send_many(
         [{"from": "hx:peer", "to_id": sid, "text": f"m{n}"} for n in range(3) for sid in sids]

@@ -41,7 +41,7 @@ def _wake(b: Bus, clock: ManualClock, sid: str, text: str) -> None:
 
 
 def _state(b: Bus, sid: str) -> str:
-    info = b.store.get_session(sid)
+    info = b.store.sessions.get_session(sid)
     assert info is not None
     return info.state
 

@@ -29,7 +29,7 @@ def woken(make_bus: Callable[..., Bus], sid: str) -> tuple[Bus, ManualClock, Rec
     tick(b.delivery, sweep=False, clock=clock)
     b.deliver_session(sid)  # the due wake: a notice on the floor, the session running
     assert events(b, sid, "wake")
-    info = b.store.get_session(sid)
+    info = b.store.sessions.get_session(sid)
     assert info is not None and info.state == "running" and info.turns == 0
     assert info.woken_at == clock.now_ms()
     rec.calls.clear()
@@ -37,7 +37,7 @@ def woken(make_bus: Callable[..., Bus], sid: str) -> tuple[Bus, ManualClock, Rec
 
 
 def state(b: Bus, sid: str) -> str:
-    info = b.store.get_session(sid)
+    info = b.store.sessions.get_session(sid)
     assert info is not None
     return info.state
 
@@ -67,7 +67,7 @@ def test_a_wake_whose_turn_began_stays_running(make_bus: Callable[..., Bus]) -> 
     rec.calls.clear()  # its own kick
     # Its timeout entry is gone with the wake heard.
     assert b.store.r.zscore(b.store.k.due, f"{WAKE_TURN}|taken") is None
-    info = b.store.get_session("taken")
+    info = b.store.sessions.get_session("taken")
     assert info is not None and info.woken_at is None
     clock.advance(int(TIMEOUT_S * 1000) + 1000)
     tick(b.delivery, sweep=False, clock=clock)

@@ -132,7 +132,7 @@ def test_replica_durability_survives_a_failover_memory_does_not(
                 after = Bus(
                     replace(s, redis_url=rurl, broker_url=rurl), dispatcher=RecordingDispatcher()
                 )
-                have = after.store.first_answers("bob", kept + lost_ok)
+                have = after.store.queue.first_answers("bob", kept + lost_ok)
                 assert all(have[: len(kept)]), "a replica-acknowledged send was lost"
                 assert not any(have[len(kept) :]), "the stalled link carried memory sends"
         finally:

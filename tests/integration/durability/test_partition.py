@@ -172,18 +172,18 @@ def test_a_wait_for_ever_whose_connection_goes_dark_still_gets_its_answer(
     store, direct = open_store(s), open_store(settings)
     sid = f"dark-{uuid.uuid4().hex[:8]}"
     waiting, reading = store.blocking_client(), store.blocking_client()
-    assert store.pop_answer(waiting, sid, "m1", 0.05) is None  # their connections made
+    assert store.inbox.pop_answer(waiting, sid, "m1", 0.05) is None  # their connections made
     stop = threading.Event()
-    assert not store.read_session_streams(
+    assert not store.events.read_session_streams(
         reading, {sid: "0-0"}, stream="events", count=1, block_ms=50, stop=stop
     )
     proxy.darken()
     direct.push_answers(sid, ["m1"], {"ok": True, "state": "answered"})
     direct.r.xadd(direct.k.s(sid, "events"), {"kind": "probe"})
-    got = _within(lambda: store.pop_answer(waiting, sid, "m1", 0), bound_s=15.0)
+    got = _within(lambda: store.inbox.pop_answer(waiting, sid, "m1", 0), bound_s=15.0)
     assert got is not None and json.loads(got)["state"] == "answered"
     rows = _within(
-        lambda: store.read_session_streams(
+        lambda: store.events.read_session_streams(
             reading, {sid: "0-0"}, stream="events", count=1, block_ms=600_000, stop=stop
         ),
         bound_s=15.0,
@@ -222,7 +222,7 @@ def test_every_client_made_from_the_settings_has_their_timeouts(
     kwargs = redis_client(s).connection_pool.connection_kwargs
     assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (timeout_s, connect_s)
     store = open_store(s)
-    for own in (store.kick_client(1.0, "t")[1], store.waiting_client(2.0, "t")[1]):
+    for own in (store.delivery.kick_client(1.0, "t")[1], store.events.waiting_client(2.0, "t")[1]):
         # A blocking command's own connection outlasts its block by an ordinary timeout.
         assert own.connection_kwargs["socket_timeout"] > 1.0 + timeout_s - 0.01
     assert outlasting(store.r, 1.0) == 1.0 + timeout_s
@@ -302,14 +302,14 @@ def test_a_cluster_whose_nodes_all_went_away_is_an_outage_and_a_heartbeat_surviv
         store.r.set(store.k.beat("x"), "1")
         beat = Heartbeat(type("B", (), {"store": store})(), "hosta")
         beat.beat()
-        kicks, pools = store.kick_client(1.0, "inbox-kick:test")  # a pop's own client
+        kicks, pools = store.delivery.kick_client(1.0, "inbox-kick:test")  # a pop's own client
     finally:
         cluster.stop()
     with pytest.raises(OUTAGE_ERRORS) as got:
-        store.kick_alive("hosta", 1000)
+        store.delivery.kick_alive("hosta", 1000)
     assert isinstance(got.value, ClusterUnreachable)
     with pytest.raises(OUTAGE_ERRORS) as got:
-        store.take_kicks("hosta", "loop", 1)  # its slot table is refreshed in vain
+        store.delivery.take_kicks("hosta", "loop", 1)  # its slot table is refreshed in vain
     assert isinstance(got.value, ClusterUnreachable)
     with pytest.raises(OUTAGE_ERRORS) as got:
         kicks.blmove("k{a}", "l{a}", 0.1)

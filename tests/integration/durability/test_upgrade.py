@@ -118,10 +118,10 @@ def test_release_data_opened_by_this_release(old: tuple[Bus, dict[str, Any]]) ->
     with pytest.raises(BadInput) as refused:
         bus.open_session("copy", handle="xa:ape")
     assert refused.value.code == "handle_lookalike"
-    assert bus.store.member_by_fold(member_fold("acme", "dean")) == "acme/dean"
+    assert bus.store.members.member_by_fold(member_fold("acme", "dean")) == "acme/dean"
 
     # Subscriptions: the reader's goes on from its cursors under its new name.
-    assert bus.store.sub_cursors("alpha/feed", ["waker", "lane"]) == {
+    assert bus.store.events.sub_cursors("alpha/feed", ["waker", "lane"]) == {
         sid: data["keys"][f"{{{sid}}}:subs"]["value"]["alpha.feed"] for sid in ("waker", "lane")
     }
     assert not bus.store.r.exists(bus.store.k.sub("alpha.feed"))
@@ -290,7 +290,7 @@ def test_an_upgrade_killed_half_way_is_finished_by_the_next(
     assert json.loads(again.stdout)["version"] == dv.DATA_VERSION
     assert not bus.store.r.exists(bus.store.k.sub("alpha.feed"))
     cursors = data["keys"]["{waker}:subs"]["value"]["alpha.feed"]
-    assert bus.store.sub_cursors("alpha/feed", ["waker"]) == {"waker": cursors}
+    assert bus.store.events.sub_cursors("alpha/feed", ["waker"]) == {"waker": cursors}
 
 
 def test_one_host_upgrades_while_the_others_wait(bus: Bus) -> None:

@@ -110,7 +110,7 @@ def test_a_last_seen_not_recorded_is_tried_again_at_the_next_step(
     for name, value in settings.child_env().items():
         monkeypatch.setenv(name, value)
     touch_seen("bob")  # Redis back: recorded, and marked
-    assert bus.store.last_seen("bob") is not None
+    assert bus.store.sessions.last_seen("bob") is not None
     assert not entry.seen_due("bob")
 
 
@@ -142,4 +142,4 @@ def test_on_a_cluster_a_hooks_drain_and_last_seen_are_recorded_whichever_node_is
         assert b.receipt(sent["id"], by="alice")["state"] == "noticed"
         touch_seen(sid)
         assert capsys.readouterr().err == ""
-        assert b.store.last_seen(sid) is not None
+        assert b.store.sessions.last_seen(sid) is not None

@@ -158,4 +158,4 @@ def test_opening_a_session_on_a_foreign_folder_registers_nothing(bus: Bus) -> No
     pre_created(bus.settings.home, owner=NOBODY)
     with pytest.raises(UnsafeFloor, match="belongs to another user"):
         bus.open_session(SID)
-    assert bus.store.get_session(SID) is None
+    assert bus.store.sessions.get_session(SID) is None

@@ -139,7 +139,7 @@ def test_a_worker_whose_home_disappears_stops_and_another_home_takes_the_host(
     code = first.proc.wait(60)
     assert code == EXIT_HOME_GONE
     assert any(f"its INBOX_HOME {one.home} is gone" in line for line in first.log)
-    assert not bus.store.host_floors(["hosta"])[0][0]  # the claim was given up
+    assert not bus.store.schedule.host_floors(["hosta"])[0][0]  # the claim was given up
     start_worker(two)  # not refused: nobody serves the host now
     bus.open_session("s1")
     sent = bus.send({"from": "hosta:me", "to_id": "s1", "text": "hi"})

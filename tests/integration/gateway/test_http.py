@@ -116,9 +116,9 @@ def test_v1_send_stores_in_redis(bus: Bus, gw: httpx.Client) -> None:
     answer = r.json()
     assert answer["state"] == "stored" and answer["id"] == "m-9"
     assert answer["recipient"]["session"] == "s1"
-    assert bus.store.backlog("s1") == 1
+    assert bus.store.queue.backlog("s1") == 1
     again = gw.post("/v1/send", json=wire(id="m-9")).json()
-    assert again["duplicate"] is True and bus.store.backlog("s1") == 1
+    assert again["duplicate"] is True and bus.store.queue.backlog("s1") == 1
 
 
 def test_v1_send_bounces_unknown_and_maps_errors(bus: Bus, gw: httpx.Client) -> None:
@@ -214,7 +214,7 @@ def test_v1_send_takes_the_sender_from_a_bearer_token(
     assert forged.status_code == 401 and forged.json()["error"] == "forged_from"
     ok = client.post("/v1/send", json=body, headers=auth)
     assert ok.status_code == 200 and ok.json()["state"] == "stored"
-    [(_eid, fields)] = b.store.read_after("bob", "0-0")
+    [(_eid, fields)] = b.store.queue.read_after("bob", "0-0")
     assert json.loads(fields["m"])["from"] == "neo:alice"
 
 

@@ -343,7 +343,7 @@ def test_a_model_turn_sends_through_the_inbox_mcp_server_as_its_session(
         cwd=claude.project, env=claude.env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr + done.stdout
-    [sid] = [s for s in bus.store.session_ids() if s != "peer"]
+    [sid] = [s for s in bus.store.sessions.session_ids() if s != "peer"]
     result = claude.stub.wait_for(_is_result, 60, "the tool result's request")
     [answer] = [
         b for m in result["messages"] if isinstance(m.get("content"), list)

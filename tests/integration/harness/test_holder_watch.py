@@ -67,7 +67,7 @@ def test_the_look_reads_no_record_while_a_holder_lives_and_one_once_they_ended(
 
     def read(sid: str) -> SessionInfo | None:
         reads.append(sid)
-        return bus.store.get_session(sid)
+        return bus.store.sessions.get_session(sid)
 
     watch = HolderWatch(bus.floor, "hosta", bus.inbox.notices.close_gone, read)
     assert watch.check() == [] and watch.check() == [] and reads == []
@@ -116,7 +116,7 @@ def test_a_look_the_store_did_not_answer_is_tried_again_at_the_next(
         calls.append(sid)
         if len(calls) == 1:
             raise redis.exceptions.ConnectionError("Redis away")
-        return bus.store.get_session(sid)
+        return bus.store.sessions.get_session(sid)
 
     watch = HolderWatch(bus.floor, "hosta", bus.inbox.notices.close_gone, read)
     assert watch.check() == [] and bus.session("w2").state == "idle"

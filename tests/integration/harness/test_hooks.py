@@ -364,7 +364,7 @@ def test_stop_answers_waiting_senders_with_the_last_assistant_message(
     # The waiter is registered before the message is appended: wait for both, or the
     # delivery below may run before there is anything to deliver.
     wait_for(
-        lambda: bus.store.r.scard(bus.store.k.s(sid, "waiters")) and bus.store.backlog(sid),
+        lambda: bus.store.r.scard(bus.store.k.s(sid, "waiters")) and bus.store.queue.backlog(sid),
         what="the waiter and its message stored",
     )
     bus.deliver_session(sid)

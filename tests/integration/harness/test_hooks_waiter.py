@@ -222,7 +222,7 @@ def test_a_burst_of_300_blockers_to_an_idle_session_is_one_wake_with_one_notice(
             assert done.returncode == 0
             again = arm(commands["wait"], sid)
             wait_for(lambda: _log(bus, sid).count(" listening") == 2, 60, what="the next waiter")
-            assert bus.store.next_due() is None  # no wake on the schedule
+            assert bus.store.schedule.next_due() is None  # no wake on the schedule
             with pytest.raises(subprocess.TimeoutExpired):
                 again.wait(timeout=s.wake_debounce_s + 2)  # past a debounce: no second wake
             assert len(events(bus, sid, "wake")) == 1

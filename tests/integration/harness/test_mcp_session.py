@@ -58,7 +58,7 @@ async def test_mcp_sends_as_the_session_the_hooks_registered(
     bus.open_session("peer", handle="hosta:peer")
     first = "0b9c2f1e-cc01-4d2a-9f51-1a2b3c4d5e6f"
     hook(settings, "SessionStart", {"session_id": first, "source": "startup"}, harness)
-    handle = bus.store.get_session(first).handle  # type: ignore[union-attr]
+    handle = bus.store.sessions.get_session(first).handle  # type: ignore[union-attr]
     async with mcp_client(settings, None) as client:
         answer = ok(await call(client, "send", to_id="peer", text="from the hook's session"))
         wire = sender(bus, "peer")

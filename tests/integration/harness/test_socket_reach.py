@@ -200,7 +200,7 @@ def test_status_doctor_and_session_start_say_which_session_cannot_be_woken_and_t
         assert "INBOX_HOME" in rows[stuck]["unreachable"]["fix"]
         assert "unreachable" not in rows[fine]
 
-    b.store.beat(b.settings.host, {"beat": now_ms()})  # a worker serves the host
+    b.store.schedule.beat(b.settings.host, {"beat": now_ms()})  # a worker serves the host
     out = cli(s, "doctor")
     assert out.returncode == 1, out.stderr
     report = json.loads(out.stdout)
@@ -223,7 +223,7 @@ def test_a_session_with_a_long_path_is_not_reported(
     sid = str(uuid.uuid4())
     b.open_session(sid)
     assert "unreachable" not in b.status()["sessions"][0]
-    b.store.beat(b.settings.host, {"beat": now_ms()})  # a worker serves the host
+    b.store.schedule.beat(b.settings.host, {"beat": now_ms()})  # a worker serves the host
     assert json.loads(cli(s, "doctor").stdout)["problems"] == []
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.bind(address(b.floor.socket_path(sid)))  # the link works for anyone on this host

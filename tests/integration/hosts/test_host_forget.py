@@ -47,7 +47,7 @@ def names(bus: Bus) -> set[str]:
 
 
 def test_a_down_host_is_forgotten_and_its_closed_sessions_kept(bus: Bus) -> None:
-    bus.store.beat("hosta", {"beat": now_ms()})
+    bus.store.schedule.beat("hosta", {"beat": now_ms()})
     retired(bus, "hostb")
     bus.open_session("gone", host="hostb")
     bus.close_session("gone")
@@ -61,14 +61,14 @@ def test_a_down_host_is_forgotten_and_its_closed_sessions_kept(bus: Bus) -> None
     assert answer["queued"] == 2 and answer["closed_sessions"] == 1
     assert keys_of(bus, "hostb") == set()
     assert names(bus) == {"hosta"}
-    assert bus.store.get_session("gone") is not None  # its record and threads stay
+    assert bus.store.sessions.get_session("gone") is not None  # its record and threads stay
 
     again = inbox(bus.settings, "host", "forget", "hostb")  # nothing left to forget
     assert again.returncode == 1 and json.loads(again.stdout)["error"] == "not_found"
 
 
 def test_an_up_host_a_host_with_open_sessions_and_a_bad_name_are_refused(bus: Bus) -> None:
-    bus.store.beat("hosta", {"beat": now_ms()})
+    bus.store.schedule.beat("hosta", {"beat": now_ms()})
     retired(bus, "hostb")
     bus.open_session("still", host="hostb")
     before = {k: bus.store.r.type(k) for k in keys_of(bus, "hostb")}

@@ -29,9 +29,9 @@ def test_a_down_host_in_status_send_receipt_doctor_and_metrics(bus: Bus) -> None
     bus.open_session("stuck", host="hostb")
     bus.open_session("nobody", host="ghost")  # no worker ever served this host
     now = now_ms()
-    bus.store.beat("hosta", {"beat": now})
-    bus.store.beat("hostb", {"beat": now - 60_000})  # beat a minute ago: down
-    bus.store.beat("scheduler.hostb", {"beat": now - 60_000})
+    bus.store.schedule.beat("hosta", {"beat": now})
+    bus.store.schedule.beat("hostb", {"beat": now - 60_000})  # beat a minute ago: down
+    bus.store.schedule.beat("scheduler.hostb", {"beat": now - 60_000})
 
     rows = {r["name"]: r for r in bus.status()["workers"]}
     assert rows["hosta"]["state"] == "up" and rows["hostb"]["state"] == "down"
@@ -136,27 +136,27 @@ def test_a_failing_floor_backs_off_and_fails_once_per_reason(
     bus.send({"from": "me:sh", "to_id": "doomed", "text": "x", "class": "action"})
     with pytest.raises(tasks.DeliveryFailed, match="IsADirectoryError"):
         tasks._deliver_one(bus, "doomed")
-    info = bus.store.get_session("doomed")
+    info = bus.store.sessions.get_session("doomed")
     assert info is not None and info.faults == 1 and "IsADirectoryError" in (info.fault or "")
     first_at = info.fault_at
 
     # The same failure again, its retry due: no new FAILURE (the task answers), and the
     # next retry backs off.
-    bus.store.update_session("doomed", retry_at=now_ms() - 1)
+    bus.store.sessions.update_session("doomed", retry_at=now_ms() - 1)
     before = now_ms()
     report = tasks._deliver_one(bus, "doomed")
     assert report["errors"] == [] and "IsADirectoryError" in report["repeated"][0]
-    info = bus.store.get_session("doomed")
+    info = bus.store.sessions.get_session("doomed")
     assert info is not None and info.faults == 2 and info.fault_at == first_at
     retry_at = int(bus.store.r.hget(bus.store.k.s("doomed", "session"), "retry_at"))
     assert retry_at >= before + 2 * bus.settings.retry_s * 1000 - 1000  # doubled
 
     # The floor writable again: delivered, the fault cleared.
     floor.rmdir()
-    bus.store.update_session("doomed", retry_at=now_ms() - 1)
+    bus.store.sessions.update_session("doomed", retry_at=now_ms() - 1)
     report = tasks._deliver_one(bus, "doomed")
     assert report["errors"] == [] and report["repeated"] == []
-    info = bus.store.get_session("doomed")
+    info = bus.store.sessions.get_session("doomed")
     assert info is not None and info.fault is None and not info.faults
 
 
@@ -165,8 +165,8 @@ def test_top_marks_a_session_whose_host_is_down(bus: Bus) -> None:
 
     bus.open_session("here", host="hosta")
     bus.open_session("there", host="hostb")
-    bus.store.beat("hosta", {"beat": now_ms()})
-    bus.store.beat("hostb", {"beat": now_ms() - 60_000})
+    bus.store.schedule.beat("hosta", {"beat": now_ms()})
+    bus.store.schedule.beat("hostb", {"beat": now_ms() - 60_000})
     rows = {r["session"]: r for r in bus.watch.top_rows()}
     assert (rows["here"]["host_state"], rows["there"]["host_state"]) == ("up", "down")
     lines = plain_top(list(rows.values())).splitlines()
@@ -194,4 +194,4 @@ def test_the_store_reads_the_oldest_undrained_wake_notice(bus: Bus) -> None:
     bus.store.r.hset(floor, "n1", json.dumps({"ids": ["a"], "new": [], "wake": [], "at": 5}))
     bus.store.r.hset(floor, "n2", json.dumps({"ids": ["b"], "new": [], "wake": ["b", 1], "at": 9}))
     bus.store.r.hset(floor, "n3", json.dumps({"ids": ["c"], "new": [], "wake": ["c", 1], "at": 7}))
-    assert bus.store.oldest_wake_notices(["w", "nobody"]) == [7, None]
+    assert bus.store.queue.oldest_wake_notices(["w", "nobody"]) == [7, None]

@@ -68,7 +68,7 @@ def test_lanes_are_the_sessions_started_or_given_work(bus: Bus) -> None:
     bus.open_session("lane1", parent="coord")
     bus.open_session("lane2")
     bus.open_session("other")
-    bus.store.add_gave("coord", "lane2")
+    bus.store.sessions.add_gave("coord", "lane2")
     assert lanes(bus.store, "coord") == ["lane1", "lane2"]
 
 
@@ -84,7 +84,7 @@ def test_lanes_are_found_by_the_parent_field_not_whole_records(
     def whole_records() -> None:
         raise AssertionError("every session's whole record read")
 
-    monkeypatch.setattr(bus.store, "sessions", whole_records)
+    monkeypatch.setattr(bus.store.sessions, "sessions", whole_records)
     assert lanes(bus.store, "coord") == ["lane1"]
 
 
@@ -140,7 +140,7 @@ def test_a_durable_subscription_keeps_its_sessions_events_from_the_quiet_drop(bu
     bus.open_session("l1")
     sub = bus.watch.durable("keep", sessions=["l1"], block_ms=100)
     sent = send(bus, "l1", "kept for the subscriber")
-    assert bus.store.drop_quiet_events(["l1"], 0) == 0  # pinned by the cursor
+    assert bus.store.events.drop_quiet_events(["l1"], 0) == 0  # pinned by the cursor
     assert [e["message"]["id"] for e in take(sub, 1)] == [sent["id"]]
 
 
@@ -183,7 +183,7 @@ def _lines(proc: subprocess.Popen[str], n: int) -> list[dict[str, Any]]:
 
 
 def _cursors_at(bus: Bus, last: dict[str, str]) -> bool:
-    return bus.store.sub_cursors("coordsub", list(last)) == last
+    return bus.store.events.sub_cursors("coordsub", list(last)) == last
 
 
 def test_inbox_watch_name_killed_and_restarted_sees_every_lane_message_once(
@@ -200,7 +200,7 @@ def test_inbox_watch_name_killed_and_restarted_sees_every_lane_message_once(
         proc = _watch(settings, "--lanes", "coord", "--name", "coordsub")
         try:
             wait_for(
-                lambda: all(bus.store.sub_cursors("coordsub", lanes_).values()),
+                lambda: all(bus.store.events.sub_cursors("coordsub", lanes_).values()),
                 what="the subscription's cursors",
             )
             events = _lines(proc, missed)
@@ -326,8 +326,8 @@ def test_the_gateway_streams_a_durable_subscription_as_server_sent_events(
         assert event(resp)["message"]["id"] == a["id"]
         wait_for(
             lambda: (
-                bus.store.sub_cursors("coord/sse", ["lane"])["lane"] is not None
-                and bus.store.sub_cursors("coord/sse", ["lane"])["lane"] != "0-0"
+                bus.store.events.sub_cursors("coord/sse", ["lane"])["lane"] is not None
+                and bus.store.events.sub_cursors("coord/sse", ["lane"])["lane"] != "0-0"
             ),
             what="the event acknowledged",
         )

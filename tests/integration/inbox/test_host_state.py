@@ -24,8 +24,8 @@ def test_batch_and_waited_sends_answer_the_host_state_as_a_send_does(bus: Bus) -
     bus.open_session("alive", host="hosta")
     bus.open_session("stuck", host="hostb")
     now = now_ms()
-    bus.store.beat("hosta", {"beat": now})
-    bus.store.beat("hostb", {"beat": now - 60_000})  # a minute ago: down
+    bus.store.schedule.beat("hosta", {"beat": now})
+    bus.store.schedule.beat("hostb", {"beat": now - 60_000})  # a minute ago: down
     items = [
         {"id": f"m{i}", "from": "me:sh", "to_id": to, "text": "hi"}
         for i, to in enumerate(["alive", "stuck", "alive", "stuck"])
@@ -51,7 +51,7 @@ def test_batch_and_waited_sends_answer_the_host_state_as_a_send_does(bus: Bus) -
 def test_a_starting_host_and_one_never_seen_are_not_called_down(bus: Bus) -> None:
     bus.open_session("booting", host="hostc")
     bus.open_session("nobody", host="ghost")  # no worker was ever started for ghost
-    bus.store.mark_starting("hostc")  # as `inbox up` does before it starts the worker
+    bus.store.schedule.mark_starting("hostc")  # as `inbox up` does before it starts the worker
 
     rows = {r["name"]: r for r in bus.status()["workers"]}
     assert rows["hostc"]["state"] == "starting" and "ghost" not in rows
@@ -74,7 +74,7 @@ def test_a_starting_host_and_one_never_seen_are_not_called_down(bus: Bus) -> Non
     assert not {f for f in found if "hostc" in str(f) or f[1] == "booting"}, found
 
     # Its first beat: up.
-    bus.store.beat("hostc", {"beat": now_ms()})
+    bus.store.schedule.beat("hostc", {"beat": now_ms()})
     assert states([bus.send({"from": "me:sh", "to_id": "booting", "text": "x"})]) == ["up"]
 
 
@@ -87,8 +87,8 @@ def test_the_upgrade_deletes_the_shared_scheduler_row_and_status_leaves_a_stale_
     bus.open_session("s")  # data in the store: with no P:data, it is 0.1.0's (version 1)
     bus.store.r.delete(bus.store.k.data)
     # 0.1.0's schedulers all beat under one name; this one stopped an hour ago.
-    bus.store.beat("scheduler", {"beat": now_ms() - 3_600_000, "pid": 1})
-    bus.store.beat("scheduler.hosta", {"beat": now_ms(), "pid": 2})
+    bus.store.schedule.beat("scheduler", {"beat": now_ms() - 3_600_000, "pid": 1})
+    bus.store.schedule.beat("scheduler.hosta", {"beat": now_ms(), "pid": 2})
     said: list[str] = []
     report = upgrade.upgrade(bus.store, "hosta", said.append)
     assert report["was"] == 1 and report["version"] == dv.DATA_VERSION
@@ -99,7 +99,7 @@ def test_the_upgrade_deletes_the_shared_scheduler_row_and_status_leaves_a_stale_
 
     # A 0.1.0 scheduler still running on a host not yet upgraded writes it again: shown
     # while it beats, left out once it stops (never down forever).
-    bus.store.beat("scheduler", {"beat": now_ms(), "pid": 1})
+    bus.store.schedule.beat("scheduler", {"beat": now_ms(), "pid": 1})
     assert {r["name"] for r in bus.status()["workers"]} >= {"scheduler"}
-    bus.store.beat("scheduler", {"beat": now_ms() - 60_000})
+    bus.store.schedule.beat("scheduler", {"beat": now_ms() - 60_000})
     assert "scheduler" not in {r["name"] for r in bus.status()["workers"]}

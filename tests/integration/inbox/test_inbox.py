@@ -184,7 +184,7 @@ def test_first_work_wakes_and_records_the_delegator(clocked: Bus, clock: ManualC
 def test_a_burst_wakes_an_idle_session_once_after_the_debounce(bus: Bus, idle: str) -> None:
     send(bus, idle, "first", **{"class": "blocker"})
     bus.deliver_session(idle)
-    due = bus.store.next_due()
+    due = bus.store.schedule.next_due()
     assert due is not None
     for i in range(20):
         send(bus, idle, f"more {i}", **{"class": "blocker"})
@@ -205,7 +205,7 @@ def test_a_burst_wakes_an_idle_session_once_after_the_debounce(bus: Bus, idle: s
 def test_fyi_only_inbox_is_delivered_at_the_flush_and_never_earlier(bus: Bus, idle: str) -> None:
     send(bus, idle, "just so you know", **{"class": "fyi"})
     bus.deliver_session(idle)
-    due = bus.store.next_due()
+    due = bus.store.schedule.next_due()
     assert due is not None
     sent_at = int(events(bus, idle, "inbox")[0]["at"])
     assert due - sent_at == int(bus.settings.fyi_flush_s * 1000)
@@ -411,7 +411,7 @@ def test_two_schedulers_never_take_the_same_wake(bus: Bus, idle: str) -> None:
 
     def take() -> None:
         barrier.wait()
-        results.append(bus.store.take_due(int(time.time() * 1000)))
+        results.append(bus.store.schedule.take_due(int(time.time() * 1000)))
 
     threads = [threading.Thread(target=take) for _ in range(4)]
     for t in threads:
@@ -444,7 +444,7 @@ def test_settings_are_used_for_timings(make_bus: Callable[..., Bus]) -> None:
     b.open_session("t")
     send(b, "t", "first work")
     b.deliver_session("t")
-    due = b.store.next_due()
+    due = b.store.schedule.next_due()
     assert due is not None and due - time.time() * 1000 > 4000
 
 
@@ -539,7 +539,7 @@ def test_the_debounce_counts_from_arrival_not_the_senders_clock(bus: Bus, idle: 
     send(bus, idle, "my clock is wrong", ts=an_hour_ago, **{"class": "blocker"})
     bus.deliver_session(idle)
     assert notices_on_floor(bus, idle) == []  # not woken at once
-    due = bus.store.next_due()
+    due = bus.store.schedule.next_due()
     assert due is not None and due > time.time() * 1000
 
 
@@ -563,7 +563,7 @@ def test_a_notice_its_turn_ended_before_draining_wakes_the_idle_session_once(
     run_due(bus, sid)
     [wake] = events(bus, sid, "wake")
     assert wake["reason"] == "debounced"
-    assert bus.store.get_session(sid).state == "running"
+    assert bus.store.sessions.get_session(sid).state == "running"
     assert "the build broke" in out.read_text()  # the floor's notice, on the command's stdin
     # A harness that still does not drain is not woken again for the same notice.
     bus.turn(sid, "end")

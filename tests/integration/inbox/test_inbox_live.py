@@ -56,7 +56,7 @@ def test_300_messages_through_a_worker_are_one_notice_and_no_turns(
 
     def all_on_the_floor() -> bool:
         # Every message taken from the stream and carried by a notice that was written.
-        return b.store.backlog("coord") == 0 and not any(
+        return b.store.queue.backlog("coord") == 0 and not any(
             b.store.r.exists(k.s("coord", name)) for name in ("new", "notice")
         )
 
@@ -101,7 +101,7 @@ def test_a_scheduler_restart_during_a_pending_wake_still_wakes_once(
     b = celery_bus(s)
     b.open_session("sr")
     b.send({"from": "ha:x", "to_id": "sr", "text": "blocked", "class": "blocker"})
-    wait_for(lambda: b.store.next_due() is not None, what="the wake on the schedule")
+    wait_for(lambda: b.store.schedule.next_due() is not None, what="the wake on the schedule")
     first.stop()  # the scheduler goes away before the wake is due
     schedulers(s)  # a new one, and a second one running at the same time
     schedulers(s)

@@ -43,7 +43,7 @@ def without_id(answer: dict[str, Any]) -> dict[str, Any]:
 
 def stored(b: Bus, sid: str) -> list[dict[str, Any]]:
     """The wire messages in ``sid``'s queue, ids and nothing else masked."""
-    rows = b.store.read_after(sid, "0-0", 1000)
+    rows = b.store.queue.read_after(sid, "0-0", 1000)
     return [{**json.loads(f["m"]), "id": f["id"].split("-")[-1]} for _e, f in rows]
 
 
@@ -90,7 +90,7 @@ def test_batch_answers_and_stores_what_a_send_per_message_does(two: Bus) -> None
         assert one[:half] == one[half:]  # the batch stored the same messages, in order
         to_sid = [m["id"].split("-")[-1] for m in msgs("x") if m["to_id"] == sid]
         assert received(two, sid) == [f"one-{i}" for i in to_sid] + [f"many-{i}" for i in to_sid]
-        assert two.store.recipient_of("many-1") == "s1"
+        assert two.store.queue.recipient_of("many-1") == "s1"
 
 
 def test_resends_are_idempotent_and_answer_as_single_sends_do(two: Bus) -> None:
@@ -332,7 +332,7 @@ def test_receipts_outbox_and_bounces_are_what_sends_leave(
     assert batch[4]["state"] == "bounced" and batch[5]["duplicate"] is True
     for i in ("al-0", "al-1", "al-2", "to-s2", "nobody"):
         assert receipt_of(many, i, "alice") == receipt_of(one, i, "alice")
-        assert many.store.recipient_of(i) == one.store.recipient_of(i)
+        assert many.store.queue.recipient_of(i) == one.store.queue.recipient_of(i)
     assert receipt_of(many, "nobody", "alice")["state"] == "bounced"
     assert receipt_of(many, "al-1", "alice")["state"] == "stored"
     assert (
@@ -378,9 +378,9 @@ def test_a_full_inbox_refuses_what_does_not_fit_as_sends_do(
     }
     for b in (one, many):
         assert [m["id"] for m in stored(b, "s1")] == ["0", "1", "2"]
-        assert b.store.recipient_of("al-3") is None
+        assert b.store.queue.recipient_of("al-3") is None
         # Refused: no receipt, and nothing in the sender's outbox.
-        assert b.store.receipts_exist([("s1", "al-3"), ("s1", "al-2")]) == [False, True]
+        assert b.store.receipts.receipts_exist([("s1", "al-3"), ("s1", "al-2")]) == [False, True]
         assert b.store.r.zcard(b.store.k.outbox("alice")) == 4
     assert outbox(many, "alice") == outbox(one, "alice")
 

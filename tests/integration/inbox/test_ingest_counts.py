@@ -80,7 +80,7 @@ def counted(own_redis: EmbeddedRedis, tmp_path: Path) -> Iterator[tuple[Bus, Rec
     home.mkdir()
     s = Settings(home=home, host="hosta", redis_url=own_redis.url, key_prefix="n", send_rate=0)
     b = Bus(s, client=client, dispatcher=RecordingDispatcher())
-    # A batch's packed pipelines (ManyStore.run_packed) bypass redis-py's: counted here.
+    # A batch's packed pipelines (RoundTrips.run_packed) bypass redis-py's: counted here.
     store, run_packed = b.store, b.store.run_packed
 
     def counted_run(commands: list[tuple[Any, ...]]) -> list[Any]:

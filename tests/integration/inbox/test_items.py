@@ -265,10 +265,16 @@ def test_member_message_reaches_the_agent(agent: Bus, sandbox: Path) -> None:
     assert msgs[-1]["kind"] == "item" and msgs[-1]["from"] == "acme:luke"
     assert msgs[-1]["files"][0]["name"] == "shot.png"
     info = b.session("agent")
-    assert from_member(info, {"kind": "item", "from": "acme:luke"}, b.store.member_status)
-    assert not from_member(info, {"kind": "item", "from": "acme:mallory"}, b.store.member_status)
-    assert not from_member(info, {"kind": "item", "from": "other:luke"}, b.store.member_status)
-    assert not from_member(info, {"kind": "message", "from": "acme:luke"}, b.store.member_status)
+    assert from_member(info, {"kind": "item", "from": "acme:luke"}, b.store.members.member_status)
+    assert not from_member(
+        info, {"kind": "item", "from": "acme:mallory"}, b.store.members.member_status
+    )
+    assert not from_member(
+        info, {"kind": "item", "from": "other:luke"}, b.store.members.member_status
+    )
+    assert not from_member(
+        info, {"kind": "message", "from": "acme:luke"}, b.store.members.member_status
+    )
 
 
 def test_no_file_written_outside_home(agent: Bus, sandbox: Path) -> None:

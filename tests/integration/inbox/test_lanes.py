@@ -1,5 +1,5 @@
 """A session's lanes (bus/services/durable_watch.py ``lanes``) from its parent's lanes index
-(bus/store/many.py ``lanes_of``), on every backend: the same lanes as reading every
+(bus/store/sessions.py ``lanes_of``), on every backend: the same lanes as reading every
 session's ``parent``, in a table of cases, and a lookup whose Redis calls do not grow with
 the sessions that are not its lanes."""
 
@@ -14,22 +14,22 @@ import redis.connection
 
 from bus.core.models import SessionInfo, now_ms
 from bus.services.durable_watch import lanes
-from bus.store import many
+from bus.store import sessions
 from bus.store.store import Store
 from tests.support.store_backends import store  # noqa: F401  (the fixture)
 
 
 def open_(s: Store, sid: str, parent: str | None = None) -> None:
-    s.put_session(
+    s.sessions.put_session(
         SessionInfo(session=sid, handle=f"hosta:{sid}", host="hosta", opened_at=1, parent=parent)
     )
 
 
 def every_parent(s: Store, sid: str) -> list[str]:
     """The lanes as found by reading every registered session's ``parent``."""
-    ids = s.session_ids()
-    started = {x for x, p in zip(ids, s.session_parents(ids), strict=True) if p == sid}
-    return sorted(started | set(s.gave_to(sid)))
+    ids = s.sessions.session_ids()
+    started = {x for x, p in zip(ids, s.sessions.session_parents(ids), strict=True) if p == sid}
+    return sorted(started | set(s.sessions.gave_to(sid)))
 
 
 def before_the_index(s: Store) -> None:
@@ -58,7 +58,7 @@ CASES: dict[str, tuple[Callable[[Store], None], list[str]]] = {
         ["l2"],
     ),
     "a lane re-parented by an update": (
-        lambda s: (open_(s, "l1", "other"), s.update_session("l1", parent="coord")),
+        lambda s: (open_(s, "l1", "other"), s.sessions.update_session("l1", parent="coord")),
         ["l1"],
     ),
     "a lane whose record is gone": (
@@ -70,7 +70,7 @@ CASES: dict[str, tuple[Callable[[Store], None], list[str]]] = {
         ["l2"],
     ),
     "a session given work": (
-        lambda s: (open_(s, "l1", "coord"), open_(s, "g1"), s.add_gave("coord", "g1")),
+        lambda s: (open_(s, "l1", "coord"), open_(s, "g1"), s.sessions.add_gave("coord", "g1")),
         ["g1", "l1"],
     ),
     "lanes opened before the index": (
@@ -84,14 +84,14 @@ CASES: dict[str, tuple[Callable[[Store], None], list[str]]] = {
 def test_the_lanes_found_are_those_of_every_sessions_parent(
     store: Store, case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(many, "LANE_SETTLE_MS", 0)  # a disagreeing entry is taken out at once
+    monkeypatch.setattr(sessions, "LANE_SETTLE_MS", 0)  # a disagreeing entry is taken out at once
     open_(store, "coord")
     change, expected = CASES[case]
     change(store)
     assert lanes(store, "coord") == every_parent(store, "coord") == expected
     # An entry of a session gone or re-parented was taken out of the set.
     assert sorted(store.r.zrange(store.k.lanes("coord"), 0, -1)) == sorted(
-        set(expected) - set(store.gave_to("coord"))
+        set(expected) - set(store.sessions.gave_to("coord"))
     )
 
 
@@ -109,7 +109,7 @@ def test_a_young_entry_ahead_of_its_record_stays_until_its_record_comes(
     assert lanes(store, "coord") == ["l1"]
     # Re-parented a minute ago (its entry that old): taken out.
     open_(store, "l1", "other")
-    store.r.zadd(store.k.lanes("coord"), {"l1": now_ms() - many.LANE_SETTLE_MS - 1})
+    store.r.zadd(store.k.lanes("coord"), {"l1": now_ms() - sessions.LANE_SETTLE_MS - 1})
     assert lanes(store, "coord") == []
     assert store.r.zcard(store.k.lanes("coord")) == 0
 
@@ -125,11 +125,11 @@ def test_a_parent_that_is_no_session_id_is_kept_and_indexes_nothing(store: Store
     # A parent may name a handle (host:name); a lanes lookup is by session id, so such a
     # parent has no index, and the open (and the first lookup's backfill) still succeeds.
     open_(store, "lane", parent="hosta:lead")
-    store.update_session("lane", parent="hosta:lead")
+    store.sessions.update_session("lane", parent="hosta:lead")
     before_the_index(store)
     open_(store, "lead")
     assert lanes(store, "lead") == []
-    assert store.get_session("lane").parent == "hosta:lead"
+    assert store.sessions.get_session("lane").parent == "hosta:lead"
     assert not list(store.r.scan_iter(match=f"{store.k.prefix}:*:lanes"))
 
 

@@ -116,7 +116,7 @@ def test_a_receipt_in_ids_lives_its_ttl_from_its_last_transition(
     clock.set(start + IDS_KEEP_MS + 3600_000)
     b.inbox.prune("bob")
     for sent in (quiet, moved):
-        assert b.store.first_answer("bob", sent["id"]) is not None
+        assert b.store.queue.first_answer("bob", sent["id"]) is not None
         assert b.receipt(sent["id"], by="alice")["state"] in ("stored", "read")
     score = b.store.r.zscore(threads, f"#{moved['id']}")
     assert score == -(read + ttl - IDS_KEEP_MS)

@@ -48,8 +48,8 @@ def test_a_batch_indexes_every_id_in_a_few_hashes_not_a_key_each(
     assert 0 < len(buckets) <= BUCKETS
     assert all(0 < r.ttl(key) <= receipt_index.BUCKET_TTL_S for key in buckets)
     for n in range(300):
-        assert b.store.recipient_of(f"ix-{n}") == f"s{n % 2 + 1}"
-    assert b.store.recipient_of("ix-none") is None
+        assert b.store.queue.recipient_of(f"ix-{n}") == f"s{n % 2 + 1}"
+    assert b.store.queue.recipient_of("ix-none") is None
 
 
 def test_ids_are_found_for_the_whole_retention(bus: Bus) -> None:
@@ -60,7 +60,7 @@ def test_ids_are_found_for_the_whole_retention(bus: Bus) -> None:
     assert receipt_index.lookup(r, k, "aged", now + DAY_MS) is None  # past the retention
     receipt_index.index(r, k, [("gone", "s1")], now)
     receipt_index.unindex(r, k, "gone", now)
-    assert bus.store.recipient_of("gone") is None
+    assert bus.store.queue.recipient_of("gone") is None
 
 
 def test_a_buckets_days_share_one_slot_and_buckets_spread_over_slots(bus: Bus) -> None:
@@ -85,19 +85,19 @@ def test_the_buckets_of_earlier_versions_are_moved_once_and_keep_their_expiry(bu
         r.hset(old, msg_id, sid)
         r.expire(old, 1000 + back)
         written[old] = (k.rcpt_bucket(day - back, bucket_of(msg_id)), 1000 + back)
-    assert bus.store.recipient_of("old-1") is None  # not found under the new names
-    assert bus.store.move_recipient_index() == len(written)
+    assert bus.store.queue.recipient_of("old-1") is None  # not found under the new names
+    assert bus.store.queue.move_recipient_index() == len(written)
     for msg_id, sid in ids.items():
-        assert bus.store.recipient_of(msg_id) == sid
-    assert bus.store.recipients_of(list(ids)) == ids
+        assert bus.store.queue.recipient_of(msg_id) == sid
+    assert bus.store.queue.recipients_of(list(ids)) == ids
     for old, (new, ttl) in written.items():
         assert not r.exists(old)
         assert ttl - 30 < r.ttl(new) <= ttl
     # Once: a bucket written under the old name now stays where it is.
     again = k.rcpt_bucket_day_first(day, 0)
     r.hset(again, "late", "s9")
-    assert bus.store.move_recipient_index() == 0
-    assert r.exists(again) and bus.store.recipient_of("late") is None
+    assert bus.store.queue.move_recipient_index() == 0
+    assert r.exists(again) and bus.store.queue.recipient_of("late") is None
     r.delete(again)
 
 
@@ -113,7 +113,7 @@ def test_the_scheduler_moves_them_when_it_starts(bus: Bus) -> None:
     loop = threading.Thread(target=scheduler.run, args=(bus, stop), daemon=True)
     loop.start()
     try:
-        wait_for(lambda: bus.store.recipient_of("early") == "s1", 30, what="the bucket moved")
+        wait_for(lambda: bus.store.queue.recipient_of("early") == "s1", 30, what="the bucket moved")
     finally:
         stop.set()
         loop.join(30)

@@ -266,12 +266,12 @@ def test_a_bounced_message_has_a_receipt_that_says_so(bus: Bus) -> None:
 def test_a_stale_recipients_answer_and_receipt(bus: Bus) -> None:
     pair(bus)
     long_ago = now_ms() - 2 * HOUR_MS  # bob's harness last seen two hours ago
-    bus.store.update_session("bob", last_seen=long_ago)
+    bus.store.sessions.update_session("bob", last_seen=long_ago)
     answer = send(bus)
     assert answer["ok"] is True and answer["state"] == "stored"
     assert answer["recipient"]["state"] == "stale"
     assert answer["recipient"]["last_seen"] == long_ago
-    assert bus.store.read_after("bob", "0-0")  # still stored
+    assert bus.store.queue.read_after("bob", "0-0")  # still stored
     rc = bus.receipt(answer["id"], by="alice")
     # No worker ever served bob's host in this test: the receipt says the message waits
     # for one.

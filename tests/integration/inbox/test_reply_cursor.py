@@ -50,7 +50,7 @@ def test_a_reply_marks_what_came_since_the_last_reply_and_moves_the_cursor(pair:
     first = to_bob(b, "one")
     thread = str(first["thread"])
     # A one-message thread keeps its message in its record: no log, so no cursor yet.
-    assert b.store.reply_reads("bob", thread)[2:] == ("", [first["id"]])
+    assert b.store.inbox.reply_reads("bob", thread)[2:] == ("", [first["id"]])
     b.reply("bob", thread, "seen")
     assert state(b, first["id"]) == "read" and cursor(b, thread) is None
     b.deliver_session("alice")  # bob's reply joins the log
@@ -65,7 +65,7 @@ def test_a_reply_marks_what_came_since_the_last_reply_and_moves_the_cursor(pair:
 
     # Only what came after is looked at by the next reply.
     last = to_bob(b, "last", thread)["id"]
-    *_reads, past = b.store.reply_reads("bob", thread)
+    *_reads, past = b.store.inbox.reply_reads("bob", thread)
     assert last in past and not set(later) & set(past) and first["id"] not in past
     assert len(past) == 2  # bob's own reply, delivered after the cursor, and the new one
     b.reply("bob", thread, "and that")
@@ -78,16 +78,16 @@ def test_a_mark_that_failed_is_tried_again_by_the_next_reply(
     b = pair
     thread = str(to_bob(b, "one")["thread"])
     ids = [to_bob(b, f"more {i}", thread)["id"] for i in range(2)]
-    real = b.store.mark_receipts
+    real = b.store.receipts.mark_receipts
 
     def down(*args: Any, **kwargs: Any) -> None:
         raise StoreFailed("Redis did not answer")
 
-    monkeypatch.setattr(b.store, "mark_receipts", down)
+    monkeypatch.setattr(b.store.receipts, "mark_receipts", down)
     with pytest.raises(StoreFailed):
         b.reply("bob", thread, "lost?")
     assert cursor(b, thread) is None  # not moved past what was never stamped
-    monkeypatch.setattr(b.store, "mark_receipts", real)
+    monkeypatch.setattr(b.store.receipts, "mark_receipts", real)
     b.reply("bob", thread, "again")
     assert [state(b, i) for i in ids] == ["read", "read"]
 

@@ -27,7 +27,7 @@ def pair(bus: Bus) -> Bus:
 def snapshot(b: Bus, thr: str) -> tuple[int, dict[str, str]]:
     """What a refusal must leave untouched: the log's length and the meta hash."""
     r = b.store.r
-    return len(b.store.thread_log(thr)), dict(r.hgetall(b.store.k.t(thr, "meta")))
+    return len(b.store.inbox.thread_log(thr)), dict(r.hgetall(b.store.k.t(thr, "meta")))
 
 
 def open_meeting(b: Bus, **kw: Any) -> str:
@@ -81,12 +81,14 @@ def test_meeting_negotiated_to_confirmed(pair: Bus) -> None:
         ("decision", "Not then; how about these?"),
         ("decision", "The second one."),
     ]
-    log = b.store.thread_log(thr)
+    log = b.store.inbox.thread_log(thr)
     env = json.loads(log[1]["m"])
     assert env["decision"] == "counter" and env["new_state"] == "OFFERED"
     assert env["windows"][1]["tz_hint"] == "UTC"
     # The notice reached alice's inbox under the envelope's id, and a decision wakes.
-    [rec] = b.store.records("alice", [out["envelope_id"]])  # kept compact (bus/store/packing.py)
+    [rec] = b.store.inbox.records(
+        "alice", [out["envelope_id"]]
+    )  # kept compact (bus/store/packing.py)
     assert rec["kind"] == "decision" and rec["wakes"] is True
     assert "decided counter" in rec["m"]["text"]
 
@@ -235,6 +237,6 @@ def test_race_exactly_one_wins(make_bus: Callable[..., Bus]) -> None:
         assert state == wins[0]["new_state"]
         assert state in (decisions.CONFIRMED, decisions.DROPPED)
         # The log holds the request and exactly one decision.
-        entries = setup.store.thread_log(thr)
+        entries = setup.store.inbox.thread_log(thr)
         assert len(entries) in (1, 2)
         assert sum(1 for f in entries if json.loads(f["m"]).get("kind") == "decision") == 1

@@ -16,33 +16,33 @@ def readers(bus: Bus, sid: str) -> list[Callable[[], SessionInfo | None]]:
     store = bus.store
 
     def begun() -> SessionInfo | None:
-        start = store.begin_delivery(sid, 10)
+        start = store.delivery.begin_delivery(sid, 10)
         assert start is not None
-        store.unlock(sid, start.token)
+        store.delivery.unlock(sid, start.token)
         return start.info
 
     def begun_many() -> SessionInfo | None:
-        [start] = store.begin_many([sid], 10)
+        [start] = store.delivery.begin_many([sid], 10)
         assert start is not None
-        store.unlock(sid, start.token)
+        store.delivery.unlock(sid, start.token)
         return start.info
 
     def snapshot() -> SessionInfo | None:
-        return store.delivery_snapshot(sid, "no-token").info
+        return store.delivery.delivery_snapshot(sid, "no-token").info
 
     def snapshots() -> SessionInfo | None:
-        [snap] = store.snapshot_many([(sid, "no-token", None)])
+        [snap] = store.delivery.snapshot_many([(sid, "no-token", None)])
         return snap.info
 
     def snapshots_after() -> SessionInfo | None:
-        [snap] = store.snapshot_many_after(store.pipeline(), [(sid, "no-token", None)])
+        [snap] = store.delivery.snapshot_many_after(store.pipeline(), [(sid, "no-token", None)])
         return snap.info
 
     return [
-        lambda: store.get_session(sid),
-        lambda: next(s for s in store.sessions() if s.session == sid),
-        lambda: next(i for i, _v in store.sweep_views([sid])),
-        lambda: store.gave_and_session("other", sid)[1],
+        lambda: store.sessions.get_session(sid),
+        lambda: next(s for s in store.sessions.sessions() if s.session == sid),
+        lambda: next(i for i, _v in store.schedule.sweep_views([sid])),
+        lambda: store.sessions.gave_and_session("other", sid)[1],
         begun,
         begun_many,
         snapshot,
@@ -77,7 +77,7 @@ def test_a_prompt_no_longer_waiting_goes_from_the_record(bus: Bus) -> None:
     bus.turn("coord", "end")
     assert store.r.hget(key, "prompt_waiting") is None
     assert store.r.hget(key, "state") is None  # idle: left out
-    info = store.get_session("coord")
+    info = store.sessions.get_session("coord")
     assert info is not None and info.prompt_waiting is False and info.state == "idle"
 
 

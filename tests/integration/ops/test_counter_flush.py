@@ -28,7 +28,7 @@ def test_held_counts_are_summed_and_written_in_one_call_per_flush(bus: Bus) -> N
 
     def write(writes: list[tuple[str, str, float]]) -> None:
         calls.append(writes)
-        bus.store.counter_add_many(writes)
+        bus.store.server.counter_add_many(writes)
 
     m = Metrics(bus.store)
     m.held = HeldCounters(write, period_s=3600)  # flushed only when the test says
@@ -52,7 +52,7 @@ def test_counts_redis_did_not_take_are_written_with_the_next_flush(bus: Bus) -> 
     def write(writes: list[tuple[str, str, float]]) -> None:
         if down[0]:
             raise ConnectionError("Redis did not answer")
-        bus.store.counter_add_many(writes)
+        bus.store.server.counter_add_many(writes)
 
     held = HeldCounters(write, period_s=3600)
     m = Metrics(bus.store)
@@ -163,10 +163,10 @@ def test_a_worker_writes_its_held_counters_when_it_stops(
 
 def _free(b: Bus, sid: str) -> bool:
     """Whether nobody holds ``sid``'s delivery lock (taken and given back at once)."""
-    token = b.store.lock(sid)
+    token = b.store.delivery.lock(sid)
     if token is None:
         return False
-    b.store.unlock(sid, token)
+    b.store.delivery.unlock(sid, token)
     return True
 
 

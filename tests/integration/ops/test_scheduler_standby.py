@@ -167,7 +167,7 @@ def test_inbox_ups_killed_scheduler_is_followed_by_its_spare(
         os.killpg(first, signal.SIGKILL)
         wait_for(lambda: client.hget(beat, "pid") == str(waiting), 60, "the spare's beat")
         # The spare is the scheduler: it takes what falls due.
-        bus.store.schedule("due", "nobody", now_ms())
+        bus.store.schedule.schedule("due", "nobody", now_ms())
         due = bus.store.k.due
         wait_for(lambda: client.zscore(due, "due|nobody") is None, 60, "the due entry taken")
         assert first not in _children(up.pid)  # never two: the killed one was gone first

@@ -147,7 +147,7 @@ def test_inbox_up_restarts_a_killed_worker_refuses_a_second_and_stops_redis_last
         client = redis.Redis(unix_socket_path=str(s.embedded_socket), decode_responses=True)
         wait_for(lambda: _ping(client), 60, "Redis again")
         bus = Bus(s, client=client, dispatcher=NullDispatcher())
-        assert bus.store.get_session("demo") is not None
+        assert bus.store.sessions.get_session("demo") is not None
         assert bus.threads("demo")["threads"]
         assert sent["id"] in client.hkeys(bus.store.k.s("demo", "msgs"))
         client.close()

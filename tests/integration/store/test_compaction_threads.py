@@ -21,7 +21,7 @@ def passes(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> Bus:
     for name in ("_left", "_next", "_started", "_done_from", "_passes", "_threads_from"):
         monkeypatch.setattr(compaction, name, {})
     monkeypatch.setattr(compaction, "GAP_S", 0.0)
-    monkeypatch.setattr(bus.store, "claim_sweep", lambda *a, **kw: True)
+    monkeypatch.setattr(bus.store.schedule, "claim_sweep", lambda *a, **kw: True)
     return bus
 
 
@@ -53,12 +53,14 @@ def test_a_pass_after_a_completed_one_skips_the_logs_it_found_settled(
     for text in ("one", "two"):
         bus.send({"from": f"ha:{text}", "to_id": "coord", "text": text, "class": "action"})
     bus.deliver_session("coord")
-    old, new = sorted(store.threads_of("coord"))
+    old, new = sorted(store.inbox.threads_of("coord"))
     store.r.zadd(k.s("coord", "threads"), {old: 1000})  # its last message long ago
     looked: list[list[str]] = []
-    real = store.compact_streams
+    real = store.events.compact_streams
     monkeypatch.setattr(
-        store, "compact_streams", lambda keys, *a: (looked.append(list(keys)), real(keys, *a))[1]
+        store.events,
+        "compact_streams",
+        lambda keys, *a: (looked.append(list(keys)), real(keys, *a))[1],
     )
     logs = lambda: {key for key in looked[-1] if key.endswith(":log")}  # noqa: E731
     compact_all(store)  # the first pass: every thread's log
@@ -79,16 +81,16 @@ def test_every_full_every_th_pass_looks_at_every_log(
     bus.turn("solo", "start")
     bus.send({"from": "ha:x", "to_id": "solo", "text": "hi", "class": "action"})
     bus.deliver_session("solo")
-    [thread] = store.threads_of("solo")
+    [thread] = store.inbox.threads_of("solo")
     store.r.zadd(k.s("solo", "threads"), {thread: 1000})
     counts: list[int] = []
-    real = store.compact_streams
+    real = store.events.compact_streams
 
     def record(keys: list[str], *a: Any) -> int:
         counts.append(sum(key.endswith(":log") for key in keys))
         return real(keys, *a)
 
-    monkeypatch.setattr(store, "compact_streams", record)
+    monkeypatch.setattr(store.events, "compact_streams", record)
     for _ in range(FULL_EVERY):
         compact_all(store)
     assert counts == [1] + [0] * (FULL_EVERY - 2) + [1]

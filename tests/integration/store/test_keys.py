@@ -74,7 +74,7 @@ def test_no_script_touches_two_slots(
     b.reply_inbox("coder", "k1", text="hi dean", root=tmp_path)
     time.sleep(0.06)
     b.deliver_session("alice")  # idle, past the debounce: woken (its notice taken alone)
-    b.store.take_due(int(time.time() * 1000))
+    b.store.schedule.take_due(int(time.time() * 1000))
     names = {name for name, _ in calls}
     assert {
         "append",
@@ -120,7 +120,9 @@ def test_on_a_cluster_an_append_leaves_the_kick_list_to_the_dispatcher(
     b = make_bus()
     b.open_session("bob")
     store = b.store
-    monkeypatch.setattr(store, "cluster", True)  # the store as it is made on a cluster
-    monkeypatch.setattr(store, "pipeline", lambda: store.r.pipeline(transaction=False))
-    store.append("bob", "msg_c1", "{}", "{}", "thr_c1", kick_host="hosta")
+    monkeypatch.setattr(store.queue, "cluster", True)  # the queue as it is made on a cluster
+    monkeypatch.setattr(
+        store, "pipeline", lambda transaction=False: store.r.pipeline(transaction=False)
+    )
+    store.queue.append("bob", "msg_c1", "{}", "{}", "thr_c1", kick_host="hosta")
     assert seen and not any(key.startswith(f"{store.k.prefix}:{{kick:") for key in seen[-1])

@@ -43,30 +43,30 @@ def test_a_delivered_queue_goes_with_its_cursor_and_the_next_message_is_delivere
     # is past the cursor's ms; a later trim, as the compaction pass's, finishes it).
     wait_for(
         lambda: (
-            store.set_trim_floor("coord", bus.settings.stream_keep) is None
+            store.queue.set_trim_floor("coord", bus.settings.stream_keep) is None
             and store.r.exists(key, cursor_key) == 0
         ),
         what="the queue and its cursor dropped",
     )
-    assert store.backlog("coord") == 0 and store.cursor("coord") == "0-0"
+    assert store.queue.backlog("coord") == 0 and store.queue.cursor("coord") == "0-0"
     # The message lives on in the inbox, the top row still dates the last arrival.
-    [rec] = store.records("coord", [first["id"]])
+    [rec] = store.inbox.records("coord", [first["id"]])
     assert rec["mark"] == "noticed"
     row = next(r for r in bus.watch.top_rows() if r["session"] == "coord")
     assert row["last_at"] == rec["at"] > 0
 
     second = send(bus, "coord", "again")
-    assert store.backlog("coord") == 1
-    assert [f["id"] for _e, f in store.read_after("coord", "0-0")] == [second["id"]]
+    assert store.queue.backlog("coord") == 1
+    assert [f["id"] for _e, f in store.queue.read_after("coord", "0-0")] == [second["id"]]
     # A resend of the first (its entry gone) is still answered from the ids, not stored.
     again = bus.send({"from": "ha:lane", "to_id": "coord", "text": "hello", "id": first["id"]})
-    assert again["id"] == first["id"] and store.backlog("coord") == 1
+    assert again["id"] == first["id"] and store.queue.backlog("coord") == 1
     # A trim now (as after a delivery that raced this send) keeps the entry not yet taken.
-    store.set_trim_floor("coord", bus.settings.stream_keep)
-    assert [f["id"] for _e, f in store.read_after("coord", "0-0")] == [second["id"]]
+    store.queue.set_trim_floor("coord", bus.settings.stream_keep)
+    assert [f["id"] for _e, f in store.queue.read_after("coord", "0-0")] == [second["id"]]
     bus.deliver_session("coord")
-    assert store.backlog("coord") == 0
-    assert [r["m"]["id"] for r in store.records("coord", [second["id"]])] == [second["id"]]
+    assert store.queue.backlog("coord") == 0
+    assert [r["m"]["id"] for r in store.inbox.records("coord", [second["id"]])] == [second["id"]]
 
 
 def test_a_queue_taken_within_its_cursors_millisecond_keeps_its_last_id(bus: Bus) -> None:
@@ -76,11 +76,11 @@ def test_a_queue_taken_within_its_cursors_millisecond_keeps_its_last_id(bus: Bus
     bus.open_session("q")
     ahead = f"{store.server_time_ms() + 60_000}-0"
     store.r.xadd(key, {"id": "m1", "m": "{}"}, id=ahead)
-    store.advance("q", ahead)
-    store.set_trim_floor("q", bus.settings.stream_keep)
-    assert store.r.xlen(key) == 0 and store.r.exists(key) == 1 and store.cursor("q") == ahead
+    store.queue.advance("q", ahead)
+    store.queue.set_trim_floor("q", bus.settings.stream_keep)
+    assert store.r.xlen(key) == 0 and store.r.exists(key) == 1 and store.queue.cursor("q") == ahead
     store.r.xadd(key, {"id": "m2", "m": "{}"})
-    assert [f["id"] for _e, f in store.read_after("q", store.cursor("q"))] == ["m2"]
+    assert [f["id"] for _e, f in store.queue.read_after("q", store.queue.cursor("q"))] == ["m2"]
 
 
 def test_a_message_withdrawn_before_its_delivery_stays_withdrawn_once_the_queue_is_empty(
@@ -104,7 +104,7 @@ def test_the_compaction_pass_shrinks_short_streams_and_keeps_what_they_hold(bus:
     sent = [send(bus, "coord", "hello"), send(bus, "coord", "hi")]  # a log: two messages
     bus.deliver_session("coord")
     bus.drain("coord")
-    [thread] = store.threads_of("coord")
+    [thread] = store.inbox.threads_of("coord")
     streams = [k.s("coord", "events"), k.t(thread, "log")]
     # A long stream is left alone: its DUMP would cost its size.
     long_key = k.s("other", "events")
@@ -148,9 +148,9 @@ def test_the_compaction_pass_shrinks_short_streams_and_keeps_what_they_hold(bus:
 def test_a_reader_blocked_on_a_stream_gets_its_next_entry_across_a_compaction(bus: Bus) -> None:
     store, k = bus.store, bus.store.k
     bus.open_session("coord")
-    store.record("coord", "probe", note="before")
+    store.events.record("coord", "probe", note="before")
     key = k.s("coord", "events")
-    last = store.last_event_id("coord")
+    last = store.events.last_event_id("coord")
     name = f"blocked-{key}".replace(" ", "_")
     got: list[Any] = []
     assert bus.settings.redis_url
@@ -172,7 +172,7 @@ def test_a_reader_blocked_on_a_stream_gets_its_next_entry_across_a_compaction(bu
             what="the reader blocked",
         )
         saved = compact_all(store, force=True)
-        store.record("coord", "probe", note="after")
+        store.events.record("coord", "probe", note="after")
         t.join(15)
     finally:
         t.join(15)
@@ -196,7 +196,7 @@ def test_a_compaction_pass_goes_a_chunk_of_sessions_a_tick(
     store = bus.store
     for sid in ("a1", "a2"):
         bus.open_session(sid)
-        store.record(sid, "probe", note="x")
+        store.events.record(sid, "probe", note="x")
     usage = lambda sid: store.r.memory_usage(store.k.s(sid, "events"), samples=0)  # noqa: E731
     big = {sid: usage(sid) for sid in ("a1", "a2")}
     first = compact_all(store)  # claims the pass, does one session
@@ -205,7 +205,7 @@ def test_a_compaction_pass_goes_a_chunk_of_sessions_a_tick(
         assert first > 0
     compact_all(store)  # the rest of the pass, without a new claim
     assert all(usage(sid) <= 2048 for sid in ("a1", "a2"))
-    store.record("a1", "probe", note="y")
+    store.events.record("a1", "probe", note="y")
     assert compact_all(store) == 0  # the next pass waits for its minute
 
 
@@ -217,19 +217,19 @@ def test_a_one_message_thread_keeps_its_message_in_its_record_until_a_second(bus
     sent = bus.send({"from": "ha:lane", "from_session": "lane", "to_id": "coord", "text": "hello"})
     bus.deliver_session("coord")
     bus.deliver_session("coord")  # a redone delivery appends nothing twice
-    [thread] = store.threads_of("coord")
+    [thread] = store.inbox.threads_of("coord")
     # No log and no seen set for one message: it is in the thread's record.
     assert store.r.exists(k.t(thread, "log"), k.t(thread, "seen")) == 0
     # Kept compact: no field at its usual value; the history reads it whole, as the
     # recipient's record has it.
     one = json.loads(store.r.hget(k.t(thread, "meta"), "one_m"))
     assert one["id"] == sent["id"] and "urgency" not in one and "v" not in one
-    [record] = store.all_records("coord")
-    [entry] = store.thread_log(thread)
+    [record] = store.inbox.all_records("coord")
+    [entry] = store.inbox.thread_log(thread)
     assert entry["id"] == sent["id"] and json.loads(entry["m"]) == record["m"]
     history = bus.read("coord", thread)["messages"]
     assert [(m["id"], m["text"]) for m in history] == [(sent["id"], "hello")]
-    assert int(store.thread_field(thread, "count") or 0) == 1
+    assert int(store.inbox.thread_field(thread, "count") or 0) == 1
     # A reply makes the log: the first message, then the reply, in order, each once.
     reply = bus.reply("coord", thread, "hi back")
     bus.deliver_session("lane")
@@ -237,7 +237,7 @@ def test_a_one_message_thread_keeps_its_message_in_its_record_until_a_second(bus
     ids = [f["id"] for _e, f in store.r.xrange(k.t(thread, "log"))]
     assert ids[0] == sent["id"] and len(ids) == len(set(ids)) == 2
     assert store.r.hget(k.t(thread, "meta"), "one_m") is None
-    assert json.loads(store.thread_log(thread)[0]["m"]) == record["m"]
+    assert json.loads(store.inbox.thread_log(thread)[0]["m"]) == record["m"]
     assert [m["text"] for m in bus.read("coord", thread)["messages"]] == ["hello", "hi back"]
     assert reply["ok"] is True
 
@@ -257,7 +257,7 @@ def test_a_quiet_sessions_events_are_dropped_and_a_waited_receipt_still_ends(bus
     sent = bus.send({"from": "ha:me", "from_session": "me", "to_id": "coord", "text": "hello"})
     key = k.s("coord", "events")
     # Not quiet for long: kept, by the pass too.
-    assert store.drop_quiet_events(["coord"], compaction.QUIET_MS) == 0
+    assert store.events.drop_quiet_events(["coord"], compaction.QUIET_MS) == 0
     compact_all(store, force=True)
     assert store.r.exists(key) == 1
     got: list[dict[str, Any]] = []
@@ -274,8 +274,8 @@ def test_a_quiet_sessions_events_are_dropped_and_a_waited_receipt_still_ends(bus
             what="the waiter blocked",
         )
         # Quiet (a cutoff of 0 ms): dropped under the blocked reader.
-        wait_for(lambda: store.drop_quiet_events(["coord"], 0) > 0, what="events dropped")
-        assert store.r.exists(key) == 0 and store.last_event_id("coord") == "0-0"
+        wait_for(lambda: store.events.drop_quiet_events(["coord"], 0) > 0, what="events dropped")
+        assert store.r.exists(key) == 0 and store.events.last_event_id("coord") == "0-0"
         bus.deliver_session("coord")
         bus.drain("coord")
         waiter.join(30)
@@ -293,7 +293,7 @@ def test_a_handles_sessions_are_a_small_hash(bus: Bus) -> None:
     bus.open_session("h0", handle="ha:one")
     assert store.r.type(k.handle_map("ha:one")) == "hash"
     assert not list(store.r.scan_iter(match=f"{k.prefix}:{{h:*}}:sids"))  # no set of them
-    assert [s.session for s in store.sessions_by_handle("ha:one")] == ["h0", "h1"]
+    assert [s.session for s in store.sessions.sessions_by_handle("ha:one")] == ["h0", "h1"]
 
 
 def test_a_default_handle_keeps_no_hash_and_still_finds_its_session(bus: Bus) -> None:
@@ -310,12 +310,12 @@ def test_a_default_handle_keeps_no_hash_and_still_finds_its_session(bus: Bus) ->
     assert taken.value.code == "handle_taken"
     bus.close_session("d1")
     bus.open_session("d2", handle=f"{host}:d1")
-    assert [s.session for s in store.sessions_by_handle(f"{host}:d1")] == ["d1", "d2"]
+    assert [s.session for s in store.sessions.sessions_by_handle(f"{host}:d1")] == ["d1", "d2"]
     assert bus.resolve(f"{host}:d1").session == "d2"
     # A session moved to another host no longer carries the default handle it had.
     bus.open_session("d1", handle="elsewhere:d1")
-    assert [s.session for s in store.sessions_by_handle(f"{host}:d1")] == ["d2"]
-    assert store.sessions_by_handle("nohost:nobody") == []
+    assert [s.session for s in store.sessions.sessions_by_handle(f"{host}:d1")] == ["d2"]
+    assert store.sessions.sessions_by_handle("nohost:nobody") == []
 
 
 def test_a_send_answers_age_is_kept_in_the_threads_zset_not_a_key_of_its_own(
@@ -331,24 +331,24 @@ def test_a_send_answers_age_is_kept_in_the_threads_zset_not_a_key_of_its_own(
     # Before the delivery: only the ages (negative scores), no thread listed yet.
     ages = dict(store.r.zrange(threads, 0, -1, withscores=True))
     assert set(ages) == {f"#{one['id']}", f"#{many['id']}"} and max(ages.values()) < 0
-    assert store.threads_of("coord") == []
+    assert store.inbox.threads_of("coord") == []
     bus.deliver_session("coord")
-    listed = store.threads_of("coord")
+    listed = store.inbox.threads_of("coord")
     assert len(listed) == 2 and all(t.startswith("thr_") for t in listed)
     streams = [k.s("coord", "events"), *(k.t(t, "log") for t in listed)]
-    assert sorted(store.session_streams(["coord"])) == sorted(streams)
+    assert sorted(store.events.session_streams(["coord"])) == sorted(streams)
     # An answer past its 7 days goes with its age and its receipt (unstamped since it was
     # stored, long ago too); the threads and the other answer stay.
     store.r.zadd(threads, {f"#{one['id']}": -1})
     store.r.hset(k.s("coord", "ids"), f"~{one['id']}", json.dumps({"from": "ha:lane", "stored": 1}))
     bus.inbox.prune("coord")
-    assert store.first_answer("coord", one["id"]) is None
+    assert store.queue.first_answer("coord", one["id"]) is None
     assert store.r.hexists(k.s("coord", "ids"), f"~{one['id']}") == 0
     # Kept as answered, without what each call answers of its own (durable, host_state).
     kept = {k_: v for k_, v in many.items() if k_ != "durable"}
     kept["recipient"] = {k_: v for k_, v in many["recipient"].items() if k_ != "host_state"}
-    assert store.first_answer("coord", many["id"]) == kept
-    assert store.threads_of("coord") == listed
+    assert store.queue.first_answer("coord", many["id"]) == kept
+    assert store.inbox.threads_of("coord") == listed
     assert f"#{one['id']}" not in dict(store.r.zrange(threads, 0, -1, withscores=True))
     again = bus.send({"id": one["id"], "from": "ha:lane", "to_id": "coord", "text": "one"})
     assert again["duplicate"] is False
@@ -371,7 +371,7 @@ def test_a_receipt_is_kept_beside_its_answer_without_what_they_share_and_still_m
         assert set(fields) == {"from", "from_session", "stored"}
     bus.deliver_session("coord")
     bus.drain("coord")
-    for thread in store.threads_of("coord"):
+    for thread in store.inbox.threads_of("coord"):
         bus.read("coord", thread, mark_read=True)  # receipt_mark.lua stamps "read"
     # The 'receipt' record (what `receipt --wait-for` wakes on) names the ids moved.
     moved = [
@@ -404,7 +404,7 @@ def test_a_threads_record_keeps_no_label_its_key_gives_no_usual_class_and_no_cre
         raw = store.r.hgetall(k.t(row["threadId"], "meta"))
         assert not {"label", "created"} & set(raw)
         assert raw.get("class") == (None if row["label"] == "ha:lane" else "blocker")
-        assert store.thread_meta(row["threadId"])["label"] == row["label"]
+        assert store.inbox.thread_meta(row["threadId"])["label"] == row["label"]
         assert bus.read("coord", row["threadId"])["label"] == row["label"]
     # A later action after a blocker takes the thread back to the usual class.
     bus.send({"from": "ha:other", "to_id": "coord", "text": "unstuck", "class": "action"})
@@ -448,7 +448,7 @@ def _coord_thread(b: Bus, clock: ManualClock, *sends: tuple[str, int]) -> str:
     for text, at in sends:
         send_at(b, clock, at, text)
     b.deliver_session("coord")
-    [thread] = b.store.threads_of("coord")
+    [thread] = b.store.inbox.threads_of("coord")
     return thread
 
 
@@ -462,15 +462,15 @@ def test_a_one_message_threads_newest_is_its_messages_and_written_back_when_it_m
     bus.turn("coord", "start")
     sent = send_at(bus, clock, t + 5_000, text)
     bus.deliver_session("coord")
-    [thread] = store.threads_of("coord")
+    [thread] = store.inbox.threads_of("coord")
     meta = k.t(thread, "meta")
     # Not stored: its message's ts and text; every reader restores them.
     assert store.r.hmget(meta, list(NEWEST)) == [None, None]
     assert (
-        store.thread_meta(thread)["newest_at"],
-        store.thread_meta(thread)["newest_preview"],
+        store.inbox.thread_meta(thread)["newest_at"],
+        store.inbox.thread_meta(thread)["newest_preview"],
     ) == (str(t + 5_000), text)
-    assert store.thread_metas([thread])[0]["newest_preview"] == text
+    assert store.inbox.thread_metas([thread])[0]["newest_preview"] == text
     assert _thread_row(bus, "coord", thread) == (t + 5_000, text)
     # A second message older than the first: the first stays the newest, written back
     # (from one_m) when it moves to the log.
@@ -479,7 +479,7 @@ def test_a_one_message_threads_newest_is_its_messages_and_written_back_when_it_m
     assert store.r.hget(meta, "one_m") is None
     assert store.r.hmget(meta, list(NEWEST)) == [str(t + 5_000), text]
     assert _thread_row(bus, "coord", thread) == (t + 5_000, text)
-    assert int(store.thread_field(thread, "count") or 0) == 2
+    assert int(store.inbox.thread_field(thread, "count") or 0) == 2
     assert sent["ok"] is True
 
 
@@ -518,7 +518,10 @@ def test_a_threads_two_messages_in_one_delivery_keep_the_newests_as_stored(
     store, k = bus.store, bus.store.k
     thread = _coord_thread(bus, clock, ("later", t + 8_000), ("earlier", t + 3_000))
     assert store.r.hmget(k.t(thread, "meta"), list(NEWEST)) == [str(t + 8_000), "later"]
-    assert [json.loads(e["m"])["text"] for e in store.thread_log(thread)] == ["later", "earlier"]
+    assert [json.loads(e["m"])["text"] for e in store.inbox.thread_log(thread)] == [
+        "later",
+        "earlier",
+    ]
 
 
 @pytest.mark.parametrize("age_days", [0, 30])
@@ -535,7 +538,7 @@ def test_a_records_arrival_left_to_its_ts_is_read_by_the_floors_scripts(
     sent = send_at(bus, clock, ts, "hi")
     bus.deliver_session("coord")  # its notice on the floor, the message still new
     assert "at" not in json.loads(store.r.hget(k.s("coord", "msgs"), sent["id"]))
-    assert store.records("coord", [sent["id"]])[0]["at"] == ts
+    assert store.inbox.records("coord", [sent["id"]])[0]["at"] == ts
     expired = bus.receipts.expire("coord")  # the floor's messages: by their arrival
     assert expired == ([sent["id"]] if age_days else [])
     if age_days:
@@ -608,15 +611,15 @@ def test_the_pass_leaves_a_stream_written_moments_ago(
     # is compacted again at every pass: the pass waits until it settled.
     store = bus.store
     bus.open_session("w1")
-    store.record("w1", "probe", note="x")
+    store.events.record("w1", "probe", note="x")
     key = store.k.s("w1", "events")
     big = store.r.memory_usage(key, samples=0)
     if big <= 2048:
         pytest.skip("this server's stream nodes are already small")
     args = (compaction.MAX_ENTRIES, compaction.SLACK_BYTES, compaction.NODE_BYTES)
-    assert store.compact_streams([key], *args, 60_000) == 0  # written within the minute
+    assert store.events.compact_streams([key], *args, 60_000) == 0  # written within the minute
     assert store.r.memory_usage(key, samples=0) == big
     monkeypatch.setattr(compaction, "SETTLED_MS", 60_000)
     compact_all(store)  # the scheduled pass leaves it too
     assert store.r.memory_usage(key, samples=0) == big
-    assert store.compact_streams([key], *args, 0) > 0  # settled (here: no wait asked)
+    assert store.events.compact_streams([key], *args, 0) > 0  # settled (here: no wait asked)

@@ -84,8 +84,8 @@ def test_a_resend_gets_the_first_answer_byte_for_byte_from_the_compact_form(bus:
         assert batch["recipient"].pop("host_state") == "unseen"
         assert json.dumps(single) == json.dumps(batch) == json.dumps(again)
         # The kept answer is the store's; ``durable`` is each call's own (the level it met).
-        assert {**bus.store.first_answer("s1", first["id"]), "durable": "memory"} == first
-    kept = bus.store.first_answers("s1", ["one", "nope", "many"])
+        assert {**bus.store.queue.first_answer("s1", first["id"]), "durable": "memory"} == first
+    kept = bus.store.queue.first_answers("s1", ["one", "nope", "many"])
     assert kept == [without(one, "durable"), None, without(many, "durable")]
     # The turn's end writes the answer (answer_turn.lua re-encodes the kept form): a resend
     # gets it, in SendAnswer's order.
@@ -161,14 +161,14 @@ def test_every_reader_of_an_inbox_record_reads_the_compact_one_as_the_whole_one(
     raw = bus.store.r.hget(msgs, sent["id"])
     assert " " not in raw.replace('"hey"', "")
     assert {"thread", "key", "class", "kind", "from"}.isdisjoint(json.loads(raw))
-    [thread] = bus.store.threads_of("s1")
+    [thread] = bus.store.inbox.threads_of("s1")
 
     def views() -> list[Any]:
         return [
             bus.threads("s1"),
             bus.read("s1", thread),
-            bus.store.records("s1", [sent["id"]]),
-            bus.store.all_records("s1"),
+            bus.store.inbox.records("s1", [sent["id"]]),
+            bus.store.inbox.all_records("s1"),
             bus.receipt(sent["id"], by="lane"),
         ]
 
@@ -185,7 +185,7 @@ def test_every_reader_of_an_inbox_record_reads_the_compact_one_as_the_whole_one(
     bus.read("s1", thread, mark_read=True)
     assert {"class", "kind", "from"}.isdisjoint(json.loads(bus.store.r.hget(msgs, sent["id"])))
     bus.turn("s1", "end", answer="done")
-    [after] = bus.store.records("s1", [sent["id"]])
+    [after] = bus.store.inbox.records("s1", [sent["id"]])
     assert after["class"] == cls and after["from"] == "ha:lane"
     assert bus.receipt(sent["id"], by="lane")["state"] in ("read", "answered")
 
@@ -293,7 +293,7 @@ def test_the_records_the_batch_keeps_whole_are_what_their_readers_restore(bus: B
     ]  # fmt: skip
     wholes: dict[str, dict[str, Any]] = {}
     bus.inbox.ingest(
-        "s1", [(m, 9) for m in msgs], bus.store.get_session("s1"), DeliveryReport("s1"),
+        "s1", [(m, 9) for m in msgs], bus.store.sessions.get_session("s1"), DeliveryReport("s1"),
         wholes=wholes,
     )  # fmt: skip
     stored = bus.store.r.hvals(bus.store.k.s("s1", "msgs"))

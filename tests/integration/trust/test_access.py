@@ -39,7 +39,7 @@ def test_the_sender_comes_from_the_token_and_is_verified(secured: Bus) -> None:
     assert answer["state"] == "stored"
     secured.deliver_session("bob")
     # Delivered: the queue was emptied, the message is in bob's inbox record.
-    [line] = [rec["m"] for rec in secured.store.all_records("bob")]
+    [line] = [rec["m"] for rec in secured.store.inbox.all_records("bob")]
     assert line["from"] == "hosta:alice" and line["from_session"] == "alice"
     assert line["verified"] is True
 
@@ -106,7 +106,7 @@ def test_without_a_secret_senders_are_marked_unverified_in_the_stamp(bus: Bus) -
     assert bus.settings.secret is None
     answer = bus.send({"from": "hosta:me", "to_id": "s", "text": "hi", "verified": True})
     assert answer["state"] == "stored"
-    [line] = [json.loads(f["m"]) for _e, f in bus.store.read_after("s", "0-0")]
+    [line] = [json.loads(f["m"]) for _e, f in bus.store.queue.read_after("s", "0-0")]
     assert line["verified"] is False
     from bus.core.stamp import render_stamp
 

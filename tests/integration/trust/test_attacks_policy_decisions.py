@@ -207,7 +207,7 @@ def test_6_joining_a_workspace_takes_its_starters_or_an_operators_token(two: Bus
         with pytest.raises((Refused, Unauthorized)) as err:
             two.open_session(sid, workspace="acme", starter="dean", token=token)
         assert err.value.code == code, (sid, code)
-    assert two.store.get_session("fresh") is None
+    assert two.store.sessions.get_session("fresh") is None
     assert two.session("newbie").workspace is None
     out = inbox_as(
         two.settings, "session", "open", "fresh", "--workspace", "acme", "--starter", "dean"
@@ -286,7 +286,7 @@ def test_8_member_and_operator_names_are_reserved(two: Bus) -> None:
     with pytest.raises(Refused) as refused:
         two.items.member_add("ha", "bob")  # a live session holds ha:bob
     assert refused.value.code == "handle_taken"
-    assert two.store.get_session("mallory") is None
+    assert two.store.sessions.get_session("mallory") is None
 
 
 # 10 -----------------------------------------------------------------------------------------
@@ -308,7 +308,7 @@ def test_10_look_alike_handles_are_refused(two: Bus, handle: str) -> None:
     assert err.value.code == "handle_confusable"
     out = inbox_as(two.settings, "session", "open", "mallory", "--handle", handle)
     assert out.returncode != 0 and json.loads(out.stdout)["error"] == "handle_confusable"
-    assert two.store.get_session("mallory") is None
+    assert two.store.sessions.get_session("mallory") is None
 
 
 # 11 -----------------------------------------------------------------------------------------
@@ -361,7 +361,7 @@ def test_12_items_and_requests_spend_from_the_senders_bucket(
         with pytest.raises(RateLimited) as err:
             call(2)
         assert err.value.code == "rate_limited"
-    assert sorted(i["key"] for i in b.store.items_of("agent")) == ["k0", "k1"]
+    assert sorted(i["key"] for i in b.store.items.items_of("agent")) == ["k0", "k1"]
 
 
 def test_12_pictures_have_a_per_session_quota(make_bus: Callable[..., Bus], tmp_path: Path) -> None:
@@ -425,14 +425,14 @@ def test_13_prox_door_keeps_the_unread_cap_and_makes_no_folders(
 
 def test_14_the_takers_setting_cannot_make_a_live_holder_stale(two: Bus) -> None:
     seen = two.clock.now_ms() - 5000  # bob's harness was seen 5 s ago
-    two.store.touch_seen("bob", seen)
+    two.store.sessions.touch_seen("bob", seen)
     out = inbox_as(
         two.settings, "session", "open", "bobby", "--handle", "ha:bob", INBOX_STALE_S="1"
     )
     assert out.returncode != 0 and json.loads(out.stdout)["error"] == "handle_taken"
     with pytest.raises(Refused):
         two.with_settings(replace(two.settings, stale_s=1.0)).open_session("bobby", handle="ha:bob")
-    assert two.store.get_session("bobby") is None
+    assert two.store.sessions.get_session("bobby") is None
     assert two.resolve("ha:bob").session == "bob"
 
 

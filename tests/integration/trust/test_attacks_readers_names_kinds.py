@@ -72,7 +72,7 @@ def test_1_a_first_message_does_not_open_the_receivers_inbox(two: Bus) -> None:
     two.send({"to_id": "victim", "text": "start"}, token=bob)
     two.deliver_session("victim")
     # The first message made bob victim's delegator, and victim one of bob's lanes:
-    assert "victim" in two.store.gave_to("bob")
+    assert "victim" in two.store.sessions.gave_to("bob")
     assert taken(two, "bob", "w", sessions=["victim"], lanes=True) == []  # from now on
     mine = two.send({"to_id": "victim", "text": "and then"}, token=bob)
     two.send({"to_id": "victim", "text": "the deploy password is hunter2"}, token=other)
@@ -119,7 +119,9 @@ def test_1_a_tokenless_reopen_cannot_make_a_reader_the_parent(two: Bus) -> None:
     with pytest.raises(Refused) as err:
         two.open_session("victim", handle="hv:victim", parent="other")  # no token
     assert err.value.code == "parent_fixed"
-    assert two.session("victim").parent is None and "victim" not in two.store.lanes_of("other")
+    assert two.session("victim").parent is None and "victim" not in two.store.sessions.lanes_of(
+        "other"
+    )
     two.open_session("victim", handle="hv:victim", parent="other", token=tok(session="victim"))
     assert two.session("victim").parent == "other"
 
@@ -158,7 +160,7 @@ def test_2_a_handle_that_reads_as_a_live_one_is_refused(two: Bus) -> None:
     assert err.value.code == "handle_lookalike"
     two.close_session("cyr")
     two.open_session("mallory", handle="xa:ape")  # its holder closed: free again
-    assert two.store.get_session("mallory") is not None
+    assert two.store.sessions.get_session("mallory") is not None
 
 
 @pytest.mark.parametrize("handle", ["\u04bb1:alice", "h1:\u0430\u0440\u0435"])
@@ -166,7 +168,7 @@ def test_2_scripts_do_not_mix_across_a_handles_parts(two: Bus, handle: str) -> N
     with pytest.raises(BadInput) as err:
         two.open_session("mallory", handle=handle)
     assert err.value.code == "handle_confusable" and "mixes scripts" in str(err.value)
-    assert two.store.get_session("mallory") is None
+    assert two.store.sessions.get_session("mallory") is None
 
 
 # 3 ------------------------------------------------------------------------------------------
@@ -191,7 +193,7 @@ def test_3_reserved_names_match_whatever_their_case_and_separators_are_refused(
     with pytest.raises(BadInput) as err:
         two.open_session("mallory", handle=handle)
     assert err.value.code == code, handle
-    assert two.store.get_session("mallory") is None
+    assert two.store.sessions.get_session("mallory") is None
 
 
 def test_3_the_cli_refuses_a_case_variant_of_a_member(two: Bus) -> None:
@@ -294,7 +296,7 @@ def test_7_a_reader_holds_a_bounded_number_of_subscriptions(make_bus: Callable[.
     assert b.store.r.exists(b.store.k.sub("r/three")) == 0
     # Unused for the idle time, a name is forgotten and its place taken.
     store = b.store
-    assert store.sub_claim("r", "three", now_ms() + 10_000, 5_000, 2)
+    assert store.events.sub_claim("r", "three", now_ms() + 10_000, 5_000, 2)
     assert store.r.zrange(store.k.reader_subs("r"), 0, -1) == ["three"]
 
 
@@ -304,11 +306,11 @@ def test_7_an_idle_subscription_no_longer_pins_the_events(bus: Bus) -> None:
     bus.send({"from": "h:x", "to_id": "r", "text": "unread"})
     store = bus.store
     assert 0 < store.r.pttl(store.k.sub("r/s")) <= 7 * 86400 * 1000  # expires unused
-    assert store.drop_quiet_events(["r"], 0) == 0  # a cursor in use keeps them
+    assert store.events.drop_quiet_events(["r"], 0) == 0  # a cursor in use keeps them
     subs = store.k.s("r", "subs")
     cursor = store.r.hget(subs, "r/s").partition("|")[0]
     store.r.hset(subs, "r/s", f"{cursor}|1")  # its last use long ago
-    wait_for(lambda: store.drop_quiet_events(["r"], 0) > 0, 10, "the events dropped")
+    wait_for(lambda: store.events.drop_quiet_events(["r"], 0) > 0, 10, "the events dropped")
     # Back after its records were dropped unread: refused, never silently past them.
     with pytest.raises(CursorExpired):
         bus.watch.reader_subscription("r", "s", sessions=["r"], lanes=False)
@@ -353,7 +355,7 @@ def test_a_receipt_says_the_same_of_another_senders_id_and_an_unknown_one(two: B
 
 
 def test_health_without_a_token_shows_no_host_home_or_pid(two: Bus) -> None:
-    two.store.beat("hosta", {"pid": 4242, "started": now_ms(), "beat": now_ms()})
+    two.store.schedule.beat("hosta", {"pid": 4242, "started": now_ms(), "beat": now_ms()})
     gw = gateway(two)
     bare = gw.get("/health")
     assert bare.status_code == 200 and bare.json() == {"ok": True, "redis": True}

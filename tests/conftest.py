@@ -188,6 +188,12 @@ def cluster_settings(settings: Settings, redis_cluster_url: str) -> Iterator[Set
     client.close()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The soak tests run first. Each takes minutes, and pytest-xdist hands tests to its
+    workers in this order: one started last would run alone while the other workers idle."""
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/soak/"))
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter,

@@ -33,8 +33,8 @@ def retired(bus: Bus, host: str) -> None:
     minute old, a refused worker noted, a kick loop's taken kicks, queued deliveries."""
     then = now_ms() - 60_000
     s, k = bus.store, bus.store.k
-    s.beat(host, {"beat": then, "pid": 1})
-    s.beat(f"scheduler.{host}", {"beat": then})
+    s.schedule.beat(host, {"beat": then, "pid": 1})
+    s.schedule.beat(f"scheduler.{host}", {"beat": then})
     s.r.hset(k.host_refused(host), mapping={"floor": "m\t/h", "at": then})
     s.r.rpush(k.kick_list(host), "gone1")
     s.r.hset(k.kick_loops(host), "loop1", then)

@@ -64,7 +64,8 @@ def _mark_over_resp(settings: Settings, sid: str) -> Callable[[list[str]], objec
             done = writes.confirm_drained(settings.store_url(), settings.key_prefix, sid, ids, now)
             if done is not writes.UNSUPPORTED:
                 return done
-        return _library_store(settings).confirm_notices(sid, ids, "drain", now)  # TLS, a cluster
+        store = _library_store(settings)  # TLS, a cluster
+        return store.confirm_notices(sid, ids, "drain", now)
 
     return mark
 
@@ -89,7 +90,8 @@ def touch_seen(sid: str) -> None:
             settings.store_url(), settings.key_prefix, sid, now
         )
         if not spoken:
-            _library_store(settings).touch_seen(sid, now)
+            store = _library_store(settings)
+            store.touch_seen(sid, now)
     except _lane_errors(settings) as exc:
         marker.unlink(missing_ok=True)  # not recorded: due again at the next tool step
         sys.stderr.write(

@@ -1,4 +1,5 @@
-"""What every part of :class:`~bus.store.store.Store` (its mixins) relies on the Store for."""
+"""What every aggregate of :class:`~bus.store.store.Store` is given: the store's core
+(:class:`~bus.store.core.StoreCore`), each of its calls handed on."""
 
 from __future__ import annotations
 

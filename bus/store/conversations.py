@@ -1,7 +1,7 @@
 """The store's side of a conversation: what a reply and a withdraw read first (one round
 trip each), withdrawing a message, waiting on a session's records.
 
-A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.items`; the same contract.
+A part of the store's ``inbox`` aggregate (:class:`bus.store.store.Inbox`); the same contract.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The store's delivery side: a delivery's fixed reads and writes in few round trips.
 
-A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.inbox`. A delivery's fixed
+A part of the store's ``delivery`` aggregate (:class:`bus.store.store.Delivery`). A delivery's fixed
 reads and writes (the lock, the dispatch flag, the in-flight raw line, the cursor, the
 entries, the session record, the send answers, the plan's reads, the unlock and the
 hand-off flag) are grouped: one script to

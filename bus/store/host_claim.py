@@ -1,6 +1,6 @@
 """The store's host claims: which floor (machine and ``INBOX_HOME``) serves a host.
 
-A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.kick`; the policy and the
+A part of the store's ``schedule`` aggregate (:class:`bus.store.store.Schedule`); the policy and the
 worker's keeper are in :mod:`bus.telemetry.host_floor`.
 """
 

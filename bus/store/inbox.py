@@ -1,9 +1,8 @@
 """The store's inbox and thread side: marks, notices, waiters, thread records.
 
-A mixin of :class:`~bus.store.store.Store` (it uses the store's client ``r``, keys ``k`` and
-scripts); split out by concept so each store module stays readable. The storage contract
-holds here as in :mod:`bus.store.store`: each docstring says what any backend must do, and a
-read of a missing thing answers empty.
+A part of the store's ``inbox`` aggregate (:class:`bus.store.store.Inbox`). The storage
+contract holds here as in :mod:`bus.store.store`: each docstring says what any backend
+must do, and a read of a missing thing answers empty.
 """
 
 from __future__ import annotations

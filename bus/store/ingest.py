@@ -2,7 +2,7 @@
 buckets (``rate.lua``), the recipient index of caller-chosen ids (``ids_indexed.lua``) and
 the appends (``append_many.lua``), each a few calls however large the batch.
 
-A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.many`; the same contract:
+A part of the store's ``queue`` aggregate (:class:`bus.store.store.Queue`); the same contract:
 answers in the callers' order, one round trip per call here, a missing thing reads empty.
 """
 

@@ -1,6 +1,6 @@
 """The store's items and typed-request side: item records and threads, request threads.
 
-A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.inbox`; the same contract: each
+A part of the store's ``items`` aggregate (:class:`bus.store.store.Items`); the same contract: each
 docstring says what any backend must do, and a read of a missing thing answers empty.
 """
 

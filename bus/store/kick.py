@@ -1,12 +1,11 @@
 """The store's kick list: delivery kicks for a host's delivery loops (bus/delivery/kick_list.py).
 
-A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.many`. The list and the loops'
+A part of the store's ``delivery`` aggregate (:class:`bus.store.store.Delivery`). The list and the loops'
 liveness key share the host's slot ``{kick:<host>}``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from .base import StorePart
@@ -50,8 +49,6 @@ class SentWait:
 
 class KickStore(StorePart):
     """Push, pop and liveness of a host's kick list."""
-
-    server_time_ms: Callable[[], int]
 
     def push_kicks(self, host: str, sids: list[str]) -> bool:
         """Put ``sids`` on ``host``'s kick list when a delivery loop of it is alive

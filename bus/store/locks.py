@@ -1,6 +1,6 @@
 """The store's delivery locks: one lock per session, held as a lease, with the hand-off flag.
 
-A part of :class:`~bus.store.store.Store` (one class per aggregate). The lock
+A part of the store's ``delivery`` aggregate (:class:`bus.store.store.Delivery`). The lock
 ``P:{sid}:lock`` is a token with a TTL (``lock_ttl_ms``), extended while a delivery runs
 (bus.delivery.lease); the hand-off flag ``P:{sid}:again`` is taken with the unlock
 (bus.delivery.engine). Each write here raises the store's own error

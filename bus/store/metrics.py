@@ -1,6 +1,6 @@
 """The store's metrics side: the two shared counter hashes (``Keys.metrics``, ``Keys.latency``).
 
-A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.inbox`; :class:`bus.telemetry.metrics.Metrics`
+A part of the store's ``server`` aggregate (:class:`bus.store.store.Server`); :class:`bus.telemetry.metrics.Metrics`
 holds the policy (field names, buckets, batching) and calls these for every Redis command.
 Counters are named by key *name* (``"metrics"`` or ``"latency"``), resolved here from
 :class:`bus.store.keys.Keys`, so no caller builds a key.

@@ -1,6 +1,6 @@
 """The store's queues: each session's stream of messages, stored once per id, and its cursor.
 
-A part of :class:`~bus.store.store.Store` (one class per aggregate). A send appends once
+A part of the store's ``queue`` aggregate (:class:`bus.store.store.Queue`). A send appends once
 per message id (``append.lua``: the stream entry, the id's answer, the dispatch flag); a
 delivery reads after the cursor and moves it; the raw line in flight is recorded until the
 cursor passes it; delivered entries are trimmed. Every key is in the session's ``{sid}``

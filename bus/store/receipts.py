@@ -1,6 +1,6 @@
 """The store's receipts side: receipt hashes, outboxes and the reads behind a receipt.
 
-A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.inbox`; :class:`bus.delivery.receipts.Receipts`
+A part of the store's ``receipts`` aggregate (:class:`bus.store.store.Receipts`); :class:`bus.delivery.receipts.Receipts`
 holds the policy and calls these for its Redis commands. Each batched read answers in its
 callers' order in one round trip (every key of one row is in its recipient's slot), and a
 missing thing reads empty.

@@ -1,7 +1,7 @@
 """The store's schedule: what is due when (wakes, flushes, retries, lease kicks), and the
 sweeps' claims and the workers' heartbeats.
 
-A part of :class:`~bus.store.store.Store` (one class per aggregate). The schedule is one
+A part of the store's ``schedule`` aggregate (:class:`bus.store.store.Schedule`). The schedule is one
 sorted set of ``what|sid`` by due time (ms); entries are taken atomically
 (``take_due.lua``), so each goes to exactly one scheduler; a sleeping scheduler is poked
 through a one-element list when an entry falls due soon.

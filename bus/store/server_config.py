@@ -1,6 +1,6 @@
 """The store's view of the server's own settings (``CONFIG GET`` / ``SET``, bus.store.server_memory).
 
-A mixin of :class:`~bus.store.store.Store`; on a cluster each call goes to every node.
+A part of the store's ``server`` aggregate (:class:`bus.store.store.Server`); on a cluster each call goes to every node.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The store's sessions: each session's record and the registry of them, by id and by handle.
 
-A part of :class:`~bus.store.store.Store` (one class per aggregate). The record is the
+A part of the store's ``sessions`` aggregate (:class:`bus.store.store.Sessions`). The record is the
 hash ``P:{sid}:session``; the registry a sorted set by ``opened_at`` and one hash of
 sessions per handle. Reads of a missing session answer empty.
 """

@@ -1,7 +1,7 @@
 """The store's compaction of short streams (:mod:`bus.store.compaction`): one script per stream,
 pipelined, each stream a key of its own slot.
 
-A mixin of :class:`~bus.store.store.Store` like :mod:`bus.store.many`.
+A part of the store's ``events`` aggregate (:class:`bus.store.store.Events`).
 """
 
 from __future__ import annotations

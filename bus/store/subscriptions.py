@@ -1,6 +1,6 @@
 """The store's durable subscriptions (bus/services/durable_watch.py): a cursor per followed session.
 
-A mixin of :class:`~bus.store.store.Store`. Each cursor sits in its session's slot
+A part of the store's ``events`` aggregate (:class:`bus.store.store.Events`). Each cursor sits in its session's slot
 (``P:{sid}:subs``), beside the ``events`` stream it points into, as
 ``<events id>|<ms of its last use>``: a cursor unused for ``INBOX_SUB_IDLE_S`` keeps the
 session's events no longer (``events_quiet.lua``), and one whose records were dropped so

@@ -72,3 +72,49 @@ def test_a_heard_notice_is_confirmed_and_finished_in_one_script_call(store: Stor
     assert calls[0][:2] == ("EVALSHA", store.script("notice_finish").sha)
     written = store.delivery.finish_calls("s1", "ntc-1", "file", 1, heard=False)
     assert len(written) == 1 and written[0][1] == calls[0][1]
+
+
+# -- the hosts' kick lists (bus/store/kick.py) ------------------------------------------------
+
+
+def test_a_kick_is_pushed_only_while_a_loop_of_the_host_is_alive(store: Store) -> None:
+    assert store.delivery.push_kicks("h1", ["s1"]) is False  # no loop: the caller dispatches
+    assert store.delivery.take_kicks("h1", "loopA", 10) == []
+    store.delivery.kick_alive("h1", 60_000)
+    assert store.delivery.push_kicks("h1", ["s1", "s2"]) is True
+    assert store.delivery.push_kicks("h2", ["s3"]) is False  # another host's: none alive
+    assert store.delivery.take_kicks("h1", "loopA", 1) == ["s1"]
+    assert store.delivery.take_kicks("h1", "loopA", 10) == ["s2"]
+    assert store.r.lrange(store.k.kick_taken("h1", "loopA"), 0, -1) == ["s1", "s2"]
+    store.delivery.done_kicks("h1", "loopA")
+    assert store.r.exists(store.k.kick_taken("h1", "loopA")) == 0
+
+
+def test_a_wait_takes_the_next_kick_and_says_how_many_wait_behind_it(store: Store) -> None:
+    store.delivery.kick_alive("h1", 60_000)
+    store.delivery.push_kicks("h1", ["s1", "s2", "s3"])
+    client, pool = store.delivery.kick_client(1.0, "test-kick")
+    try:
+        assert store.delivery.wait_kick(client, "h1", "loopA", 0.1) == (["s1"], 2)
+        # clear: what the loop took before (s1, delivered) goes in the same round trip.
+        assert store.delivery.wait_kick(client, "h1", "loopA", 0.1, clear=True) == (["s2"], 1)
+        assert store.r.lrange(store.k.kick_taken("h1", "loopA"), 0, -1) == ["s2"]
+        store.delivery.take_kicks("h1", "loopA", 10)
+        assert store.delivery.wait_kick(client, "h1", "loopA", 0.1) == ([], 0)  # none came
+    finally:
+        if pool is not None:
+            pool.disconnect()
+
+
+def test_a_dead_loop_s_taken_kicks_go_back_to_the_head_of_the_list(store: Store) -> None:
+    store.delivery.kick_alive("h1", 60_000)
+    store.delivery.push_kicks("h1", ["s1", "s2", "s3"])
+    store.delivery.kick_beat("h1", "dead", 60_000)
+    store.delivery.take_kicks("h1", "dead", 2)  # took s1, s2 and then stopped beating
+    store.delivery.kick_beat("h1", "live", 60_000)
+    assert store.delivery.reclaim_kicks("h1", 60_000) == 0  # both beat just now
+    # Every beat is older than -1 ms: both loops count as dead; "live" took nothing.
+    assert store.delivery.reclaim_kicks("h1", -1) == 2
+    assert store.r.lrange(store.k.kick_list("h1"), 0, -1) == ["s1", "s2", "s3"]
+    store.delivery.kick_gone("h1", "live")
+    assert "live" not in store.r.hkeys(store.k.kick_loops("h1"))

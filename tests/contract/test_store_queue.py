@@ -93,3 +93,49 @@ def test_a_queue_taken_whole_is_emptied(store: Store) -> None:
     assert [f["id"] for _e, f in store.queue.read_after("s11", store.queue.cursor("s11"))] == [
         "m30"
     ]
+
+
+def test_many_appends_are_read_back_per_session_in_one_call_each(store: Store) -> None:
+    assert store.queue.last_stream_id("s1") == "0-0"
+    assert store.queue.recipients_of([]) == {} and store.queue.queued_message("s1", "m") is None
+    for sid in SIDS:
+        store.sessions.put_session(info(sid))
+        store.queue.append(sid, f"m-{sid}", json.dumps({"id": f"m-{sid}"}), "{}")
+    ids = [f"m-{sid}" for sid in SIDS]
+    assert store.queue.recipients_of([*ids, "m-none"]) == {f"m-{sid}": sid for sid in SIDS}
+    assert store.queue.indexed([*ids, "m-none"], store.server_time_ms()) == {
+        f"m-{sid}": sid for sid in SIDS
+    }
+    assert store.queue.backlogs(SIDS) == [1] * len(SIDS)
+    assert store.queue.last_stream_id("s3") == store.queue.read_after("s3", "0-0")[0][0]
+    queued = store.queue.queued_message("s3", "m-s3")
+    assert queued is not None and json.loads(queued["m"]) == {"id": "m-s3"}
+    assert store.queue.queued_message("s3", "m-s4") is None  # another session's
+
+
+def test_a_refused_batch_s_index_entries_are_forgotten(store: Store) -> None:
+    store.sessions.put_session(info("s1"))
+    store.queue.append("s1", "m1", json.dumps({"id": "m1"}), "{}")
+    store.queue.append("s1", "m2", json.dumps({"id": "m2"}), "{}")
+    store.queue.unindex_many(["m1"], store.server_time_ms())
+    assert store.queue.recipients_of(["m1", "m2"]) == {"m2": "s1"}
+
+
+def test_the_dispatch_flag_is_set_once_for_each_of_many_sessions(store: Store) -> None:
+    store.queue.mark_pending("s2")
+    assert store.queue.mark_pending_many(SIDS) == [sid != "s2" for sid in SIDS]
+    assert store.queue.mark_pending_many(SIDS) == [False] * len(SIDS)
+    store.queue.clear_pending("s5")
+    assert store.queue.mark_pending_many(["s5", "s6"]) == [True, False]
+
+
+def test_a_sender_s_bucket_gives_at_most_its_burst_and_takes_back_what_it_gave(
+    store: Store,
+) -> None:
+    # A rate this low refills nothing within the test: only the burst is there.
+    assert [store.queue.take_send_token("ann", 0.001, 2) for _ in range(3)] == [True, True, False]
+    got = store.queue.take_tokens({"bob": 3, "cy": 5, "none": 0}, 0.001, 4, partial=True)
+    assert got == {"bob": 3, "cy": 4}
+    assert store.queue.take_tokens({"bob": 2}, 0.001, 4, partial=False) == {"bob": 0}
+    store.queue.give_tokens({"bob": 3}, 0.001, 4)
+    assert store.queue.take_tokens({"bob": 4}, 0.001, 4, partial=False) == {"bob": 4}

@@ -4,6 +4,7 @@ contract on every backend (a standalone Redis and a Redis Cluster: tests/support
 # ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)
 from __future__ import annotations
 
+from bus.core.models import SessionInfo
 from bus.store.store import Store
 from tests.support.store_backends import SIDS, info, store  # noqa: F401  (the fixture)
 
@@ -79,3 +80,37 @@ def test_a_receipt_reads_a_record_without_a_state_as_idle(store: Store) -> None:
     assert state == "idle" and opened is not None and host == "hosta"
     [[_h, _rec, _ans, (none, *_)]] = store.receipts.receipt_rows([("ghost", "m-1")])
     assert none is None
+
+
+def test_who_gave_whom_work_is_read_with_the_records(store: Store) -> None:
+    store.sessions.put_session(info("s1"))
+    store.sessions.put_session(SessionInfo(session="s2", handle="h:b", host="hosta", parent="s9"))
+    assert store.sessions.gave_to("s1") == [] and not store.sessions.gave("s1", "s2")
+    store.sessions.add_gave("s1", "s2")
+    store.sessions.add_gave("s1", "s3")
+    assert store.sessions.gave("s1", "s2") and not store.sessions.gave("s2", "s1")
+    assert store.sessions.gave_to("s1") == ["s2", "s3"]
+    gave, record = store.sessions.gave_and_session("s1", "s2")
+    assert gave and record is not None and record.session == "s2"
+    assert store.sessions.gave_and_session("s1", "nobody") == (False, None)
+    record, gave, parent = store.sessions.session_and_gave("s1", "s2")
+    assert record is not None and record.session == "s1" and gave and parent == "s9"
+    assert store.sessions.session_parents(["s2", "s1", "nobody"]) == ["s9", None, None]
+
+
+def test_a_refused_notice_s_retry_time_is_dropped(store: Store) -> None:
+    store.sessions.put_session(info("s1"))
+    store.r.hset(store.k.s("s1", "session"), "retry_at", "5000")
+    store.sessions.clear_retry("s1")
+    assert store.r.hget(store.k.s("s1", "session"), "retry_at") is None
+    store.sessions.clear_retry("nobody")  # nothing to drop: nothing made
+    assert store.sessions.get_session("nobody") is None
+
+
+def test_sessions_listed_under_a_skeleton_are_those_still_recorded(store: Store) -> None:
+    assert store.sessions.sessions_by_skeleton("skel") == []
+    for sid in ("s2", "s1", "s3"):
+        store.sessions.put_session(info(sid))
+        store.sessions.index_skeleton("skel", sid)
+    store.r.delete(store.k.s("s3", "session"))  # a listed session whose record went
+    assert [s.session for s in store.sessions.sessions_by_skeleton("skel")] == ["s1", "s2"]

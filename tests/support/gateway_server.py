@@ -10,6 +10,10 @@ from typing import Any
 
 import httpx
 import uvicorn
+from fastapi.testclient import TestClient
+
+from bus.api import Bus
+from bus.surfaces.http.gateway import create_app
 
 
 class Server:
@@ -43,3 +47,13 @@ class Server:
 def wire(**kw: Any) -> dict[str, Any]:
     """A message as the gateway takes it, ``kw`` over a plain one from neo:sip to s1."""
     return {"from": "neo:sip", "to_id": "s1", "text": "look at the diff", **kw}
+
+
+def app_client(b: Bus) -> TestClient:
+    """This bus's gateway in-process (no server, no port), as a loopback client reaches it."""
+    return TestClient(create_app(b), base_url="http://127.0.0.1")
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The header that carries ``token``."""
+    return {"Authorization": f"Bearer {token}"}

@@ -10,6 +10,7 @@ from bus.trust.tokens import SCOPE_READ, SCOPE_THREAD, SCOPE_WRITE, issue
 
 SECRET = "attack-secret-0123456789"
 ALL = (SCOPE_READ, SCOPE_WRITE, SCOPE_THREAD)
+WS = "acme"  # the workspace of the secured scenes
 
 
 def tok(**kw: Any) -> str:

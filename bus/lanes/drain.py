@@ -65,7 +65,7 @@ def _mark_over_resp(settings: Settings, sid: str) -> Callable[[list[str]], objec
             if done is not writes.UNSUPPORTED:
                 return done
         store = _library_store(settings)  # TLS, a cluster
-        return store.confirm_notices(sid, ids, "drain", now)
+        return store.inbox.confirm_notices(sid, ids, "drain", now)
 
     return mark
 
@@ -91,7 +91,7 @@ def touch_seen(sid: str) -> None:
         )
         if not spoken:
             store = _library_store(settings)
-            store.touch_seen(sid, now)
+            store.sessions.touch_seen(sid, now)
     except _lane_errors(settings) as exc:
         marker.unlink(missing_ok=True)  # not recorded: due again at the next tool step
         sys.stderr.write(

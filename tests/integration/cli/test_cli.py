@@ -19,6 +19,7 @@ from bus.core.settings import Settings
 from bus.surfaces.command_server import socket_path
 from tests.support.cli import inbox
 from tests.support.import_trace import imported
+from tests.support.up import Up, up_env
 from tests.support.waiting import wait_for
 
 
@@ -118,29 +119,11 @@ def test_jsonl_send_answers_one_line_per_message(env: dict[str, str]) -> None:
 @pytest.mark.slow
 def test_inbox_up_starts_accepts_a_send_delivers_it_and_stops_cleanly(tmp_path: Path) -> None:
     home = tmp_path / "h"
-    e = {k: v for k, v in os.environ.items() if not k.startswith("INBOX_")}
-    e.update({"INBOX_HOME": str(home), "INBOX_HOST": "uphost", "PYTHONPATH": str(Path.cwd())})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bus.surfaces.cli.app", "up", "--concurrency", "1"],
-        env=e,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    log: list[str] = []
-    banner = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.append(line)
-            if "inbox send" in line:
-                banner.set()
-
-    threading.Thread(target=read, daemon=True).start()
+    e = up_env(home, "uphost")
+    up = Up(e, "--concurrency", "1", until="inbox send")
+    proc, log = up.proc, up.lines
     try:
-        assert banner.wait(60), "".join(log)
+        assert up.ready.wait(60), up.text
         # No INBOX_REDIS_URL: the CLI finds the embedded server through INBOX_HOME.
         assert inbox(e, "session", "open", "demo").returncode == 0
         # Right after the start, before (or at) the worker's first beat: its host is

@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from bus.ops.supervise import HomeLock
+from tests.support.up import Up, up_env
 from tests.support.waiting import wait_for
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def test_a_released_home_lock_leaves_no_file_and_can_be_taken_again(tmp_path: Path) -> None:
@@ -29,30 +25,10 @@ def test_a_released_home_lock_leaves_no_file_and_can_be_taken_again(tmp_path: Pa
 @pytest.mark.slow
 def test_inbox_up_says_what_runs_and_stops_clean(tmp_path: Path) -> None:
     home = tmp_path / "h"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INBOX_")}
-    env.update({"INBOX_HOME": str(home), "INBOX_HOST": "uphost", "PYTHONPATH": str(REPO)})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bus.surfaces.cli.app", "up", "--concurrency", "1"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if "Ctrl-C stops everything" in line:
-                ready.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    up = Up(up_env(home, "uphost"), "--concurrency", "1")
+    proc, lines = up.proc, up.lines
     try:
-        assert ready.wait(60), "".join(lines)
+        assert up.ready.wait(60), up.text
         text = "".join(lines)
         assert lines[0].startswith("inbox up: starting")
         assert "scheduler:  running" in text and "worker:     running" in text
@@ -66,7 +42,7 @@ def test_inbox_up_says_what_runs_and_stops_clean(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
         code = proc.wait(60)
-        reader.join(10)
+        up.reader.join(10)
     assert code == 0, "".join(lines)
     assert "inbox up: stopped" in "".join(lines)
     assert not (home / "up.pid").exists()

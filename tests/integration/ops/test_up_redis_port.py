@@ -8,9 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,39 +16,20 @@ import redis
 
 from tests.support.cli import inbox
 from tests.support.local_servers import free_port
+from tests.support.up import Up, up_env
 from tests.support.waiting import wait_for
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.slow
 def test_inbox_up_with_a_redis_port_delivers_and_wakes(tmp_path: Path) -> None:
     home, port = tmp_path / "h", free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INBOX_")}
-    env.update({"INBOX_HOME": str(home), "INBOX_HOST": "porthost", "PYTHONPATH": str(REPO)})
+    env = up_env(home, "porthost")
     # The shell that starts it acts as a session, with its token.
     shell = {**env, "INBOX_TOKEN": "the-shells-token", "INBOX_SESSION": "the-shells-session"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bus.surfaces.cli.app", "up", "--redis-port", str(port)],
-        env=shell,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    log: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.append(line)
-            if "Ctrl-C stops everything" in line:
-                ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
+    up = Up(shell, "--redis-port", str(port))
+    proc, log = up.proc, up.lines
     try:
-        assert ready.wait(60), "".join(log)
+        assert up.ready.wait(60), up.text
         password = (home / "redis" / "password").read_text().strip()
         assert password and password not in "".join(log)
         # TCP needs the generated password.

@@ -7,11 +7,7 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,50 +17,10 @@ from bus.core.settings import SOURCE_ROOT, Settings
 from bus.local.up_procs import process_rows
 from bus.ops.exit_reason import exit_reason, log_since
 from tests.support.cli import inbox
+from tests.support.up import Up
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
-
-
-class Up:
-    """``inbox up`` as a child, its console lines collected."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env = env
-        self.lines: list[str] = []
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bus.surfaces.cli.app", "up", "--concurrency", "1"],
-            env=env,
-            cwd=str(SOURCE_ROOT),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def line(self, pattern: str, timeout: float = 60) -> str:
-        found = wait_for(
-            lambda: next((ln for ln in self.lines if re.search(pattern, ln)), None),
-            timeout=timeout,
-            what=f"{pattern!r} in:\n{''.join(self.lines)}",
-            interval=0.1,
-        )
-        return str(found)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
 
 
 def host_env(home: Path, host: str, *, spares: bool = False, **extra: str) -> dict[str, str]:
@@ -90,7 +46,7 @@ def homes() -> Iterator[list[Path]]:
 
 
 def test_a_second_up_joins_with_the_printed_store_url(homes: list[Path]) -> None:
-    first = Up(host_env(homes[0], "hosta", spares=True))
+    first = Up(host_env(homes[0], "hosta", spares=True), "--concurrency", "1")
     second: Up | None = None
     try:
         banner = first.line(r"^inbox up: host hosta, store ")
@@ -116,7 +72,7 @@ def test_a_second_up_joins_with_the_printed_store_url(homes: list[Path]) -> None
         assert by_name["worker"]["children"]  # its pool process
         assert len({r["pid"] for r in rows}) == len(every)  # type: ignore[attr-defined]
 
-        second = Up(host_env(homes[1], "hostb", INBOX_REDIS_URL=url))
+        second = Up(host_env(homes[1], "hostb", INBOX_REDIS_URL=url), "--concurrency", "1")
         started = second.line(r"^inbox up: starting ")
         assert "Redis" not in started and url in started
         second.line(r"^inbox up: host hostb, store ")
@@ -149,7 +105,9 @@ def test_a_worker_that_cannot_start_says_why_on_the_console(
             INBOX_REDIS_URL=settings.store_url(),
             INBOX_KEY_PREFIX=settings.key_prefix,
             INBOX_BROKER_URL="nosuch://nowhere",
-        )
+        ),
+        "--concurrency",
+        "1",
     )
     try:
         line = up.line(r"worker exited \(code 1\)")

@@ -3,6 +3,7 @@ sessions with a blocker waiting, a send from one to the other."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from bus.api import Bus
@@ -28,3 +29,16 @@ def idle_with_blockers(b: Bus, sids: list[str]) -> None:
     b.send_many(
         [{"from": "hx:peer", "to_id": sid, "text": "blocked", "class": "blocker"} for sid in sids]
     )
+
+
+def running_with_an_unwritable_floor(b: Bus, sid: str) -> Path:
+    """``sid`` open and running, its floor file a folder (every write to it raises
+    ``IsADirectoryError``), and an action sent to it: its delivery's notice will fail.
+    The floor file's path (remove the folder to make it writable again)."""
+    b.open_session(sid)
+    b.turn(sid, "start")  # running: its notice is written at once
+    floor = b.settings.home / "inbox" / sid / "messages.jsonl"
+    floor.unlink(missing_ok=True)
+    floor.mkdir(parents=True)
+    b.send({"from": "me:sh", "to_id": sid, "text": "x", "class": "action"})
+    return floor

@@ -18,6 +18,7 @@ from bus.core.models import now_ms
 from bus.core.settings import Settings
 from bus.telemetry.problems import counts, operator_problems
 from tests.support.cli import ENTRY, inbox_as
+from tests.support.sessions import running_with_an_unwritable_floor
 
 
 def inbox(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
@@ -128,12 +129,7 @@ def test_a_failing_floor_backs_off_and_fails_once_per_reason(
     from workers import tasks
 
     bus = make_bus()
-    bus.open_session("doomed")
-    bus.turn("doomed", "start")  # running: its notice is written at once
-    floor = bus.settings.home / "inbox" / "doomed" / "messages.jsonl"
-    floor.unlink(missing_ok=True)
-    floor.mkdir(parents=True)
-    bus.send({"from": "me:sh", "to_id": "doomed", "text": "x", "class": "action"})
+    floor = running_with_an_unwritable_floor(bus, "doomed")
     with pytest.raises(tasks.DeliveryFailed, match="IsADirectoryError"):
         tasks._deliver_one(bus, "doomed")
     info = bus.store.sessions.get_session("doomed")

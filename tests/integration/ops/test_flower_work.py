@@ -20,6 +20,7 @@ from bus.surfaces.harness.listener import Listener
 from tests.support.celery_bus import Scheduler, celery_bus
 from tests.support.listeners import collect
 from tests.support.local_servers import free_port
+from tests.support.sessions import running_with_an_unwritable_floor
 from tests.support.waiting import wait_for
 from tests.support.worker_proc import WorkerProcess
 from workers.events import NAMED_SESSIONS, sessions_repr
@@ -258,12 +259,7 @@ def test_a_celery_delivery_that_could_not_do_its_work_fails(
     from workers import tasks
 
     bus = make_bus()
-    bus.open_session("doomed")
-    bus.turn("doomed", "start")  # running: its notice is written at once
-    floor = bus.settings.home / "inbox" / "doomed" / "messages.jsonl"
-    floor.unlink(missing_ok=True)
-    floor.mkdir(parents=True)
-    bus.send({"from": "me:sh", "to_id": "doomed", "text": "x", "class": "action"})
+    running_with_an_unwritable_floor(bus, "doomed")
     with pytest.raises(tasks.DeliveryFailed, match="doomed: floor: IsADirectoryError"):
         tasks._deliver_one(bus, "doomed")
 

@@ -30,17 +30,29 @@
 --@include notice_done
 --@include drained
 --@include unlock
+local seen = false
 if ARGV[4] == '1' then
   notice_done(KEYS, ARGV[1], ARGV[2], ARGV[3])
 elseif ARGV[4] == 'heard' then
-  drained(KEYS[4], KEYS[2], KEYS[3], KEYS[5], KEYS[1], KEYS[6], ARGV[2], ARGV[3], {ARGV[1]})
+  -- The notice just written is most likely still in flight: looked for there first. The
+  -- session's last_seen goes in the one write of the session below.
+  drained(KEYS[4], KEYS[2], KEYS[3], KEYS[5], KEYS[1], nil, ARGV[2], ARGV[3], {ARGV[1]}, true)
+  seen = redis.call('EXISTS', KEYS[6]) == 1
 end
 redis.call('HDEL', KEYS[6], 'retry_at')
 if ARGV[6] == '1' then
-  redis.call('HSET', KEYS[6], 'updated_at', ARGV[5], 'state', 'running', 'woken_at', ARGV[2])
+  local set = {'updated_at', ARGV[5], 'state', 'running', 'woken_at', ARGV[2]}
   if ARGV[7] ~= '' then
-    redis.call('HSET', KEYS[6], 'wake_pending', ARGV[7])
+    set[#set + 1] = 'wake_pending'
+    set[#set + 1] = ARGV[7]
   end
+  if seen then
+    set[#set + 1] = 'last_seen'
+    set[#set + 1] = ARGV[2]
+  end
+  redis.call('HSET', KEYS[6], unpack(set))
+elseif seen then
+  redis.call('HSET', KEYS[6], 'last_seen', ARGV[2])
 end
 if #ARGV > 9 then
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', 10000, '*', 'kind', 'wake', 'at', ARGV[5],

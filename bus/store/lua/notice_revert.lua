@@ -4,14 +4,27 @@
 -- ARGV[1] notice id, ARGV[2] now ms, ARGV[3] reason, ARGV[4] "1": the notice may have
 -- been heard (a worker killed after its write), so each record given back is marked
 -- ``again`` (parts/mark_again.lua) and the next notice lists it as redelivered
-if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then
+local f = redis.call('HMGET', KEYS[1], 'id', 'new', 'wake')
+if f[1] ~= ARGV[1] then
   return 0
 end
 --@include mark_again
-local new = cjson.decode(redis.call('HGET', KEYS[1], 'new') or '[]')
-local wake = cjson.decode(redis.call('HGET', KEYS[1], 'wake') or '[]')
-for i = 1, #new, 2 do redis.call('ZADD', KEYS[2], new[i + 1], new[i]) end
-for i = 1, #wake, 2 do redis.call('ZADD', KEYS[3], wake[i + 1], wake[i]) end
+local new = cjson.decode(f[2] or '[]')
+local wake = cjson.decode(f[3] or '[]')
+-- A flat [member, score, ...] list back into its set, one ZADD a chunk: unpack() of
+-- thousands of arguments would overflow Lua's stack.
+local function give_back(key, flat)
+  for i = 1, #flat, 1000 do
+    local args = {}
+    for j = i, math.min(i + 999, #flat), 2 do
+      args[#args + 1] = flat[j + 1]
+      args[#args + 1] = flat[j]
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+end
+give_back(KEYS[2], new)
+give_back(KEYS[3], wake)
 if ARGV[4] == '1' and KEYS[5] then
   for i = 1, #new, 2 do mark_again(KEYS[5], new[i]) end
 end

@@ -34,35 +34,46 @@ local function steer_ready(f, nid, floor, retry_at, now, inbox_default)
 end
 
 local function snapshot(k, token, ttl, advance_to, read_after, count, take)
+  -- One read of the lock and the cursor (the cursor just moved when advance_to is given).
+  local got = redis.call('MGET', k[1], k[8])
+  local cursor = got[2]
   if advance_to ~= '' then
     redis.call('SET', k[8], advance_to)
     redis.call('DEL', k[9])
+    cursor = advance_to
   end
   local held = 0
-  if redis.call('GET', k[1]) == token then
+  if got[1] == token then
     held = redis.call('PEXPIRE', k[1], ttl)
     redis.call('PEXPIRE', k[10], ttl)
   end
   local session = redis.call('HGETALL', k[2])
+  -- The notice hash is written whole with its id (parts/notice_take.lua): it exists
+  -- exactly when the id does.
   local nid = redis.call('HGET', k[3], 'id') or ''
+  local building = 0
+  if nid ~= '' then
+    building = 1
+  end
   local floor = redis.call('HGETALL', k[4])
   local pending = redis.call('ZCARD', k[5])
   local wake = redis.call('ZRANGE', k[6], 0, 0, 'WITHSCORES')
-  local first = redis.call('ZRANGE', k[5], 0, 0, 'WITHSCORES')
-  local building = redis.call('EXISTS', k[3])
+  local first = {}
+  if pending > 0 then
+    first = redis.call('ZRANGE', k[5], 0, 0, 'WITHSCORES')
+  end
   local record = fields(session)  -- the session record just read, as a table
   local retry_at = record['retry_at'] or ''
-  -- The queue emptied of what the cursor covers, as queue_trim.lua does.
-  local len = redis.call('XLEN', k[7])
-  if len > 0 then
-    local cursor = redis.call('GET', k[8])
-    if cursor then
-      local last = redis.call('XREVRANGE', k[7], '+', '-', 'COUNT', 1)
-      if last[1] ~= nil and last[1][1] == cursor then
-        redis.call('XTRIM', k[7], 'MINID', cursor)
-        redis.call('XDEL', k[7], cursor)
-        len = redis.call('XLEN', k[7])
-      end
+  -- The queue emptied of what the cursor covers, as queue_trim.lua does: when its newest
+  -- entry is the cursor's, every entry is at or below the cursor and all of them go (the
+  -- stream itself stays, with its last id).
+  local len = 0
+  local last = redis.call('XREVRANGE', k[7], '+', '-', 'COUNT', 1)
+  if last[1] ~= nil then
+    if cursor and last[1][1] == cursor then
+      redis.call('XTRIM', k[7], 'MAXLEN', 0)
+    else
+      len = redis.call('XLEN', k[7])
     end
   end
   local rows = {}
@@ -74,7 +85,16 @@ local function snapshot(k, token, ttl, advance_to, read_after, count, take)
   -- (bus.delivery.engine), and gives a notice taken here back if its plan differs.
   if take and held ~= 0 and #rows == 0
       and steer_ready(record, nid, floor, retry_at, take[2], take[3]) then
-    taken = notice_take({k[3], k[5], k[6], k[11], k[12]}, take[1], take[2]) or ''
+    -- What notice_take would read again is known here: no notice in flight (steer_ready),
+    -- the new set whole when it holds one id, the wake queue when it is empty.
+    local known = {}
+    if pending <= 1 then
+      known.new = first
+    end
+    if wake[1] == nil then
+      known.wake = wake
+    end
+    taken = notice_take({k[3], k[5], k[6], k[11], k[12]}, take[1], take[2], known) or ''
   end
   return {held, session, nid, floor, pending, wake[2] or '', first[2] or '', building,
     retry_at, len, rows, taken}

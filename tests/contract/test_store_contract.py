@@ -1,7 +1,8 @@
-"""The storage contract of what every aggregate of the store shares (the client, the
-pipelines, the scripts, the counters, the batched reads), held against every backend (a
-standalone Redis and a Redis Cluster: tests/support/store_backends.py). Each aggregate has its
-own suite beside this one: ``tests/test_store_<aggregate>.py``.
+"""The storage contract of what every aggregate of the store shares (the core: the client,
+the pipelines, the scripts, the round trips) and of the reads that cross aggregates, held
+against every backend (a standalone Redis, a Redis Cluster and fakeredis:
+tests/support/store_backends.py). Each aggregate has its own suite beside this one:
+``tests/contract/test_store_<aggregate>.py``.
 """
 
 # ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)
@@ -182,7 +183,7 @@ def test_a_watch_heard_every_so_often_settles_near_that_interval() -> None:
     assert reads_per_hit(lambda _w: POLL_S) >= 3  # started again at POLL_S each time
 
 
-# -- the inbox, thread, member and item side (bus/store/inbox.py, bus/store/items.py) ------
+# -- the batched dispatch reads (bus/store/queue.py) and threads' parties (bus/store/inbox.py) --
 
 
 def test_batched_reads_answer_in_order_and_missing_reads_empty(store: Store) -> None:

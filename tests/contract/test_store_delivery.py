@@ -1,5 +1,6 @@
-"""The store's delivery side (bus/store/delivery.py): a delivery's grouped round trips and
-the one notice's steps, held to their contract on every backend (a standalone Redis and a
+"""The store's delivery aggregate (bus/store/delivery.py, bus/store/kick.py; its locks in
+test_store_locks.py): a delivery's grouped round trips, the one notice's steps and the
+hosts' kick lists, held to their contract on every backend (a standalone Redis and a
 Redis Cluster: tests/support/store_backends.py)."""
 
 # ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)

@@ -1,5 +1,5 @@
-"""The store's inbox side: records, marks, threads, waiters, the turn's answer
-(bus/store/inbox.py), held to its contract on every backend (a standalone Redis and a Redis
+"""The store's inbox aggregate: records, marks, threads, waiters, the turn's answer
+(bus/store/inbox.py, bus/store/conversations.py), held to its contract on every backend (a standalone Redis and a Redis
 Cluster: tests/support/store_backends.py)."""
 
 # ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)

@@ -1,4 +1,5 @@
-"""The store's delivery locks: one holder, the lease, many at once (bus/store/locks.py), held
+"""The delivery aggregate's locks: one holder, the lease, many at once, the hand-off flag
+(bus/store/locks.py), held
 to its contract on every backend (a standalone Redis and a Redis Cluster:
 tests/support/store_backends.py)."""
 

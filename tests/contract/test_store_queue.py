@@ -1,5 +1,6 @@
-"""The store's queues: append once per id, cursor, raw line in flight, trim
-(bus/store/queue.py), held to its contract on every backend (a standalone Redis and a Redis
+"""The store's queue aggregate: append once per id, cursor, raw line in flight, trim, the
+dispatch flag, the recipient index, the senders' buckets (bus/store/queue.py,
+bus/store/ingest.py, bus/store/backlogs.py), held to its contract on every backend (a standalone Redis and a Redis
 Cluster: tests/support/store_backends.py)."""
 
 # ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)

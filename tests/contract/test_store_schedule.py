@@ -1,4 +1,5 @@
-"""The store's schedule: due times, the sweeps' claims, heartbeats (bus/store/schedule.py),
+"""The store's schedule aggregate: due times, the sweeps' claims, heartbeats, host claims
+(bus/store/schedule.py, bus/store/beats.py, bus/store/host_claim.py),
 held to its contract on every backend (a standalone Redis and a Redis Cluster:
 tests/support/store_backends.py)."""
 

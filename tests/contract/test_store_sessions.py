@@ -1,4 +1,5 @@
-"""The store's sessions: records and their registry (bus/store/sessions.py), held to its
+"""The store's sessions aggregate: records and their registry, who gave whom work
+(bus/store/sessions.py), held to its
 contract on every backend (a standalone Redis and a Redis Cluster: tests/support/store_backends.py)."""
 
 # ruff: noqa: F811  (the store fixture, imported from tests.support.store_backends)

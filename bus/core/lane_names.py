@@ -1,7 +1,7 @@
 """What the fast lanes (bus.lanes) and the library both name, defined once.
 
 The lanes answer the hottest commands without importing the library, so what they share
-with it lives here, in a module that imports nothing: the files of a session's floor, the
+with it lives here, in a module that imports only ``os``: the files of a session's floor, the
 session id's alphabet, the session states, the durability levels, the commands each lane
 takes, the warm command server's socket and greeting, and where the home is.
 """

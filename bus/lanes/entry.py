@@ -20,7 +20,7 @@ import io
 import os
 import sys
 
-# The names shared with the library, from the one module of bus that imports nothing. Not
+# The names shared with the library, from a module of bus that imports only os. Not
 # even json or re here: on a busy machine their imports (enum, functools, collections)
 # cost more than the rest of the fast path.
 from bus.core.lane_names import (

@@ -79,9 +79,13 @@ if not dispatch then
 end
 if ARGV[13] and ARGV[13] ~= '' then
   local list, alive = KEYS[#KEYS - 1], KEYS[#KEYS]
-  if redis.call('EXISTS', alive) == 1 and redis.call('LLEN', list) < tonumber(ARGV[13]) then
-    redis.call('RPUSH', list, ARGV[14])
-    return {1, ARGV[3], 0}
+  if redis.call('EXISTS', alive) == 1 then
+    -- Pushed, then taken back off when that made the list longer than its cap: a list
+    -- already at its cap takes no more.
+    if redis.call('RPUSH', list, ARGV[14]) <= tonumber(ARGV[13]) then
+      return {1, ARGV[3], 0}
+    end
+    redis.call('RPOP', list)
   end
 end
 return {1, ARGV[3], 1}

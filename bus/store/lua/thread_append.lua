@@ -25,12 +25,24 @@
 -- then follows it there.
 local function append(A)
   local fresh = false
+  -- The meta fields this message sets, in order, written in one HSET at the end (one_m
+  -- too: the read below takes key, parties, senders, newest_at and count, not one_m).
+  local sets, at = {}, {}
+  local function set(field, value)
+    if at[field] then
+      sets[at[field] + 1] = value
+    else
+      at[field] = #sets + 1
+      sets[#sets + 1] = field
+      sets[#sets + 1] = value
+    end
+  end
   local has_log = redis.call('EXISTS', KEYS[2]) == 1
   if not has_log then
     local one_m = redis.call('HGET', KEYS[1], 'one_m')
     local one_id = one_m and cjson.decode(one_m).id
     if not one_m then
-      redis.call('HSET', KEYS[1], 'one_m', A[11])
+      set('one_m', A[11])
       fresh = true
     elseif one_id == A[1] then
       return 0
@@ -56,14 +68,15 @@ local function append(A)
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(A[10]), '*', 'id', A[1], 'm', A[2])
   end
   -- The fields the rest reads, in one call (after the writes above: newest_at may be new).
-  local meta = redis.call('HMGET', KEYS[1], 'key', 'parties', 'senders', 'newest_at')
+  local meta = redis.call('HMGET', KEYS[1], 'key', 'parties', 'senders', 'newest_at', 'count')
   local created = not meta[1]
   if created then
     meta[2], meta[3] = '[]', '[]'
+    set('key', A[4])
+    set('parties', '[]')
+    set('senders', '[]')
     if A[5] ~= '' then
-      redis.call('HSET', KEYS[1], 'key', A[4], 'parties', '[]', 'senders', '[]', 'label', A[5])
-    else
-      redis.call('HSET', KEYS[1], 'key', A[4], 'parties', '[]', 'senders', '[]')
+      set('label', A[5])
     end
   end
   local function add_all(field, current, values)
@@ -79,7 +92,7 @@ local function append(A)
       end
     end
     if added then  -- a sender already listed (the usual case) writes nothing
-      redis.call('HSET', KEYS[1], field, cjson.encode(list))
+      set(field, cjson.encode(list))
     end
   end
   -- Parties are fixed when the thread is made (or by the request that made it): a later
@@ -88,18 +101,31 @@ local function append(A)
     add_all('parties', meta[2], cjson.decode(A[6]))
   end
   if A[7] ~= '' then add_all('senders', meta[3], {A[7]}) end
-  redis.call('HINCRBY', KEYS[1], 'count', 1)
+  -- The count read with the rest and written with the rest; one that is not a whole
+  -- number fails the script as HINCRBY would (HINCRBY itself raises it).
+  local count = tonumber(meta[5] or '0')
+  if not count or count ~= math.floor(count) then
+    redis.call('HINCRBY', KEYS[1], 'count', 1)
+  end
+  set('count', string.format('%d', count + 1))
   local had = meta[4]
   local newest = tonumber(had or '0')
+  local unclass = false
   if tonumber(A[3]) >= newest then
     if not (fresh and A[12] == '1' and not had) then
-      redis.call('HSET', KEYS[1], 'newest_at', A[3], 'newest_preview', A[8])
+      set('newest_at', A[3])
+      set('newest_preview', A[8])
     end
     if A[9] == 'action' then
-      redis.call('HDEL', KEYS[1], 'class')
+      -- A meta made by this call has no class to drop.
+      unclass = not created
     else
-      redis.call('HSET', KEYS[1], 'class', A[9])
+      set('class', A[9])
     end
+  end
+  redis.call('HSET', KEYS[1], unpack(sets))
+  if unclass then
+    redis.call('HDEL', KEYS[1], 'class')
   end
   return 1
 end

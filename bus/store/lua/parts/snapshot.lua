@@ -56,12 +56,16 @@ local function snapshot(k, token, ttl, advance_to, read_after, count, take)
     building = 1
   end
   local floor = redis.call('HGETALL', k[4])
-  local pending = redis.call('ZCARD', k[5])
-  local wake = redis.call('ZRANGE', k[6], 0, 0, 'WITHSCORES')
-  local first = {}
-  if pending > 0 then
-    first = redis.call('ZRANGE', k[5], 0, 0, 'WITHSCORES')
+  -- The first two of the new set and of the wake queue: with at most one there, the read
+  -- is the whole set (counted only when longer).
+  local head = redis.call('ZRANGE', k[5], 0, 1, 'WITHSCORES')
+  local pending = #head / 2
+  if pending > 1 then
+    pending = redis.call('ZCARD', k[5])
   end
+  local first = {head[1], head[2]}
+  local wakes = redis.call('ZRANGE', k[6], 0, 1, 'WITHSCORES')
+  local wake = {wakes[1], wakes[2]}
   local record = fields(session)  -- the session record just read, as a table
   local retry_at = record['retry_at'] or ''
   -- The queue emptied of what the cursor covers, as queue_trim.lua does: when its newest
@@ -69,15 +73,18 @@ local function snapshot(k, token, ttl, advance_to, read_after, count, take)
   -- stream itself stays, with its last id).
   local len = 0
   local last = redis.call('XREVRANGE', k[7], '+', '-', 'COUNT', 1)
-  if last[1] ~= nil then
-    if cursor and last[1][1] == cursor then
+  local newest = last[1] and last[1][1]  -- the queue's newest entry's id, nil when empty
+  if newest then
+    if cursor and newest == cursor then
       redis.call('XTRIM', k[7], 'MAXLEN', 0)
+      newest = nil
     else
       len = redis.call('XLEN', k[7])
     end
   end
+  -- Entries after read_after: none to read when the queue is empty or ends there.
   local rows = {}
-  if read_after ~= '' then
+  if read_after ~= '' and newest and newest ~= read_after then
     rows = redis.call('XRANGE', k[7], '(' .. read_after, '+', 'COUNT', count)
   end
   local taken = ''
@@ -86,13 +93,13 @@ local function snapshot(k, token, ttl, advance_to, read_after, count, take)
   if take and held ~= 0 and #rows == 0
       and steer_ready(record, nid, floor, retry_at, take[2], take[3]) then
     -- What notice_take would read again is known here: no notice in flight (steer_ready),
-    -- the new set whole when it holds one id, the wake queue when it is empty.
+    -- the new set and the wake queue whole when each holds at most one.
     local known = {}
     if pending <= 1 then
-      known.new = first
+      known.new = head
     end
-    if wake[1] == nil then
-      known.wake = wake
+    if #wakes <= 2 then
+      known.wake = wakes
     end
     taken = notice_take({k[3], k[5], k[6], k[11], k[12]}, take[1], take[2], known) or ''
   end

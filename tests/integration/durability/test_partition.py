@@ -178,7 +178,7 @@ def test_a_wait_for_ever_whose_connection_goes_dark_still_gets_its_answer(
         reading, {sid: "0-0"}, stream="events", count=1, block_ms=50, stop=stop
     )
     proxy.darken()
-    direct.push_answers(sid, ["m1"], {"ok": True, "state": "answered"})
+    direct.inbox.push_answers(sid, ["m1"], {"ok": True, "state": "answered"})
     direct.r.xadd(direct.k.s(sid, "events"), {"kind": "probe"})
     got = _within(lambda: store.inbox.pop_answer(waiting, sid, "m1", 0), bound_s=15.0)
     assert got is not None and json.loads(got)["state"] == "answered"

@@ -12,6 +12,7 @@ from bus.core.errors import BusError, Unavailable
 from bus.delivery.drain_marks import outage_words
 from bus.store.cluster_reach import ClusterUnreachable
 from bus.store.redis_errors import NOT_ANSWERING, down_message, translated, unavailable
+from bus.surfaces.http.gateway import create_app
 from tests.support.gateway_server import Server, wire
 
 
@@ -58,7 +59,7 @@ def test_prox_send_with_a_token_and_redis_down_is_503(make_bus: Callable[..., Bu
     secret = "http-secret-0123456789"
     dead = make_bus(secret=secret, redis_url="redis://127.0.0.1:1/0")
     token = issue(secret, session="alice", scopes=[SCOPE_WRITE])
-    gw = Server(dead)
+    gw = Server(create_app(dead))
     try:
         r = gw.client.post(
             "/send",

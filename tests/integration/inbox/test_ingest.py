@@ -196,6 +196,7 @@ def test_jsonl_refuses_bad_lines_by_number_and_sends_the_rest(
 def test_http_batch_route_answers_each_and_refuses_a_bad_batch_whole(
     make_bus: Callable[..., Bus],
 ) -> None:
+    from bus.surfaces.http.gateway import create_app
     from bus.trust.tokens import SCOPE_WRITE, issue
     from tests.support.gateway_server import Server
 
@@ -203,7 +204,7 @@ def test_http_batch_route_answers_each_and_refuses_a_bad_batch_whole(
     b = make_bus(secret=secret)
     b.open_session("alice", handle="neo:alice")
     b.open_session("bob")
-    g = Server(b)
+    g = Server(create_app(b))
     try:
         body = [{"to_id": "bob", "text": f"m{i}"} for i in range(3)]
         assert g.client.post("/v1/send/batch", json=body).status_code == 401  # no token
@@ -412,11 +413,12 @@ def test_a_batch_over_the_senders_rate_is_refused_whole(make_bus: Callable[..., 
 
 
 def test_the_http_batch_is_429_over_the_rate(make_bus: Callable[..., Bus]) -> None:
+    from bus.surfaces.http.gateway import create_app
     from tests.support.gateway_server import Server
 
     b = make_bus(send_rate=0.001, send_burst=2)
     b.open_session("bob")
-    g = Server(b)
+    g = Server(create_app(b))
     try:
         body = [{"from": "h:me", "to_id": "bob", "text": f"m{i}"} for i in range(3)]
         r = g.client.post("/v1/send/batch", json=body)

@@ -55,7 +55,7 @@ from typing import NamedTuple
 from bus.core import lane_names
 from bus.core.lane_names import COMMAND_MAGIC, WRITE_COMMANDS
 from bus.core.locate import default_home
-from bus.local.command_socket import command_socket
+from bus.local.command_socket import command_socket_path
 from bus.local.runtime_dir import private_folder
 from bus.ops.procs import die_with_parent
 
@@ -69,7 +69,7 @@ REQUESTS = 1000  # commands a worker serves before a fresh fork replaces it
 def socket_path(home: Path) -> Path:
     """The server's socket: beside the embedded Redis's (a path short enough for a unix
     socket whatever the home)."""
-    return Path(command_socket(str(home)))
+    return Path(command_socket_path(str(home)))
 
 
 def client_id() -> tuple[bytes, bytes]:

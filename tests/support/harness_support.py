@@ -121,30 +121,37 @@ def only_session(bus: Bus, timeout: float = 60.0) -> str:
 
 
 class Tmux:
-    """One detached tmux session running a command; keys in, screen out."""
+    """One detached tmux session running a command; keys in, screen out.
+
+    Each runs on a tmux server of its own (``-L``), started here: a server already running
+    on the machine would run the command in its own namespaces (a test suite in a network
+    namespace would see its harness reach another loopback) and outlive the test."""
 
     def __init__(self, command: list[str], cwd: Path, env: dict[str, str]) -> None:
         if shutil.which("tmux") is None:
             missing("tmux")
         self.name = f"inbox-{uuid.uuid4().hex[:8]}"
+        self.tmux = ["tmux", "-L", self.name]
         # The command runs under `env -i`: tmux would otherwise hand it the server's own.
         argv = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *command]
         subprocess.run(
-            ["tmux", "new-session", "-d", "-s", self.name, "-x", "200", "-y", "50",
+            [*self.tmux, "new-session", "-d", "-s", self.name, "-x", "200", "-y", "50",
              "-c", str(cwd), *argv],
             check=True,
             timeout=30,
         )  # fmt: skip
 
     def type(self, text: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, "-l", text], check=True, timeout=10)
+        subprocess.run(
+            [*self.tmux, "send-keys", "-t", self.name, "-l", text], check=True, timeout=10
+        )
         # Enter only once the prompt shows the text (a TUI takes it in as it draws).
         self.wait_screen(lambda s: text[:30] in s, 20, f"{text[:30]!r} typed")
-        subprocess.run(["tmux", "send-keys", "-t", self.name, "Enter"], check=True, timeout=10)
+        subprocess.run([*self.tmux, "send-keys", "-t", self.name, "Enter"], check=True, timeout=10)
 
     def screen(self) -> str:
         done = subprocess.run(
-            ["tmux", "capture-pane", "-p", "-t", self.name],
+            [*self.tmux, "capture-pane", "-p", "-t", self.name],
             capture_output=True,
             text=True,
             timeout=10,
@@ -164,9 +171,9 @@ class Tmux:
     def alive(self) -> bool:
         """Whether the command still runs (its tmux session ends with it)."""
         done = subprocess.run(
-            ["tmux", "has-session", "-t", self.name], capture_output=True, timeout=10
+            [*self.tmux, "has-session", "-t", self.name], capture_output=True, timeout=10
         )
         return done.returncode == 0
 
     def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], timeout=10, check=False)
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True, timeout=10, check=False)

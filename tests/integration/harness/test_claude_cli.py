@@ -42,7 +42,14 @@ class Claude:
     bus: Bus
 
     def env(self) -> dict[str, str]:
-        return bare_env(self.home, ANTHROPIC_BASE_URL=self.stub.url, ANTHROPIC_API_KEY=KEY)
+        # DISABLE_AUTOUPDATER: the CLI under test stays the version installed for it (its
+        # updater would install a newer one globally, onto the machine's PATH, mid-test).
+        return bare_env(
+            self.home,
+            ANTHROPIC_BASE_URL=self.stub.url,
+            ANTHROPIC_API_KEY=KEY,
+            DISABLE_AUTOUPDATER="1",
+        )
 
 
 @pytest.fixture
